@@ -1,0 +1,56 @@
+# Entry points (README.md): `make demo` and `make test` work on a fresh
+# Debian machine; plain `make` builds into build/.
+BUILD      ?= build
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+PREFIX     ?= /usr/local
+CMAKE_ARGS ?=
+
+.PHONY: all deps demo test test-plain test-sanitize cuda-check bench install clean
+
+all: deps
+	cmake -S . -B $(BUILD) $(CMAKE_ARGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+deps:
+	@scripts/install-deps.sh
+
+# The main job on the default simulated device.
+demo: all
+	$(BUILD)/chameleon demo
+
+# The whole suite from scratch with gcc and invariant checks, then again
+# with clang under AddressSanitizer and UndefinedBehaviorSanitizer.
+test: deps
+	$(MAKE) test-plain
+	$(MAKE) test-sanitize
+
+test-plain:
+	rm -rf build-test
+	CC=gcc cmake -S . -B build-test -DCHAM_DEBUG_CHECKS=ON $(CMAKE_ARGS)
+	cmake --build build-test -j $(JOBS)
+	ctest --test-dir build-test --output-on-failure -j $(JOBS)
+
+test-sanitize:
+	rm -rf build-asan
+	CC=clang cmake -S . -B build-asan -DCHAM_DEBUG_CHECKS=ON \
+	  -DCHAM_SANITIZE=address,undefined $(CMAKE_ARGS)
+	cmake --build build-asan -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+
+# The cuda backend must compile wherever the toolkit is installed.
+cuda-check: deps
+	rm -rf build-cuda
+	cmake -S . -B build-cuda -DCHAM_CUDA=ON $(CMAKE_ARGS)
+	cmake --build build-cuda -j $(JOBS)
+	ctest --test-dir build-cuda --output-on-failure -R cuda
+
+bench: all
+	$(BUILD)/bench/bench_alloc
+
+install: all
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+clean:
+	rm -rf $(BUILD) build-test build-asan build-cuda
