@@ -1,0 +1,86 @@
+/* The device backend interface, for those who implement a backend.
+ *
+ * A backend is one static const table of function pointers plus a context
+ * pointer. The public functions in chameleon/device.h check their arguments,
+ * wrap the backend's stream and event objects in handles and then call these
+ * slots, so a backend only does the work itself. Users of Chameleon never
+ * need this header; runtimes that bring their own accelerator (or a test
+ * double) do, through cham_device_open_iface(). */
+#ifndef CHAMELEON_BACKEND_H
+#define CHAMELEON_BACKEND_H
+
+#include "chameleon/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHAM_BACKEND_API_VERSION 1
+
+typedef struct cham_backend_iface {
+    int api_version;         /* CHAM_BACKEND_API_VERSION */
+    const char *name;
+
+    /* Optional: called once when the device is made, so the backend can
+     * report errors with cham_device_set_error(dev, ...). */
+    void (*attach)(void *ctx, cham_device_t *dev);
+    /* Frees the context; streams and events are already freed. */
+    void (*destroy)(void *ctx);
+    /* Fills every field of info. */
+    void (*get_info)(void *ctx, cham_device_info_t *info);
+
+    /* Device memory segments (cudaMalloc / cudaFree; free synchronises). */
+    cham_status_t (*mem_alloc)(void *ctx, size_t bytes, void **ptr);
+    void (*mem_free)(void *ctx, void *ptr);
+    /* Pinned host memory (cudaHostAlloc / cudaFreeHost). */
+    cham_status_t (*host_alloc)(void *ctx, size_t bytes, void **ptr);
+    void (*host_free)(void *ctx, void *ptr);
+
+    /* Streams: *stream receives the backend's own object. id is the dense
+     * id the device gave the stream (0, 1, ...). */
+    cham_status_t (*stream_new)(void *ctx, int id, const char *name, void **stream);
+    void (*stream_free)(void *ctx, void *stream);
+    cham_status_t (*stream_synchronize)(void *ctx, void *stream);
+    cham_status_t (*stream_wait_event)(void *ctx, void *stream, void *event);
+
+    /* Events. */
+    cham_status_t (*event_new)(void *ctx, void **event);
+    void (*event_free)(void *ctx, void *event);
+    cham_status_t (*event_record)(void *ctx, void *event, void *stream);
+    cham_status_t (*event_query)(void *ctx, void *event); /* CHAM_OK or CHAM_NOT_READY */
+    cham_status_t (*event_synchronize)(void *ctx, void *event);
+
+    /* Work. */
+    cham_status_t (*copy_async)(void *ctx, void *stream, void *dst, const void *src,
+                                size_t bytes, cham_copy_kind_t kind, const char *label);
+    cham_status_t (*kernel_launch)(void *ctx, void *stream, const cham_kernel_t *kernel);
+    cham_status_t (*device_synchronize)(void *ctx);
+
+    /* Host clock in ns; host_work is optional (NULL: time passes by itself). */
+    uint64_t (*host_time)(void *ctx);
+    void (*host_work)(void *ctx, uint64_t ns);
+} cham_backend_iface_t;
+
+/* Opens a device over a backend table. On success the device owns ctx and
+ * calls iface->destroy(ctx) when closed. */
+cham_status_t cham_device_open_iface(const cham_backend_iface_t *iface, void *ctx,
+                                     cham_device_t **out);
+
+/* The backend context of a device opened over iface, or NULL if the device
+ * runs another backend. Lets backend-specific functions find their state. */
+void *cham_device_backend_ctx(const cham_device_t *dev,
+                              const cham_backend_iface_t *iface);
+
+/* Records a failure message on the device (printf-style); backends use it
+ * so that cham_device_last_error() explains a failed call. */
+void cham_device_set_error(cham_device_t *dev, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

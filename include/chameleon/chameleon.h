@@ -1,0 +1,27 @@
+/* Chameleon: swap tensors between accelerator and host memory so that
+ * training runs when it needs more memory than the accelerator has.
+ * This header includes the whole public API. */
+#ifndef CHAMELEON_CHAMELEON_H
+#define CHAMELEON_CHAMELEON_H
+
+#include "chameleon/status.h"
+#include "chameleon/device.h"
+#include "chameleon/sim.h"
+#include "chameleon/alloc.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHAM_VERSION_MAJOR 0
+#define CHAM_VERSION_MINOR 1
+#define CHAM_VERSION_PATCH 0
+
+/* "MAJOR.MINOR.PATCH" of the library actually linked. */
+const char *cham_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,198 @@
+/* Device backends: one accelerator seen through memory, streams, events,
+ * asynchronous copies and kernel launches.
+ *
+ * A device is opened by backend name ("sim" or "cuda"). Everything the rest
+ * of Chameleon does to an accelerator goes through the functions below, so
+ * the same runtime runs on the simulated device in tests and on a real one
+ * in production. See docs/device.md for the sim backend's time model. */
+#ifndef CHAMELEON_DEVICE_H
+#define CHAMELEON_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chameleon/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cham_device cham_device_t;
+typedef struct cham_stream cham_stream_t;
+typedef struct cham_event cham_event_t;
+
+/* How a device is opened. Start from cham_device_config_default() and set
+ * what you need; a zero numeric override keeps the preset's figure. */
+typedef struct cham_device_config {
+    const char *backend;     /* "sim" (default) or "cuda" */
+    const char *preset;      /* sim: a preset name, see cham_preset_*; NULL = default */
+    int ordinal;             /* cuda: device index */
+
+    /* Overrides of the preset's figures (0 = keep the preset's). */
+    uint64_t capacity;       /* device memory, bytes */
+    double peak_flops;       /* dense fp16/bf16 FLOP/s */
+    double hbm_bandwidth;    /* bytes/s */
+    double h2d_bandwidth;    /* host-to-device link, bytes/s */
+    double d2h_bandwidth;    /* device-to-host link, bytes/s */
+    double p2p_bandwidth;    /* device-to-device link for communication, bytes/s */
+
+    /* sim only: the host side of eager dispatch (0 = default). */
+    uint64_t launch_ns;      /* host time to dispatch one kernel or copy */
+    uint64_t kernel_overhead_ns; /* device time added to every kernel */
+    uint64_t copy_latency_ns;    /* device time added to every copy */
+    uint64_t event_query_ns; /* host time of one event query */
+    uint32_t queue_depth;    /* tasks in flight before the host blocks */
+
+    /* sim only: switches. */
+    bool data;               /* real memory; kernels' CPU functions run */
+    bool hazard_check;       /* hazard detector (on by default) */
+} cham_device_config_t;
+
+/* The defaults: sim backend, default preset, hazard detector on, no data. */
+cham_device_config_t cham_device_config_default(void);
+
+/* Opens a device. On failure *out is NULL and the status says why;
+ * cham_device_last_error(NULL) then holds a message naming the problem. */
+cham_status_t cham_device_open(const cham_device_config_t *config,
+                               cham_device_t **out);
+/* Waits for all work, frees streams, events and memory still held. */
+void cham_device_close(cham_device_t *dev);
+
+/* The message of the last failure on this device (or of the last failed
+ * open when dev is NULL); "" when none. Valid until the next call. */
+const char *cham_device_last_error(const cham_device_t *dev);
+
+/* What the device is; all figures after overrides. */
+typedef struct cham_device_info {
+    const char *backend;     /* "sim" or "cuda" */
+    const char *name;        /* preset or hardware name */
+    uint64_t capacity;
+    double peak_flops;
+    double hbm_bandwidth;
+    double h2d_bandwidth;
+    double d2h_bandwidth;
+    double p2p_bandwidth;
+    bool data;               /* memory holds real bytes that copies move */
+} cham_device_info_t;
+void cham_device_get_info(const cham_device_t *dev, cham_device_info_t *info);
+
+/* ---- memory -------------------------------------------------------------
+ * Raw segments of device memory and of pinned host memory, as cudaMalloc and
+ * cudaHostAlloc give them. Both are slow and synchronising on real hardware:
+ * use them through a caching allocator (chameleon/alloc.h). */
+cham_status_t cham_device_mem_alloc(cham_device_t *dev, size_t bytes, void **ptr);
+/* Waits for all device work first, like cudaFree. */
+void cham_device_mem_free(cham_device_t *dev, void *ptr);
+cham_status_t cham_device_host_alloc(cham_device_t *dev, size_t bytes, void **ptr);
+void cham_device_host_free(cham_device_t *dev, void *ptr);
+
+/* ---- streams ------------------------------------------------------------
+ * In-order queues of device work. Work on different streams may overlap;
+ * order between them only comes from events. */
+cham_status_t cham_stream_new(cham_device_t *dev, const char *name,
+                              cham_stream_t **out);
+void cham_stream_free(cham_stream_t *stream);
+/* Small dense id (0, 1, ...) of the stream within its device. */
+int cham_stream_id(const cham_stream_t *stream);
+const char *cham_stream_name(const cham_stream_t *stream);
+cham_device_t *cham_stream_device(const cham_stream_t *stream);
+/* Blocks the host until all work queued on the stream has finished. */
+cham_status_t cham_stream_synchronize(cham_stream_t *stream);
+/* Work queued on stream after this call starts only once event completes.
+ * An event never recorded is complete. Does not block the host. */
+cham_status_t cham_stream_wait_event(cham_stream_t *stream, cham_event_t *event);
+
+/* ---- events -------------------------------------------------------------*/
+cham_status_t cham_event_new(cham_device_t *dev, cham_event_t **out);
+void cham_event_free(cham_event_t *event);
+/* Captures the work queued on stream so far; re-recording replaces it. */
+cham_status_t cham_event_record(cham_event_t *event, cham_stream_t *stream);
+/* CHAM_OK if the captured work has finished at the host's current time,
+ * CHAM_NOT_READY if not. Costs host time on the sim backend, as on real
+ * hardware: polling events is what makes a runtime host-bound. */
+cham_status_t cham_event_query(cham_event_t *event);
+/* Blocks the host until the captured work has finished. */
+cham_status_t cham_event_synchronize(cham_event_t *event);
+
+/* ---- work ---------------------------------------------------------------*/
+typedef enum cham_copy_kind {
+    CHAM_COPY_H2D,           /* pinned host -> device */
+    CHAM_COPY_D2H,           /* device -> pinned host */
+    CHAM_COPY_D2D,           /* device -> device, same device */
+} cham_copy_kind_t;
+
+/* Queues a copy of bytes from src to dst on stream. label names the copy in
+ * hazard reports and timelines (for example the tensor's name); may be NULL. */
+cham_status_t cham_copy_async(cham_stream_t *stream, void *dst, const void *src,
+                              size_t bytes, cham_copy_kind_t kind,
+                              const char *label);
+
+typedef enum cham_access_mode {
+    CHAM_ACCESS_READ = 1,
+    CHAM_ACCESS_WRITE = 2,
+    CHAM_ACCESS_READ_WRITE = 3,
+} cham_access_mode_t;
+
+/* One range of device memory a kernel touches. */
+typedef struct cham_access {
+    const void *ptr;
+    size_t bytes;
+    cham_access_mode_t mode;
+} cham_access_t;
+
+/* A kernel: what it costs, what memory it touches, and how to run it.
+ * cpu_fn runs on the host in program order when the sim device has data;
+ * native_fn is called with the backend's native stream (cudaStream_t on
+ * cuda) to launch real device code. A kernel with neither only costs time. */
+typedef struct cham_kernel {
+    const char *label;
+    double flops;            /* arithmetic work, for the roofline model */
+    double bytes;            /* device memory traffic, for the roofline model */
+    const cham_access_t *accesses;
+    size_t n_accesses;
+    void (*cpu_fn)(void *arg);
+    void (*native_fn)(void *native_stream, void *arg);
+    void *arg;
+} cham_kernel_t;
+
+cham_status_t cham_kernel_launch(cham_stream_t *stream, const cham_kernel_t *kernel);
+
+/* Blocks the host until all work on all streams has finished. */
+cham_status_t cham_device_synchronize(cham_device_t *dev);
+
+/* ---- host clock ---------------------------------------------------------
+ * Nanoseconds on the device's host clock: virtual on sim (starts at 0 and
+ * moves only through the calls above and cham_device_host_work), monotonic
+ * wall time on real backends. */
+uint64_t cham_device_host_time(const cham_device_t *dev);
+/* Tells the device the host spent ns on its own work (the framework's
+ * per-op overhead, a profiler's hooks). Advances the sim's host clock;
+ * no effect on real backends, where time passes by itself. */
+void cham_device_host_work(cham_device_t *dev, uint64_t ns);
+
+/* ---- presets (sim) ------------------------------------------------------*/
+typedef struct cham_preset {
+    const char *name;
+    const char *description;
+    uint64_t capacity;
+    double peak_flops;
+    double hbm_bandwidth;
+    double h2d_bandwidth;
+    double d2h_bandwidth;
+    double p2p_bandwidth;
+} cham_preset_t;
+
+/* Number of built-in presets and the i-th one (NULL past the end). */
+size_t cham_preset_count(void);
+const cham_preset_t *cham_preset_at(size_t i);
+/* The preset named name, or NULL. */
+const cham_preset_t *cham_preset_find(const char *name);
+/* The preset used when a config names none. */
+const char *cham_preset_default_name(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,34 @@
+/* Status codes returned by every public Chameleon function that can fail.
+ *
+ * Failures a caller can handle come back as a cham_status_t; programmer
+ * errors (a NULL handle, a block freed twice) stop the program with a message
+ * naming the file and line. */
+#ifndef CHAMELEON_STATUS_H
+#define CHAMELEON_STATUS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cham_status {
+    CHAM_OK = 0,
+    CHAM_NOT_READY,            /* event or stream has work still pending */
+    CHAM_ERR_INVALID_ARG,      /* a value out of range or inconsistent */
+    CHAM_ERR_NOT_FOUND,        /* unknown backend, preset or name */
+    CHAM_ERR_UNSUPPORTED,      /* the backend cannot do this */
+    CHAM_ERR_OUT_OF_MEMORY,    /* device memory exhausted */
+    CHAM_ERR_HOST_BUDGET,      /* pinned host memory budget exhausted */
+    CHAM_ERR_HOST_OOM,         /* the host's own allocator failed */
+    CHAM_ERR_DEVICE_UNAVAILABLE, /* no usable device (for example no driver) */
+    CHAM_ERR_BACKEND,          /* the backend reported an error */
+    CHAM_ERR_HAZARD,           /* the sim backend's hazard detector fired */
+} cham_status_t;
+
+/* A short constant description of the status, never NULL. */
+const char *cham_status_string(cham_status_t status);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,20 @@
+/* The built-in backends' entry points, found by name in device.c. Each one
+ * reads the config, builds its context and calls cham_device_open_iface(). */
+#ifndef CHAM_DEVICE_BACKENDS_H
+#define CHAM_DEVICE_BACKENDS_H
+
+#include "chameleon/backend.h"
+
+cham_status_t cham_sim_open(const cham_device_config_t *config, cham_device_t **out);
+#if CHAM_HAVE_CUDA
+cham_status_t cham_cuda_open(const cham_device_config_t *config, cham_device_t **out);
+#endif
+
+/* Records the message for cham_device_last_error(NULL) after a failed open. */
+void cham_device_set_open_error(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+#endif

@@ -1,0 +1,354 @@
+/* The public device API: finds a backend by name, checks arguments, wraps
+ * the backend's stream and event objects in handles with dense ids, and
+ * forwards every call to the backend's table. */
+#include "chameleon/backend.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/assert.h"
+#include "device/backends.h"
+
+#define CHAM_MAX_STREAMS 64
+#define CHAM_NAME_MAX 48
+
+/* Invariant: stream_used has bit i set iff a live stream has id i. */
+struct cham_device {
+    const cham_backend_iface_t *iface;
+    void *ctx;
+    uint64_t stream_used;
+    int live_events;
+    char error[512];
+};
+
+struct cham_stream {
+    cham_device_t *dev;
+    void *impl;
+    int id;
+    char name[CHAM_NAME_MAX];
+};
+
+struct cham_event {
+    cham_device_t *dev;
+    void *impl;
+};
+
+static _Thread_local char open_error[512];
+
+void cham_device_set_open_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(open_error, sizeof open_error, fmt, ap);
+    va_end(ap);
+}
+
+void cham_device_set_error(cham_device_t *dev, const char *fmt, ...)
+{
+    CHAM_ASSERT(dev);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dev->error, sizeof dev->error, fmt, ap);
+    va_end(ap);
+}
+
+const char *cham_device_last_error(const cham_device_t *dev)
+{
+    return dev ? dev->error : open_error;
+}
+
+cham_device_config_t cham_device_config_default(void)
+{
+    cham_device_config_t c;
+    memset(&c, 0, sizeof c);
+    c.backend = "sim";
+    c.hazard_check = true;
+    return c;
+}
+
+cham_status_t cham_device_open(const cham_device_config_t *config, cham_device_t **out)
+{
+    CHAM_ASSERT(out);
+    *out = NULL;
+    open_error[0] = '\0';
+    cham_device_config_t defaults = cham_device_config_default();
+    if (!config)
+        config = &defaults;
+    const char *backend = config->backend ? config->backend : "sim";
+    if (strcmp(backend, "sim") == 0)
+        return cham_sim_open(config, out);
+    if (strcmp(backend, "cuda") == 0) {
+#if CHAM_HAVE_CUDA
+        return cham_cuda_open(config, out);
+#else
+        cham_device_set_open_error("backend \"cuda\" is not built in: the CUDA toolkit "
+                                   "was not found when Chameleon was built");
+        return CHAM_ERR_UNSUPPORTED;
+#endif
+    }
+    cham_device_set_open_error("unknown backend \"%s\" (known: sim, cuda)", backend);
+    return CHAM_ERR_NOT_FOUND;
+}
+
+cham_status_t cham_device_open_iface(const cham_backend_iface_t *iface, void *ctx,
+                                     cham_device_t **out)
+{
+    CHAM_ASSERT(iface && out);
+    *out = NULL;
+    if (iface->api_version != CHAM_BACKEND_API_VERSION) {
+        cham_device_set_open_error("backend \"%s\" has api_version %d, this library "
+                                   "speaks %d", iface->name ? iface->name : "?",
+                                   iface->api_version, CHAM_BACKEND_API_VERSION);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_device_t *dev = calloc(1, sizeof *dev);
+    if (!dev) {
+        cham_device_set_open_error("out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    dev->iface = iface;
+    dev->ctx = ctx;
+    if (iface->attach)
+        iface->attach(ctx, dev);
+    *out = dev;
+    return CHAM_OK;
+}
+
+void *cham_device_backend_ctx(const cham_device_t *dev, const cham_backend_iface_t *iface)
+{
+    return dev && dev->iface == iface ? dev->ctx : NULL;
+}
+
+void cham_device_close(cham_device_t *dev)
+{
+    if (!dev)
+        return;
+    CHAM_ASSERT(dev->stream_used == 0 && dev->live_events == 0 &&
+                "free every stream and event before closing the device");
+    dev->iface->device_synchronize(dev->ctx);
+    dev->iface->destroy(dev->ctx);
+    free(dev);
+}
+
+void cham_device_get_info(const cham_device_t *dev, cham_device_info_t *info)
+{
+    CHAM_ASSERT(dev && info);
+    memset(info, 0, sizeof *info);
+    dev->iface->get_info(dev->ctx, info);
+}
+
+/* ---- memory -------------------------------------------------------------*/
+
+cham_status_t cham_device_mem_alloc(cham_device_t *dev, size_t bytes, void **ptr)
+{
+    CHAM_ASSERT(dev && ptr);
+    *ptr = NULL;
+    if (bytes == 0) {
+        cham_device_set_error(dev, "device allocation of 0 bytes");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    return dev->iface->mem_alloc(dev->ctx, bytes, ptr);
+}
+
+void cham_device_mem_free(cham_device_t *dev, void *ptr)
+{
+    CHAM_ASSERT(dev);
+    if (ptr)
+        dev->iface->mem_free(dev->ctx, ptr);
+}
+
+cham_status_t cham_device_host_alloc(cham_device_t *dev, size_t bytes, void **ptr)
+{
+    CHAM_ASSERT(dev && ptr);
+    *ptr = NULL;
+    if (bytes == 0) {
+        cham_device_set_error(dev, "pinned host allocation of 0 bytes");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    return dev->iface->host_alloc(dev->ctx, bytes, ptr);
+}
+
+void cham_device_host_free(cham_device_t *dev, void *ptr)
+{
+    CHAM_ASSERT(dev);
+    if (ptr)
+        dev->iface->host_free(dev->ctx, ptr);
+}
+
+/* ---- streams ------------------------------------------------------------*/
+
+cham_status_t cham_stream_new(cham_device_t *dev, const char *name, cham_stream_t **out)
+{
+    CHAM_ASSERT(dev && out);
+    *out = NULL;
+    if (dev->stream_used == UINT64_MAX) {
+        cham_device_set_error(dev, "too many streams: at most %d may be live at once",
+                              CHAM_MAX_STREAMS);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    int id = 0;
+    while (dev->stream_used & (UINT64_C(1) << id))
+        id++;
+    cham_stream_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        cham_device_set_error(dev, "out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    s->dev = dev;
+    s->id = id;
+    if (name && *name)
+        snprintf(s->name, sizeof s->name, "%s", name);
+    else
+        snprintf(s->name, sizeof s->name, "stream%d", id);
+    cham_status_t st = dev->iface->stream_new(dev->ctx, id, s->name, &s->impl);
+    if (st != CHAM_OK) {
+        free(s);
+        return st;
+    }
+    dev->stream_used |= UINT64_C(1) << id;
+    *out = s;
+    return CHAM_OK;
+}
+
+void cham_stream_free(cham_stream_t *s)
+{
+    if (!s)
+        return;
+    cham_device_t *dev = s->dev;
+    dev->iface->stream_free(dev->ctx, s->impl);
+    dev->stream_used &= ~(UINT64_C(1) << s->id);
+    free(s);
+}
+
+int cham_stream_id(const cham_stream_t *s)
+{
+    CHAM_ASSERT(s);
+    return s->id;
+}
+
+const char *cham_stream_name(const cham_stream_t *s)
+{
+    CHAM_ASSERT(s);
+    return s->name;
+}
+
+cham_device_t *cham_stream_device(const cham_stream_t *s)
+{
+    CHAM_ASSERT(s);
+    return s->dev;
+}
+
+cham_status_t cham_stream_synchronize(cham_stream_t *s)
+{
+    CHAM_ASSERT(s);
+    return s->dev->iface->stream_synchronize(s->dev->ctx, s->impl);
+}
+
+cham_status_t cham_stream_wait_event(cham_stream_t *s, cham_event_t *e)
+{
+    CHAM_ASSERT(s && e && s->dev == e->dev);
+    return s->dev->iface->stream_wait_event(s->dev->ctx, s->impl, e->impl);
+}
+
+/* ---- events -------------------------------------------------------------*/
+
+cham_status_t cham_event_new(cham_device_t *dev, cham_event_t **out)
+{
+    CHAM_ASSERT(dev && out);
+    *out = NULL;
+    cham_event_t *e = calloc(1, sizeof *e);
+    if (!e) {
+        cham_device_set_error(dev, "out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    e->dev = dev;
+    cham_status_t st = dev->iface->event_new(dev->ctx, &e->impl);
+    if (st != CHAM_OK) {
+        free(e);
+        return st;
+    }
+    dev->live_events++;
+    *out = e;
+    return CHAM_OK;
+}
+
+void cham_event_free(cham_event_t *e)
+{
+    if (!e)
+        return;
+    e->dev->iface->event_free(e->dev->ctx, e->impl);
+    e->dev->live_events--;
+    free(e);
+}
+
+cham_status_t cham_event_record(cham_event_t *e, cham_stream_t *s)
+{
+    CHAM_ASSERT(e && s && e->dev == s->dev);
+    return e->dev->iface->event_record(e->dev->ctx, e->impl, s->impl);
+}
+
+cham_status_t cham_event_query(cham_event_t *e)
+{
+    CHAM_ASSERT(e);
+    return e->dev->iface->event_query(e->dev->ctx, e->impl);
+}
+
+cham_status_t cham_event_synchronize(cham_event_t *e)
+{
+    CHAM_ASSERT(e);
+    return e->dev->iface->event_synchronize(e->dev->ctx, e->impl);
+}
+
+/* ---- work ---------------------------------------------------------------*/
+
+cham_status_t cham_copy_async(cham_stream_t *s, void *dst, const void *src, size_t bytes,
+                              cham_copy_kind_t kind, const char *label)
+{
+    CHAM_ASSERT(s);
+    if (kind != CHAM_COPY_H2D && kind != CHAM_COPY_D2H && kind != CHAM_COPY_D2D) {
+        cham_device_set_error(s->dev, "copy kind %d is not one of H2D, D2H, D2D", (int)kind);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (bytes > 0 && (!dst || !src)) {
+        cham_device_set_error(s->dev, "copy \"%s\" of %zu bytes with a NULL %s pointer",
+                              label ? label : "", bytes, dst ? "source" : "destination");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    return s->dev->iface->copy_async(s->dev->ctx, s->impl, dst, src, bytes, kind, label);
+}
+
+cham_status_t cham_kernel_launch(cham_stream_t *s, const cham_kernel_t *k)
+{
+    CHAM_ASSERT(s && k);
+    CHAM_ASSERT(k->n_accesses == 0 || k->accesses);
+    if (!(k->flops >= 0) || !(k->bytes >= 0)) {
+        cham_device_set_error(s->dev, "kernel \"%s\" has a negative or NaN cost "
+                              "(flops %g, bytes %g)", k->label ? k->label : "",
+                              k->flops, k->bytes);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    return s->dev->iface->kernel_launch(s->dev->ctx, s->impl, k);
+}
+
+cham_status_t cham_device_synchronize(cham_device_t *dev)
+{
+    CHAM_ASSERT(dev);
+    return dev->iface->device_synchronize(dev->ctx);
+}
+
+/* ---- host clock ---------------------------------------------------------*/
+
+uint64_t cham_device_host_time(const cham_device_t *dev)
+{
+    CHAM_ASSERT(dev);
+    return dev->iface->host_time(dev->ctx);
+}
+
+void cham_device_host_work(cham_device_t *dev, uint64_t ns)
+{
+    CHAM_ASSERT(dev);
+    if (dev->iface->host_work)
+        dev->iface->host_work(dev->ctx, ns);
+}

@@ -1,0 +1,113 @@
+/* Built-in device presets of the sim backend: real accelerators described by
+ * the figures of their public data sheets.
+ *
+ * Conventions (docs/devices.md gives every figure's source):
+ *   capacity        bytes, the marketed size read as GiB (80 GB -> 80 GiB,
+ *                   as nvidia-smi reports 81920 MiB for an A100 80GB);
+ *   peak_flops      dense fp16/bf16 matrix (tensor core / cube) FLOP/s with
+ *                   fp32 accumulation, never the 2:4 sparsity figure;
+ *   hbm_bandwidth   device memory bytes/s, decimal (1 GB/s = 1e9 B/s);
+ *   h2d/d2h         host link per direction: PCIe x16 nominal rate, half the
+ *                   bidirectional figure data sheets print (Gen3 16 GB/s,
+ *                   Gen4 32 GB/s, Gen5 64 GB/s);
+ *   p2p_bandwidth   aggregate device-to-device link bandwidth of one device,
+ *                   per direction (NVLink, NVLink bridge or HCCS). */
+#include "chameleon/device.h"
+
+#include <string.h>
+
+#define GIB (UINT64_C(1) << 30)
+
+static const cham_preset_t presets[] = {
+    {
+        /* Ascend 910B3 (of the 910B1..B4 bins, see docs/devices.md):
+         * 64 GB HBM2e, 313 TFLOPS fp16; HCCS full mesh of 8 NPUs, 7 peers x
+         * 28 GB/s per direction; host link assumed PCIe 4.0 x16. */
+        .name = "ascend-910b",
+        .description = "Huawei Ascend 910B3 64GB",
+        .capacity = 64 * GIB,
+        .peak_flops = 313e12,
+        .hbm_bandwidth = 1.6e12,
+        .h2d_bandwidth = 32e9,
+        .d2h_bandwidth = 32e9,
+        .p2p_bandwidth = 196e9,
+    },
+    {
+        /* A100 SXM4 80GB: 312 TFLOPS, 2,039 GB/s HBM2e, PCIe Gen4 64 GB/s
+         * and NVLink 600 GB/s, both bidirectional. */
+        .name = "a100-80g",
+        .description = "NVIDIA A100 SXM4 80GB",
+        .capacity = 80 * GIB,
+        .peak_flops = 312e12,
+        .hbm_bandwidth = 2039e9,
+        .h2d_bandwidth = 32e9,
+        .d2h_bandwidth = 32e9,
+        .p2p_bandwidth = 300e9,
+    },
+    {
+        /* H100 SXM5 80GB: 1,979 TFLOPS with sparsity -> 989.4 dense,
+         * 3.35 TB/s HBM3, PCIe Gen5 128 GB/s and NVLink 900 GB/s, both
+         * bidirectional. */
+        .name = "h100-80g",
+        .description = "NVIDIA H100 SXM5 80GB",
+        .capacity = 80 * GIB,
+        .peak_flops = 989.4e12,
+        .hbm_bandwidth = 3350e9,
+        .h2d_bandwidth = 64e9,
+        .d2h_bandwidth = 64e9,
+        .p2p_bandwidth = 450e9,
+    },
+    {
+        /* V100 SXM2 16GB: 125 TFLOPS tensor, 900 GB/s HBM2, PCIe Gen3
+         * 32 GB/s and NVLink 300 GB/s, both bidirectional. */
+        .name = "v100-16g",
+        .description = "NVIDIA V100 SXM2 16GB",
+        .capacity = 16 * GIB,
+        .peak_flops = 125e12,
+        .hbm_bandwidth = 900e9,
+        .h2d_bandwidth = 16e9,
+        .d2h_bandwidth = 16e9,
+        .p2p_bandwidth = 150e9,
+    },
+    {
+        /* GeForce RTX 3090: 71 TFLOPS fp16 with fp32 accumulate (and bf16;
+         * 142 with fp16 accumulate), 936 GB/s GDDR6X, PCIe 4.0 x16, NVLink
+         * bridge 56.25 GB/s per direction. */
+        .name = "rtx3090-24g",
+        .description = "NVIDIA GeForce RTX 3090 24GB",
+        .capacity = 24 * GIB,
+        .peak_flops = 71e12,
+        .hbm_bandwidth = 936e9,
+        .h2d_bandwidth = 32e9,
+        .d2h_bandwidth = 32e9,
+        .p2p_bandwidth = 56.25e9,
+    },
+};
+
+#define N_PRESETS (sizeof presets / sizeof presets[0])
+
+size_t cham_preset_count(void)
+{
+    return N_PRESETS;
+}
+
+const cham_preset_t *cham_preset_at(size_t i)
+{
+    return i < N_PRESETS ? &presets[i] : NULL;
+}
+
+const cham_preset_t *cham_preset_find(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < N_PRESETS; i++) {
+        if (strcmp(presets[i].name, name) == 0)
+            return &presets[i];
+    }
+    return NULL;
+}
+
+const char *cham_preset_default_name(void)
+{
+    return "a100-80g";
+}
