@@ -1,0 +1,136 @@
+/* The caching allocator: hands out blocks of device memory (or of pinned
+ * host memory) carved from large segments it obtains from the device once
+ * and keeps, because cudaMalloc and cudaHostAlloc are slow and synchronise.
+ *
+ * Best-fit with block split and merge; small and large pools; per-stream
+ * pools with stream-ordered reuse; deferred free until other streams are
+ * done with a block (PyTorch's recordStream, with host-side event queries);
+ * and Chameleon's free-after-op, where a block becomes reusable once a given
+ * operator has been dispatched, ordered on the device by an event record and
+ * wait, with no host polling. Rounding rules and pools: docs/allocator.md.
+ *
+ * Not thread-safe: one thread at a time per allocator. */
+#ifndef CHAMELEON_ALLOC_H
+#define CHAMELEON_ALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chameleon/device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cham_allocator cham_allocator_t;
+typedef struct cham_block cham_block_t;
+
+typedef enum cham_mem_kind {
+    CHAM_MEM_DEVICE,         /* segments from cham_device_mem_alloc */
+    CHAM_MEM_HOST_PINNED,    /* segments from cham_device_host_alloc */
+} cham_mem_kind_t;
+
+typedef struct cham_allocator_config {
+    cham_mem_kind_t kind;
+    /* Most bytes of segments the allocator may hold at once. 0 = the
+     * device's capacity for CHAM_MEM_DEVICE; required (the pinned budget)
+     * for CHAM_MEM_HOST_PINNED. */
+    uint64_t limit;
+} cham_allocator_config_t;
+
+cham_status_t cham_allocator_new(cham_device_t *dev, const cham_allocator_config_t *config,
+                                 cham_allocator_t **out);
+/* Returns every segment to the device. Blocks still allocated are a
+ * programmer error (asserted). Pending deferred frees are waited for. */
+void cham_allocator_free(cham_allocator_t *alloc);
+
+/* Allocates at least bytes (> 0) for use on stream. On CHAM_ERR_OUT_OF_MEMORY
+ * (device) or CHAM_ERR_HOST_BUDGET (pinned host) nothing is allocated and
+ * cham_allocator_last_oom() / cham_allocator_last_error() say why. Before
+ * failing the allocator completes deferred frees whose events are done and
+ * releases cached segments that are wholly free. */
+cham_status_t cham_block_alloc(cham_allocator_t *alloc, size_t bytes, cham_stream_t *stream,
+                               cham_block_t **out);
+
+/* The block's memory, its usable size (the request rounded up), the size
+ * that was requested, and the stream it belongs to. */
+void *cham_block_ptr(const cham_block_t *block);
+size_t cham_block_size(const cham_block_t *block);
+size_t cham_block_requested(const cham_block_t *block);
+cham_stream_t *cham_block_stream(const cham_block_t *block);
+
+/* Marks the block as used by work queued on another stream (PyTorch's
+ * recordStream): when freed, it is reused only after that work is done. */
+cham_status_t cham_block_record_stream(cham_allocator_t *alloc, cham_block_t *block,
+                                       cham_stream_t *stream);
+
+/* Frees the block. Work already queued on the block's own stream is
+ * ordered before any reuse by stream order; if other streams were recorded,
+ * an event is recorded on each and the block returns to the pool when
+ * queries (made at later allocations) find them all complete. */
+void cham_block_free(cham_allocator_t *alloc, cham_block_t *block);
+
+/* Chameleon's custom recordStream: frees a block that work queued on
+ * `user` (a swap stream) still reads. An event is recorded on `user` now;
+ * when op_index has been dispatched (cham_allocator_op_dispatched), the
+ * block's own stream is made to wait on that event and the block returns to
+ * that stream's pool. No host polling. op_index must not be earlier than the
+ * last dispatched op. */
+cham_status_t cham_block_free_after_op(cham_allocator_t *alloc, cham_block_t *block,
+                                       cham_stream_t *user, uint64_t op_index);
+
+/* Tells the allocator that operator op_index (increasing) has been
+ * dispatched: blocks freed after this op become reusable. */
+cham_status_t cham_allocator_op_dispatched(cham_allocator_t *alloc, uint64_t op_index);
+
+/* Returns every wholly free cached segment to the device. Deferred frees
+ * whose events have completed are processed first. */
+cham_status_t cham_allocator_empty_cache(cham_allocator_t *alloc);
+
+typedef struct cham_alloc_stats {
+    uint64_t limit;              /* bytes of segments allowed */
+    uint64_t allocated;          /* bytes in allocated blocks (rounded sizes) */
+    uint64_t requested;          /* bytes requested by live blocks */
+    uint64_t reserved;           /* bytes of segments held */
+    uint64_t peak_allocated;
+    uint64_t peak_reserved;
+    uint64_t pending_free;       /* bytes freed but waiting on events or ops */
+    uint64_t n_allocs, n_frees;
+    uint64_t n_splits, n_merges;
+    uint64_t n_segment_allocs, n_segment_frees;
+    uint64_t n_oom;              /* allocations that failed */
+    uint64_t n_event_queries;    /* host-side event queries made */
+    uint64_t largest_free;       /* largest block one allocation could get:
+                                    max(largest cached free block,
+                                        limit - reserved + bytes of cached
+                                        segments that are wholly free) */
+    double fragmentation;        /* 1 - largest_free / (limit - allocated);
+                                    0 when nothing is free */
+    /* Reuse interval: ops dispatched between a deferred free and the block's
+     * return to the pool (recordStream and free-after-op alike). */
+    uint64_t n_deferred_released;
+    uint64_t reuse_interval_sum;
+    uint64_t reuse_interval_max;
+} cham_alloc_stats_t;
+void cham_allocator_get_stats(const cham_allocator_t *alloc, cham_alloc_stats_t *stats);
+/* Resets the peaks to the current values (for per-step peaks). */
+void cham_allocator_reset_peaks(cham_allocator_t *alloc);
+
+/* Details of the last failed allocation. */
+typedef struct cham_oom_info {
+    size_t requested;            /* bytes asked for */
+    size_t rounded;              /* after rounding */
+    uint64_t free_bytes;         /* limit - allocated */
+    uint64_t largest_free;       /* largest block that could have been had */
+    uint64_t reserved, allocated, limit;
+} cham_oom_info_t;
+/* CHAM_OK and fills info if an allocation has failed, else CHAM_ERR_NOT_FOUND. */
+cham_status_t cham_allocator_last_oom(const cham_allocator_t *alloc, cham_oom_info_t *info);
+/* A sentence about the last failure ("" if none). */
+const char *cham_allocator_last_error(const cham_allocator_t *alloc);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,222 @@
+/* The caching allocator's internals, shared by its source files and by the
+ * tests: blocks, segments, the allocator, the rounding rules, and the
+ * expensive checker. Nothing outside src/alloc/ and tests/ includes this.
+ *
+ *   caching.c   new/free, alloc, free, split and merge, segments, OOM path
+ *   deferred.c  record_stream, free-after-op, event pool, op counter
+ *   stats.c     statistics, the out-of-memory report
+ *   check.c     the invariant checker and the block walk for tests */
+#ifndef CHAM_ALLOC_IMPL_H
+#define CHAM_ALLOC_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "alloc/block_tree.h"
+#include "chameleon/alloc.h"
+
+/* ---- rounding rules (docs/allocator.md) ----------------------------------*/
+#define CHAM_ALLOC_MIN_BLOCK     ((size_t)512)            /* sizes round up to this */
+#define CHAM_ALLOC_SMALL_SIZE    ((size_t)1 << 20)        /* <= this: small pool */
+#define CHAM_ALLOC_SMALL_SEGMENT ((size_t)2 << 20)        /* small pool's segments */
+#define CHAM_ALLOC_MIN_LARGE     ((size_t)10 << 20)       /* < this: a large segment */
+#define CHAM_ALLOC_LARGE_SEGMENT ((size_t)20 << 20)       /* large pool's shared segments */
+#define CHAM_ALLOC_ROUND_LARGE   ((size_t)2 << 20)        /* big segments round to this */
+
+/* Request rounded up to a multiple of 512 B; 0 if that overflows. */
+size_t cham_alloc_round_size(size_t bytes);
+/* The segment a rounded request that found no free block would get. */
+size_t cham_alloc_segment_size(size_t rounded);
+/* True if a block of size holding rounded bytes is split (the remainder
+ * becomes a free block): small pool when remainder >= 512 B, large pool
+ * when remainder > 1 MiB. */
+bool cham_alloc_should_split(bool small, size_t size, size_t rounded);
+
+/* ---- blocks --------------------------------------------------------------*/
+typedef enum cham_block_state {
+    CHAM_BLOCK_FREE,          /* in its pool's tree, reusable on its stream */
+    CHAM_BLOCK_ALLOCATED,     /* handed out */
+    CHAM_BLOCK_PENDING_EVENTS,/* freed; waits for recorded streams' events (queried) */
+    CHAM_BLOCK_PENDING_OP,    /* freed; waits for an op to be dispatched */
+    CHAM_BLOCK_UNUSED,        /* a spare struct in the allocator's free list */
+} cham_block_state_t;
+
+typedef struct cham_segment cham_segment_t;
+typedef struct cham_deferred cham_deferred_t;
+
+/* A block: a run of bytes of one segment.
+ * Invariants: the blocks of a segment, in prev/next order, tile it exactly
+ * (the first starts at the segment, each starts where the previous ends, the
+ * last ends at the segment's end); ptr and size are multiples of 512 B
+ * relative to the segment; a block is in a pool tree iff it is FREE, with
+ * key (segment's stream id, size, ptr); no two neighbours are both FREE
+ * (free blocks are merged at once; PENDING blocks are not free and are
+ * merged when they return); `events` is non-empty only while PENDING;
+ * n_pending counts the not yet completed events of a PENDING_EVENTS block. */
+struct cham_block {
+    /* First cache line (blocks are 64-byte aligned, 128 bytes): what tree
+     * searches and merges read. */
+    cham_block_tree_node_t node;  /* in the pool tree while FREE */
+    uint8_t state;                /* cham_block_state_t */
+    uint32_t n_pending;
+    size_t size;                  /* usable bytes, a multiple of 512 */
+    /* Second line. */
+    char *ptr;
+    cham_block_t *prev, *next;    /* address neighbours in the segment;
+                                     next also links the spare list */
+    cham_segment_t *seg;
+    size_t requested;             /* bytes asked for (while allocated) */
+    uint64_t recorded;            /* ids of streams given to record_stream */
+    cham_deferred_t *events;      /* pending events, linked by next_in_block */
+    uint64_t freed_at;            /* op counter when freed (reuse interval) */
+};
+
+/* A segment: one allocation from the device, owned by one stream and one
+ * pool. Invariants: size = sum of its blocks' sizes; segments never overlap;
+ * small segments hold only small-pool blocks. */
+struct cham_segment {
+    char *ptr;
+    size_t size;
+    cham_stream_t *stream;
+    int stream_id;
+    bool small;
+    cham_block_t *first;          /* lowest block */
+    cham_segment_t *prev, *next;  /* the allocator's segment list */
+};
+
+/* One pending event of a deferred free. recordStream frees sit in a FIFO per
+ * recorded stream (events of one stream complete in order, so a query stops
+ * at the first that is not done); free-after-op events hang off the block. */
+struct cham_deferred {
+    cham_event_t *event;
+    cham_block_t *block;
+    cham_stream_t *stream;        /* where the event was recorded */
+    cham_deferred_t *next_in_queue;
+    cham_deferred_t *next_in_block;
+};
+
+/* A free-after-op entry in the min-heap ordered by (op, seq). */
+typedef struct cham_op_entry {
+    uint64_t op;
+    uint64_t seq;                 /* arrival order: ties release in order */
+    cham_block_t *block;
+} cham_op_entry_t;
+
+#define CHAM_ALLOC_MAX_STREAMS 64
+#define CHAM_ALLOC_SLAB 256       /* block / deferred structs per host malloc */
+
+/* The allocator.
+ * Invariants: reserved = sum of segment sizes <= limit; allocated = sum of
+ * ALLOCATED blocks' sizes; pending_free = sum of PENDING blocks' sizes;
+ * reserved = allocated + pending_free + bytes of FREE blocks; the trees hold
+ * exactly the FREE blocks, small segments' in `small`, others' in `large`;
+ * queue[i] holds the recordStream events recorded on stream i, oldest first,
+ * and bit i of queue_mask is set iff it is non-empty; the heap holds exactly
+ * the PENDING_OP blocks. */
+struct cham_allocator {
+    cham_device_t *dev;
+    cham_mem_kind_t kind;
+    uint64_t limit;
+
+    cham_block_tree_t small, large;   /* free blocks: the two pools */
+    cham_segment_t *segments;         /* all segments, newest first */
+    cham_stream_t *streams[CHAM_ALLOC_MAX_STREAMS]; /* last stream seen per id */
+
+    /* Spare structs, carved from slabs so that the hot path never mallocs. */
+    cham_block_t *spare_blocks;
+    cham_deferred_t *spare_deferred;
+    void **slabs;
+    size_t n_slabs, cap_slabs;
+
+    /* Event pool. */
+    cham_event_t **events;
+    size_t n_events, cap_events, n_events_made;
+
+    /* recordStream frees: FIFO per stream of recorded events. */
+    cham_deferred_t *queue_head[CHAM_ALLOC_MAX_STREAMS];
+    cham_deferred_t *queue_tail[CHAM_ALLOC_MAX_STREAMS];
+    uint64_t queue_mask;
+
+    /* free-after-op: min-heap by (op, seq). */
+    cham_op_entry_t *heap;
+    size_t n_heap, cap_heap;
+    uint64_t heap_seq;
+    uint64_t last_op;                 /* last op index dispatched */
+    bool any_op;                      /* an op has been dispatched */
+    uint64_t op_counter;              /* number of op_dispatched calls */
+
+    cham_alloc_stats_t stats;         /* counters; derived fields filled on read */
+    bool have_oom;
+    cham_oom_info_t oom;
+    char error[512];
+};
+
+/* ---- cross-file internals ---------------------------------------------*/
+/* Returns a block to its stream's pool (merging with free neighbours).
+ * The block must not be ALLOCATED any more in the stats' eyes. */
+void cham_alloc_release_block(cham_allocator_t *alloc, cham_block_t *block);
+/* Spare structs; NULL when the host is out of memory. */
+cham_block_t *cham_alloc_get_block(cham_allocator_t *alloc);
+void cham_alloc_put_block(cham_allocator_t *alloc, cham_block_t *block);
+cham_deferred_t *cham_alloc_get_deferred(cham_allocator_t *alloc);
+void cham_alloc_put_deferred(cham_allocator_t *alloc, cham_deferred_t *d);
+/* Notes the stream under its id (streams[]); returns the id. */
+int cham_alloc_note_stream(cham_allocator_t *alloc, cham_stream_t *stream);
+
+/* deferred.c: queries the heads of the recordStream queues and returns the
+ * blocks whose events have all completed. */
+void cham_alloc_process_events(cham_allocator_t *alloc);
+/* deferred.c: releases every free-after-op block now, each after a stream
+ * wait on its event (the OOM path: paper's Algorithm 3, steps i-ii). */
+void cham_alloc_release_all_op_blocks(cham_allocator_t *alloc);
+/* deferred.c: waits for and releases every deferred free; frees the events. */
+void cham_alloc_drain_deferred(cham_allocator_t *alloc);
+
+/* stats.c: the largest cached free block over both pools and all streams. */
+uint64_t cham_alloc_largest_cached(const cham_allocator_t *alloc);
+/* stats.c: fills alloc->oom and alloc->error after a failed allocation. */
+void cham_alloc_record_oom(cham_allocator_t *alloc, size_t bytes, size_t rounded,
+                           cham_stream_t *stream, cham_status_t status,
+                           const char *device_error);
+/* stats.c: keeps the peaks up to date. */
+static inline void cham_alloc_bump_peaks(cham_allocator_t *alloc)
+{
+    cham_alloc_stats_t *s = &alloc->stats;
+    if (s->allocated > s->peak_allocated)
+        s->peak_allocated = s->allocated;
+    if (s->reserved > s->peak_reserved)
+        s->peak_reserved = s->reserved;
+}
+
+/* ---- checker and walk (tests) -----------------------------------------*/
+/* Walks every segment and block and checks all invariants written above the
+ * structs (tiling, no overlap, coalescing, tree membership, byte totals
+ * against the stats, queue and heap contents). Always compiled, so tests
+ * can call it in any build; the allocator itself calls it after every
+ * public operation when built with CHAM_DEBUG_CHECKS=1. Returns true if all
+ * hold, else false with a reason in why. O(blocks). */
+bool cham_allocator_check(const cham_allocator_t *alloc, char *why, size_t why_size);
+
+/* CHAM_ASSERTs cham_allocator_check when CHAM_DEBUG_CHECKS=1; no-op else. */
+void cham_alloc_debug_check(const cham_allocator_t *alloc);
+
+typedef struct cham_alloc_block_info {
+    uintptr_t ptr;
+    size_t size;
+    cham_block_state_t state;
+    int stream_id;
+    bool small;                   /* lives in a small-pool segment */
+    uintptr_t segment;            /* its segment's base address */
+    size_t segment_size;
+} cham_alloc_block_info_t;
+/* Calls fn for every block of every segment, in address order within a
+ * segment. */
+void cham_allocator_walk(const cham_allocator_t *alloc,
+                         void (*fn)(const cham_alloc_block_info_t *info, void *user),
+                         void *user);
+/* Number of events the allocator has made with cham_event_new (its pool's
+ * size): tests check that events are reused. */
+size_t cham_allocator_events_made(const cham_allocator_t *alloc);
+
+#endif

@@ -1,0 +1,460 @@
+/* The caching allocator's core: segments obtained from the device and kept,
+ * blocks carved from them by best fit with split, merged with free
+ * neighbours when they come back, two pools with PyTorch's rounding rules,
+ * and the out-of-memory fallback chain. Deferred frees: deferred.c;
+ * statistics and the OOM report: stats.c; the checker: check.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/alloc-impl.h"
+#include "chameleon/backend.h"
+#include "common/assert.h"
+
+/* ---- rounding rules -------------------------------------------------------*/
+
+static size_t round_up(size_t n, size_t to)
+{
+    return (n + to - 1) / to * to;
+}
+
+size_t cham_alloc_round_size(size_t bytes)
+{
+    /* Refuse sizes so large that a later rounding to 2 MiB would overflow. */
+    if (bytes > SIZE_MAX - CHAM_ALLOC_LARGE_SEGMENT)
+        return 0;
+    if (bytes < CHAM_ALLOC_MIN_BLOCK)
+        return CHAM_ALLOC_MIN_BLOCK;
+    return round_up(bytes, CHAM_ALLOC_MIN_BLOCK);
+}
+
+size_t cham_alloc_segment_size(size_t rounded)
+{
+    if (rounded <= CHAM_ALLOC_SMALL_SIZE)
+        return CHAM_ALLOC_SMALL_SEGMENT;
+    if (rounded < CHAM_ALLOC_MIN_LARGE)
+        return CHAM_ALLOC_LARGE_SEGMENT;
+    return round_up(rounded, CHAM_ALLOC_ROUND_LARGE);
+}
+
+bool cham_alloc_should_split(bool small, size_t size, size_t rounded)
+{
+    CHAM_ASSERT(size >= rounded);
+    size_t remaining = size - rounded;
+    return small ? remaining >= CHAM_ALLOC_MIN_BLOCK : remaining > CHAM_ALLOC_SMALL_SIZE;
+}
+
+/* ---- spare structs ----------------------------------------------------------*/
+
+_Static_assert(sizeof(void *) != 8 || sizeof(cham_block_t) == 128,
+               "a block should be two cache lines, the tree's half in the first");
+
+static void *slab_new(cham_allocator_t *a, size_t bytes)
+{
+    if (a->n_slabs == a->cap_slabs) {
+        size_t cap = a->cap_slabs ? 2 * a->cap_slabs : 16;
+        void **slabs = realloc(a->slabs, cap * sizeof *slabs);
+        if (!slabs)
+            return NULL;
+        a->slabs = slabs;
+        a->cap_slabs = cap;
+    }
+    /* Cache-line aligned, so that each block's hot half is one line. */
+    bytes = round_up(bytes, 64);
+    void *slab = aligned_alloc(64, bytes);
+    if (slab) {
+        memset(slab, 0, bytes);
+        a->slabs[a->n_slabs++] = slab;
+    }
+    return slab;
+}
+
+cham_block_t *cham_alloc_get_block(cham_allocator_t *a)
+{
+    if (!a->spare_blocks) {
+        cham_block_t *slab = slab_new(a, CHAM_ALLOC_SLAB * sizeof *slab);
+        if (!slab)
+            return NULL;
+        for (size_t i = 0; i < CHAM_ALLOC_SLAB; i++) {
+            slab[i].state = CHAM_BLOCK_UNUSED;
+            slab[i].next = i + 1 < CHAM_ALLOC_SLAB ? &slab[i + 1] : NULL;
+        }
+        a->spare_blocks = slab;
+    }
+    cham_block_t *b = a->spare_blocks;
+    a->spare_blocks = b->next;
+    memset(b, 0, sizeof *b);
+    return b;
+}
+
+void cham_alloc_put_block(cham_allocator_t *a, cham_block_t *b)
+{
+    b->state = CHAM_BLOCK_UNUSED;
+    b->seg = NULL;
+    b->prev = NULL;
+    b->next = a->spare_blocks;
+    a->spare_blocks = b;
+}
+
+cham_deferred_t *cham_alloc_get_deferred(cham_allocator_t *a)
+{
+    if (!a->spare_deferred) {
+        cham_deferred_t *slab = slab_new(a, CHAM_ALLOC_SLAB * sizeof *slab);
+        if (!slab)
+            return NULL;
+        for (size_t i = 0; i < CHAM_ALLOC_SLAB; i++)
+            slab[i].next_in_queue = i + 1 < CHAM_ALLOC_SLAB ? &slab[i + 1] : NULL;
+        a->spare_deferred = slab;
+    }
+    cham_deferred_t *d = a->spare_deferred;
+    a->spare_deferred = d->next_in_queue;
+    memset(d, 0, sizeof *d);
+    return d;
+}
+
+void cham_alloc_put_deferred(cham_allocator_t *a, cham_deferred_t *d)
+{
+    d->event = NULL;
+    d->block = NULL;
+    d->next_in_queue = a->spare_deferred;
+    a->spare_deferred = d;
+}
+
+int cham_alloc_note_stream(cham_allocator_t *a, cham_stream_t *stream)
+{
+    CHAM_ASSERT(cham_stream_device(stream) == a->dev &&
+                "stream belongs to another device than the allocator");
+    int id = cham_stream_id(stream);
+    CHAM_ASSERT(id >= 0 && id < CHAM_ALLOC_MAX_STREAMS);
+    a->streams[id] = stream;
+    return id;
+}
+
+/* ---- pools -------------------------------------------------------------------*/
+
+static inline cham_block_tree_t *pool_of(cham_allocator_t *a, const cham_segment_t *seg)
+{
+    return seg->small ? &a->small : &a->large;
+}
+
+static inline void pool_insert(cham_allocator_t *a, cham_block_t *b)
+{
+    b->node.stream = b->seg->stream_id;
+    b->node.size = b->size;
+    b->node.addr = (uintptr_t)b->ptr;
+    cham_block_tree_insert(pool_of(a, b->seg), &b->node);
+}
+
+static inline cham_block_t *block_of(cham_block_tree_node_t *n)
+{
+    /* node is the first member of struct cham_block. */
+    return (cham_block_t *)(void *)n;
+}
+
+/* Best fit: the smallest free block of stream sid with >= rounded bytes,
+ * lowest address first; taken out of its pool. */
+static cham_block_t *take_best_fit(cham_allocator_t *a, bool small, int sid, size_t rounded)
+{
+    cham_block_tree_t *tree = small ? &a->small : &a->large;
+    cham_block_tree_node_t *n = cham_block_tree_lower_bound(tree, sid, rounded, 0);
+    if (!n || n->stream != sid)
+        return NULL;
+    cham_block_tree_remove(tree, n);
+    return block_of(n);
+}
+
+void cham_alloc_release_block(cham_allocator_t *a, cham_block_t *b)
+{
+    CHAM_ASSERT(b->state != CHAM_BLOCK_FREE && b->state != CHAM_BLOCK_UNUSED);
+    CHAM_ASSERT(!b->events);
+    b->state = CHAM_BLOCK_FREE;
+    b->recorded = 0;
+    b->requested = 0;
+    cham_block_tree_t *tree = pool_of(a, b->seg);
+    cham_block_t *prev = b->prev;
+    if (prev && prev->state == CHAM_BLOCK_FREE) {
+        cham_block_tree_remove(tree, &prev->node);
+        prev->size += b->size;
+        prev->next = b->next;
+        if (b->next)
+            b->next->prev = prev;
+        cham_alloc_put_block(a, b);
+        b = prev;
+        a->stats.n_merges++;
+    }
+    cham_block_t *next = b->next;
+    if (next && next->state == CHAM_BLOCK_FREE) {
+        cham_block_tree_remove(tree, &next->node);
+        b->size += next->size;
+        b->next = next->next;
+        if (next->next)
+            next->next->prev = b;
+        cham_alloc_put_block(a, next);
+        a->stats.n_merges++;
+    }
+    pool_insert(a, b);
+}
+
+/* ---- segments -----------------------------------------------------------------*/
+
+/* Obtains a segment for a rounded request of stream and returns its one
+ * block (not in any pool). On failure returns the status and, if the device
+ * refused, its message in dev_err. */
+static cham_status_t segment_new(cham_allocator_t *a, cham_stream_t *stream, int sid,
+                                 size_t rounded, bool small, cham_block_t **out,
+                                 char *dev_err, size_t dev_err_size)
+{
+    *out = NULL;
+    uint64_t room = a->limit - a->stats.reserved;
+    size_t size = cham_alloc_segment_size(rounded);
+    if (size > room && !small) {
+        /* Near the limit a shared 20 MiB segment may not fit where one just
+         * big enough would: fall back to the request rounded to 2 MiB. */
+        size = round_up(rounded, CHAM_ALLOC_ROUND_LARGE);
+    }
+    if (size > room)
+        return CHAM_ERR_OUT_OF_MEMORY;
+
+    cham_block_t *b = cham_alloc_get_block(a);
+    cham_segment_t *seg = malloc(sizeof *seg);
+    if (!b || !seg) {
+        if (b)
+            cham_alloc_put_block(a, b);
+        free(seg);
+        snprintf(dev_err, dev_err_size, "out of host memory for the allocator's bookkeeping");
+        return CHAM_ERR_HOST_OOM;
+    }
+    void *ptr = NULL;
+    cham_status_t st = a->kind == CHAM_MEM_DEVICE ? cham_device_mem_alloc(a->dev, size, &ptr)
+                                                  : cham_device_host_alloc(a->dev, size, &ptr);
+    if (st != CHAM_OK) {
+        cham_alloc_put_block(a, b);
+        free(seg);
+        snprintf(dev_err, dev_err_size, "the device refused a segment of %zu bytes: %s (%s)",
+                 size, cham_status_string(st), cham_device_last_error(a->dev));
+        return st;
+    }
+    seg->ptr = ptr;
+    seg->size = size;
+    seg->stream = stream;
+    seg->stream_id = sid;
+    seg->small = small;
+    seg->first = b;
+    seg->prev = NULL;
+    seg->next = a->segments;
+    if (a->segments)
+        a->segments->prev = seg;
+    a->segments = seg;
+
+    b->ptr = ptr;
+    b->size = size;
+    b->seg = seg;
+    b->state = CHAM_BLOCK_ALLOCATED;
+    a->stats.reserved += size;
+    a->stats.n_segment_allocs++;
+    cham_alloc_bump_peaks(a);
+    *out = b;
+    return CHAM_OK;
+}
+
+static void segment_free(cham_allocator_t *a, cham_segment_t *seg)
+{
+    if (a->kind == CHAM_MEM_DEVICE)
+        cham_device_mem_free(a->dev, seg->ptr);
+    else
+        cham_device_host_free(a->dev, seg->ptr);
+    if (seg->prev)
+        seg->prev->next = seg->next;
+    else
+        a->segments = seg->next;
+    if (seg->next)
+        seg->next->prev = seg->prev;
+    a->stats.reserved -= seg->size;
+    a->stats.n_segment_frees++;
+    free(seg);
+}
+
+/* Returns every wholly free segment to the device; returns the bytes. */
+static uint64_t release_free_segments(cham_allocator_t *a)
+{
+    uint64_t bytes = 0;
+    cham_segment_t *seg = a->segments;
+    while (seg) {
+        cham_segment_t *next = seg->next;
+        cham_block_t *b = seg->first;
+        if (b->state == CHAM_BLOCK_FREE && !b->next) {
+            cham_block_tree_remove(pool_of(a, seg), &b->node);
+            cham_alloc_put_block(a, b);
+            bytes += seg->size;
+            segment_free(a, seg);
+        }
+        seg = next;
+    }
+    return bytes;
+}
+
+/* ---- the allocator ---------------------------------------------------------------*/
+
+cham_status_t cham_allocator_new(cham_device_t *dev, const cham_allocator_config_t *config,
+                                 cham_allocator_t **out)
+{
+    CHAM_ASSERT(dev && config && out);
+    *out = NULL;
+    if (config->kind != CHAM_MEM_DEVICE && config->kind != CHAM_MEM_HOST_PINNED) {
+        cham_device_set_error(dev, "allocator: memory kind %d is neither device nor "
+                              "pinned host", (int)config->kind);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    uint64_t limit = config->limit;
+    if (config->kind == CHAM_MEM_HOST_PINNED && limit == 0) {
+        cham_device_set_error(dev, "allocator: a pinned host allocator needs a limit "
+                              "(the pinned budget in bytes)");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (limit == 0) {
+        cham_device_info_t info;
+        cham_device_get_info(dev, &info);
+        limit = info.capacity ? info.capacity : UINT64_MAX;
+    }
+    cham_allocator_t *a = calloc(1, sizeof *a);
+    if (!a) {
+        cham_device_set_error(dev, "allocator: out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    a->dev = dev;
+    a->kind = config->kind;
+    a->limit = limit;
+    a->stats.limit = limit;
+    cham_block_tree_init(&a->small);
+    cham_block_tree_init(&a->large);
+    *out = a;
+    return CHAM_OK;
+}
+
+void cham_allocator_free(cham_allocator_t *a)
+{
+    if (!a)
+        return;
+    cham_alloc_drain_deferred(a);
+    CHAM_ASSERT(a->stats.allocated == 0 &&
+                "cham_allocator_free with blocks still allocated");
+    release_free_segments(a);
+    CHAM_ASSERT(!a->segments);
+    for (size_t i = 0; i < a->n_slabs; i++)
+        free(a->slabs[i]);
+    free(a->slabs);
+    free(a->events);
+    free(a->heap);
+    free(a);
+}
+
+cham_status_t cham_block_alloc(cham_allocator_t *a, size_t bytes, cham_stream_t *stream,
+                               cham_block_t **out)
+{
+    CHAM_ASSERT(a && stream && out);
+    *out = NULL;
+    int sid = cham_alloc_note_stream(a, stream);
+    if (bytes == 0) {
+        snprintf(a->error, sizeof a->error, "allocation of 0 bytes on stream \"%s\"",
+                 cham_stream_name(stream));
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (a->queue_mask)
+        cham_alloc_process_events(a);
+
+    size_t rounded = cham_alloc_round_size(bytes);
+    bool small = rounded <= CHAM_ALLOC_SMALL_SIZE;
+    cham_block_t *b = NULL;
+    cham_status_t st = CHAM_ERR_OUT_OF_MEMORY;
+    char dev_err[256] = "";
+    if (rounded) {
+        b = take_best_fit(a, small, sid, rounded);
+        if (!b)
+            st = segment_new(a, stream, sid, rounded, small, &b, dev_err, sizeof dev_err);
+        if (!b && st != CHAM_ERR_HOST_OOM) {
+            /* The fallback chain: release free-after-op blocks now (each
+             * behind a stream wait), take completed recordStream frees,
+             * retry; then return wholly free segments and retry. */
+            cham_alloc_release_all_op_blocks(a);
+            if (a->queue_mask)
+                cham_alloc_process_events(a);
+            b = take_best_fit(a, small, sid, rounded);
+            if (!b && release_free_segments(a) > 0) {
+                dev_err[0] = '\0';
+                st = segment_new(a, stream, sid, rounded, small, &b, dev_err, sizeof dev_err);
+            }
+        }
+    }
+    if (!b) {
+        if (st == CHAM_ERR_OUT_OF_MEMORY || st == CHAM_ERR_HOST_BUDGET)
+            st = a->kind == CHAM_MEM_DEVICE ? CHAM_ERR_OUT_OF_MEMORY : CHAM_ERR_HOST_BUDGET;
+        a->stats.n_oom++;
+        cham_alloc_record_oom(a, bytes, rounded, stream, st, dev_err);
+        cham_alloc_debug_check(a);
+        return st;
+    }
+
+    /* The segment serves whichever live stream now has its id. */
+    b->seg->stream = stream;
+    if (cham_alloc_should_split(b->seg->small, b->size, rounded)) {
+        cham_block_t *rest = cham_alloc_get_block(a);
+        if (rest) {            /* without a spare struct, hand out the whole block */
+            rest->ptr = b->ptr + rounded;
+            rest->size = b->size - rounded;
+            rest->seg = b->seg;
+            rest->prev = b;
+            rest->next = b->next;
+            if (b->next)
+                b->next->prev = rest;
+            b->next = rest;
+            b->size = rounded;
+            rest->state = CHAM_BLOCK_FREE;
+            pool_insert(a, rest);
+            a->stats.n_splits++;
+        }
+    }
+    b->state = CHAM_BLOCK_ALLOCATED;
+    b->requested = bytes;
+    b->recorded = 0;
+    a->stats.allocated += b->size;
+    a->stats.requested += bytes;
+    a->stats.n_allocs++;
+    cham_alloc_bump_peaks(a);
+    cham_alloc_debug_check(a);
+    *out = b;
+    return CHAM_OK;
+}
+
+cham_status_t cham_allocator_empty_cache(cham_allocator_t *a)
+{
+    CHAM_ASSERT(a);
+    if (a->queue_mask)
+        cham_alloc_process_events(a);
+    release_free_segments(a);
+    cham_alloc_debug_check(a);
+    return CHAM_OK;
+}
+
+void *cham_block_ptr(const cham_block_t *b)
+{
+    CHAM_ASSERT(b && b->state == CHAM_BLOCK_ALLOCATED);
+    return b->ptr;
+}
+
+size_t cham_block_size(const cham_block_t *b)
+{
+    CHAM_ASSERT(b && b->state == CHAM_BLOCK_ALLOCATED);
+    return b->size;
+}
+
+size_t cham_block_requested(const cham_block_t *b)
+{
+    CHAM_ASSERT(b && b->state == CHAM_BLOCK_ALLOCATED);
+    return b->requested;
+}
+
+cham_stream_t *cham_block_stream(const cham_block_t *b)
+{
+    CHAM_ASSERT(b && b->state == CHAM_BLOCK_ALLOCATED);
+    return b->seg->stream;
+}

@@ -1,0 +1,248 @@
+/* The caching allocator's expensive checker: walks every segment and block
+ * and verifies the invariants written above the structs in alloc-impl.h.
+ * Tests call it directly; with CHAM_DEBUG_CHECKS=1 the allocator calls it
+ * after every public operation. Also the block walk tests use. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "alloc/alloc-impl.h"
+#include "common/assert.h"
+
+static bool fail(char *why, size_t why_size, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static bool fail(char *why, size_t why_size, const char *fmt, ...)
+{
+    if (why && why_size) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, why_size, fmt, ap);
+        va_end(ap);
+    }
+    return false;
+}
+
+typedef struct span {
+    uintptr_t lo, hi;
+} span_t;
+
+static int span_cmp(const void *x, const void *y)
+{
+    const span_t *a = x, *b = y;
+    return a->lo < b->lo ? -1 : a->lo > b->lo;
+}
+
+/* Totals gathered by walking the segments. */
+typedef struct totals {
+    uint64_t reserved, allocated, requested, pending, free_bytes;
+    size_t n_free, n_pending_op, n_waiting_events, n_chained_events, n_segments;
+} totals_t;
+
+static bool check_segment(const cham_allocator_t *a, const cham_segment_t *seg, totals_t *t,
+                          char *why, size_t n)
+{
+    const cham_block_tree_t *tree = seg->small ? &a->small : &a->large;
+    if (!seg->first || seg->first->prev)
+        return fail(why, n, "segment %p: bad first block", (void *)seg->ptr);
+    if (seg->size == 0 || (seg->small && seg->size != CHAM_ALLOC_SMALL_SEGMENT))
+        return fail(why, n, "segment %p: size %zu", (void *)seg->ptr, seg->size);
+    if (seg->stream_id < 0 || seg->stream_id >= CHAM_ALLOC_MAX_STREAMS ||
+        a->streams[seg->stream_id] == NULL)
+        return fail(why, n, "segment %p: stream id %d unknown", (void *)seg->ptr,
+                    seg->stream_id);
+    char *at = seg->ptr;
+    const cham_block_t *prev = NULL;
+    for (const cham_block_t *b = seg->first; b; prev = b, b = b->next) {
+        if (b->seg != seg || b->prev != prev)
+            return fail(why, n, "block %p: broken links", (void *)b->ptr);
+        if (b->ptr != at)
+            return fail(why, n, "block %p: expected at %p (gap or overlap)", (void *)b->ptr,
+                        (void *)at);
+        if (b->size == 0 || b->size % CHAM_ALLOC_MIN_BLOCK != 0 ||
+            b->size > seg->size - (size_t)(b->ptr - seg->ptr))
+            return fail(why, n, "block %p: size %zu", (void *)b->ptr, b->size);
+        at += b->size;
+        bool pending = b->state == CHAM_BLOCK_PENDING_EVENTS || b->state == CHAM_BLOCK_PENDING_OP;
+        if (!pending && b->events)
+            return fail(why, n, "block %p: events while not pending", (void *)b->ptr);
+        switch ((cham_block_state_t)b->state) {
+        case CHAM_BLOCK_FREE:
+            if (prev && prev->state == CHAM_BLOCK_FREE)
+                return fail(why, n, "blocks %p and %p: adjacent free blocks not merged",
+                            (void *)prev->ptr, (void *)b->ptr);
+            if (cham_block_tree_find(tree, seg->stream_id, b->size, (uintptr_t)b->ptr) !=
+                &b->node)
+                return fail(why, n, "free block %p (%zu B) not in its pool", (void *)b->ptr,
+                            b->size);
+            t->n_free++;
+            t->free_bytes += b->size;
+            break;
+        case CHAM_BLOCK_ALLOCATED:
+            if (b->requested == 0 || b->requested > b->size)
+                return fail(why, n, "block %p: requested %zu of %zu", (void *)b->ptr,
+                            b->requested, b->size);
+            t->allocated += b->size;
+            t->requested += b->requested;
+            break;
+        case CHAM_BLOCK_PENDING_EVENTS:
+            if (b->n_pending == 0)
+                return fail(why, n, "block %p: pending on no events", (void *)b->ptr);
+            t->pending += b->size;
+            t->n_waiting_events += b->n_pending;
+            break;
+        case CHAM_BLOCK_PENDING_OP:
+            t->pending += b->size;
+            t->n_pending_op++;
+            for (const cham_deferred_t *d = b->events; d; d = d->next_in_block) {
+                if (d->block != b || !d->event)
+                    return fail(why, n, "block %p: bad event chain", (void *)b->ptr);
+                t->n_chained_events++;
+            }
+            break;
+        default:
+            return fail(why, n, "block %p: state %d", (void *)b->ptr, b->state);
+        }
+    }
+    if (at != seg->ptr + seg->size)
+        return fail(why, n, "segment %p: blocks cover %zu of %zu bytes", (void *)seg->ptr,
+                    (size_t)(at - seg->ptr), seg->size);
+    t->reserved += seg->size;
+    t->n_segments++;
+    return true;
+}
+
+static bool check_deferred(const cham_allocator_t *a, const totals_t *t, char *why, size_t n)
+{
+    size_t in_queues = 0;
+    for (int i = 0; i < CHAM_ALLOC_MAX_STREAMS; i++) {
+        bool bit = (a->queue_mask >> i) & 1;
+        if (bit != (a->queue_head[i] != NULL))
+            return fail(why, n, "queue %d: mask bit %d disagrees", i, (int)bit);
+        const cham_deferred_t *last = NULL;
+        for (const cham_deferred_t *d = a->queue_head[i]; d; d = d->next_in_queue) {
+            if (!d->event || !d->block || d->block->state != CHAM_BLOCK_PENDING_EVENTS)
+                return fail(why, n, "queue %d: entry for a block not waiting on events", i);
+            last = d;
+            in_queues++;
+        }
+        if (last != a->queue_tail[i])
+            return fail(why, n, "queue %d: tail is not the last entry", i);
+    }
+    if (in_queues != t->n_waiting_events)
+        return fail(why, n, "%zu queued events, blocks wait on %zu", in_queues,
+                    t->n_waiting_events);
+    if (a->n_heap != t->n_pending_op)
+        return fail(why, n, "%zu free-after-op entries, %zu blocks pending an op", a->n_heap,
+                    t->n_pending_op);
+    for (size_t i = 0; i < a->n_heap; i++) {
+        const cham_op_entry_t *e = &a->heap[i];
+        if (e->block->state != CHAM_BLOCK_PENDING_OP)
+            return fail(why, n, "free-after-op entry %zu: block not pending an op", i);
+        if (a->any_op && e->op <= a->last_op)
+            return fail(why, n, "free-after-op entry for op %ju not released at op %ju",
+                        (uintmax_t)e->op, (uintmax_t)a->last_op);
+        if (i > 0) {
+            const cham_op_entry_t *p = &a->heap[(i - 1) / 2];
+            if (p->op > e->op || (p->op == e->op && p->seq > e->seq))
+                return fail(why, n, "free-after-op heap out of order at %zu", i);
+        }
+    }
+    if (a->n_events + in_queues + t->n_chained_events != a->n_events_made)
+        return fail(why, n, "events: %zu pooled + %zu queued + %zu chained != %zu made",
+                    a->n_events, in_queues, t->n_chained_events, a->n_events_made);
+    return true;
+}
+
+bool cham_allocator_check(const cham_allocator_t *a, char *why, size_t n)
+{
+    CHAM_ASSERT(a);
+    char tree_why[200];
+    if (!cham_block_tree_check(&a->small, tree_why, sizeof tree_why))
+        return fail(why, n, "small pool tree: %s", tree_why);
+    if (!cham_block_tree_check(&a->large, tree_why, sizeof tree_why))
+        return fail(why, n, "large pool tree: %s", tree_why);
+
+    totals_t t = {0};
+    const cham_segment_t *prev = NULL;
+    for (const cham_segment_t *seg = a->segments; seg; prev = seg, seg = seg->next) {
+        if (seg->prev != prev)
+            return fail(why, n, "segment list: broken prev link");
+        if (!check_segment(a, seg, &t, why, n))
+            return false;
+    }
+
+    /* No two segments overlap. */
+    span_t *spans = t.n_segments ? malloc(t.n_segments * sizeof *spans) : NULL;
+    if (spans) {
+        size_t k = 0;
+        for (const cham_segment_t *seg = a->segments; seg; seg = seg->next)
+            spans[k++] = (span_t){(uintptr_t)seg->ptr, (uintptr_t)seg->ptr + seg->size};
+        qsort(spans, k, sizeof *spans, span_cmp);
+        for (size_t i = 1; i < k; i++) {
+            if (spans[i].lo < spans[i - 1].hi) {
+                uintptr_t at = spans[i].lo;
+                free(spans);
+                return fail(why, n, "segments overlap at %#jx", (uintmax_t)at);
+            }
+        }
+        free(spans);
+    }
+
+    const cham_alloc_stats_t *s = &a->stats;
+    if (t.n_free != a->small.count + a->large.count)
+        return fail(why, n, "%zu free blocks, pools hold %zu", t.n_free,
+                    a->small.count + a->large.count);
+    if (t.reserved != s->reserved || s->reserved > a->limit)
+        return fail(why, n, "segments hold %ju B, reserved says %ju (limit %ju)",
+                    (uintmax_t)t.reserved, (uintmax_t)s->reserved, (uintmax_t)a->limit);
+    if (t.allocated != s->allocated || t.requested != s->requested)
+        return fail(why, n, "blocks hold %ju B (%ju requested), stats say %ju (%ju)",
+                    (uintmax_t)t.allocated, (uintmax_t)t.requested, (uintmax_t)s->allocated,
+                    (uintmax_t)s->requested);
+    if (t.pending != s->pending_free)
+        return fail(why, n, "pending blocks hold %ju B, stats say %ju", (uintmax_t)t.pending,
+                    (uintmax_t)s->pending_free);
+    if (t.allocated + t.pending + t.free_bytes != t.reserved)
+        return fail(why, n, "bytes not conserved");
+    if (s->peak_allocated < s->allocated || s->peak_reserved < s->reserved)
+        return fail(why, n, "a peak is below its current value");
+    return check_deferred(a, &t, why, n);
+}
+
+void cham_alloc_debug_check(const cham_allocator_t *a)
+{
+#if CHAM_DEBUG_CHECKS
+    char why[512];
+    if (!cham_allocator_check(a, why, sizeof why)) {
+        fprintf(stderr, "chameleon: allocator invariant broken: %s\n", why);
+        CHAM_ASSERT(!"allocator invariant broken");
+    }
+#else
+    (void)a;
+#endif
+}
+
+void cham_allocator_walk(const cham_allocator_t *a,
+                         void (*fn)(const cham_alloc_block_info_t *info, void *user),
+                         void *user)
+{
+    CHAM_ASSERT(a && fn);
+    for (const cham_segment_t *seg = a->segments; seg; seg = seg->next) {
+        for (const cham_block_t *b = seg->first; b; b = b->next) {
+            cham_alloc_block_info_t info = {
+                .ptr = (uintptr_t)b->ptr,
+                .size = b->size,
+                .state = (cham_block_state_t)b->state,
+                .stream_id = seg->stream_id,
+                .small = seg->small,
+                .segment = (uintptr_t)seg->ptr,
+                .segment_size = seg->size,
+            };
+            fn(&info, user);
+        }
+    }
+}

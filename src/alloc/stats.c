@@ -1,0 +1,136 @@
+/* The caching allocator's statistics (definitions in chameleon/alloc.h and
+ * docs/allocator.md) and the report of the last failed allocation. */
+#include <stdio.h>
+#include <string.h>
+
+#include "alloc/alloc-impl.h"
+#include "common/assert.h"
+
+uint64_t cham_alloc_largest_cached(const cham_allocator_t *a)
+{
+    uint64_t largest = 0;
+    for (int i = 0; i < CHAM_ALLOC_MAX_STREAMS; i++) {
+        if (!a->streams[i])
+            continue;
+        size_t s = cham_block_tree_max_size(&a->small, i);
+        size_t l = cham_block_tree_max_size(&a->large, i);
+        if (s > largest)
+            largest = s;
+        if (l > largest)
+            largest = l;
+    }
+    return largest;
+}
+
+/* Bytes of cached segments that are one free block: the out-of-memory path
+ * returns them to the device, so their room is as good as unreserved. */
+static uint64_t idle_segment_bytes(const cham_allocator_t *a)
+{
+    uint64_t idle = 0;
+    for (const cham_segment_t *seg = a->segments; seg; seg = seg->next)
+        if (!seg->first->next && seg->first->state == CHAM_BLOCK_FREE)
+            idle += seg->size;
+    return idle;
+}
+
+/* max(largest cached free block, room under the limit once idle segments
+ * are released): the largest block one allocation can get. */
+static uint64_t largest_free(const cham_allocator_t *a)
+{
+    uint64_t cached = cham_alloc_largest_cached(a);
+    uint64_t room = a->limit - a->stats.reserved + idle_segment_bytes(a);
+    return cached > room ? cached : room;
+}
+
+void cham_allocator_get_stats(const cham_allocator_t *a, cham_alloc_stats_t *stats)
+{
+    CHAM_ASSERT(a && stats);
+    *stats = a->stats;
+    stats->limit = a->limit;
+    stats->largest_free = largest_free(a);
+    uint64_t free_bytes = a->limit - a->stats.allocated;
+    stats->fragmentation =
+        free_bytes ? 1.0 - (double)stats->largest_free / (double)free_bytes : 0.0;
+    if (stats->fragmentation < 0)   /* cannot happen; keeps rounding honest */
+        stats->fragmentation = 0;
+}
+
+void cham_allocator_reset_peaks(cham_allocator_t *a)
+{
+    CHAM_ASSERT(a);
+    a->stats.peak_allocated = a->stats.allocated;
+    a->stats.peak_reserved = a->stats.reserved;
+}
+
+/* "1.50 GiB", "20.00 MiB", "512 B". */
+static const char *fmt_bytes(char *buf, size_t size, uint64_t n)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (n < 1024) {
+        snprintf(buf, size, "%ju B", (uintmax_t)n);
+        return buf;
+    }
+    double v = (double)n / 1024.0;
+    int u = 0;
+    while (v >= 1023.995 && u < 3) {   /* so 1023.999 MiB prints as 1.00 GiB */
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, size, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+void cham_alloc_record_oom(cham_allocator_t *a, size_t bytes, size_t rounded,
+                           cham_stream_t *stream, cham_status_t status,
+                           const char *device_error)
+{
+    cham_oom_info_t *o = &a->oom;
+    o->requested = bytes;
+    o->rounded = rounded;
+    o->limit = a->limit;
+    o->reserved = a->stats.reserved;
+    o->allocated = a->stats.allocated;
+    o->free_bytes = a->limit - a->stats.allocated;
+    o->largest_free = largest_free(a);
+    a->have_oom = true;
+
+    char req[32], rnd[32], lim[32], alc[32], fre[32], lrg[32], pnd[32];
+    const char *what = a->kind == CHAM_MEM_DEVICE ? "out of device memory"
+                                                  : "out of pinned host budget";
+    if (status != CHAM_ERR_OUT_OF_MEMORY && status != CHAM_ERR_HOST_BUDGET)
+        what = a->kind == CHAM_MEM_DEVICE ? "device allocation failed"
+                                          : "pinned host allocation failed";
+    int n = snprintf(a->error, sizeof a->error,
+                     "%s: requested %s (rounded %s) on stream \"%s\"; limit %s, "
+                     "allocated %s, free %s, largest free block %s",
+                     what, fmt_bytes(req, sizeof req, bytes),
+                     rounded ? fmt_bytes(rnd, sizeof rnd, rounded) : "too large",
+                     cham_stream_name(stream), fmt_bytes(lim, sizeof lim, o->limit),
+                     fmt_bytes(alc, sizeof alc, o->allocated),
+                     fmt_bytes(fre, sizeof fre, o->free_bytes),
+                     fmt_bytes(lrg, sizeof lrg, o->largest_free));
+    size_t used = n > 0 ? (size_t)n : 0;
+    if (a->stats.pending_free && used < sizeof a->error) {
+        n = snprintf(a->error + used, sizeof a->error - used,
+                     "; %s held by deferred frees",
+                     fmt_bytes(pnd, sizeof pnd, a->stats.pending_free));
+        used += n > 0 ? (size_t)n : 0;
+    }
+    if (device_error && *device_error && used < sizeof a->error)
+        snprintf(a->error + used, sizeof a->error - used, "; %s", device_error);
+}
+
+cham_status_t cham_allocator_last_oom(const cham_allocator_t *a, cham_oom_info_t *info)
+{
+    CHAM_ASSERT(a && info);
+    if (!a->have_oom)
+        return CHAM_ERR_NOT_FOUND;
+    *info = a->oom;
+    return CHAM_OK;
+}
+
+const char *cham_allocator_last_error(const cham_allocator_t *a)
+{
+    CHAM_ASSERT(a);
+    return a->error;
+}

@@ -1,0 +1,887 @@
+/* The caching allocator's behaviour on the sim device with the hazard
+ * detector on: rounding rules, split/merge/best fit, per-stream pools,
+ * recordStream deferral with event queries, free-after-op releasing at its
+ * op through a stream wait and no queries, empty cache, statistics (peaks,
+ * fragmentation), the out-of-memory status and its numbers, the pinned host
+ * budget, injected segment failures, and real data written into blocks so
+ * that a premature reuse would show. The checker runs after every test. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "alloc/alloc-impl.h"
+#include "chameleon/chameleon.h"
+
+#define KiB ((size_t)1024)
+#define MiB ((size_t)1024 * 1024)
+
+/* ---- fixture ---------------------------------------------------------------*/
+
+typedef struct env {
+    cham_device_t *dev;
+    cham_stream_t *compute, *swap;
+    cham_allocator_t *alloc;     /* device memory */
+    cham_event_t *order_ev;      /* for the tests' own cross-stream ordering */
+    uint64_t hazards_seen;       /* counted by our hook instead of printed */
+} env_t;
+
+static void count_hazard(const cham_hazard_t *h, void *user)
+{
+    (void)h;
+    ((env_t *)user)->hazards_seen++;
+}
+
+/* Round figures as in test_sim.c: 1 TFLOP/s, 1e10 B/s links, 1 us dispatch.
+ * An 8 MiB copy over a link lasts about 0.84 ms. */
+static env_t *env_open(uint64_t capacity, uint64_t limit, bool data)
+{
+    static env_t e;
+    memset(&e, 0, sizeof e);
+    cham_device_config_t c = cham_device_config_default();
+    c.capacity = capacity;
+    c.peak_flops = 1e12;
+    c.hbm_bandwidth = 1e12;
+    c.h2d_bandwidth = 1e10;
+    c.d2h_bandwidth = 1e10;
+    c.launch_ns = 1000;
+    c.data = data;
+    c.hazard_check = true;
+    assert_int_equal(cham_device_open(&c, &e.dev), CHAM_OK);
+    assert_int_equal(cham_stream_new(e.dev, "compute", &e.compute), CHAM_OK);
+    assert_int_equal(cham_stream_new(e.dev, "swap", &e.swap), CHAM_OK);
+    assert_int_equal(cham_event_new(e.dev, &e.order_ev), CHAM_OK);
+    cham_allocator_config_t ac = {.kind = CHAM_MEM_DEVICE, .limit = limit};
+    assert_int_equal(cham_allocator_new(e.dev, &ac, &e.alloc), CHAM_OK);
+    return &e;
+}
+
+static void assert_consistent(const cham_allocator_t *a)
+{
+    char why[512] = "";
+    bool ok = cham_allocator_check(a, why, sizeof why);
+    if (!ok)
+        print_error("allocator check: %s\n", why);
+    assert_true(ok);
+}
+
+static void env_close(env_t *e, bool expect_no_hazards)
+{
+    assert_consistent(e->alloc);
+    cham_allocator_free(e->alloc);
+    if (expect_no_hazards)
+        assert_int_equal(cham_sim_hazard_count(e->dev), 0);
+    cham_event_free(e->order_ev);
+    cham_stream_free(e->compute);
+    cham_stream_free(e->swap);
+    cham_device_close(e->dev);
+}
+
+static cham_block_t *alloc_ok(env_t *e, size_t bytes, cham_stream_t *s)
+{
+    cham_block_t *b = NULL;
+    cham_status_t st = cham_block_alloc(e->alloc, bytes, s, &b);
+    if (st != CHAM_OK)
+        print_error("alloc of %zu: %s: %s\n", bytes, cham_status_string(st),
+                    cham_allocator_last_error(e->alloc));
+    assert_int_equal(st, CHAM_OK);
+    assert_non_null(b);
+    return b;
+}
+
+static uintptr_t addr(const cham_block_t *b)
+{
+    return (uintptr_t)cham_block_ptr(b);
+}
+
+/* Fills a block with a byte pattern (data mode) from a kernel's CPU code. */
+typedef struct fill_arg {
+    void *ptr;
+    size_t bytes;
+    unsigned char value;
+} fill_arg_t;
+
+static void fill_cpu(void *arg)
+{
+    fill_arg_t *f = arg;
+    memset(f->ptr, f->value, f->bytes);
+}
+
+/* A kernel on s that accesses the whole block (and fills it in data mode). */
+static void touch(cham_stream_t *s, cham_block_t *b, cham_access_mode_t mode, double gflop,
+                  fill_arg_t *fill)
+{
+    cham_access_t acc = {.ptr = cham_block_ptr(b), .bytes = cham_block_size(b), .mode = mode};
+    cham_kernel_t k = {.label = mode == CHAM_ACCESS_READ ? "read" : "write",
+                       .flops = gflop * 1e9, .accesses = &acc, .n_accesses = 1};
+    if (fill) {
+        fill->ptr = cham_block_ptr(b);
+        fill->bytes = acc.bytes;
+        k.cpu_fn = fill_cpu;
+        k.arg = fill;
+    }
+    assert_int_equal(cham_kernel_launch(s, &k), CHAM_OK);
+}
+
+/* Work queued on `to` from now on runs after the work queued on `from`. */
+static void order(env_t *e, cham_stream_t *from, cham_stream_t *to)
+{
+    assert_int_equal(cham_event_record(e->order_ev, from), CHAM_OK);
+    assert_int_equal(cham_stream_wait_event(to, e->order_ev), CHAM_OK);
+}
+
+static cham_alloc_stats_t stats(const env_t *e)
+{
+    cham_alloc_stats_t s;
+    cham_allocator_get_stats(e->alloc, &s);
+    return s;
+}
+
+/* ---- rounding rules ------------------------------------------------------------*/
+
+static void test_rounding_rules(void **state)
+{
+    (void)state;
+    assert_int_equal(cham_alloc_round_size(1), 512);
+    assert_int_equal(cham_alloc_round_size(512), 512);
+    assert_int_equal(cham_alloc_round_size(513), 1024);
+    assert_int_equal(cham_alloc_round_size(SIZE_MAX), 0);
+    /* Small pool: <= 1 MiB from 2 MiB segments. */
+    assert_int_equal(cham_alloc_segment_size(512), 2 * MiB);
+    assert_int_equal(cham_alloc_segment_size(MiB), 2 * MiB);
+    /* Large pool: < 10 MiB shares 20 MiB segments; larger rounds to 2 MiB. */
+    assert_int_equal(cham_alloc_segment_size(MiB + 512), 20 * MiB);
+    assert_int_equal(cham_alloc_segment_size(10 * MiB - 512), 20 * MiB);
+    assert_int_equal(cham_alloc_segment_size(10 * MiB), 10 * MiB);
+    assert_int_equal(cham_alloc_segment_size(11 * MiB), 12 * MiB);
+    /* Splits: small when >= 512 B remain, large when > 1 MiB remains. */
+    assert_true(cham_alloc_should_split(true, 2048, 1536));
+    assert_false(cham_alloc_should_split(true, 1536, 1536));
+    assert_false(cham_alloc_should_split(false, 3 * MiB, 2 * MiB));
+    assert_true(cham_alloc_should_split(false, 3 * MiB + 512, 2 * MiB));
+}
+
+/* ---- split, merge, best fit -------------------------------------------------------*/
+
+typedef struct walk_count {
+    size_t blocks, free_blocks;
+    size_t largest_free;
+} walk_count_t;
+
+static void count_blocks(const cham_alloc_block_info_t *info, void *user)
+{
+    walk_count_t *w = user;
+    w->blocks++;
+    if (info->state == CHAM_BLOCK_FREE) {
+        w->free_blocks++;
+        if (info->size > w->largest_free)
+            w->largest_free = info->size;
+    }
+}
+
+static void test_split_merge_best_fit(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    /* Carved in order from one 2 MiB segment. */
+    cham_block_t *a = alloc_ok(e, 1000, e->compute);
+    cham_block_t *b = alloc_ok(e, 4096, e->compute);
+    cham_block_t *c = alloc_ok(e, 1024, e->compute);
+    assert_int_equal(cham_block_size(a), 1024);
+    assert_int_equal(cham_block_requested(a), 1000);
+    assert_ptr_equal(cham_block_stream(a), e->compute);
+    assert_int_equal(addr(b), addr(a) + 1024);
+    assert_int_equal(addr(c), addr(b) + 4096);
+    cham_alloc_stats_t s = stats(e);
+    assert_int_equal(s.n_segment_allocs, 1);
+    assert_int_equal(s.reserved, 2 * MiB);
+    assert_int_equal(s.n_splits, 3);
+    assert_int_equal(s.allocated, 1024 + 4096 + 1024);
+    assert_int_equal(s.requested, 1000 + 4096 + 1024);
+
+    /* A 4 KiB hole between a and c: best fit prefers it to the 2 MiB tail. */
+    cham_block_free(e->alloc, b);
+    cham_block_t *d = alloc_ok(e, 3000, e->compute);
+    assert_int_equal(addr(d), addr(a) + 1024);
+    assert_int_equal(cham_block_size(d), 3072);
+    /* The 1 KiB left of the hole was split off and is free. */
+    cham_block_t *f = alloc_ok(e, 700, e->compute);
+    assert_int_equal(addr(f), addr(d) + 3072);
+
+    /* Holes of 16, 4 and 8 KiB: a 4000-byte request takes the 4 KiB one. */
+    cham_block_t *h[7];
+    size_t sizes[7] = {16 * KiB, 512, 4 * KiB, 512, 8 * KiB, 512, 512};
+    for (int i = 0; i < 7; i++)
+        h[i] = alloc_ok(e, sizes[i], e->compute);
+    cham_block_free(e->alloc, h[0]);
+    cham_block_free(e->alloc, h[2]);
+    cham_block_free(e->alloc, h[4]);
+    cham_block_t *g = alloc_ok(e, 4000, e->compute);
+    assert_int_equal(addr(g), addr(h[2]));
+    /* A 6 KiB request: the 8 KiB hole, not the 16 KiB one. */
+    cham_block_t *g2 = alloc_ok(e, 6 * KiB, e->compute);
+    assert_int_equal(addr(g2), addr(h[4]));
+    assert_consistent(e->alloc);
+
+    /* Freeing everything merges the segment back into one free block. */
+    cham_block_free(e->alloc, a);
+    cham_block_free(e->alloc, c);
+    cham_block_free(e->alloc, d);
+    cham_block_free(e->alloc, f);
+    cham_block_free(e->alloc, g);
+    cham_block_free(e->alloc, g2);
+    for (int i = 1; i < 7; i++)
+        if (i != 2 && i != 4)
+            cham_block_free(e->alloc, h[i]);
+    walk_count_t w = {0};
+    cham_allocator_walk(e->alloc, count_blocks, &w);
+    assert_int_equal(w.blocks, 1);
+    assert_int_equal(w.free_blocks, 1);
+    assert_int_equal(w.largest_free, 2 * MiB);
+    s = stats(e);
+    assert_int_equal(s.allocated, 0);
+    assert_int_equal(s.requested, 0);
+    assert_int_equal(s.n_splits - s.n_merges, 0);   /* one block again */
+    assert_int_equal(s.n_allocs, s.n_frees);
+    env_close(e, true);
+}
+
+static void test_large_pool(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    /* 1.5 MiB: large pool, a 20 MiB segment, split (18.5 MiB remain). */
+    cham_block_t *a = alloc_ok(e, 3 * MiB / 2, e->compute);
+    assert_int_equal(cham_block_size(a), 3 * MiB / 2);
+    assert_int_equal(stats(e).reserved, 20 * MiB);
+    /* 18 MiB fits the remainder; 0.5 MiB left is not worth a split. */
+    cham_block_t *b = alloc_ok(e, 18 * MiB, e->compute);
+    assert_int_equal(addr(b), addr(a) + 3 * MiB / 2);
+    assert_int_equal(cham_block_size(b), 18 * MiB + MiB / 2);
+    assert_int_equal(stats(e).n_segment_allocs, 1);
+    /* 11 MiB: its own segment of 12 MiB; exactly 1 MiB would remain, and a
+     * large block splits only when more than 1 MiB remains. */
+    cham_block_t *c = alloc_ok(e, 11 * MiB, e->compute);
+    assert_int_equal(cham_block_size(c), 12 * MiB);
+    assert_int_equal(stats(e).reserved, 32 * MiB);
+    /* Small and large pools never share: a 4 KiB request opens a small segment. */
+    cham_block_free(e->alloc, b);
+    cham_block_t *d = alloc_ok(e, 4 * KiB, e->compute);
+    assert_int_equal(stats(e).reserved, 34 * MiB);
+    cham_block_free(e->alloc, a);
+    cham_block_free(e->alloc, c);
+    cham_block_free(e->alloc, d);
+    env_close(e, true);
+}
+
+/* ---- per-stream pools ---------------------------------------------------------------*/
+
+static void test_per_stream_pools(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    cham_block_t *a = alloc_ok(e, 8 * MiB, e->compute);
+    uintptr_t pa = addr(a);
+    touch(e->compute, a, CHAM_ACCESS_WRITE, 1, NULL);   /* 1 ms of compute */
+    cham_block_free(e->alloc, a);
+    /* Another stream never gets a block cached for compute... */
+    cham_block_t *b = alloc_ok(e, 8 * MiB, e->swap);
+    assert_true(addr(b) < pa || addr(b) >= pa + 20 * MiB);
+    assert_ptr_equal(cham_block_stream(b), e->swap);
+    touch(e->swap, b, CHAM_ACCESS_WRITE, 0.001, NULL);
+    /* ...while compute gets it back at once: stream order makes that safe. */
+    cham_block_t *c = alloc_ok(e, 8 * MiB, e->compute);
+    assert_int_equal(addr(c), pa);
+    touch(e->compute, c, CHAM_ACCESS_WRITE, 0.001, NULL);
+    assert_int_equal(stats(e).n_segment_allocs, 2);
+    /* The other way round: swap's cached block is not compute's either
+     * (stream ids order the free sets, so both directions matter). */
+    uintptr_t pb = addr(b);
+    cham_block_free(e->alloc, b);
+    cham_block_t *d = alloc_ok(e, 16 * MiB, e->compute);   /* > compute's 12 MiB tail */
+    assert_true(addr(d) < pb || addr(d) >= pb + 20 * MiB);
+    touch(e->compute, d, CHAM_ACCESS_WRITE, 0.001, NULL);
+    assert_int_equal(stats(e).n_segment_allocs, 3);
+    cham_block_free(e->alloc, c);
+    cham_block_free(e->alloc, d);
+    env_close(e, true);
+}
+
+/* ---- recordStream -------------------------------------------------------------------------*/
+
+/* A block written on compute, read by a swap-out copy on swap, then freed. */
+static cham_block_t *swap_out(env_t *e, size_t bytes, void *host, bool record)
+{
+    cham_block_t *a = alloc_ok(e, bytes, e->compute);
+    touch(e->compute, a, CHAM_ACCESS_WRITE, 0.01, NULL);
+    order(e, e->compute, e->swap);
+    if (record)
+        assert_int_equal(cham_block_record_stream(e->alloc, a, e->swap), CHAM_OK);
+    assert_int_equal(cham_copy_async(e->swap, host, cham_block_ptr(a), bytes,
+                                     CHAM_COPY_D2H, "swap-out"),
+                     CHAM_OK);
+    return a;
+}
+
+static void test_record_stream_defers_until_event(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    void *host = NULL;
+    assert_int_equal(cham_device_host_alloc(e->dev, 8 * MiB, &host), CHAM_OK);
+    cham_block_t *a = swap_out(e, 8 * MiB, host, true);
+    uintptr_t pa = addr(a);
+    cham_block_free(e->alloc, a);
+    cham_alloc_stats_t s = stats(e);
+    assert_int_equal(s.pending_free, 8 * MiB);
+    assert_int_equal(s.allocated, 0);
+    assert_int_equal(s.n_event_queries, 0);      /* frees do not poll */
+
+    /* The copy runs for ~0.84 ms: an allocation now must not get a's bytes. */
+    cham_block_t *b = alloc_ok(e, 8 * MiB, e->compute);
+    assert_true(addr(b) != pa);
+    touch(e->compute, b, CHAM_ACCESS_WRITE, 0.001, NULL);
+    s = stats(e);
+    assert_true(s.n_event_queries >= 1);
+    assert_int_equal(s.pending_free, 8 * MiB);
+    cham_block_free(e->alloc, b);
+
+    /* Once the host is past the copy, the next allocation's query finds the
+     * event done and the block is reused. */
+    cham_device_host_work(e->dev, 5 * 1000 * 1000);
+    uint64_t q = stats(e).n_event_queries;
+    cham_block_t *c = alloc_ok(e, 8 * MiB, e->compute);
+    assert_int_equal(addr(c), pa);
+    touch(e->compute, c, CHAM_ACCESS_WRITE, 0.001, NULL);
+    s = stats(e);
+    assert_int_equal(s.n_event_queries, q + 1);
+    assert_int_equal(s.pending_free, 0);
+    assert_int_equal(s.n_deferred_released, 1);
+    cham_block_free(e->alloc, c);
+
+    /* Recording the block's own stream defers nothing. */
+    cham_block_t *d = alloc_ok(e, 4 * KiB, e->compute);
+    assert_int_equal(cham_block_record_stream(e->alloc, d, e->compute), CHAM_OK);
+    cham_block_free(e->alloc, d);
+    assert_int_equal(stats(e).pending_free, 0);
+    cham_device_host_free(e->dev, host);
+    env_close(e, true);
+}
+
+/* The control: without record_stream the freed block is reused at once and
+ * the hazard detector sees the write race the swap-out copy. This shows the
+ * test above would catch a premature reuse. */
+static void test_missing_record_stream_is_a_hazard(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    assert_int_equal(cham_sim_set_hazard_hook(e->dev, count_hazard, e), CHAM_OK);
+    void *host = NULL;
+    assert_int_equal(cham_device_host_alloc(e->dev, 8 * MiB, &host), CHAM_OK);
+    cham_block_t *a = swap_out(e, 8 * MiB, host, false);
+    uintptr_t pa = addr(a);
+    cham_block_free(e->alloc, a);
+    cham_block_t *b = alloc_ok(e, 8 * MiB, e->compute);
+    assert_int_equal(addr(b), pa);
+    touch(e->compute, b, CHAM_ACCESS_WRITE, 0.001, NULL);
+    assert_true(e->hazards_seen > 0);
+    cham_block_free(e->alloc, b);
+    cham_device_host_free(e->dev, host);
+    env_close(e, false);
+}
+
+/* A block recorded on two streams waits for both events. */
+static void test_record_stream_two_streams(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    cham_stream_t *third = NULL;
+    assert_int_equal(cham_stream_new(e->dev, "third", &third), CHAM_OK);
+    cham_block_t *a = alloc_ok(e, 4 * MiB, e->compute);
+    uintptr_t pa = addr(a);
+    touch(e->compute, a, CHAM_ACCESS_WRITE, 0.001, NULL);
+    order(e, e->compute, e->swap);
+    order(e, e->compute, third);
+    cham_block_record_stream(e->alloc, a, e->swap);
+    cham_block_record_stream(e->alloc, a, third);
+    touch(e->swap, a, CHAM_ACCESS_READ, 1, NULL);      /* ~1 ms */
+    touch(third, a, CHAM_ACCESS_READ, 3, NULL);        /* ~3 ms */
+    cham_block_free(e->alloc, a);
+
+    cham_device_host_work(e->dev, 2 * 1000 * 1000);    /* swap done, third not */
+    cham_block_t *b = alloc_ok(e, 4 * MiB, e->compute);
+    assert_true(addr(b) != pa);
+    assert_int_equal(stats(e).pending_free, 4 * MiB);
+    cham_block_free(e->alloc, b);
+    cham_device_host_work(e->dev, 2 * 1000 * 1000);
+    cham_block_t *c = alloc_ok(e, 4 * MiB, e->compute);
+    assert_int_equal(addr(c), pa);
+    touch(e->compute, c, CHAM_ACCESS_WRITE, 0.001, NULL);
+    cham_block_free(e->alloc, c);
+    assert_int_equal(stats(e).pending_free, 0);
+    cham_stream_free(third);
+    env_close(e, true);
+}
+
+/* ---- free-after-op ------------------------------------------------------------------------*/
+
+static void test_free_after_op(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    void *host = NULL;
+    assert_int_equal(cham_device_host_alloc(e->dev, 8 * MiB, &host), CHAM_OK);
+    cham_block_t *a = swap_out(e, 8 * MiB, host, false);
+    uintptr_t pa = addr(a);
+    cham_sim_stats_t before;
+    cham_sim_get_stats(e->dev, &before);
+    assert_int_equal(cham_block_free_after_op(e->alloc, a, e->swap, 3), CHAM_OK);
+    assert_int_equal(stats(e).pending_free, 8 * MiB);
+
+    /* Ops 1 and 2: the block is not reusable yet. */
+    for (uint64_t op = 1; op <= 2; op++) {
+        cham_block_t *x = alloc_ok(e, 8 * MiB, e->compute);
+        assert_true(addr(x) != pa);
+        touch(e->compute, x, CHAM_ACCESS_WRITE, 0.001, NULL);
+        cham_block_free(e->alloc, x);
+        assert_int_equal(cham_allocator_op_dispatched(e->alloc, op), CHAM_OK);
+        assert_int_equal(stats(e).pending_free, 8 * MiB);
+    }
+    /* Op 3: released at once, ordered on the device by a stream wait: the
+     * copy (~0.84 ms) is still running on the virtual clock, yet reusing the
+     * block on compute is safe. */
+    assert_int_equal(cham_allocator_op_dispatched(e->alloc, 3), CHAM_OK);
+    assert_int_equal(stats(e).pending_free, 0);
+    cham_block_t *c = alloc_ok(e, 8 * MiB, e->compute);
+    assert_int_equal(addr(c), pa);
+    touch(e->compute, c, CHAM_ACCESS_WRITE, 0.001, NULL);
+
+    cham_sim_stats_t after;
+    cham_sim_get_stats(e->dev, &after);
+    assert_true(after.host_ns < before.host_ns + 800 * 1000);   /* the host never waited */
+    assert_int_equal(after.event_queries, before.event_queries);  /* no polling */
+    assert_int_equal(after.event_waits, before.event_waits + 1);
+    cham_alloc_stats_t s = stats(e);
+    assert_int_equal(s.n_event_queries, 0);
+    assert_int_equal(s.n_deferred_released, 1);
+    assert_int_equal(s.reuse_interval_sum, 3);
+    assert_int_equal(s.reuse_interval_max, 3);
+    cham_block_free(e->alloc, c);
+    cham_device_host_free(e->dev, host);
+    env_close(e, true);
+}
+
+static void test_free_after_op_ordering_rules(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    cham_block_t *a = alloc_ok(e, 4 * KiB, e->compute);
+    cham_block_t *b = alloc_ok(e, 4 * KiB, e->compute);
+    cham_block_t *c = alloc_ok(e, 4 * KiB, e->compute);
+    /* Out of order frees release in op order. */
+    assert_int_equal(cham_block_free_after_op(e->alloc, a, e->swap, 9), CHAM_OK);
+    assert_int_equal(cham_block_free_after_op(e->alloc, b, e->swap, 5), CHAM_OK);
+    assert_int_equal(cham_allocator_op_dispatched(e->alloc, 5), CHAM_OK);
+    assert_int_equal(stats(e).pending_free, 4 * KiB);
+    /* An op already dispatched: released now. An earlier one: refused. */
+    assert_int_equal(cham_block_free_after_op(e->alloc, c, e->swap, 4), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_allocator_last_error(e->alloc), "already been dispatched"));
+    assert_int_equal(cham_block_free_after_op(e->alloc, c, e->swap, 5), CHAM_OK);
+    assert_int_equal(stats(e).pending_free, 4 * KiB);
+    /* Op indices must not go back. */
+    assert_int_equal(cham_allocator_op_dispatched(e->alloc, 4), CHAM_ERR_INVALID_ARG);
+    assert_int_equal(cham_allocator_op_dispatched(e->alloc, 100), CHAM_OK);
+    assert_int_equal(stats(e).pending_free, 0);
+
+    /* Events come from a pool: many cycles make few events. */
+    for (uint64_t op = 101; op < 1101; op++) {
+        cham_block_t *x = alloc_ok(e, 4 * KiB, e->compute);
+        assert_int_equal(cham_block_free_after_op(e->alloc, x, e->swap, op + 1), CHAM_OK);
+        assert_int_equal(cham_allocator_op_dispatched(e->alloc, op), CHAM_OK);
+    }
+    assert_true(cham_allocator_events_made(e->alloc) <= 4);
+    env_close(e, true);
+}
+
+/* The OOM path releases free-after-op blocks early (each behind a stream
+ * wait), as the paper's Algorithm 3 does, instead of failing. */
+static void test_oom_releases_free_after_op_blocks(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 40 * MiB, false);
+    void *host = NULL;
+    assert_int_equal(cham_device_host_alloc(e->dev, 30 * MiB, &host), CHAM_OK);
+    cham_block_t *a = swap_out(e, 30 * MiB, host, false);
+    uintptr_t pa = addr(a);
+    assert_int_equal(cham_block_free_after_op(e->alloc, a, e->swap, 50), CHAM_OK);
+    cham_block_t *b = alloc_ok(e, 30 * MiB, e->compute);
+    assert_int_equal(addr(b), pa);
+    touch(e->compute, b, CHAM_ACCESS_WRITE, 0.001, NULL);
+    assert_int_equal(stats(e).n_oom, 0);
+    assert_int_equal(stats(e).n_event_queries, 0);
+    cham_block_free(e->alloc, b);
+    cham_device_host_free(e->dev, host);
+    env_close(e, true);
+}
+
+/* ---- empty cache --------------------------------------------------------------------------*/
+
+static void test_empty_cache(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    cham_block_t *a = alloc_ok(e, 4 * KiB, e->compute);     /* small segment */
+    cham_block_t *b = alloc_ok(e, 4 * MiB, e->compute);     /* large segment */
+    cham_block_t *c = alloc_ok(e, 16 * MiB, e->swap);       /* another large one */
+    cham_block_t *d = alloc_ok(e, 8 * KiB, e->compute);     /* same small segment as a */
+    assert_int_equal(stats(e).reserved, 2 * MiB + 20 * MiB + 16 * MiB);
+    cham_block_free(e->alloc, a);
+    cham_block_free(e->alloc, b);
+    /* c is held until an op: its segment stays. d is live: its segment stays. */
+    assert_int_equal(cham_block_free_after_op(e->alloc, c, e->compute, 1), CHAM_OK);
+    assert_int_equal(cham_allocator_empty_cache(e->alloc), CHAM_OK);
+    cham_alloc_stats_t s = stats(e);
+    assert_int_equal(s.reserved, 2 * MiB + 16 * MiB);
+    assert_int_equal(s.n_segment_frees, 1);
+    cham_sim_stats_t ss;
+    cham_sim_get_stats(e->dev, &ss);
+    assert_int_equal(ss.mem_in_use, 18 * MiB);
+
+    cham_block_free(e->alloc, d);
+    assert_int_equal(cham_allocator_op_dispatched(e->alloc, 1), CHAM_OK);
+    assert_int_equal(cham_allocator_empty_cache(e->alloc), CHAM_OK);
+    s = stats(e);
+    assert_int_equal(s.reserved, 0);
+    assert_int_equal(s.n_segment_frees, 3);
+    assert_int_equal(s.peak_reserved, 38 * MiB);
+    cham_sim_get_stats(e->dev, &ss);
+    assert_int_equal(ss.mem_in_use, 0);
+    /* Allocating again after empty cache works. */
+    cham_block_t *f = alloc_ok(e, 4 * KiB, e->compute);
+    cham_block_free(e->alloc, f);
+    env_close(e, true);
+}
+
+/* ---- statistics -----------------------------------------------------------------------------*/
+
+static void test_stats_peaks_and_fragmentation(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 4 * MiB, false);
+    cham_alloc_stats_t s = stats(e);
+    assert_int_equal(s.limit, 4 * MiB);
+    assert_int_equal(s.largest_free, 4 * MiB);
+    assert_true(s.fragmentation == 0.0);
+    /* Two small segments, each cut in two 1 MiB blocks. */
+    cham_block_t *b[4];
+    for (int i = 0; i < 4; i++)
+        b[i] = alloc_ok(e, MiB, e->compute);
+    s = stats(e);
+    assert_int_equal(s.allocated, 4 * MiB);
+    assert_int_equal(s.reserved, 4 * MiB);
+    assert_int_equal(s.peak_allocated, 4 * MiB);
+    assert_int_equal(s.largest_free, 0);
+    assert_true(s.fragmentation == 0.0);             /* nothing free */
+    /* Free one block in each segment: 2 MiB free, largest piece 1 MiB. */
+    cham_block_free(e->alloc, b[0]);
+    cham_block_free(e->alloc, b[3]);
+    s = stats(e);
+    assert_int_equal(s.allocated, 2 * MiB);
+    assert_int_equal(s.peak_allocated, 4 * MiB);
+    assert_int_equal(s.largest_free, MiB);
+    assert_true(s.fragmentation > 0.499 && s.fragmentation < 0.501);
+    assert_int_equal(s.n_splits, 2);
+    /* Peaks reset to the current values. */
+    cham_allocator_reset_peaks(e->alloc);
+    s = stats(e);
+    assert_int_equal(s.peak_allocated, 2 * MiB);
+    assert_int_equal(s.peak_reserved, 4 * MiB);
+    cham_block_free(e->alloc, b[1]);
+    cham_block_free(e->alloc, b[2]);
+    s = stats(e);
+    assert_int_equal(s.n_merges, 2);
+    /* Both segments are wholly free: an allocation would get their room
+     * back through the out-of-memory path, so nothing is fragmented. */
+    assert_int_equal(s.largest_free, 4 * MiB);
+    assert_true(s.fragmentation == 0.0);
+    cham_allocator_empty_cache(e->alloc);
+    s = stats(e);
+    assert_int_equal(s.largest_free, 4 * MiB);
+    assert_true(s.fragmentation == 0.0);
+    assert_int_equal(s.n_allocs, 4);
+    assert_int_equal(s.n_frees, 4);
+    env_close(e, true);
+}
+
+/* ---- out of memory --------------------------------------------------------------------------*/
+
+static void test_out_of_memory_status(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 64 * MiB, false);
+    cham_oom_info_t info;
+    assert_int_equal(cham_allocator_last_oom(e->alloc, &info), CHAM_ERR_NOT_FOUND);
+    assert_string_equal(cham_allocator_last_error(e->alloc), "");
+    cham_block_t *a = alloc_ok(e, 40 * MiB, e->compute);
+    cham_block_t *b = NULL;
+    assert_int_equal(cham_block_alloc(e->alloc, 30 * MiB - 100, e->compute, &b),
+                     CHAM_ERR_OUT_OF_MEMORY);
+    assert_null(b);
+    assert_int_equal(cham_allocator_last_oom(e->alloc, &info), CHAM_OK);
+    assert_int_equal(info.requested, 30 * MiB - 100);
+    assert_int_equal(info.rounded, 30 * MiB);
+    assert_int_equal(info.limit, 64 * MiB);
+    assert_int_equal(info.allocated, 40 * MiB);
+    assert_int_equal(info.reserved, 40 * MiB);
+    assert_int_equal(info.free_bytes, 24 * MiB);
+    assert_int_equal(info.largest_free, 24 * MiB);
+    const char *msg = cham_allocator_last_error(e->alloc);
+    assert_non_null(strstr(msg, "out of device memory"));
+    assert_non_null(strstr(msg, "requested 30.00 MiB"));
+    assert_non_null(strstr(msg, "on stream \"compute\""));
+    assert_non_null(strstr(msg, "limit 64.00 MiB"));
+    assert_non_null(strstr(msg, "allocated 40.00 MiB"));
+    assert_non_null(strstr(msg, "free 24.00 MiB"));
+    assert_non_null(strstr(msg, "largest free block 24.00 MiB"));
+    cham_alloc_stats_t s = stats(e);
+    assert_int_equal(s.n_oom, 1);
+    assert_int_equal(s.allocated, 40 * MiB);
+    assert_int_equal(s.n_allocs, 1);
+
+    /* A cached segment of another stream is released to make room. */
+    cham_block_free(e->alloc, a);
+    cham_block_t *c = alloc_ok(e, 50 * MiB, e->swap);
+    s = stats(e);
+    assert_int_equal(s.n_segment_frees, 1);
+    assert_int_equal(s.reserved, 50 * MiB);
+    cham_block_free(e->alloc, c);
+
+    /* Near the limit a 20 MiB shared segment does not fit; a 2 MiB-rounded
+     * segment just big enough does. */
+    cham_allocator_empty_cache(e->alloc);
+    cham_block_t *d = alloc_ok(e, 50 * MiB, e->compute);
+    cham_block_t *f = alloc_ok(e, 3 * MiB, e->swap);
+    assert_int_equal(stats(e).reserved, 54 * MiB);
+    /* Absurd sizes fail cleanly too. */
+    assert_int_equal(cham_block_alloc(e->alloc, SIZE_MAX, e->compute, &b),
+                     CHAM_ERR_OUT_OF_MEMORY);
+    assert_int_equal(cham_block_alloc(e->alloc, 0, e->compute, &b), CHAM_ERR_INVALID_ARG);
+    cham_block_free(e->alloc, d);
+    cham_block_free(e->alloc, f);
+    env_close(e, true);
+}
+
+/* The device itself is smaller than the limit: its refusal is an OOM too. */
+static void test_device_refuses_segment(void **state)
+{
+    (void)state;
+    env_t *e = env_open(32 * MiB, 1024 * MiB, false);
+    cham_block_t *a = alloc_ok(e, 30 * MiB, e->compute);
+    cham_block_t *b = NULL;
+    assert_int_equal(cham_block_alloc(e->alloc, 4 * MiB, e->compute, &b),
+                     CHAM_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(cham_allocator_last_error(e->alloc), "device refused"));
+    cham_block_free(e->alloc, a);
+    env_close(e, true);
+}
+
+static void test_fault_injection(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    /* A failing segment allocation with nothing cached: a clean OOM. */
+    assert_int_equal(cham_sim_inject_fault(e->dev, CHAM_SIM_FAULT_MEM_ALLOC, 0,
+                                           CHAM_ERR_OUT_OF_MEMORY), CHAM_OK);
+    cham_block_t *b = NULL;
+    assert_int_equal(cham_block_alloc(e->alloc, 4 * KiB, e->compute, &b),
+                     CHAM_ERR_OUT_OF_MEMORY);
+    assert_null(b);
+    assert_non_null(strstr(cham_allocator_last_error(e->alloc), "injected fault"));
+    assert_int_equal(stats(e).reserved, 0);
+    /* The fault fired once: the next try works. */
+    b = alloc_ok(e, 4 * KiB, e->compute);
+    /* With a cached segment of another stream, the fallback chain empties
+     * the cache and the retry succeeds. */
+    cham_block_t *c = alloc_ok(e, 12 * MiB, e->swap);
+    cham_block_free(e->alloc, c);
+    assert_int_equal(cham_sim_inject_fault(e->dev, CHAM_SIM_FAULT_MEM_ALLOC, 0,
+                                           CHAM_ERR_OUT_OF_MEMORY), CHAM_OK);
+    cham_block_t *d = alloc_ok(e, 12 * MiB, e->compute);
+    assert_int_equal(stats(e).n_segment_frees, 1);
+    assert_int_equal(stats(e).n_oom, 1);
+    /* A backend error that is not about memory comes back as it is. */
+    assert_int_equal(cham_sim_inject_fault(e->dev, CHAM_SIM_FAULT_MEM_ALLOC, 0,
+                                           CHAM_ERR_BACKEND), CHAM_OK);
+    cham_block_t *f = NULL;
+    assert_int_equal(cham_block_alloc(e->alloc, 40 * MiB, e->compute, &f), CHAM_ERR_BACKEND);
+    assert_null(f);
+    cham_block_free(e->alloc, b);
+    cham_block_free(e->alloc, d);
+    env_close(e, true);
+}
+
+/* ---- pinned host pool ------------------------------------------------------------------------*/
+
+static void test_pinned_host_budget(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    cham_allocator_t *h = NULL;
+    cham_allocator_config_t hc = {.kind = CHAM_MEM_HOST_PINNED, .limit = 0};
+    assert_int_equal(cham_allocator_new(e->dev, &hc, &h), CHAM_ERR_INVALID_ARG);
+    assert_null(h);
+    hc.limit = 8 * MiB;
+    assert_int_equal(cham_allocator_new(e->dev, &hc, &h), CHAM_OK);
+    cham_block_t *a = NULL, *b = NULL;
+    assert_int_equal(cham_block_alloc(h, 6 * MiB, e->swap, &a), CHAM_OK);
+    cham_sim_stats_t ss;
+    cham_sim_get_stats(e->dev, &ss);
+    assert_int_equal(ss.host_in_use, 6 * MiB);
+    assert_int_equal(ss.mem_in_use, 0);
+    /* The pinned block is a valid copy destination. */
+    cham_block_t *d = alloc_ok(e, 6 * MiB, e->compute);
+    touch(e->compute, d, CHAM_ACCESS_WRITE, 0.001, NULL);
+    order(e, e->compute, e->swap);
+    assert_int_equal(cham_copy_async(e->swap, cham_block_ptr(a), cham_block_ptr(d), 6 * MiB,
+                                     CHAM_COPY_D2H, "to pinned"), CHAM_OK);
+    assert_int_equal(cham_block_alloc(h, 4 * MiB, e->swap, &b), CHAM_ERR_HOST_BUDGET);
+    assert_null(b);
+    cham_oom_info_t info;
+    assert_int_equal(cham_allocator_last_oom(h, &info), CHAM_OK);
+    assert_int_equal(info.limit, 8 * MiB);
+    assert_int_equal(info.free_bytes, 2 * MiB);
+    assert_non_null(strstr(cham_allocator_last_error(h), "out of pinned host budget"));
+    /* A failing pinned allocation from the device comes back as its status. */
+    assert_int_equal(cham_sim_inject_fault(e->dev, CHAM_SIM_FAULT_HOST_ALLOC, 0,
+                                           CHAM_ERR_HOST_OOM), CHAM_OK);
+    assert_int_equal(cham_block_alloc(h, 512, e->swap, &b), CHAM_ERR_HOST_OOM);
+    assert_consistent(h);
+    cham_device_synchronize(e->dev);
+    cham_block_free(h, a);
+    cham_block_free(e->alloc, d);
+    cham_allocator_free(h);
+    cham_sim_get_stats(e->dev, &ss);
+    assert_int_equal(ss.host_in_use, 0);
+    env_close(e, true);
+}
+
+/* ---- real data -------------------------------------------------------------------------------*/
+
+static bool all_bytes(const void *p, size_t n, unsigned char v)
+{
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        if (c[i] != v)
+            return false;
+    return true;
+}
+
+/* With real memory: distinct patterns in live blocks survive each other,
+ * and a swapped-out block's bytes reach the host before the block is
+ * rewritten by its next user (free-after-op and recordStream). */
+static void test_data_patterns(void **state)
+{
+    (void)state;
+    env_t *e = env_open(256 * MiB, 0, true);
+    cham_allocator_t *h = NULL;
+    cham_allocator_config_t hc = {.kind = CHAM_MEM_HOST_PINNED, .limit = 64 * MiB};
+    assert_int_equal(cham_allocator_new(e->dev, &hc, &h), CHAM_OK);
+
+    enum { N = 24 };
+    cham_block_t *b[N];
+    fill_arg_t fill[N];
+    size_t sizes[N];
+    for (int i = 0; i < N; i++) {
+        sizes[i] = (size_t)(i % 6 + 1) * (i % 2 ? 700 : 300 * KiB) + 100;
+        b[i] = alloc_ok(e, sizes[i], e->compute);
+        fill[i].value = (unsigned char)(0x10 + i);
+        touch(e->compute, b[i], CHAM_ACCESS_WRITE, 0.0001, &fill[i]);
+    }
+    for (int i = 0; i < N; i++)
+        assert_true(all_bytes(cham_block_ptr(b[i]), cham_block_size(b[i]), fill[i].value));
+
+    /* Swap out every other block to pinned memory, half by free-after-op,
+     * half by recordStream, and rewrite their memory as soon as it is
+     * handed out again. */
+    cham_block_t *host[N] = {0};
+    order(e, e->compute, e->swap);
+    for (int i = 0; i < N; i += 2) {
+        assert_int_equal(cham_block_alloc(h, sizes[i], e->swap, &host[i]), CHAM_OK);
+        assert_int_equal(cham_copy_async(e->swap, cham_block_ptr(host[i]), cham_block_ptr(b[i]),
+                                         sizes[i], CHAM_COPY_D2H, "swap-out"), CHAM_OK);
+        if (i % 4 == 0) {
+            assert_int_equal(cham_block_free_after_op(e->alloc, b[i], e->swap, 1), CHAM_OK);
+        } else {
+            cham_block_record_stream(e->alloc, b[i], e->swap);
+            cham_block_free(e->alloc, b[i]);
+        }
+        b[i] = NULL;
+    }
+    assert_int_equal(cham_allocator_op_dispatched(e->alloc, 1), CHAM_OK);
+    cham_block_t *again[N] = {0};
+    fill_arg_t refill[N];
+    for (int i = 0; i < N; i += 2) {
+        again[i] = alloc_ok(e, sizes[i], e->compute);
+        refill[i].value = 0xEE;
+        touch(e->compute, again[i], CHAM_ACCESS_WRITE, 0.0001, &refill[i]);
+    }
+    cham_device_synchronize(e->dev);
+    for (int i = 0; i < N; i++) {
+        if (i % 2 == 0) {
+            assert_true(all_bytes(cham_block_ptr(host[i]), sizes[i], (unsigned char)(0x10 + i)));
+            assert_true(all_bytes(cham_block_ptr(again[i]), cham_block_size(again[i]), 0xEE));
+            cham_block_free(h, host[i]);
+            cham_block_free(e->alloc, again[i]);
+        } else {
+            assert_true(all_bytes(cham_block_ptr(b[i]), cham_block_size(b[i]), fill[i].value));
+            cham_block_free(e->alloc, b[i]);
+        }
+    }
+    assert_consistent(h);
+    cham_allocator_free(h);
+    env_close(e, true);
+}
+
+/* cham_allocator_free waits for pending frees instead of leaking them. */
+static void test_free_allocator_with_pending(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    cham_block_t *a = alloc_ok(e, 4 * MiB, e->compute);
+    cham_block_t *b = alloc_ok(e, 4 * KiB, e->compute);
+    cham_block_record_stream(e->alloc, a, e->swap);
+    touch(e->swap, a, CHAM_ACCESS_READ, 1, NULL);
+    cham_block_free(e->alloc, a);
+    assert_int_equal(cham_block_free_after_op(e->alloc, b, e->swap, 7), CHAM_OK);
+    assert_int_equal(stats(e).pending_free, 4 * MiB + 4 * KiB);
+    env_close(e, true);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_rounding_rules),
+        cmocka_unit_test(test_split_merge_best_fit),
+        cmocka_unit_test(test_large_pool),
+        cmocka_unit_test(test_per_stream_pools),
+        cmocka_unit_test(test_record_stream_defers_until_event),
+        cmocka_unit_test(test_missing_record_stream_is_a_hazard),
+        cmocka_unit_test(test_record_stream_two_streams),
+        cmocka_unit_test(test_free_after_op),
+        cmocka_unit_test(test_free_after_op_ordering_rules),
+        cmocka_unit_test(test_oom_releases_free_after_op_blocks),
+        cmocka_unit_test(test_empty_cache),
+        cmocka_unit_test(test_stats_peaks_and_fragmentation),
+        cmocka_unit_test(test_out_of_memory_status),
+        cmocka_unit_test(test_device_refuses_segment),
+        cmocka_unit_test(test_fault_injection),
+        cmocka_unit_test(test_pinned_host_budget),
+        cmocka_unit_test(test_data_patterns),
+        cmocka_unit_test(test_free_allocator_with_pending),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
