@@ -1,0 +1,47 @@
+/* The `chameleon` command: dispatches to a subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "chameleon/chameleon.h"
+#include "commands.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *help;
+} commands[] = {
+    {"demo", cmd_demo, "swap activations of a small model on the simulated device"},
+    {"devices", cmd_devices, "list the simulated device presets"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: chameleon COMMAND [OPTIONS]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  %-10s %s\n", "version", "print the library version");
+    fprintf(f, "\n`chameleon COMMAND --help` describes a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("chameleon %s\n", cham_version());
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(cmd, commands[i].name) == 0)
+            return commands[i].run(argc - 2, argv + 2);
+    fprintf(stderr, "chameleon: unknown command \"%s\"\n\n", cmd);
+    usage(stderr);
+    return 2;
+}
