@@ -22,6 +22,8 @@
 
 #include <cmocka.h>
 
+#include "support/rng.h"
+
 #include "alloc/alloc-impl.h"
 #include "chameleon/chameleon.h"
 
@@ -33,13 +35,10 @@
 #define OPS_PER_SEED 40000
 #define CHECK_EVERY 128
 
-static uint64_t rng_state;
+static test_rng_t rng_gen;
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * UINT64_C(2685821657736338717);
+    return test_rng_next(&rng_gen);
 }
 static uint64_t below(uint64_t n)
 {
@@ -410,7 +409,7 @@ static void run_seed(uint64_t seed)
 {
     static model_t m;
     memset(&m, 0, sizeof m);
-    rng_state = seed;
+    rng_gen.state = seed;
     cham_device_config_t c = cham_device_config_default();
     c.capacity = 4096 * MiB;
     c.peak_flops = 1e12;

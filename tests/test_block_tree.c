@@ -10,18 +10,16 @@
 
 #include <cmocka.h>
 
+#include "support/rng.h"
+
 #include "alloc/block_tree.h"
 
 typedef cham_block_tree_node_t node_t;
 
-/* A fixed-seed generator, the same on every machine (xorshift64*). */
-static uint64_t rng_state;
+static test_rng_t rng_gen;
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * UINT64_C(2685821657736338717);
+    return test_rng_next(&rng_gen);
 }
 
 static int key_cmp(const node_t *a, const node_t *b)
@@ -152,7 +150,7 @@ static void test_random_against_sorted_array(void **state)
     assert_true(nodes && in && sorted);
     cham_block_tree_t t;
     cham_block_tree_init(&t);
-    rng_state = 0x9E3779B97F4A7C15u;
+    rng_gen.state = 0x9E3779B97F4A7C15u;
     size_t live = 0;
     for (int step = 0; step < STEPS; step++) {
         int i = (int)(rng() % POOL);

@@ -14,6 +14,7 @@
 
 #include "chameleon/chameleon.h"
 #include "device/sim_hazard.h"
+#include "support/rng.h"
 
 #define MiB (1024u * 1024u)
 
@@ -264,7 +265,7 @@ static void test_interval_map_matches_model(void **state)
 {
     (void)state;
     for (unsigned seed = 1; seed <= 20; seed++) {
-        srand(seed);
+        test_rng_t r = {seed * 0x9E3779B97F4A7C15u};
         sim_hazard_t *hz = sim_hazard_new(NULL, NULL);
         assert_non_null(hz);
         byte_state_t m[SPACE];
@@ -273,15 +274,15 @@ static void test_interval_map_matches_model(void **state)
         uint64_t now = 0;
         size_t hits = 0;
         for (int i = 0; i < 3000; i++) {
-            int lo = rand() % SPACE, len = 1 + rand() % 48;
+            int lo = (int)test_rng_below(&r, SPACE), len = 1 + (int)test_rng_below(&r, 48);
             int hi = lo + len > SPACE ? SPACE : lo + len;
-            bool write = rand() % 3 == 0;
-            int s = rand() % STREAMS;
-            uint64_t start = now + (uint64_t)(rand() % 50);
-            uint64_t end = start + 1 + (uint64_t)(rand() % 100);
-            now += (uint64_t)(rand() % 20);
-            if (rand() % 50 == 0) {   /* a segment returned after a full sync */
-                int flo = rand() % SPACE, fhi = flo + 1 + rand() % 64;
+            bool write = test_rng_below(&r, 3) == 0;
+            int s = (int)test_rng_below(&r, STREAMS);
+            uint64_t start = now + test_rng_below(&r, 50);
+            uint64_t end = start + 1 + test_rng_below(&r, 100);
+            now += test_rng_below(&r, 20);
+            if (test_rng_below(&r, 50) == 0) {   /* a segment returned after a full sync */
+                int flo = (int)test_rng_below(&r, SPACE), fhi = flo + 1 + (int)test_rng_below(&r, 64);
                 if (fhi > SPACE)
                     fhi = SPACE;
                 sim_hazard_forget(hz, 0x10000 + (uintptr_t)flo, (size_t)(fhi - flo));

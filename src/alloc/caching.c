@@ -10,6 +10,7 @@
 #include "alloc/alloc-impl.h"
 #include "chameleon/backend.h"
 #include "common/assert.h"
+#include "common/grow.h"
 
 /* ---- rounding rules -------------------------------------------------------*/
 
@@ -51,14 +52,10 @@ _Static_assert(sizeof(void *) != 8 || sizeof(cham_block_t) == 128,
 
 static void *slab_new(cham_allocator_t *a, size_t bytes)
 {
-    if (a->n_slabs == a->cap_slabs) {
-        size_t cap = a->cap_slabs ? 2 * a->cap_slabs : 16;
-        void **slabs = realloc(a->slabs, cap * sizeof *slabs);
-        if (!slabs)
-            return NULL;
-        a->slabs = slabs;
-        a->cap_slabs = cap;
-    }
+    void **slabs = cham_grow(a->slabs, &a->cap_slabs, a->n_slabs + 1, sizeof *slabs, 16);
+    if (!slabs)
+        return NULL;
+    a->slabs = slabs;
     /* Cache-line aligned, so that each block's hot half is one line. */
     bytes = round_up(bytes, 64);
     void *slab = aligned_alloc(64, bytes);

@@ -16,6 +16,7 @@
 
 #include "alloc/alloc-impl.h"
 #include "common/assert.h"
+#include "common/grow.h"
 
 /* ---- event pool ---------------------------------------------------------------*/
 
@@ -26,14 +27,11 @@ static cham_status_t event_get(cham_allocator_t *a, cham_event_t **out)
         return CHAM_OK;
     }
     /* Keep room for every event made, so that event_put never fails. */
-    if (a->cap_events == a->n_events_made) {
-        size_t cap = a->cap_events ? 2 * a->cap_events : 16;
-        cham_event_t **events = realloc(a->events, cap * sizeof *events);
-        if (!events)
-            return CHAM_ERR_HOST_OOM;
-        a->events = events;
-        a->cap_events = cap;
-    }
+    cham_event_t **events = cham_grow(a->events, &a->cap_events, a->n_events_made + 1,
+                                      sizeof *events, 16);
+    if (!events)
+        return CHAM_ERR_HOST_OOM;
+    a->events = events;
     cham_status_t st = cham_event_new(a->dev, out);
     if (st == CHAM_OK)
         a->n_events_made++;
@@ -239,15 +237,13 @@ cham_status_t cham_block_free_after_op(cham_allocator_t *a, cham_block_t *b,
     }
     int user_id = cham_alloc_note_stream(a, user);
     bool now = a->any_op && op_index == a->last_op;
-    if (!now && a->n_heap == a->cap_heap) {
-        size_t cap = a->cap_heap ? 2 * a->cap_heap : 64;
-        cham_op_entry_t *heap = realloc(a->heap, cap * sizeof *heap);
+    if (!now) {
+        cham_op_entry_t *heap = cham_grow(a->heap, &a->cap_heap, a->n_heap + 1, sizeof *heap, 64);
         if (!heap) {
             snprintf(a->error, sizeof a->error, "out of host memory for the free-after-op list");
             return CHAM_ERR_HOST_OOM;
         }
         a->heap = heap;
-        a->cap_heap = cap;
     }
 
     /* An event on the user stream and on every recorded stream but its own. */

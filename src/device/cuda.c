@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include "common/assert.h"
+#include "common/grow.h"
 #include "device/backends.h"
 
 /* One live allocation: a cudaMalloc segment or a cudaHostAlloc block. */
@@ -136,16 +137,12 @@ static cham_status_t cuda_enter(cuda_ctx_t *ctx)
  * always be recorded. */
 static cham_status_t seg_reserve(cuda_ctx_t *ctx, cuda_seg_list_t *list)
 {
-    if (list->n < list->room)
-        return CHAM_OK;
-    size_t room = list->room ? 2 * list->room : 16;
-    cuda_seg_t *segs = realloc(list->segs, room * sizeof *segs);
+    cuda_seg_t *segs = cham_grow(list->segs, &list->room, list->n + 1, sizeof *segs, 16);
     if (!segs) {
         cham_device_set_error(ctx->dev, "cuda: out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
     list->segs = segs;
-    list->room = room;
     return CHAM_OK;
 }
 

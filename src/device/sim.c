@@ -18,6 +18,7 @@
 
 #include "chameleon/sim.h"
 #include "common/assert.h"
+#include "common/grow.h"
 #include "device/sim_hazard.h"
 #include "device/sim_mem.h"
 
@@ -123,14 +124,10 @@ static void heap_pop(end_heap_t *h)
 
 static bool heap_push(end_heap_t *h, uint64_t x)
 {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 256;
-        uint64_t *v = realloc(h->v, cap * sizeof *v);
-        if (!v)
-            return false;
-        h->v = v;
-        h->cap = cap;
-    }
+    uint64_t *v = cham_grow(h->v, &h->cap, h->n + 1, sizeof *v, 256);
+    if (!v)
+        return false;
+    h->v = v;
     size_t i = h->n++;
     h->v[i] = x;
     while (i > 0 && h->v[(i - 1) / 2] > h->v[i]) {
@@ -206,31 +203,6 @@ static bool fault_fires(sim_t *s, cham_sim_fault_t kind, cham_status_t *status)
 
 /* ---- memory -------------------------------------------------------------*/
 
-static cham_status_t sim_mem_alloc_slot(void *ctx, size_t bytes, void **ptr)
-{
-    sim_t *s = ctx;
-    cham_status_t st;
-    if (fault_fires(s, CHAM_SIM_FAULT_MEM_ALLOC, &st)) {
-        cham_device_set_error(s->dev, "sim %s: injected fault: device allocation of %zu "
-                              "bytes fails with \"%s\"", s->name, bytes,
-                              cham_status_string(st));
-        return st;
-    }
-    s->host += SIM_MEM_ALLOC_NS;
-    st = sim_mem_alloc(s->device_mem, bytes, ptr);
-    if (st == CHAM_ERR_OUT_OF_MEMORY)
-        cham_device_set_error(s->dev, "sim %s: out of device memory: requested %zu bytes, "
-                              "%llu of %llu in use", s->name, bytes,
-                              (unsigned long long)sim_mem_in_use(s->device_mem),
-                              (unsigned long long)sim_mem_capacity(s->device_mem));
-    else if (st != CHAM_OK)
-        cham_device_set_error(s->dev, "sim %s: host cannot back a %zu-byte data segment",
-                              s->name, bytes);
-    else
-        s->stats.mem_allocs++;
-    return st;
-}
-
 static uint64_t all_streams_ready(const sim_t *s)
 {
     uint64_t t = 0;
@@ -240,49 +212,72 @@ static uint64_t all_streams_ready(const sim_t *s)
     return max_u64(t, s->retired_ready);
 }
 
-static void sim_mem_free_slot(void *ctx, void *ptr)
+/* A segment of device memory or of pinned host memory; the host pays what
+ * cudaMalloc or cudaHostAlloc would cost. */
+static cham_status_t segment_alloc(sim_t *s, bool host, size_t bytes, void **ptr)
 {
-    sim_t *s = ctx;
-    host_wait_until(s, all_streams_ready(s), "cudaFree synchronises");
-    size_t bytes = sim_mem_release(s->device_mem, ptr);
-    CHAM_ASSERT(bytes > 0 && "freeing a pointer that is not a device segment");
+    const char *what = host ? "pinned host" : "device";
+    cham_status_t st;
+    if (fault_fires(s, host ? CHAM_SIM_FAULT_HOST_ALLOC : CHAM_SIM_FAULT_MEM_ALLOC, &st)) {
+        cham_device_set_error(s->dev, "sim %s: injected fault: %s allocation of %zu bytes "
+                              "fails with \"%s\"", s->name, what, bytes, cham_status_string(st));
+        return st;
+    }
+    s->host += host ? SIM_HOST_ALLOC_NS + ns_ceil((double)bytes / SIM_PIN_BYTES_PER_S * 1e9)
+                    : SIM_MEM_ALLOC_NS;
+    sim_mem_t *mem = host ? s->host_mem : s->device_mem;
+    st = sim_mem_alloc(mem, bytes, ptr);
+    if (st == CHAM_ERR_OUT_OF_MEMORY)
+        cham_device_set_error(s->dev, "sim %s: out of %s memory: requested %zu bytes, %llu of "
+                              "%llu in use", s->name, what, bytes,
+                              (unsigned long long)sim_mem_in_use(mem),
+                              (unsigned long long)sim_mem_capacity(mem));
+    else if (st != CHAM_OK)
+        cham_device_set_error(s->dev, "sim %s: the host cannot back a %zu-byte %s segment",
+                              s->name, bytes, what);
+    else if (host)
+        s->stats.host_allocs++;
+    else
+        s->stats.mem_allocs++;
+    return st;
+}
+
+/* Returns a segment; like cudaFree and cudaFreeHost, waits for the device. */
+static void segment_free(sim_t *s, bool host, void *ptr)
+{
+    host_wait_until(s, all_streams_ready(s), host ? "cudaFreeHost synchronises"
+                                                  : "cudaFree synchronises");
+    size_t bytes = sim_mem_release(host ? s->host_mem : s->device_mem, ptr);
+    CHAM_ASSERT(bytes > 0 && "freeing a pointer that is not a segment of this kind");
     if (s->hazard)
         sim_hazard_forget(s->hazard, (uintptr_t)ptr, bytes);
-    s->host += SIM_MEM_FREE_NS;
-    s->stats.mem_frees++;
+    if (host) {
+        s->host += SIM_HOST_FREE_NS;
+        s->stats.host_frees++;
+    } else {
+        s->host += SIM_MEM_FREE_NS;
+        s->stats.mem_frees++;
+    }
+}
+
+static cham_status_t sim_mem_alloc_slot(void *ctx, size_t bytes, void **ptr)
+{
+    return segment_alloc(ctx, false, bytes, ptr);
+}
+
+static void sim_mem_free_slot(void *ctx, void *ptr)
+{
+    segment_free(ctx, false, ptr);
 }
 
 static cham_status_t sim_host_alloc_slot(void *ctx, size_t bytes, void **ptr)
 {
-    sim_t *s = ctx;
-    cham_status_t st;
-    if (fault_fires(s, CHAM_SIM_FAULT_HOST_ALLOC, &st)) {
-        cham_device_set_error(s->dev, "sim %s: injected fault: pinned host allocation of "
-                              "%zu bytes fails with \"%s\"", s->name, bytes,
-                              cham_status_string(st));
-        return st;
-    }
-    s->host += SIM_HOST_ALLOC_NS + ns_ceil((double)bytes / SIM_PIN_BYTES_PER_S * 1e9);
-    st = sim_mem_alloc(s->host_mem, bytes, ptr);
-    if (st != CHAM_OK) {
-        cham_device_set_error(s->dev, "sim %s: pinned host allocation of %zu bytes failed",
-                              s->name, bytes);
-        return st == CHAM_ERR_OUT_OF_MEMORY ? CHAM_ERR_HOST_OOM : st;
-    }
-    s->stats.host_allocs++;
-    return CHAM_OK;
+    return segment_alloc(ctx, true, bytes, ptr);
 }
 
 static void sim_host_free_slot(void *ctx, void *ptr)
 {
-    sim_t *s = ctx;
-    host_wait_until(s, all_streams_ready(s), "cudaFreeHost synchronises");
-    size_t bytes = sim_mem_release(s->host_mem, ptr);
-    CHAM_ASSERT(bytes > 0 && "freeing a pointer that is not pinned host memory");
-    if (s->hazard)
-        sim_hazard_forget(s->hazard, (uintptr_t)ptr, bytes);
-    s->host += SIM_HOST_FREE_NS;
-    s->stats.host_frees++;
+    segment_free(ctx, true, ptr);
 }
 
 /* ---- streams and events -------------------------------------------------*/
@@ -502,14 +497,10 @@ static cham_status_t sim_copy_async(void *ctx, void *stream, void *dst, const vo
 static cham_status_t sim_kernel_launch(void *ctx, void *stream, const cham_kernel_t *k)
 {
     sim_t *s = ctx;
-    if (k->n_accesses > s->touch_cap) {
-        touch_t *t = realloc(s->touch, k->n_accesses * sizeof *t);
-        if (!t)
-            return CHAM_ERR_HOST_OOM;
-        s->touch = t;
-        s->touch_cap = k->n_accesses;
-    }
-    touch_t *t = s->touch;
+    touch_t *t = cham_grow(s->touch, &s->touch_cap, k->n_accesses, sizeof *t, 16);
+    if (!t && k->n_accesses)
+        return CHAM_ERR_HOST_OOM;
+    s->touch = t;
     for (size_t i = 0; i < k->n_accesses; i++)
         t[i] = (touch_t){(uintptr_t)k->accesses[i].ptr, k->accesses[i].bytes,
                          (k->accesses[i].mode & CHAM_ACCESS_WRITE) != 0, false};

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/assert.h"
+#include "common/grow.h"
 
 /* Readers remembered per range: compute, swap-out, swap-in and one more.
  * With more streams reading the same bytes between two writes, the reader
@@ -51,7 +52,15 @@ struct sim_hazard {
 
 static const hz_access_t no_access = {HZ_NO_STREAM, 0, 0};
 
-static bool reserve(hz_range_t **v, size_t *cap, size_t need);
+/* Makes *v hold at least need ranges. */
+static bool reserve(hz_range_t **v, size_t *cap, size_t need)
+{
+    hz_range_t *p = cham_grow(*v, cap, need, sizeof *p, 64);
+    if (p)
+        *v = p;
+    return p != NULL;
+}
+
 
 /* ---- labels -------------------------------------------------------------*/
 
@@ -92,14 +101,11 @@ static uint32_t intern(sim_hazard_t *hz, const char *label)
     for (; hz->slots[k]; k = (k + 1) & (hz->n_slots - 1))
         if (strcmp(hz->labels[hz->slots[k] - 1], label) == 0)
             return hz->slots[k] - 1;
-    if (hz->n_labels == hz->labels_cap) {
-        size_t cap = hz->labels_cap * 2;
-        char **labels = realloc(hz->labels, cap * sizeof *labels);
-        if (!labels)
-            return UINT32_MAX;
-        hz->labels = labels;
-        hz->labels_cap = cap;
-    }
+    char **labels = cham_grow(hz->labels, &hz->labels_cap, hz->n_labels + 1,
+                              sizeof *labels, 64);
+    if (!labels)
+        return UINT32_MAX;
+    hz->labels = labels;
     char *copy = strdup(label);
     if (!copy)
         return UINT32_MAX;
@@ -158,21 +164,6 @@ size_t sim_hazard_range_count(const sim_hazard_t *hz)
 }
 
 /* ---- the map ------------------------------------------------------------*/
-
-static bool reserve(hz_range_t **v, size_t *cap, size_t need)
-{
-    if (need <= *cap)
-        return true;
-    size_t c = *cap ? *cap : 64;
-    while (c < need)
-        c *= 2;
-    hz_range_t *p = realloc(*v, c * sizeof *p);
-    if (!p)
-        return false;
-    *v = p;
-    *cap = c;
-    return true;
-}
 
 /* First range with hi > addr (binary search). */
 static size_t first_ending_after(const sim_hazard_t *hz, uintptr_t addr)

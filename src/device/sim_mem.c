@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/assert.h"
+#include "common/grow.h"
 
 #define SIM_MEM_ALIGN 256                   /* cudaMalloc's alignment */
 #define SIM_MEM_SPAN ((uintptr_t)1 << 46)   /* fake address range per space */
@@ -79,14 +80,10 @@ cham_status_t sim_mem_alloc(sim_mem_t *m, size_t bytes, void **ptr)
     *ptr = NULL;
     if (bytes > m->capacity - m->in_use)
         return CHAM_ERR_OUT_OF_MEMORY;
-    if (m->n == m->cap) {
-        size_t cap = m->cap ? 2 * m->cap : 16;
-        segment_t *s = realloc(m->segs, cap * sizeof *s);
-        if (!s)
-            return CHAM_ERR_HOST_OOM;
-        m->segs = s;
-        m->cap = cap;
-    }
+    segment_t *segs = cham_grow(m->segs, &m->cap, m->n + 1, sizeof *segs, 16);
+    if (!segs)
+        return CHAM_ERR_HOST_OOM;
+    m->segs = segs;
     uintptr_t addr;
     if (m->data) {
         size_t rounded = (bytes + SIM_MEM_ALIGN - 1) & ~(size_t)(SIM_MEM_ALIGN - 1);
