@@ -10,6 +10,7 @@
 
 #include "common/assert.h"
 #include "common/grow.h"
+#include "common/intern.h"
 
 /* Readers remembered per range: compute, swap-out, swap-in and one more.
  * With more streams reading the same bytes between two writes, the reader
@@ -40,10 +41,7 @@ struct sim_hazard {
     hz_range_t *scratch;     /* pieces of the range being rewritten */
     size_t scratch_cap;
 
-    char **labels;           /* interned labels; labels[0] = "" */
-    size_t n_labels, labels_cap;
-    uint32_t *slots;         /* open addressing: label index + 1, 0 = empty */
-    size_t n_slots;
+    cham_intern_t labels;    /* task labels; index 0 is "" */
 
     char stream_names[CHAM_SIM_MAX_STREAMS][48];
     sim_hazard_report_fn report;
@@ -61,59 +59,6 @@ static bool reserve(hz_range_t **v, size_t *cap, size_t need)
     return p != NULL;
 }
 
-
-/* ---- labels -------------------------------------------------------------*/
-
-static uint64_t hash_label(const char *s)
-{
-    uint64_t h = 1469598103934665603u;       /* FNV-1a: short strings, no dependency */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211u;
-    return h;
-}
-
-static bool labels_grow(sim_hazard_t *hz)
-{
-    size_t n_slots = hz->n_slots ? hz->n_slots * 2 : 256;
-    uint32_t *slots = calloc(n_slots, sizeof *slots);
-    if (!slots)
-        return false;
-    for (size_t i = 1; i < hz->n_labels; i++) {
-        size_t k = hash_label(hz->labels[i]) & (n_slots - 1);
-        while (slots[k])
-            k = (k + 1) & (n_slots - 1);
-        slots[k] = (uint32_t)i + 1;
-    }
-    free(hz->slots);
-    hz->slots = slots;
-    hz->n_slots = n_slots;
-    return true;
-}
-
-/* Index of label in the table, added if new; UINT32_MAX on host OOM. */
-static uint32_t intern(sim_hazard_t *hz, const char *label)
-{
-    if (!label || !*label)
-        return 0;
-    if (2 * (hz->n_labels + 1) > hz->n_slots && !labels_grow(hz))
-        return UINT32_MAX;
-    size_t k = hash_label(label) & (hz->n_slots - 1);
-    for (; hz->slots[k]; k = (k + 1) & (hz->n_slots - 1))
-        if (strcmp(hz->labels[hz->slots[k] - 1], label) == 0)
-            return hz->slots[k] - 1;
-    char **labels = cham_grow(hz->labels, &hz->labels_cap, hz->n_labels + 1,
-                              sizeof *labels, 64);
-    if (!labels)
-        return UINT32_MAX;
-    hz->labels = labels;
-    char *copy = strdup(label);
-    if (!copy)
-        return UINT32_MAX;
-    hz->labels[hz->n_labels] = copy;
-    hz->slots[k] = (uint32_t)hz->n_labels + 1;
-    return (uint32_t)hz->n_labels++;
-}
-
 /* ---- lifetime -----------------------------------------------------------*/
 
 sim_hazard_t *sim_hazard_new(sim_hazard_report_fn report, void *user)
@@ -123,14 +68,8 @@ sim_hazard_t *sim_hazard_new(sim_hazard_report_fn report, void *user)
         return NULL;
     hz->report = report;
     hz->user = user;
-    hz->labels_cap = 64;
-    hz->labels = malloc(hz->labels_cap * sizeof *hz->labels);
-    if (hz->labels) {
-        hz->labels[0] = strdup("");
-        hz->n_labels = 1;
-    }
-    if (!hz->labels || !hz->labels[0] || !labels_grow(hz) ||
-        !reserve(&hz->scratch, &hz->scratch_cap, 64)) {
+    cham_intern_init(&hz->labels);
+    if (cham_intern_add(&hz->labels, "") != 0 || !reserve(&hz->scratch, &hz->scratch_cap, 64)) {
         sim_hazard_free(hz);
         return NULL;
     }
@@ -143,10 +82,7 @@ void sim_hazard_free(sim_hazard_t *hz)
 {
     if (!hz)
         return;
-    for (size_t i = 0; i < hz->n_labels; i++)
-        free(hz->labels[i]);
-    free(hz->labels);
-    free(hz->slots);
+    cham_intern_free(&hz->labels);
     free(hz->ranges);
     free(hz->scratch);
     free(hz);
@@ -245,8 +181,8 @@ static void flush(sim_hazard_t *hz, pending_t *p, int stream, uint64_t start,
         .later_stream = stream,
         .earlier_stream_name = hz->stream_names[p->earlier.stream],
         .later_stream_name = hz->stream_names[stream],
-        .earlier_label = hz->labels[p->earlier.label],
-        .later_label = hz->labels[label],
+        .earlier_label = cham_intern_name(&hz->labels, p->earlier.label),
+        .later_label = cham_intern_name(&hz->labels, label),
         .earlier_end_ns = p->earlier.end,
         .later_start_ns = start,
     };
@@ -314,7 +250,7 @@ size_t sim_hazard_access(sim_hazard_t *hz, uintptr_t addr, size_t bytes, bool wr
         return 0;
     uintptr_t lo = addr, hi = addr + bytes;
     CHAM_ASSERT(hi > lo);
-    uint32_t lab = intern(hz, label);
+    uint32_t lab = cham_intern_add(&hz->labels, label ? label : "");
     if (lab == UINT32_MAX)
         return SIZE_MAX;
 
