@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/grow.h"
+
 /* A run of the arena: free (in the list) or handed out as a block.
  * Invariants: the free list is sorted by offset; free runs neither overlap
  * nor touch (adjacent runs are merged at once); every size is a non-zero
@@ -32,14 +34,10 @@ struct firstfit {
 static firstfit_block_t *get_node(firstfit_t *ff)
 {
     if (!ff->spare) {
-        if (ff->n_slabs == ff->cap_slabs) {
-            size_t n = ff->cap_slabs ? 2 * ff->cap_slabs : 16;
-            void **s = realloc(ff->slabs, n * sizeof *s);
-            if (!s)
-                return NULL;
-            ff->slabs = s;
-            ff->cap_slabs = n;
-        }
+        void **s = cham_grow(ff->slabs, &ff->cap_slabs, ff->n_slabs + 1, sizeof *s, 16);
+        if (!s)
+            return NULL;
+        ff->slabs = s;
         firstfit_block_t *slab = malloc(SLAB_BLOCKS * sizeof *slab);
         if (!slab)
             return NULL;

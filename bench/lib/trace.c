@@ -1,173 +1,14 @@
-/* Allocation traces: the builder that every trace goes through (dense slot
- * numbering and summary statistics), the LLM-like training trace generator,
- * and the recorded-trace text format (load and save). See trace.h for the
- * format and docs/bench.md for what the generated trace models. */
+/* The allocation-trace generator (trace.h): one device training an
+ * LLM-like model with mixed-precision AdamW, allocation by allocation, in
+ * the order a PyTorch eager program allocates and frees. docs/bench.md
+ * describes the model and the trace. */
 #include "lib/trace.h"
 
-#include <errno.h>
-#include <inttypes.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void set_err(char *err, size_t err_size, const char *fmt, ...)
-{
-    if (!err || err_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
-
-/* ---- builder ---------------------------------------------------------------
- * Appends operations to a trace, hands out slots (the most recently freed
- * first, else a new one) and keeps the summary statistics.
- * Invariants: slot_bytes[s] > 0 iff slot s is live; free_slots holds exactly
- * the slots < n_slots that are not live; live_bytes is the sum of
- * slot_bytes. */
-typedef struct builder {
-    bench_trace_t *t;
-    uint32_t *free_slots;
-    size_t n_free, cap_free;
-    uint64_t *slot_bytes;
-    size_t cap_slots;
-    uint64_t live_bytes, live_blocks;
-    bool failed;             /* the host ran out of memory */
-} builder_t;
-
-static void builder_init(builder_t *b, bench_trace_t *t)
-{
-    memset(t, 0, sizeof *t);
-    memset(b, 0, sizeof *b);
-    b->t = t;
-    t->n_streams = 1;
-    t->min_bytes = UINT64_MAX;
-}
-
-static void builder_done(builder_t *b)
-{
-    b->t->live_at_end = b->live_blocks;
-    if (b->t->n_allocs == 0)
-        b->t->min_bytes = 0;
-    free(b->free_slots);
-    free(b->slot_bytes);
-    b->free_slots = NULL;
-    b->slot_bytes = NULL;
-}
-
-/* Room for need elements of size elem in the array p of *cap elements:
- * returns the array (moved or not), or NULL with p untouched. */
-static void *grow(void *p, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return p;
-    size_t n = *cap ? *cap : 1024;
-    while (n < need)
-        n *= 2;
-    void *q = realloc(p, n * elem);
-    if (q)
-        *cap = n;
-    return q;
-}
-
-static bool push_op(builder_t *b, const bench_op_t *op)
-{
-    bench_trace_t *t = b->t;
-    bench_op_t *ops = grow(t->ops, &t->cap_ops, t->n_ops + 1, sizeof *ops);
-    if (!ops) {
-        b->failed = true;
-        return false;
-    }
-    t->ops = ops;
-    t->ops[t->n_ops++] = *op;
-    return true;
-}
-
-/* Returns the slot, or UINT32_MAX after a host allocation failure. */
-static uint32_t builder_alloc(builder_t *b, uint64_t bytes, int stream)
-{
-    bench_trace_t *t = b->t;
-    if (b->failed)
-        return UINT32_MAX;
-    uint32_t slot;
-    if (b->n_free > 0) {
-        slot = b->free_slots[--b->n_free];
-    } else {
-        if (t->n_slots == UINT32_MAX - 1u) {
-            b->failed = true;
-            return UINT32_MAX;
-        }
-        slot = t->n_slots;
-        uint64_t *sb = grow(b->slot_bytes, &b->cap_slots, (size_t)slot + 1, sizeof *sb);
-        if (!sb) {
-            b->failed = true;
-            return UINT32_MAX;
-        }
-        b->slot_bytes = sb;
-        t->n_slots++;
-    }
-    bench_op_t op = {.bytes = bytes, .slot = slot, .kind = BENCH_OP_ALLOC,
-                     .stream = (uint8_t)stream};
-    if (!push_op(b, &op))
-        return UINT32_MAX;
-    b->slot_bytes[slot] = bytes;
-    b->live_bytes += bytes;
-    b->live_blocks++;
-    t->n_allocs++;
-    if (b->live_bytes > t->peak_live_bytes)
-        t->peak_live_bytes = b->live_bytes;
-    if (b->live_blocks > t->peak_live_blocks)
-        t->peak_live_blocks = b->live_blocks;
-    if (bytes < t->min_bytes)
-        t->min_bytes = bytes;
-    if (bytes > t->max_bytes)
-        t->max_bytes = bytes;
-    if (bytes <= ((uint64_t)1 << 20))
-        t->allocs_small++;
-    else if (bytes < ((uint64_t)10 << 20))
-        t->allocs_mid++;
-    else
-        t->allocs_large++;
-    if (stream != 0)
-        t->allocs_stream1++;
-    if (stream + 1 > t->n_streams)
-        t->n_streams = stream + 1;
-    return slot;
-}
-
-static void builder_free(builder_t *b, uint32_t slot)
-{
-    bench_trace_t *t = b->t;
-    if (b->failed || slot >= t->n_slots || b->slot_bytes[slot] == 0)
-        return;
-    uint32_t *fs = grow(b->free_slots, &b->cap_free, b->n_free + 1, sizeof *fs);
-    if (!fs) {
-        b->failed = true;
-        return;
-    }
-    b->free_slots = fs;
-    bench_op_t op = {.bytes = 0, .slot = slot, .kind = BENCH_OP_FREE, .stream = 0};
-    if (!push_op(b, &op))
-        return;
-    b->live_bytes -= b->slot_bytes[slot];
-    b->live_blocks--;
-    b->slot_bytes[slot] = 0;
-    b->free_slots[b->n_free++] = slot;
-    t->n_frees++;
-}
-
-void bench_trace_release(bench_trace_t *trace)
-{
-    if (!trace)
-        return;
-    free(trace->ops);
-    free(trace->step_ends);
-    memset(trace, 0, sizeof *trace);
-}
-
-/* ---- generator -------------------------------------------------------------*/
+#include "common/grow.h"
+#include "lib/trace_builder.h"
 
 void bench_trace_config_default(bench_trace_config_t *c)
 {
@@ -220,10 +61,11 @@ typedef struct layer_saved {
 
 typedef struct gen {
     const bench_trace_config_t *c;
-    builder_t b;
+    trace_builder_t b;
     uint64_t rng;
     param_t *params;
-    int n_params, cap_params;
+    int n_params;
+    size_t cap_params;
     layer_params_t *lp;
     layer_saved_t *ls;
     int emb, final_norm, lm_head;
@@ -231,8 +73,10 @@ typedef struct gen {
     /* Gradient all-reduce bucket on stream 1. */
     uint64_t bucket_fill;
     uint32_t bucket;
-    /* This step's shape. */
+    /* This step's shape, and the bytes of one fp16 activation of width
+     * hidden and of width key/value. */
     uint64_t T, N;           /* sequence length, tokens */
+    uint64_t NH2, NKV2;
 } gen_t;
 
 /* splitmix64: small, fast, and the same on every platform. */
@@ -251,13 +95,13 @@ static uint64_t rnd_below(gen_t *g, uint64_t n)
 
 static uint32_t A(gen_t *g, uint64_t bytes)
 {
-    return builder_alloc(&g->b, bytes, 0);
+    return trace_builder_alloc(&g->b, bytes, 0);
 }
 
 static void F(gen_t *g, uint32_t *slot)
 {
     if (*slot != NONE)
-        builder_free(&g->b, *slot);
+        trace_builder_free(&g->b, *slot);
     *slot = NONE;
 }
 
@@ -281,17 +125,13 @@ static void workspace(gen_t *g)
 
 static int add_param(gen_t *g, uint64_t elems)
 {
-    if (g->n_params == g->cap_params) {
-        int n = g->cap_params ? 2 * g->cap_params : 256;
-        param_t *p = realloc(g->params, (size_t)n * sizeof *p);
-        if (!p) {
-            g->b.failed = true;
-            return 0;
-        }
-        g->params = p;
-        g->cap_params = n;
+    param_t *p = cham_grow(g->params, &g->cap_params, (size_t)g->n_params + 1, sizeof *p, 256);
+    if (!p) {
+        g->b.failed = true;
+        return 0;
     }
-    param_t *p = &g->params[g->n_params];
+    g->params = p;
+    p = &g->params[g->n_params];
     p->elems = elems;
     p->slot = p->master = p->m = p->v = p->grad = NONE;
     return g->n_params++;
@@ -309,7 +149,7 @@ static void grad(gen_t *g, int i)
     g->bucket_fill += p->elems * 2;
     if (g->c->bucket_bytes && g->bucket_fill >= g->c->bucket_bytes) {
         F(g, &g->bucket);
-        g->bucket = builder_alloc(&g->b, g->bucket_fill, 1);
+        g->bucket = trace_builder_alloc(&g->b, g->bucket_fill, 1);
         g->bucket_fill = 0;
     }
 }
@@ -381,15 +221,12 @@ static void route(gen_t *g, uint64_t *tokens)
     tokens[e0] += total - given;
 }
 
-/* Forward of layer l with input x (saved); returns the output. */
-static uint32_t layer_forward(gen_t *g, int l, uint32_t x)
+/* Forward of a layer with weights lp and input x (saved in s, with what
+ * else backward needs); returns the output. */
+static uint32_t layer_forward(gen_t *g, const layer_params_t *lp, layer_saved_t *s, uint32_t x)
 {
     const bench_trace_config_t *c = g->c;
-    const layer_params_t *lp = &g->lp[l];
-    layer_saved_t *s = &g->ls[l];
-    uint64_t N = g->N, H = (uint64_t)c->hidden;
-    uint64_t kvd = H / (uint64_t)c->heads * (uint64_t)c->kv_heads;
-    uint64_t NH2 = N * H * 2, NKV2 = N * kvd * 2;
+    uint64_t N = g->N, H = (uint64_t)c->hidden, NH2 = g->NH2, NKV2 = g->NKV2;
 
     s->x_in = x;
     s->h1 = A(g, NH2);                   /* RMSNorm */
@@ -453,16 +290,33 @@ static uint32_t layer_forward(gen_t *g, int l, uint32_t x)
     return out;
 }
 
-/* Backward of layer l: dx is the gradient of its output (freed here);
- * returns the gradient of its input. */
-static uint32_t layer_backward(gen_t *g, int l, uint32_t dx)
+/* Backward of an RMSNorm with weight norm and of the residual around its
+ * block: dh is the gradient of the norm's output, h and rstd what the norm
+ * saved (h may be freed already), dy the gradient of the residual's output
+ * and x the block's input; all of them are freed. Returns the gradient of
+ * x. */
+static uint32_t norm_backward(gen_t *g, int norm, uint32_t *dh, uint32_t *h, uint32_t *rstd,
+                              uint32_t *dy, uint32_t *x)
+{
+    uint32_t dn = A(g, g->NH2);              /* RMSNorm backward */
+    grad(g, norm);
+    F(g, dh);
+    F(g, h);
+    F(g, rstd);
+    uint32_t dx = A(g, g->NH2);              /* residual */
+    F(g, &dn);
+    F(g, dy);
+    F(g, x);
+    return dx;
+}
+
+/* Backward of a layer: dx is the gradient of its output (freed here), as
+ * are the activations it saved in s; returns the gradient of its input. */
+static uint32_t layer_backward(gen_t *g, const layer_params_t *lp, layer_saved_t *s,
+                               uint32_t dx)
 {
     const bench_trace_config_t *c = g->c;
-    const layer_params_t *lp = &g->lp[l];
-    layer_saved_t *s = &g->ls[l];
-    uint64_t N = g->N, H = (uint64_t)c->hidden;
-    uint64_t kvd = H / (uint64_t)c->heads * (uint64_t)c->kv_heads;
-    uint64_t NH2 = N * H * 2, NKV2 = N * kvd * 2;
+    uint64_t N = g->N, H = (uint64_t)c->hidden, NH2 = g->NH2, NKV2 = g->NKV2;
 
     uint32_t dh2;
     if (!lp->moe) {
@@ -514,15 +368,7 @@ static uint32_t layer_backward(gen_t *g, int l, uint32_t dx)
         F(g, &drl);
         F(g, &s->router_logits);
     }
-    uint32_t dn2 = A(g, NH2);                /* RMSNorm backward */
-    grad(g, lp->ffn_norm);
-    F(g, &dh2);
-    F(g, &s->h2);
-    F(g, &s->rstd2);
-    uint32_t dxm = A(g, NH2);                /* residual */
-    F(g, &dn2);
-    F(g, &dx);
-    F(g, &s->x_mid);
+    uint32_t dxm = norm_backward(g, lp->ffn_norm, &dh2, &s->h2, &s->rstd2, &dx, &s->x_mid);
 
     uint32_t d_o = A(g, NH2);                /* output projection */
     grad(g, lp->wo);
@@ -551,15 +397,7 @@ static uint32_t layer_backward(gen_t *g, int l, uint32_t dx)
     F(g, &dk0);
     F(g, &dv);
     F(g, &s->h1);
-    uint32_t dn1 = A(g, NH2);                /* RMSNorm backward */
-    grad(g, lp->attn_norm);
-    F(g, &dh1);
-    F(g, &s->rstd1);
-    uint32_t dxi = A(g, NH2);                /* residual */
-    F(g, &dn1);
-    F(g, &dxm);
-    F(g, &s->x_in);
-    return dxi;
+    return norm_backward(g, lp->attn_norm, &dh1, &s->h1, &s->rstd1, &dxm, &s->x_in);
 }
 
 static void step(gen_t *g)
@@ -572,11 +410,14 @@ static void step(gen_t *g)
     g->T = (uint64_t)c->seq - (uint64_t)c->seq / 16 * r;
     g->N = (uint64_t)c->batch * g->T;
     uint64_t N = g->N, NH2 = N * H * 2;
+    uint64_t kvd = H / (uint64_t)c->heads * (uint64_t)c->kv_heads;
+    g->NH2 = NH2;
+    g->NKV2 = N * kvd * 2;
 
     uint32_t tokens = A(g, N * 4), targets = A(g, N * 8);
     uint32_t x = A(g, NH2);                  /* embedding */
     for (int l = 0; l < c->layers; l++)
-        x = layer_forward(g, l, x);
+        x = layer_forward(g, &g->lp[l], &g->ls[l], x);
     uint32_t hf = A(g, NH2), rstd = A(g, N * 4);   /* final norm */
     uint32_t logits = A(g, N * V * 2);
     workspace(g);
@@ -603,13 +444,13 @@ static void step(gen_t *g)
     F(g, &rstd);
     F(g, &x);
     for (int l = c->layers - 1; l >= 0; l--)
-        dx = layer_backward(g, l, dx);
+        dx = layer_backward(g, &g->lp[l], &g->ls[l], dx);
     grad(g, g->emb);
     F(g, &dx);
     F(g, &tokens);
     if (g->bucket_fill > 0) {                /* last, partial bucket */
         F(g, &g->bucket);
-        g->bucket = builder_alloc(&g->b, g->bucket_fill, 1);
+        g->bucket = trace_builder_alloc(&g->b, g->bucket_fill, 1);
     }
     F(g, &g->bucket);
 
@@ -645,13 +486,13 @@ static bool config_ok(const bench_trace_config_t *c, char *err, size_t err_size)
     if (c->layers < 1 || c->hidden < 1 || c->heads < 1 || c->kv_heads < 1 || c->ffn < 1 ||
         c->vocab < 1 || c->batch < 1 || c->seq < 16 || c->hidden % c->heads != 0 ||
         c->heads % c->kv_heads != 0) {
-        set_err(err, err_size, "trace model: invalid shape");
+        trace_set_err(err, err_size, "trace model: invalid shape");
         return false;
     }
     if (c->moe_every < 0 || (c->moe_every > 0 &&
         (c->experts < 1 || c->experts > MAX_EXPERTS || c->top_k < 1 ||
          c->top_k > c->experts || c->expert_ffn < 1))) {
-        set_err(err, err_size, "trace model: invalid MoE settings (1..%d experts)",
+        trace_set_err(err, err_size, "trace model: invalid MoE settings (1..%d experts)",
                 MAX_EXPERTS);
         return false;
     }
@@ -667,7 +508,7 @@ bool bench_trace_generate(const bench_trace_config_t *config, bench_trace_t *tra
     memset(&g, 0, sizeof g);
     g.c = config;
     g.rng = config->seed;
-    builder_init(&g.b, trace);
+    trace_builder_init(&g.b, trace);
     g.lp = calloc((size_t)config->layers, sizeof *g.lp);
     g.ls = calloc((size_t)config->layers, sizeof *g.ls);
     g.bucket = NONE;
@@ -679,7 +520,8 @@ bool bench_trace_generate(const bench_trace_config_t *config, bench_trace_t *tra
     size_t cap_steps = 0;
     while (!g.b.failed && trace->n_ops < config->min_ops) {
         step(&g);
-        size_t *ends = grow(trace->step_ends, &cap_steps, trace->steps + 1, sizeof *ends);
+        size_t *ends = cham_grow(trace->step_ends, &cap_steps, trace->steps + 1, sizeof *ends,
+                                 1024);
         if (!ends) {
             g.b.failed = true;
             break;
@@ -699,304 +541,13 @@ bool bench_trace_generate(const bench_trace_config_t *config, bench_trace_t *tra
         F(&g, &g.params[i].slot);
     }
     bool ok = !g.b.failed;
-    builder_done(&g.b);
+    trace_builder_done(&g.b);
     free(g.params);
     free(g.lp);
     free(g.ls);
     if (!ok) {
         bench_trace_release(trace);
-        set_err(err, err_size, "trace generator: out of host memory");
+        trace_set_err(err, err_size, "trace generator: out of host memory");
     }
-    return ok;
-}
-
-/* ---- text format -------------------------------------------------------------
- * IDs of a loaded file map to slots through an open-addressing hash table
- * with linear probing and backward-shift deletion.
- * Invariant: every live ID is in the table, reachable from its home bucket
- * without crossing an empty bucket. */
-typedef struct id_map {
-    uint64_t *keys;
-    uint32_t *slots;         /* UINT32_MAX = empty */
-    size_t cap, n;           /* cap is a power of two */
-} id_map_t;
-
-static size_t id_hash(uint64_t id, size_t cap)
-{
-    id ^= id >> 33;
-    id *= 0xff51afd7ed558ccdull;
-    id ^= id >> 33;
-    return (size_t)id & (cap - 1);
-}
-
-static bool id_map_grow(id_map_t *m)
-{
-    size_t cap = m->cap ? m->cap * 2 : 4096;
-    id_map_t nm = {malloc(cap * sizeof *nm.keys), malloc(cap * sizeof *nm.slots), cap, 0};
-    if (!nm.keys || !nm.slots) {
-        free(nm.keys);
-        free(nm.slots);
-        return false;
-    }
-    for (size_t i = 0; i < cap; i++)
-        nm.slots[i] = UINT32_MAX;
-    for (size_t i = 0; i < m->cap; i++) {
-        if (m->slots[i] == UINT32_MAX)
-            continue;
-        size_t h = id_hash(m->keys[i], cap);
-        while (nm.slots[h] != UINT32_MAX)
-            h = (h + 1) & (cap - 1);
-        nm.keys[h] = m->keys[i];
-        nm.slots[h] = m->slots[i];
-        nm.n++;
-    }
-    free(m->keys);
-    free(m->slots);
-    *m = nm;
-    return true;
-}
-
-/* Index of the bucket holding id, or of the empty bucket where it would go. */
-static size_t id_map_find(const id_map_t *m, uint64_t id)
-{
-    size_t h = id_hash(id, m->cap);
-    while (m->slots[h] != UINT32_MAX && m->keys[h] != id)
-        h = (h + 1) & (m->cap - 1);
-    return h;
-}
-
-static void id_map_erase(id_map_t *m, size_t i)
-{
-    size_t mask = m->cap - 1, j = i;
-    m->slots[i] = UINT32_MAX;
-    m->n--;
-    for (;;) {
-        j = (j + 1) & mask;
-        if (m->slots[j] == UINT32_MAX)
-            return;
-        size_t home = id_hash(m->keys[j], m->cap);
-        /* Move j back to i unless its home lies cyclically in (i, j]. */
-        bool stays = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-        if (stays)
-            continue;
-        m->keys[i] = m->keys[j];
-        m->slots[i] = m->slots[j];
-        m->slots[j] = UINT32_MAX;
-        i = j;
-    }
-}
-
-/* Parses an unsigned decimal field; advances *p past it. */
-static bool parse_u64(const char **p, uint64_t *out)
-{
-    const char *s = *p;
-    if (*s < '0' || *s > '9')
-        return false;
-    uint64_t v = 0;
-    while (*s >= '0' && *s <= '9') {
-        unsigned d = (unsigned)(*s - '0');
-        if (v > (UINT64_MAX - d) / 10)
-            return false;
-        v = v * 10 + d;
-        s++;
-    }
-    *p = s;
-    *out = v;
-    return true;
-}
-
-static const char *skip_blanks(const char *s)
-{
-    while (*s == ' ' || *s == '\t')
-        s++;
-    return s;
-}
-
-/* After a field there must be a blank or the end of the line. */
-static bool field_end(const char *s)
-{
-    return *s == ' ' || *s == '\t' || *s == '\0' || *s == '\n' || *s == '\r';
-}
-
-static bool at_eol(const char *s)
-{
-    s = skip_blanks(s);
-    return *s == '\0' || *s == '\n' || (*s == '\r' && (s[1] == '\n' || s[1] == '\0'));
-}
-
-/* Length of s up to the end of the line, at most 40, for messages. */
-static int text_len(const char *s)
-{
-    size_t n = strcspn(s, "\r\n");
-    return n > 40 ? 40 : (int)n;
-}
-
-/* The message for a bad or missing field. */
-static void field_err(char *err, size_t err_size, const char *path, uint64_t lineno,
-                      const char *s, const char *name, const char *what)
-{
-    size_t n = strcspn(s, " \t\r\n");
-    if (at_eol(s))
-        set_err(err, err_size, "%s:%" PRIu64 ": missing %s (expected \"a ID BYTES STREAM\" "
-                "or \"f ID\")", path, lineno, name);
-    else
-        set_err(err, err_size, "%s:%" PRIu64 ": %s must be %s, got \"%.*s\"", path, lineno,
-                name, what, n > 40 ? 40 : (int)n, s);
-}
-
-bool bench_trace_load(const char *path, bench_trace_t *trace, char *err, size_t err_size)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
-        return false;
-    }
-    builder_t b;
-    builder_init(&b, trace);
-    id_map_t map = {0};
-    char *line = NULL;
-    size_t line_cap = 0;
-    uint64_t lineno = 0;
-    bool ok = id_map_grow(&map);
-    if (!ok)
-        set_err(err, err_size, "%s: out of host memory", path);
-    while (ok) {
-        errno = 0;
-        ssize_t len = getline(&line, &line_cap, f);
-        if (len < 0) {
-            if (ferror(f)) {
-                set_err(err, err_size, "%s:%" PRIu64 ": read error: %s", path, lineno + 1,
-                        strerror(errno));
-                ok = false;
-            }
-            break;
-        }
-        lineno++;
-        if ((size_t)len != strlen(line)) {
-            set_err(err, err_size, "%s:%" PRIu64 ": NUL byte in line", path, lineno);
-            ok = false;
-            break;
-        }
-        const char *s = skip_blanks(line);
-        if (*s == '#' || at_eol(s))
-            continue;
-        char op = *s++;
-        if ((op != 'a' && op != 'f') || !field_end(s)) {
-            set_err(err, err_size,
-                    "%s:%" PRIu64 ": expected \"a ID BYTES STREAM\" or \"f ID\", got \"%.*s\"",
-                    path, lineno, text_len(skip_blanks(line)), skip_blanks(line));
-            ok = false;
-            break;
-        }
-        uint64_t id, bytes = 0, stream = 0;
-        s = skip_blanks(s);
-        const char *field = s;
-        if (!parse_u64(&s, &id) || !field_end(s)) {
-            field_err(err, err_size, path, lineno, field,
-                      "ID", "an unsigned 64-bit integer");
-            ok = false;
-            break;
-        }
-        if (op == 'a') {
-            s = field = skip_blanks(s);
-            if (!parse_u64(&s, &bytes) || !field_end(s) || bytes == 0 ||
-                bytes > ((uint64_t)1 << 50)) {
-                field_err(err, err_size, path, lineno, field,
-                          "BYTES", "an integer from 1 to 2^50");
-                ok = false;
-                break;
-            }
-            s = field = skip_blanks(s);
-            if (!parse_u64(&s, &stream) || !field_end(s) ||
-                stream >= BENCH_TRACE_MAX_STREAMS) {
-                field_err(err, err_size, path, lineno, field,
-                          "STREAM", "an integer from 0 to 15");
-                ok = false;
-                break;
-            }
-        }
-        if (!at_eol(s)) {
-            set_err(err, err_size, "%s:%" PRIu64 ": unexpected text after the %s: \"%.*s\"",
-                    path, lineno, op == 'a' ? "STREAM" : "ID", text_len(skip_blanks(s)),
-                    skip_blanks(s));
-            ok = false;
-            break;
-        }
-        size_t h = id_map_find(&map, id);
-        if (op == 'a') {
-            if (map.slots[h] != UINT32_MAX) {
-                set_err(err, err_size,
-                        "%s:%" PRIu64 ": ID %" PRIu64 " allocated again while still live",
-                        path, lineno, id);
-                ok = false;
-                break;
-            }
-            uint32_t slot = builder_alloc(&b, bytes, (int)stream);
-            if (slot == UINT32_MAX) {
-                set_err(err, err_size, "%s:%" PRIu64 ": out of host memory", path, lineno);
-                ok = false;
-                break;
-            }
-            map.keys[h] = id;
-            map.slots[h] = slot;
-            map.n++;
-            if (map.n * 2 > map.cap && !id_map_grow(&map)) {
-                set_err(err, err_size, "%s:%" PRIu64 ": out of host memory", path, lineno);
-                ok = false;
-            }
-        } else {
-            if (map.slots[h] == UINT32_MAX) {
-                set_err(err, err_size,
-                        "%s:%" PRIu64 ": free of ID %" PRIu64 ", which is not allocated",
-                        path, lineno, id);
-                ok = false;
-                break;
-            }
-            builder_free(&b, map.slots[h]);
-            id_map_erase(&map, h);
-            if (b.failed) {
-                set_err(err, err_size, "%s:%" PRIu64 ": out of host memory", path, lineno);
-                ok = false;
-            }
-        }
-    }
-    if (ok && trace->n_ops == 0) {
-        set_err(err, err_size, "%s: no operations in the file", path);
-        ok = false;
-    }
-    free(line);
-    free(map.keys);
-    free(map.slots);
-    fclose(f);
-    builder_done(&b);
-    if (!ok)
-        bench_trace_release(trace);
-    return ok;
-}
-
-bool bench_trace_save(const char *path, const bench_trace_t *trace, const char *comment,
-                      char *err, size_t err_size)
-{
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        set_err(err, err_size, "%s: cannot create: %s", path, strerror(errno));
-        return false;
-    }
-    fprintf(f, "# chameleon allocation trace: \"a ID BYTES STREAM\" / \"f ID\"\n");
-    if (comment && *comment)
-        fprintf(f, "# %s\n", comment);
-    for (size_t i = 0; i < trace->n_ops; i++) {
-        const bench_op_t *op = &trace->ops[i];
-        if (op->kind == BENCH_OP_ALLOC)
-            fprintf(f, "a %" PRIu32 " %" PRIu64 " %u\n", op->slot, op->bytes,
-                    (unsigned)op->stream);
-        else
-            fprintf(f, "f %" PRIu32 "\n", op->slot);
-    }
-    bool ok = !ferror(f);
-    if (fclose(f) != 0)
-        ok = false;
-    if (!ok)
-        set_err(err, err_size, "%s: write failed: %s", path, strerror(errno));
     return ok;
 }

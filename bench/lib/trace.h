@@ -1,18 +1,11 @@
-/* Allocation traces for the allocator benchmark: a deterministic generator
- * of an LLM-like training trace, and the recorded-trace text format.
+/* Allocation traces for the allocator benchmark, and the deterministic
+ * generator of an LLM-like training trace (trace.c). Recorded traces are
+ * read and written by trace_io.h.
  *
  * A trace is a list of operations: allocate `bytes` on stream `stream` into
  * slot `slot`, or free the block held in `slot`. Slots are small dense
  * indices (0 .. n_slots-1) reused after a free, so a replayer keeps its live
- * blocks in a plain array of n_slots entries.
- *
- * Text format (one operation per line; `#` starts a comment line, blank
- * lines are ignored):
- *     a ID BYTES STREAM     allocate BYTES (> 0) on STREAM (0..15) as ID
- *     f ID                  free the block allocated as ID
- * ID is any unsigned 64-bit integer; it may be reused once its block has
- * been freed. Blocks still live at the end of a file are allowed (the
- * replayer frees them outside the timed region). */
+ * blocks in a plain array of n_slots entries. */
 #ifndef BENCH_LIB_TRACE_H
 #define BENCH_LIB_TRACE_H
 
@@ -81,14 +74,6 @@ void bench_trace_config_default(bench_trace_config_t *config);
  * runs out of memory or the config is invalid. */
 bool bench_trace_generate(const bench_trace_config_t *config, bench_trace_t *trace,
                           char *err, size_t err_size);
-
-/* Reads a recorded trace. On bad input returns false with a message naming
- * the file and line ("FILE:LINE: ...") in err. */
-bool bench_trace_load(const char *path, bench_trace_t *trace, char *err, size_t err_size);
-
-/* Writes the trace in the text format (slots are written as IDs). */
-bool bench_trace_save(const char *path, const bench_trace_t *trace, const char *comment,
-                      char *err, size_t err_size);
 
 void bench_trace_release(bench_trace_t *trace);
 

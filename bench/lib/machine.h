@@ -1,0 +1,24 @@
+/* The machine a benchmark runs on, as its output describes it: the
+ * monotonic clock every timing reads, what one read costs, and the CPU. */
+#ifndef BENCH_LIB_MACHINE_H
+#define BENCH_LIB_MACHINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+/* CLOCK_MONOTONIC in ns; inline, so a timed loop pays only the read. */
+static inline uint64_t bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Average cost of one bench_now_ns(), in ns: the best of a few runs. */
+double bench_clock_cost_ns(void);
+
+/* "AMD EPYC (family 25, model 17)", from /proc/cpuinfo ("unknown CPU"). */
+void bench_cpu_model(char *buf, size_t size);
+
+#endif
