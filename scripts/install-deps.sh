@@ -4,7 +4,7 @@
 # Why each package: docs/dependencies.md.
 set -euo pipefail
 
-packages=(cmake make gcc clang pkg-config libcmocka-dev)
+packages=(cmake make gcc clang pkg-config libcmocka-dev libjansson-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -8,6 +8,8 @@
 #include "chameleon/device.h"
 #include "chameleon/sim.h"
 #include "chameleon/alloc.h"
+#include "chameleon/runtime.h"
+#include "chameleon/profile.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,0 +1,220 @@
+/* The eager-mode runtime API: what a framework or a C training loop calls.
+ *
+ * A context per device. The caller interns operator names as op tokens,
+ * makes tensor handles, brackets every operator dispatch with
+ * cham_op_begin / cham_op_end, marks phases and the end of each step.
+ * Chameleon watches the op sequence (the profiler and its stage machine,
+ * docs/profiler.md) and, in managed mode, owns the device memory of tensors
+ * and can move it between device and host. */
+#ifndef CHAMELEON_RUNTIME_H
+#define CHAMELEON_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chameleon/device.h"
+#include "chameleon/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cham_context cham_context_t;
+typedef struct cham_tensor cham_tensor_t;
+typedef struct cham_profile cham_profile_t;
+
+/* An interned operator name: 0, 1, 2, ... in order of first use. */
+typedef int32_t cham_op_token_t;
+
+typedef enum cham_mode {
+    CHAM_MODE_MANAGED,       /* Chameleon allocates tensors' device memory */
+    CHAM_MODE_ADVISOR,       /* the caller owns memory and reports it */
+} cham_mode_t;
+
+typedef enum cham_phase {
+    CHAM_PHASE_FORWARD,
+    CHAM_PHASE_BACKWARD,
+    CHAM_PHASE_OPTIMIZER,
+    CHAM_PHASE_OTHER,
+} cham_phase_t;
+
+typedef enum cham_stage {
+    CHAM_STAGE_WARMUP,       /* watching the op sequence settle */
+    CHAM_STAGE_GENPOLICY,    /* detailed profiling; policies are generated */
+    CHAM_STAGE_STABLE,       /* the chosen policy is reused */
+} cham_stage_t;
+
+typedef enum cham_dtype {
+    CHAM_DTYPE_F32,
+    CHAM_DTYPE_F16,
+    CHAM_DTYPE_BF16,
+    CHAM_DTYPE_F64,
+    CHAM_DTYPE_I64,
+    CHAM_DTYPE_I32,
+    CHAM_DTYPE_I8,
+    CHAM_DTYPE_U8,
+    CHAM_DTYPE_BOOL,
+    CHAM_DTYPE_COUNT_
+} cham_dtype_t;
+
+typedef enum cham_residency {
+    CHAM_RESIDENT_DEVICE,    /* data on the device */
+    CHAM_RESIDENT_MOVING_OUT,/* a swap-out is in flight; the device copy is still valid */
+    CHAM_RESIDENT_HOST,      /* data only on the host */
+    CHAM_RESIDENT_MOVING_IN, /* a swap-in is in flight */
+} cham_residency_t;
+
+/* ---- configuration --------------------------------------------------------*/
+
+typedef struct cham_config {
+    cham_device_config_t device; /* backend, preset, capacity, sim knobs */
+    cham_mode_t mode;
+    uint64_t pinned_budget;      /* bytes of pinned host memory for swaps */
+    /* Stage machine (paper Algorithm 1). */
+    uint32_t warmup_steps;       /* m: stable steps before GenPolicy (2) */
+    uint32_t genpolicy_steps;    /* n: stable steps before Stable (5) */
+    double length_tolerance;     /* relative length change still stable (0.05) */
+    double cosine_threshold;     /* cosine similarity still stable (0.95) */
+    /* Policy generation (paper §5). */
+    double score_c;              /* C in Score = N_MRE + C * S (1.0) */
+    uint64_t min_swap_bytes;     /* smallest tensor worth swapping (1 MiB) */
+} cham_config_t;
+
+/* The defaults: the sim device's defaults, managed mode, a 16 GiB pinned
+ * budget and the paper's knobs. */
+cham_config_t cham_config_default(void);
+
+/* Reads a JSON object of config fields (docs/config.md) over *config, which
+ * should hold the defaults. Unknown keys, wrong types and out-of-range
+ * values are errors; err receives a message naming the file, the key and
+ * the value (or the line and column of a syntax error). */
+cham_status_t cham_config_load_json(const char *path, cham_config_t *config, char *err,
+                                    size_t err_size);
+
+/* Checks every field; on failure err names the field and the value. */
+cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_t err_size);
+
+/* ---- context ------------------------------------------------------------*/
+
+/* Opens the device and sets up allocators, streams and the profiler. On
+ * failure *out is NULL and cham_context_last_error(NULL) says why. */
+cham_status_t cham_context_new(const cham_config_t *config, cham_context_t **out);
+/* Frees the context. Tensors still alive are a programmer error. */
+void cham_context_free(cham_context_t *ctx);
+/* The message of the last failure (ctx NULL: of the last failed creation). */
+const char *cham_context_last_error(const cham_context_t *ctx);
+
+cham_device_t *cham_context_device(const cham_context_t *ctx);
+/* The stream operators run on; kernels are launched there by the caller. */
+cham_stream_t *cham_context_compute_stream(const cham_context_t *ctx);
+
+/* ---- op tokens ------------------------------------------------------------*/
+
+/* The token of name, interned on first use; stable for the context's life. */
+cham_status_t cham_op_token(cham_context_t *ctx, const char *name, cham_op_token_t *out);
+/* The name of a token, or NULL if unknown. */
+const char *cham_op_name(const cham_context_t *ctx, cham_op_token_t token);
+
+/* ---- tensors --------------------------------------------------------------
+ * A tensor handle is a view of a storage: an offset and a length into it.
+ * Residency, swapping and freeing work on the storage, so all views of a
+ * swapped storage follow it. Handles are reference counted; a new handle
+ * holds one reference; the storage is freed when its last view goes. */
+
+/* Managed mode: a new storage of bytes on the device, and a view of all of
+ * it. CHAM_ERR_OUT_OF_MEMORY when it does not fit (message in
+ * cham_context_last_error). */
+cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dtype,
+                              const char *label, cham_tensor_t **out);
+/* Advisor mode: the caller allocated bytes at device pointer ptr; Chameleon
+ * tracks it. Releasing the last view reports the free. */
+cham_status_t cham_tensor_wrap(cham_context_t *ctx, void *ptr, size_t bytes,
+                               cham_dtype_t dtype, const char *label, cham_tensor_t **out);
+/* A new view of base's storage: [offset, offset + bytes) of base's view. */
+cham_status_t cham_tensor_view(cham_tensor_t *base, size_t offset, size_t bytes,
+                               cham_dtype_t dtype, const char *label, cham_tensor_t **out);
+
+cham_tensor_t *cham_tensor_retain(cham_tensor_t *t);
+void cham_tensor_release(cham_tensor_t *t);
+
+/* The view's device address, valid for the op being dispatched (it may
+ * change when the storage is swapped out and back). NULL while the storage
+ * is not on the device. */
+void *cham_tensor_data(const cham_tensor_t *t);
+size_t cham_tensor_bytes(const cham_tensor_t *t);
+cham_dtype_t cham_tensor_dtype(const cham_tensor_t *t);
+const char *cham_tensor_label(const cham_tensor_t *t);
+cham_residency_t cham_tensor_residency(const cham_tensor_t *t);
+/* True if a and b are views of one storage. */
+bool cham_tensor_same_storage(const cham_tensor_t *a, const cham_tensor_t *b);
+
+/* Managed mode: moves the storage to pinned host memory (planned, or
+ * passive when an allocation failed), and back. Swap-out copies on the
+ * swap-out stream after the work queued so far on the compute stream; the
+ * device block is reused once that copy is done. Swap-in copies on the
+ * swap-in stream and makes the compute stream wait before the next use.
+ * A storage that is used by an op while on the host is brought back on
+ * demand (counted). Both are logged for the profiler. */
+cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive);
+cham_status_t cham_tensor_swap_in(cham_tensor_t *t);
+
+/* ---- dispatch -------------------------------------------------------------*/
+
+/* Brackets one operator: its token, the tensors it reads and writes. Every
+ * input and output must be on the device or movable there; begin makes the
+ * compute stream wait for swap-ins in flight. Launch the op's kernels on the
+ * compute stream between begin and end. */
+cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
+                            cham_tensor_t *const *inputs, size_t n_inputs,
+                            cham_tensor_t *const *outputs, size_t n_outputs);
+cham_status_t cham_op_end(cham_context_t *ctx);
+
+/* Marks the phase of the ops that follow (forward at the start of a step). */
+cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase);
+
+/* Ends the step: runs the stage machine on the step's op sequence. */
+cham_status_t cham_step_end(cham_context_t *ctx);
+
+cham_stage_t cham_context_stage(const cham_context_t *ctx);
+/* Steps ended so far. */
+uint64_t cham_context_step(const cham_context_t *ctx);
+const char *cham_stage_name(cham_stage_t stage);
+const char *cham_phase_name(cham_phase_t phase);
+const char *cham_dtype_name(cham_dtype_t dtype);
+size_t cham_dtype_size(cham_dtype_t dtype);
+
+/* Called after a step that changed the stage. */
+typedef void (*cham_stage_hook_t)(cham_context_t *ctx, cham_stage_t from, cham_stage_t to,
+                                  uint64_t step, void *user);
+void cham_context_on_stage(cham_context_t *ctx, cham_stage_hook_t hook, void *user);
+
+/* Log lines (stage changes, on-demand swaps, errors). By default lines go
+ * to stderr; a hook replaces that, NULL restores it. */
+typedef void (*cham_log_hook_t)(const char *line, void *user);
+void cham_context_set_log(cham_context_t *ctx, cham_log_hook_t hook, void *user);
+
+/* ---- profiling ------------------------------------------------------------*/
+
+/* Profile the next step in detail even outside GenPolicy. */
+void cham_context_request_profile(cham_context_t *ctx);
+/* The last detailed profile completed (owned by the context, valid until
+ * the next one completes or the context is freed), or NULL. */
+const cham_profile_t *cham_context_last_profile(const cham_context_t *ctx);
+
+/* Counters a caller may watch. */
+typedef struct cham_runtime_stats {
+    uint64_t ops;                /* ops dispatched */
+    uint64_t swaps_out, swaps_in;
+    uint64_t on_demand_swaps_in; /* storages used while on the host */
+    uint64_t bytes_out, bytes_in;
+    uint64_t stage_changes;
+    uint64_t mem_in_use;         /* device bytes held by tensors now */
+} cham_runtime_stats_t;
+void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,45 @@
+/* The stage machine of the lightweight profiler (paper Algorithm 1): at
+ * each step end it compares the step's op-token sequence with the previous
+ * step's and moves WarmUp -> GenPolicy -> Stable, or back to WarmUp.
+ * How sequences of different lengths are compared: docs/profiler.md. */
+#ifndef CHAM_PROFILE_STAGE_H
+#define CHAM_PROFILE_STAGE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chameleon/runtime.h"
+
+/* Invariant: prev holds the previous step's sequence (prev_len tokens)
+ * once have_prev is set. */
+typedef struct cham_stage_machine {
+    uint32_t m, n;               /* stable steps before GenPolicy / Stable */
+    double length_tolerance;     /* |len - prev_len| / prev_len must be below */
+    double cosine_threshold;     /* cosine similarity must be above */
+    cham_stage_t stage;
+    uint32_t stable_steps;       /* StableStep of Algorithm 1 */
+    cham_op_token_t *prev;
+    size_t prev_len, prev_cap;
+    bool have_prev;
+    /* What the last step's comparison found (for logs and tests). */
+    double last_cosine;
+    double last_length_change;
+} cham_stage_machine_t;
+
+void cham_stage_machine_init(cham_stage_machine_t *sm, uint32_t m, uint32_t n,
+                             double length_tolerance, double cosine_threshold);
+void cham_stage_machine_free(cham_stage_machine_t *sm);
+
+/* Algorithm 1 for one finished step; returns the new stage. Returns the
+ * current stage unchanged and false in *ok when the host is out of memory
+ * (the sequence could not be kept). */
+cham_stage_t cham_stage_machine_step(cham_stage_machine_t *sm, const cham_op_token_t *seq,
+                                     size_t len, bool *ok);
+
+/* Cosine similarity of two token sequences as defined in docs/profiler.md;
+ * 1 for two empty sequences. */
+double cham_sequence_cosine(const cham_op_token_t *a, size_t na, const cham_op_token_t *b,
+                            size_t nb);
+
+#endif

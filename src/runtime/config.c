@@ -1,0 +1,769 @@
+/* The runtime configuration: its defaults, its JSON file and its checks.
+ *
+ * Every field is described once, in the table `fields` below: its JSON key,
+ * its path in cham_config_t, its kind and its range. cham_config_load_json
+ * and cham_config_validate both check values against that table, so a value
+ * refused in a file is refused in code with the same range in the message.
+ * docs/config.md lists the keys, their ranges and the message style. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "chameleon/runtime.h"
+#include "common/assert.h"
+
+#define KiB (UINT64_C(1) << 10)
+#define MiB (UINT64_C(1) << 20)
+#define GiB (UINT64_C(1) << 30)
+#define TiB (UINT64_C(1) << 40)
+
+/* Largest config file read; a config is a few hundred bytes. */
+#define MAX_FILE_BYTES (1u << 20)
+/* Strings and keys quoted in messages are cut to this many characters. */
+#define QUOTE_MAX 48
+
+cham_config_t cham_config_default(void)
+{
+    cham_config_t c;
+    memset(&c, 0, sizeof c);
+    c.device = cham_device_config_default();
+    c.mode = CHAM_MODE_MANAGED;
+    c.pinned_budget = 16 * GiB;
+    c.warmup_steps = 2;
+    c.genpolicy_steps = 5;
+    c.length_tolerance = 0.05;
+    c.cosine_threshold = 0.95;
+    c.score_c = 1.0;
+    c.min_swap_bytes = 1 * MiB;
+    return c;
+}
+
+/* ---- the field table --------------------------------------------------------*/
+
+typedef enum kind {
+    K_BACKEND,       /* const char *: "sim" or "cuda" (a literal) */
+    K_PRESET,        /* const char *: a preset's own name, or NULL */
+    K_MODE,          /* cham_mode_t */
+    K_BOOL,          /* bool */
+    K_INT,           /* int, integer range */
+    K_U32,           /* uint32_t, integer range */
+    K_U64,           /* uint64_t, integer range */
+    K_SIZE,          /* uint64_t bytes: integer or "64GiB"; integer range */
+    K_REAL,          /* double, real range */
+} kind_t;
+
+/* One config field. Integer kinds use [imin, imax]; K_REAL uses lo and hi,
+ * each end open or closed, and zero_ok admits 0 outside [lo, hi] (0 = the
+ * preset's or the default). range names the admitted values in messages. */
+typedef struct field {
+    const char *key;         /* JSON key */
+    const char *name;        /* path in cham_config_t, for cham_config_validate */
+    kind_t kind;
+    size_t offset;
+    uint64_t imin, imax;
+    double lo, hi;
+    bool lo_open, hi_open, zero_ok;
+    const char *range;
+} field_t;
+
+#define OFF(member) offsetof(cham_config_t, member)
+#define INTF(key, member, kind, lo, hi, text) \
+    {key, #member, kind, OFF(member), lo, hi, 0, 0, false, false, false, text}
+#define REALF(key, member, lo, hi, lo_open, hi_open, zero_ok, text) \
+    {key, #member, K_REAL, OFF(member), 0, 0, lo, hi, lo_open, hi_open, zero_ok, text}
+#define PLAINF(key, member, kind) \
+    {key, #member, kind, OFF(member), 0, 0, 0, 0, false, false, false, NULL}
+
+#define BANDWIDTH(key, member) \
+    REALF(key, member, 1e3, 1e15, false, false, true, \
+          "0 (the preset's) or [1e3, 1e15] bytes/s")
+#define NANOS(key, member) \
+    INTF(key, member, K_U64, 0, UINT64_C(1000000000000), \
+         "[0, 1e12] ns (0 = the sim's default)")
+
+static const field_t fields[] = {
+    PLAINF("backend", device.backend, K_BACKEND),
+    PLAINF("preset", device.preset, K_PRESET),
+    INTF("ordinal", device.ordinal, K_INT, 0, 1023, "[0, 1023]"),
+    INTF("capacity", device.capacity, K_SIZE, 0, 64 * TiB,
+         "[0, 64TiB] bytes (0 = the preset's)"),
+    REALF("peak_flops", device.peak_flops, 1e6, 1e18, false, false, true,
+          "0 (the preset's) or [1e6, 1e18] FLOP/s"),
+    BANDWIDTH("hbm_bandwidth", device.hbm_bandwidth),
+    BANDWIDTH("h2d_bandwidth", device.h2d_bandwidth),
+    BANDWIDTH("d2h_bandwidth", device.d2h_bandwidth),
+    BANDWIDTH("p2p_bandwidth", device.p2p_bandwidth),
+    NANOS("launch_ns", device.launch_ns),
+    NANOS("kernel_overhead_ns", device.kernel_overhead_ns),
+    NANOS("copy_latency_ns", device.copy_latency_ns),
+    NANOS("event_query_ns", device.event_query_ns),
+    INTF("queue_depth", device.queue_depth, K_U32, 0, 1000000,
+         "[0, 1000000] (0 = the sim's default)"),
+    PLAINF("data", device.data, K_BOOL),
+    PLAINF("hazard_check", device.hazard_check, K_BOOL),
+    PLAINF("mode", mode, K_MODE),
+    INTF("pinned_budget", pinned_budget, K_SIZE, 1, UINT64_MAX, "(0, 16EiB) bytes"),
+    INTF("warmup_steps", warmup_steps, K_U32, 0, 1000000, "[0, 1000000]"),
+    INTF("genpolicy_steps", genpolicy_steps, K_U32, 0, 1000000, "[0, 1000000]"),
+    REALF("length_tolerance", length_tolerance, 0, 1, false, true, false, "[0, 1)"),
+    REALF("cosine_threshold", cosine_threshold, 0, 1, true, false, false, "(0, 1]"),
+    REALF("score_c", score_c, 0, 1e6, false, false, false, "[0, 1e6]"),
+    INTF("min_swap_bytes", min_swap_bytes, K_SIZE, 0, UINT64_MAX, "[0, 16EiB) bytes"),
+};
+
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+
+static void *field_ptr(cham_config_t *c, const field_t *f)
+{
+    return (char *)c + f->offset;
+}
+
+static const void *field_cptr(const cham_config_t *c, const field_t *f)
+{
+    return (const char *)c + f->offset;
+}
+
+/* ---- messages ---------------------------------------------------------------*/
+
+static void set_err(char *err, size_t err_size, const char *fmt, ...)
+{
+    if (!err || err_size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+}
+
+/* The shortest %g form that reads back as v. */
+static void format_double(char *buf, size_t n, double v)
+{
+    if (isnan(v)) {
+        snprintf(buf, n, "nan");
+        return;
+    }
+    if (isinf(v)) {
+        snprintf(buf, n, v < 0 ? "-inf" : "inf");
+        return;
+    }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            return;
+    }
+}
+
+/* s as a JSON string (quoted, escaped), cut to QUOTE_MAX characters. */
+static void quote(char *buf, size_t n, const char *s)
+{
+    json_t *str = json_string(s);
+    char *dumped = str ? json_dumps(str, JSON_ENCODE_ANY) : NULL;
+    json_decref(str);
+    if (!dumped) {
+        snprintf(buf, n, "\"?\"");
+        return;
+    }
+    size_t len = strlen(dumped);
+    if (len > QUOTE_MAX + 2) {
+        size_t cut = QUOTE_MAX; /* not inside a UTF-8 sequence */
+        while (cut > 1 && ((unsigned char)dumped[cut] & 0xC0) == 0x80)
+            cut--;
+        snprintf(buf, n, "%.*s...\"", (int)cut, dumped);
+    } else
+        snprintf(buf, n, "%s", dumped);
+    free(dumped);
+}
+
+/* A JSON value as the file wrote it, for "got ..." and "... is out of range". */
+static void describe(char *buf, size_t n, const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: snprintf(buf, n, "an object"); break;
+    case JSON_ARRAY: snprintf(buf, n, "an array"); break;
+    case JSON_STRING: quote(buf, n, json_string_value(v)); break;
+    case JSON_INTEGER: snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); break;
+    case JSON_REAL: format_double(buf, n, json_real_value(v)); break;
+    case JSON_TRUE: snprintf(buf, n, "true"); break;
+    case JSON_FALSE: snprintf(buf, n, "false"); break;
+    case JSON_NULL: snprintf(buf, n, "null"); break;
+    }
+}
+
+static void list_presets(char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < cham_preset_count() && used + 1 < n; i++) {
+        int w = snprintf(buf + used, n - used, "%s%s", i ? ", " : "",
+                         cham_preset_at(i)->name);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+}
+
+/* ---- range checks shared by the file and validate ---------------------------*/
+
+static bool int_in_range(const field_t *f, uint64_t v)
+{
+    return v >= f->imin && v <= f->imax;
+}
+
+static bool real_in_range(const field_t *f, double v)
+{
+    if (f->zero_ok && v == 0)
+        return true;
+    bool lo_ok = f->lo_open ? v > f->lo : v >= f->lo;
+    bool hi_ok = f->hi_open ? v < f->hi : v <= f->hi;
+    return lo_ok && hi_ok; /* false for NaN */
+}
+
+static bool backend_known(const char *s)
+{
+    return strcmp(s, "sim") == 0 || strcmp(s, "cuda") == 0;
+}
+
+/* ---- byte sizes -------------------------------------------------------------*/
+
+static const struct unit {
+    const char *name;
+    uint64_t bytes;
+} units[] = {
+    {"B", 1},       {"KiB", KiB},      {"MiB", MiB},          {"GiB", GiB},
+    {"TiB", TiB},   {"PiB", TiB << 10}, {"EiB", TiB << 20},
+};
+
+static bool same_nocase(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++) {
+        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
+            return false;
+    }
+    return *a == *b;
+}
+
+/* Parses "4096", "64GiB", "64 GiB", "1.5GiB" (docs/config.md, "Byte sizes").
+ * A fraction needs a unit of KiB or more and is rounded to the nearest byte.
+ * On failure writes why to why (without the value). */
+static bool parse_size(const char *s, uint64_t *out, char *why, size_t why_size)
+{
+    const char *p = s;
+    if (*p == '-') {
+        snprintf(why, why_size, "a byte size cannot be negative");
+        return false;
+    }
+    if (!isdigit((unsigned char)*p)) {
+        snprintf(why, why_size, "expected a byte size such as \"4096\", \"512MiB\" or "
+                 "\"1.5GiB\"");
+        return false;
+    }
+    uint64_t whole = 0;
+    bool overflow = false;
+    for (; isdigit((unsigned char)*p); p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (whole > (UINT64_MAX - d) / 10)
+            overflow = true;
+        else
+            whole = whole * 10 + d;
+    }
+    const char *frac = NULL;
+    size_t frac_len = 0;
+    if (*p == '.') {
+        frac = ++p;
+        for (; isdigit((unsigned char)*p); p++)
+            frac_len++;
+        if (frac_len == 0) {
+            snprintf(why, why_size, "expected digits after the decimal point");
+            return false;
+        }
+    }
+    while (*p == ' ')
+        p++;
+    const struct unit *unit = NULL;
+    const char *unit_name = *p ? p : "B";
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (same_nocase(unit_name, units[i].name))
+            unit = &units[i];
+    }
+    if (!unit) {
+        char q[QUOTE_MAX + 8];
+        quote(q, sizeof q, unit_name);
+        snprintf(why, why_size, "unknown unit %s (binary units: B, KiB, MiB, GiB, TiB, "
+                 "PiB, EiB)", q);
+        return false;
+    }
+    bool has_frac = false;
+    for (size_t i = 0; i < frac_len; i++)
+        has_frac |= frac[i] != '0';
+    if (has_frac && unit->bytes == 1) {
+        snprintf(why, why_size, "a byte count must be a whole number");
+        return false;
+    }
+    uint64_t bytes = 0;
+    if (!overflow && whole > UINT64_MAX / unit->bytes)
+        overflow = true;
+    if (!overflow) {
+        bytes = whole * unit->bytes;
+        if (has_frac) {
+            /* 0.xxx as a double (at most 17 digits count), times the unit. */
+            char buf[24] = "0.";
+            size_t k = frac_len < 17 ? frac_len : 17;
+            memcpy(buf + 2, frac, k);
+            buf[2 + k] = '\0';
+            double part = round(strtod(buf, NULL) * (double)unit->bytes);
+            uint64_t extra = (uint64_t)part; /* < unit->bytes <= 2^60 */
+            if (bytes > UINT64_MAX - extra)
+                overflow = true;
+            else
+                bytes += extra;
+        }
+    }
+    if (overflow) {
+        snprintf(why, why_size, "too large for 64 bits");
+        return false;
+    }
+    *out = bytes;
+    return true;
+}
+
+/* ---- one JSON value into one field ---------------------------------------------*/
+
+/* Reads an integer-valued JSON number (an integer, or a real with no
+ * fraction) as a uint64. Returns 1 on success, 0 when the value is not such
+ * a number, -1 when it is one but negative or beyond 64 bits. */
+static int json_to_u64(const json_t *v, uint64_t *out)
+{
+    if (json_is_integer(v)) {
+        json_int_t i = json_integer_value(v);
+        if (i < 0)
+            return -1;
+        *out = (uint64_t)i;
+        return 1;
+    }
+    if (json_is_real(v)) {
+        double d = json_real_value(v);
+        if (!isfinite(d) || d != floor(d))
+            return 0;
+        if (d < 0 || d >= 18446744073709551616.0)
+            return -1;
+        *out = (uint64_t)d;
+        return 1;
+    }
+    return 0;
+}
+
+/* Sets field f of c from v. On failure writes the reason (which quotes the
+ * value) to why and returns the status. */
+static cham_status_t apply(cham_config_t *c, const field_t *f, const json_t *v, char *why,
+                           size_t why_size)
+{
+    char got[QUOTE_MAX + 16];
+    describe(got, sizeof got, v);
+    void *dst = field_ptr(c, f);
+
+    switch (f->kind) {
+    case K_BACKEND: {
+        if (!json_is_string(v)) {
+            snprintf(why, why_size, "expected a string (\"sim\" or \"cuda\"), got %s", got);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        const char *s = json_string_value(v);
+        if (!backend_known(s)) {
+            snprintf(why, why_size, "unknown backend %s (known: sim, cuda)", got);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        *(const char **)dst = strcmp(s, "sim") == 0 ? "sim" : "cuda";
+        return CHAM_OK;
+    }
+    case K_PRESET: {
+        if (json_is_null(v)) {
+            *(const char **)dst = NULL; /* the default preset */
+            return CHAM_OK;
+        }
+        if (!json_is_string(v)) {
+            snprintf(why, why_size, "expected a string (a device preset name) or null, "
+                     "got %s", got);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        const cham_preset_t *p = cham_preset_find(json_string_value(v));
+        if (!p) {
+            char known[512];
+            list_presets(known, sizeof known);
+            snprintf(why, why_size, "unknown device preset %s (known: %s)", got, known);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        *(const char **)dst = p->name;
+        return CHAM_OK;
+    }
+    case K_MODE: {
+        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+        if (!s) {
+            snprintf(why, why_size, "expected a string (\"managed\" or \"advisor\"), got %s",
+                     got);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        if (strcmp(s, "managed") == 0) {
+            *(cham_mode_t *)dst = CHAM_MODE_MANAGED;
+        } else if (strcmp(s, "advisor") == 0) {
+            *(cham_mode_t *)dst = CHAM_MODE_ADVISOR;
+        } else {
+            snprintf(why, why_size, "unknown mode %s (known: managed, advisor)", got);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        return CHAM_OK;
+    }
+    case K_BOOL:
+        if (!json_is_boolean(v)) {
+            snprintf(why, why_size, "expected true or false, got %s", got);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        *(bool *)dst = json_is_true(v);
+        return CHAM_OK;
+    case K_INT:
+    case K_U32:
+    case K_U64:
+    case K_SIZE: {
+        uint64_t u = 0;
+        if (f->kind == K_SIZE && json_is_string(v)) {
+            char reason[160];
+            if (!parse_size(json_string_value(v), &u, reason, sizeof reason)) {
+                snprintf(why, why_size, "invalid byte size %s: %s", got, reason);
+                return CHAM_ERR_INVALID_ARG;
+            }
+        } else {
+            int r = json_to_u64(v, &u);
+            if (r == 0) {
+                if (f->kind == K_SIZE)
+                    snprintf(why, why_size, "expected a byte size (an integer or a string "
+                             "such as \"64GiB\"), got %s", got);
+                else
+                    snprintf(why, why_size, "expected a non-negative integer, got %s", got);
+                return CHAM_ERR_INVALID_ARG;
+            }
+            if (r < 0) {
+                snprintf(why, why_size, "%s is out of range %s", got, f->range);
+                return CHAM_ERR_INVALID_ARG;
+            }
+        }
+        if (!int_in_range(f, u)) {
+            snprintf(why, why_size, "%s is out of range %s", got, f->range);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        if (f->kind == K_INT)
+            *(int *)dst = (int)u;
+        else if (f->kind == K_U32)
+            *(uint32_t *)dst = (uint32_t)u;
+        else
+            *(uint64_t *)dst = u;
+        return CHAM_OK;
+    }
+    case K_REAL: {
+        if (!json_is_number(v)) {
+            snprintf(why, why_size, "expected a number, got %s", got);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        double d = json_number_value(v);
+        if (!real_in_range(f, d)) {
+            snprintf(why, why_size, "%s is out of range %s", got, f->range);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        *(double *)dst = d;
+        return CHAM_OK;
+    }
+    }
+    CHAM_ASSERT(!"unknown field kind");
+    return CHAM_ERR_INVALID_ARG;
+}
+
+/* ---- unknown keys ---------------------------------------------------------------*/
+
+/* Edit distance with adjacent transpositions (optimal string alignment),
+ * ignoring case; both strings at most 63 characters. */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    size_t d[64][64];
+    for (size_t i = 0; i <= na; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= nb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        for (size_t j = 1; j <= nb; j++) {
+            int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+            size_t best = d[i - 1][j - 1] + (ca != cb);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == cb && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[na][nb];
+}
+
+/* The known key closest to key, if close enough to be a likely typo. */
+static const char *closest_key(const char *key)
+{
+    size_t len = strlen(key);
+    if (len == 0 || len > 63)
+        return NULL;
+    const char *best = NULL;
+    size_t best_d = SIZE_MAX;
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        size_t d = edit_distance(key, fields[i].key);
+        if (d < best_d) {
+            best_d = d;
+            best = fields[i].key;
+        }
+    }
+    size_t limit = strlen(best) / 4 > 2 ? strlen(best) / 4 : 2;
+    return best_d <= limit && best_d < len ? best : NULL;
+}
+
+static const field_t *find_field(const char *key)
+{
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        if (strcmp(fields[i].key, key) == 0)
+            return &fields[i];
+    }
+    return NULL;
+}
+
+/* ---- the file -------------------------------------------------------------------*/
+
+/* Reads the whole file; on failure sets err and returns the status. */
+static cham_status_t read_file(const char *path, char **out, size_t *out_len, char *err,
+                               size_t err_size)
+{
+    *out = NULL;
+    *out_len = 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        int e = errno;
+        set_err(err, err_size, "%s: cannot open: %s", path, strerror(e));
+        return e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(fp);
+        set_err(err, err_size, "%s: out of host memory", path);
+        return CHAM_ERR_HOST_OOM;
+    }
+    for (;;) {
+        if (len == cap) {
+            if (cap >= MAX_FILE_BYTES) {
+                free(buf);
+                fclose(fp);
+                set_err(err, err_size, "%s: file too large (over %u bytes); a config is "
+                        "one small JSON object", path, MAX_FILE_BYTES);
+                return CHAM_ERR_INVALID_ARG;
+            }
+            char *grown = realloc(buf, cap * 2);
+            if (!grown) {
+                free(buf);
+                fclose(fp);
+                set_err(err, err_size, "%s: out of host memory", path);
+                return CHAM_ERR_HOST_OOM;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+        errno = 0;
+        size_t got = fread(buf + len, 1, cap - len, fp);
+        len += got;
+        if (got == 0) {
+            if (ferror(fp)) {
+                int e = errno ? errno : EIO;
+                free(buf);
+                fclose(fp);
+                set_err(err, err_size, "%s: cannot read: %s", path, strerror(e));
+                return CHAM_ERR_INVALID_ARG;
+            }
+            break;
+        }
+    }
+    fclose(fp);
+    *out = buf;
+    *out_len = len;
+    return CHAM_OK;
+}
+
+cham_status_t cham_config_load_json(const char *path, cham_config_t *config, char *err,
+                                    size_t err_size)
+{
+    CHAM_ASSERT(path && config);
+    set_err(err, err_size, "%s", "");
+    char *text;
+    size_t len;
+    cham_status_t st = read_file(path, &text, &len, err, err_size);
+    if (st != CHAM_OK)
+        return st;
+
+    /* A UTF-8 byte order mark is not JSON, but editors write it. */
+    size_t start = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
+    bool blank = true;
+    for (size_t i = start; i < len && blank; i++)
+        blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r';
+    if (blank) {
+        free(text);
+        set_err(err, err_size, "%s: empty file (expected a JSON object)", path);
+        return CHAM_ERR_INVALID_ARG;
+    }
+
+    json_error_t jerr;
+    json_t *root = json_loadb(text + start, len - start,
+                              JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    free(text);
+    if (!root) {
+        if (jerr.line > 0)
+            set_err(err, err_size, "%s:%d:%d: syntax error: %s", path, jerr.line,
+                    jerr.column > 0 ? jerr.column : 1, jerr.text);
+        else
+            set_err(err, err_size, "%s: syntax error: %s", path, jerr.text);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (!json_is_object(root)) {
+        char got[QUOTE_MAX + 16];
+        describe(got, sizeof got, root);
+        json_decref(root);
+        set_err(err, err_size, "%s: expected a JSON object at the top level, got %s", path,
+                got);
+        return CHAM_ERR_INVALID_ARG;
+    }
+
+    /* Fields go into a copy, so a failed load leaves *config as it was. */
+    cham_config_t next = *config;
+    const char *key;
+    json_t *value;
+    st = CHAM_OK;
+    json_object_foreach(root, key, value) {
+        char qkey[QUOTE_MAX + 8];
+        quote(qkey, sizeof qkey, key);
+        const field_t *f = find_field(key);
+        if (!f) {
+            const char *near = closest_key(key);
+            if (strcmp(key, "device") == 0 && json_is_object(value))
+                set_err(err, err_size, "%s: unknown key %s (keys are flat: write the "
+                        "device's fields such as \"preset\" at the top level)", path, qkey);
+            else if (near)
+                set_err(err, err_size, "%s: unknown key %s (did you mean \"%s\"?)", path,
+                        qkey, near);
+            else
+                set_err(err, err_size, "%s: unknown key %s (docs/config.md lists the "
+                        "keys)", path, qkey);
+            st = CHAM_ERR_INVALID_ARG;
+            break;
+        }
+        char why[768];
+        st = apply(&next, f, value, why, sizeof why);
+        if (st != CHAM_OK) {
+            set_err(err, err_size, "%s: key %s: %s", path, qkey, why);
+            break;
+        }
+    }
+    json_decref(root);
+    if (st == CHAM_OK)
+        *config = next;
+    return st;
+}
+
+/* ---- validate ----------------------------------------------------------------------*/
+
+/* Checks one field of c; on failure writes "name: value is ..." to why. */
+static bool check_field(const cham_config_t *c, const field_t *f, char *why, size_t why_size)
+{
+    const void *src = field_cptr(c, f);
+    switch (f->kind) {
+    case K_BACKEND: {
+        const char *s = *(const char *const *)src;
+        if (s && !backend_known(s)) {
+            char q[QUOTE_MAX + 8];
+            quote(q, sizeof q, s);
+            snprintf(why, why_size, "%s: unknown backend %s (known: sim, cuda)", f->name, q);
+            return false;
+        }
+        return true;
+    }
+    case K_PRESET: {
+        const char *s = *(const char *const *)src;
+        if (s && !cham_preset_find(s)) {
+            char q[QUOTE_MAX + 8], known[512];
+            quote(q, sizeof q, s);
+            list_presets(known, sizeof known);
+            snprintf(why, why_size, "%s: unknown device preset %s (known: %s)", f->name, q,
+                     known);
+            return false;
+        }
+        return true;
+    }
+    case K_MODE: {
+        cham_mode_t m = *(const cham_mode_t *)src;
+        if (m != CHAM_MODE_MANAGED && m != CHAM_MODE_ADVISOR) {
+            snprintf(why, why_size, "%s: %d is not a mode (CHAM_MODE_MANAGED or "
+                     "CHAM_MODE_ADVISOR)", f->name, (int)m);
+            return false;
+        }
+        return true;
+    }
+    case K_BOOL:
+        return true;
+    case K_INT: {
+        int v = *(const int *)src;
+        if (v < 0 || !int_in_range(f, (uint64_t)v)) {
+            snprintf(why, why_size, "%s: %d is out of range %s", f->name, v, f->range);
+            return false;
+        }
+        return true;
+    }
+    case K_U32:
+    case K_U64:
+    case K_SIZE: {
+        uint64_t v = f->kind == K_U32 ? *(const uint32_t *)src : *(const uint64_t *)src;
+        if (!int_in_range(f, v)) {
+            snprintf(why, why_size, "%s: %llu is out of range %s", f->name,
+                     (unsigned long long)v, f->range);
+            return false;
+        }
+        return true;
+    }
+    case K_REAL: {
+        double v = *(const double *)src;
+        if (!real_in_range(f, v)) {
+            char num[40];
+            format_double(num, sizeof num, v);
+            snprintf(why, why_size, "%s: %s is out of range %s", f->name, num, f->range);
+            return false;
+        }
+        return true;
+    }
+    }
+    CHAM_ASSERT(!"unknown field kind");
+    return false;
+}
+
+cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_t err_size)
+{
+    CHAM_ASSERT(config);
+    set_err(err, err_size, "%s", "");
+    for (size_t i = 0; i < N_FIELDS; i++) {
+        char why[768];
+        if (!check_field(config, &fields[i], why, sizeof why)) {
+            set_err(err, err_size, "%s", why);
+            return CHAM_ERR_INVALID_ARG;
+        }
+    }
+    return CHAM_OK;
+}

@@ -1,0 +1,204 @@
+/* The runtime context: one device with its compute and swap streams, the
+ * caching allocators for device and pinned memory (managed mode), the op
+ * token table, the stage machine, hooks, the log and counters. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chameleon/profile.h"
+#include "common/assert.h"
+#include "runtime/runtime-impl.h"
+
+static _Thread_local char new_error[512];
+
+void cham_context_error(cham_context_t *ctx, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ctx ? ctx->error : new_error, sizeof new_error, fmt, ap);
+    va_end(ap);
+}
+
+void cham_context_log(cham_context_t *ctx, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (ctx->log_hook)
+        ctx->log_hook(line, ctx->log_hook_user);
+    else
+        fprintf(stderr, "chameleon: %s\n", line);
+}
+
+const char *cham_context_last_error(const cham_context_t *ctx)
+{
+    return ctx ? ctx->error : new_error;
+}
+
+/* Streams and allocators; on failure the context's error says which. */
+static cham_status_t open_parts(cham_context_t *ctx)
+{
+    cham_status_t st;
+    const char *what = "creating streams";
+    if ((st = cham_stream_new(ctx->dev, "compute", &ctx->compute)) != CHAM_OK ||
+        (st = cham_stream_new(ctx->dev, "swap-out", &ctx->swap_out)) != CHAM_OK ||
+        (st = cham_stream_new(ctx->dev, "swap-in", &ctx->swap_in)) != CHAM_OK)
+        goto fail;
+    if (ctx->config.mode == CHAM_MODE_MANAGED) {
+        what = "creating allocators";
+        cham_allocator_config_t dc = {.kind = CHAM_MEM_DEVICE};
+        cham_allocator_config_t hc = {.kind = CHAM_MEM_HOST_PINNED,
+                                      .limit = ctx->config.pinned_budget};
+        if ((st = cham_allocator_new(ctx->dev, &dc, &ctx->mem)) != CHAM_OK ||
+            (st = cham_allocator_new(ctx->dev, &hc, &ctx->pinned)) != CHAM_OK)
+            goto fail;
+    }
+    return CHAM_OK;
+fail:
+    cham_context_error(NULL, "%s: %s: %s", what, cham_status_string(st),
+                       cham_device_last_error(ctx->dev));
+    return st;
+}
+
+cham_status_t cham_context_new(const cham_config_t *config, cham_context_t **out)
+{
+    CHAM_ASSERT(config && out);
+    *out = NULL;
+    char why[400];
+    cham_status_t st = cham_config_validate(config, why, sizeof why);
+    if (st != CHAM_OK) {
+        cham_context_error(NULL, "invalid config: %s", why);
+        return st;
+    }
+    cham_context_t *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        cham_context_error(NULL, "out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    ctx->config = *config;
+    cham_intern_init(&ctx->tokens);
+    cham_stage_machine_init(&ctx->stages, config->warmup_steps, config->genpolicy_steps,
+                            config->length_tolerance, config->cosine_threshold);
+    st = cham_device_open(&config->device, &ctx->dev);
+    if (st != CHAM_OK) {
+        cham_context_error(NULL, "opening the device: %s", cham_device_last_error(NULL));
+        cham_context_free(ctx);
+        return st;
+    }
+    if ((st = open_parts(ctx)) != CHAM_OK) {
+        cham_context_free(ctx);
+        return st;
+    }
+    ctx->phase = CHAM_PHASE_FORWARD;
+    ctx->step_start_ns = cham_device_host_time(ctx->dev);
+    *out = ctx;
+    return CHAM_OK;
+}
+
+void cham_context_free(cham_context_t *ctx)
+{
+    if (!ctx)
+        return;
+    CHAM_ASSERT(ctx->live_storages == 0 && "release every tensor before freeing the context");
+    if (ctx->dev)
+        cham_device_synchronize(ctx->dev);
+    cham_allocator_free(ctx->mem);
+    cham_allocator_free(ctx->pinned);
+    cham_stream_free(ctx->compute);
+    cham_stream_free(ctx->swap_out);
+    cham_stream_free(ctx->swap_in);
+    cham_device_close(ctx->dev);
+    cham_profile_free(ctx->building);
+    cham_profile_free(ctx->last_profile);
+    cham_stage_machine_free(&ctx->stages);
+    cham_intern_free(&ctx->tokens);
+    free(ctx->seq);
+    free(ctx);
+}
+
+cham_device_t *cham_context_device(const cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    return ctx->dev;
+}
+
+cham_stream_t *cham_context_compute_stream(const cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    return ctx->compute;
+}
+
+void cham_context_on_stage(cham_context_t *ctx, cham_stage_hook_t hook, void *user)
+{
+    CHAM_ASSERT(ctx);
+    ctx->stage_hook = hook;
+    ctx->stage_hook_user = user;
+}
+
+void cham_context_set_log(cham_context_t *ctx, cham_log_hook_t hook, void *user)
+{
+    CHAM_ASSERT(ctx);
+    ctx->log_hook = hook;
+    ctx->log_hook_user = user;
+}
+
+void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *stats)
+{
+    CHAM_ASSERT(ctx && stats);
+    *stats = ctx->stats;
+}
+
+cham_stage_t cham_context_stage(const cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    return ctx->stages.stage;
+}
+
+uint64_t cham_context_step(const cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    return ctx->step;
+}
+
+void cham_context_request_profile(cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    /* Before the step's first op the step itself can still be profiled. */
+    if (ctx->ops_in_step == 0)
+        cham_dispatch_start_profile(ctx);
+    else
+        ctx->profile_requested = true;
+}
+
+const cham_profile_t *cham_context_last_profile(const cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    return ctx->last_profile;
+}
+
+/* ---- op tokens ------------------------------------------------------------*/
+
+cham_status_t cham_op_token(cham_context_t *ctx, const char *name, cham_op_token_t *out)
+{
+    CHAM_ASSERT(ctx && out);
+    if (!name || !*name) {
+        cham_context_error(ctx, "op token: the operator name is empty");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    uint32_t i = cham_intern_add(&ctx->tokens, name);
+    if (i == UINT32_MAX || i > INT32_MAX) {
+        cham_context_error(ctx, "op token: out of host memory interning \"%s\"", name);
+        return CHAM_ERR_HOST_OOM;
+    }
+    *out = (cham_op_token_t)i;
+    return CHAM_OK;
+}
+
+const char *cham_op_name(const cham_context_t *ctx, cham_op_token_t token)
+{
+    CHAM_ASSERT(ctx);
+    return token < 0 ? NULL : cham_intern_name(&ctx->tokens, (uint32_t)token);
+}

@@ -1,0 +1,232 @@
+/* The dispatch bracket and the profilers.
+ *
+ * Lightweight mode, always on: cham_op_begin appends the op's token to the
+ * step's sequence and updates each tensor's integer features (use count,
+ * op-index history); cham_step_end hands the sequence to the stage machine.
+ * Detailed mode, in GenPolicy or on request: every op, every tensor use
+ * with its features, memory before and after each op, and the swaps, into
+ * a cham_profile_t. docs/profiler.md says what and why. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "chameleon/profile.h"
+#include "common/assert.h"
+#include "common/grow.h"
+#include "profile/profile-impl.h"
+#include "runtime/runtime-impl.h"
+
+uint32_t cham_dispatch_sample(const cham_context_t *ctx)
+{
+    return ctx->in_op ? 2 * (ctx->ops_in_step - 1) + 1 : 2 * ctx->ops_in_step;
+}
+
+/* A failure while building the profile drops it (the step runs on). */
+static void profile_failed(cham_context_t *ctx)
+{
+    if (!ctx->profile_failed)
+        cham_context_log(ctx, "step %llu: out of host memory; the detailed profile of this "
+                         "step is dropped", (unsigned long long)ctx->step);
+    ctx->profile_failed = true;
+}
+
+void cham_dispatch_note_swap(cham_context_t *ctx, cham_swap_kind_t kind,
+                             const cham_storage_t *s, bool passive)
+{
+    if (!ctx->building || ctx->profile_failed)
+        return;
+    cham_profile_swap_t sw = {.kind = kind, .storage = s->id, .bytes = s->bytes,
+                              .sample = cham_dispatch_sample(ctx), .passive = passive};
+    if (!cham_profile_add_swap(ctx->building, &sw))
+        profile_failed(ctx);
+}
+
+static void record_use(cham_context_t *ctx, const cham_tensor_t *t, bool output)
+{
+    const cham_storage_t *s = t->storage;
+    cham_tensor_use_t u = {
+        .storage = s->id,
+        .data_ptr = (uint64_t)(uintptr_t)cham_tensor_data(t),
+        .bytes = t->bytes,
+        .storage_bytes = s->bytes,
+        .dtype = t->dtype,
+        .use_count = s->use_count,
+        .history = s->history,
+        .output = output,
+    };
+    if (!cham_profile_add_use(ctx->building, &u))
+        profile_failed(ctx);
+}
+
+/* A use: the features as they were at this use go into the detailed
+ * profile, then move on. */
+static void use(cham_context_t *ctx, const cham_tensor_t *t, bool output)
+{
+    cham_storage_t *s = t->storage;
+    if (ctx->building && !ctx->profile_failed)
+        record_use(ctx, t, output);
+    s->use_count++;
+    s->history = s->history << 8 | (uint8_t)(ctx->ops_in_step - 1);
+}
+
+/* Brings each tensor's storage to the device if needed. */
+static cham_status_t prepare(cham_context_t *ctx, cham_tensor_t *const *ts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        CHAM_ASSERT(ts[i] && ts[i]->refs > 0);
+        cham_storage_t *s = ts[i]->storage;
+        CHAM_ASSERT(s->ctx == ctx && "tensor of another context");
+        if (s->residency != CHAM_RESIDENT_DEVICE) {
+            cham_status_t st = cham_storage_prepare(s);
+            if (st != CHAM_OK)
+                return st;
+        }
+    }
+    return CHAM_OK;
+}
+
+cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
+                            cham_tensor_t *const *inputs, size_t n_inputs,
+                            cham_tensor_t *const *outputs, size_t n_outputs)
+{
+    CHAM_ASSERT(ctx);
+    CHAM_ASSERT((inputs || !n_inputs) && (outputs || !n_outputs));
+    if (ctx->in_op) {
+        cham_context_error(ctx, "op \"%s\" begun inside op %u: end the previous op first",
+                           cham_op_name(ctx, token), ctx->ops_in_step - 1);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (token < 0 || (uint32_t)token >= ctx->tokens.n) {
+        cham_context_error(ctx, "op begin: unknown op token %d", (int)token);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (ctx->ops_in_step == UINT32_MAX / 2) {
+        cham_context_error(ctx, "op begin: more than %u ops in one step", UINT32_MAX / 2);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_op_token_t *seq = cham_grow(ctx->seq, &ctx->seq_cap, ctx->ops_in_step + 1,
+                                     sizeof *seq, 1024);
+    if (!seq) {
+        cham_context_error(ctx, "op begin: out of host memory for the op sequence");
+        return CHAM_ERR_HOST_OOM;
+    }
+    ctx->seq = seq;
+    /* Storages the op needs come back first: swaps made here change the
+     * op's "before" memory sample. On failure the op has not begun. */
+    cham_status_t st = prepare(ctx, inputs, n_inputs);
+    if (st == CHAM_OK)
+        st = prepare(ctx, outputs, n_outputs);
+    if (st != CHAM_OK)
+        return st;
+    ctx->seq[ctx->ops_in_step++] = token;
+    ctx->in_op = true;
+    if (ctx->building && !ctx->profile_failed &&
+        !cham_profile_begin_op(ctx->building, token, ctx->phase, ctx->stats.mem_in_use))
+        profile_failed(ctx);
+    for (size_t i = 0; i < n_inputs; i++)
+        use(ctx, inputs[i], false);
+    for (size_t i = 0; i < n_outputs; i++)
+        use(ctx, outputs[i], true);
+    return CHAM_OK;
+}
+
+cham_status_t cham_op_end(cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    if (!ctx->in_op) {
+        cham_context_error(ctx, "op end without op begin (after op %u of step %llu)",
+                           ctx->ops_in_step, (unsigned long long)ctx->step);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    ctx->in_op = false;
+    if (ctx->building && !ctx->profile_failed)
+        cham_profile_end_op(ctx->building, ctx->stats.mem_in_use);
+    ctx->stats.ops++;
+    cham_status_t st = CHAM_OK;
+    if (ctx->mem)
+        st = cham_allocator_op_dispatched(ctx->mem, ctx->ops_total);
+    ctx->ops_total++;
+    return st;
+}
+
+cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase)
+{
+    CHAM_ASSERT(ctx);
+    if ((int)phase < 0 || phase > CHAM_PHASE_OTHER) {
+        cham_context_error(ctx, "unknown phase %d", (int)phase);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    ctx->phase = phase;
+    return CHAM_OK;
+}
+
+/* Finishes the detailed profile of the step that ends. */
+static void finish_profile(cham_context_t *ctx, uint64_t now)
+{
+    cham_profile_t *p = ctx->building;
+    ctx->building = NULL;
+    if (!ctx->profile_failed) {
+        const char **names = malloc((ctx->tokens.n ? ctx->tokens.n : 1) * sizeof *names);
+        if (names) {
+            for (size_t i = 0; i < ctx->tokens.n; i++)
+                names[i] = ctx->tokens.names[i];
+        }
+        if (names && cham_profile_set_tokens(p, names, ctx->tokens.n)) {
+            cham_profile_set_duration(p, now - ctx->step_start_ns);
+            cham_profile_free(ctx->last_profile);
+            ctx->last_profile = p;
+            p = NULL;
+        } else {
+            profile_failed(ctx);
+        }
+        free(names);
+    }
+    cham_profile_free(p);
+}
+
+cham_status_t cham_step_end(cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    if (ctx->in_op) {
+        cham_context_error(ctx, "step end inside op %u: end the op first", ctx->ops_in_step - 1);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    uint64_t now = cham_device_host_time(ctx->dev);
+    if (ctx->building)
+        finish_profile(ctx, now);
+    cham_stage_t from = ctx->stages.stage;
+    bool ok = true;
+    cham_stage_t to = cham_stage_machine_step(&ctx->stages, ctx->seq, ctx->ops_in_step, &ok);
+    ctx->step++;
+    if (!ok)
+        cham_context_log(ctx, "step %llu: out of host memory keeping the op sequence; the "
+                         "stage stays %s", (unsigned long long)ctx->step, cham_stage_name(to));
+    if (to != from) {
+        ctx->stats.stage_changes++;
+        cham_context_log(ctx, "step %llu: stage %s -> %s (%u ops, length change %.1f%%, "
+                         "cosine %.4f)", (unsigned long long)ctx->step, cham_stage_name(from),
+                         cham_stage_name(to), ctx->ops_in_step,
+                         100.0 * ctx->stages.last_length_change, ctx->stages.last_cosine);
+        if (ctx->stage_hook)
+            ctx->stage_hook(ctx, from, to, ctx->step, ctx->stage_hook_user);
+    }
+    /* The next step: detailed in GenPolicy or when asked for. */
+    ctx->ops_in_step = 0;
+    ctx->phase = CHAM_PHASE_FORWARD;
+    ctx->step_start_ns = now;
+    ctx->profile_failed = false;
+    if (to == CHAM_STAGE_GENPOLICY || ctx->profile_requested)
+        cham_dispatch_start_profile(ctx);
+    return CHAM_OK;
+}
+
+void cham_dispatch_start_profile(cham_context_t *ctx)
+{
+    ctx->profile_requested = false;
+    if (ctx->building)
+        return;
+    cham_device_info_t info;
+    cham_device_get_info(ctx->dev, &info);
+    ctx->building = cham_profile_new(ctx->step, info.capacity);
+    if (!ctx->building)
+        profile_failed(ctx);
+}

@@ -1,0 +1,44 @@
+/* Names of the runtime's enums, and dtype sizes. */
+#include "chameleon/runtime.h"
+
+const char *cham_stage_name(cham_stage_t stage)
+{
+    switch (stage) {
+    case CHAM_STAGE_WARMUP: return "WarmUp";
+    case CHAM_STAGE_GENPOLICY: return "GenPolicy";
+    case CHAM_STAGE_STABLE: return "Stable";
+    }
+    return "?";
+}
+
+const char *cham_phase_name(cham_phase_t phase)
+{
+    switch (phase) {
+    case CHAM_PHASE_FORWARD: return "forward";
+    case CHAM_PHASE_BACKWARD: return "backward";
+    case CHAM_PHASE_OPTIMIZER: return "optimizer";
+    case CHAM_PHASE_OTHER: return "other";
+    }
+    return "?";
+}
+
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[CHAM_DTYPE_COUNT_] = {
+    [CHAM_DTYPE_F32] = {"f32", 4},  [CHAM_DTYPE_F16] = {"f16", 2},
+    [CHAM_DTYPE_BF16] = {"bf16", 2}, [CHAM_DTYPE_F64] = {"f64", 8},
+    [CHAM_DTYPE_I64] = {"i64", 8},  [CHAM_DTYPE_I32] = {"i32", 4},
+    [CHAM_DTYPE_I8] = {"i8", 1},    [CHAM_DTYPE_U8] = {"u8", 1},
+    [CHAM_DTYPE_BOOL] = {"bool", 1},
+};
+
+const char *cham_dtype_name(cham_dtype_t dtype)
+{
+    return (int)dtype >= 0 && dtype < CHAM_DTYPE_COUNT_ ? dtypes[dtype].name : "?";
+}
+
+size_t cham_dtype_size(cham_dtype_t dtype)
+{
+    return (int)dtype >= 0 && dtype < CHAM_DTYPE_COUNT_ ? dtypes[dtype].size : 0;
+}

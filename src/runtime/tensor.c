@@ -1,0 +1,390 @@
+/* Tensors: reference-counted views of storages, and the storage's moves
+ * between device and pinned host memory.
+ *
+ * A swap-out copies the storage to a pinned block on the swap-out stream,
+ * after the work queued so far on the compute stream, and hands the device
+ * block back with free-after-op: it becomes reusable once the next op has
+ * been dispatched, ordered by an event, with no host polling. A swap-in
+ * takes a new device block, copies on the swap-in stream once the compute
+ * stream's earlier work (the block's previous user) and the swap-out copy
+ * are done, and leaves an event the compute stream waits on before the
+ * storage's next use. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/assert.h"
+#include "runtime/runtime-impl.h"
+
+static void set_label(cham_tensor_t *t, const char *label)
+{
+    snprintf(t->label, sizeof t->label, "%s", label ? label : "");
+}
+
+static cham_tensor_t *view_new(cham_storage_t *s, size_t offset, size_t bytes,
+                               cham_dtype_t dtype, const char *label)
+{
+    cham_tensor_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->storage = s;
+    t->offset = offset;
+    t->bytes = bytes;
+    t->dtype = dtype;
+    t->refs = 1;
+    set_label(t, label);
+    s->views++;
+    return t;
+}
+
+static bool dtype_ok(cham_context_t *ctx, cham_dtype_t dtype)
+{
+    if ((int)dtype >= 0 && dtype < CHAM_DTYPE_COUNT_)
+        return true;
+    cham_context_error(ctx, "tensor: unknown dtype %d", (int)dtype);
+    return false;
+}
+
+static cham_storage_t *storage_new(cham_context_t *ctx, size_t bytes)
+{
+    cham_storage_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->ctx = ctx;
+    s->id = ctx->next_storage_id++;
+    s->bytes = bytes;
+    s->residency = CHAM_RESIDENT_DEVICE;
+    return s;
+}
+
+static void mem_add(cham_context_t *ctx, int64_t bytes)
+{
+    ctx->stats.mem_in_use = (uint64_t)((int64_t)ctx->stats.mem_in_use + bytes);
+}
+
+cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dtype,
+                              const char *label, cham_tensor_t **out)
+{
+    CHAM_ASSERT(ctx && out);
+    *out = NULL;
+    if (ctx->config.mode != CHAM_MODE_MANAGED) {
+        cham_context_error(ctx, "tensor \"%s\": cham_tensor_new needs managed mode; in "
+                           "advisor mode report the caller's memory with cham_tensor_wrap",
+                           label ? label : "");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (bytes == 0 || !dtype_ok(ctx, dtype)) {
+        if (bytes == 0)
+            cham_context_error(ctx, "tensor \"%s\": 0 bytes", label ? label : "");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_storage_t *s = storage_new(ctx, bytes);
+    if (!s) {
+        cham_context_error(ctx, "out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    cham_status_t st = cham_block_alloc(ctx->mem, bytes, ctx->compute, &s->block);
+    if (st != CHAM_OK) {
+        cham_context_error(ctx, "tensor \"%s\": %s", label ? label : "",
+                           cham_allocator_last_error(ctx->mem));
+        free(s);
+        return st;
+    }
+    cham_tensor_t *t = view_new(s, 0, bytes, dtype, label);
+    if (!t) {
+        cham_block_free(ctx->mem, s->block);
+        free(s);
+        cham_context_error(ctx, "out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    mem_add(ctx, (int64_t)bytes);
+    ctx->live_storages++;
+    *out = t;
+    return CHAM_OK;
+}
+
+cham_status_t cham_tensor_wrap(cham_context_t *ctx, void *ptr, size_t bytes,
+                               cham_dtype_t dtype, const char *label, cham_tensor_t **out)
+{
+    CHAM_ASSERT(ctx && out);
+    *out = NULL;
+    if (ctx->config.mode != CHAM_MODE_ADVISOR) {
+        cham_context_error(ctx, "tensor \"%s\": cham_tensor_wrap needs advisor mode; in "
+                           "managed mode use cham_tensor_new", label ? label : "");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (!ptr || bytes == 0 || !dtype_ok(ctx, dtype)) {
+        if (!ptr || bytes == 0)
+            cham_context_error(ctx, "tensor \"%s\": wrapping %zu bytes at %p", label ? label : "",
+                               bytes, ptr);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_storage_t *s = storage_new(ctx, bytes);
+    cham_tensor_t *t = s ? view_new(s, 0, bytes, dtype, label) : NULL;
+    if (!t) {
+        free(s);
+        cham_context_error(ctx, "out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    s->ptr = ptr;
+    mem_add(ctx, (int64_t)bytes);
+    ctx->live_storages++;
+    *out = t;
+    return CHAM_OK;
+}
+
+cham_status_t cham_tensor_view(cham_tensor_t *base, size_t offset, size_t bytes,
+                               cham_dtype_t dtype, const char *label, cham_tensor_t **out)
+{
+    CHAM_ASSERT(base && out);
+    *out = NULL;
+    cham_context_t *ctx = base->storage->ctx;
+    if (bytes == 0 || offset > base->bytes || bytes > base->bytes - offset) {
+        cham_context_error(ctx, "view \"%s\" of \"%s\": [%zu, %zu + %zu) is not inside the "
+                           "%zu bytes of the base", label ? label : "", base->label, offset,
+                           offset, bytes, base->bytes);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (!dtype_ok(ctx, dtype))
+        return CHAM_ERR_INVALID_ARG;
+    cham_tensor_t *t = view_new(base->storage, base->offset + offset, bytes, dtype, label);
+    if (!t) {
+        cham_context_error(ctx, "out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    *out = t;
+    return CHAM_OK;
+}
+
+cham_tensor_t *cham_tensor_retain(cham_tensor_t *t)
+{
+    CHAM_ASSERT(t && t->refs > 0 && t->refs < UINT32_MAX);
+    t->refs++;
+    return t;
+}
+
+/* The last view is gone: the storage's memory goes back. A device block a
+ * swap-in may still be writing is first recorded on the swap-in stream; a
+ * pinned block a swap may still be reading or writing likewise. */
+static void storage_free(cham_storage_t *s)
+{
+    cham_context_t *ctx = s->ctx;
+    if (s->block) {
+        if (s->in_event)
+            cham_block_record_stream(ctx->mem, s->block, ctx->swap_in);
+        cham_block_free(ctx->mem, s->block);
+    }
+    if (s->host_block) {
+        cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_in);
+        cham_block_free(ctx->pinned, s->host_block);
+    }
+    if (s->block || s->ptr)
+        mem_add(ctx, -(int64_t)s->bytes);
+    cham_event_free(s->out_event);
+    cham_event_free(s->in_event);
+    ctx->live_storages--;
+    free(s);
+}
+
+void cham_tensor_release(cham_tensor_t *t)
+{
+    if (!t)
+        return;
+    CHAM_ASSERT(t->refs > 0 && "tensor released more often than retained");
+    if (--t->refs > 0)
+        return;
+    cham_storage_t *s = t->storage;
+    free(t);
+    if (--s->views == 0)
+        storage_free(s);
+}
+
+void *cham_tensor_data(const cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    const cham_storage_t *s = t->storage;
+    char *base = s->block ? cham_block_ptr(s->block) : s->ptr;
+    return base ? base + t->offset : NULL;
+}
+
+size_t cham_tensor_bytes(const cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    return t->bytes;
+}
+
+cham_dtype_t cham_tensor_dtype(const cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    return t->dtype;
+}
+
+const char *cham_tensor_label(const cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    return t->label;
+}
+
+bool cham_tensor_same_storage(const cham_tensor_t *a, const cham_tensor_t *b)
+{
+    CHAM_ASSERT(a && b);
+    return a->storage == b->storage;
+}
+
+cham_residency_t cham_tensor_residency(const cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    const cham_storage_t *s = t->storage;
+    /* A copy in flight is reported as moving until its event completes. */
+    if (s->residency == CHAM_RESIDENT_HOST && s->out_event &&
+        cham_event_query(s->out_event) == CHAM_NOT_READY)
+        return CHAM_RESIDENT_MOVING_OUT;
+    return s->residency;
+}
+
+/* ---- swapping -------------------------------------------------------------*/
+
+static cham_status_t ensure_event(cham_context_t *ctx, cham_event_t **e)
+{
+    if (*e)
+        return CHAM_OK;
+    cham_status_t st = cham_event_new(ctx->dev, e);
+    if (st != CHAM_OK)
+        cham_context_error(ctx, "creating an event: %s", cham_device_last_error(ctx->dev));
+    return st;
+}
+
+static cham_status_t device_error(cham_context_t *ctx, cham_status_t st, const char *what,
+                                  const char *label)
+{
+    cham_context_error(ctx, "%s of \"%s\": %s", what, label,
+                       cham_device_last_error(ctx->dev));
+    return st;
+}
+
+cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive)
+{
+    CHAM_ASSERT(t);
+    cham_storage_t *s = t->storage;
+    cham_context_t *ctx = s->ctx;
+    if (ctx->config.mode != CHAM_MODE_MANAGED) {
+        cham_context_error(ctx, "swap-out of \"%s\": advisor mode; the caller moves memory",
+                           t->label);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (s->residency == CHAM_RESIDENT_HOST)
+        return CHAM_OK;
+    cham_status_t st = ensure_event(ctx, &s->out_event);
+    if (st != CHAM_OK)
+        return st;
+    cham_block_t *host;
+    st = cham_block_alloc(ctx->pinned, s->bytes, ctx->swap_out, &host);
+    if (st != CHAM_OK) {
+        cham_context_error(ctx, "swap-out of \"%s\": %s", t->label,
+                           cham_allocator_last_error(ctx->pinned));
+        return st;
+    }
+    /* After the producer and any swap-in still writing the block. */
+    if (s->in_event && (st = cham_stream_wait_event(ctx->swap_out, s->in_event)) != CHAM_OK)
+        goto fail;
+    if ((st = cham_event_record(s->out_event, ctx->compute)) != CHAM_OK ||
+        (st = cham_stream_wait_event(ctx->swap_out, s->out_event)) != CHAM_OK ||
+        (st = cham_copy_async(ctx->swap_out, cham_block_ptr(host), cham_block_ptr(s->block),
+                              s->bytes, CHAM_COPY_D2H, t->label)) != CHAM_OK ||
+        (st = cham_event_record(s->out_event, ctx->swap_out)) != CHAM_OK)
+        goto fail;
+    /* Reusable once the next op is dispatched; no polling. */
+    if ((st = cham_block_free_after_op(ctx->mem, s->block, ctx->swap_out, ctx->ops_total)) !=
+        CHAM_OK) {
+        cham_context_error(ctx, "swap-out of \"%s\": %s", t->label,
+                           cham_allocator_last_error(ctx->mem));
+        cham_block_free(ctx->pinned, host);
+        return st;
+    }
+    if (s->in_event) {            /* the swap-in is now ordered before the copy */
+        cham_event_free(s->in_event);
+        s->in_event = NULL;
+    }
+    s->block = NULL;
+    s->host_block = host;
+    s->residency = CHAM_RESIDENT_HOST;
+    mem_add(ctx, -(int64_t)s->bytes);
+    ctx->stats.swaps_out++;
+    ctx->stats.bytes_out += s->bytes;
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, passive);
+    return CHAM_OK;
+fail:
+    cham_block_free(ctx->pinned, host);
+    return device_error(ctx, st, "swap-out", t->label);
+}
+
+/* Brings a storage on the host back; shared by cham_tensor_swap_in and the
+ * on-demand path. */
+static cham_status_t storage_swap_in(cham_storage_t *s, const char *label)
+{
+    cham_context_t *ctx = s->ctx;
+    cham_status_t st = ensure_event(ctx, &s->in_event);
+    if (st != CHAM_OK)
+        return st;
+    cham_block_t *block;
+    st = cham_block_alloc(ctx->mem, s->bytes, ctx->compute, &block);
+    if (st != CHAM_OK) {
+        cham_context_error(ctx, "swap-in of \"%s\": %s", label,
+                           cham_allocator_last_error(ctx->mem));
+        return st;
+    }
+    /* The block's previous user ran on compute; the pinned copy was written
+     * by the swap-out stream. */
+    if ((st = cham_event_record(s->in_event, ctx->compute)) != CHAM_OK ||
+        (st = cham_stream_wait_event(ctx->swap_in, s->in_event)) != CHAM_OK ||
+        (st = cham_stream_wait_event(ctx->swap_in, s->out_event)) != CHAM_OK ||
+        (st = cham_copy_async(ctx->swap_in, cham_block_ptr(block), cham_block_ptr(s->host_block),
+                              s->bytes, CHAM_COPY_H2D, label)) != CHAM_OK ||
+        (st = cham_event_record(s->in_event, ctx->swap_in)) != CHAM_OK) {
+        cham_block_free(ctx->mem, block);
+        return device_error(ctx, st, "swap-in", label);
+    }
+    cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_in);
+    cham_block_free(ctx->pinned, s->host_block);
+    s->host_block = NULL;
+    s->block = block;
+    s->residency = CHAM_RESIDENT_MOVING_IN;
+    mem_add(ctx, (int64_t)s->bytes);
+    ctx->stats.swaps_in++;
+    ctx->stats.bytes_in += s->bytes;
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false);
+    return CHAM_OK;
+}
+
+cham_status_t cham_tensor_swap_in(cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    cham_storage_t *s = t->storage;
+    if (s->residency != CHAM_RESIDENT_HOST)
+        return CHAM_OK;
+    return storage_swap_in(s, t->label);
+}
+
+cham_status_t cham_storage_prepare(cham_storage_t *s)
+{
+    cham_context_t *ctx = s->ctx;
+    if (s->residency == CHAM_RESIDENT_HOST) {
+        char label[64];
+        snprintf(label, sizeof label, "storage %llu (on demand)", (unsigned long long)s->id);
+        cham_status_t st = storage_swap_in(s, label);
+        if (st != CHAM_OK)
+            return st;
+        ctx->stats.on_demand_swaps_in++;
+        cham_context_log(ctx, "step %llu op %u: storage %llu was on the host; brought back on "
+                         "demand", (unsigned long long)ctx->step, ctx->ops_in_step,
+                         (unsigned long long)s->id);
+    }
+    if (s->residency == CHAM_RESIDENT_MOVING_IN) {
+        cham_status_t st = cham_stream_wait_event(ctx->compute, s->in_event);
+        if (st != CHAM_OK)
+            return device_error(ctx, st, "waiting for the swap-in", "");
+        s->residency = CHAM_RESIDENT_DEVICE;
+        /* The event stays: a later free or swap-out orders after it. */
+    }
+    return CHAM_OK;
+}

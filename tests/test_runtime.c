@@ -1,0 +1,437 @@
+/* The runtime API: reference counting, views that follow their storage's
+ * swaps, swaps that keep data bit-exact without hazards, the rebuilt
+ * no-swap memory curve, the stage machine seen through the context, advisor
+ * mode, and misuse reported as errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "chameleon/chameleon.h"
+
+#define MiB (1024u * 1024u)
+
+static cham_context_t *open_ctx(cham_mode_t mode, bool data, uint64_t capacity)
+{
+    cham_config_t c = cham_config_default();
+    c.device.capacity = capacity;
+    c.device.data = data;
+    c.mode = mode;
+    c.pinned_budget = 256 * MiB;
+    cham_context_t *ctx = NULL;
+    cham_status_t st = cham_context_new(&c, &ctx);
+    if (st != CHAM_OK)
+        fail_msg("context: %s", cham_context_last_error(NULL));
+    return ctx;
+}
+
+static void quiet(const char *line, void *user)
+{
+    int *n = user;
+    (*n)++;
+    (void)line;
+}
+
+static cham_op_token_t token(cham_context_t *ctx, const char *name)
+{
+    cham_op_token_t t;
+    assert_int_equal(cham_op_token(ctx, name, &t), CHAM_OK);
+    return t;
+}
+
+static void test_tokens(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, false, 64 * MiB);
+    assert_int_equal(token(ctx, "matmul"), 0);
+    assert_int_equal(token(ctx, "gelu"), 1);
+    assert_int_equal(token(ctx, "matmul"), 0);
+    assert_string_equal(cham_op_name(ctx, 1), "gelu");
+    assert_null(cham_op_name(ctx, 2));
+    cham_op_token_t t;
+    assert_int_equal(cham_op_token(ctx, "", &t), CHAM_ERR_INVALID_ARG);
+    cham_context_free(ctx);
+}
+
+static void test_reference_counting(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, false, 64 * MiB);
+    cham_runtime_stats_t st;
+    cham_tensor_t *a, *v;
+    assert_int_equal(cham_tensor_new(ctx, 3 * MiB, CHAM_DTYPE_F32, "a", &a), CHAM_OK);
+    assert_int_equal(cham_tensor_view(a, MiB, MiB, CHAM_DTYPE_F16, "a[1]", &v), CHAM_OK);
+    assert_true(cham_tensor_same_storage(a, v));
+    assert_ptr_equal(cham_tensor_data(v), (char *)cham_tensor_data(a) + MiB);
+    cham_tensor_retain(a);
+    cham_context_get_stats(ctx, &st);
+    assert_int_equal(st.mem_in_use, 3 * MiB);
+    cham_tensor_release(a);               /* a still has one holder */
+    cham_tensor_release(a);               /* a gone, the view keeps the storage */
+    cham_context_get_stats(ctx, &st);
+    assert_int_equal(st.mem_in_use, 3 * MiB);
+    assert_non_null(cham_tensor_data(v));
+    cham_tensor_release(v);               /* the last holder: storage freed */
+    cham_context_get_stats(ctx, &st);
+    assert_int_equal(st.mem_in_use, 0);
+    /* The device block went back: the whole capacity can be had again. */
+    cham_tensor_t *big;
+    assert_int_equal(cham_tensor_new(ctx, 60 * MiB, CHAM_DTYPE_U8, "big", &big), CHAM_OK);
+    cham_tensor_release(big);
+    cham_context_free(ctx);
+}
+
+static void test_misuse_is_reported(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, false, 16 * MiB);
+    cham_tensor_t *t, *v;
+    cham_op_token_t op = token(ctx, "op");
+    assert_int_equal(cham_op_end(ctx), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(ctx), "without op begin"));
+    assert_int_equal(cham_op_begin(ctx, 7, NULL, 0, NULL, 0), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(ctx), "unknown op token 7"));
+    assert_int_equal(cham_op_begin(ctx, op, NULL, 0, NULL, 0), CHAM_OK);
+    assert_int_equal(cham_op_begin(ctx, op, NULL, 0, NULL, 0), CHAM_ERR_INVALID_ARG);
+    assert_int_equal(cham_step_end(ctx), CHAM_ERR_INVALID_ARG);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_tensor_new(ctx, 32 * MiB, CHAM_DTYPE_F32, "huge", &t),
+                     CHAM_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(cham_context_last_error(ctx), "\"huge\""));
+    assert_non_null(strstr(cham_context_last_error(ctx), "out of device memory"));
+    assert_int_equal(cham_tensor_wrap(ctx, (void *)0x1000, 16, CHAM_DTYPE_F32, "w", &t),
+                     CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(ctx), "advisor mode"));
+    assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "t", &t), CHAM_OK);
+    assert_int_equal(cham_tensor_view(t, MiB - 8, 16, CHAM_DTYPE_F32, "tail", &v),
+                     CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(ctx), "not inside"));
+    cham_tensor_release(t);
+    cham_context_free(ctx);
+
+    cham_config_t c = cham_config_default();
+    c.cosine_threshold = 2.0;
+    cham_context_t *bad = (cham_context_t *)1;
+    assert_int_equal(cham_context_new(&c, &bad), CHAM_ERR_INVALID_ARG);
+    assert_null(bad);
+    assert_non_null(strstr(cham_context_last_error(NULL), "cosine_threshold"));
+}
+
+/* ---- a scripted model ------------------------------------------------------
+ * L layers. Forward op i reads act[i-1] and weight w[i] and writes act[i];
+ * backward op i reads act[i] and w[i] and writes a gradient that is freed
+ * at once. With swaps, act[i] goes to the host after forward op i+1 (its
+ * last forward use) and comes back one layer ahead in backward. In data
+ * mode every activation carries a pattern that backward checks. */
+
+#define L 6
+#define ACT (4 * MiB)
+
+typedef struct kargs {
+    uint32_t *out;
+    const uint32_t *in;
+    size_t words;
+    uint32_t seed;
+    size_t *bad;
+} kargs_t;
+
+static uint32_t pattern(uint32_t seed, size_t i)
+{
+    return seed * 2654435761u ^ (uint32_t)i;
+}
+
+static void fill_fn(void *p)
+{
+    kargs_t *a = p;
+    for (size_t i = 0; i < a->words; i++)
+        a->out[i] = pattern(a->seed, i);
+}
+
+static void check_fn(void *p)
+{
+    kargs_t *a = p;
+    for (size_t i = 0; i < a->words; i++)
+        if (a->in[i] != pattern(a->seed, i))
+            (*a->bad)++;
+}
+
+/* One op: begin, a kernel touching its tensors, end. */
+static void op(cham_context_t *ctx, cham_op_token_t tok, cham_tensor_t **in, size_t n_in,
+               cham_tensor_t **out, size_t n_out, void (*fn)(void *), kargs_t *args)
+{
+    assert_int_equal(cham_op_begin(ctx, tok, in, n_in, out, n_out), CHAM_OK);
+    cham_access_t acc[4];
+    size_t n = 0;
+    for (size_t i = 0; i < n_in; i++)
+        acc[n++] = (cham_access_t){cham_tensor_data(in[i]), cham_tensor_bytes(in[i]),
+                                   CHAM_ACCESS_READ};
+    for (size_t i = 0; i < n_out; i++)
+        acc[n++] = (cham_access_t){cham_tensor_data(out[i]), cham_tensor_bytes(out[i]),
+                                   CHAM_ACCESS_WRITE};
+    if (fn == fill_fn)
+        args->out = cham_tensor_data(out[0]);
+    if (fn == check_fn)
+        args->in = cham_tensor_data(in[0]);
+    cham_kernel_t k = {.label = cham_op_name(ctx, tok), .flops = 2e11, .bytes = 1e7,
+                       .accesses = acc, .n_accesses = n, .cpu_fn = fn, .arg = args};
+    assert_int_equal(cham_kernel_launch(cham_context_compute_stream(ctx), &k), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+}
+
+static void run_step(cham_context_t *ctx, cham_tensor_t **w, bool swap, size_t *bad)
+{
+    cham_op_token_t fwd = token(ctx, "fwd"), bwd = token(ctx, "bwd"), opt = token(ctx, "sgd");
+    cham_tensor_t *act[L];
+    kargs_t args[L];
+    cham_phase(ctx, CHAM_PHASE_FORWARD);
+    for (int i = 0; i < L; i++) {
+        char label[16];
+        snprintf(label, sizeof label, "act%d", i);
+        assert_int_equal(cham_tensor_new(ctx, ACT, CHAM_DTYPE_F32, label, &act[i]), CHAM_OK);
+        args[i] = (kargs_t){.words = ACT / 4, .seed = (uint32_t)i + 1, .bad = bad};
+        cham_tensor_t *in[2] = {i ? act[i - 1] : w[0], w[i]};
+        op(ctx, fwd, in, 2, &act[i], 1, fill_fn, &args[i]);
+        if (swap && i >= 1 && i - 1 < L - 2)
+            assert_int_equal(cham_tensor_swap_out(act[i - 1], false), CHAM_OK);
+    }
+    cham_phase(ctx, CHAM_PHASE_BACKWARD);
+    for (int i = L - 1; i >= 0; i--) {
+        if (swap && i - 1 >= 0 && i - 1 < L - 2)
+            assert_int_equal(cham_tensor_swap_in(act[i - 1]), CHAM_OK);
+        cham_tensor_t *grad;
+        assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "grad", &grad), CHAM_OK);
+        cham_tensor_t *in[2] = {act[i], w[i]};
+        op(ctx, bwd, in, 2, &grad, 1, check_fn, &args[i]);
+        cham_tensor_release(grad);
+        cham_tensor_release(act[i]);
+    }
+    cham_phase(ctx, CHAM_PHASE_OPTIMIZER);
+    for (int i = 0; i < L; i++)
+        op(ctx, opt, &w[i], 1, &w[i], 1, NULL, NULL);
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);
+}
+
+static void run_profiled(bool swap, uint64_t *actual, uint64_t *rebuilt, size_t *n_samples,
+                         size_t *bad, cham_runtime_stats_t *stats, uint64_t *hazards)
+{
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 64 * MiB);
+    cham_tensor_t *w[L];
+    for (int i = 0; i < L; i++)
+        assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "w", &w[i]), CHAM_OK);
+    cham_context_request_profile(ctx);
+    run_step(ctx, w, swap, bad);
+    const cham_profile_t *p = cham_context_last_profile(ctx);
+    assert_non_null(p);
+    cham_profile_view_t v;
+    cham_profile_get(p, &v);
+    *n_samples = 2 * v.n_ops;
+    cham_profile_memory_curve(p, actual, rebuilt);
+    cham_context_get_stats(ctx, stats);
+    *hazards = cham_sim_hazard_count(cham_context_device(ctx));
+    assert_int_equal(v.n_swaps, swap ? 2 * (L - 2) : 0);
+    assert_int_equal(v.n_ops, 3 * L);
+    /* Each op lists its inputs, then its outputs, with features. */
+    assert_int_equal(v.ops[0].n_uses, 3);
+    assert_true(v.uses[v.ops[0].first_use + 2].output);
+    assert_int_equal(v.ops[0].phase, CHAM_PHASE_FORWARD);
+    assert_int_equal(v.ops[L].phase, CHAM_PHASE_BACKWARD);
+    assert_string_equal(v.token_names[v.ops[2 * L].token], "sgd");
+    for (int i = 0; i < L; i++)
+        cham_tensor_release(w[i]);
+    cham_context_free(ctx);
+}
+
+static void test_memory_curve_rebuilt(void **state)
+{
+    (void)state;
+    static uint64_t a0[6 * L], r0[6 * L], a1[6 * L], r1[6 * L];
+    size_t n0, n1, bad0 = 0, bad1 = 0;
+    cham_runtime_stats_t s0, s1;
+    uint64_t hz0, hz1;
+    run_profiled(false, a0, r0, &n0, &bad0, &s0, &hz0);
+    run_profiled(true, a1, r1, &n1, &bad1, &s1, &hz1);
+    assert_int_equal(n0, n1);
+    /* Without swaps the rebuilt curve is the measured one. */
+    for (size_t i = 0; i < n0; i++)
+        assert_int_equal(r0[i], a0[i]);
+    /* With swaps memory really was lower, and the rebuilt curve is exactly
+     * the curve of the run without swaps. */
+    uint64_t peak0 = 0, peak1 = 0;
+    for (size_t i = 0; i < n1; i++) {
+        assert_int_equal(r1[i], a0[i]);
+        peak0 = a0[i] > peak0 ? a0[i] : peak0;
+        peak1 = a1[i] > peak1 ? a1[i] : peak1;
+    }
+    assert_true(peak1 < peak0);
+    assert_int_equal(s1.swaps_out, L - 2);
+    assert_int_equal(s1.swaps_in, L - 2);
+    assert_int_equal(s1.on_demand_swaps_in, 0);
+    /* Data came back bit-exact and no stream raced another. */
+    assert_int_equal(bad0, 0);
+    assert_int_equal(bad1, 0);
+    assert_int_equal(hz0, 0);
+    assert_int_equal(hz1, 0);
+}
+
+static void test_views_follow_swaps(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 64 * MiB);
+    int lines = 0;
+    cham_context_set_log(ctx, quiet, &lines);
+    cham_op_token_t fill = token(ctx, "fill"), use = token(ctx, "use");
+    cham_tensor_t *base, *half;
+    size_t bad = 0;
+    assert_int_equal(cham_tensor_new(ctx, 2 * ACT, CHAM_DTYPE_F32, "base", &base), CHAM_OK);
+    assert_int_equal(cham_tensor_view(base, ACT, ACT, CHAM_DTYPE_F32, "half", &half), CHAM_OK);
+    kargs_t k = {.words = ACT / 4, .seed = 77, .bad = &bad};
+    cham_context_request_profile(ctx);
+    op(ctx, fill, NULL, 0, &half, 1, fill_fn, &k);
+    /* Swapping out through the base moves the storage: the view follows. */
+    assert_int_equal(cham_tensor_swap_out(base, false), CHAM_OK);
+    cham_residency_t r = cham_tensor_residency(half);
+    assert_true(r == CHAM_RESIDENT_HOST || r == CHAM_RESIDENT_MOVING_OUT);
+    assert_null(cham_tensor_data(half));
+    /* Using the view while on the host brings it back on demand. */
+    op(ctx, use, &half, 1, NULL, 0, check_fn, &k);
+    assert_int_equal(cham_tensor_residency(base), CHAM_RESIDENT_DEVICE);
+    cham_runtime_stats_t st;
+    cham_context_get_stats(ctx, &st);
+    assert_int_equal(st.on_demand_swaps_in, 1);
+    assert_int_equal(lines, 1);           /* the on-demand swap is logged */
+    assert_int_equal(bad, 0);
+    assert_int_equal(cham_sim_hazard_count(cham_context_device(ctx)), 0);
+    /* The swap-out between the ops and the on-demand swap-in while op 1
+     * began both change op 1's "before" sample: the rebuilt curve is flat. */
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);
+    const cham_profile_t *p = cham_context_last_profile(ctx);
+    cham_profile_view_t v;
+    cham_profile_get(p, &v);
+    assert_int_equal(v.n_swaps, 2);
+    assert_int_equal(v.swaps[0].kind, CHAM_SWAP_OUT);
+    assert_int_equal(v.swaps[1].kind, CHAM_SWAP_IN);
+    assert_int_equal(v.swaps[0].sample, 2);
+    assert_int_equal(v.swaps[1].sample, 2);
+    uint64_t actual[4], rebuilt[4];
+    cham_profile_memory_curve(p, actual, rebuilt);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(actual[i], 2 * ACT);
+        assert_int_equal(rebuilt[i], 2 * ACT);
+    }
+    cham_tensor_release(base);
+    cham_tensor_release(half);
+    cham_context_free(ctx);
+}
+
+/* ---- the stage machine through the context -------------------------------*/
+
+typedef struct seen {
+    int n;
+    cham_stage_t to[8];
+    uint64_t step[8];
+} seen_t;
+
+static void on_stage(cham_context_t *ctx, cham_stage_t from, cham_stage_t to, uint64_t step,
+                     void *user)
+{
+    (void)ctx, (void)from;
+    seen_t *s = user;
+    if (s->n < 8) {
+        s->to[s->n] = to;
+        s->step[s->n] = step;
+    }
+    s->n++;
+}
+
+static void ops_step(cham_context_t *ctx, int n_ops)
+{
+    cham_op_token_t a = token(ctx, "a"), b = token(ctx, "b");
+    for (int i = 0; i < n_ops; i++) {
+        assert_int_equal(cham_op_begin(ctx, i % 3 ? a : b, NULL, 0, NULL, 0), CHAM_OK);
+        assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    }
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);
+}
+
+static void test_stages_through_context(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, false, 16 * MiB);
+    seen_t seen = {0};
+    int lines = 0;
+    cham_context_on_stage(ctx, on_stage, &seen);
+    cham_context_set_log(ctx, quiet, &lines);
+    for (int s = 0; s < 10; s++)
+        ops_step(ctx, 100);
+    /* m = 2, n = 5: GenPolicy after step 3, Stable after step 9. */
+    assert_int_equal(seen.n, 2);
+    assert_int_equal(seen.to[0], CHAM_STAGE_GENPOLICY);
+    assert_int_equal(seen.step[0], 3);
+    assert_int_equal(seen.to[1], CHAM_STAGE_STABLE);
+    assert_int_equal(seen.step[1], 9);
+    assert_int_equal(lines, 2);
+    /* GenPolicy steps were profiled in detail. */
+    const cham_profile_t *p = cham_context_last_profile(ctx);
+    assert_non_null(p);
+    cham_profile_view_t v;
+    cham_profile_get(p, &v);
+    assert_int_equal(v.n_ops, 100);
+    assert_int_equal(v.step, 8);
+    ops_step(ctx, 120);                   /* 20% longer: back to WarmUp */
+    assert_int_equal(cham_context_stage(ctx), CHAM_STAGE_WARMUP);
+    assert_int_equal(seen.n, 3);
+    cham_context_free(ctx);
+}
+
+/* ---- advisor mode ---------------------------------------------------------*/
+
+static void test_advisor_mode(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_ADVISOR, false, 16 * MiB);
+    cham_op_token_t mm = token(ctx, "matmul");
+    cham_tensor_t *x, *y;
+    assert_int_equal(cham_tensor_new(ctx, 64, CHAM_DTYPE_F32, "x", &x), CHAM_ERR_INVALID_ARG);
+    assert_int_equal(cham_tensor_wrap(ctx, (void *)0x10000, 4096, CHAM_DTYPE_F32, "x", &x),
+                     CHAM_OK);
+    assert_int_equal(cham_tensor_wrap(ctx, (void *)0x20000, 8192, CHAM_DTYPE_F16, "y", &y),
+                     CHAM_OK);
+    assert_ptr_equal(cham_tensor_data(x), (void *)0x10000);
+    assert_int_equal(cham_tensor_swap_out(x, false), CHAM_ERR_INVALID_ARG);
+    cham_context_request_profile(ctx);
+    assert_int_equal(cham_op_begin(ctx, mm, &x, 1, &y, 1), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    cham_tensor_release(x);               /* the caller freed x */
+    assert_int_equal(cham_op_begin(ctx, mm, &y, 1, NULL, 0), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);
+    cham_profile_view_t v;
+    cham_profile_get(cham_context_last_profile(ctx), &v);
+    assert_int_equal(v.n_ops, 2);
+    assert_int_equal(v.ops[0].mem_before, 4096 + 8192);
+    assert_int_equal(v.ops[1].mem_before, 8192);
+    assert_int_equal(v.uses[1].data_ptr, 0x20000);
+    assert_int_equal(v.uses[2].use_count, 1);      /* y's second use */
+    assert_int_equal(v.uses[2].history & 0xff, 0); /* last used by op 0 */
+    cham_tensor_release(y);
+    cham_context_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tokens),
+        cmocka_unit_test(test_reference_counting),
+        cmocka_unit_test(test_misuse_is_reported),
+        cmocka_unit_test(test_memory_curve_rebuilt),
+        cmocka_unit_test(test_views_follow_swaps),
+        cmocka_unit_test(test_stages_through_context),
+        cmocka_unit_test(test_advisor_mode),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
