@@ -24,6 +24,14 @@ check demo-device 0 'sim device v100-16g' -- demo --device v100-16g
 check demo-bad-device 1 'unknown device preset "nope"' -- demo --device nope
 check demo-bad-layers 2 'layers must be 3..64' -- demo --layers 2
 check devices 0 'ascend-910b' -- devices
+# Without a GPU the cuda backend says why instead of crashing (or, in a build
+# without the toolkit, that it is not built in); with one, what it is.
+if "$bin" devices --backend cuda >/dev/null 2>&1; then
+  check devices-cuda 0 '^cuda: .*GiB$' -- devices --backend cuda
+else
+  check devices-cuda 1 '^cuda: unavailable \((device unavailable|unsupported)\): .*cuda' -- devices --backend cuda
+fi
+check devices-bad 2 'unexpected argument "--frobnicate"' -- devices --frobnicate
 check version 0 '^chameleon [0-9]+\.[0-9]+\.[0-9]+$' -- version
 check unknown-command 2 'unknown command "frobnicate"' -- frobnicate
 check no-command 2 'usage: chameleon' --
