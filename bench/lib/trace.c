@@ -486,13 +486,13 @@ static bool config_ok(const bench_trace_config_t *c, char *err, size_t err_size)
     if (c->layers < 1 || c->hidden < 1 || c->heads < 1 || c->kv_heads < 1 || c->ffn < 1 ||
         c->vocab < 1 || c->batch < 1 || c->seq < 16 || c->hidden % c->heads != 0 ||
         c->heads % c->kv_heads != 0) {
-        trace_set_err(err, err_size, "trace model: invalid shape");
+        cham_set_err(err, err_size, "trace model: invalid shape");
         return false;
     }
     if (c->moe_every < 0 || (c->moe_every > 0 &&
         (c->experts < 1 || c->experts > MAX_EXPERTS || c->top_k < 1 ||
          c->top_k > c->experts || c->expert_ffn < 1))) {
-        trace_set_err(err, err_size, "trace model: invalid MoE settings (1..%d experts)",
+        cham_set_err(err, err_size, "trace model: invalid MoE settings (1..%d experts)",
                 MAX_EXPERTS);
         return false;
     }
@@ -547,7 +547,7 @@ bool bench_trace_generate(const bench_trace_config_t *config, bench_trace_t *tra
     free(g.ls);
     if (!ok) {
         bench_trace_release(trace);
-        trace_set_err(err, err_size, "trace generator: out of host memory");
+        cham_set_err(err, err_size, "trace generator: out of host memory");
     }
     return ok;
 }

@@ -10,15 +10,6 @@
 
 #define MIN_CAP 1024
 
-void trace_set_err(char *err, size_t err_size, const char *fmt, ...)
-{
-    if (!err || err_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
 
 void trace_builder_init(trace_builder_t *b, bench_trace_t *t)
 {

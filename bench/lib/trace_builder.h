@@ -5,6 +5,7 @@
 #ifndef BENCH_LIB_TRACE_BUILDER_H
 #define BENCH_LIB_TRACE_BUILDER_H
 
+#include "common/message.h"
 #include "lib/trace.h"
 
 /* Invariants: slot_bytes[s] > 0 iff slot s is live; free_slots holds
@@ -30,7 +31,5 @@ uint32_t trace_builder_alloc(trace_builder_t *b, uint64_t bytes, int stream);
 /* Appends the free of slot, if it is live. */
 void trace_builder_free(trace_builder_t *b, uint32_t slot);
 
-/* vsnprintf into err, if err is not NULL. */
-void trace_set_err(char *err, size_t err_size, const char *fmt, ...);
 
 #endif

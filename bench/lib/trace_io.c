@@ -229,7 +229,7 @@ bool bench_trace_load(const char *path, bench_trace_t *trace, char *err, size_t 
 {
     FILE *f = fopen(path, "r");
     if (!f) {
-        trace_set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        cham_set_err(err, err_size, "%s: cannot open: %s", path, strerror(errno));
         return false;
     }
     loader_t ld = {.path = path, .err = err, .err_size = err_size};
@@ -238,7 +238,7 @@ bool bench_trace_load(const char *path, bench_trace_t *trace, char *err, size_t 
     size_t line_cap = 0;
     bool ok = id_map_grow(&ld.map);
     if (!ok)
-        trace_set_err(err, err_size, "%s: out of host memory", path);
+        cham_set_err(err, err_size, "%s: out of host memory", path);
     while (ok) {
         errno = 0;
         ld.lineno++;
@@ -251,7 +251,7 @@ bool bench_trace_load(const char *path, bench_trace_t *trace, char *err, size_t 
         ok = load_line(&ld, line, (size_t)len);
     }
     if (ok && trace->n_ops == 0) {
-        trace_set_err(err, err_size, "%s: no operations in the file", path);
+        cham_set_err(err, err_size, "%s: no operations in the file", path);
         ok = false;
     }
     free(line);
@@ -269,7 +269,7 @@ bool bench_trace_save(const char *path, const bench_trace_t *trace, const char *
 {
     FILE *f = fopen(path, "w");
     if (!f) {
-        trace_set_err(err, err_size, "%s: cannot create: %s", path, strerror(errno));
+        cham_set_err(err, err_size, "%s: cannot create: %s", path, strerror(errno));
         return false;
     }
     fprintf(f, "# chameleon allocation trace: \"a ID BYTES STREAM\" / \"f ID\"\n");
@@ -287,6 +287,6 @@ bool bench_trace_save(const char *path, const bench_trace_t *trace, const char *
     if (fclose(f) != 0)
         ok = false;
     if (!ok)
-        trace_set_err(err, err_size, "%s: write failed: %s", path, strerror(errno));
+        cham_set_err(err, err_size, "%s: write failed: %s", path, strerror(errno));
     return ok;
 }

@@ -3,6 +3,7 @@
 #ifndef CHAM_DEVICE_BACKENDS_H
 #define CHAM_DEVICE_BACKENDS_H
 
+#include "common/message.h"
 #include "chameleon/backend.h"
 
 cham_status_t cham_sim_open(const cham_device_config_t *config, cham_device_t **out);
@@ -11,10 +12,6 @@ cham_status_t cham_cuda_open(const cham_device_config_t *config, cham_device_t *
 #endif
 
 /* Records the message for cham_device_last_error(NULL) after a failed open. */
-void cham_device_set_open_error(const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 1, 2)))
-#endif
-    ;
+void cham_device_set_open_error(const char *fmt, ...) CHAM_PRINTF(1, 2);
 
 #endif

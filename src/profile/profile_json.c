@@ -27,6 +27,7 @@
 
 #include "chameleon/profile.h"
 #include "common/assert.h"
+#include "common/message.h"
 #include "common/grow.h"
 #include "profile/profile-impl.h"
 
@@ -37,12 +38,6 @@
 #define MAX_OPS (UINT32_MAX / 2)
 /* Strings quoted in messages are cut to this many characters. */
 #define QUOTE_MAX 40
-
-#ifdef __GNUC__
-#define PRINTF_LIKE(f, a) __attribute__((format(printf, f, a)))
-#else
-#define PRINTF_LIKE(f, a)
-#endif
 
 /* Names in the file. Kept here rather than taken from cham_phase_name and
  * cham_dtype_name (src/runtime/names.c) so that the file format depends on
@@ -80,16 +75,6 @@ static const char *const use_keys[] = {"storage", "data_ptr", "bytes", "storage_
 static const char *const swap_keys[] = {"kind", "storage", "bytes", "sample", "passive"};
 #define N_KEYS(a) (sizeof(a) / sizeof((a)[0]))
 
-PRINTF_LIKE(3, 4)
-static void set_err(char *err, size_t err_size, const char *fmt, ...)
-{
-    if (!err || err_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
 
 /* ---- the invariants -----------------------------------------------------------*/
 
@@ -170,7 +155,7 @@ static cham_status_t find_repeated_name(char *const *names, size_t n, bool *foun
 static cham_status_t check_profile(const cham_profile_t *p, char *msg, size_t msg_size)
 {
     if (p->op_open) {
-        set_err(msg, msg_size, "ops[%zu]: the op is still open (no end_op)", p->n_ops - 1);
+        cham_set_err(msg, msg_size, "ops[%zu]: the op is still open (no end_op)", p->n_ops - 1);
         return CHAM_ERR_INVALID_ARG;
     }
     const struct {
@@ -179,33 +164,33 @@ static cham_status_t check_profile(const cham_profile_t *p, char *msg, size_t ms
     } top[] = {{"step", p->step}, {"duration_ns", p->duration_ns}, {"capacity", p->capacity}};
     for (size_t i = 0; i < N_KEYS(top); i++) {
         if (top[i].v > MAX_EXACT) {
-            set_err(msg, msg_size, "%s: %" PRIu64 " is above 2^53 - 1", top[i].key, top[i].v);
+            cham_set_err(msg, msg_size, "%s: %" PRIu64 " is above 2^53 - 1", top[i].key, top[i].v);
             return CHAM_ERR_INVALID_ARG;
         }
     }
     if (p->n_tokens > INT32_MAX) {
-        set_err(msg, msg_size, "tokens: %zu names, more than op tokens number", p->n_tokens);
+        cham_set_err(msg, msg_size, "tokens: %zu names, more than op tokens number", p->n_tokens);
         return CHAM_ERR_INVALID_ARG;
     }
     for (size_t t = 0; t < p->n_tokens; t++) {
         if (!p->token_names[t] || !utf8_valid(p->token_names[t])) {
-            set_err(msg, msg_size, "tokens[%zu]: not a valid UTF-8 string", t);
+            cham_set_err(msg, msg_size, "tokens[%zu]: not a valid UTF-8 string", t);
             return CHAM_ERR_INVALID_ARG;
         }
     }
     bool repeated;
     size_t t1 = 0, t2 = 0;
     if (find_repeated_name(p->token_names, p->n_tokens, &repeated, &t1, &t2) != CHAM_OK) {
-        set_err(msg, msg_size, "out of host memory");
+        cham_set_err(msg, msg_size, "out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
     if (repeated) {
-        set_err(msg, msg_size, "tokens[%zu]: \"%.*s\" repeats tokens[%zu] (names are unique)",
+        cham_set_err(msg, msg_size, "tokens[%zu]: \"%.*s\" repeats tokens[%zu] (names are unique)",
                 t2, QUOTE_MAX, p->token_names[t2], t1);
         return CHAM_ERR_INVALID_ARG;
     }
     if (p->n_ops > MAX_OPS) {
-        set_err(msg, msg_size, "ops: %zu ops, more than %" PRIu32, p->n_ops, (uint32_t)MAX_OPS);
+        cham_set_err(msg, msg_size, "ops: %zu ops, more than %" PRIu32, p->n_ops, (uint32_t)MAX_OPS);
         return CHAM_ERR_INVALID_ARG;
     }
     size_t next_use = 0;
@@ -213,19 +198,19 @@ static cham_status_t check_profile(const cham_profile_t *p, char *msg, size_t ms
         const cham_profile_op_t *op = &p->ops[i];
         if (op->token < 0 || (size_t)op->token >= p->n_tokens) {
             if (p->n_tokens == 0)
-                set_err(msg, msg_size, "ops[%zu].token: %" PRId32 " is out of range: "
+                cham_set_err(msg, msg_size, "ops[%zu].token: %" PRId32 " is out of range: "
                         "\"tokens\" is empty", i, op->token);
             else
-                set_err(msg, msg_size, "ops[%zu].token: %" PRId32 " is out of range: "
+                cham_set_err(msg, msg_size, "ops[%zu].token: %" PRId32 " is out of range: "
                         "\"tokens\" names tokens 0 .. %zu", i, op->token, p->n_tokens - 1);
             return CHAM_ERR_INVALID_ARG;
         }
         if ((int)op->phase < 0 || (size_t)op->phase >= N_PHASES) {
-            set_err(msg, msg_size, "ops[%zu].phase: unknown phase %d", i, (int)op->phase);
+            cham_set_err(msg, msg_size, "ops[%zu].phase: unknown phase %d", i, (int)op->phase);
             return CHAM_ERR_INVALID_ARG;
         }
         if (op->mem_before > MAX_EXACT || op->mem_after > MAX_EXACT) {
-            set_err(msg, msg_size, "ops[%zu].%s: %" PRIu64 " is above 2^53 - 1", i,
+            cham_set_err(msg, msg_size, "ops[%zu].%s: %" PRIu64 " is above 2^53 - 1", i,
                     op->mem_before > MAX_EXACT ? "mem_before" : "mem_after",
                     op->mem_before > MAX_EXACT ? op->mem_before : op->mem_after);
             return CHAM_ERR_INVALID_ARG;
@@ -239,17 +224,17 @@ static cham_status_t check_profile(const cham_profile_t *p, char *msg, size_t ms
                               : u->bytes > MAX_EXACT ? "bytes"
                               : u->storage_bytes > MAX_EXACT ? "storage_bytes" : NULL;
             if (big) {
-                set_err(msg, msg_size, "ops[%zu].uses[%" PRIu32 "].%s: above 2^53 - 1", i, j,
+                cham_set_err(msg, msg_size, "ops[%zu].uses[%" PRIu32 "].%s: above 2^53 - 1", i, j,
                         big);
                 return CHAM_ERR_INVALID_ARG;
             }
             if ((int)u->dtype < 0 || (size_t)u->dtype >= N_DTYPES) {
-                set_err(msg, msg_size, "ops[%zu].uses[%" PRIu32 "].dtype: unknown dtype %d",
+                cham_set_err(msg, msg_size, "ops[%zu].uses[%" PRIu32 "].dtype: unknown dtype %d",
                         i, j, (int)u->dtype);
                 return CHAM_ERR_INVALID_ARG;
             }
             if (u->bytes > u->storage_bytes) {
-                set_err(msg, msg_size, "ops[%zu].uses[%" PRIu32 "].bytes: %" PRIu64 " is more "
+                cham_set_err(msg, msg_size, "ops[%zu].uses[%" PRIu32 "].bytes: %" PRIu64 " is more "
                         "than storage_bytes %" PRIu64 " (a view lies inside its storage)",
                         i, j, u->bytes, u->storage_bytes);
                 return CHAM_ERR_INVALID_ARG;
@@ -261,21 +246,21 @@ static cham_status_t check_profile(const cham_profile_t *p, char *msg, size_t ms
     for (size_t k = 0; k < p->n_swaps; k++) {
         const cham_profile_swap_t *s = &p->swaps[k];
         if ((int)s->kind < 0 || (size_t)s->kind >= N_SWAP_KINDS) {
-            set_err(msg, msg_size, "swaps[%zu].kind: unknown kind %d", k, (int)s->kind);
+            cham_set_err(msg, msg_size, "swaps[%zu].kind: unknown kind %d", k, (int)s->kind);
             return CHAM_ERR_INVALID_ARG;
         }
         if (s->storage > MAX_EXACT || s->bytes > MAX_EXACT) {
-            set_err(msg, msg_size, "swaps[%zu].%s: above 2^53 - 1", k,
+            cham_set_err(msg, msg_size, "swaps[%zu].%s: above 2^53 - 1", k,
                     s->storage > MAX_EXACT ? "storage" : "bytes");
             return CHAM_ERR_INVALID_ARG;
         }
         if (s->sample > last_sample) {
-            set_err(msg, msg_size, "swaps[%zu].sample: %" PRIu32 " is beyond the last sample, "
+            cham_set_err(msg, msg_size, "swaps[%zu].sample: %" PRIu32 " is beyond the last sample, "
                     "2 * %zu ops = %" PRIu64, k, s->sample, p->n_ops, last_sample);
             return CHAM_ERR_INVALID_ARG;
         }
         if (k > 0 && s->sample < p->swaps[k - 1].sample) {
-            set_err(msg, msg_size, "swaps[%zu].sample: %" PRIu32 " is before swaps[%zu]'s %"
+            cham_set_err(msg, msg_size, "swaps[%zu].sample: %" PRIu32 " is before swaps[%zu]'s %"
                     PRIu32 " (swaps are in the order they happened)", k, s->sample, k - 1,
                     p->swaps[k - 1].sample);
             return CHAM_ERR_INVALID_ARG;
@@ -397,17 +382,17 @@ cham_status_t cham_profile_save_json(const cham_profile_t *p, const char *path, 
                                      size_t err_size)
 {
     CHAM_ASSERT(p && path);
-    set_err(err, err_size, "%s", "");
+    cham_set_err(err, err_size, "%s", "");
     char why[256];
     cham_status_t st = check_profile(p, why, sizeof why);
     if (st != CHAM_OK) {
-        set_err(err, err_size, "%s: cannot save: %s", path, why);
+        cham_set_err(err, err_size, "%s: cannot save: %s", path, why);
         return st;
     }
     FILE *fp = fopen(path, "wb");
     if (!fp) {
         int e = errno;
-        set_err(err, err_size, "%s: cannot open for writing: %s", path, strerror(e));
+        cham_set_err(err, err_size, "%s: cannot open for writing: %s", path, strerror(e));
         return e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG;
     }
     errno = 0;
@@ -424,10 +409,10 @@ cham_status_t cham_profile_save_json(const cham_profile_t *p, const char *path, 
     /* Leave no half-written profile behind. */
     remove(path);
     if (write_failed) {
-        set_err(err, err_size, "%s: cannot write: %s", path, strerror(e ? e : EIO));
+        cham_set_err(err, err_size, "%s: cannot write: %s", path, strerror(e ? e : EIO));
         return CHAM_ERR_INVALID_ARG;
     }
-    set_err(err, err_size, "%s: out of host memory", path);
+    cham_set_err(err, err_size, "%s: out of host memory", path);
     return CHAM_ERR_HOST_OOM;
 }
 
@@ -471,7 +456,7 @@ static void path_pop(reader_t *r, size_t mark)
 }
 
 /* Records the first failure: "FILE: PATH: message" (no PATH at the top). */
-PRINTF_LIKE(3, 4)
+CHAM_PRINTF(3, 4)
 static bool fail(reader_t *r, cham_status_t status, const char *fmt, ...)
 {
     if (r->status != CHAM_OK)
@@ -483,9 +468,9 @@ static bool fail(reader_t *r, cham_status_t status, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (r->path_len)
-        set_err(r->err, r->err_size, "%s: %s: %s", r->file, r->path, msg);
+        cham_set_err(r->err, r->err_size, "%s: %s: %s", r->file, r->path, msg);
     else
-        set_err(r->err, r->err_size, "%s: %s", r->file, msg);
+        cham_set_err(r->err, r->err_size, "%s: %s", r->file, msg);
     return false;
 }
 
@@ -963,7 +948,7 @@ cham_status_t cham_profile_load_json(const char *path, cham_profile_t **out, cha
 {
     CHAM_ASSERT(path && out);
     *out = NULL;
-    set_err(err, err_size, "%s", "");
+    cham_set_err(err, err_size, "%s", "");
     reader_t r = {.file = path, .err = err, .err_size = err_size, .status = CHAM_OK};
     char *text;
     size_t len;
@@ -987,14 +972,14 @@ cham_status_t cham_profile_load_json(const char *path, cham_profile_t **out, cha
      * lexer, which only an allocation failure does. */
     if (!root && (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0])) {
         r.status = CHAM_ERR_HOST_OOM;
-        set_err(err, err_size, "%s: out of host memory parsing the file", path);
+        cham_set_err(err, err_size, "%s: out of host memory parsing the file", path);
         return r.status;
     }
     if (!root) {
         bool truncated = json_error_code(&jerr) == json_error_premature_end_of_input;
         int line = jerr.line > 0 ? jerr.line : 1, col = jerr.column > 0 ? jerr.column : 1;
         r.status = CHAM_ERR_INVALID_ARG;
-        set_err(err, err_size, "%s:%d:%d: %s: %s", path, line, col,
+        cham_set_err(err, err_size, "%s:%d:%d: %s: %s", path, line, col,
                 truncated ? "unexpected end of file (truncated?)" : "syntax error", jerr.text);
         return r.status;
     }

@@ -20,6 +20,7 @@
 
 #include "chameleon/runtime.h"
 #include "common/assert.h"
+#include "common/message.h"
 
 #define KiB (UINT64_C(1) << 10)
 #define MiB (UINT64_C(1) << 20)
@@ -134,15 +135,6 @@ static const void *field_cptr(const cham_config_t *c, const field_t *f)
 
 /* ---- messages ---------------------------------------------------------------*/
 
-static void set_err(char *err, size_t err_size, const char *fmt, ...)
-{
-    if (!err || err_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
 
 /* The shortest %g form that reads back as v. */
 static void format_double(char *buf, size_t n, double v)
@@ -552,14 +544,14 @@ static cham_status_t read_file(const char *path, char **out, size_t *out_len, ch
     FILE *fp = fopen(path, "rb");
     if (!fp) {
         int e = errno;
-        set_err(err, err_size, "%s: cannot open: %s", path, strerror(e));
+        cham_set_err(err, err_size, "%s: cannot open: %s", path, strerror(e));
         return e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG;
     }
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     if (!buf) {
         fclose(fp);
-        set_err(err, err_size, "%s: out of host memory", path);
+        cham_set_err(err, err_size, "%s: out of host memory", path);
         return CHAM_ERR_HOST_OOM;
     }
     for (;;) {
@@ -567,7 +559,7 @@ static cham_status_t read_file(const char *path, char **out, size_t *out_len, ch
             if (cap >= MAX_FILE_BYTES) {
                 free(buf);
                 fclose(fp);
-                set_err(err, err_size, "%s: file too large (over %u bytes); a config is "
+                cham_set_err(err, err_size, "%s: file too large (over %u bytes); a config is "
                         "one small JSON object", path, MAX_FILE_BYTES);
                 return CHAM_ERR_INVALID_ARG;
             }
@@ -575,7 +567,7 @@ static cham_status_t read_file(const char *path, char **out, size_t *out_len, ch
             if (!grown) {
                 free(buf);
                 fclose(fp);
-                set_err(err, err_size, "%s: out of host memory", path);
+                cham_set_err(err, err_size, "%s: out of host memory", path);
                 return CHAM_ERR_HOST_OOM;
             }
             buf = grown;
@@ -589,7 +581,7 @@ static cham_status_t read_file(const char *path, char **out, size_t *out_len, ch
                 int e = errno ? errno : EIO;
                 free(buf);
                 fclose(fp);
-                set_err(err, err_size, "%s: cannot read: %s", path, strerror(e));
+                cham_set_err(err, err_size, "%s: cannot read: %s", path, strerror(e));
                 return CHAM_ERR_INVALID_ARG;
             }
             break;
@@ -605,7 +597,7 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
                                     size_t err_size)
 {
     CHAM_ASSERT(path && config);
-    set_err(err, err_size, "%s", "");
+    cham_set_err(err, err_size, "%s", "");
     char *text;
     size_t len;
     cham_status_t st = read_file(path, &text, &len, err, err_size);
@@ -619,7 +611,7 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
         blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r';
     if (blank) {
         free(text);
-        set_err(err, err_size, "%s: empty file (expected a JSON object)", path);
+        cham_set_err(err, err_size, "%s: empty file (expected a JSON object)", path);
         return CHAM_ERR_INVALID_ARG;
     }
 
@@ -629,17 +621,17 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
     free(text);
     if (!root) {
         if (jerr.line > 0)
-            set_err(err, err_size, "%s:%d:%d: syntax error: %s", path, jerr.line,
+            cham_set_err(err, err_size, "%s:%d:%d: syntax error: %s", path, jerr.line,
                     jerr.column > 0 ? jerr.column : 1, jerr.text);
         else
-            set_err(err, err_size, "%s: syntax error: %s", path, jerr.text);
+            cham_set_err(err, err_size, "%s: syntax error: %s", path, jerr.text);
         return CHAM_ERR_INVALID_ARG;
     }
     if (!json_is_object(root)) {
         char got[QUOTE_MAX + 16];
         describe(got, sizeof got, root);
         json_decref(root);
-        set_err(err, err_size, "%s: expected a JSON object at the top level, got %s", path,
+        cham_set_err(err, err_size, "%s: expected a JSON object at the top level, got %s", path,
                 got);
         return CHAM_ERR_INVALID_ARG;
     }
@@ -656,13 +648,13 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
         if (!f) {
             const char *near = closest_key(key);
             if (strcmp(key, "device") == 0 && json_is_object(value))
-                set_err(err, err_size, "%s: unknown key %s (keys are flat: write the "
+                cham_set_err(err, err_size, "%s: unknown key %s (keys are flat: write the "
                         "device's fields such as \"preset\" at the top level)", path, qkey);
             else if (near)
-                set_err(err, err_size, "%s: unknown key %s (did you mean \"%s\"?)", path,
+                cham_set_err(err, err_size, "%s: unknown key %s (did you mean \"%s\"?)", path,
                         qkey, near);
             else
-                set_err(err, err_size, "%s: unknown key %s (docs/config.md lists the "
+                cham_set_err(err, err_size, "%s: unknown key %s (docs/config.md lists the "
                         "keys)", path, qkey);
             st = CHAM_ERR_INVALID_ARG;
             break;
@@ -670,7 +662,7 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
         char why[768];
         st = apply(&next, f, value, why, sizeof why);
         if (st != CHAM_OK) {
-            set_err(err, err_size, "%s: key %s: %s", path, qkey, why);
+            cham_set_err(err, err_size, "%s: key %s: %s", path, qkey, why);
             break;
         }
     }
@@ -757,11 +749,11 @@ static bool check_field(const cham_config_t *c, const field_t *f, char *why, siz
 cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_t err_size)
 {
     CHAM_ASSERT(config);
-    set_err(err, err_size, "%s", "");
+    cham_set_err(err, err_size, "%s", "");
     for (size_t i = 0; i < N_FIELDS; i++) {
         char why[768];
         if (!check_field(config, &fields[i], why, sizeof why)) {
-            set_err(err, err_size, "%s", why);
+            cham_set_err(err, err_size, "%s", why);
             return CHAM_ERR_INVALID_ARG;
         }
     }

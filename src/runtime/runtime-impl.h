@@ -15,6 +15,7 @@
 #include "chameleon/profile.h"
 #include "chameleon/runtime.h"
 #include "common/intern.h"
+#include "common/message.h"
 #include "profile/stage.h"
 
 typedef struct cham_storage cham_storage_t;
@@ -90,17 +91,9 @@ struct cham_context {
 };
 
 /* Records a failure message (printf-style) on the context. */
-void cham_context_error(cham_context_t *ctx, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+void cham_context_error(cham_context_t *ctx, const char *fmt, ...) CHAM_PRINTF(2, 3);
 /* Writes a log line (printf-style) through the hook or to stderr. */
-void cham_context_log(cham_context_t *ctx, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
+void cham_context_log(cham_context_t *ctx, const char *fmt, ...) CHAM_PRINTF(2, 3);
 
 /* tensor.c: brings a storage used by the op being begun onto the device
  * and makes the compute stream wait for its swap-in. */

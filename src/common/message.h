@@ -1,0 +1,18 @@
+/* Error messages into a caller's buffer: the one printf-style helper behind
+ * every "char *err, size_t err_size" parameter. */
+#ifndef CHAM_COMMON_MESSAGE_H
+#define CHAM_COMMON_MESSAGE_H
+
+#include <stddef.h>
+
+#if defined(__GNUC__)
+#define CHAM_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CHAM_PRINTF(f, a)
+#endif
+
+/* Formats into err (cut to err_size); does nothing when err is NULL or
+ * err_size is 0. */
+void cham_set_err(char *err, size_t err_size, const char *fmt, ...) CHAM_PRINTF(3, 4);
+
+#endif
