@@ -10,6 +10,7 @@
 #include "chameleon/alloc.h"
 #include "chameleon/runtime.h"
 #include "chameleon/profile.h"
+#include "chameleon/policy.h"
 
 #ifdef __cplusplus
 extern "C" {

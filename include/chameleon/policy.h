@@ -1,0 +1,108 @@
+/* Swap policies and the planners that make them.
+ *
+ * A planner turns a detailed profile (chameleon/profile.h) and a device
+ * description into a policy: per tensor, after which op it leaves the
+ * device, when its block may be reused, and before which op it comes back.
+ * The policy predicts its own step time and peak memory, so planners can be
+ * compared without running them. Chameleon's generator (paper §5,
+ * Algorithm 2) is the first planner: docs/policy.md. */
+#ifndef CHAMELEON_POLICY_H
+#define CHAMELEON_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chameleon/profile.h"
+#include "chameleon/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cham_policy cham_policy_t;
+
+/* What a planner knows about the device and how to plan. Start from
+ * cham_planner_config_default() and fill in the device. */
+typedef struct cham_planner_config {
+    uint64_t capacity;           /* device bytes; 0 = the profile's */
+    uint64_t reserve;            /* bytes kept free for fragmentation and
+                                    workspace; UINT64_MAX = the default rule
+                                    (docs/policy.md) */
+    double h2d_bandwidth;        /* bytes/s, for swap-ins (required) */
+    double d2h_bandwidth;        /* bytes/s, for swap-outs (required) */
+    uint32_t forward_layers;     /* logical layers; 0 = the default rule */
+    uint32_t backward_layers;
+    double score_c;              /* C in Score = N_MRE + C * S (Eq. 2) */
+    uint64_t min_swap_bytes;     /* smaller tensors are never candidates */
+    /* Optional per-op device time estimates (ns), n_ops of them, in profile
+     * op order; NULL = Eq. 1 (step time spread evenly over the ops). */
+    const double *op_cost_ns;
+    size_t n_op_costs;
+} cham_planner_config_t;
+
+/* reserve: default rule; score_c 1; min_swap_bytes 1 MiB; no op costs. */
+cham_planner_config_t cham_planner_config_default(void);
+
+/* A logical layer (paper §5.4): a run of ops of one phase. */
+typedef struct cham_logical_layer {
+    uint32_t start_op;           /* first op */
+    uint32_t n_ops;
+    cham_phase_t phase;          /* forward, backward or optimizer */
+    uint64_t time_ns;            /* estimated time of the layer (Eq. 1) */
+    uint64_t remaining_ns;       /* transfer time not yet assigned */
+} cham_logical_layer_t;
+
+/* One tensor to swap. Ops are indices into the profile's ops. */
+typedef struct cham_policy_item {
+    uint64_t storage;            /* storage id in the profile */
+    uint64_t bytes;              /* bytes moved (the storage's) */
+    cham_tensor_use_t out_use;   /* features at its last forward use */
+    cham_tensor_use_t in_use;    /* features at its first backward use */
+    uint32_t swap_out_op;        /* swap out right after this op (last fwd use) */
+    uint32_t swap_out_done_op;   /* the op running when the copy completes */
+    uint32_t free_op;            /* block reusable once this op is dispatched */
+    uint32_t swap_in_layer;      /* logical layer the swap-in is placed in */
+    uint32_t swap_in_op;         /* issue the swap-in before this op */
+    uint32_t use_op;             /* first backward use: must be back by then */
+    double score;                /* Eq. 2 */
+    uint64_t stall_ns;           /* predicted wait before use_op (fallback) */
+} cham_policy_item_t;
+
+typedef struct cham_policy_view {
+    const char *planner;         /* "chameleon", ... */
+    size_t n_items;
+    const cham_policy_item_t *items;   /* in swap-out order */
+    size_t n_layers;
+    const cham_logical_layer_t *layers;
+    uint64_t capacity;           /* planned against */
+    uint64_t usable;             /* capacity - reserve */
+    uint64_t peak_without_swaps; /* the profile's rebuilt peak */
+    uint64_t predicted_peak;     /* peak with the policy applied */
+    uint64_t step_ns;            /* the profile's step time */
+    uint64_t predicted_step_ns;  /* with the policy's stalls */
+    size_t n_ops;                /* ops of the profile planned for */
+} cham_policy_view_t;
+
+void cham_policy_get(const cham_policy_t *policy, cham_policy_view_t *view);
+void cham_policy_free(cham_policy_t *policy);
+
+/* Chameleon's generator (paper Algorithm 2). When the memory reduction list
+ * cannot be emptied it fails with CHAM_ERR_OUT_OF_MEMORY and err says how
+ * many bytes could not be removed and at which op. */
+cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
+                                  const cham_planner_config_t *config,
+                                  cham_policy_t **out, char *err, size_t err_size);
+
+/* JSON (docs/policy-format.md). Loading checks everything; errors name the
+ * file and the position or field. */
+cham_status_t cham_policy_save_json(const cham_policy_t *policy, const char *path, char *err,
+                                    size_t err_size);
+cham_status_t cham_policy_load_json(const char *path, cham_policy_t **out, char *err,
+                                    size_t err_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

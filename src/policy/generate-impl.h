@@ -1,0 +1,148 @@
+/* Internals of Chameleon's policy generator (paper §5, Algorithm 2), shared
+ * by its files: layers.c (logical layers, Eq. 1), mrl.c (the memory
+ * reduction list as a segment tree), candidates.c (idle tensors and Eq. 2),
+ * simulate.c (swap-in pre-trigger, swap-out completion) and generate.c
+ * (Algorithm 2 and the public entry points). docs/policy.md explains the
+ * choices. */
+#ifndef CHAM_POLICY_GENERATE_IMPL_H
+#define CHAM_POLICY_GENERATE_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chameleon/policy.h"
+
+/* ---- logical layers (layers.c) ------------------------------------------ */
+
+/* Invariants: layers tile the ops [0, n_ops) in order; layer_of_op[k] is the
+ * layer holding op k; phase_of_op[k] is op k's effective phase (an "other"
+ * op takes the phase of the op before it, leading "other" ops that of the
+ * first op that is not). */
+typedef struct cham_gen_layers {
+    cham_logical_layer_t *v;
+    size_t n;
+    uint32_t *layer_of_op;       /* n_ops */
+    cham_phase_t *phase_of_op;   /* n_ops */
+} cham_gen_layers_t;
+
+/* The default layer count: the most common occurrence count among forward
+ * tokens that occur at least twice (the model's repeat count), else
+ * ceil(sqrt(forward ops)); at least 1. */
+uint32_t cham_gen_default_layers(const cham_profile_view_t *v);
+
+/* Builds the layers with their Eq. 1 times (remaining_ns = time_ns).
+ * false when the host is out of memory. */
+bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_config_t *cfg,
+                           cham_gen_layers_t *out);
+void cham_gen_layers_free(cham_gen_layers_t *l);
+
+/* ---- memory reduction list (mrl.c) -------------------------------------- */
+
+/* One entry per memory sample: excess = curve - usable - bytes already
+ * removed there. An MRE is a sample with excess > 0. Excess only shrinks,
+ * so a sample that reaches 0 leaves the list for good; nodes track the
+ * entries still positive (count, smallest, largest), which makes a range
+ * subtraction O(log n) amortised. */
+typedef struct cham_mrl_node {
+    int64_t minp, maxp;          /* over positive entries; meaningless if cnt 0 */
+    int64_t lazy;                /* pending addition to the positive entries */
+    uint32_t cnt;                /* positive entries below */
+} cham_mrl_node_t;
+
+typedef struct cham_mrl {
+    size_t n;                    /* samples */
+    cham_mrl_node_t *t;          /* 4 n nodes, root 1 */
+    size_t initial;              /* entries at construction */
+} cham_mrl_t;
+
+bool cham_mrl_init(cham_mrl_t *m, const uint64_t *curve, size_t n, uint64_t usable);
+void cham_mrl_free(cham_mrl_t *m);
+/* Subtracts bytes from the entries of samples [lo, hi). */
+void cham_mrl_subtract(cham_mrl_t *m, size_t lo, size_t hi, uint64_t bytes);
+/* Entries in samples [lo, hi). */
+size_t cham_mrl_count(cham_mrl_t *m, size_t lo, size_t hi);
+/* The last entry in [lo, hi): true and *at, or false when there is none. */
+bool cham_mrl_last(cham_mrl_t *m, size_t lo, size_t hi, size_t *at);
+/* The largest excess (0 when the list is empty) and, if any, its sample. */
+uint64_t cham_mrl_max(cham_mrl_t *m, size_t *at);
+
+/* ---- candidates (candidates.c) ------------------------------------------ */
+
+/* A tensor idle from its last forward use to its first backward use. */
+typedef struct cham_gen_tensor {
+    uint64_t storage, bytes;     /* bytes: storage_bytes at the last forward use */
+    uint32_t last_fwd, first_bwd;   /* ops f and u: f < u */
+    uint32_t out_use, in_use;    /* indices into the profile's uses */
+    bool chosen;
+} cham_gen_tensor_t;
+
+/* Every storage whose use before its first backward use is a forward use,
+ * with at least min_bytes. false when the host is out of memory. */
+bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
+                      uint64_t min_bytes, cham_gen_tensor_t **out, size_t *n);
+
+typedef struct cham_gen_cand {
+    uint32_t tensor;             /* index into the tensors */
+    uint32_t n_mre;              /* entries in its window */
+    double score;                /* Eq. 2 */
+} cham_gen_cand_t;
+
+/* The window of tensor t: samples [2 (f + 1), 2 start(layer(u) - 1)), the
+ * samples where a swap could remove it. Empty (lo >= hi) when u's layer
+ * is the first or the window closes before it opens. */
+void cham_gen_window(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, size_t *lo,
+                     size_t *hi);
+
+/* The candidate list: tensors not yet chosen whose window holds an entry,
+ * scored with Eq. 2 and sorted by descending score. *cl is grown as
+ * needed. false when the host is out of memory. */
+bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, size_t n_t,
+                         cham_mrl_t *mrl, double score_c, uint64_t max_bytes,
+                         cham_gen_cand_t **cl, size_t *cap, size_t *n_cl);
+
+/* ---- simulator (simulate.c) --------------------------------------------- */
+
+/* Per-layer free transfer time of one link direction: a max segment tree
+ * (nearest layer with enough time) and a Fenwick tree (sums over runs of
+ * layers) over the same values. */
+typedef struct cham_budget {
+    size_t n, size;              /* layers, leaves (power of two) */
+    uint64_t *t;                 /* 2 size nodes, root 1, leaf size + i */
+    uint64_t *fw;                /* n + 1, Fenwick over the leaves */
+} cham_budget_t;
+
+typedef struct cham_gen_sim {
+    cham_gen_layers_t *layers;
+    cham_budget_t h2d, d2h;      /* swap-ins and swap-outs: separate directions */
+    double h2d_bw, d2h_bw;       /* bytes/s */
+} cham_gen_sim_t;
+
+/* Where one candidate's swaps go. A transfer takes its time from the
+ * layers [out_first, out_layer] (swap-out) and [in_layer, in_last]
+ * (swap-in): one layer when a single layer has the time (the paper), a run
+ * of layers otherwise (ours). */
+typedef struct cham_gen_place {
+    uint32_t out_first, out_layer, done_op, free_op;
+    uint32_t in_layer, in_last, in_op;
+    uint64_t t_out, t_in;
+    uint64_t stall_out_ns, stall_in_ns;   /* fallback waits */
+} cham_gen_place_t;
+
+bool cham_gen_sim_init(cham_gen_sim_t *s, cham_gen_layers_t *l, double h2d_bw, double d2h_bw);
+void cham_gen_sim_free(cham_gen_sim_t *s);
+/* Finds a placement for t that removes at least one entry: true and *pl,
+ * false when there is none. With allow_stall, a swap-in that fits no layer
+ * goes into the layer before the use's with a predicted stall (§5.4.1), and
+ * a swap-out that fits none completes in the layer of the last forward use,
+ * the block's reuse waiting for it. */
+bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
+                    bool allow_stall, cham_gen_place_t *pl);
+/* Takes the placement's time from its layers and its bytes off the MRL over
+ * samples [2 free_op, 2 in_op). */
+void cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
+                     const cham_gen_place_t *pl);
+/* Nanoseconds to move bytes at bw bytes/s, rounded up. */
+uint64_t cham_gen_transfer_ns(uint64_t bytes, double bw);
+
+#endif

@@ -1,0 +1,295 @@
+/* Chameleon's policy generator, end to end (paper Algorithm 2): check the
+ * inputs, build the logical layers, the memory reduction list and the idle
+ * tensors, then choose candidates round by round until the list is empty
+ * (or fail naming what could not be removed), and write the policy with its
+ * predicted peak and step time. docs/policy.md. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/message.h"
+#include "policy/generate-impl.h"
+#include "policy/policy-impl.h"
+
+#define MiB (UINT64_C(1) << 20)
+
+cham_planner_config_t cham_planner_config_default(void)
+{
+    return (cham_planner_config_t){
+        .capacity = 0,
+        .reserve = UINT64_MAX,
+        .h2d_bandwidth = 0,
+        .d2h_bandwidth = 0,
+        .forward_layers = 0,
+        .backward_layers = 0,
+        .score_c = 1.0,
+        .min_swap_bytes = MiB,
+        .op_cost_ns = NULL,
+        .n_op_costs = 0,
+    };
+}
+
+/* min(max(5% of capacity, 256 MiB), 20% of capacity). */
+static uint64_t default_reserve(uint64_t capacity)
+{
+    uint64_t r = capacity / 20;
+    if (r < 256 * MiB)
+        r = 256 * MiB;
+    if (r > capacity / 5)
+        r = capacity / 5;
+    return r;
+}
+
+static int cmp_item(const void *a, const void *b)
+{
+    const cham_policy_item_t *x = a, *y = b;
+    if (x->swap_out_op != y->swap_out_op)
+        return x->swap_out_op < y->swap_out_op ? -1 : 1;
+    return (x->storage > y->storage) - (x->storage < y->storage);
+}
+
+static bool good_bw(double bw)
+{
+    return isfinite(bw) && bw > 0;
+}
+
+static cham_status_t check_config(const cham_profile_view_t *v, const cham_planner_config_t *c,
+                                  char *err, size_t err_size)
+{
+    if (!good_bw(c->h2d_bandwidth) || !good_bw(c->d2h_bandwidth)) {
+        cham_set_err(err, err_size, "planner: h2d_bandwidth and d2h_bandwidth must be "
+                     "positive (bytes/s), got %g and %g", c->h2d_bandwidth, c->d2h_bandwidth);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (!isfinite(c->score_c) || c->score_c < 0) {
+        cham_set_err(err, err_size, "planner: score_c must be >= 0, got %g", c->score_c);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (v->n_ops > UINT32_MAX / 2) {
+        cham_set_err(err, err_size, "planner: %zu ops is too many", v->n_ops);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (c->op_cost_ns) {
+        if (c->n_op_costs != v->n_ops) {
+            cham_set_err(err, err_size, "planner: %zu op costs for a profile of %zu ops",
+                         c->n_op_costs, v->n_ops);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        double sum = 0;
+        for (size_t k = 0; k < v->n_ops; k++) {
+            if (!isfinite(c->op_cost_ns[k]) || c->op_cost_ns[k] < 0) {
+                cham_set_err(err, err_size, "planner: op_cost_ns[%zu] = %g is not a time", k,
+                             c->op_cost_ns[k]);
+                return CHAM_ERR_INVALID_ARG;
+            }
+            sum += c->op_cost_ns[k];
+        }
+        if (v->n_ops && !(sum > 0)) {
+            cham_set_err(err, err_size, "planner: op costs sum to 0");
+            return CHAM_ERR_INVALID_ARG;
+        }
+    }
+    return CHAM_OK;
+}
+
+/* Everything one run of the generator owns. */
+typedef struct gen {
+    const cham_profile_view_t *v;
+    cham_gen_layers_t layers;
+    cham_mrl_t mrl;
+    cham_gen_sim_t sim;
+    cham_gen_tensor_t *t;
+    size_t n_t;
+    cham_gen_cand_t *cl;
+    size_t cap_cl, n_cl;
+    cham_policy_t *pol;
+    uint64_t *curve, *actual;
+    uint64_t max_bytes;
+} gen_t;
+
+static void gen_free(gen_t *g)
+{
+    cham_gen_layers_free(&g->layers);
+    cham_mrl_free(&g->mrl);
+    cham_gen_sim_free(&g->sim);
+    free(g->t);
+    free(g->cl);
+    free(g->curve);
+    free(g->actual);
+}
+
+/* One pass of the simulator over the candidate list (§5.4.1): places, in
+ * score order, every candidate that still covers an entry; -1 when the host
+ * is out of memory, else how many were placed. The fallback pass
+ * (allow_stall) does the same, trying each candidate without a stall
+ * first: the paper takes one candidate per fallback, we go on down the
+ * list in the same order so that a slow link costs one round, not one per
+ * item. */
+static long simulate_pass(gen_t *g, bool allow_stall)
+{
+    long placed = 0;
+    for (size_t c = 0; c < g->n_cl && cham_mrl_max(&g->mrl, NULL) > 0; c++) {
+        cham_gen_tensor_t *t = &g->t[g->cl[c].tensor];
+        cham_gen_place_t pl;
+        if (!cham_gen_place(&g->sim, &g->mrl, t, false, &pl) &&
+            !(allow_stall && cham_gen_place(&g->sim, &g->mrl, t, true, &pl)))
+            continue;
+        cham_gen_commit(&g->sim, &g->mrl, t, &pl);
+        t->chosen = true;
+        cham_policy_item_t it = {
+            .storage = t->storage,
+            .bytes = t->bytes,
+            .out_use = g->v->uses[t->out_use],
+            .in_use = g->v->uses[t->in_use],
+            .swap_out_op = t->last_fwd,
+            .swap_out_done_op = pl.done_op,
+            .free_op = pl.free_op,
+            .swap_in_layer = pl.in_layer,
+            .swap_in_op = pl.in_op,
+            .use_op = t->first_bwd,
+            .score = g->cl[c].score,
+            .stall_ns = pl.stall_out_ns + pl.stall_in_ns,
+        };
+        if (!cham_policy_add_item(g->pol, &it))
+            return -1;
+        placed++;
+    }
+    return placed;
+}
+
+static cham_status_t oom(gen_t *g, char *err, size_t err_size)
+{
+    cham_set_err(err, err_size, "planner: out of host memory (%zu ops)", g->v->n_ops);
+    return CHAM_ERR_HOST_OOM;
+}
+
+static cham_status_t cannot_remove(gen_t *g, const char *why, char *err, size_t err_size)
+{
+    size_t at = 0;
+    uint64_t left = cham_mrl_max(&g->mrl, &at);
+    const cham_profile_op_t *op = &g->v->ops[at / 2];
+    const char *name = op->token >= 0 && (size_t)op->token < g->v->n_tokens
+                           ? g->v->token_names[op->token]
+                           : "?";
+    cham_set_err(err, err_size,
+                 "planner: %llu bytes could not be removed at op %zu (%s, %s; %zu swaps "
+                 "chosen): %s",
+                 (unsigned long long)left, at / 2, name, at % 2 ? "end" : "begin",
+                 g->pol->n_items, why);
+    return CHAM_ERR_OUT_OF_MEMORY;
+}
+
+/* Predicted peak: max over samples of the curve minus the bytes swapped out
+ * there (samples [2 free_op, 2 swap_in_op) of each item). */
+static uint64_t predicted_peak(const gen_t *g, int64_t *diff)
+{
+    size_t ns = 2 * g->v->n_ops;
+    const cham_policy_t *p = g->pol;
+    for (size_t i = 0; i < p->n_items; i++) {
+        diff[2 * (size_t)p->items[i].free_op] += (int64_t)p->items[i].bytes;
+        diff[2 * (size_t)p->items[i].swap_in_op] -= (int64_t)p->items[i].bytes;
+    }
+    uint64_t peak = 0, out = 0;
+    for (size_t s = 0; s < ns; s++) {
+        out += (uint64_t)diff[s];
+        uint64_t m = g->curve[s] > out ? g->curve[s] - out : 0;
+        peak = m > peak ? m : peak;
+    }
+    return peak;
+}
+
+cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
+                                  const cham_planner_config_t *config, cham_policy_t **out,
+                                  char *err, size_t err_size)
+{
+    if (!profile || !config || !out) {
+        cham_set_err(err, err_size, "planner: NULL profile, config or out");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    *out = NULL;
+    cham_profile_view_t v;
+    cham_profile_get(profile, &v);
+    cham_status_t st = check_config(&v, config, err, err_size);
+    if (st != CHAM_OK)
+        return st;
+    uint64_t capacity = config->capacity ? config->capacity : v.capacity;
+    uint64_t reserve =
+        config->reserve == UINT64_MAX ? default_reserve(capacity) : config->reserve;
+    if (capacity == 0 || reserve >= capacity) {
+        cham_set_err(err, err_size,
+                     "planner: capacity %llu bytes leaves nothing usable after a reserve of "
+                     "%llu", (unsigned long long)capacity, (unsigned long long)reserve);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    uint64_t usable = capacity - reserve;
+
+    gen_t g = {.v = &v};
+    size_t ns = 2 * v.n_ops;
+    g.pol = cham_policy_new("chameleon");
+    g.curve = malloc((ns ? ns : 1) * sizeof *g.curve);
+    g.actual = malloc((ns ? ns : 1) * sizeof *g.actual);
+    if (!g.pol || !g.curve || !g.actual)
+        goto host_oom;
+    cham_profile_memory_curve(profile, g.actual, g.curve);
+    if (!cham_gen_layers_build(&v, config, &g.layers) ||
+        !cham_mrl_init(&g.mrl, g.curve, ns, usable) ||
+        !cham_gen_tensors(&v, &g.layers, config->min_swap_bytes, &g.t, &g.n_t) ||
+        !cham_gen_sim_init(&g.sim, &g.layers, config->h2d_bandwidth, config->d2h_bandwidth))
+        goto host_oom;
+    for (size_t i = 0; i < g.n_t; i++)
+        g.max_bytes = g.t[i].bytes > g.max_bytes ? g.t[i].bytes : g.max_bytes;
+
+    /* Algorithm 2. */
+    while (cham_mrl_max(&g.mrl, NULL) > 0) {
+        if (!cham_gen_candidates(&g.layers, g.t, g.n_t, &g.mrl, config->score_c, g.max_bytes,
+                                 &g.cl, &g.cap_cl, &g.n_cl))
+            goto host_oom;
+        if (g.n_cl == 0) {
+            st = cannot_remove(&g, "no tensor left to swap is idle there", err, err_size);
+            goto fail;
+        }
+        long placed = simulate_pass(&g, false);
+        if (placed == 0)
+            placed = simulate_pass(&g, true);
+        if (placed < 0)
+            goto host_oom;
+        if (placed == 0) {
+            st = cannot_remove(&g, "no candidate's swaps fit the layers", err, err_size);
+            goto fail;
+        }
+    }
+
+    /* The policy: items in swap-out order, layers, predictions. */
+    cham_policy_t *p = g.pol;
+    if (p->n_items > 1)
+        qsort(p->items, p->n_items, sizeof *p->items, cmp_item);
+    for (size_t i = 0; i < g.layers.n; i++)
+        if (!cham_policy_add_layer(p, &g.layers.v[i]))
+            goto host_oom;
+    int64_t *diff = calloc(ns + 1, sizeof *diff);
+    if (!diff)
+        goto host_oom;
+    p->predicted_peak = predicted_peak(&g, diff);
+    free(diff);
+    p->capacity = capacity;
+    p->usable = usable;
+    p->peak_without_swaps = 0;
+    for (size_t s = 0; s < ns; s++)
+        p->peak_without_swaps = g.curve[s] > p->peak_without_swaps ? g.curve[s]
+                                                                   : p->peak_without_swaps;
+    p->step_ns = v.duration_ns;
+    p->predicted_step_ns = v.duration_ns;
+    for (size_t i = 0; i < p->n_items; i++)
+        p->predicted_step_ns += p->items[i].stall_ns;
+    p->n_ops = v.n_ops;
+    *out = p;
+    g.pol = NULL;
+    gen_free(&g);
+    return CHAM_OK;
+
+host_oom:
+    st = oom(&g, err, err_size);
+fail:
+    cham_policy_free(g.pol);
+    gen_free(&g);
+    return st;
+}

@@ -1,0 +1,257 @@
+/* The simulator (paper §5.4): per logical layer the transfer time still
+ * free in each link direction, the swap-out completion search (forward from
+ * the layer of the last forward use, §5.4.2), the swap-in pre-trigger search
+ * (backward from the layer before the first backward use, §5.4.1) with its
+ * fallback, and the commit that takes a placement's time and bytes off the
+ * layers and the memory reduction list. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "common/assert.h"
+#include "policy/generate-impl.h"
+
+uint64_t cham_gen_transfer_ns(uint64_t bytes, double bw)
+{
+    double t = ceil((double)bytes / bw * 1e9);
+    return t >= 1.8e19 ? UINT64_MAX : (uint64_t)t;
+}
+
+static void fw_add(cham_budget_t *b, size_t i, uint64_t delta)
+{
+    /* delta may be a negative number in two's complement: sums stay exact. */
+    for (size_t x = i + 1; x <= b->n; x += x & (~x + 1))
+        b->fw[x] += delta;
+}
+
+/* Sum of layers [0, i). */
+static uint64_t fw_prefix(const cham_budget_t *b, size_t i)
+{
+    uint64_t s = 0;
+    for (size_t x = i; x > 0; x -= x & (~x + 1))
+        s += b->fw[x];
+    return s;
+}
+
+/* The largest p in [0, n] with fw_prefix(p) <= lim. */
+static size_t fw_upto(const cham_budget_t *b, uint64_t lim)
+{
+    size_t pos = 0, step = 1;
+    while (step * 2 <= b->n)
+        step *= 2;
+    for (; step; step /= 2)
+        if (pos + step <= b->n && b->fw[pos + step] <= lim) {
+            pos += step;
+            lim -= b->fw[pos];
+        }
+    return pos;
+}
+
+static bool budget_init(cham_budget_t *b, const cham_gen_layers_t *l)
+{
+    b->n = l->n;
+    b->size = 1;
+    while (b->size < l->n)
+        b->size *= 2;
+    b->t = calloc(2 * b->size, sizeof *b->t);
+    b->fw = calloc(l->n + 1, sizeof *b->fw);
+    if (!b->t || !b->fw)
+        return false;
+    for (size_t i = 0; i < l->n; i++) {
+        b->t[b->size + i] = l->v[i].time_ns;
+        fw_add(b, i, l->v[i].time_ns);
+    }
+    for (size_t x = b->size - 1; x >= 1; x--)
+        b->t[x] = b->t[2 * x] > b->t[2 * x + 1] ? b->t[2 * x] : b->t[2 * x + 1];
+    return true;
+}
+
+static uint64_t budget_get(const cham_budget_t *b, size_t i)
+{
+    return b->t[b->size + i];
+}
+
+static void budget_set(cham_budget_t *b, size_t i, uint64_t val)
+{
+    size_t x = b->size + i;
+    fw_add(b, i, val - b->t[x]);
+    b->t[x] = val;
+    for (x /= 2; x >= 1; x /= 2)
+        b->t[x] = b->t[2 * x] > b->t[2 * x + 1] ? b->t[2 * x] : b->t[2 * x + 1];
+}
+
+static long budget_find(const cham_budget_t *b, size_t x, size_t l, size_t r, size_t lo,
+                        size_t hi, uint64_t need, bool right);
+
+/* Takes need from layers [a, z]: all of each but the one at `partial`,
+ * which gives what is left (the run was chosen so that it suffices).
+ * Layers already empty are skipped through the tree, so each layer is
+ * emptied once over a whole run of the generator. */
+static void budget_take(cham_budget_t *b, size_t a, size_t z, size_t partial, uint64_t need)
+{
+    uint64_t rest = need;
+    for (long i = budget_find(b, 1, 0, b->size - 1, a, z, 1, false); i >= 0;
+         i = (size_t)i < z ? budget_find(b, 1, 0, b->size - 1, (size_t)i + 1, z, 1, false) : -1) {
+        if ((size_t)i == partial)
+            continue;
+        uint64_t r = budget_get(b, (size_t)i);
+        rest = rest > r ? rest - r : 0;
+        budget_set(b, (size_t)i, 0);
+    }
+    uint64_t r = budget_get(b, partial);
+    budget_set(b, partial, r > rest ? r - rest : 0);
+}
+
+/* The last (right) or first (!right) layer in [lo, hi] with at least need
+ * free; -1 when there is none. Node x covers leaves [l, r]. */
+static long budget_find(const cham_budget_t *b, size_t x, size_t l, size_t r, size_t lo,
+                        size_t hi, uint64_t need, bool right)
+{
+    if (r < lo || l > hi || b->t[x] < need)
+        return -1;
+    if (l == r)
+        return (long)l;
+    size_t m = (l + r) / 2;
+    long got;
+    if (right) {
+        got = budget_find(b, 2 * x + 1, m + 1, r, lo, hi, need, right);
+        return got >= 0 ? got : budget_find(b, 2 * x, l, m, lo, hi, need, right);
+    }
+    got = budget_find(b, 2 * x, l, m, lo, hi, need, right);
+    return got >= 0 ? got : budget_find(b, 2 * x + 1, m + 1, r, lo, hi, need, right);
+}
+
+bool cham_gen_sim_init(cham_gen_sim_t *s, cham_gen_layers_t *l, double h2d_bw, double d2h_bw)
+{
+    *s = (cham_gen_sim_t){.layers = l, .h2d_bw = h2d_bw, .d2h_bw = d2h_bw};
+    if (l->n == 0)
+        return true;
+    if (!budget_init(&s->h2d, l) || !budget_init(&s->d2h, l)) {
+        cham_gen_sim_free(s);
+        return false;
+    }
+    return true;
+}
+
+void cham_gen_sim_free(cham_gen_sim_t *s)
+{
+    free(s->h2d.t);
+    free(s->h2d.fw);
+    free(s->d2h.t);
+    free(s->d2h.fw);
+    s->h2d = s->d2h = (cham_budget_t){0};
+}
+
+/* §5.4.2: the swap-out starts after op f; it completes in the first layer
+ * from f's, up to `last`, with enough free device-to-host time, else at the
+ * end of the shortest run of layers from f's whose free time adds up to
+ * it. With stall (the fallback) it completes in f's layer instead, and the
+ * block's reuse waits for what that layer's free time does not cover. */
+static bool place_out(cham_gen_sim_t *s, uint32_t lf, uint32_t last, bool stall,
+                      cham_gen_place_t *pl)
+{
+    cham_budget_t *b = &s->d2h;
+    if (stall)
+        goto stall;
+    long j = budget_find(b, 1, 0, b->size - 1, lf, last, pl->t_out, false);
+    if (j >= 0) {
+        pl->out_first = pl->out_layer = (uint32_t)j;
+        return true;
+    }
+    uint64_t base = fw_prefix(b, lf);
+    if (fw_prefix(b, (size_t)last + 1) - base >= pl->t_out) {
+        /* First j with sum(lf..j) >= t_out: prefix(j + 1) >= base + t_out. */
+        size_t q = fw_upto(b, base + pl->t_out - 1);
+        pl->out_first = lf;
+        pl->out_layer = (uint32_t)q;
+        return true;
+    }
+    return false;
+stall:;
+    uint64_t rem = budget_get(b, lf);
+    pl->out_first = pl->out_layer = lf;
+    pl->stall_out_ns = pl->t_out > rem ? pl->t_out - rem : 0;
+    return true;
+}
+
+/* §5.4.1: the swap-in goes into the nearest layer in [lo, last] with enough
+ * free host-to-device time, else starts at the latest layer from which the
+ * free time up to `last` adds up to it, else (allow_stall) into `last` with
+ * a wait before the use. */
+static bool place_in(cham_gen_sim_t *s, uint32_t lo, uint32_t last, bool allow_stall,
+                     cham_gen_place_t *pl)
+{
+    cham_budget_t *b = &s->h2d;
+    long i = budget_find(b, 1, 0, b->size - 1, lo, last, pl->t_in, true);
+    if (i >= 0) {
+        pl->in_layer = pl->in_last = (uint32_t)i;
+        return true;
+    }
+    uint64_t top = fw_prefix(b, (size_t)last + 1);
+    if (top - fw_prefix(b, lo) >= pl->t_in) {
+        /* Latest i with sum(i..last) >= t_in: prefix(i) <= top - t_in. */
+        size_t q = fw_upto(b, top - pl->t_in);
+        CHAM_ASSERT(q >= lo && q <= last);
+        pl->in_layer = (uint32_t)q;
+        pl->in_last = last;
+        return true;
+    }
+    if (!allow_stall)
+        return false;
+    uint64_t rem = budget_get(b, last);
+    pl->in_layer = pl->in_last = last;
+    pl->stall_in_ns = pl->t_in > rem ? pl->t_in - rem : 0;
+    return true;
+}
+
+bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
+                    bool allow_stall, cham_gen_place_t *pl)
+{
+    const cham_gen_layers_t *l = s->layers;
+    uint32_t lf = l->layer_of_op[t->last_fwd], lu = l->layer_of_op[t->first_bwd];
+    if (lu == 0 || lu - 1 < lf)
+        return false;
+    uint32_t last_in = lu - 1;   /* the latest layer a swap-in may go in */
+    size_t hi = 2 * (size_t)l->v[last_in].start_op;
+    *pl = (cham_gen_place_t){
+        .t_out = cham_gen_transfer_ns(t->bytes, s->d2h_bw),
+        .t_in = cham_gen_transfer_ns(t->bytes, s->h2d_bw),
+    };
+    /* The swap must cover an entry: the last one it can reach bounds the
+     * backward search ("until the peak memory usage time"). A swap-out that
+     * completes too late for that is retried, when stalls are allowed, as
+     * one waited for in f's layer. */
+    size_t m_last = 0;
+    bool covers = false;
+    for (int stall = 0; stall <= 1 && !covers; stall++) {
+        if (stall && !allow_stall)
+            break;
+        if (!place_out(s, lf, last_in, stall, pl))
+            continue;
+        const cham_logical_layer_t *ol = &l->v[pl->out_layer];
+        pl->done_op = ol->start_op + ol->n_ops - 1;
+        pl->free_op = pl->done_op + 1;
+        covers = 2 * (size_t)pl->free_op < hi &&
+                 cham_mrl_last(mrl, 2 * (size_t)pl->free_op, hi, &m_last);
+    }
+    if (!covers)
+        return false;
+    size_t k = m_last / 2 + 1;   /* the swap-in must begin at op k or later */
+    uint32_t lo = l->layer_of_op[k];
+    if (l->v[lo].start_op < k)
+        lo++;
+    CHAM_ASSERT(lo <= last_in);
+    if (!place_in(s, lo, last_in, allow_stall, pl))
+        return false;
+    pl->in_op = l->v[pl->in_layer].start_op;
+    return true;
+}
+
+void cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
+                     const cham_gen_place_t *pl)
+{
+    budget_take(&s->d2h, pl->out_first, pl->out_layer, pl->out_layer, pl->t_out);
+    budget_take(&s->h2d, pl->in_layer, pl->in_last, pl->in_layer, pl->t_in);
+    for (uint32_t i = pl->in_layer; i <= pl->in_last; i++)
+        s->layers->v[i].remaining_ns = budget_get(&s->h2d, i);
+    cham_mrl_subtract(mrl, 2 * (size_t)pl->free_op, 2 * (size_t)pl->in_op, t->bytes);
+}

@@ -1,0 +1,560 @@
+/* Chameleon's policy generator (src/policy/{layers,mrl,candidates,
+ * simulate,generate}.c) on hand-built profiles whose answers are worked out
+ * in the comments: one peak and one candidate, Eq. 2 deciding the order, a
+ * swap-in pushed two layers before its nearest slot, the fallback with an
+ * accepted stall, the impossible case, Eq. 1 and the default layer count,
+ * per-op costs moving a swap-in; then a property test over random profiles
+ * (fixed seeds) that recomputes the peak from the curve and the items. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support/rng.h"
+
+#include "chameleon/policy.h"
+#include "policy/generate-impl.h"
+#include "profile/profile-impl.h"
+
+#define MiB (UINT64_C(1) << 20)
+#define GiB (UINT64_C(1) << 30)
+#define SEC UINT64_C(1000000000)
+
+/* ---- building profiles -------------------------------------------------- */
+
+typedef struct use_spec {
+    int op;
+    uint64_t storage, bytes;
+    bool output;
+} use_spec_t;
+
+/* n ops with phases ph ("F", "B", "O", "X" = other), memory samples mem
+ * (2 n values, MiB), uses (sorted by op), 1 s per op. */
+static cham_profile_t *build(const char *ph, const uint64_t *mem, const use_spec_t *uses,
+                             size_t n_uses)
+{
+    size_t n = strlen(ph);
+    cham_profile_t *p = cham_profile_new(1, 0);
+    assert_non_null(p);
+    const char *names[] = {"op"};
+    assert_true(cham_profile_set_tokens(p, names, 1));
+    size_t u = 0;
+    for (size_t k = 0; k < n; k++) {
+        cham_phase_t phase = ph[k] == 'F'   ? CHAM_PHASE_FORWARD
+                             : ph[k] == 'B' ? CHAM_PHASE_BACKWARD
+                             : ph[k] == 'O' ? CHAM_PHASE_OPTIMIZER
+                                            : CHAM_PHASE_OTHER;
+        assert_true(cham_profile_begin_op(p, 0, phase, mem[2 * k] * MiB));
+        for (; u < n_uses && uses[u].op == (int)k; u++) {
+            cham_tensor_use_t x = {.storage = uses[u].storage,
+                                   .data_ptr = 0x1000 * uses[u].storage,
+                                   .bytes = uses[u].bytes * MiB,
+                                   .storage_bytes = uses[u].bytes * MiB,
+                                   .dtype = CHAM_DTYPE_F16,
+                                   .output = uses[u].output};
+            assert_true(cham_profile_add_use(p, &x));
+        }
+        cham_profile_end_op(p, mem[2 * k + 1] * MiB);
+    }
+    cham_profile_set_duration(p, n * SEC);
+    return p;
+}
+
+/* One layer per op, no reserve, capacity in MiB, bandwidths in MiB/s. */
+static cham_planner_config_t cfg_for(const char *ph, uint64_t cap_mib, double h2d_mib,
+                                     double d2h_mib)
+{
+    cham_planner_config_t c = cham_planner_config_default();
+    uint32_t f = 0, b = 0;
+    for (const char *s = ph; *s; s++) {
+        f += *s == 'F';
+        b += *s == 'B';
+    }
+    c.capacity = cap_mib * MiB;
+    c.reserve = 0;
+    c.forward_layers = f;
+    c.backward_layers = b;
+    c.h2d_bandwidth = h2d_mib * (double)MiB;
+    c.d2h_bandwidth = d2h_mib * (double)MiB;
+    return c;
+}
+
+static cham_policy_t *plan_ok(const cham_profile_t *p, const cham_planner_config_t *c,
+                              cham_policy_view_t *v)
+{
+    cham_policy_t *pol = NULL;
+    char err[512] = "";
+    cham_status_t st = cham_plan_chameleon(p, c, &pol, err, sizeof err);
+    if (st != CHAM_OK)
+        fail_msg("plan failed: %s", err);
+    cham_policy_get(pol, v);
+    return pol;
+}
+
+/* ---- one peak, one candidate ------------------------------------------- */
+
+/* Ops 0-3 forward, 4-7 backward, 1 s each. A (400 MiB) is written by op 0,
+ * read by op 1 (last forward use) and op 6 (first backward use). Memory
+ * peaks at 900 MiB at samples 5 and 6; capacity 800 leaves 100 MiB at each.
+ * A's swap-out (0.39 s at 1 GiB/s) completes in layer 1, so the block is
+ * free from op 2 (sample 4); the last entry is sample 6, so the swap-in
+ * may start at op 4 at the earliest; the nearest layer before the use's
+ * (layer 6) is layer 5: swap-in before op 5, memory lower by 400 MiB over
+ * samples [4, 10), predicted peak 500 MiB. */
+static const char PH1[] = "FFFFBBBB";
+static const uint64_t MEM1[] = {100, 500, 500, 500, 500, 900, 900, 500,
+                                500, 500, 500, 500, 500, 100, 100, 100};
+static const use_spec_t USES1[] = {
+    {0, 1, 400, true},
+    {1, 1, 400, false},
+    {6, 1, 400, false},
+};
+
+static void test_single_peak(void **state)
+{
+    (void)state;
+    cham_profile_t *p = build(PH1, MEM1, USES1, 3);
+    cham_planner_config_t c = cfg_for(PH1, 800, 1024, 1024);
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 1);
+    const cham_policy_item_t *it = &v.items[0];
+    assert_int_equal(it->storage, 1);
+    assert_int_equal(it->bytes, 400 * MiB);
+    assert_int_equal(it->swap_out_op, 1);
+    assert_int_equal(it->swap_out_done_op, 1);
+    assert_int_equal(it->free_op, 2);
+    assert_int_equal(it->swap_in_layer, 5);
+    assert_int_equal(it->swap_in_op, 5);
+    assert_int_equal(it->use_op, 6);
+    assert_int_equal(it->stall_ns, 0);
+    assert_int_equal(it->out_use.use_count, 0);
+    assert_int_equal(v.peak_without_swaps, 900 * MiB);
+    assert_int_equal(v.predicted_peak, 500 * MiB);
+    assert_int_equal(v.usable, 800 * MiB);
+    assert_int_equal(v.predicted_step_ns, 8 * SEC);
+    assert_int_equal(v.n_layers, 8);
+    /* 400 MiB at 1 GiB/s = 0.390625 s taken from layer 5. */
+    assert_int_equal(v.layers[5].remaining_ns, SEC - 390625000);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
+/* ---- Eq. 2 decides ----------------------------------------------------- */
+
+/* Entries at samples 3-6 (100 MiB each). B (200 MiB, last forward use op 0,
+ * used again by op 5) can cover all four; A (400 MiB, last forward use op 2,
+ * used by op 6) only sample 6. Score = N/4 + C * S/400:
+ * C = 1: B = 1 + 0.5 = 1.5 > A = 0.25 + 1 = 1.25, B alone empties the list.
+ * C = 4: A = 4.25 > B = 3, A goes first and B is still needed. */
+static const char PH2[] = "FFFFBBBB";
+static const uint64_t MEM2[] = {100, 300, 300, 900, 900, 900, 900, 500,
+                                500, 500, 500, 500, 500, 300, 300, 100};
+static const use_spec_t USES2[] = {
+    {0, 2, 200, true},
+    {1, 1, 400, true},
+    {2, 1, 400, false},
+    {5, 2, 200, false},
+    {6, 1, 400, false},
+};
+
+static void test_score_order(void **state)
+{
+    (void)state;
+    cham_profile_t *p = build(PH2, MEM2, USES2, 5);
+    cham_planner_config_t c = cfg_for(PH2, 800, 1024, 1024);
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 1);
+    assert_int_equal(v.items[0].storage, 2);
+    assert_true(fabs(v.items[0].score - 1.5) < 1e-9);
+    assert_int_equal(v.items[0].free_op, 1);
+    assert_int_equal(v.items[0].swap_in_op, 4);
+    cham_policy_free(pol);
+
+    c.score_c = 4;
+    pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 2);
+    /* Items are in swap-out order: B (op 0), then A (op 2). */
+    assert_int_equal(v.items[0].storage, 2);
+    assert_int_equal(v.items[1].storage, 1);
+    assert_true(fabs(v.items[1].score - 4.25) < 1e-9);
+    assert_true(v.items[1].score > v.items[0].score);
+    /* Samples 3-5: 900 - 200; sample 6: 900 - 600. */
+    assert_int_equal(v.predicted_peak, 700 * MiB);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
+/* ---- a swap-in moved two layers earlier --------------------------------- */
+
+/* 4 forward, 8 backward ops. T1, T2, T3 (600 MiB, 0.586 s at 1 GiB/s: two
+ * do not fit one 1 s layer) have last forward uses at ops 0, 1, 2 and are
+ * all first used by op 10. The peak (excess 1500 MiB at samples 7 and 8)
+ * (capacity 1900) needs all three. Equal scores: swap-out order. T1 takes layer 9, whose
+ * remaining 0.41 s is too little for T2, which takes layer 8; T3 lands in
+ * layer 7, two layers before its nearest slot. */
+static const char PH3[] = "FFFFBBBBBBBB";
+static const uint64_t MEM3[] = {100,  700,  700,  1300, 1300, 1900, 1900, 3400, 3400, 1900,
+                                1900, 1900, 1900, 1900, 1900, 1900, 1900, 1900, 1900, 1900,
+                                1900, 100,  100,  100};
+static const use_spec_t USES3[] = {
+    {0, 1, 600, true},  {1, 2, 600, true},  {2, 3, 600, true},
+    {10, 1, 600, false}, {10, 2, 600, false}, {10, 3, 600, false},
+};
+
+static void test_swap_in_moves_earlier(void **state)
+{
+    (void)state;
+    cham_profile_t *p = build(PH3, MEM3, USES3, 6);
+    cham_planner_config_t c = cfg_for(PH3, 1900, 1024, 1024);
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(v.items[i].storage, (uint64_t)i + 1);
+        assert_int_equal(v.items[i].swap_out_op, i);
+        assert_int_equal(v.items[i].free_op, i + 1);
+        assert_int_equal(v.items[i].use_op, 10);
+        assert_int_equal(v.items[i].swap_in_op, 9 - i);
+        assert_int_equal(v.items[i].stall_ns, 0);
+    }
+    /* Samples 7, 8: 3400 - 1800; from op 9 all three are back: 1900. */
+    assert_int_equal(v.predicted_peak, 1900 * MiB);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
+/* ---- fallback: an accepted stall --------------------------------------- */
+
+/* Profile 1 with a slow host-to-device link: 400 MiB at 160 MiB/s = 2.5 s.
+ * The swap-in may start at op 4 at the earliest (entry at sample 6) and
+ * layers 4 and 5 hold 2 s: nothing fits. Fallback: layer 5 (before the
+ * use's), stall 2.5 - 1 = 1.5 s. */
+static void test_fallback_stall(void **state)
+{
+    (void)state;
+    cham_profile_t *p = build(PH1, MEM1, USES1, 3);
+    cham_planner_config_t c = cfg_for(PH1, 800, 160, 1024);
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 1);
+    assert_int_equal(v.items[0].swap_in_op, 5);
+    assert_int_equal(v.items[0].stall_ns, 1500000000u);
+    assert_int_equal(v.predicted_step_ns, 8 * SEC + 1500000000u);
+    assert_int_equal(v.layers[5].remaining_ns, 0);
+    assert_int_equal(v.predicted_peak, 500 * MiB);
+    cham_policy_free(pol);
+
+    /* At 256 MiB/s (1.5625 s) layers 4 and 5 together hold it: the swap-in
+     * starts at op 4 with no stall. */
+    c.h2d_bandwidth = 256.0 * MiB;
+    pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.items[0].swap_in_op, 4);
+    assert_int_equal(v.items[0].stall_ns, 0);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
+/* ---- the impossible case ----------------------------------------------- */
+
+/* Excess 450 MiB at samples 5 and 6 (op 2's end, op 3's begin); A removes
+ * 400 MiB, leaving 50 MiB = 52428800 bytes, first at op 2. */
+static void test_impossible(void **state)
+{
+    (void)state;
+    static const uint64_t mem[] = {100, 400, 400, 400, 400, 900, 900, 500,
+                                   400, 400, 400, 400, 400, 100, 100, 100};
+    cham_profile_t *p = build(PH1, mem, USES1, 3);
+    cham_planner_config_t c = cfg_for(PH1, 450, 1024, 1024);
+    cham_policy_t *pol = (cham_policy_t *)&c;   /* must be reset to NULL */
+    char err[512] = "";
+    assert_int_equal(cham_plan_chameleon(p, &c, &pol, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
+    assert_null(pol);
+    assert_non_null(strstr(err, "52428800 bytes could not be removed at op 2 "));
+    assert_non_null(strstr(err, "1 swaps chosen"));
+
+    /* With A below min_swap_bytes there is no candidate at all: 450 MiB. */
+    c.min_swap_bytes = 512 * MiB;
+    assert_int_equal(cham_plan_chameleon(p, &c, &pol, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(err, "471859200 bytes could not be removed at op 2 "));
+    assert_non_null(strstr(err, "0 swaps chosen"));
+
+    /* Bad configurations. */
+    c = cfg_for(PH1, 450, 0, 1024);
+    assert_int_equal(cham_plan_chameleon(p, &c, &pol, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    c = cfg_for(PH1, 450, 1024, 1024);
+    c.reserve = 450 * MiB;
+    assert_int_equal(cham_plan_chameleon(p, &c, &pol, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    cham_profile_free(p);
+}
+
+/* ---- Eq. 1 and the default rules --------------------------------------- */
+
+static void test_eq1_layers(void **state)
+{
+    (void)state;
+    /* 7 forward ops (one "other" among them), 6 backward, 2 optimizer: 15 s.
+     * 3 forward layers of 2, 2, 3 ops (the "other" op 3 counts as forward),
+     * 2 backward of 3, 3 ops, one optimizer layer of 2: Eq. 1 gives 1 s per
+     * op. */
+    static const char ph[] = "FFFXFFFBBBBBBOO";
+    uint64_t mem[30];
+    for (int i = 0; i < 30; i++)
+        mem[i] = 10;
+    cham_profile_t *p = build(ph, mem, NULL, 0);
+    cham_planner_config_t c = cfg_for(ph, 100, 1024, 1024);
+    c.forward_layers = 3;
+    c.backward_layers = 2;
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 0);
+    assert_int_equal(v.n_layers, 6);
+    static const uint32_t start[] = {0, 2, 4, 7, 10, 13}, len[] = {2, 2, 3, 3, 3, 2};
+    static const cham_phase_t phase[] = {CHAM_PHASE_FORWARD, CHAM_PHASE_FORWARD,
+                                         CHAM_PHASE_FORWARD, CHAM_PHASE_BACKWARD,
+                                         CHAM_PHASE_BACKWARD, CHAM_PHASE_OPTIMIZER};
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(v.layers[i].start_op, start[i]);
+        assert_int_equal(v.layers[i].n_ops, len[i]);
+        assert_int_equal(v.layers[i].phase, phase[i]);
+        assert_int_equal(v.layers[i].time_ns, len[i] * SEC);
+    }
+    assert_int_equal(v.peak_without_swaps, 10 * MiB);
+    assert_int_equal(v.predicted_peak, 10 * MiB);
+    cham_policy_free(pol);
+
+    /* Per-op costs as weights of the same step time: op 0 costs 14 of 28. */
+    double cost[15];
+    for (int i = 0; i < 15; i++)
+        cost[i] = 1;
+    cost[0] = 14;
+    c.op_cost_ns = cost;
+    c.n_op_costs = 15;
+    pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.layers[0].time_ns, (uint64_t)(15e9 * 15 / 28 + 0.5));
+    assert_int_equal(v.layers[1].time_ns, (uint64_t)(15e9 * 2 / 28 + 0.5));
+    cham_policy_free(pol);
+    c.n_op_costs = 14;
+    char err[256];
+    assert_int_equal(cham_plan_chameleon(p, &c, &pol, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    cham_profile_free(p);
+
+    /* Default reserve: max(5%, 256 MiB) capped at 20%. */
+    cham_planner_config_t d = cham_planner_config_default();
+    assert_int_equal(d.reserve, UINT64_MAX);
+    assert_int_equal(d.min_swap_bytes, MiB);
+    assert_true(d.score_c == 1.0);
+}
+
+static void test_default_layer_count(void **state)
+{
+    (void)state;
+    /* Tokens: embed, then (norm, attn, mlp) x 4, then norm, head: norm
+     * occurs 5 times, attn and mlp 4: the repeat count is 4. */
+    cham_profile_t *p = cham_profile_new(1, 0);
+    static const char *names[] = {"embed", "norm", "attn", "mlp", "head"};
+    assert_true(cham_profile_set_tokens(p, names, 5));
+    int seq[16] = {0}, n = 0;
+    seq[n++] = 0;
+    for (int l = 0; l < 4; l++) {
+        seq[n++] = 1;
+        seq[n++] = 2;
+        seq[n++] = 3;
+    }
+    seq[n++] = 1;
+    seq[n++] = 4;
+    for (int i = 0; i < n; i++) {
+        assert_true(cham_profile_begin_op(p, seq[i], CHAM_PHASE_FORWARD, 0));
+        cham_profile_end_op(p, 0);
+    }
+    cham_profile_view_t pv;
+    cham_profile_get(p, &pv);
+    assert_int_equal(cham_gen_default_layers(&pv), 4);
+    cham_profile_free(p);
+
+    /* All tokens distinct: ceil(sqrt(10)) = 4. */
+    p = cham_profile_new(1, 0);
+    for (int i = 0; i < 10; i++) {
+        assert_true(cham_profile_begin_op(p, i, CHAM_PHASE_FORWARD, 0));
+        cham_profile_end_op(p, 0);
+    }
+    cham_profile_get(p, &pv);
+    assert_int_equal(cham_gen_default_layers(&pv), 4);
+    cham_profile_free(p);
+}
+
+/* ---- per-op costs move a swap-in --------------------------------------- */
+
+/* Profile 1: uniform, the swap-in goes before op 5. With op 5 costing 0.1
+ * of the others, layer 5 has 8 s * 0.1 / 7.1 = 0.11 s < 0.39 s, so the
+ * swap-in moves to layer 4. */
+static void test_op_costs_move_swap_in(void **state)
+{
+    (void)state;
+    cham_profile_t *p = build(PH1, MEM1, USES1, 3);
+    cham_planner_config_t c = cfg_for(PH1, 800, 1024, 1024);
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.items[0].swap_in_op, 5);
+    cham_policy_free(pol);
+    double cost[8] = {1, 1, 1, 1, 1, 0.1, 1, 1};
+    c.op_cost_ns = cost;
+    c.n_op_costs = 8;
+    pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.items[0].swap_in_op, 4);
+    assert_int_equal(v.items[0].stall_ns, 0);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
+/* ---- property test ----------------------------------------------------- */
+
+/* A random transformer-like step: L model layers of k forward ops, each
+ * writing an activation read by the next op and by the mirrored backward
+ * op, with random transient spikes; optimizer ops at the end. */
+static cham_profile_t *random_profile(test_rng_t *r, uint64_t *peak)
+{
+    uint32_t L = 2 + (uint32_t)test_rng_below(r, 6), k = 1 + (uint32_t)test_rng_below(r, 4);
+    uint32_t n_act = L * k;
+    uint64_t *act = malloc(n_act * sizeof *act);
+    cham_profile_t *p = cham_profile_new(1, 0);
+    const char *names[] = {"f", "b", "o"};
+    assert_true(cham_profile_set_tokens(p, names, 3));
+    uint64_t mem = (64 + test_rng_below(r, 512)) * MiB, top = mem;
+    for (uint32_t i = 0; i < n_act; i++) {
+        act[i] = (1 + test_rng_below(r, 128)) * MiB;
+        uint64_t spike = test_rng_below(r, 3) == 0 ? test_rng_below(r, 256) * MiB : 0;
+        assert_true(cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, mem + spike));
+        if (i > 0) {
+            cham_tensor_use_t in = {.storage = i - 1, .bytes = act[i - 1],
+                                    .storage_bytes = act[i - 1], .use_count = 1};
+            assert_true(cham_profile_add_use(p, &in));
+        }
+        cham_tensor_use_t o = {.storage = i, .bytes = act[i], .storage_bytes = act[i],
+                               .output = true};
+        assert_true(cham_profile_add_use(p, &o));
+        mem += act[i];
+        top = mem + spike > top ? mem + spike : top;
+        cham_profile_end_op(p, mem);
+    }
+    for (uint32_t j = 0; j < n_act; j++) {
+        uint32_t s = n_act - 1 - j;
+        assert_true(cham_profile_begin_op(p, 1, CHAM_PHASE_BACKWARD, mem));
+        cham_tensor_use_t in = {.storage = s, .bytes = act[s], .storage_bytes = act[s],
+                                .use_count = 2};
+        assert_true(cham_profile_add_use(p, &in));
+        mem -= act[s];
+        cham_profile_end_op(p, mem);
+    }
+    for (uint32_t l = 0; l < 1 + test_rng_below(r, 3); l++) {
+        assert_true(cham_profile_begin_op(p, 2, CHAM_PHASE_OPTIMIZER, mem));
+        cham_profile_end_op(p, mem);
+    }
+    cham_profile_set_duration(p, (1 + test_rng_below(r, 100)) * 1000000u);
+    free(act);
+    *peak = top;
+    return p;
+}
+
+static void test_property_random(void **state)
+{
+    (void)state;
+    int ok = 0, oom = 0, with_items = 0;
+    for (uint64_t seed = 1; seed <= 300; seed++) {
+        test_rng_t r = {.state = seed * 0x9E3779B97F4A7C15u};
+        uint64_t peak;
+        cham_profile_t *p = random_profile(&r, &peak);
+        cham_profile_view_t pv;
+        cham_profile_get(p, &pv);
+        cham_planner_config_t c = cham_planner_config_default();
+        c.capacity = peak / 100 * (55 + test_rng_below(&r, 50));
+        c.reserve = test_rng_below(&r, 2) ? UINT64_MAX : test_rng_below(&r, 64) * MiB;
+        c.h2d_bandwidth = (double)(1 + test_rng_below(&r, 64)) * 1e9;
+        c.d2h_bandwidth = (double)(1 + test_rng_below(&r, 64)) * 1e9;
+        c.forward_layers = (uint32_t)test_rng_below(&r, 8);
+        c.backward_layers = (uint32_t)test_rng_below(&r, 8);
+        cham_policy_t *pol = NULL;
+        char err[512] = "";
+        cham_status_t st = cham_plan_chameleon(p, &c, &pol, err, sizeof err);
+        if (st != CHAM_OK) {
+            assert_int_equal(st, CHAM_ERR_OUT_OF_MEMORY);
+            assert_non_null(strstr(err, "bytes could not be removed at op"));
+            oom++;
+            cham_profile_free(p);
+            continue;
+        }
+        ok++;
+        cham_policy_view_t v;
+        cham_policy_get(pol, &v);
+        with_items += v.n_items > 0;
+        size_t ns = 2 * pv.n_ops;
+        uint64_t *act = malloc(ns * sizeof *act), *curve = malloc(ns * sizeof *curve);
+        int64_t *diff = calloc(ns + 1, sizeof *diff);
+        cham_profile_memory_curve(p, act, curve);
+        uint64_t stalls = 0;
+        for (size_t i = 0; i < v.n_items; i++) {
+            const cham_policy_item_t *it = &v.items[i];
+            /* Out before in, in order, in the right layer. */
+            assert_true(it->swap_out_op < it->free_op);
+            assert_true(it->free_op < it->swap_in_op);
+            assert_true(it->swap_in_op < it->use_op);
+            assert_true(it->swap_out_op <= it->swap_out_done_op);
+            assert_true(it->swap_in_layer < v.n_layers);
+            assert_int_equal(v.layers[it->swap_in_layer].start_op, it->swap_in_op);
+            if (i)
+                assert_true(v.items[i - 1].swap_out_op <= it->swap_out_op);
+            diff[2 * it->free_op] += (int64_t)it->bytes;
+            diff[2 * it->swap_in_op] -= (int64_t)it->bytes;
+            stalls += it->stall_ns;
+            /* Without a reported stall, the layers from the swap-in's to the
+             * use's hold the transfer. */
+            if (it->stall_ns == 0) {
+                uint64_t t_in = (uint64_t)ceil((double)it->bytes / c.h2d_bandwidth * 1e9);
+                uint64_t room = 0;
+                for (size_t l = it->swap_in_layer;
+                     l < v.n_layers && v.layers[l].start_op < it->use_op; l++)
+                    room += v.layers[l].time_ns;
+                assert_true(room >= t_in);
+            }
+        }
+        uint64_t out = 0, top = 0;
+        for (size_t s = 0; s < ns; s++) {
+            out += (uint64_t)diff[s];
+            uint64_t m = curve[s] - out;
+            assert_true(m <= v.usable);
+            top = m > top ? m : top;
+        }
+        assert_int_equal(top, v.predicted_peak);
+        assert_int_equal(v.predicted_step_ns, pv.duration_ns + stalls);
+        free(act);
+        free(curve);
+        free(diff);
+        cham_policy_free(pol);
+        cham_profile_free(p);
+    }
+    printf("property: %d planned (%d with swaps), %d impossible\n", ok, with_items, oom);
+    assert_true(with_items > 50);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_peak),
+        cmocka_unit_test(test_score_order),
+        cmocka_unit_test(test_swap_in_moves_earlier),
+        cmocka_unit_test(test_fallback_stall),
+        cmocka_unit_test(test_impossible),
+        cmocka_unit_test(test_eq1_layers),
+        cmocka_unit_test(test_default_layer_count),
+        cmocka_unit_test(test_op_costs_move_swap_in),
+        cmocka_unit_test(test_property_random),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
