@@ -12,6 +12,7 @@ static const struct {
 } commands[] = {
     {"demo", cmd_demo, "swap activations of a small model on the simulated device"},
     {"devices", cmd_devices, "list the simulated device presets"},
+    {"plan", cmd_plan, "make a swap policy from a saved profile"},
 };
 
 static void usage(FILE *f)

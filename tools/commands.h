@@ -6,5 +6,6 @@
 
 int cmd_demo(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 #endif

@@ -1,0 +1,473 @@
+/* What the JSON files of the library (profiles: src/profile/profile_json.c,
+ * policies: src/policy/policy_json.c) share: the names of phases and dtypes
+ * in files, the tensor use object, 64-bit hex strings, and the strict
+ * reader that names the file and the JSON path of the first problem. The
+ * conventions are those of docs/profile-format.md. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "common/grow.h"
+#include "common/message.h"
+#include "profile/json_read.h"
+
+#define MAX_EXACT CHAM_JSON_MAX_EXACT
+#define QUOTE_MAX CHAM_JSON_QUOTE_MAX
+
+/* Names in the file. Kept here rather than taken from cham_phase_name and
+ * cham_dtype_name (src/runtime/names.c) so that the file format depends on
+ * nothing outside this module and cannot change when log names do. Indexed
+ * by cham_phase_t and cham_dtype_t. */
+const char *const cham_json_phase_names[CHAM_JSON_N_PHASES] = {
+    [CHAM_PHASE_FORWARD] = "forward",
+    [CHAM_PHASE_BACKWARD] = "backward",
+    [CHAM_PHASE_OPTIMIZER] = "optimizer",
+    [CHAM_PHASE_OTHER] = "other",
+};
+_Static_assert(CHAM_JSON_N_PHASES == CHAM_PHASE_OTHER + 1, "a name for every phase");
+
+const char *const cham_json_dtype_names[CHAM_JSON_N_DTYPES] = {
+    [CHAM_DTYPE_F32] = "f32", [CHAM_DTYPE_F16] = "f16", [CHAM_DTYPE_BF16] = "bf16",
+    [CHAM_DTYPE_F64] = "f64", [CHAM_DTYPE_I64] = "i64", [CHAM_DTYPE_I32] = "i32",
+    [CHAM_DTYPE_I8] = "i8",   [CHAM_DTYPE_U8] = "u8",   [CHAM_DTYPE_BOOL] = "bool",
+};
+_Static_assert(CHAM_JSON_N_DTYPES == CHAM_DTYPE_COUNT_, "a name for every dtype");
+
+/* The keys of a tensor use, in the order they are written. */
+static const char *const use_keys[] = {"storage", "data_ptr", "bytes", "storage_bytes",
+                                       "dtype", "use_count", "history", "output"};
+
+/* A JSON string "0x" + 16 hex digits; NULL when out of host memory. */
+json_t *cham_json_hex64(uint64_t v)
+{
+    char buf[24];
+    snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
+    return json_string(buf);
+}
+
+/* Adds value under key; a NULL value (out of memory) makes it cham_json_fail. */
+bool cham_json_put(json_t *obj, const char *key, json_t *value)
+{
+    return value && json_object_set_new(obj, key, value) == 0;
+}
+
+json_t *cham_json_use_to_json(const cham_tensor_use_t *u)
+{
+    json_t *uo = json_object();
+    bool ok = uo && cham_json_put(uo, "storage", json_integer((json_int_t)u->storage)) &&
+              cham_json_put(uo, "data_ptr", cham_json_hex64(u->data_ptr)) &&
+              cham_json_put(uo, "bytes", json_integer((json_int_t)u->bytes)) &&
+              cham_json_put(uo, "storage_bytes", json_integer((json_int_t)u->storage_bytes)) &&
+              cham_json_put(uo, "dtype", json_string(cham_json_dtype_names[u->dtype])) &&
+              cham_json_put(uo, "use_count", json_integer((json_int_t)u->use_count)) &&
+              cham_json_put(uo, "history", cham_json_hex64(u->history)) &&
+              cham_json_put(uo, "output", json_boolean(u->output));
+    if (!ok) {
+        json_decref(uo);
+        return NULL;
+    }
+    return uo;
+}
+
+/* Writes one array element per line; false when out of host memory or the
+ * write failed (ferror tells which). */
+bool cham_json_write_value(FILE *fp, json_t *v, bool last)
+{
+    if (!v)
+        return false;
+    fputs("    ", fp);
+    int rc = json_dumpf(v, fp, JSON_COMPACT | JSON_ENCODE_ANY);
+    json_decref(v);
+    fputs(last ? "\n" : ",\n", fp);
+    return rc == 0 && !ferror(fp);
+}
+
+size_t cham_json_push_key(cham_json_reader_t *r, const char *key)
+{
+    size_t mark = r->path_len;
+    int w = snprintf(r->path + mark, sizeof r->path - mark, "%s%s", mark ? "." : "", key);
+    r->path_len = w < 0 ? mark : mark + (size_t)w;
+    if (r->path_len >= sizeof r->path)
+        r->path_len = sizeof r->path - 1;
+    return mark;
+}
+
+size_t cham_json_push_index(cham_json_reader_t *r, size_t i)
+{
+    size_t mark = r->path_len;
+    int w = snprintf(r->path + mark, sizeof r->path - mark, "[%zu]", i);
+    r->path_len = w < 0 ? mark : mark + (size_t)w;
+    if (r->path_len >= sizeof r->path)
+        r->path_len = sizeof r->path - 1;
+    return mark;
+}
+
+void cham_json_pop(cham_json_reader_t *r, size_t mark)
+{
+    r->path_len = mark;
+    r->path[mark] = '\0';
+}
+
+/* Records the first failure: "FILE: PATH: message" (no PATH at the top). */
+bool cham_json_fail(cham_json_reader_t *r, cham_status_t status, const char *fmt, ...)
+{
+    if (r->status != CHAM_OK)
+        return false;
+    r->status = status;
+    char msg[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (r->path_len)
+        cham_set_err(r->err, r->err_size, "%s: %s: %s", r->file, r->path, msg);
+    else
+        cham_set_err(r->err, r->err_size, "%s: %s", r->file, msg);
+    return false;
+}
+
+/* v as it reads in a message: strings quoted and cut, containers named. */
+void cham_json_describe(char *buf, size_t n, const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: snprintf(buf, n, "an object"); break;
+    case JSON_ARRAY: snprintf(buf, n, "an array"); break;
+    case JSON_STRING: {
+        char *s = json_dumps(v, JSON_ENCODE_ANY);
+        if (!s) {
+            snprintf(buf, n, "a string");
+            break;
+        }
+        size_t len = strlen(s);
+        if (len > QUOTE_MAX + 2)
+            snprintf(buf, n, "%.*s...\"", QUOTE_MAX, s);
+        else
+            snprintf(buf, n, "%s", s);
+        free(s);
+        break;
+    }
+    case JSON_INTEGER: snprintf(buf, n, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); break;
+    case JSON_REAL: snprintf(buf, n, "%.17g", json_real_value(v)); break;
+    case JSON_TRUE: snprintf(buf, n, "true"); break;
+    case JSON_FALSE: snprintf(buf, n, "false"); break;
+    case JSON_NULL: snprintf(buf, n, "null"); break;
+    }
+}
+
+bool cham_json_fail_got(cham_json_reader_t *r, const char *expected, const json_t *v)
+{
+    char got[QUOTE_MAX + 16];
+    cham_json_describe(got, sizeof got, v);
+    return cham_json_fail(r, CHAM_ERR_INVALID_ARG, "expected %s, got %s", expected, got);
+}
+
+static bool in_list(const char *key, const char *const *keys, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(key, keys[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* v must be an object with exactly keys (all required): unknown keys are
+ * reported first, since a misspelt key is also a missing one. */
+bool cham_json_check_object(cham_json_reader_t *r, const json_t *v, const char *what,
+                         const char *const *keys, size_t n_keys)
+{
+    if (!json_is_object(v))
+        return cham_json_fail_got(r, what, v);
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)v, key, value) {
+        if (!in_list(key, keys, n_keys)) {
+            char known[256];
+            size_t used = 0;
+            known[0] = '\0';
+            for (size_t i = 0; i < n_keys && used + 1 < sizeof known; i++) {
+                int w = snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
+                                 keys[i]);
+                if (w < 0)
+                    break;
+                used += (size_t)w;
+            }
+            return cham_json_fail(r, CHAM_ERR_INVALID_ARG,
+                                  "unknown key \"%.*s\" (the keys are: %s)",
+                        QUOTE_MAX, key, known);
+        }
+    }
+    for (size_t i = 0; i < n_keys; i++) {
+        if (!json_object_get(v, keys[i]))
+            return cham_json_fail(r, CHAM_ERR_INVALID_ARG, "missing key \"%s\"", keys[i]);
+    }
+    return true;
+}
+
+/* Field readers: each reads obj[key] (present: cham_json_check_object ran) with
+ * key on the path, so a failure names the field. */
+
+bool cham_json_read_u53(cham_json_reader_t *r, const json_t *obj, const char *key, uint64_t *out)
+{
+    size_t mark = cham_json_push_key(r, key);
+    const json_t *v = json_object_get(obj, key);
+    bool ok = false;
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        cham_json_fail_got(r, "a non-negative integer", v);
+    else if ((uint64_t)json_integer_value(v) > MAX_EXACT)
+        cham_json_fail(r, CHAM_ERR_INVALID_ARG, "%" JSON_INTEGER_FORMAT " is above 2^53 - 1, the "
+             "largest integer the format stores", json_integer_value(v));
+    else {
+        *out = (uint64_t)json_integer_value(v);
+        ok = true;
+    }
+    cham_json_pop(r, mark);
+    return ok;
+}
+
+bool cham_json_read_u32(cham_json_reader_t *r, const json_t *obj, const char *key, uint64_t max,
+                     uint32_t *out)
+{
+    size_t mark = cham_json_push_key(r, key);
+    const json_t *v = json_object_get(obj, key);
+    bool ok = false;
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        cham_json_fail_got(r, "a non-negative integer", v);
+    else if ((uint64_t)json_integer_value(v) > max)
+        cham_json_fail(r, CHAM_ERR_INVALID_ARG, "%" JSON_INTEGER_FORMAT " is too large (at most %"
+             PRIu64 ")", json_integer_value(v), max);
+    else {
+        *out = (uint32_t)json_integer_value(v);
+        ok = true;
+    }
+    cham_json_pop(r, mark);
+    return ok;
+}
+
+bool cham_json_read_hex64(cham_json_reader_t *r, const json_t *obj, const char *key, uint64_t *out)
+{
+    size_t mark = cham_json_push_key(r, key);
+    const json_t *v = json_object_get(obj, key);
+    const char *s = json_string_value(v);
+    size_t len = s ? json_string_length(v) : 0;
+    bool ok = s && len >= 3 && len <= 18 && s[0] == '0' && s[1] == 'x';
+    uint64_t x = 0;
+    for (size_t i = 2; ok && i < len; i++) {
+        char c = s[i];
+        unsigned d = c >= '0' && c <= '9'   ? (unsigned)(c - '0')
+                     : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+                     : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10) : 16u;
+        ok = d < 16;
+        x = x << 4 | d;
+    }
+    if (ok)
+        *out = x;
+    else
+        cham_json_fail_got(r, "a hex string \"0x\" + 1 to 16 hex digits", v);
+    cham_json_pop(r, mark);
+    return ok;
+}
+
+bool cham_json_read_bool(cham_json_reader_t *r, const json_t *obj, const char *key, bool *out)
+{
+    size_t mark = cham_json_push_key(r, key);
+    const json_t *v = json_object_get(obj, key);
+    bool ok = json_is_boolean(v);
+    if (ok)
+        *out = json_is_true(v);
+    else
+        cham_json_fail_got(r, "true or false", v);
+    cham_json_pop(r, mark);
+    return ok;
+}
+
+/* obj[key] must be one of names[0 .. n): *out gets its index. */
+bool cham_json_read_name(cham_json_reader_t *r, const json_t *obj, const char *key,
+                         const char *what,
+                      const char *const *names, size_t n, int *out)
+{
+    size_t mark = cham_json_push_key(r, key);
+    const json_t *v = json_object_get(obj, key);
+    bool ok = false;
+    if (!json_is_string(v)) {
+        char expected[64];
+        snprintf(expected, sizeof expected, "a %s name (a string)", what);
+        cham_json_fail_got(r, expected, v);
+    } else {
+        for (size_t i = 0; i < n && !ok; i++) {
+            if (strcmp(json_string_value(v), names[i]) == 0) {
+                *out = (int)i;
+                ok = true;
+            }
+        }
+        if (!ok) {
+            char list[160], got[QUOTE_MAX + 16];
+            size_t used = 0;
+            list[0] = '\0';
+            for (size_t i = 0; i < n && used + 1 < sizeof list; i++) {
+                int w = snprintf(list + used, sizeof list - used, "%s%s",
+                                 i == 0 ? "" : i + 1 == n ? " or " : ", ", names[i]);
+                if (w < 0)
+                    break;
+                used += (size_t)w;
+            }
+            cham_json_describe(got, sizeof got, v);
+            cham_json_fail(r, CHAM_ERR_INVALID_ARG, "unknown %s %s (expected %s)", what, got, list);
+        }
+    }
+    cham_json_pop(r, mark);
+    return ok;
+}
+
+/* obj[key] must be an array: returned, with key pushed on the path (the
+ * caller pops mark), or NULL after a failure. */
+const json_t *cham_json_read_array(cham_json_reader_t *r, const json_t *obj, const char *key,
+                                   size_t *mark)
+{
+    *mark = cham_json_push_key(r, key);
+    const json_t *v = json_object_get(obj, key);
+    if (!json_is_array(v)) {
+        cham_json_fail_got(r, "an array", v);
+        cham_json_pop(r, *mark);
+        return NULL;
+    }
+    return v;
+}
+
+bool cham_json_read_use(cham_json_reader_t *r, const json_t *v, cham_tensor_use_t *u)
+{
+    if (!cham_json_check_object(r, v, "a tensor use (an object)", use_keys,
+                                sizeof use_keys / sizeof use_keys[0]))
+        return false;
+    int dtype = 0;
+    bool ok = cham_json_read_u53(r, v, "storage", &u->storage) &&
+              cham_json_read_hex64(r, v, "data_ptr", &u->data_ptr) &&
+              cham_json_read_u53(r, v, "bytes", &u->bytes) &&
+              cham_json_read_u53(r, v, "storage_bytes", &u->storage_bytes) &&
+              cham_json_read_name(r, v, "dtype", "dtype", cham_json_dtype_names,
+                                  CHAM_JSON_N_DTYPES, &dtype) &&
+              cham_json_read_u32(r, v, "use_count", UINT32_MAX, &u->use_count) &&
+              cham_json_read_hex64(r, v, "history", &u->history) &&
+              cham_json_read_bool(r, v, "output", &u->output);
+    u->dtype = (cham_dtype_t)dtype;
+    return ok;
+}
+
+/* Reads the whole file into *out (NUL-terminated, *len bytes before it). */
+cham_status_t cham_json_read_file(cham_json_reader_t *r, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    FILE *fp = fopen(r->file, "rb");
+    if (!fp) {
+        int e = errno;
+        cham_json_fail(r, e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG,
+             "cannot open: %s", strerror(e));
+        return r->status;
+    }
+    char *buf = NULL;
+    size_t cap = 0, n = 0;
+    for (;;) {
+        char *grown = cham_grow(buf, &cap, n + 65536 + 1, 1, 65536);
+        if (!grown) {
+            free(buf);
+            fclose(fp);
+            cham_json_fail(r, CHAM_ERR_HOST_OOM, "out of host memory reading the file");
+            return r->status;
+        }
+        buf = grown;
+        errno = 0;
+        size_t got = fread(buf + n, 1, cap - n - 1, fp);
+        n += got;
+        if (got == 0) {
+            if (ferror(fp)) {
+                int e = errno ? errno : EIO;
+                free(buf);
+                fclose(fp);
+                cham_json_fail(r, CHAM_ERR_INVALID_ARG, "cannot read: %s", strerror(e));
+                return r->status;
+            }
+            break;
+        }
+    }
+    fclose(fp);
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return CHAM_OK;
+}
+
+json_t *cham_json_parse_file(cham_json_reader_t *r, const char *what)
+{
+    char *text;
+    size_t len;
+    if (cham_json_read_file(r, &text, &len) != CHAM_OK)
+        return NULL;
+
+    bool blank = true;
+    for (size_t i = 0; i < len && blank; i++)
+        blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r';
+    if (blank) {
+        free(text);
+        cham_json_fail(r, CHAM_ERR_INVALID_ARG, "empty file (expected %s: a JSON object)", what);
+        return NULL;
+    }
+
+    json_error_t jerr;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    free(text);
+    /* jansson leaves the message empty when it cannot even set up its
+     * lexer, which only an allocation failure does. */
+    if (!root && (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0])) {
+        r->status = CHAM_ERR_HOST_OOM;
+        cham_set_err(r->err, r->err_size, "%s: out of host memory parsing the file", r->file);
+        return NULL;
+    }
+    if (!root) {
+        bool truncated = json_error_code(&jerr) == json_error_premature_end_of_input;
+        int line = jerr.line > 0 ? jerr.line : 1, col = jerr.column > 0 ? jerr.column : 1;
+        r->status = CHAM_ERR_INVALID_ARG;
+        cham_set_err(r->err, r->err_size, "%s:%d:%d: %s: %s", r->file, line, col,
+                     truncated ? "unexpected end of file (truncated?)" : "syntax error",
+                     jerr.text);
+        return NULL;
+    }
+    return root;
+}
+
+cham_status_t cham_json_save_file(const char *path, bool (*write)(FILE *fp, const void *obj),
+                        const void *obj, char *err, size_t err_size)
+{
+    FILE *fp = fopen(path, "wb");
+    if (!fp) {
+        int e = errno;
+        cham_set_err(err, err_size, "%s: cannot open for writing: %s", path, strerror(e));
+        return e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG;
+    }
+    errno = 0;
+    bool ok = write(fp, obj);
+    int e = errno;
+    bool write_failed = ferror(fp) != 0;
+    if (fclose(fp) != 0 && ok) {
+        ok = false;
+        write_failed = true;
+        e = errno;
+    }
+    if (ok)
+        return CHAM_OK;
+    /* Leave no half-written file behind. */
+    remove(path);
+    if (write_failed) {
+        cham_set_err(err, err_size, "%s: cannot write: %s", path, strerror(e ? e : EIO));
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_set_err(err, err_size, "%s: out of host memory", path);
+    return CHAM_ERR_HOST_OOM;
+}

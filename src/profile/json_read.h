@@ -1,0 +1,109 @@
+/* Shared by the library's strict JSON files (profiles: profile_json.c,
+ * policies: src/policy/policy_json.c): names of phases and dtypes in files,
+ * the tensor use object, 64-bit hex strings, the save wrapper that removes a
+ * partly written file, and the reader that reports the first problem as
+ * "FILE: JSON.PATH: message" (docs/profile-format.md, "Errors"). */
+#ifndef CHAM_PROFILE_JSON_READ_H
+#define CHAM_PROFILE_JSON_READ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "chameleon/profile.h"
+#include "chameleon/status.h"
+#include "common/message.h"
+
+/* Largest integer stored as a JSON number: exact in a double. */
+#define CHAM_JSON_MAX_EXACT ((UINT64_C(1) << 53) - 1)
+/* Strings quoted in messages are cut to this many characters. */
+#define CHAM_JSON_QUOTE_MAX 40
+
+/* Names in files, indexed by cham_phase_t and cham_dtype_t. Kept apart
+ * from cham_phase_name and cham_dtype_name (src/runtime/names.c) so that
+ * file formats cannot change when log names do. */
+#define CHAM_JSON_N_PHASES 4
+#define CHAM_JSON_N_DTYPES 9
+extern const char *const cham_json_phase_names[CHAM_JSON_N_PHASES];
+extern const char *const cham_json_dtype_names[CHAM_JSON_N_DTYPES];
+
+/* ---- writing ----------------------------------------------------------------*/
+
+/* A JSON string "0x" + 16 hex digits; NULL when out of host memory. */
+json_t *cham_json_hex64(uint64_t v);
+/* Adds value under key (taking its reference); a NULL value (out of
+ * memory) makes it fail. */
+bool cham_json_put(json_t *obj, const char *key, json_t *value);
+/* A tensor use object (docs/profile-format.md); NULL when out of memory. */
+json_t *cham_json_use_to_json(const cham_tensor_use_t *u);
+/* Writes "    " + v compact + "," unless last + newline, and drops v;
+ * false when v is NULL (out of memory) or the write failed. */
+bool cham_json_write_value(FILE *fp, json_t *v, bool last);
+/* Opens path, runs write(fp, obj), closes; on failure removes the file and
+ * sets err to "PATH: cannot open for writing: ...", "PATH: cannot write:
+ * ..." or "PATH: out of host memory" (write returning false with no stream
+ * error means out of memory). */
+cham_status_t cham_json_save_file(const char *path, bool (*write)(FILE *fp, const void *obj),
+                                  const void *obj, char *err, size_t err_size);
+
+/* ---- reading ----------------------------------------------------------------*/
+
+/* The state of one load. path is the JSON path of the value being read
+ * ("ops[12].uses[1].bytes"), grown and cut back as the reader descends. */
+typedef struct cham_json_reader {
+    const char *file;
+    char *err;
+    size_t err_size;
+    cham_status_t status;    /* CHAM_OK until the first failure */
+    char path[128];
+    size_t path_len;
+} cham_json_reader_t;
+
+/* Reads and parses r->file: the root, or NULL with the failure recorded
+ * (cannot open, "empty file (expected WHAT: a JSON object)", syntax errors
+ * as "FILE:LINE:COL: ..."). */
+json_t *cham_json_parse_file(cham_json_reader_t *r, const char *what);
+/* Reads the whole file into *out (NUL-terminated, *len bytes before it). */
+cham_status_t cham_json_read_file(cham_json_reader_t *r, char **out, size_t *len);
+
+/* The path: push returns a mark that pop cuts back to. */
+size_t cham_json_push_key(cham_json_reader_t *r, const char *key);
+size_t cham_json_push_index(cham_json_reader_t *r, size_t i);
+void cham_json_pop(cham_json_reader_t *r, size_t mark);
+
+/* Records the first failure: "FILE: PATH: message" (no PATH at the top).
+ * Always returns false. */
+bool cham_json_fail(cham_json_reader_t *r, cham_status_t status, const char *fmt, ...)
+    CHAM_PRINTF(3, 4);
+/* "expected EXPECTED, got V". */
+bool cham_json_fail_got(cham_json_reader_t *r, const char *expected, const json_t *v);
+/* v as it reads in a message: strings quoted and cut, containers named. */
+void cham_json_describe(char *buf, size_t n, const json_t *v);
+
+/* v must be an object with exactly keys (all required): unknown keys are
+ * reported first, since a misspelt key is also a missing one. */
+bool cham_json_check_object(cham_json_reader_t *r, const json_t *v, const char *what,
+                            const char *const *keys, size_t n_keys);
+
+/* Field readers: each reads obj[key] with key on the path. */
+bool cham_json_read_u53(cham_json_reader_t *r, const json_t *obj, const char *key,
+                        uint64_t *out);
+bool cham_json_read_u32(cham_json_reader_t *r, const json_t *obj, const char *key,
+                        uint64_t max, uint32_t *out);
+bool cham_json_read_hex64(cham_json_reader_t *r, const json_t *obj, const char *key,
+                          uint64_t *out);
+bool cham_json_read_bool(cham_json_reader_t *r, const json_t *obj, const char *key, bool *out);
+/* obj[key] must be one of names[0 .. n): *out gets its index. */
+bool cham_json_read_name(cham_json_reader_t *r, const json_t *obj, const char *key,
+                         const char *what, const char *const *names, size_t n, int *out);
+/* obj[key] must be an array: returned, with key pushed on the path (the
+ * caller pops mark), or NULL after a failure. */
+const json_t *cham_json_read_array(cham_json_reader_t *r, const json_t *obj, const char *key,
+                                   size_t *mark);
+/* v must be a tensor use object (docs/profile-format.md). */
+bool cham_json_read_use(cham_json_reader_t *r, const json_t *v, cham_tensor_use_t *u);
+
+#endif

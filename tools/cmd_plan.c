@@ -1,0 +1,255 @@
+/* `chameleon plan`: runs Chameleon's policy generator (cham_plan_chameleon)
+ * on a saved profile for a device preset, prints what the policy predicts
+ * and which tensors it swaps when, and optionally saves the policy as JSON
+ * (docs/policy-format.md). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chameleon/chameleon.h"
+#include "chameleon/policy.h"
+#include "chameleon/profile.h"
+#include "commands.h"
+
+#define MiB (1024.0 * 1024.0)
+#define GiB (1024.0 * 1024.0 * 1024.0)
+
+typedef struct plan_opts {
+    const char *profile;
+    const char *preset;      /* NULL = the default preset */
+    uint64_t capacity;       /* 0 = the profile's, else the preset's */
+    uint64_t reserve;        /* UINT64_MAX = the default rule */
+    uint32_t layers;         /* 0 = the default rule */
+    const char *json;        /* where to save the policy, or NULL */
+} plan_opts_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: chameleon plan PROFILE.json [--device PRESET] [--capacity SIZE]\n"
+            "                      [--reserve SIZE] [--layers N] [--json OUT]\n"
+            "Runs Chameleon's policy generator on a saved profile and prints the\n"
+            "policy: what it predicts and, per swapped tensor, when it goes out,\n"
+            "when its block is reused and when it comes back.\n"
+            "  --device PRESET   device preset for the transfer bandwidths (and the\n"
+            "                    capacity when neither --capacity nor the profile\n"
+            "                    gives one); `chameleon devices` lists them\n"
+            "  --capacity SIZE   device memory to plan for (default: the profile's)\n"
+            "  --reserve SIZE    bytes kept free (default: the generator's rule)\n"
+            "  --layers N        logical layers per phase (default: the generator's rule)\n"
+            "  --json OUT        also save the policy as JSON\n"
+            "SIZE is bytes or a binary unit: 512MiB, 64GiB, 1TiB (also KiB, B).\n");
+}
+
+/* "123", "64GiB", "512 MiB": false when not a size or above 2^64 - 1. */
+static bool parse_size(const char *s, uint64_t *out)
+{
+    static const struct {
+        const char *unit;
+        unsigned shift;
+    } units[] = {{"", 0}, {"B", 0}, {"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}};
+    if (*s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    char *end;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (errno)
+        return false;
+    while (*end == ' ')
+        end++;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].unit) == 0) {
+            if (n > (UINT64_MAX >> units[i].shift))
+                return false;
+            *out = (uint64_t)n << units[i].shift;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* 0 on success, 2 for bad usage (message printed); -1 after --help. */
+static int parse(int argc, char **argv, plan_opts_t *o)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return -1;
+        }
+        if (a[0] != '-' || a[1] == '\0') {
+            if (o->profile) {
+                fprintf(stderr, "chameleon plan: unexpected argument \"%s\" (one profile "
+                        "only)\n", a);
+                return 2;
+            }
+            o->profile = a;
+            continue;
+        }
+        if (strcmp(a, "--device") != 0 && strcmp(a, "--capacity") != 0 &&
+            strcmp(a, "--reserve") != 0 && strcmp(a, "--layers") != 0 &&
+            strcmp(a, "--json") != 0) {
+            fprintf(stderr, "chameleon plan: unknown option %s\n", a);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "chameleon plan: option %s needs a value\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (strcmp(a, "--device") == 0) {
+            o->preset = v;
+        } else if (strcmp(a, "--json") == 0) {
+            o->json = v;
+        } else if (strcmp(a, "--capacity") == 0) {
+            if (!parse_size(v, &o->capacity) || o->capacity == 0) {
+                fprintf(stderr, "chameleon plan: --capacity must be a size above 0 such as "
+                        "16GiB or 17179869184, got \"%s\"\n", v);
+                return 2;
+            }
+        } else if (strcmp(a, "--reserve") == 0) {
+            if (!parse_size(v, &o->reserve) || o->reserve == UINT64_MAX) {
+                fprintf(stderr, "chameleon plan: --reserve must be a size such as 512MiB or "
+                        "0, got \"%s\"\n", v);
+                return 2;
+            }
+        } else {
+            char *end;
+            errno = 0;
+            long n = strtol(v, &end, 10);
+            if (errno || end == v || *end || n < 1 || n > 1000000) {
+                fprintf(stderr, "chameleon plan: --layers must be 1..1000000, got \"%s\"\n", v);
+                return 2;
+            }
+            o->layers = (uint32_t)n;
+        }
+    }
+    if (!o->profile) {
+        fprintf(stderr, "chameleon plan: no profile given\n");
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+/* "17 relu": op index and name, from the profile's token names. */
+static void op_name(char *buf, size_t n, const cham_profile_view_t *pv, uint32_t op)
+{
+    const char *name = "?";
+    if (op < pv->n_ops) {
+        cham_op_token_t t = pv->ops[op].token;
+        if (t >= 0 && (size_t)t < pv->n_tokens)
+            name = pv->token_names[t];
+    }
+    snprintf(buf, n, "%" PRIu32 " %s", op, name);
+}
+
+/* "80.00 GiB" or, below 1 GiB, "136.0 MiB". */
+static const char *size_str(char *buf, size_t n, uint64_t bytes)
+{
+    if ((double)bytes >= GiB)
+        snprintf(buf, n, "%.2f GiB", (double)bytes / GiB);
+    else
+        snprintf(buf, n, "%.1f MiB", (double)bytes / MiB);
+    return buf;
+}
+
+static void print_policy(const cham_policy_view_t *v, const cham_profile_view_t *pv,
+                         const char *preset)
+{
+    uint64_t swapped = 0;
+    for (size_t i = 0; i < v->n_items; i++)
+        swapped += v->items[i].bytes;
+    printf("planner:            %s (device %s, %zu ops, %zu logical layers)\n", v->planner,
+           preset, v->n_ops, v->n_layers);
+    char cap[32], usable[32];
+    printf("capacity:           %s (%" PRIu64 " bytes), usable %s (%" PRIu64 " bytes)\n",
+           size_str(cap, sizeof cap, v->capacity), v->capacity,
+           size_str(usable, sizeof usable, v->usable), v->usable);
+    printf("peak:               %.1f MiB without swaps -> %.1f MiB predicted\n",
+           (double)v->peak_without_swaps / MiB, (double)v->predicted_peak / MiB);
+    printf("step time:          %.3f ms -> %.3f ms predicted\n", (double)v->step_ns / 1e6,
+           (double)v->predicted_step_ns / 1e6);
+    printf("items:              %zu swapped, %.1f MiB in all\n", v->n_items,
+           (double)swapped / MiB);
+    if (v->n_items == 0)
+        return;
+    printf("\n%8s %10s  %-20s %-20s %-20s %5s %-20s %-20s %9s %10s\n", "storage", "MiB",
+           "swap out after", "copy done at", "free at", "layer", "swap in before",
+           "used by", "score", "stall us");
+    for (size_t i = 0; i < v->n_items; i++) {
+        const cham_policy_item_t *it = &v->items[i];
+        char out[64], done[64], fr[64], in[64], use[64];
+        op_name(out, sizeof out, pv, it->swap_out_op);
+        op_name(done, sizeof done, pv, it->swap_out_done_op);
+        op_name(fr, sizeof fr, pv, it->free_op);
+        op_name(in, sizeof in, pv, it->swap_in_op);
+        op_name(use, sizeof use, pv, it->use_op);
+        printf("%8" PRIu64 " %10.1f  %-20.20s %-20.20s %-20.20s %5" PRIu32
+               " %-20.20s %-20.20s %9.3g %10.1f\n", it->storage, (double)it->bytes / MiB,
+               out, done, fr, it->swap_in_layer, in, use, it->score,
+               (double)it->stall_ns / 1e3);
+    }
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    plan_opts_t o = {.reserve = UINT64_MAX};
+    int rc = parse(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    const char *preset_name = o.preset ? o.preset : cham_preset_default_name();
+    const cham_preset_t *preset = cham_preset_find(preset_name);
+    if (!preset) {
+        fprintf(stderr, "chameleon plan: unknown device preset \"%s\" (`chameleon devices` "
+                "lists them)\n", preset_name);
+        return 1;
+    }
+
+    char err[512];
+    cham_profile_t *prof;
+    if (cham_profile_load_json(o.profile, &prof, err, sizeof err) != CHAM_OK) {
+        fprintf(stderr, "chameleon plan: %s\n", err);
+        return 1;
+    }
+    cham_profile_view_t pv;
+    cham_profile_get(prof, &pv);
+
+    cham_planner_config_t cfg = cham_planner_config_default();
+    cfg.capacity = o.capacity ? o.capacity : pv.capacity ? pv.capacity : preset->capacity;
+    if (o.reserve != UINT64_MAX)
+        cfg.reserve = o.reserve;
+    cfg.h2d_bandwidth = preset->h2d_bandwidth;
+    cfg.d2h_bandwidth = preset->d2h_bandwidth;
+    cfg.forward_layers = o.layers;
+    cfg.backward_layers = o.layers;
+
+    cham_policy_t *pol;
+    cham_status_t st = cham_plan_chameleon(prof, &cfg, &pol, err, sizeof err);
+    if (st != CHAM_OK) {
+        char cap[32];
+        fprintf(stderr, "chameleon plan: %s: no policy for %s on %s: %s (%s)\n", o.profile,
+                size_str(cap, sizeof cap, cfg.capacity), preset->name, err,
+                cham_status_string(st));
+        cham_profile_free(prof);
+        return 1;
+    }
+    cham_policy_view_t v;
+    cham_policy_get(pol, &v);
+    print_policy(&v, &pv, preset->name);
+
+    rc = 0;
+    if (o.json) {
+        if (cham_policy_save_json(pol, o.json, err, sizeof err) != CHAM_OK) {
+            fprintf(stderr, "chameleon plan: %s\n", err);
+            rc = 1;
+        } else {
+            printf("\npolicy saved to %s\n", o.json);
+        }
+    }
+    cham_policy_free(pol);
+    cham_profile_free(prof);
+    return rc;
+}
