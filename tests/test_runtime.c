@@ -328,6 +328,52 @@ static void test_views_follow_swaps(void **state)
     cham_context_free(ctx);
 }
 
+/* A profile the runtime recorded is what the planner reads: planned against
+ * a device smaller than the step's peak, the policy swaps activations and
+ * predicts a peak that fits. */
+static void test_recorded_profile_plans(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, false, 64 * MiB);
+    cham_tensor_t *w[L];
+    size_t bad = 0;
+    for (int i = 0; i < L; i++)
+        assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "w", &w[i]), CHAM_OK);
+    cham_context_request_profile(ctx);
+    run_step(ctx, w, false, &bad);
+    const cham_profile_t *p = cham_context_last_profile(ctx);
+    cham_profile_view_t pv;
+    cham_profile_get(p, &pv);
+    uint64_t actual[6 * L], rebuilt[6 * L], peak = 0;
+    cham_profile_memory_curve(p, actual, rebuilt);
+    for (size_t i = 0; i < 2 * pv.n_ops; i++)
+        peak = rebuilt[i] > peak ? rebuilt[i] : peak;
+
+    cham_planner_config_t cfg = cham_planner_config_default();
+    cfg.capacity = peak - 2 * ACT;
+    cfg.reserve = 0;
+    cfg.min_swap_bytes = 2 * MiB;                       /* the 1 MiB weights are too small */
+    cfg.h2d_bandwidth = cfg.d2h_bandwidth = 32e9;
+    cham_policy_t *pol;
+    char err[512];
+    if (cham_plan_chameleon(p, &cfg, &pol, err, sizeof err) != CHAM_OK)
+        fail_msg("plan: %s", err);
+    cham_policy_view_t v;
+    cham_policy_get(pol, &v);
+    assert_true(v.n_items >= 2);
+    assert_int_equal(v.peak_without_swaps, peak);
+    assert_true(v.predicted_peak <= cfg.capacity);
+    for (size_t i = 0; i < v.n_items; i++) {
+        assert_int_equal(v.items[i].bytes, ACT);       /* activations only */
+        assert_true(v.items[i].swap_out_op < L);        /* out after a forward op */
+        assert_true(v.items[i].use_op >= L && v.items[i].use_op < 2 * L);
+    }
+    cham_policy_free(pol);
+    for (int i = 0; i < L; i++)
+        cham_tensor_release(w[i]);
+    cham_context_free(ctx);
+}
+
 /* ---- the stage machine through the context -------------------------------*/
 
 typedef struct seen {
@@ -430,6 +476,7 @@ int main(void)
         cmocka_unit_test(test_misuse_is_reported),
         cmocka_unit_test(test_memory_curve_rebuilt),
         cmocka_unit_test(test_views_follow_swaps),
+        cmocka_unit_test(test_recorded_profile_plans),
         cmocka_unit_test(test_stages_through_context),
         cmocka_unit_test(test_advisor_mode),
     };
