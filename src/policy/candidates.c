@@ -22,12 +22,51 @@ static int cmp_use_ref(const void *a, const void *b)
     return (x->use > y->use) - (x->use < y->use);
 }
 
-static int cmp_tensor(const void *a, const void *b)
+/* Stable sort of r[0, n) by storage, least significant byte first, skipping
+ * the bytes all storages share (ids are usually small: one to three
+ * passes). tmp holds n. Returns the sorted array (r or tmp). */
+static use_ref_t *radix_by_storage(use_ref_t *r, use_ref_t *tmp, size_t n)
 {
-    const cham_gen_tensor_t *x = a, *y = b;
-    if (x->last_fwd != y->last_fwd)
-        return x->last_fwd < y->last_fwd ? -1 : 1;
-    return (x->storage > y->storage) - (x->storage < y->storage);
+    size_t cnt[8][256] = {{0}};
+    for (size_t i = 0; i < n; i++)
+        for (int d = 0; d < 8; d++)
+            cnt[d][(r[i].storage >> (8 * d)) & 0xff]++;
+    for (int d = 0; d < 8; d++) {
+        size_t *c = cnt[d];
+        if (n == 0 || c[(r[0].storage >> (8 * d)) & 0xff] == n)
+            continue;
+        size_t at = 0;
+        for (int b = 0; b < 256; b++) {
+            size_t k = c[b];
+            c[b] = at;
+            at += k;
+        }
+        for (size_t i = 0; i < n; i++)
+            tmp[c[(r[i].storage >> (8 * d)) & 0xff]++] = r[i];
+        use_ref_t *x = r;
+        r = tmp;
+        tmp = x;
+    }
+    return r;
+}
+
+/* Stable counting sort of t[0, n) by last_fwd (< n_ops) into out. Applied to
+ * tensors in storage order it gives (last_fwd, storage) order. false when
+ * the host is out of memory. */
+static bool sort_by_last_fwd(const cham_gen_tensor_t *t, size_t n, size_t n_ops,
+                             cham_gen_tensor_t *out)
+{
+    size_t *c = calloc(n_ops + 1, sizeof *c);
+    if (!c)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        c[t[i].last_fwd + 1]++;
+    for (size_t k = 0; k < n_ops; k++)
+        c[k + 1] += c[k];
+    for (size_t i = 0; i < n; i++)
+        out[c[t[i].last_fwd]++] = t[i];
+    free(c);
+    return true;
 }
 
 bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
@@ -36,19 +75,27 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
     *out = NULL;
     *n_out = 0;
     size_t n = v->n_uses;
-    use_ref_t *r = malloc((n ? n : 1) * sizeof *r);
+    use_ref_t *buf = malloc((n ? 2 * n : 1) * sizeof *buf), *r = buf;
     cham_gen_tensor_t *t = malloc((n ? n : 1) * sizeof *t);
-    if (!r || !t) {
-        free(r);
+    if (!buf || !t) {
+        free(buf);
         free(t);
         return false;
     }
+    bool op_order = true;   /* uses numbered in op order, as the builder does */
+    size_t next = 0;
     for (size_t k = 0; k < v->n_ops; k++)
         for (uint32_t j = 0; j < v->ops[k].n_uses; j++) {
             uint32_t u = v->ops[k].first_use + j;
             r[u] = (use_ref_t){.storage = v->uses[u].storage, .op = (uint32_t)k, .use = u};
+            op_order = op_order && u == next;
+            next = (size_t)u + 1;
         }
-    qsort(r, n, sizeof *r, cmp_use_ref);
+    /* Sorted by (storage, op, use): in op order, a stable sort by storage. */
+    if (op_order && next == n)
+        r = radix_by_storage(r, buf + n, n);
+    else
+        qsort(r, n, sizeof *r, cmp_use_ref);
     size_t nt = 0;
     for (size_t a = 0; a < n;) {
         size_t b = a;
@@ -77,8 +124,17 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
         }
         a = b;
     }
-    free(r);
-    qsort(t, nt, sizeof *t, cmp_tensor);
+    free(buf);
+    /* The groups come in storage order: tensors sorted by (last_fwd,
+     * storage) after a stable sort by last_fwd. */
+    cham_gen_tensor_t *sorted = malloc((nt ? nt : 1) * sizeof *sorted);
+    if (!sorted || !sort_by_last_fwd(t, nt, v->n_ops, sorted)) {
+        free(sorted);
+        free(t);
+        return false;
+    }
+    free(t);
+    t = sorted;
     *out = t;
     *n_out = nt;
     return true;
@@ -92,12 +148,36 @@ void cham_gen_window(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, siz
     *hi = lu == 0 ? 0 : 2 * (size_t)l->v[lu - 1].start_op;
 }
 
-static int cmp_cand(const void *a, const void *b)
+/* Descending score, then ascending tensor index (swap-out order). */
+static bool cand_before(const cham_gen_cand_t *x, const cham_gen_cand_t *y)
 {
-    const cham_gen_cand_t *x = a, *y = b;
     if (x->score != y->score)
-        return x->score > y->score ? -1 : 1;
-    return (x->tensor > y->tensor) - (x->tensor < y->tensor);
+        return x->score > y->score;
+    return x->tensor < y->tensor;
+}
+
+/* Bottom-up merge sort of a[0, n) with tmp[0, n); the result ends in a. */
+static void sort_cands(cham_gen_cand_t *a, cham_gen_cand_t *tmp, size_t n)
+{
+    cham_gen_cand_t *src = a, *dst = tmp;
+    for (size_t w = 1; w < n; w *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * w) {
+            size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            size_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi)
+                dst[k++] = cand_before(&src[j], &src[i]) ? src[j++] : src[i++];
+            while (i < mid)
+                dst[k++] = src[i++];
+            while (j < hi)
+                dst[k++] = src[j++];
+        }
+        cham_gen_cand_t *x = src;
+        src = dst;
+        dst = x;
+    }
+    if (src != a)
+        for (size_t i = 0; i < n; i++)
+            a[i] = src[i];
 }
 
 bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, size_t n_t,
@@ -105,6 +185,11 @@ bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t,
                          cham_gen_cand_t **cl, size_t *cap, size_t *n_cl)
 {
     *n_cl = 0;
+    /* Room for every tensor twice: the list and the sort's scratch. */
+    cham_gen_cand_t *v = cham_grow(*cl, cap, 2 * (n_t ? n_t : 1), sizeof *v, 64);
+    if (!v)
+        return false;
+    *cl = v;
     double n_norm = mrl->initial ? (double)mrl->initial : 1.0;
     double s_norm = max_bytes ? (double)max_bytes : 1.0;
     for (size_t i = 0; i < n_t; i++) {
@@ -115,17 +200,12 @@ bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t,
         size_t c = lo < hi ? cham_mrl_count(mrl, lo, hi) : 0;
         if (c == 0)
             continue;
-        cham_gen_cand_t *v = cham_grow(*cl, cap, *n_cl + 1, sizeof *v, 64);
-        if (!v)
-            return false;
-        *cl = v;
         v[(*n_cl)++] = (cham_gen_cand_t){
             .tensor = (uint32_t)i,
             .n_mre = (uint32_t)c,
             .score = (double)c / n_norm + score_c * ((double)t[i].bytes / s_norm),
         };
     }
-    if (*n_cl > 1)
-        qsort(*cl, *n_cl, sizeof **cl, cmp_cand);
+    sort_cands(v, v + *n_cl, *n_cl);
     return true;
 }

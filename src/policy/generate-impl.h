@@ -39,9 +39,12 @@ void cham_gen_layers_free(cham_gen_layers_t *l);
 
 /* ---- memory reduction list (mrl.c) -------------------------------------- */
 
-/* One entry per memory sample: excess = curve - usable - bytes already
- * removed there. An MRE is a sample with excess > 0. Excess only shrinks,
- * so a sample that reaches 0 leaves the list for good; nodes track the
+/* The entries: the samples whose curve exceeds usable when the list is
+ * built, each holding excess = curve - usable - bytes already removed
+ * there. An MRE is an entry with excess > 0. Only those samples are stored
+ * (no other sample can ever become one): the tree is over the entries, and
+ * below[s] maps a sample to the entries before it. Excess only shrinks, so
+ * an entry that reaches 0 leaves the list for good; nodes track the
  * entries still positive (count, smallest, largest), which makes a range
  * subtraction O(log n) amortised. */
 typedef struct cham_mrl_node {
@@ -51,8 +54,11 @@ typedef struct cham_mrl_node {
 } cham_mrl_node_t;
 
 typedef struct cham_mrl {
-    size_t n;                    /* samples */
+    size_t n;                    /* entries at construction: the tree's leaves */
+    size_t samples;              /* memory samples */
     cham_mrl_node_t *t;          /* 4 n nodes, root 1 */
+    uint32_t *below;             /* samples + 1: entries at samples < s */
+    uint32_t *sample;            /* n: the sample of each entry */
     size_t initial;              /* entries at construction */
 } cham_mrl_t;
 
@@ -64,6 +70,8 @@ void cham_mrl_subtract(cham_mrl_t *m, size_t lo, size_t hi, uint64_t bytes);
 size_t cham_mrl_count(cham_mrl_t *m, size_t lo, size_t hi);
 /* The last entry in [lo, hi): true and *at, or false when there is none. */
 bool cham_mrl_last(cham_mrl_t *m, size_t lo, size_t hi, size_t *at);
+/* Whether the list holds an entry: O(1). */
+bool cham_mrl_any(const cham_mrl_t *m);
 /* The largest excess (0 when the list is empty) and, if any, its sample. */
 uint64_t cham_mrl_max(cham_mrl_t *m, size_t *at);
 
@@ -95,8 +103,9 @@ void cham_gen_window(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, siz
                      size_t *hi);
 
 /* The candidate list: tensors not yet chosen whose window holds an entry,
- * scored with Eq. 2 and sorted by descending score. *cl is grown as
- * needed. false when the host is out of memory. */
+ * scored with Eq. 2 and sorted by descending score, then tensor index.
+ * *cl is grown once to 2 n_t (the second half is the sort's scratch) and
+ * reused by later rounds. false when the host is out of memory. */
 bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, size_t n_t,
                          cham_mrl_t *mrl, double score_c, uint64_t max_bytes,
                          cham_gen_cand_t **cl, size_t *cap, size_t *n_cl);
@@ -139,9 +148,13 @@ void cham_gen_sim_free(cham_gen_sim_t *s);
 bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
                     bool allow_stall, cham_gen_place_t *pl);
 /* Takes the placement's time from its layers and its bytes off the MRL over
- * samples [2 free_op, 2 in_op). */
+ * samples [2 free_op, 2 in_op). The layers' remaining_ns are left alone:
+ * cham_gen_sim_report writes them once, at the end (a swap-in spanning a
+ * run of layers would otherwise cost one write per layer of the run). */
 void cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
                      const cham_gen_place_t *pl);
+/* Sets every layer's remaining_ns to its free host-to-device time. */
+void cham_gen_sim_report(cham_gen_sim_t *s);
 /* Nanoseconds to move bytes at bw bytes/s, rounded up. */
 uint64_t cham_gen_transfer_ns(uint64_t bytes, double bw);
 

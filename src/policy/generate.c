@@ -127,7 +127,7 @@ static void gen_free(gen_t *g)
 static long simulate_pass(gen_t *g, bool allow_stall)
 {
     long placed = 0;
-    for (size_t c = 0; c < g->n_cl && cham_mrl_max(&g->mrl, NULL) > 0; c++) {
+    for (size_t c = 0; c < g->n_cl && cham_mrl_any(&g->mrl); c++) {
         cham_gen_tensor_t *t = &g->t[g->cl[c].tensor];
         cham_gen_place_t pl;
         if (!cham_gen_place(&g->sim, &g->mrl, t, false, &pl) &&
@@ -239,7 +239,7 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
         g.max_bytes = g.t[i].bytes > g.max_bytes ? g.t[i].bytes : g.max_bytes;
 
     /* Algorithm 2. */
-    while (cham_mrl_max(&g.mrl, NULL) > 0) {
+    while (cham_mrl_any(&g.mrl)) {
         if (!cham_gen_candidates(&g.layers, g.t, g.n_t, &g.mrl, config->score_c, g.max_bytes,
                                  &g.cl, &g.cap_cl, &g.n_cl))
             goto host_oom;
@@ -260,6 +260,7 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
 
     /* The policy: items in swap-out order, layers, predictions. */
     cham_policy_t *p = g.pol;
+    cham_gen_sim_report(&g.sim);
     if (p->n_items > 1)
         qsort(p->items, p->n_items, sizeof *p->items, cmp_item);
     for (size_t i = 0; i < g.layers.n; i++)

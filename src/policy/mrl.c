@@ -1,9 +1,10 @@
-/* The memory reduction list (paper §5.2) as a segment tree over the memory
- * samples: range subtraction when a swap is chosen, and the queries the
- * candidate list and the simulator need (entries in a range, the last
- * entry in a range, the largest entry). An entry leaves the tree once its
- * excess reaches 0 and never comes back, so each subtraction costs
- * O(log n) amortised. */
+/* The memory reduction list (paper §5.2) as a segment tree over the samples
+ * that are entries when it is built (the others never become one): range
+ * subtraction when a swap is chosen, and the queries the candidate list
+ * and the simulator need (entries in a range, the last entry in a range,
+ * the largest entry), sample ranges mapped to entry ranges through a
+ * prefix count. An entry leaves the tree once its excess reaches 0 and
+ * never comes back, so each subtraction costs O(log n) amortised. */
 #include <stdlib.h>
 
 #include "common/assert.h"
@@ -41,57 +42,92 @@ static void push(cham_mrl_node_t *t, size_t x)
     }
 }
 
-static void build(cham_mrl_node_t *t, size_t x, size_t l, size_t r, const uint64_t *curve,
-                  uint64_t usable)
+static void build(cham_mrl_node_t *t, size_t x, size_t l, size_t r, const int64_t *ex)
 {
     t[x].lazy = 0;
     if (l + 1 == r) {
-        uint64_t c = curve[l];
-        uint64_t e = c > usable ? c - usable : 0;
-        t[x].cnt = e > 0;
-        t[x].minp = t[x].maxp = e > INT64_MAX ? INT64_MAX : (int64_t)e;
+        t[x].cnt = 1;
+        t[x].minp = t[x].maxp = ex[l];
         return;
     }
     size_t m = (l + r) / 2;
-    build(t, 2 * x, l, m, curve, usable);
-    build(t, 2 * x + 1, m, r, curve, usable);
+    build(t, 2 * x, l, m, ex);
+    build(t, 2 * x + 1, m, r, ex);
     pull(t, x);
 }
 
 bool cham_mrl_init(cham_mrl_t *m, const uint64_t *curve, size_t n, uint64_t usable)
 {
-    *m = (cham_mrl_t){.n = n};
-    if (n == 0)
-        return true;
-    m->t = calloc(4 * n, sizeof *m->t);
-    if (!m->t)
+    *m = (cham_mrl_t){.samples = n};
+    m->below = malloc((n + 1) * sizeof *m->below);
+    if (!m->below)
         return false;
-    build(m->t, 1, 0, n, curve, usable);
-    m->initial = m->t[1].cnt;
+    size_t e = 0;
+    for (size_t s = 0; s < n; s++) {
+        m->below[s] = (uint32_t)e;
+        e += curve[s] > usable;
+    }
+    m->below[n] = (uint32_t)e;
+    m->initial = e;
+    if (e == 0)
+        return true;
+    m->sample = malloc(e * sizeof *m->sample);
+    int64_t *ex = malloc(e * sizeof *ex);
+    m->t = malloc(4 * e * sizeof *m->t);
+    if (!m->sample || !ex || !m->t) {
+        free(ex);
+        cham_mrl_free(m);
+        return false;
+    }
+    for (size_t s = 0, k = 0; s < n; s++)
+        if (curve[s] > usable) {
+            uint64_t x = curve[s] - usable;
+            m->sample[k] = (uint32_t)s;
+            ex[k++] = x > INT64_MAX ? INT64_MAX : (int64_t)x;
+        }
+    m->n = e;
+    build(m->t, 1, 0, e, ex);
+    free(ex);
     return true;
 }
 
 void cham_mrl_free(cham_mrl_t *m)
 {
     free(m->t);
+    free(m->below);
+    free(m->sample);
     *m = (cham_mrl_t){0};
 }
 
-/* d < 0. */
+/* Samples [lo, hi) as entries [*a, *b); false when that holds none. */
+static bool entries_of(const cham_mrl_t *m, size_t lo, size_t hi, size_t *a, size_t *b)
+{
+    if (lo >= hi || m->n == 0)
+        return false;
+    *a = m->below[lo < m->samples ? lo : m->samples];
+    *b = m->below[hi < m->samples ? hi : m->samples];
+    return *a < *b;
+}
+
+/* d < 0. A node whose every entry reaches 0 is emptied whole (cnt 0): the
+ * nodes below it are never read again, since every walk stops at a node
+ * with no entries, and a node's children are valid while it has some. */
 static void add(cham_mrl_node_t *t, size_t x, size_t l, size_t r, size_t lo, size_t hi,
                 int64_t d)
 {
     if (hi <= l || r <= lo || t[x].cnt == 0)
         return;
-    if (lo <= l && r <= hi && t[x].minp + d > 0) {
-        apply(&t[x], d);
-        return;
-    }
-    if (l + 1 == r) {
-        /* minp + d <= 0: the entry is removed. */
-        t[x].cnt = 0;
-        t[x].minp = t[x].maxp = 0;
-        return;
+    if (lo <= l && r <= hi) {
+        if (t[x].minp + d > 0) {
+            apply(&t[x], d);
+            return;
+        }
+        if (t[x].maxp + d <= 0 || l + 1 == r) {
+            /* maxp + d <= 0: every entry below is removed. */
+            t[x].cnt = 0;
+            t[x].minp = t[x].maxp = t[x].lazy = 0;
+            return;
+        }
     }
     push(t, x);
     size_t m = (l + r) / 2;
@@ -102,48 +138,79 @@ static void add(cham_mrl_node_t *t, size_t x, size_t l, size_t r, size_t lo, siz
 
 void cham_mrl_subtract(cham_mrl_t *m, size_t lo, size_t hi, uint64_t bytes)
 {
-    if (lo >= hi || bytes == 0 || m->n == 0)
+    size_t a, b;
+    if (bytes == 0 || !entries_of(m, lo, hi, &a, &b))
         return;
-    CHAM_ASSERT(hi <= m->n);
-    add(m->t, 1, 0, m->n, lo, hi, bytes > INT64_MAX ? -INT64_MAX : -(int64_t)bytes);
+    CHAM_ASSERT(hi <= m->samples);
+    add(m->t, 1, 0, m->n, a, b, bytes > INT64_MAX ? -INT64_MAX : -(int64_t)bytes);
 }
 
-static size_t count(const cham_mrl_node_t *t, size_t x, size_t l, size_t r, size_t lo, size_t hi)
+/* Positive entries among entries [0, p): one walk from the root. Counts do not depend
+ * on pending additions, so the walks need no push. */
+static size_t rank(const cham_mrl_t *m, size_t p)
 {
-    if (hi <= l || r <= lo || t[x].cnt == 0)
-        return 0;
-    if (lo <= l && r <= hi)
-        return t[x].cnt;
-    size_t m = (l + r) / 2;
-    return count(t, 2 * x, l, m, lo, hi) + count(t, 2 * x + 1, m, r, lo, hi);
+    const cham_mrl_node_t *t = m->t;
+    size_t x = 1, l = 0, r = m->n, below = 0;
+    /* Node x covers [l, r) and l <= p <= r. */
+    for (;;) {
+        if (p <= l || t[x].cnt == 0)
+            return below;
+        if (p >= r)
+            return below + t[x].cnt;
+        size_t mid = (l + r) / 2;
+        if (p <= mid) {
+            x = 2 * x;
+            r = mid;
+        } else {
+            below += t[2 * x].cnt;
+            x = 2 * x + 1;
+            l = mid;
+        }
+    }
+}
+
+/* The entry of the k-th positive entry (0-based, k < positive entries). */
+static size_t select_entry(const cham_mrl_t *m, size_t k)
+{
+    const cham_mrl_node_t *t = m->t;
+    size_t x = 1, l = 0, r = m->n;
+    while (l + 1 < r) {
+        size_t mid = (l + r) / 2;
+        if (k < t[2 * x].cnt) {
+            x = 2 * x;
+            r = mid;
+        } else {
+            k -= t[2 * x].cnt;
+            x = 2 * x + 1;
+            l = mid;
+        }
+    }
+    return l;
 }
 
 size_t cham_mrl_count(cham_mrl_t *m, size_t lo, size_t hi)
 {
-    if (lo >= hi || m->n == 0)
+    size_t a, b;
+    if (!entries_of(m, lo, hi, &a, &b))
         return 0;
-    return count(m->t, 1, 0, m->n, lo, hi > m->n ? m->n : hi);
-}
-
-/* Counts do not depend on pending additions, so the searches need no push. */
-static bool last(const cham_mrl_node_t *t, size_t x, size_t l, size_t r, size_t lo, size_t hi,
-                 size_t *at)
-{
-    if (hi <= l || r <= lo || t[x].cnt == 0)
-        return false;
-    if (l + 1 == r) {
-        *at = l;
-        return true;
-    }
-    size_t m = (l + r) / 2;
-    return last(t, 2 * x + 1, m, r, lo, hi, at) || last(t, 2 * x, l, m, lo, hi, at);
+    return rank(m, b) - rank(m, a);
 }
 
 bool cham_mrl_last(cham_mrl_t *m, size_t lo, size_t hi, size_t *at)
 {
-    if (lo >= hi || m->n == 0)
+    size_t a, b;
+    if (!entries_of(m, lo, hi, &a, &b))
         return false;
-    return last(m->t, 1, 0, m->n, lo, hi > m->n ? m->n : hi, at);
+    size_t k = rank(m, b);
+    if (k == 0 || k == rank(m, a))
+        return false;
+    *at = m->sample[select_entry(m, k - 1)];
+    return true;
+}
+
+bool cham_mrl_any(const cham_mrl_t *m)
+{
+    return m->n && m->t[1].cnt;
 }
 
 uint64_t cham_mrl_max(cham_mrl_t *m, size_t *at)
@@ -165,6 +232,6 @@ uint64_t cham_mrl_max(cham_mrl_t *m, size_t *at)
         }
     }
     if (at)
-        *at = l;
+        *at = m->sample[l];
     return (uint64_t)t[x].maxp;
 }

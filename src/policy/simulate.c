@@ -79,8 +79,28 @@ static void budget_set(cham_budget_t *b, size_t i, uint64_t val)
         b->t[x] = b->t[2 * x] > b->t[2 * x + 1] ? b->t[2 * x] : b->t[2 * x + 1];
 }
 
-static long budget_find(const cham_budget_t *b, size_t x, size_t l, size_t r, size_t lo,
-                        size_t hi, uint64_t need, bool right);
+/* Empties the layers in [a, z] under node x (covering leaves [l, r]) but
+ * `skip`, visiting only subtrees with time left, and returns the time taken
+ * (saturated). */
+static uint64_t budget_empty(cham_budget_t *b, size_t x, size_t l, size_t r, size_t a, size_t z,
+                             size_t skip)
+{
+    if (r < a || l > z || b->t[x] == 0)
+        return 0;
+    if (l == r) {
+        if (l == skip)
+            return 0;
+        uint64_t v = b->t[x];
+        fw_add(b, l, ~v + 1);
+        b->t[x] = 0;
+        return v;
+    }
+    size_t m = (l + r) / 2;
+    uint64_t s1 = budget_empty(b, 2 * x, l, m, a, z, skip);
+    uint64_t s2 = budget_empty(b, 2 * x + 1, m + 1, r, a, z, skip);
+    b->t[x] = b->t[2 * x] > b->t[2 * x + 1] ? b->t[2 * x] : b->t[2 * x + 1];
+    return s1 > UINT64_MAX - s2 ? UINT64_MAX : s1 + s2;
+}
 
 /* Takes need from layers [a, z]: all of each but the one at `partial`,
  * which gives what is left (the run was chosen so that it suffices).
@@ -88,15 +108,10 @@ static long budget_find(const cham_budget_t *b, size_t x, size_t l, size_t r, si
  * emptied once over a whole run of the generator. */
 static void budget_take(cham_budget_t *b, size_t a, size_t z, size_t partial, uint64_t need)
 {
-    uint64_t rest = need;
-    for (long i = budget_find(b, 1, 0, b->size - 1, a, z, 1, false); i >= 0;
-         i = (size_t)i < z ? budget_find(b, 1, 0, b->size - 1, (size_t)i + 1, z, 1, false) : -1) {
-        if ((size_t)i == partial)
-            continue;
-        uint64_t r = budget_get(b, (size_t)i);
-        rest = rest > r ? rest - r : 0;
-        budget_set(b, (size_t)i, 0);
-    }
+    /* partial is a or z: the others are a range, often empty. */
+    size_t lo = partial == a ? a + 1 : a, hi = partial == z ? z : z + 1;
+    uint64_t got = lo < hi ? budget_empty(b, 1, 0, b->size - 1, lo, hi - 1, partial) : 0;
+    uint64_t rest = need > got ? need - got : 0;
     uint64_t r = budget_get(b, partial);
     budget_set(b, partial, r > rest ? r - rest : 0);
 }
@@ -211,7 +226,11 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
     if (lu == 0 || lu - 1 < lf)
         return false;
     uint32_t last_in = lu - 1;   /* the latest layer a swap-in may go in */
-    size_t hi = 2 * (size_t)l->v[last_in].start_op;
+    size_t hi = 2 * (size_t)l->v[last_in].start_op, m_last = 0;
+    /* free_op > f: without an entry after f's end there is none later (the
+     * usual case late in a pass, and cheaper than the searches below). */
+    if (!cham_mrl_last(mrl, 2 * ((size_t)t->last_fwd + 1), hi, &m_last))
+        return false;
     *pl = (cham_gen_place_t){
         .t_out = cham_gen_transfer_ns(t->bytes, s->d2h_bw),
         .t_in = cham_gen_transfer_ns(t->bytes, s->h2d_bw),
@@ -220,7 +239,6 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
      * backward search ("until the peak memory usage time"). A swap-out that
      * completes too late for that is retried, when stalls are allowed, as
      * one waited for in f's layer. */
-    size_t m_last = 0;
     bool covers = false;
     for (int stall = 0; stall <= 1 && !covers; stall++) {
         if (stall && !allow_stall)
@@ -230,8 +248,8 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
         const cham_logical_layer_t *ol = &l->v[pl->out_layer];
         pl->done_op = ol->start_op + ol->n_ops - 1;
         pl->free_op = pl->done_op + 1;
-        covers = 2 * (size_t)pl->free_op < hi &&
-                 cham_mrl_last(mrl, 2 * (size_t)pl->free_op, hi, &m_last);
+        /* m_last is also the last entry in [2 free_op, hi) if there is one. */
+        covers = m_last >= 2 * (size_t)pl->free_op;
     }
     if (!covers)
         return false;
@@ -251,7 +269,11 @@ void cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t
 {
     budget_take(&s->d2h, pl->out_first, pl->out_layer, pl->out_layer, pl->t_out);
     budget_take(&s->h2d, pl->in_layer, pl->in_last, pl->in_layer, pl->t_in);
-    for (uint32_t i = pl->in_layer; i <= pl->in_last; i++)
-        s->layers->v[i].remaining_ns = budget_get(&s->h2d, i);
     cham_mrl_subtract(mrl, 2 * (size_t)pl->free_op, 2 * (size_t)pl->in_op, t->bytes);
+}
+
+void cham_gen_sim_report(cham_gen_sim_t *s)
+{
+    for (size_t i = 0; i < s->h2d.n; i++)
+        s->layers->v[i].remaining_ns = budget_get(&s->h2d, i);
 }
