@@ -395,34 +395,6 @@ static bool read_items(reader_t *r, const json_t *root, cham_policy_t *p)
     return ok;
 }
 
-/* "format" and "version" come first, so that another kind of file, or a
- * newer policy, is named as such rather than by its first odd key. */
-static bool read_header(reader_t *r, const json_t *root)
-{
-    const json_t *format = json_object_get(root, "format");
-    if (!format)
-        return cham_json_fail(r, CHAM_ERR_INVALID_ARG,
-                              "not a chameleon policy: no \"format\" key");
-    if (!json_is_string(format) || strcmp(json_string_value(format), FORMAT_NAME) != 0) {
-        char got[CHAM_JSON_QUOTE_MAX + 16];
-        cham_json_describe(got, sizeof got, format);
-        return cham_json_fail(r, CHAM_ERR_INVALID_ARG, "not a chameleon policy: \"format\" is "
-                              "%s, expected \"" FORMAT_NAME "\"", got);
-    }
-    const json_t *version = json_object_get(root, "version");
-    if (!version)
-        return cham_json_fail(r, CHAM_ERR_INVALID_ARG, "missing key \"version\"");
-    size_t mark = cham_json_push_key(r, "version");
-    bool ok = true;
-    if (!json_is_integer(version) || json_integer_value(version) < 1)
-        ok = cham_json_fail_got(r, "a positive integer", version);
-    cham_json_pop(r, mark);
-    if (ok && json_integer_value(version) != FORMAT_VERSION)
-        ok = cham_json_fail(r, CHAM_ERR_UNSUPPORTED, "policy format version %"
-                            JSON_INTEGER_FORMAT " is newer than this library reads (version %d)",
-                            json_integer_value(version), FORMAT_VERSION);
-    return ok;
-}
 
 static bool read_planner(reader_t *r, const json_t *root, char *name, size_t size)
 {
@@ -442,7 +414,7 @@ static bool read_policy(reader_t *r, const json_t *root, cham_policy_t **out)
 {
     if (!json_is_object(root))
         return cham_json_fail_got(r, "a JSON object at the top level", root);
-    if (!read_header(r, root) ||
+    if (!cham_json_read_header(r, root, "policy", FORMAT_NAME, FORMAT_VERSION) ||
         !cham_json_check_object(r, root, "an object", top_keys, N_KEYS(top_keys)))
         return false;
     char planner[sizeof ((cham_policy_t *)0)->planner];

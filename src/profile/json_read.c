@@ -471,3 +471,31 @@ cham_status_t cham_json_save_file(const char *path, bool (*write)(FILE *fp, cons
     cham_set_err(err, err_size, "%s: out of host memory", path);
     return CHAM_ERR_HOST_OOM;
 }
+
+bool cham_json_read_header(cham_json_reader_t *r, const json_t *root, const char *kind,
+                           const char *format_name, int version)
+{
+    const json_t *format = json_object_get(root, "format");
+    if (!format)
+        return cham_json_fail(r, CHAM_ERR_INVALID_ARG, "not a chameleon %s: no \"format\" key",
+                              kind);
+    if (!json_is_string(format) || strcmp(json_string_value(format), format_name) != 0) {
+        char got[CHAM_JSON_QUOTE_MAX + 16];
+        cham_json_describe(got, sizeof got, format);
+        return cham_json_fail(r, CHAM_ERR_INVALID_ARG, "not a chameleon %s: \"format\" is %s, "
+                              "expected \"%s\"", kind, got, format_name);
+    }
+    const json_t *v = json_object_get(root, "version");
+    if (!v)
+        return cham_json_fail(r, CHAM_ERR_INVALID_ARG, "missing key \"version\"");
+    size_t mark = cham_json_push_key(r, "version");
+    bool ok = true;
+    if (!json_is_integer(v) || json_integer_value(v) < 1)
+        ok = cham_json_fail_got(r, "a positive integer", v);
+    cham_json_pop(r, mark);
+    if (ok && json_integer_value(v) != version)
+        ok = cham_json_fail(r, CHAM_ERR_UNSUPPORTED, "%s format version %" JSON_INTEGER_FORMAT
+                            " is newer than this library reads (version %d)", kind,
+                            json_integer_value(v), version);
+    return ok;
+}

@@ -80,6 +80,12 @@ bool cham_json_fail(cham_json_reader_t *r, cham_status_t status, const char *fmt
     CHAM_PRINTF(3, 4);
 /* "expected EXPECTED, got V". */
 bool cham_json_fail_got(cham_json_reader_t *r, const char *expected, const json_t *v);
+/* Checks "format" (must be format_name) and "version" (must be version) of a
+ * chameleon file first, so that another kind of file, or a newer one, is
+ * named as such rather than by its first odd key; kind ("profile") is used
+ * in the messages. */
+bool cham_json_read_header(cham_json_reader_t *r, const json_t *root, const char *kind,
+                           const char *format_name, int version);
 /* v as it reads in a message: strings quoted and cut, containers named. */
 void cham_json_describe(char *buf, size_t n, const json_t *v);
 

@@ -488,40 +488,12 @@ static bool read_swaps(cham_json_reader_t *r, const json_t *root, cham_profile_t
     return ok;
 }
 
-/* "format" and "version" come first, so that another kind of file, or a
- * newer profile, is named as such rather than by its first odd key. */
-static bool read_header(cham_json_reader_t *r, const json_t *root)
-{
-    const json_t *format = json_object_get(root, "format");
-    if (!format)
-        return cham_json_fail(r, CHAM_ERR_INVALID_ARG,
-                              "not a chameleon profile: no \"format\" key");
-    if (!json_is_string(format) || strcmp(json_string_value(format), FORMAT_NAME) != 0) {
-        char got[QUOTE_MAX + 16];
-        cham_json_describe(got, sizeof got, format);
-        return cham_json_fail(r, CHAM_ERR_INVALID_ARG, "not a chameleon profile: \"format\" is %s, "
-                    "expected \"" FORMAT_NAME "\"", got);
-    }
-    const json_t *version = json_object_get(root, "version");
-    if (!version)
-        return cham_json_fail(r, CHAM_ERR_INVALID_ARG, "missing key \"version\"");
-    size_t mark = cham_json_push_key(r, "version");
-    bool ok = true;
-    if (!json_is_integer(version) || json_integer_value(version) < 1)
-        ok = cham_json_fail_got(r, "a positive integer", version);
-    cham_json_pop(r, mark);
-    if (ok && json_integer_value(version) != FORMAT_VERSION)
-        ok = cham_json_fail(r, CHAM_ERR_UNSUPPORTED, "profile format version %" JSON_INTEGER_FORMAT
-                  " is newer than this library reads (version %d)",
-                  json_integer_value(version), FORMAT_VERSION);
-    return ok;
-}
 
 static bool read_profile(cham_json_reader_t *r, const json_t *root, cham_profile_t **out)
 {
     if (!json_is_object(root))
         return cham_json_fail_got(r, "a JSON object at the top level", root);
-    if (!read_header(r, root) ||
+    if (!cham_json_read_header(r, root, "profile", FORMAT_NAME, FORMAT_VERSION) ||
         !cham_json_check_object(r, root, "an object", top_keys, N_KEYS(top_keys)))
         return false;
     uint64_t step = 0, capacity = 0, duration = 0;
