@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "chameleon/chameleon.h"
+#include "lib/machine.h"
 
 #define N_OPS 10000
 #define N_TENSORS 512
@@ -22,19 +23,6 @@ typedef struct bench_op {
     int in[2], out;
     double flops, bytes;
 } bench_op_t;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
 
 static void ignore_log(const char *line, void *user)
 {
@@ -85,7 +73,7 @@ static uint64_t run_step(cham_context_t *ctx, const bench_op_t *ops, cham_tensor
                          bool bracket)
 {
     volatile uintptr_t sink = 0;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     for (size_t i = 0; i < N_OPS; i++) {
         cham_tensor_t *in[2] = {tensors[ops[i].in[0]], tensors[ops[i].in[1]]};
         cham_tensor_t *out = tensors[ops[i].out];
@@ -101,7 +89,7 @@ static uint64_t run_step(cham_context_t *ctx, const bench_op_t *ops, cham_tensor
     if (bracket && cham_step_end(ctx) != CHAM_OK)
         die("step end", ctx);
     (void)sink;
-    return now_ns() - t0;
+    return bench_now_ns() - t0;
 }
 
 /* Simulated device time of the step on the preset (kernels only). */
@@ -170,11 +158,9 @@ int main(int argc, char **argv)
         cham_context_request_profile(ctx);
         detail[r] = run_step(ctx, ops, tensors, true);
     }
-    qsort(base, (size_t)repeat, sizeof *base, cmp_u64);
-    qsort(light, (size_t)repeat, sizeof *light, cmp_u64);
-    qsort(detail, (size_t)repeat, sizeof *detail, cmp_u64);
-    double b = (double)base[repeat / 2] / N_OPS, l = (double)light[repeat / 2] / N_OPS,
-           d = (double)detail[repeat / 2] / N_OPS;
+    double b = (double)bench_median_u64(base, (size_t)repeat) / N_OPS;
+    double l = (double)bench_median_u64(light, (size_t)repeat) / N_OPS;
+    double d = (double)bench_median_u64(detail, (size_t)repeat) / N_OPS;
     double step = simulated_step_ns(ops, "ascend-910b"), per_op = step / N_OPS;
 
     printf("dispatch bracket cost: %d ops per step, 3 tensors per op, median of %d steps\n",

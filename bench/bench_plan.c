@@ -14,23 +14,11 @@
 #include <time.h>
 
 #include "chameleon/chameleon.h"
+#include "lib/machine.h"
 #include "profile/profile-impl.h"
 
 #define MiB (1024.0 * 1024.0)
 #define OPS_PER_LAYER 8                  /* forward ops per layer; backward likewise */
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
 
 static void check(bool ok, const char *what)
 {
@@ -180,9 +168,9 @@ int main(int argc, char **argv)
         for (int r = 0; r < repeat; r++) {
             cham_policy_t *pol;
             char err[512];
-            uint64_t t0 = now_ns();
+            uint64_t t0 = bench_now_ns();
             cham_status_t st = cham_plan_chameleon(p, &cfg, &pol, err, sizeof err);
-            t[r] = now_ns() - t0;
+            t[r] = bench_now_ns() - t0;
             if (st != CHAM_OK) {
                 fprintf(stderr, "bench_plan: %zu ops: %s\n", pv.n_ops, err);
                 return 1;
@@ -192,8 +180,7 @@ int main(int argc, char **argv)
             items = v.n_items;
             cham_policy_free(pol);
         }
-        qsort(t, (size_t)repeat, sizeof *t, cmp_u64);
-        double ms = (double)t[repeat / 2] / 1e6, n = (double)pv.n_ops, nlogn = n * log2(n);
+        double ms = (double)bench_median_u64(t, (size_t)repeat) / 1e6, n = (double)pv.n_ops, nlogn = n * log2(n);
         printf("%9zu %8zu %10.3f %12.1f %10.1f", pv.n_ops, items, ms, ms * 1e6 / n,
                (double)peak / (1024.0 * MiB));
         if (prev_ms > 0)

@@ -2,6 +2,7 @@
 #include "lib/machine.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 double bench_clock_cost_ns(void)
@@ -57,4 +58,16 @@ void bench_cpu_model(char *buf, size_t size)
         snprintf(buf, size, "%s (family %s, model %s)", name, family, model);
     else
         snprintf(buf, size, "%s", name);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+uint64_t bench_median_u64(uint64_t *v, size_t n)
+{
+    qsort(v, n, sizeof *v, cmp_u64);
+    return v[n / 2];
 }

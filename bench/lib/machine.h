@@ -15,6 +15,9 @@ static inline uint64_t bench_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The median of n > 0 samples; sorts v in place. */
+uint64_t bench_median_u64(uint64_t *v, size_t n);
+
 /* Average cost of one bench_now_ns(), in ns: the best of a few runs. */
 double bench_clock_cost_ns(void);
 
