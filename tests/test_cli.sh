@@ -4,18 +4,7 @@
 set -uo pipefail
 build=$2
 bin="$build/chameleon"
-fails=0
-check() {  # check NAME EXPECTED_STATUS PATTERN -- ARGS...
-  local name=$1 want=$2 pattern=$3; shift 4
-  local out status
-  out=$("$bin" "$@" 2>&1); status=$?
-  if [ "$status" -ne "$want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: status $status (want $want), output:"; echo "$out" | head -40
-    fails=$((fails + 1))
-  else
-    echo "ok   $name"
-  fi
-}
+. "$1/tests/support/cli.sh" || exit 1
 check demo 0 'demo passed' -- demo
 check demo-data 0 'every activation came back bit-exact' -- demo
 check demo-native-oom 0 'out of device memory: requested' -- demo
@@ -35,4 +24,4 @@ check devices-bad 2 'unexpected argument "--frobnicate"' -- devices --frobnicate
 check version 0 '^chameleon [0-9]+\.[0-9]+\.[0-9]+$' -- version
 check unknown-command 2 'unknown command "frobnicate"' -- frobnicate
 check no-command 2 'usage: chameleon' --
-[ "$fails" -eq 0 ] && echo "cli: all checks passed" || { echo "cli: $fails checks failed"; exit 1; }
+checks_done "cli"

@@ -11,7 +11,6 @@
 
 #include <cmocka.h>
 
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +20,7 @@
 #include <unistd.h>
 
 #include "chameleon/runtime.h"
+#include "support/files.h"
 #include "support/rng.h"
 
 #define KiB (UINT64_C(1) << 10)
@@ -32,7 +32,7 @@
 /* ---- a temporary directory per test -------------------------------------------*/
 
 typedef struct fixture {
-    char dir[64];
+    char dir[128];
     char path[256];          /* the last file written */
 } fixture_t;
 
@@ -41,8 +41,7 @@ static int setup(void **state)
     fixture_t *fx = calloc(1, sizeof *fx);
     if (!fx)
         return -1;
-    snprintf(fx->dir, sizeof fx->dir, "/tmp/cham-config-XXXXXX");
-    if (!mkdtemp(fx->dir)) {
+    if (test_tmpdir_make(fx->dir, sizeof fx->dir, "cham-config") != 0) {
         free(fx);
         return -1;
     }
@@ -54,20 +53,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture_t *fx = *state;
-    DIR *d = opendir(fx->dir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char p[512];
-            snprintf(p, sizeof p, "%s/%s", fx->dir, e->d_name);
-            if (unlink(p) != 0)
-                rmdir(p);
-        }
-        closedir(d);
-    }
-    int rc = rmdir(fx->dir);
+    int rc = test_tmpdir_remove(fx->dir);
     free(fx);
     return rc;
 }
@@ -75,23 +61,14 @@ static int teardown(void **state)
 /* Writes len bytes of text to dir/name; returns the path (in fx->path). */
 static const char *write_bytes(fixture_t *fx, const char *name, const char *text, size_t len)
 {
-    snprintf(fx->path, sizeof fx->path, "%s/%s", fx->dir, name);
-    FILE *f = fopen(fx->path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(text, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
+    test_path(fx->path, sizeof fx->path, fx->dir, name);
+    test_write_file(fx->path, text, len);
     return fx->path;
 }
 
 static const char *write_file(fixture_t *fx, const char *name, const char *text)
 {
     return write_bytes(fx, name, text, strlen(text));
-}
-
-static void assert_contains(const char *haystack, const char *needle)
-{
-    if (!strstr(haystack, needle))
-        fail_msg("message \"%s\"\n    lacks \"%s\"", haystack, needle);
 }
 
 static void assert_configs_equal(const cham_config_t *a, const cham_config_t *b)
@@ -348,10 +325,10 @@ static void test_size_strings(void **state)
         if (st != CHAM_ERR_INVALID_ARG)
             fail_msg("%s was accepted (%llu)", bad[i].json,
                      (unsigned long long)c.min_swap_bytes);
-        assert_contains(err, "badsize.json: key \"min_swap_bytes\": ");
+        test_assert_contains(err, "badsize.json: key \"min_swap_bytes\": ");
         if (bad[i].json[0] == '"')
-            assert_contains(err, bad[i].json);
-        assert_contains(err, bad[i].why);
+            test_assert_contains(err, bad[i].json);
+        test_assert_contains(err, bad[i].why);
         assert_int_equal(c.min_swap_bytes, 1 * MiB);
     }
 
@@ -360,12 +337,12 @@ static void test_size_strings(void **state)
     assert_int_equal(cham_config_load_json(write_file(fx, "huge.json",
                                                       "{\"capacity\": 1e400}"),
                                            &c, err, sizeof err), CHAM_ERR_INVALID_ARG);
-    assert_contains(err, "huge.json:1:");
-    assert_contains(err, "syntax error");
+    test_assert_contains(err, "huge.json:1:");
+    test_assert_contains(err, "syntax error");
     assert_int_equal(cham_config_load_json(write_file(fx, "huge2.json",
                                                       "{\"capacity\": 99999999999999999999}"),
                                            &c, err, sizeof err), CHAM_ERR_INVALID_ARG);
-    assert_contains(err, "huge2.json:1:");
+    test_assert_contains(err, "huge2.json:1:");
 }
 
 /* ---- bad files, one message each ---------------------------------------------------*/
@@ -471,7 +448,7 @@ static void test_bad_files(void **state)
         if (strncmp(err, path, strlen(path)) != 0)
             fail_msg("%s: message \"%s\" does not start with the path", b->name, err);
         for (size_t k = 0; k < 3 && b->want[k]; k++)
-            assert_contains(err, b->want[k]);
+            test_assert_contains(err, b->want[k]);
         assert_configs_equal(&c, &before);
     }
     assert_true(sizeof bad_files / sizeof bad_files[0] >= 12);
@@ -488,7 +465,7 @@ static void test_syntax_error_position(void **state)
     assert_int_equal(cham_config_load_json(path, &c, err, sizeof err), CHAM_ERR_INVALID_ARG);
     char want[300];
     snprintf(want, sizeof want, "%s:3:18: syntax error: ", path);
-    assert_contains(err, want);
+    test_assert_contains(err, want);
 }
 
 static void test_long_values_are_cut(void **state)
@@ -503,8 +480,8 @@ static void test_long_values_are_cut(void **state)
     char err[512];
     assert_int_equal(cham_config_load_json(write_file(fx, "longkey.json", text), &c, err,
                                            sizeof err), CHAM_ERR_INVALID_ARG);
-    assert_contains(err, ": unknown key \"kkkk");
-    assert_contains(err, "...\"");
+    test_assert_contains(err, ": unknown key \"kkkk");
+    test_assert_contains(err, "...\"");
     assert_true(strlen(err) < 200 + strlen(fx->path));
 
     /* Multi-byte characters are not cut in the middle. */
@@ -514,8 +491,8 @@ static void test_long_values_are_cut(void **state)
     snprintf(text, sizeof text, "{\"preset\": \"%s\"}", value);
     assert_int_equal(cham_config_load_json(write_file(fx, "longvalue.json", text), &c, err,
                                            sizeof err), CHAM_ERR_INVALID_ARG);
-    assert_contains(err, "unknown device preset \"\xC3\xA9");
-    assert_contains(err, "\xC3\xA9...\" (known: ");
+    test_assert_contains(err, "unknown device preset \"\xC3\xA9");
+    test_assert_contains(err, "\xC3\xA9...\" (known: ");
 
     /* A tiny or absent buffer is never overrun. */
     char tiny[8];
@@ -534,29 +511,29 @@ static void test_unreadable(void **state)
     char path[300], err[512];
     cham_config_t c = cham_config_default();
 
-    snprintf(path, sizeof path, "%s/missing.json", fx->dir);
+    test_path(path, sizeof path, fx->dir, "missing.json");
     assert_int_equal(cham_config_load_json(path, &c, err, sizeof err), CHAM_ERR_NOT_FOUND);
-    assert_contains(err, path);
-    assert_contains(err, strerror(ENOENT));
+    test_assert_contains(err, path);
+    test_assert_contains(err, strerror(ENOENT));
 
-    snprintf(path, sizeof path, "%s/missing-dir/cfg.json", fx->dir);
+    test_path(path, sizeof path, fx->dir, "missing-dir/cfg.json");
     assert_int_equal(cham_config_load_json(path, &c, err, sizeof err), CHAM_ERR_NOT_FOUND);
-    assert_contains(err, "missing-dir/cfg.json: cannot open: ");
+    test_assert_contains(err, "missing-dir/cfg.json: cannot open: ");
 
     /* A directory opens but cannot be read. */
-    snprintf(path, sizeof path, "%s/a-directory.json", fx->dir);
+    test_path(path, sizeof path, fx->dir, "a-directory.json");
     assert_int_equal(mkdir(path, 0700), 0);
     assert_int_equal(cham_config_load_json(path, &c, err, sizeof err), CHAM_ERR_INVALID_ARG);
-    assert_contains(err, "a-directory.json: cannot ");
-    assert_contains(err, strerror(EISDIR));
+    test_assert_contains(err, "a-directory.json: cannot ");
+    test_assert_contains(err, strerror(EISDIR));
 
     /* Without read permission (root reads anything, so only as a user). */
     if (geteuid() != 0) {
         const char *p = write_file(fx, "secret.json", "{}");
         assert_int_equal(chmod(p, 0), 0);
         assert_int_equal(cham_config_load_json(p, &c, err, sizeof err), CHAM_ERR_INVALID_ARG);
-        assert_contains(err, "secret.json: cannot open: ");
-        assert_contains(err, strerror(EACCES));
+        test_assert_contains(err, "secret.json: cannot open: ");
+        test_assert_contains(err, strerror(EACCES));
     }
 
     /* Over the size limit. */
@@ -569,12 +546,12 @@ static void test_unreadable(void **state)
     assert_int_equal(cham_config_load_json(write_bytes(fx, "big.json", text, big), &c, err,
                                            sizeof err), CHAM_ERR_INVALID_ARG);
     free(text);
-    assert_contains(err, "big.json: file too large");
+    test_assert_contains(err, "big.json: file too large");
 
     /* A NUL byte outside a string. */
     assert_int_equal(cham_config_load_json(write_bytes(fx, "nul.json", "{\0}", 3), &c, err,
                                            sizeof err), CHAM_ERR_INVALID_ARG);
-    assert_contains(err, "nul.json:1:");
+    test_assert_contains(err, "nul.json:1:");
 }
 
 /* ---- validate ---------------------------------------------------------------------------*/
@@ -640,7 +617,7 @@ static void test_validate(void **state)
         bad_configs[i].spoil(&c);
         err[0] = '\0';
         assert_int_equal(cham_config_validate(&c, err, sizeof err), CHAM_ERR_INVALID_ARG);
-        assert_contains(err, bad_configs[i].want);
+        test_assert_contains(err, bad_configs[i].want);
         assert_int_equal(cham_config_validate(&c, NULL, 0), CHAM_ERR_INVALID_ARG);
     }
 
@@ -706,7 +683,7 @@ static void test_random_damage(void **state)
                 fail_msg("loaded but invalid: %s\n%.*s", err, (int)n, text);
         } else {
             assert_int_equal(st, CHAM_ERR_INVALID_ARG);
-            assert_contains(err, path);
+            test_assert_contains(err, path);
         }
     }
     assert_true(loaded > 0);

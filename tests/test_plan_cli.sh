@@ -10,18 +10,7 @@ build=$2
 bin="$build/chameleon"
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cham-plan-cli-XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
-fails=0
-check() {  # check NAME EXPECTED_STATUS PATTERN -- ARGS...
-  local name=$1 want=$2 pattern=$3; shift 4
-  local out status
-  out=$("$bin" "$@" 2>&1); status=$?
-  if [ "$status" -ne "$want" ] || ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: status $status (want $want), output:"; echo "$out" | head -40
-    fails=$((fails + 1))
-  else
-    echo "ok   $name"
-  fi
-}
+. "$1/tests/support/cli.sh" || exit 1
 
 # One tensor use: use STORAGE DATA_PTR BYTES USE_COUNT HISTORY OUTPUT
 use() {
@@ -115,4 +104,4 @@ check plan-no-profile 2 'no profile given' -- plan
 check plan-two-profiles 2 'unexpected argument ".*prof.json" \(one profile only\)' -- \
   plan "$prof" "$prof"
 
-[ "$fails" -eq 0 ] && echo "plan cli: all checks passed" || { echo "plan cli: $fails checks failed"; exit 1; }
+checks_done "plan cli"

@@ -5,8 +5,6 @@
  * breaks an invariant is not saved; one test per malformed file, each
  * checked for the position its message names; a missing file. Files go to
  * a mkdtemp directory that is removed at the end. */
-#include <dirent.h>
-#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "support/files.h"
+
 #include "chameleon/policy.h"
 #include "policy/policy-impl.h"
 
@@ -26,74 +26,13 @@ static char tmpdir[512];
 static int group_setup(void **state)
 {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/cham-test-policy-XXXXXX",
-             base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        fprintf(stderr, "mkdtemp %s: %s\n", tmpdir, strerror(errno));
-        return -1;
-    }
-    return 0;
+    return test_tmpdir_make(tmpdir, sizeof tmpdir, "cham-test-policy");
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    DIR *d = opendir(tmpdir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char path[1024];
-            snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name);
-            unlink(path);
-        }
-        closedir(d);
-    }
-    return rmdir(tmpdir) == 0 ? 0 : -1;
-}
-
-static void tmp_path(char *buf, size_t n, const char *name)
-{
-    snprintf(buf, n, "%s/%s", tmpdir, name);
-}
-
-static void write_file(const char *path, const char *text, size_t len)
-{
-    FILE *fp = fopen(path, "wb");
-    assert_non_null(fp);
-    assert_int_equal(fwrite(text, 1, len, fp), len);
-    assert_int_equal(fclose(fp), 0);
-}
-
-static char *read_text(const char *path)
-{
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    assert_non_null(buf);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
-        n += got;
-        if (n + 1 == cap) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            assert_non_null(buf);
-        }
-    }
-    fclose(fp);
-    buf[n] = '\0';
-    return buf;
-}
-
-static void assert_contains(const char *text, const char *part)
-{
-    if (!strstr(text, part)) {
-        print_error("expected \"%s\"\n     in \"%s\"\n", part, text);
-        fail();
-    }
+    return test_tmpdir_remove(tmpdir);
 }
 
 /* ---- a sample policy ------------------------------------------------------*/
@@ -211,7 +150,7 @@ static void test_round_trip(void **state)
     (void)state;
     char path[1024], path2[1024], err[512];
     cham_policy_t *p = sample_policy();
-    tmp_path(path, sizeof path, "round.json");
+    test_path(path, sizeof path, tmpdir, "round.json");
     cham_status_t st = cham_policy_save_json(p, path, err, sizeof err);
     if (st != CHAM_OK)
         print_error("%s\n", err);
@@ -232,18 +171,18 @@ static void test_round_trip(void **state)
     assert_true(v.items[0].out_use.history == HISTORY);
     assert_true(v.items[0].in_use.history == UINT64_MAX);
 
-    char *text = read_text(path);
-    assert_contains(text, "\"format\": \"chameleon-policy\"");
-    assert_contains(text, "\"data_ptr\":\"0xfffffffffffff000\"");
-    assert_contains(text, "\"data_ptr\":\"0x0020000000000001\"");
-    assert_contains(text, "\"history\":\"0x8000000000000001\"");
-    assert_contains(text, "\"history\":\"0xffffffffffffffff\"");
-    assert_contains(text, "\"predicted_step_ns\": 9007199254740991");
+    char *text = test_read_text(path);
+    test_assert_contains(text, "\"format\": \"chameleon-policy\"");
+    test_assert_contains(text, "\"data_ptr\":\"0xfffffffffffff000\"");
+    test_assert_contains(text, "\"data_ptr\":\"0x0020000000000001\"");
+    test_assert_contains(text, "\"history\":\"0x8000000000000001\"");
+    test_assert_contains(text, "\"history\":\"0xffffffffffffffff\"");
+    test_assert_contains(text, "\"predicted_step_ns\": 9007199254740991");
 
     /* Saving what was loaded gives the same bytes. */
-    tmp_path(path2, sizeof path2, "round2.json");
+    test_path(path2, sizeof path2, tmpdir, "round2.json");
     assert_int_equal(cham_policy_save_json(q, path2, err, sizeof err), CHAM_OK);
-    char *text2 = read_text(path2);
+    char *text2 = test_read_text(path2);
     assert_string_equal(text, text2);
     free(text);
     free(text2);
@@ -258,7 +197,7 @@ static void test_empty_policy(void **state)
 {
     (void)state;
     char path[1024], err[512];
-    tmp_path(path, sizeof path, "empty_policy.json");
+    test_path(path, sizeof path, tmpdir, "empty_policy.json");
     cham_policy_t *p = cham_policy_new("none");
     assert_non_null(p);
     assert_int_equal(cham_policy_save_json(p, path, err, sizeof err), CHAM_OK);
@@ -275,7 +214,7 @@ static void test_save_refuses(void **state)
 {
     (void)state;
     char path[1024], err[512];
-    tmp_path(path, sizeof path, "refused.json");
+    test_path(path, sizeof path, tmpdir, "refused.json");
     const struct {
         size_t item;
         size_t offset;          /* of a uint32_t field */
@@ -296,27 +235,27 @@ static void test_save_refuses(void **state)
         uint32_t *field = (uint32_t *)((char *)&p->items[cases[c].item] + cases[c].offset);
         *field = cases[c].value;
         assert_int_equal(cham_policy_save_json(p, path, err, sizeof err), CHAM_ERR_INVALID_ARG);
-        assert_contains(err, cases[c].want);
+        test_assert_contains(err, cases[c].want);
         assert_int_equal(access(path, F_OK), -1);
         cham_policy_free(p);
     }
     cham_policy_t *p = sample_policy();
     p->layers[1].start_op = 5;
     assert_int_equal(cham_policy_save_json(p, path, err, sizeof err), CHAM_ERR_INVALID_ARG);
-    assert_contains(err, "cannot save: layers[1].start_op: 5, expected 4");
+    test_assert_contains(err, "cannot save: layers[1].start_op: 5, expected 4");
     p->layers[1].start_op = 4;
     p->peak_without_swaps = MAX_EXACT + 1;
     assert_int_equal(cham_policy_save_json(p, path, err, sizeof err), CHAM_ERR_INVALID_ARG);
-    assert_contains(err, "cannot save: peak_without_swaps: 9007199254740992 is above 2^53 - 1");
+    test_assert_contains(err, "cannot save: peak_without_swaps: 9007199254740992 is above 2^53 - 1");
     p->peak_without_swaps = 0;
     p->items[0].out_use.storage_bytes = 1;
     assert_int_equal(cham_policy_save_json(p, path, err, sizeof err), CHAM_ERR_INVALID_ARG);
-    assert_contains(err, "items[0].out_use.bytes: 67108864 is more than storage_bytes 1");
+    test_assert_contains(err, "items[0].out_use.bytes: 67108864 is more than storage_bytes 1");
     p->items[0].out_use.storage_bytes = 64 << 20;
     char missing[1024];
-    tmp_path(missing, sizeof missing, "no/such/dir.json");
+    test_path(missing, sizeof missing, tmpdir, "no/such/dir.json");
     assert_int_equal(cham_policy_save_json(p, missing, err, sizeof err), CHAM_ERR_NOT_FOUND);
-    assert_contains(err, "dir.json: cannot open for writing: ");
+    test_assert_contains(err, "dir.json: cannot open for writing: ");
     assert_int_equal(access(path, F_OK), -1);
     cham_policy_free(p);
 }
@@ -325,11 +264,11 @@ static void test_missing_file(void **state)
 {
     (void)state;
     char path[1024], err[512];
-    tmp_path(path, sizeof path, "missing.json");
+    test_path(path, sizeof path, tmpdir, "missing.json");
     cham_policy_t *q = (cham_policy_t *)&q;
     assert_int_equal(cham_policy_load_json(path, &q, err, sizeof err), CHAM_ERR_NOT_FOUND);
     assert_null(q);
-    assert_contains(err, "missing.json: cannot open: No such file or directory");
+    test_assert_contains(err, "missing.json: cannot open: No such file or directory");
     assert_int_equal(cham_policy_load_json(path, &q, NULL, 0), CHAM_ERR_NOT_FOUND);
 }
 
@@ -458,8 +397,8 @@ static void test_base_loads(void **state)
 {
     (void)state;
     char path[1024], err[512];
-    tmp_path(path, sizeof path, "base.json");
-    write_file(path, BASE, strlen(BASE));
+    test_path(path, sizeof path, tmpdir, "base.json");
+    test_write_file(path, BASE, strlen(BASE));
     cham_policy_t *p = NULL;
     cham_status_t st = cham_policy_load_json(path, &p, err, sizeof err);
     if (st != CHAM_OK)
@@ -483,7 +422,7 @@ static void test_bad_file(void **state)
     const bad_case_t *c = *state;
     char path[1024], name[128], err[512];
     snprintf(name, sizeof name, "bad_%s.json", c->name);
-    tmp_path(path, sizeof path, name);
+    test_path(path, sizeof path, tmpdir, name);
 
     const char *base = c->text ? c->text : BASE;
     char text[8192];
@@ -498,7 +437,7 @@ static void test_bad_file(void **state)
         snprintf(text, sizeof text, "%s", base);
     }
     size_t len = c->cut ? c->cut : strlen(text);
-    write_file(path, text, len);
+    test_write_file(path, text, len);
 
     cham_policy_t *p = (cham_policy_t *)&p;    /* must come back NULL */
     cham_status_t st = cham_policy_load_json(path, &p, err, sizeof err);
@@ -506,7 +445,7 @@ static void test_bad_file(void **state)
     assert_null(p);
     assert_int_equal(st, c->status);
     for (size_t i = 0; i < 3 && c->want[i]; i++)
-        assert_contains(err, c->want[i]);
+        test_assert_contains(err, c->want[i]);
     unlink(path);
 }
 

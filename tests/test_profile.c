@@ -4,7 +4,6 @@
  * (64-bit values above 2^53 included), and one test per malformed file,
  * each checked for the position its message names. Files go to a mkdtemp
  * directory that is removed at the end. */
-#include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -20,6 +19,7 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "support/files.h"
 #include "support/rng.h"
 
 #include "chameleon/profile.h"
@@ -30,74 +30,13 @@ static char tmpdir[512];
 static int group_setup(void **state)
 {
     (void)state;
-    const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/cham-test-profile-XXXXXX",
-             base && *base ? base : "/tmp");
-    if (!mkdtemp(tmpdir)) {
-        fprintf(stderr, "mkdtemp %s: %s\n", tmpdir, strerror(errno));
-        return -1;
-    }
-    return 0;
+    return test_tmpdir_make(tmpdir, sizeof tmpdir, "cham-test-profile");
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    DIR *d = opendir(tmpdir);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            char path[1024];
-            snprintf(path, sizeof path, "%s/%s", tmpdir, e->d_name);
-            unlink(path);
-        }
-        closedir(d);
-    }
-    return rmdir(tmpdir) == 0 ? 0 : -1;
-}
-
-static void tmp_path(char *buf, size_t n, const char *name)
-{
-    snprintf(buf, n, "%s/%s", tmpdir, name);
-}
-
-static void write_file(const char *path, const char *text, size_t len)
-{
-    FILE *fp = fopen(path, "wb");
-    assert_non_null(fp);
-    assert_int_equal(fwrite(text, 1, len, fp), len);
-    assert_int_equal(fclose(fp), 0);
-}
-
-static char *read_text(const char *path)
-{
-    FILE *fp = fopen(path, "rb");
-    assert_non_null(fp);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    assert_non_null(buf);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n - 1, fp)) > 0) {
-        n += got;
-        if (n + 1 == cap) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            assert_non_null(buf);
-        }
-    }
-    fclose(fp);
-    buf[n] = '\0';
-    return buf;
-}
-
-static void assert_contains(const char *text, const char *part)
-{
-    if (!strstr(text, part)) {
-        print_error("expected \"%s\"\n     in \"%s\"\n", part, text);
-        fail();
-    }
+    return test_tmpdir_remove(tmpdir);
 }
 
 /* ---- a sample profile ------------------------------------------------------*/
@@ -375,7 +314,7 @@ static void test_round_trip(void **state)
 {
     (void)state;
     char path[1024], err[512];
-    tmp_path(path, sizeof path, "round.json");
+    test_path(path, sizeof path, tmpdir, "round.json");
     cham_profile_t *p = make_sample();
     assert_int_equal(cham_profile_save_json(p, path, err, sizeof err), CHAM_OK);
     assert_string_equal(err, "");
@@ -396,19 +335,19 @@ static void test_round_trip(void **state)
     assert_true(v.uses[1].history == HISTORY);
     assert_true(v.uses[2].history == UINT64_MAX);
     assert_true(v.uses[3].storage == (UINT64_C(1) << 53) - 1);
-    char *text = read_text(path);
-    assert_contains(text, "\"format\": \"chameleon-profile\"");
-    assert_contains(text, "\"data_ptr\":\"0xfffffffffffff000\"");
-    assert_contains(text, "\"history\":\"0x8000000000000001\"");
-    assert_contains(text, "\"relu \\\"fused\\\" \xC3\xA9\"");   /* UTF-8 as is */
-    assert_contains(text, "{\"kind\":\"in\",\"storage\":1,\"bytes\":512,\"sample\":4,"
+    char *text = test_read_text(path);
+    test_assert_contains(text, "\"format\": \"chameleon-profile\"");
+    test_assert_contains(text, "\"data_ptr\":\"0xfffffffffffff000\"");
+    test_assert_contains(text, "\"history\":\"0x8000000000000001\"");
+    test_assert_contains(text, "\"relu \\\"fused\\\" \xC3\xA9\"");   /* UTF-8 as is */
+    test_assert_contains(text, "{\"kind\":\"in\",\"storage\":1,\"bytes\":512,\"sample\":4,"
                           "\"passive\":true}");
 
     /* Saving what was loaded gives the same file. */
     char path2[1024];
-    tmp_path(path2, sizeof path2, "round2.json");
+    test_path(path2, sizeof path2, tmpdir, "round2.json");
     assert_int_equal(cham_profile_save_json(q, path2, err, sizeof err), CHAM_OK);
-    char *text2 = read_text(path2);
+    char *text2 = test_read_text(path2);
     assert_string_equal(text, text2);
     free(text);
     free(text2);
@@ -430,13 +369,13 @@ static void test_save_refuses(void **state)
 {
     (void)state;
     char path[1024], err[512];
-    tmp_path(path, sizeof path, "refused.json");
+    test_path(path, sizeof path, tmpdir, "refused.json");
 
     /* A token with no name: the file would not load, so it is not written. */
     cham_profile_t *p = cham_profile_new(0, 0);
     add_op(p, 0, 0);
     assert_int_equal(cham_profile_save_json(p, path, err, sizeof err), CHAM_ERR_INVALID_ARG);
-    assert_contains(err, "refused.json: cannot save: ops[0].token: 0 is out of range");
+    test_assert_contains(err, "refused.json: cannot save: ops[0].token: 0 is out of range");
     assert_int_equal(access(path, F_OK), -1);
 
     /* A size the format cannot hold exactly. */
@@ -444,16 +383,16 @@ static void test_save_refuses(void **state)
     assert_true(cham_profile_set_tokens(p, names, 1));
     add_swap(p, CHAM_SWAP_OUT, UINT64_C(1) << 53, 1);
     assert_int_equal(cham_profile_save_json(p, path, err, sizeof err), CHAM_ERR_INVALID_ARG);
-    assert_contains(err, "swaps[0].bytes: above 2^53 - 1");
+    test_assert_contains(err, "swaps[0].bytes: above 2^53 - 1");
     cham_profile_free(p);
 
     /* A directory that does not exist. */
     char missing[1024];
-    tmp_path(missing, sizeof missing, "no/such/dir.json");
+    test_path(missing, sizeof missing, tmpdir, "no/such/dir.json");
     p = make_sample();
     assert_int_equal(cham_profile_save_json(p, missing, err, sizeof err), CHAM_ERR_NOT_FOUND);
-    assert_contains(err, "dir.json: cannot open for writing: ");
-    assert_contains(err, strerror(ENOENT));
+    test_assert_contains(err, "dir.json: cannot open for writing: ");
+    test_assert_contains(err, strerror(ENOENT));
     cham_profile_free(p);
 }
 
@@ -461,12 +400,12 @@ static void test_missing_file(void **state)
 {
     (void)state;
     char path[1024], err[512];
-    tmp_path(path, sizeof path, "missing.json");
+    test_path(path, sizeof path, tmpdir, "missing.json");
     cham_profile_t *q = (cham_profile_t *)&q;    /* must come back NULL */
     assert_int_equal(cham_profile_load_json(path, &q, err, sizeof err), CHAM_ERR_NOT_FOUND);
     assert_null(q);
-    assert_contains(err, path);
-    assert_contains(err, strerror(ENOENT));
+    test_assert_contains(err, path);
+    test_assert_contains(err, strerror(ENOENT));
     /* No room for a message is allowed. */
     assert_int_equal(cham_profile_load_json(path, &q, NULL, 0), CHAM_ERR_NOT_FOUND);
 }
@@ -487,8 +426,8 @@ static void test_out_of_memory(void **state)
 {
     (void)state;
     char path[1024], good[1024], err[512];
-    tmp_path(path, sizeof path, "oom.json");
-    tmp_path(good, sizeof good, "oom_good.json");
+    test_path(path, sizeof path, tmpdir, "oom.json");
+    test_path(good, sizeof good, tmpdir, "oom_good.json");
     cham_profile_t *p = make_sample();
     assert_int_equal(cham_profile_save_json(p, good, err, sizeof err), CHAM_OK);
     json_set_alloc_funcs(failing_malloc, free);
@@ -653,8 +592,8 @@ static void test_base_loads(void **state)
 {
     (void)state;
     char path[1024], err[512];
-    tmp_path(path, sizeof path, "base.json");
-    write_file(path, BASE, strlen(BASE));
+    test_path(path, sizeof path, tmpdir, "base.json");
+    test_write_file(path, BASE, strlen(BASE));
     cham_profile_t *p = NULL;
     cham_status_t st = cham_profile_load_json(path, &p, err, sizeof err);
     if (st != CHAM_OK)
@@ -675,7 +614,7 @@ static void test_bad_file(void **state)
     const bad_case_t *c = *state;
     char path[1024], name[128], err[512];
     snprintf(name, sizeof name, "bad_%s.json", c->name);
-    tmp_path(path, sizeof path, name);
+    test_path(path, sizeof path, tmpdir, name);
 
     const char *base = c->text ? c->text : BASE;
     char text[4096];
@@ -689,7 +628,7 @@ static void test_bad_file(void **state)
         snprintf(text, sizeof text, "%s", base);
     }
     size_t len = c->cut ? c->cut : strlen(text);
-    write_file(path, text, len);
+    test_write_file(path, text, len);
 
     cham_profile_t *p = (cham_profile_t *)&p;    /* must come back NULL */
     cham_status_t st = cham_profile_load_json(path, &p, err, sizeof err);
@@ -697,7 +636,7 @@ static void test_bad_file(void **state)
     assert_null(p);
     assert_int_equal(st, c->status);
     for (size_t i = 0; i < 3 && c->want[i]; i++)
-        assert_contains(err, c->want[i]);
+        test_assert_contains(err, c->want[i]);
     unlink(path);
 }
 
@@ -709,8 +648,8 @@ static void test_damaged_files(void **state)
     (void)state;
     static const char alphabet[] = "{}[]\",:0123456789-.xeE \n\\tfalsenul";
     char path[1024], again[1024], err[512], text[4096];
-    tmp_path(path, sizeof path, "damaged.json");
-    tmp_path(again, sizeof again, "damaged_again.json");
+    test_path(path, sizeof path, tmpdir, "damaged.json");
+    test_path(again, sizeof again, tmpdir, "damaged_again.json");
     test_rng_t rng = {.state = 0x9E3779B97F4A7C15u};
     size_t base_len = strlen(BASE);
     int loaded = 0;
@@ -735,7 +674,7 @@ static void test_damaged_files(void **state)
             default: len = at; text[len] = '\0'; break;                  /* cut */
             }
         }
-        write_file(path, text, len);
+        test_write_file(path, text, len);
         cham_profile_t *p = (cham_profile_t *)&p;
         cham_status_t st = cham_profile_load_json(path, &p, err, sizeof err);
         if (st != CHAM_OK) {
