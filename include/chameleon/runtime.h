@@ -79,10 +79,17 @@ typedef struct cham_config {
     /* Policy generation (paper §5). */
     double score_c;              /* C in Score = N_MRE + C * S (1.0) */
     uint64_t min_swap_bytes;     /* smallest tensor worth swapping (1 MiB) */
+    /* Acting (paper §6, docs/executor.md). */
+    bool executor;               /* generate and apply policies (true) */
+    bool oom_handling;           /* passive swaps when memory runs out (true) */
+    bool pytorch_record_stream;  /* hand swapped-out blocks back PyTorch's way,
+                                    by host event queries (false: after the
+                                    op the policy names, no polling) */
+    uint32_t policy_cache;       /* policies kept per op sequence seen (4; 0 = off) */
 } cham_config_t;
 
 /* The defaults: the sim device's defaults, managed mode, a 16 GiB pinned
- * budget and the paper's knobs. */
+ * budget, the paper's knobs, the executor and OOM handling on. */
 cham_config_t cham_config_default(void);
 
 /* Reads a JSON object of config fields (docs/config.md) over *config, which
@@ -150,7 +157,8 @@ cham_residency_t cham_tensor_residency(const cham_tensor_t *t);
 bool cham_tensor_same_storage(const cham_tensor_t *a, const cham_tensor_t *b);
 
 /* Managed mode: moves the storage to pinned host memory (planned, or
- * passive when an allocation failed), and back. Swap-out copies on the
+ * passive when an allocation failed), and back. The executor calls these
+ * itself when it applies a policy; a caller may too. Swap-out copies on the
  * swap-out stream after the work queued so far on the compute stream; the
  * device block is reused once that copy is done. Swap-in copies on the
  * swap-in stream and makes the compute stream wait before the next use.
@@ -205,11 +213,20 @@ const cham_profile_t *cham_context_last_profile(const cham_context_t *ctx);
 /* Counters a caller may watch. */
 typedef struct cham_runtime_stats {
     uint64_t ops;                /* ops dispatched */
-    uint64_t swaps_out, swaps_in;
+    uint64_t swaps_out, swaps_in;    /* all of them */
     uint64_t on_demand_swaps_in; /* storages used while on the host */
+    uint64_t passive_swaps_out;  /* forced by allocation failures */
+    uint64_t planned_swaps_out, planned_swaps_in;  /* issued by a policy */
     uint64_t bytes_out, bytes_in;
     uint64_t stage_changes;
     uint64_t mem_in_use;         /* device bytes held by tensors now */
+    uint64_t items_matched;      /* policy items found in a step */
+    uint64_t items_missed;       /* policy items a step never matched */
+    uint64_t matched_loose;      /* of items_matched, by the loose key */
+    uint64_t policies_generated; /* plans made in GenPolicy */
+    uint64_t policy_failures;    /* plans that could not be made */
+    uint64_t policy_cache_hits;  /* steps that got a kept policy back */
+    uint64_t steps_with_policy;  /* steps run with a policy applied */
 } cham_runtime_stats_t;
 void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *stats);
 

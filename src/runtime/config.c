@@ -45,6 +45,9 @@ cham_config_t cham_config_default(void)
     c.cosine_threshold = 0.95;
     c.score_c = 1.0;
     c.min_swap_bytes = 1 * MiB;
+    c.executor = true;
+    c.oom_handling = true;
+    c.policy_cache = 4;
     return c;
 }
 
@@ -119,6 +122,10 @@ static const field_t fields[] = {
     REALF("cosine_threshold", cosine_threshold, 0, 1, true, false, false, "(0, 1]"),
     REALF("score_c", score_c, 0, 1e6, false, false, false, "[0, 1e6]"),
     INTF("min_swap_bytes", min_swap_bytes, K_SIZE, 0, UINT64_MAX, "[0, 16EiB) bytes"),
+    PLAINF("executor", executor, K_BOOL),
+    PLAINF("oom_handling", oom_handling, K_BOOL),
+    PLAINF("pytorch_record_stream", pytorch_record_stream, K_BOOL),
+    INTF("policy_cache", policy_cache, K_U32, 0, 1024, "[0, 1024] entries"),
 };
 
 #define N_FIELDS (sizeof fields / sizeof fields[0])

@@ -105,6 +105,7 @@ void cham_context_free(cham_context_t *ctx)
     CHAM_ASSERT(ctx->live_storages == 0 && "release every tensor before freeing the context");
     if (ctx->dev)
         cham_device_synchronize(ctx->dev);
+    cham_loop_free(ctx);
     cham_allocator_free(ctx->mem);
     cham_allocator_free(ctx->pinned);
     cham_stream_free(ctx->compute);

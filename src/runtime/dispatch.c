@@ -49,32 +49,51 @@ static void record_use(cham_context_t *ctx, const cham_tensor_t *t, bool output)
         .bytes = t->bytes,
         .storage_bytes = s->bytes,
         .dtype = t->dtype,
-        .use_count = s->use_count,
-        .history = s->history,
+        .use_count = s->feat.use_count,
+        .history = s->feat.history,
         .output = output,
     };
     if (!cham_profile_add_use(ctx->building, &u))
         profile_failed(ctx);
 }
 
-/* A use: the features as they were at this use go into the detailed
- * profile, then move on. */
-static void use(cham_context_t *ctx, const cham_tensor_t *t, bool output)
+/* A use: features count from the step's start; as they were before this
+ * use they go into the detailed profile, then they move on and the
+ * executor matches them against the applied policy. */
+static void use(cham_context_t *ctx, const cham_tensor_t *t, bool output,
+                cham_op_token_t token)
 {
     cham_storage_t *s = t->storage;
+    if (s->feat_step != ctx->step) {
+        s->feat = (cham_features_t){.bytes = s->bytes};
+        s->feat_step = ctx->step;
+    }
+    s->feat.dtype = (uint32_t)t->dtype;
+    s->used = true;
     if (ctx->building && !ctx->profile_failed)
         record_use(ctx, t, output);
-    s->use_count++;
-    s->history = s->history << 8 | (uint8_t)(ctx->ops_in_step - 1);
+    cham_match_t *m = ctx->exec.plan ? &ctx->exec.plan->match : NULL;
+    cham_features_advance(&s->feat, token, m ? cham_match_tag_bit(m, token) : 0);
+    if (m)
+        cham_exec_use(ctx, s, token);
 }
 
-/* Brings each tensor's storage to the device if needed. */
-static cham_status_t prepare(cham_context_t *ctx, cham_tensor_t *const *ts, size_t n)
+/* Marks the storages the op uses: making room for one of them must not
+ * move another. */
+static void pin(cham_context_t *ctx, cham_tensor_t *const *ts, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         CHAM_ASSERT(ts[i] && ts[i]->refs > 0);
+        CHAM_ASSERT(ts[i]->storage->ctx == ctx && "tensor of another context");
+        ts[i]->storage->pin = ctx->pin;
+    }
+}
+
+/* Brings each tensor's storage to the device if needed. */
+static cham_status_t prepare(cham_tensor_t *const *ts, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
         cham_storage_t *s = ts[i]->storage;
-        CHAM_ASSERT(s->ctx == ctx && "tensor of another context");
         if (s->residency != CHAM_RESIDENT_DEVICE) {
             cham_status_t st = cham_storage_prepare(s);
             if (st != CHAM_OK)
@@ -110,11 +129,17 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
         return CHAM_ERR_HOST_OOM;
     }
     ctx->seq = seq;
-    /* Storages the op needs come back first: swaps made here change the
-     * op's "before" memory sample. On failure the op has not begun. */
-    cham_status_t st = prepare(ctx, inputs, n_inputs);
+    /* Planned swap-ins of this op, then the storages the op needs: swaps
+     * made here change the op's "before" memory sample. On failure the op
+     * has not begun. */
+    ctx->pin++;
+    pin(ctx, inputs, n_inputs);
+    pin(ctx, outputs, n_outputs);
+    cham_status_t st = ctx->exec.plan ? cham_exec_op_begin(ctx) : CHAM_OK;
     if (st == CHAM_OK)
-        st = prepare(ctx, outputs, n_outputs);
+        st = prepare(inputs, n_inputs);
+    if (st == CHAM_OK)
+        st = prepare(outputs, n_outputs);
     if (st != CHAM_OK)
         return st;
     ctx->seq[ctx->ops_in_step++] = token;
@@ -123,9 +148,9 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
         !cham_profile_begin_op(ctx->building, token, ctx->phase, ctx->stats.mem_in_use))
         profile_failed(ctx);
     for (size_t i = 0; i < n_inputs; i++)
-        use(ctx, inputs[i], false);
+        use(ctx, inputs[i], false, token);
     for (size_t i = 0; i < n_outputs; i++)
-        use(ctx, outputs[i], true);
+        use(ctx, outputs[i], true, token);
     return CHAM_OK;
 }
 
@@ -141,8 +166,8 @@ cham_status_t cham_op_end(cham_context_t *ctx)
     if (ctx->building && !ctx->profile_failed)
         cham_profile_end_op(ctx->building, ctx->stats.mem_in_use);
     ctx->stats.ops++;
-    cham_status_t st = CHAM_OK;
-    if (ctx->mem)
+    cham_status_t st = ctx->exec.plan ? cham_exec_op_end(ctx) : CHAM_OK;
+    if (ctx->mem && st == CHAM_OK)
         st = cham_allocator_op_dispatched(ctx->mem, ctx->ops_total);
     ctx->ops_total++;
     return st;
@@ -200,6 +225,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     if (!ok)
         cham_context_log(ctx, "step %llu: out of host memory keeping the op sequence; the "
                          "stage stays %s", (unsigned long long)ctx->step, cham_stage_name(to));
+    cham_loop_step_end(ctx, from, &to);
     if (to != from) {
         ctx->stats.stage_changes++;
         cham_context_log(ctx, "step %llu: stage %s -> %s (%u ops, length change %.1f%%, "
@@ -212,8 +238,10 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     /* The next step: detailed in GenPolicy or when asked for. */
     ctx->ops_in_step = 0;
     ctx->phase = CHAM_PHASE_FORWARD;
-    ctx->step_start_ns = now;
+    ctx->step_start_ns = cham_device_host_time(ctx->dev);   /* after any sync */
     ctx->profile_failed = false;
+    ctx->step_passive = ctx->step_on_demand = 0;
+    cham_exec_step_start(ctx);
     if (to == CHAM_STAGE_GENPOLICY || ctx->profile_requested)
         cham_dispatch_start_profile(ctx);
     return CHAM_OK;

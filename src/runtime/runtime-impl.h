@@ -4,7 +4,10 @@
  *   tensor.c    storages and views, reference counts, swap out and in
  *   dispatch.c  the op bracket, phases, step end, the profilers
  *   names.c     names of stages, phases and dtypes
- *   config.c    configuration and its JSON file */
+ *   config.c    configuration and its JSON file
+ *   executor.c  applying a policy: matching, planned swaps (paper §6)
+ *   oom.c       allocation with the out-of-memory path (Algorithm 3)
+ *   loop.c      the stage loop: policies generated, tried, kept, cached */
 #ifndef CHAM_RUNTIME_IMPL_H
 #define CHAM_RUNTIME_IMPL_H
 
@@ -12,10 +15,12 @@
 #include <stdint.h>
 
 #include "chameleon/alloc.h"
+#include "chameleon/policy.h"
 #include "chameleon/profile.h"
 #include "chameleon/runtime.h"
 #include "common/intern.h"
 #include "common/message.h"
+#include "exec/match.h"
 #include "profile/stage.h"
 
 typedef struct cham_storage cham_storage_t;
@@ -37,9 +42,14 @@ struct cham_storage {
     cham_event_t *out_event;      /* completion of the last swap-out copy */
     cham_event_t *in_event;       /* completion of a swap-in not yet waited on */
     uint32_t views;
-    /* Features for recognising the tensor across steps (paper appendix A). */
-    uint32_t use_count;
-    uint64_t history;             /* op indices (mod 256) of the last 8 uses */
+    /* Features for recognising the tensor across steps (paper appendix A),
+     * counted from the start of step feat_step. */
+    cham_features_t feat;
+    uint64_t feat_step;
+    bool used;                    /* some op has used it */
+    uint64_t pin;                 /* = ctx->pin while the op being begun uses it */
+    uint32_t item;                /* policy item matched this step, or CHAM_MATCH_NONE */
+    cham_storage_t *prev, *next;  /* the context's live storages */
 };
 
 /* Invariant: refs > 0 while the handle is alive; [offset, offset + bytes)
@@ -51,6 +61,43 @@ struct cham_tensor {
     uint32_t refs;
     char label[48];
 };
+
+/* A policy ready to apply: the policy, its matching index and its items in
+ * swap-in order. Shared by the loop's trials and the policy cache. */
+typedef struct cham_plan {
+    cham_policy_t *policy;
+    cham_match_t match;
+    uint32_t *in_order;           /* item indices by swap_in_op */
+    uint32_t refs;
+} cham_plan_t;
+
+/* A policy tried for one step in GenPolicy, and how the step went. */
+typedef struct cham_trial {
+    cham_plan_t *plan;
+    uint64_t step_ns;             /* measured: device idle to device idle */
+    uint64_t passive, on_demand;  /* swaps the plan did not foresee */
+} cham_trial_t;
+
+/* A kept policy with the op sequence it was made for. */
+typedef struct cham_cached_plan {
+    cham_op_token_t *seq;
+    size_t len;
+    uint64_t fingerprint;
+    uint64_t last_used;           /* step; the oldest is evicted */
+    cham_plan_t *plan;
+} cham_cached_plan_t;
+
+/* What the executor does in the step being run. Invariant: storage_of[i]
+ * is the live storage item i matched this step, or NULL. */
+typedef struct cham_exec {
+    cham_plan_t *plan;            /* applied this step, or NULL */
+    cham_storage_t **storage_of;  /* n_items */
+    size_t cap_items;
+    uint32_t *pending;            /* items to swap out when the op ends */
+    size_t n_pending, cap_pending;
+    size_t in_next;               /* next entry of plan->in_order */
+    uint64_t step_base;           /* ops_total at the step's start */
+} cham_exec_t;
 
 struct cham_context {
     cham_config_t config;
@@ -81,6 +128,20 @@ struct cham_context {
 
     uint64_t next_storage_id;
     uint64_t live_storages;
+    cham_storage_t *storages;     /* live ones, newest first */
+    uint64_t pin;                 /* stamp of the op being begun */
+
+    /* Acting (executor.c) and the loop around it (loop.c). */
+    cham_exec_t exec;
+    cham_trial_t *trials;         /* GenPolicy: policies tried, one a step */
+    size_t n_trials, cap_trials;
+    cham_plan_t *next_plan;       /* to apply from the next step */
+    uint64_t reserve;             /* planner reserve; 0 = the default rule */
+    uint64_t last_sync_ns;        /* host time of the last step-end sync */
+    bool synced;                  /* the last step ended with a sync */
+    uint64_t step_passive, step_on_demand;  /* this step's unplanned swaps */
+    cham_cached_plan_t *cache;    /* config.policy_cache entries */
+    size_t n_cache;
     cham_runtime_stats_t stats;
 
     cham_stage_hook_t stage_hook;
@@ -98,6 +159,37 @@ void cham_context_log(cham_context_t *ctx, const char *fmt, ...) CHAM_PRINTF(2, 
 /* tensor.c: brings a storage used by the op being begun onto the device
  * and makes the compute stream wait for its swap-in. */
 cham_status_t cham_storage_prepare(cham_storage_t *s);
+/* tensor.c: moves a storage to pinned host memory. Its device block is
+ * reusable once op free_op (a global op index) has been dispatched, or,
+ * with config.pytorch_record_stream, once host queries find the copy done. */
+cham_status_t cham_storage_swap_out(cham_storage_t *s, bool passive, uint64_t free_op,
+                                    const char *label);
+/* tensor.c: brings a storage on the host back (planned or on demand). */
+cham_status_t cham_storage_swap_in(cham_storage_t *s, const char *label);
+
+/* oom.c: a device block for bytes on the compute stream, with the
+ * out-of-memory path of Algorithm 3 (passive swaps of resident storages
+ * the op being begun does not use). what names the request in errors. */
+cham_status_t cham_runtime_alloc(cham_context_t *ctx, size_t bytes, const char *what,
+                                 cham_block_t **out);
+
+/* executor.c: the step starts / an op begins (planned swap-ins) / a tensor
+ * is used (matching) / an op ends (planned swap-outs) / a storage dies. */
+void cham_exec_step_start(cham_context_t *ctx);
+cham_status_t cham_exec_op_begin(cham_context_t *ctx);
+void cham_exec_use(cham_context_t *ctx, cham_storage_t *s, cham_op_token_t token);
+cham_status_t cham_exec_op_end(cham_context_t *ctx);
+void cham_exec_forget(cham_context_t *ctx, cham_storage_t *s);
+
+/* loop.c: plans are shared by reference count. */
+cham_plan_t *cham_plan_retain(cham_plan_t *plan);
+void cham_plan_release(cham_plan_t *plan);
+/* loop.c: after the stage machine ran at step end: generate, try, keep,
+ * cache and pick the plan of the next step; may change the stage (a cache
+ * hit goes straight to Stable). */
+void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to);
+/* loop.c: frees the trials, the cache and the plans. */
+void cham_loop_free(cham_context_t *ctx);
 /* dispatch.c: the memory sample a swap happening now changes. */
 uint32_t cham_dispatch_sample(const cham_context_t *ctx);
 /* dispatch.c: profiles the step that is starting in detail. */

@@ -54,7 +54,28 @@ static cham_storage_t *storage_new(cham_context_t *ctx, size_t bytes)
     s->id = ctx->next_storage_id++;
     s->bytes = bytes;
     s->residency = CHAM_RESIDENT_DEVICE;
+    s->item = CHAM_MATCH_NONE;
+    s->next = ctx->storages;
+    if (s->next)
+        s->next->prev = s;
+    ctx->storages = s;
+    ctx->live_storages++;
     return s;
+}
+
+/* Forgets a storage that never held memory or whose memory is returned. */
+static void storage_unlink(cham_storage_t *s)
+{
+    cham_context_t *ctx = s->ctx;
+    cham_exec_forget(ctx, s);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        ctx->storages = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    ctx->live_storages--;
+    free(s);
 }
 
 static void mem_add(cham_context_t *ctx, int64_t bytes)
@@ -83,22 +104,21 @@ cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dt
         cham_context_error(ctx, "out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
-    cham_status_t st = cham_block_alloc(ctx->mem, bytes, ctx->compute, &s->block);
+    char what[80];
+    snprintf(what, sizeof what, "tensor \"%s\"", label ? label : "");
+    cham_status_t st = cham_runtime_alloc(ctx, bytes, what, &s->block);
     if (st != CHAM_OK) {
-        cham_context_error(ctx, "tensor \"%s\": %s", label ? label : "",
-                           cham_allocator_last_error(ctx->mem));
-        free(s);
+        storage_unlink(s);
         return st;
     }
     cham_tensor_t *t = view_new(s, 0, bytes, dtype, label);
     if (!t) {
         cham_block_free(ctx->mem, s->block);
-        free(s);
+        storage_unlink(s);
         cham_context_error(ctx, "out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
     mem_add(ctx, (int64_t)bytes);
-    ctx->live_storages++;
     *out = t;
     return CHAM_OK;
 }
@@ -122,13 +142,13 @@ cham_status_t cham_tensor_wrap(cham_context_t *ctx, void *ptr, size_t bytes,
     cham_storage_t *s = storage_new(ctx, bytes);
     cham_tensor_t *t = s ? view_new(s, 0, bytes, dtype, label) : NULL;
     if (!t) {
-        free(s);
+        if (s)
+            storage_unlink(s);
         cham_context_error(ctx, "out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
     s->ptr = ptr;
     mem_add(ctx, (int64_t)bytes);
-    ctx->live_storages++;
     *out = t;
     return CHAM_OK;
 }
@@ -182,8 +202,7 @@ static void storage_free(cham_storage_t *s)
         mem_add(ctx, -(int64_t)s->bytes);
     cham_event_free(s->out_event);
     cham_event_free(s->in_event);
-    ctx->live_storages--;
-    free(s);
+    storage_unlink(s);
 }
 
 void cham_tensor_release(cham_tensor_t *t)
@@ -262,25 +281,35 @@ static cham_status_t device_error(cham_context_t *ctx, cham_status_t st, const c
     return st;
 }
 
-cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive)
+/* Hands the device block of a storage being swapped out back to the
+ * allocator: after op free_op is dispatched, behind an event wait (ours),
+ * or when host queries find the copy done (PyTorch's recordStream). */
+static cham_status_t release_swapped_block(cham_storage_t *s, uint64_t free_op)
 {
-    CHAM_ASSERT(t);
-    cham_storage_t *s = t->storage;
     cham_context_t *ctx = s->ctx;
-    if (ctx->config.mode != CHAM_MODE_MANAGED) {
-        cham_context_error(ctx, "swap-out of \"%s\": advisor mode; the caller moves memory",
-                           t->label);
-        return CHAM_ERR_INVALID_ARG;
+    if (ctx->config.pytorch_record_stream) {
+        cham_status_t st = cham_block_record_stream(ctx->mem, s->block, ctx->swap_out);
+        if (st == CHAM_OK)
+            cham_block_free(ctx->mem, s->block);
+        return st;
     }
+    return cham_block_free_after_op(ctx->mem, s->block, ctx->swap_out, free_op);
+}
+
+cham_status_t cham_storage_swap_out(cham_storage_t *s, bool passive, uint64_t free_op,
+                                    const char *label)
+{
+    cham_context_t *ctx = s->ctx;
     if (s->residency == CHAM_RESIDENT_HOST)
         return CHAM_OK;
+    CHAM_ASSERT(s->block);
     cham_status_t st = ensure_event(ctx, &s->out_event);
     if (st != CHAM_OK)
         return st;
     cham_block_t *host;
     st = cham_block_alloc(ctx->pinned, s->bytes, ctx->swap_out, &host);
     if (st != CHAM_OK) {
-        cham_context_error(ctx, "swap-out of \"%s\": %s", t->label,
+        cham_context_error(ctx, "swap-out of \"%s\": %s", label,
                            cham_allocator_last_error(ctx->pinned));
         return st;
     }
@@ -290,13 +319,11 @@ cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive)
     if ((st = cham_event_record(s->out_event, ctx->compute)) != CHAM_OK ||
         (st = cham_stream_wait_event(ctx->swap_out, s->out_event)) != CHAM_OK ||
         (st = cham_copy_async(ctx->swap_out, cham_block_ptr(host), cham_block_ptr(s->block),
-                              s->bytes, CHAM_COPY_D2H, t->label)) != CHAM_OK ||
+                              s->bytes, CHAM_COPY_D2H, label)) != CHAM_OK ||
         (st = cham_event_record(s->out_event, ctx->swap_out)) != CHAM_OK)
         goto fail;
-    /* Reusable once the next op is dispatched; no polling. */
-    if ((st = cham_block_free_after_op(ctx->mem, s->block, ctx->swap_out, ctx->ops_total)) !=
-        CHAM_OK) {
-        cham_context_error(ctx, "swap-out of \"%s\": %s", t->label,
+    if ((st = release_swapped_block(s, free_op)) != CHAM_OK) {
+        cham_context_error(ctx, "swap-out of \"%s\": %s", label,
                            cham_allocator_last_error(ctx->mem));
         cham_block_free(ctx->pinned, host);
         return st;
@@ -311,28 +338,43 @@ cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive)
     mem_add(ctx, -(int64_t)s->bytes);
     ctx->stats.swaps_out++;
     ctx->stats.bytes_out += s->bytes;
+    if (passive) {
+        ctx->stats.passive_swaps_out++;
+        ctx->step_passive++;
+    }
     cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, passive);
     return CHAM_OK;
 fail:
     cham_block_free(ctx->pinned, host);
-    return device_error(ctx, st, "swap-out", t->label);
+    return device_error(ctx, st, "swap-out", label);
 }
 
-/* Brings a storage on the host back; shared by cham_tensor_swap_in and the
- * on-demand path. */
-static cham_status_t storage_swap_in(cham_storage_t *s, const char *label)
+cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive)
+{
+    CHAM_ASSERT(t);
+    cham_context_t *ctx = t->storage->ctx;
+    if (ctx->config.mode != CHAM_MODE_MANAGED) {
+        cham_context_error(ctx, "swap-out of \"%s\": advisor mode; the caller moves memory",
+                           t->label);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    /* Reusable once the next op is dispatched. */
+    return cham_storage_swap_out(t->storage, passive, ctx->ops_total, t->label);
+}
+
+cham_status_t cham_storage_swap_in(cham_storage_t *s, const char *label)
 {
     cham_context_t *ctx = s->ctx;
     cham_status_t st = ensure_event(ctx, &s->in_event);
     if (st != CHAM_OK)
         return st;
+    char what[96];
+    snprintf(what, sizeof what, "swap-in of \"%s\"", label);
     cham_block_t *block;
-    st = cham_block_alloc(ctx->mem, s->bytes, ctx->compute, &block);
-    if (st != CHAM_OK) {
-        cham_context_error(ctx, "swap-in of \"%s\": %s", label,
-                           cham_allocator_last_error(ctx->mem));
+    st = cham_runtime_alloc(ctx, s->bytes, what, &block);
+    if (st != CHAM_OK)
         return st;
-    }
+    CHAM_ASSERT(s->residency == CHAM_RESIDENT_HOST);
     /* The block's previous user ran on compute; the pinned copy was written
      * by the swap-out stream. */
     if ((st = cham_event_record(s->in_event, ctx->compute)) != CHAM_OK ||
@@ -362,7 +404,7 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t)
     cham_storage_t *s = t->storage;
     if (s->residency != CHAM_RESIDENT_HOST)
         return CHAM_OK;
-    return storage_swap_in(s, t->label);
+    return cham_storage_swap_in(s, t->label);
 }
 
 cham_status_t cham_storage_prepare(cham_storage_t *s)
@@ -371,10 +413,11 @@ cham_status_t cham_storage_prepare(cham_storage_t *s)
     if (s->residency == CHAM_RESIDENT_HOST) {
         char label[64];
         snprintf(label, sizeof label, "storage %llu (on demand)", (unsigned long long)s->id);
-        cham_status_t st = storage_swap_in(s, label);
+        cham_status_t st = cham_storage_swap_in(s, label);
         if (st != CHAM_OK)
             return st;
         ctx->stats.on_demand_swaps_in++;
+        ctx->step_on_demand++;
         cham_context_log(ctx, "step %llu op %u: storage %llu was on the host; brought back on "
                          "demand", (unsigned long long)ctx->step, ctx->ops_in_step,
                          (unsigned long long)s->id);

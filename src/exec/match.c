@@ -1,0 +1,311 @@
+/* Multi-feature fuzzy matching: building the index of a policy from its
+ * profile, and the per-use lookup (match.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/assert.h"
+#include "exec/match.h"
+
+/* ---- keys -----------------------------------------------------------------*/
+
+static inline uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15u + (h << 6) + (h >> 2);
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9u;
+    return h ^ (h >> 29);
+}
+
+static inline uint64_t nonzero(uint64_t h)
+{
+    return h ? h : 1;
+}
+
+static inline uint64_t strict_key(const cham_features_t *f)
+{
+    uint64_t h = mix(mix(0x5851f42d4c957f2du, f->use_count), f->tag);
+    return nonzero(mix(mix(mix(h, f->history), f->bytes), f->dtype));
+}
+
+static inline uint64_t loose_key(const cham_features_t *f, int32_t token)
+{
+    return nonzero(mix(mix(mix(0x2545f4914f6cdd1du, f->bytes), f->dtype), (uint32_t)token));
+}
+
+/* ---- a key table ----------------------------------------------------------*/
+
+static size_t pow2_at_least(size_t n)
+{
+    size_t p = 16;
+    while (p < n)
+        p *= 2;
+    return p;
+}
+
+static bool table_init(cham_match_table_t *t, size_t n_items)
+{
+    memset(t, 0, sizeof *t);
+    t->n_slots = pow2_at_least(2 * n_items + 1);
+    size_t k = n_items ? n_items : 1;
+    t->keys = calloc(t->n_slots, sizeof *t->keys);
+    t->slot_of = malloc(t->n_slots * sizeof *t->slot_of);
+    t->first = calloc(k, sizeof *t->first);
+    t->count = calloc(k, sizeof *t->count);
+    t->seen = calloc(k, sizeof *t->seen);
+    t->cursor = calloc(k, sizeof *t->cursor);
+    t->rank = malloc(k * sizeof *t->rank);
+    t->item = malloc(k * sizeof *t->item);
+    return t->keys && t->slot_of && t->first && t->count && t->seen && t->cursor && t->rank &&
+           t->item;
+}
+
+static void table_free(cham_match_table_t *t)
+{
+    free(t->keys);
+    free(t->slot_of);
+    free(t->first);
+    free(t->count);
+    free(t->seen);
+    free(t->cursor);
+    free(t->rank);
+    free(t->item);
+    memset(t, 0, sizeof *t);
+}
+
+/* The distinct-key index of key, or NONE. */
+static inline uint32_t table_find(const cham_match_table_t *t, uint64_t key)
+{
+    size_t mask = t->n_slots - 1;
+    for (size_t i = key & mask;; i = (i + 1) & mask) {
+        if (t->keys[i] == key)
+            return t->slot_of[i];
+        if (t->keys[i] == 0)
+            return CHAM_MATCH_NONE;
+    }
+}
+
+static uint32_t table_add(cham_match_table_t *t, uint64_t key)
+{
+    size_t mask = t->n_slots - 1;
+    size_t i = key & mask;
+    while (t->keys[i] != 0 && t->keys[i] != key)
+        i = (i + 1) & mask;
+    if (t->keys[i] == 0) {
+        t->keys[i] = key;
+        t->slot_of[i] = (uint32_t)t->n_keys++;
+    }
+    return t->slot_of[i];
+}
+
+/* ---- building -------------------------------------------------------------*/
+
+/* Storage id -> index of its running features, open addressing. */
+typedef struct storage_map {
+    uint64_t *ids;               /* id + 1, 0 = empty */
+    uint32_t *at;
+    size_t n_slots, n;
+} storage_map_t;
+
+static uint32_t storage_index(storage_map_t *s, uint64_t id)
+{
+    size_t mask = s->n_slots - 1;
+    size_t i = mix(0, id) & mask;
+    while (s->ids[i] != 0 && s->ids[i] != id + 1)
+        i = (i + 1) & mask;
+    if (s->ids[i] == 0) {
+        s->ids[i] = id + 1;
+        s->at[i] = (uint32_t)s->n++;
+    }
+    return s->at[i];
+}
+
+/* Tags the 32 most frequent ops of the profile (ties: the lower token). */
+static bool build_tags(cham_match_t *m, const cham_profile_view_t *v)
+{
+    int32_t max_token = -1;
+    for (size_t i = 0; i < v->n_ops; i++)
+        max_token = v->ops[i].token > max_token ? v->ops[i].token : max_token;
+    m->n_tag_tokens = (size_t)(max_token + 1);
+    size_t n = m->n_tag_tokens ? m->n_tag_tokens : 1;
+    m->tag_bit = calloc(n, sizeof *m->tag_bit);
+    uint64_t *freq = calloc(n, sizeof *freq);
+    if (!m->tag_bit || !freq) {
+        free(freq);
+        return false;
+    }
+    for (size_t i = 0; i < v->n_ops; i++)
+        freq[v->ops[i].token]++;
+    for (uint32_t bit = 0; bit < CHAM_MATCH_TAG_OPS; bit++) {
+        size_t best = SIZE_MAX;
+        for (size_t t = 0; t < m->n_tag_tokens; t++)
+            if (freq[t] && !m->tag_bit[t] && (best == SIZE_MAX || freq[t] > freq[best]))
+                best = t;
+        if (best == SIZE_MAX)
+            break;
+        m->tag_bit[best] = UINT32_C(1) << bit;
+    }
+    free(freq);
+    return true;
+}
+
+/* The item whose out use is use u (its storage's last use in its swap-out
+ * op), for every use; NONE elsewhere. */
+static void mark_out_uses(const cham_policy_view_t *pv, const cham_profile_view_t *v,
+                          uint32_t *item_of_use)
+{
+    for (size_t u = 0; u < v->n_uses; u++)
+        item_of_use[u] = CHAM_MATCH_NONE;
+    for (size_t i = 0; i < pv->n_items; i++) {
+        const cham_policy_item_t *it = &pv->items[i];
+        if (it->swap_out_op >= v->n_ops)
+            continue;
+        const cham_profile_op_t *op = &v->ops[it->swap_out_op];
+        for (uint32_t k = op->n_uses; k-- > 0;) {
+            if (v->uses[op->first_use + k].storage == it->storage) {
+                item_of_use[op->first_use + k] = (uint32_t)i;
+                break;
+            }
+        }
+    }
+}
+
+/* Ranks of the items' keys among all uses of the profile, then the runs. */
+static bool build_table(cham_match_table_t *t, const uint64_t *keys, size_t n_uses,
+                        const uint32_t *item_of_use, size_t n_items)
+{
+    if (!table_init(t, n_items))
+        return false;
+    for (size_t u = 0; u < n_uses; u++)
+        if (item_of_use[u] != CHAM_MATCH_NONE)
+            table_add(t, keys[u]);
+    /* Entries in use order: (key, rank, item); then grouped by key. */
+    uint32_t *ekey = malloc((n_items ? n_items : 1) * sizeof *ekey);
+    uint32_t *erank = malloc((n_items ? n_items : 1) * sizeof *erank);
+    uint32_t *eitem = malloc((n_items ? n_items : 1) * sizeof *eitem);
+    if (!ekey || !erank || !eitem) {
+        free(ekey), free(erank), free(eitem);
+        return false;
+    }
+    size_t n = 0;
+    for (size_t u = 0; u < n_uses; u++) {
+        uint32_t k = table_find(t, keys[u]);
+        if (k == CHAM_MATCH_NONE)
+            continue;
+        uint32_t rank = t->seen[k]++;
+        if (item_of_use[u] != CHAM_MATCH_NONE) {
+            ekey[n] = k, erank[n] = rank, eitem[n] = item_of_use[u];
+            t->count[k]++;
+            n++;
+        }
+    }
+    for (size_t k = 1; k < t->n_keys; k++)
+        t->first[k] = t->first[k - 1] + t->count[k - 1];
+    memset(t->seen, 0, t->n_keys * sizeof *t->seen);
+    for (size_t e = 0; e < n; e++) {          /* stable: ranks stay increasing */
+        uint32_t at = t->first[ekey[e]] + t->seen[ekey[e]]++;
+        t->rank[at] = erank[e];
+        t->item[at] = eitem[e];
+    }
+    memset(t->seen, 0, t->n_keys * sizeof *t->seen);
+    free(ekey), free(erank), free(eitem);
+    return true;
+}
+
+bool cham_match_build(cham_match_t *m, const cham_policy_t *policy,
+                      const cham_profile_t *profile)
+{
+    memset(m, 0, sizeof *m);
+    cham_policy_view_t pv;
+    cham_profile_view_t v;
+    cham_policy_get(policy, &pv);
+    cham_profile_get(profile, &v);
+    size_t nu = v.n_uses ? v.n_uses : 1;
+    uint64_t *strict = malloc(nu * sizeof *strict);
+    uint64_t *loose = malloc(nu * sizeof *loose);
+    uint32_t *item_of_use = malloc(nu * sizeof *item_of_use);
+    cham_features_t *feat = calloc(nu, sizeof *feat);
+    storage_map_t sm = {.n_slots = pow2_at_least(2 * nu)};
+    sm.ids = calloc(sm.n_slots, sizeof *sm.ids);
+    sm.at = malloc(sm.n_slots * sizeof *sm.at);
+    m->n_items = pv.n_items;
+    m->matched = calloc(pv.n_items ? pv.n_items : 1, sizeof *m->matched);
+    bool ok = strict && loose && item_of_use && feat && sm.ids && sm.at && m->matched &&
+              build_tags(m, &v);
+    if (ok) {
+        /* The features after every use, as the runtime computes them. */
+        for (size_t o = 0; o < v.n_ops; o++) {
+            const cham_profile_op_t *op = &v.ops[o];
+            for (uint32_t k = 0; k < op->n_uses; k++) {
+                const cham_tensor_use_t *use = &v.uses[op->first_use + k];
+                cham_features_t *f = &feat[storage_index(&sm, use->storage)];
+                f->bytes = use->storage_bytes;
+                f->dtype = (uint32_t)use->dtype;
+                cham_features_advance(f, op->token, cham_match_tag_bit(m, op->token));
+                strict[op->first_use + k] = strict_key(f);
+                loose[op->first_use + k] = loose_key(f, op->token);
+            }
+        }
+        mark_out_uses(&pv, &v, item_of_use);
+        ok = build_table(&m->strict, strict, v.n_uses, item_of_use, pv.n_items) &&
+             build_table(&m->loose, loose, v.n_uses, item_of_use, pv.n_items);
+    }
+    free(strict), free(loose), free(item_of_use), free(feat), free(sm.ids), free(sm.at);
+    if (!ok)
+        cham_match_free(m);
+    return ok;
+}
+
+void cham_match_free(cham_match_t *m)
+{
+    free(m->tag_bit);
+    free(m->matched);
+    table_free(&m->strict);
+    table_free(&m->loose);
+    memset(m, 0, sizeof *m);
+}
+
+void cham_match_step_start(cham_match_t *m)
+{
+    cham_match_table_t *ts[2] = {&m->strict, &m->loose};
+    for (int i = 0; i < 2; i++) {
+        if (ts[i]->n_keys) {
+            memset(ts[i]->seen, 0, ts[i]->n_keys * sizeof *ts[i]->seen);
+            memset(ts[i]->cursor, 0, ts[i]->n_keys * sizeof *ts[i]->cursor);
+        }
+    }
+    if (m->n_items)
+        memset(m->matched, 0, m->n_items * sizeof *m->matched);
+    m->hits_strict = m->hits_loose = 0;
+}
+
+/* Counts a use of key k; the item at this rank, or NONE. */
+static inline uint32_t table_use(cham_match_table_t *t, uint32_t k)
+{
+    uint32_t rank = t->seen[k]++;
+    uint32_t end = t->first[k] + t->count[k];
+    uint32_t at = t->first[k] + t->cursor[k];
+    while (at < end && t->rank[at] < rank)
+        at++;
+    t->cursor[k] = at - t->first[k];
+    return at < end && t->rank[at] == rank ? t->item[at] : CHAM_MATCH_NONE;
+}
+
+uint32_t cham_match_use(cham_match_t *m, const cham_features_t *f, int32_t token)
+{
+    if (m->n_items == 0)
+        return CHAM_MATCH_NONE;
+    uint32_t ks = table_find(&m->strict, strict_key(f));
+    uint32_t kl = table_find(&m->loose, loose_key(f, token));
+    uint32_t is = ks == CHAM_MATCH_NONE ? CHAM_MATCH_NONE : table_use(&m->strict, ks);
+    uint32_t il = kl == CHAM_MATCH_NONE ? CHAM_MATCH_NONE : table_use(&m->loose, kl);
+    /* A use the profile knew strictly is judged strictly only. */
+    uint32_t item = ks != CHAM_MATCH_NONE ? is : il;
+    if (item == CHAM_MATCH_NONE || m->matched[item])
+        return CHAM_MATCH_NONE;
+    m->matched[item] = true;
+    if (ks != CHAM_MATCH_NONE)
+        m->hits_strict++;
+    else
+        m->hits_loose++;
+    return item;
+}

@@ -1,0 +1,104 @@
+/* Applying a policy to the step being run (paper §6).
+ *
+ * Every tensor use is matched against the plan's index (exec/match.h). A
+ * matched storage is at its last forward use: when the op ends (its kernels
+ * are queued) the storage is swapped out on the swap-out stream, and its
+ * device block is handed back after the op the policy's simulator chose
+ * (free_op), behind an event wait: the custom recordStream. When the op the
+ * policy names for an item's swap-in begins, the storage comes back on the
+ * swap-in stream; the op that uses it makes the compute stream wait on it.
+ *
+ * Ops are placed by their index in the step, counted from the step's
+ * start. When the step drifts from the profiled one (an op more or less),
+ * swaps move by as much; a storage still on the host when an op needs it
+ * comes back on demand, so correctness never depends on the plan. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/assert.h"
+#include "common/grow.h"
+#include "policy/policy-impl.h"
+#include "runtime/runtime-impl.h"
+
+void cham_exec_step_start(cham_context_t *ctx)
+{
+    cham_exec_t *x = &ctx->exec;
+    x->step_base = ctx->ops_total;
+    x->n_pending = 0;
+    x->in_next = 0;
+    if (x->plan) {
+        cham_match_step_start(&x->plan->match);
+        memset(x->storage_of, 0, x->plan->policy->n_items * sizeof *x->storage_of);
+    }
+}
+
+void cham_exec_use(cham_context_t *ctx, cham_storage_t *s, cham_op_token_t token)
+{
+    cham_exec_t *x = &ctx->exec;
+    uint32_t item = cham_match_use(&x->plan->match, &s->feat, token);
+    if (item == CHAM_MATCH_NONE)
+        return;
+    if (s->item != CHAM_MATCH_NONE && x->storage_of[s->item] == s)
+        x->storage_of[s->item] = NULL;    /* a storage stands for one item */
+    x->storage_of[item] = s;
+    s->item = item;
+    uint32_t *p = cham_grow(x->pending, &x->cap_pending, x->n_pending + 1, sizeof *p, 16);
+    if (!p)
+        return;           /* host OOM: this swap-out is skipped, nothing breaks */
+    x->pending = p;
+    x->pending[x->n_pending++] = item;
+}
+
+void cham_exec_forget(cham_context_t *ctx, cham_storage_t *s)
+{
+    cham_exec_t *x = &ctx->exec;
+    if (s->item != CHAM_MATCH_NONE && x->plan && s->item < x->plan->policy->n_items &&
+        x->storage_of[s->item] == s)
+        x->storage_of[s->item] = NULL;
+    s->item = CHAM_MATCH_NONE;
+}
+
+cham_status_t cham_exec_op_begin(cham_context_t *ctx)
+{
+    cham_exec_t *x = &ctx->exec;
+    const cham_policy_t *pol = x->plan->policy;
+    uint32_t k = ctx->ops_in_step;               /* the op being begun */
+    while (x->in_next < pol->n_items) {
+        uint32_t item = x->plan->in_order[x->in_next];
+        if (pol->items[item].swap_in_op > k)
+            break;
+        x->in_next++;
+        cham_storage_t *s = x->storage_of[item];
+        if (!s || s->residency != CHAM_RESIDENT_HOST)
+            continue;     /* not matched, or already back */
+        cham_status_t st = cham_storage_swap_in(s, "planned swap-in");
+        if (st != CHAM_OK)
+            return st;
+        ctx->stats.planned_swaps_in++;
+    }
+    return CHAM_OK;
+}
+
+cham_status_t cham_exec_op_end(cham_context_t *ctx)
+{
+    cham_exec_t *x = &ctx->exec;
+    const cham_policy_t *pol = x->plan->policy;
+    uint64_t op = ctx->ops_total;                /* the op that ends */
+    for (size_t i = 0; i < x->n_pending; i++) {
+        uint32_t item = x->pending[i];
+        cham_storage_t *s = x->storage_of[item];
+        if (!s || !s->block || s->residency != CHAM_RESIDENT_DEVICE)
+            continue;     /* released by its op, or not on the device */
+        /* The planned release op, but never this one: its wait would stall
+         * the next op on the copy the policy meant to hide. */
+        uint64_t free_op = x->step_base + pol->items[item].free_op;
+        if (free_op <= op)
+            free_op = op + 1;
+        cham_status_t st = cham_storage_swap_out(s, false, free_op, "planned swap-out");
+        if (st != CHAM_OK)
+            return st;
+        ctx->stats.planned_swaps_out++;
+    }
+    x->n_pending = 0;
+    return CHAM_OK;
+}

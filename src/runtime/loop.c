@@ -1,0 +1,335 @@
+/* The loop around the executor (paper §3-§6, docs/executor.md):
+ *
+ *   WarmUp     no policy; memory runs out -> passive swaps (oom.c)
+ *   GenPolicy  each step is profiled in detail; its profile gives a policy
+ *              that the next step applies and measures; after n such
+ *              trials the fastest is kept
+ *   Stable     the kept policy is applied step after step
+ *   a big change of the op sequence -> WarmUp, the policy is dropped.
+ *
+ * Beyond the paper, kept policies stay in a small cache with the op
+ * sequence they were made for: a step whose sequence is like a cached one
+ * (by the stage machine's own test) gets that policy back for the next
+ * step and goes straight to Stable, instead of WarmUp and n more trials. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/assert.h"
+#include "common/grow.h"
+#include "policy/policy-impl.h"
+#include "runtime/runtime-impl.h"
+
+/* ---- plans ----------------------------------------------------------------*/
+
+static const cham_policy_item_t *sort_items;
+
+static int cmp_swap_in(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    uint32_t ox = sort_items[x].swap_in_op, oy = sort_items[y].swap_in_op;
+    if (ox != oy)
+        return ox < oy ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+/* Takes the policy (freed on failure). */
+static cham_plan_t *plan_new(cham_policy_t *policy, const cham_profile_t *profile)
+{
+    cham_plan_t *p = calloc(1, sizeof *p);
+    size_t n = policy->n_items;
+    if (!p || !(p->in_order = malloc((n ? n : 1) * sizeof *p->in_order)) ||
+        !cham_match_build(&p->match, policy, profile)) {
+        if (p)
+            free(p->in_order);
+        free(p);
+        cham_policy_free(policy);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        p->in_order[i] = (uint32_t)i;
+    sort_items = policy->items;
+    qsort(p->in_order, n, sizeof *p->in_order, cmp_swap_in);
+    p->policy = policy;
+    p->refs = 1;
+    return p;
+}
+
+cham_plan_t *cham_plan_retain(cham_plan_t *plan)
+{
+    if (plan)
+        plan->refs++;
+    return plan;
+}
+
+void cham_plan_release(cham_plan_t *plan)
+{
+    if (!plan || --plan->refs > 0)
+        return;
+    cham_match_free(&plan->match);
+    cham_policy_free(plan->policy);
+    free(plan->in_order);
+    free(plan);
+}
+
+/* Applies plan from the next step on (NULL: none). */
+static void apply(cham_context_t *ctx, cham_plan_t *plan)
+{
+    cham_exec_t *x = &ctx->exec;
+    if (plan == x->plan)
+        return;
+    if (plan) {
+        size_t n = plan->policy->n_items;
+        cham_storage_t **v = cham_grow(x->storage_of, &x->cap_items, n ? n : 1, sizeof *v, 16);
+        if (!v) {
+            cham_context_log(ctx, "out of host memory installing a policy; none is applied");
+            plan = NULL;
+        } else {
+            x->storage_of = v;
+        }
+    }
+    for (cham_storage_t *s = ctx->storages; s; s = s->next)
+        s->item = CHAM_MATCH_NONE;
+    cham_plan_release(x->plan);
+    x->plan = cham_plan_retain(plan);
+}
+
+/* ---- GenPolicy: generate, try, keep -----------------------------------------*/
+
+static void trials_clear(cham_context_t *ctx)
+{
+    for (size_t i = 0; i < ctx->n_trials; i++)
+        cham_plan_release(ctx->trials[i].plan);
+    ctx->n_trials = 0;
+}
+
+/* A policy from the profile of the step that just ended; NULL (logged) if
+ * none can be made. */
+static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile)
+{
+    cham_device_info_t info;
+    cham_device_get_info(ctx->dev, &info);
+    cham_planner_config_t pc = cham_planner_config_default();
+    pc.capacity = info.capacity;
+    pc.h2d_bandwidth = info.h2d_bandwidth;
+    pc.d2h_bandwidth = info.d2h_bandwidth;
+    pc.score_c = ctx->config.score_c;
+    pc.min_swap_bytes = ctx->config.min_swap_bytes;
+    if (ctx->reserve)
+        pc.reserve = ctx->reserve;
+    cham_policy_t *policy = NULL;
+    char err[400];
+    cham_status_t st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
+    if (st != CHAM_OK) {
+        ctx->stats.policy_failures++;
+        cham_context_log(ctx, "step %llu: no policy: %s", (unsigned long long)ctx->step, err);
+        return NULL;
+    }
+    cham_plan_t *plan = plan_new(policy, profile);
+    if (!plan) {
+        cham_context_log(ctx, "step %llu: out of host memory indexing a policy",
+                         (unsigned long long)ctx->step);
+        return NULL;
+    }
+    ctx->stats.policies_generated++;
+    cham_context_log(ctx, "step %llu: policy %zu generated: %zu swaps, predicted peak %llu of "
+                     "%llu usable bytes", (unsigned long long)ctx->step, ctx->n_trials + 1,
+                     policy->n_items, (unsigned long long)policy->predicted_peak,
+                     (unsigned long long)policy->usable);
+    return plan;
+}
+
+/* Records how the step that applied the newest trial went. A trial that
+ * needed passive swaps planned too close to the limit: the next one gets
+ * twice the reserve. */
+static void measure_trial(cham_context_t *ctx, uint64_t step_ns)
+{
+    cham_trial_t *t = &ctx->trials[ctx->n_trials - 1];
+    t->step_ns = step_ns;
+    t->passive = ctx->step_passive;
+    t->on_demand = ctx->step_on_demand;
+    if (t->passive) {
+        const cham_policy_t *p = t->plan->policy;
+        uint64_t reserve = p->capacity - p->usable;
+        ctx->reserve = reserve < p->capacity / 4 ? 2 * reserve + 1 : p->capacity / 2;
+    }
+}
+
+static cham_plan_t *best_trial(cham_context_t *ctx)
+{
+    cham_trial_t *best = NULL;
+    for (size_t i = 0; i < ctx->n_trials; i++) {
+        cham_trial_t *t = &ctx->trials[i];
+        if (t->step_ns && (!best || t->step_ns < best->step_ns))
+            best = t;
+    }
+    if (!best)
+        return NULL;
+    cham_context_log(ctx, "step %llu: kept policy %zu of %zu: %llu ns a step, %llu passive and "
+                     "%llu on-demand swaps", (unsigned long long)ctx->step,
+                     (size_t)(best - ctx->trials) + 1, ctx->n_trials,
+                     (unsigned long long)best->step_ns, (unsigned long long)best->passive,
+                     (unsigned long long)best->on_demand);
+    return best->plan;
+}
+
+/* ---- the policy cache ---------------------------------------------------------*/
+
+static uint64_t fingerprint(const cham_op_token_t *seq, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325u;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (uint32_t)seq[i];
+        h *= 0x100000001b3u;
+    }
+    return h;
+}
+
+/* Would the stage machine count b as the same sequence as a? */
+static bool alike(const cham_context_t *ctx, const cham_op_token_t *a, size_t na,
+                  const cham_op_token_t *b, size_t nb)
+{
+    size_t d = na > nb ? na - nb : nb - na;
+    if (nb == 0 || (double)d / (double)nb >= ctx->config.length_tolerance)
+        return false;
+    return cham_sequence_cosine(a, na, b, nb) > ctx->config.cosine_threshold;
+}
+
+static cham_cached_plan_t *cache_find(cham_context_t *ctx, const cham_op_token_t *seq,
+                                      size_t len)
+{
+    uint64_t fp = fingerprint(seq, len);
+    for (size_t i = 0; i < ctx->n_cache; i++)
+        if (ctx->cache[i].fingerprint == fp && ctx->cache[i].len == len &&
+            memcmp(ctx->cache[i].seq, seq, len * sizeof *seq) == 0)
+            return &ctx->cache[i];
+    for (size_t i = 0; i < ctx->n_cache; i++)
+        if (alike(ctx, seq, len, ctx->cache[i].seq, ctx->cache[i].len))
+            return &ctx->cache[i];
+    return NULL;
+}
+
+static void cache_put(cham_context_t *ctx, const cham_op_token_t *seq, size_t len,
+                      cham_plan_t *plan)
+{
+    if (ctx->config.policy_cache == 0)
+        return;
+    cham_cached_plan_t *e = cache_find(ctx, seq, len);
+    if (!e && ctx->n_cache < ctx->config.policy_cache) {
+        if (!ctx->cache && !(ctx->cache = calloc(ctx->config.policy_cache, sizeof *ctx->cache)))
+            return;
+        e = &ctx->cache[ctx->n_cache++];
+    }
+    if (!e) {                     /* full: the least recently used goes */
+        e = &ctx->cache[0];
+        for (size_t i = 1; i < ctx->n_cache; i++)
+            if (ctx->cache[i].last_used < e->last_used)
+                e = &ctx->cache[i];
+    }
+    cham_op_token_t *copy = malloc((len ? len : 1) * sizeof *copy);
+    if (!copy)
+        return;                   /* not kept: only a later WarmUp costs more */
+    memcpy(copy, seq, len * sizeof *seq);
+    free(e->seq);
+    cham_plan_release(e->plan);
+    *e = (cham_cached_plan_t){.seq = copy, .len = len, .fingerprint = fingerprint(seq, len),
+                              .last_used = ctx->step, .plan = cham_plan_retain(plan)};
+}
+
+/* ---- the step end -----------------------------------------------------------*/
+
+void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to)
+{
+    cham_exec_t *x = &ctx->exec;
+    if (x->plan) {
+        const cham_match_t *m = &x->plan->match;
+        uint64_t hits = m->hits_strict + m->hits_loose;
+        ctx->stats.steps_with_policy++;
+        ctx->stats.items_matched += hits;
+        ctx->stats.matched_loose += m->hits_loose;
+        ctx->stats.items_missed += x->plan->policy->n_items - hits;
+    }
+    if (!ctx->config.executor || ctx->config.mode != CHAM_MODE_MANAGED)
+        return;
+
+    /* GenPolicy steps end device-idle, so that each trial's time is the
+     * device's time for that step alone. */
+    bool measured = false;
+    uint64_t step_ns = 0;
+    if (from == CHAM_STAGE_GENPOLICY || *to == CHAM_STAGE_GENPOLICY) {
+        cham_device_synchronize(ctx->dev);
+        uint64_t now = cham_device_host_time(ctx->dev);
+        measured = ctx->synced;
+        step_ns = now - ctx->last_sync_ns;
+        ctx->last_sync_ns = now;
+        ctx->synced = true;
+    } else {
+        ctx->synced = false;
+    }
+
+    const cham_profile_t *prof = ctx->last_profile;
+    cham_profile_view_t pv;
+    if (prof)
+        cham_profile_get(prof, &pv);
+    bool fresh = prof && pv.step + 1 == ctx->step;
+    cham_plan_t *next = x->plan;
+
+    if (from == CHAM_STAGE_GENPOLICY) {
+        if (ctx->n_trials && x->plan == ctx->trials[ctx->n_trials - 1].plan && measured)
+            measure_trial(ctx, step_ns ? step_ns : 1);
+        if (*to == CHAM_STAGE_GENPOLICY) {
+            cham_plan_t *plan = fresh ? generate(ctx, prof) : NULL;
+            cham_trial_t *t = plan ? cham_grow(ctx->trials, &ctx->cap_trials, ctx->n_trials + 1,
+                                               sizeof *t, 8) : NULL;
+            if (t) {
+                ctx->trials = t;
+                ctx->trials[ctx->n_trials++] = (cham_trial_t){.plan = plan};
+            } else {
+                cham_plan_release(plan);
+            }
+            next = t ? plan : NULL;
+        } else if (*to == CHAM_STAGE_STABLE) {
+            next = best_trial(ctx);
+            if (!next)
+                cham_context_log(ctx, "step %llu: Stable without a policy: none could be made; "
+                                 "memory is made by passive swaps", (unsigned long long)ctx->step);
+            else
+                cache_put(ctx, ctx->seq, ctx->ops_in_step, next);
+        }
+    }
+    if (*to == CHAM_STAGE_WARMUP) {
+        next = NULL;
+        cham_cached_plan_t *e = ctx->config.policy_cache
+                                    ? cache_find(ctx, ctx->seq, ctx->ops_in_step) : NULL;
+        if (e) {
+            e->last_used = ctx->step;
+            next = e->plan;
+            ctx->stages.stage = CHAM_STAGE_STABLE;
+            *to = CHAM_STAGE_STABLE;
+            ctx->stats.policy_cache_hits++;
+            cham_context_log(ctx, "step %llu: this op sequence was seen before; its policy is "
+                             "applied again", (unsigned long long)ctx->step);
+        }
+    }
+    if (*to != CHAM_STAGE_GENPOLICY)
+        cham_plan_retain(next);    /* trials_clear may drop the last reference */
+    apply(ctx, next);
+    if (*to != CHAM_STAGE_GENPOLICY) {
+        cham_plan_release(next);
+        trials_clear(ctx);
+        ctx->reserve = 0;
+    }
+}
+
+void cham_loop_free(cham_context_t *ctx)
+{
+    apply(ctx, NULL);
+    trials_clear(ctx);
+    free(ctx->trials);
+    for (size_t i = 0; i < ctx->n_cache; i++) {
+        free(ctx->cache[i].seq);
+        cham_plan_release(ctx->cache[i].plan);
+    }
+    free(ctx->cache);
+    free(ctx->exec.storage_of);
+    free(ctx->exec.pending);
+}

@@ -1,0 +1,81 @@
+/* Device allocation with the out-of-memory path (paper §6.3, Algorithm 3).
+ *
+ * The caching allocator already does the first half when a request fails:
+ * it hands back every block of a finished or in-flight swap-out at once,
+ * each behind an event wait of the compute stream on the swap stream (no
+ * host synchronisation), takes recordStream frees whose events are done,
+ * returns wholly free segments to the device and retries (docs/allocator.md).
+ * What is left here is the passive swap: move out the resident storage
+ * whose size is closest to the request and retry, again ordered by events,
+ * until the request fits or nothing movable is left. docs/executor.md. */
+#include <stdio.h>
+
+#include "common/assert.h"
+#include "runtime/runtime-impl.h"
+
+/* Can s be moved out to make room now? Not if the op being begun uses it,
+ * not if it holds no data yet (a tensor made for an op not yet begun), and
+ * only from the device. */
+static bool movable(const cham_context_t *ctx, const cham_storage_t *s)
+{
+    return s->block && s->used && s->pin != ctx->pin &&
+           (s->residency == CHAM_RESIDENT_DEVICE || s->residency == CHAM_RESIDENT_MOVING_IN);
+}
+
+/* The victim: the smallest movable storage of at least bytes, else the
+ * largest (one swap then frees as much as one can). NULL if none. */
+static cham_storage_t *closest_victim(const cham_context_t *ctx, size_t bytes)
+{
+    cham_storage_t *above = NULL, *below = NULL;
+    for (cham_storage_t *s = ctx->storages; s; s = s->next) {
+        if (!movable(ctx, s))
+            continue;
+        if (s->bytes >= bytes) {
+            if (!above || s->bytes < above->bytes)
+                above = s;
+        } else if (!below || s->bytes > below->bytes) {
+            below = s;
+        }
+    }
+    return above ? above : below;
+}
+
+cham_status_t cham_runtime_alloc(cham_context_t *ctx, size_t bytes, const char *what,
+                                 cham_block_t **out)
+{
+    cham_status_t st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
+    if (st != CHAM_ERR_OUT_OF_MEMORY || !ctx->config.oom_handling) {
+        if (st != CHAM_OK)
+            cham_context_error(ctx, "%s: %s", what, cham_allocator_last_error(ctx->mem));
+        return st;
+    }
+    uint64_t moved = 0, n_moved = 0;
+    cham_storage_t *victim;
+    while ((victim = closest_victim(ctx, bytes)) != NULL) {
+        char label[64];
+        snprintf(label, sizeof label, "storage %llu (passive)", (unsigned long long)victim->id);
+        /* Reusable at once, behind the compute stream's wait on the copy. */
+        uint64_t now = ctx->ops_total ? ctx->ops_total - 1 : 0;
+        st = cham_storage_swap_out(victim, true, now, label);
+        if (st != CHAM_OK)
+            return st;    /* the message names the swap and why it failed */
+        moved += victim->bytes;
+        n_moved++;
+        st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
+        if (st != CHAM_ERR_OUT_OF_MEMORY) {
+            if (st != CHAM_OK)
+                cham_context_error(ctx, "%s: %s", what, cham_allocator_last_error(ctx->mem));
+            return st;
+        }
+    }
+    cham_oom_info_t oom;
+    cham_allocator_last_oom(ctx->mem, &oom);
+    cham_context_error(ctx, "%s: out of device memory: %zu bytes requested, capacity %llu, "
+                       "%llu allocated, largest free block %llu. Tried: handing back the "
+                       "blocks of swap-outs, returning free segments, and %llu passive "
+                       "swap-outs (%llu bytes); nothing the current op does not use is left "
+                       "to move", what, bytes, (unsigned long long)oom.limit,
+                       (unsigned long long)oom.allocated, (unsigned long long)oom.largest_free,
+                       (unsigned long long)n_moved, (unsigned long long)moved);
+    return CHAM_ERR_OUT_OF_MEMORY;
+}
