@@ -202,6 +202,30 @@ void cham_context_on_stage(cham_context_t *ctx, cham_stage_hook_t hook, void *us
 typedef void (*cham_log_hook_t)(const char *line, void *user);
 void cham_context_set_log(cham_context_t *ctx, cham_log_hook_t hook, void *user);
 
+/* Why a storage moved. */
+typedef enum cham_swap_cause {
+    CHAM_SWAP_CALLER,        /* cham_tensor_swap_out / cham_tensor_swap_in */
+    CHAM_SWAP_PLANNED,       /* the applied policy */
+    CHAM_SWAP_PASSIVE,       /* an allocation failed (out only) */
+    CHAM_SWAP_ON_DEMAND,     /* an op needed it while on the host (in only) */
+} cham_swap_cause_t;
+
+/* One swap issued (the copy is queued, not done). */
+typedef struct cham_swap_event {
+    bool out;                /* device -> host; else host -> device */
+    cham_swap_cause_t cause;
+    const char *label;       /* of the storage's first view */
+    uint64_t storage;        /* storage id, as in profiles */
+    uint64_t bytes;
+    const void *device_ptr;  /* the device block copied from or to */
+    uint64_t step;           /* steps ended before this one */
+    uint32_t op;             /* ops begun in this step so far */
+} cham_swap_event_t;
+typedef void (*cham_swap_hook_t)(const cham_swap_event_t *swap, void *user);
+/* Called for every swap; NULL removes the hook. */
+void cham_context_on_swap(cham_context_t *ctx, cham_swap_hook_t hook, void *user);
+const char *cham_swap_cause_name(cham_swap_cause_t cause);
+
 /* ---- profiling ------------------------------------------------------------*/
 
 /* Profile the next step in detail even outside GenPolicy. */

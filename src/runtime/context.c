@@ -139,6 +139,13 @@ void cham_context_on_stage(cham_context_t *ctx, cham_stage_hook_t hook, void *us
     ctx->stage_hook_user = user;
 }
 
+void cham_context_on_swap(cham_context_t *ctx, cham_swap_hook_t hook, void *user)
+{
+    CHAM_ASSERT(ctx);
+    ctx->swap_hook = hook;
+    ctx->swap_hook_user = user;
+}
+
 void cham_context_set_log(cham_context_t *ctx, cham_log_hook_t hook, void *user)
 {
     CHAM_ASSERT(ctx);

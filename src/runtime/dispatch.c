@@ -215,12 +215,23 @@ cham_status_t cham_step_end(cham_context_t *ctx)
         cham_context_error(ctx, "step end inside op %u: end the op first", ctx->ops_in_step - 1);
         return CHAM_ERR_INVALID_ARG;
     }
-    uint64_t now = cham_device_host_time(ctx->dev);
-    if (ctx->building)
-        finish_profile(ctx, now);
     cham_stage_t from = ctx->stages.stage;
     bool ok = true;
     cham_stage_t to = cham_stage_machine_step(&ctx->stages, ctx->seq, ctx->ops_in_step, &ok);
+    /* A profiled step, and the one before GenPolicy's first, end with the
+     * device idle: a profile's duration is then the device's time for the
+     * step (the host runs ahead of the device), and GenPolicy's trials are
+     * timed alike. */
+    bool sync = ctx->building || to == CHAM_STAGE_GENPOLICY;
+    if (sync)
+        cham_device_synchronize(ctx->dev);
+    uint64_t now = cham_device_host_time(ctx->dev);
+    ctx->synced_step_ns = sync && ctx->synced ? now - ctx->last_sync_ns : 0;
+    ctx->synced = sync;
+    if (sync)
+        ctx->last_sync_ns = now;
+    if (ctx->building)
+        finish_profile(ctx, now);
     ctx->step++;
     if (!ok)
         cham_context_log(ctx, "step %llu: out of host memory keeping the op sequence; the "

@@ -71,10 +71,9 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
         cham_storage_t *s = x->storage_of[item];
         if (!s || s->residency != CHAM_RESIDENT_HOST)
             continue;     /* not matched, or already back */
-        cham_status_t st = cham_storage_swap_in(s, "planned swap-in");
+        cham_status_t st = cham_storage_swap_in(s, CHAM_SWAP_PLANNED);
         if (st != CHAM_OK)
             return st;
-        ctx->stats.planned_swaps_in++;
     }
     return CHAM_OK;
 }
@@ -94,10 +93,15 @@ cham_status_t cham_exec_op_end(cham_context_t *ctx)
         uint64_t free_op = x->step_base + pol->items[item].free_op;
         if (free_op <= op)
             free_op = op + 1;
-        cham_status_t st = cham_storage_swap_out(s, false, free_op, "planned swap-out");
+        cham_status_t st = cham_storage_swap_out(s, CHAM_SWAP_PLANNED, free_op);
+        if (st == CHAM_ERR_HOST_BUDGET) {
+            /* Out of pinned memory: the tensor stays; the OOM path copes. */
+            cham_context_log(ctx, "step %llu: planned swap-out skipped: %s",
+                             (unsigned long long)ctx->step, ctx->error);
+            continue;
+        }
         if (st != CHAM_OK)
             return st;
-        ctx->stats.planned_swaps_out++;
     }
     x->n_pending = 0;
     return CHAM_OK;

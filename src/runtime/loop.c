@@ -251,21 +251,6 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
     if (!ctx->config.executor || ctx->config.mode != CHAM_MODE_MANAGED)
         return;
 
-    /* GenPolicy steps end device-idle, so that each trial's time is the
-     * device's time for that step alone. */
-    bool measured = false;
-    uint64_t step_ns = 0;
-    if (from == CHAM_STAGE_GENPOLICY || *to == CHAM_STAGE_GENPOLICY) {
-        cham_device_synchronize(ctx->dev);
-        uint64_t now = cham_device_host_time(ctx->dev);
-        measured = ctx->synced;
-        step_ns = now - ctx->last_sync_ns;
-        ctx->last_sync_ns = now;
-        ctx->synced = true;
-    } else {
-        ctx->synced = false;
-    }
-
     const cham_profile_t *prof = ctx->last_profile;
     cham_profile_view_t pv;
     if (prof)
@@ -274,8 +259,11 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
     cham_plan_t *next = x->plan;
 
     if (from == CHAM_STAGE_GENPOLICY) {
-        if (ctx->n_trials && x->plan == ctx->trials[ctx->n_trials - 1].plan && measured)
-            measure_trial(ctx, step_ns ? step_ns : 1);
+        /* GenPolicy steps start and end with the device idle (dispatch.c):
+         * each trial is timed alone. */
+        if (ctx->n_trials && x->plan == ctx->trials[ctx->n_trials - 1].plan &&
+            ctx->synced_step_ns)
+            measure_trial(ctx, ctx->synced_step_ns);
         if (*to == CHAM_STAGE_GENPOLICY) {
             cham_plan_t *plan = fresh ? generate(ctx, prof) : NULL;
             cham_trial_t *t = plan ? cham_grow(ctx->trials, &ctx->cap_trials, ctx->n_trials + 1,

@@ -22,6 +22,17 @@ const char *cham_phase_name(cham_phase_t phase)
     return "?";
 }
 
+const char *cham_swap_cause_name(cham_swap_cause_t cause)
+{
+    switch (cause) {
+    case CHAM_SWAP_CALLER: return "caller";
+    case CHAM_SWAP_PLANNED: return "planned";
+    case CHAM_SWAP_PASSIVE: return "passive";
+    case CHAM_SWAP_ON_DEMAND: return "on-demand";
+    }
+    return "?";
+}
+
 static const struct {
     const char *name;
     size_t size;

@@ -8,8 +8,6 @@
  * What is left here is the passive swap: move out the resident storage
  * whose size is closest to the request and retry, again ordered by events,
  * until the request fits or nothing movable is left. docs/executor.md. */
-#include <stdio.h>
-
 #include "common/assert.h"
 #include "runtime/runtime-impl.h"
 
@@ -52,11 +50,9 @@ cham_status_t cham_runtime_alloc(cham_context_t *ctx, size_t bytes, const char *
     uint64_t moved = 0, n_moved = 0;
     cham_storage_t *victim;
     while ((victim = closest_victim(ctx, bytes)) != NULL) {
-        char label[64];
-        snprintf(label, sizeof label, "storage %llu (passive)", (unsigned long long)victim->id);
         /* Reusable at once, behind the compute stream's wait on the copy. */
         uint64_t now = ctx->ops_total ? ctx->ops_total - 1 : 0;
-        st = cham_storage_swap_out(victim, true, now, label);
+        st = cham_storage_swap_out(victim, CHAM_SWAP_PASSIVE, now);
         if (st != CHAM_OK)
             return st;    /* the message names the swap and why it failed */
         moved += victim->bytes;

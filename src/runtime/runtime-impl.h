@@ -28,9 +28,8 @@ typedef struct cham_storage cham_storage_t;
 /* Bytes of one tensor's data, wherever it is.
  * Invariants: residency DEVICE or MOVING_IN iff block (managed) or ptr
  * (advisor) is set; HOST iff host_block is set and block is not; views > 0
- * while the storage is alive; in_event is set while a swap-in may still be
- * in flight (the compute stream has not waited on it yet); mem_counted says
- * whether bytes are in the context's mem_in_use. */
+ * while the storage is alive; MOVING_IN while the compute stream has not
+ * yet waited on in_event (the last swap-in's completion). */
 struct cham_storage {
     cham_context_t *ctx;
     uint64_t id;                  /* unique within the context */
@@ -40,7 +39,7 @@ struct cham_storage {
     void *ptr;                    /* advisor: the caller's device memory */
     cham_block_t *host_block;     /* pinned copy while swapped out */
     cham_event_t *out_event;      /* completion of the last swap-out copy */
-    cham_event_t *in_event;       /* completion of a swap-in not yet waited on */
+    cham_event_t *in_event;       /* completion of the last swap-in */
     uint32_t views;
     /* Features for recognising the tensor across steps (paper appendix A),
      * counted from the start of step feat_step. */
@@ -50,6 +49,7 @@ struct cham_storage {
     uint64_t pin;                 /* = ctx->pin while the op being begun uses it */
     uint32_t item;                /* policy item matched this step, or CHAM_MATCH_NONE */
     cham_storage_t *prev, *next;  /* the context's live storages */
+    char label[48];               /* of its first view */
 };
 
 /* Invariant: refs > 0 while the handle is alive; [offset, offset + bytes)
@@ -139,6 +139,7 @@ struct cham_context {
     uint64_t reserve;             /* planner reserve; 0 = the default rule */
     uint64_t last_sync_ns;        /* host time of the last step-end sync */
     bool synced;                  /* the last step ended with a sync */
+    uint64_t synced_step_ns;      /* the step that ended, idle to idle, or 0 */
     uint64_t step_passive, step_on_demand;  /* this step's unplanned swaps */
     cham_cached_plan_t *cache;    /* config.policy_cache entries */
     size_t n_cache;
@@ -146,6 +147,8 @@ struct cham_context {
 
     cham_stage_hook_t stage_hook;
     void *stage_hook_user;
+    cham_swap_hook_t swap_hook;
+    void *swap_hook_user;
     cham_log_hook_t log_hook;
     void *log_hook_user;
     char error[512];
@@ -162,10 +165,10 @@ cham_status_t cham_storage_prepare(cham_storage_t *s);
 /* tensor.c: moves a storage to pinned host memory. Its device block is
  * reusable once op free_op (a global op index) has been dispatched, or,
  * with config.pytorch_record_stream, once host queries find the copy done. */
-cham_status_t cham_storage_swap_out(cham_storage_t *s, bool passive, uint64_t free_op,
-                                    const char *label);
-/* tensor.c: brings a storage on the host back (planned or on demand). */
-cham_status_t cham_storage_swap_in(cham_storage_t *s, const char *label);
+cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
+                                    uint64_t free_op);
+/* tensor.c: brings a storage on the host back. */
+cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause);
 
 /* oom.c: a device block for bytes on the compute stream, with the
  * out-of-memory path of Algorithm 3 (passive swaps of resident storages

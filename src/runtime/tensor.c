@@ -45,7 +45,7 @@ static bool dtype_ok(cham_context_t *ctx, cham_dtype_t dtype)
     return false;
 }
 
-static cham_storage_t *storage_new(cham_context_t *ctx, size_t bytes)
+static cham_storage_t *storage_new(cham_context_t *ctx, size_t bytes, const char *label)
 {
     cham_storage_t *s = calloc(1, sizeof *s);
     if (!s)
@@ -55,6 +55,7 @@ static cham_storage_t *storage_new(cham_context_t *ctx, size_t bytes)
     s->bytes = bytes;
     s->residency = CHAM_RESIDENT_DEVICE;
     s->item = CHAM_MATCH_NONE;
+    snprintf(s->label, sizeof s->label, "%s", label ? label : "");
     s->next = ctx->storages;
     if (s->next)
         s->next->prev = s;
@@ -99,7 +100,7 @@ cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dt
             cham_context_error(ctx, "tensor \"%s\": 0 bytes", label ? label : "");
         return CHAM_ERR_INVALID_ARG;
     }
-    cham_storage_t *s = storage_new(ctx, bytes);
+    cham_storage_t *s = storage_new(ctx, bytes, label);
     if (!s) {
         cham_context_error(ctx, "out of host memory");
         return CHAM_ERR_HOST_OOM;
@@ -139,7 +140,7 @@ cham_status_t cham_tensor_wrap(cham_context_t *ctx, void *ptr, size_t bytes,
                                bytes, ptr);
         return CHAM_ERR_INVALID_ARG;
     }
-    cham_storage_t *s = storage_new(ctx, bytes);
+    cham_storage_t *s = storage_new(ctx, bytes, label);
     cham_tensor_t *t = s ? view_new(s, 0, bytes, dtype, label) : NULL;
     if (!t) {
         if (s)
@@ -190,7 +191,7 @@ static void storage_free(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
     if (s->block) {
-        if (s->in_event)
+        if (s->residency == CHAM_RESIDENT_MOVING_IN)
             cham_block_record_stream(ctx->mem, s->block, ctx->swap_in);
         cham_block_free(ctx->mem, s->block);
     }
@@ -296,8 +297,20 @@ static cham_status_t release_swapped_block(cham_storage_t *s, uint64_t free_op)
     return cham_block_free_after_op(ctx->mem, s->block, ctx->swap_out, free_op);
 }
 
-cham_status_t cham_storage_swap_out(cham_storage_t *s, bool passive, uint64_t free_op,
-                                    const char *label)
+/* Tells the swap hook. */
+static void notify(cham_storage_t *s, bool out, cham_swap_cause_t cause, const void *dev_ptr)
+{
+    cham_context_t *ctx = s->ctx;
+    if (!ctx->swap_hook)
+        return;
+    cham_swap_event_t e = {.out = out, .cause = cause, .label = s->label, .storage = s->id,
+                           .bytes = s->bytes, .device_ptr = dev_ptr, .step = ctx->step,
+                           .op = ctx->ops_in_step};
+    ctx->swap_hook(&e, ctx->swap_hook_user);
+}
+
+cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
+                                    uint64_t free_op)
 {
     cham_context_t *ctx = s->ctx;
     if (s->residency == CHAM_RESIDENT_HOST)
@@ -309,28 +322,26 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, bool passive, uint64_t fr
     cham_block_t *host;
     st = cham_block_alloc(ctx->pinned, s->bytes, ctx->swap_out, &host);
     if (st != CHAM_OK) {
-        cham_context_error(ctx, "swap-out of \"%s\": %s", label,
+        cham_context_error(ctx, "swap-out of \"%s\": %s", s->label,
                            cham_allocator_last_error(ctx->pinned));
         return st;
     }
+    void *dev_ptr = cham_block_ptr(s->block);
     /* After the producer and any swap-in still writing the block. */
-    if (s->in_event && (st = cham_stream_wait_event(ctx->swap_out, s->in_event)) != CHAM_OK)
+    if (s->residency == CHAM_RESIDENT_MOVING_IN &&
+        (st = cham_stream_wait_event(ctx->swap_out, s->in_event)) != CHAM_OK)
         goto fail;
     if ((st = cham_event_record(s->out_event, ctx->compute)) != CHAM_OK ||
         (st = cham_stream_wait_event(ctx->swap_out, s->out_event)) != CHAM_OK ||
-        (st = cham_copy_async(ctx->swap_out, cham_block_ptr(host), cham_block_ptr(s->block),
-                              s->bytes, CHAM_COPY_D2H, label)) != CHAM_OK ||
+        (st = cham_copy_async(ctx->swap_out, cham_block_ptr(host), dev_ptr, s->bytes,
+                              CHAM_COPY_D2H, s->label)) != CHAM_OK ||
         (st = cham_event_record(s->out_event, ctx->swap_out)) != CHAM_OK)
         goto fail;
     if ((st = release_swapped_block(s, free_op)) != CHAM_OK) {
-        cham_context_error(ctx, "swap-out of \"%s\": %s", label,
+        cham_context_error(ctx, "swap-out of \"%s\": %s", s->label,
                            cham_allocator_last_error(ctx->mem));
         cham_block_free(ctx->pinned, host);
         return st;
-    }
-    if (s->in_event) {            /* the swap-in is now ordered before the copy */
-        cham_event_free(s->in_event);
-        s->in_event = NULL;
     }
     s->block = NULL;
     s->host_block = host;
@@ -338,15 +349,18 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, bool passive, uint64_t fr
     mem_add(ctx, -(int64_t)s->bytes);
     ctx->stats.swaps_out++;
     ctx->stats.bytes_out += s->bytes;
-    if (passive) {
+    if (cause == CHAM_SWAP_PASSIVE) {
         ctx->stats.passive_swaps_out++;
         ctx->step_passive++;
+    } else if (cause == CHAM_SWAP_PLANNED) {
+        ctx->stats.planned_swaps_out++;
     }
-    cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, passive);
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, cause == CHAM_SWAP_PASSIVE);
+    notify(s, true, cause, dev_ptr);
     return CHAM_OK;
 fail:
     cham_block_free(ctx->pinned, host);
-    return device_error(ctx, st, "swap-out", label);
+    return device_error(ctx, st, "swap-out", s->label);
 }
 
 cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive)
@@ -359,17 +373,19 @@ cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive)
         return CHAM_ERR_INVALID_ARG;
     }
     /* Reusable once the next op is dispatched. */
-    return cham_storage_swap_out(t->storage, passive, ctx->ops_total, t->label);
+    return cham_storage_swap_out(t->storage, passive ? CHAM_SWAP_PASSIVE : CHAM_SWAP_CALLER,
+                                 ctx->ops_total);
 }
 
-cham_status_t cham_storage_swap_in(cham_storage_t *s, const char *label)
+cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
 {
     cham_context_t *ctx = s->ctx;
+    CHAM_ASSERT(s->residency == CHAM_RESIDENT_HOST);
     cham_status_t st = ensure_event(ctx, &s->in_event);
     if (st != CHAM_OK)
         return st;
     char what[96];
-    snprintf(what, sizeof what, "swap-in of \"%s\"", label);
+    snprintf(what, sizeof what, "swap-in of \"%s\"", s->label);
     cham_block_t *block;
     st = cham_runtime_alloc(ctx, s->bytes, what, &block);
     if (st != CHAM_OK)
@@ -381,10 +397,10 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, const char *label)
         (st = cham_stream_wait_event(ctx->swap_in, s->in_event)) != CHAM_OK ||
         (st = cham_stream_wait_event(ctx->swap_in, s->out_event)) != CHAM_OK ||
         (st = cham_copy_async(ctx->swap_in, cham_block_ptr(block), cham_block_ptr(s->host_block),
-                              s->bytes, CHAM_COPY_H2D, label)) != CHAM_OK ||
+                              s->bytes, CHAM_COPY_H2D, s->label)) != CHAM_OK ||
         (st = cham_event_record(s->in_event, ctx->swap_in)) != CHAM_OK) {
         cham_block_free(ctx->mem, block);
-        return device_error(ctx, st, "swap-in", label);
+        return device_error(ctx, st, "swap-in", s->label);
     }
     cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_in);
     cham_block_free(ctx->pinned, s->host_block);
@@ -394,7 +410,17 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, const char *label)
     mem_add(ctx, (int64_t)s->bytes);
     ctx->stats.swaps_in++;
     ctx->stats.bytes_in += s->bytes;
+    if (cause == CHAM_SWAP_PLANNED) {
+        ctx->stats.planned_swaps_in++;
+    } else if (cause == CHAM_SWAP_ON_DEMAND) {
+        ctx->stats.on_demand_swaps_in++;
+        ctx->step_on_demand++;
+        cham_context_log(ctx, "step %llu op %u: \"%s\" (storage %llu) was on the host; brought "
+                         "back on demand", (unsigned long long)ctx->step, ctx->ops_in_step,
+                         s->label, (unsigned long long)s->id);
+    }
     cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false);
+    notify(s, false, cause, cham_block_ptr(block));
     return CHAM_OK;
 }
 
@@ -404,30 +430,22 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t)
     cham_storage_t *s = t->storage;
     if (s->residency != CHAM_RESIDENT_HOST)
         return CHAM_OK;
-    return cham_storage_swap_in(s, t->label);
+    return cham_storage_swap_in(s, CHAM_SWAP_CALLER);
 }
 
 cham_status_t cham_storage_prepare(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
     if (s->residency == CHAM_RESIDENT_HOST) {
-        char label[64];
-        snprintf(label, sizeof label, "storage %llu (on demand)", (unsigned long long)s->id);
-        cham_status_t st = cham_storage_swap_in(s, label);
+        cham_status_t st = cham_storage_swap_in(s, CHAM_SWAP_ON_DEMAND);
         if (st != CHAM_OK)
             return st;
-        ctx->stats.on_demand_swaps_in++;
-        ctx->step_on_demand++;
-        cham_context_log(ctx, "step %llu op %u: storage %llu was on the host; brought back on "
-                         "demand", (unsigned long long)ctx->step, ctx->ops_in_step,
-                         (unsigned long long)s->id);
     }
     if (s->residency == CHAM_RESIDENT_MOVING_IN) {
         cham_status_t st = cham_stream_wait_event(ctx->compute, s->in_event);
         if (st != CHAM_OK)
-            return device_error(ctx, st, "waiting for the swap-in", "");
-        s->residency = CHAM_RESIDENT_DEVICE;
-        /* The event stays: a later free or swap-out orders after it. */
+            return device_error(ctx, st, "waiting for the swap-in", s->label);
+        s->residency = CHAM_RESIDENT_DEVICE;   /* compute is ordered after the copy */
     }
     return CHAM_OK;
 }

@@ -1,0 +1,53 @@
+/* A scripted, training-shaped workload over the public runtime API, for
+ * the executor's tests and bench: L layers of linear + activation forward
+ * (every input saved for backward), a loss, the backward in reverse with
+ * weight gradients, an SGD step. Kernels do integer work on real bytes in
+ * the sim's data mode (deterministic, so runs compare bit for bit) and
+ * carry a cost for the virtual timeline.
+ *
+ * Variations change a step without changing the program: an extra op
+ * mid-forward that reads an activation, forward-only (validation) steps,
+ * a backward that visits the layers in forward order (same op tokens, so
+ * the policy is wrong for it), and a scratch tensor of varying size that
+ * moves every activation's address from step to step. */
+#ifndef CHAM_TESTS_TRAIN_SCRIPT_H
+#define CHAM_TESTS_TRAIN_SCRIPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chameleon/chameleon.h"
+
+typedef struct ts_config {
+    int layers;
+    size_t act_bytes;            /* every activation and activation gradient */
+    size_t weight_bytes;
+    double layer_flops;          /* a forward kernel's; backward ones cost 2x */
+    /* Variations: a step number (-1 = never) or a period (0 = never). */
+    int64_t extra_op_step;       /* an extra op reads x[L/2] mid-forward */
+    uint32_t validate_every;     /* steps k*n - 1 are forward only */
+    int64_t forward_only_step;   /* this step is forward only */
+    int64_t reorder_step;        /* backward visits layers 0 .. L-1 */
+    bool shift_addresses;        /* a scratch tensor of 1-3 halves of an activation */
+} ts_config_t;
+
+/* 8 layers of 2 MiB activations, 64 KiB weights, no variation. */
+ts_config_t ts_config_default(void);
+
+/* Bytes the tensors of one step hold at the peak without swaps. */
+uint64_t ts_peak_bytes(const ts_config_t *c);
+
+typedef struct ts_model ts_model_t;
+
+/* Makes the weights and gradients (deterministic contents). On failure
+ * NULL; cham_context_last_error(ctx) says why. */
+ts_model_t *ts_model_new(cham_context_t *ctx, const ts_config_t *c);
+void ts_model_free(ts_model_t *m);
+
+/* Runs step number `step`: ops, phases, step end. *checksum receives a hash
+ * of the loss input and every weight after the step (meaningful in data
+ * mode only). */
+cham_status_t ts_step(ts_model_t *m, int64_t step, uint64_t *checksum);
+
+#endif
