@@ -190,12 +190,206 @@ static void test_four_times(void **state)
     over_capacity(4.0);
 }
 
+/* ---- matching ------------------------------------------------------------------*/
+
+/* Data pointers cannot name a tensor: within a step the blocks of
+ * swapped-out tensors are reused by later ones at once, and a scratch tensor
+ * of varying size at each step's start moves the layout from step to step.
+ * The kept policy still swaps the same tensors, in the same order, found
+ * by their features. */
+static void test_matching_follows_tensors_not_addresses(void **state)
+{
+    (void)state;
+    ts_config_t tc = deep();
+    tc.shift_addresses = true;
+    cham_config_t big = config(1024 * MiB);
+    static run_t base;
+    run(&big, &tc, 24, &base);
+    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    run(&small, &tc, 24, &got);
+    assert_same_data(&got, &base);
+    assert_int_equal(got.hazards, 0);
+    int s0 = first_stable(&got);
+    for (int s = s0 + 1; s < 24; s++) {
+        int n = got.n_out[s];
+        assert_true(n > 0 && n <= 32);
+        assert_int_equal(n, got.n_out[s0]);
+        assert_int_equal(DELTA(&got, s, items_missed), 0);
+        int moved = 0, shared = 0;
+        for (int k = 0; k < n; k++) {
+            assert_string_equal(got.out_label[s][k], got.out_label[s0][k]);
+            moved += got.out_ptr[s][k] != got.out_ptr[s - 1][k];
+            for (int j = 0; j < k; j++)
+                if (got.out_ptr[s][j] == got.out_ptr[s][k]) {
+                    shared++;
+                    break;
+                }
+        }
+        if (moved == 0 || shared < n / 2)
+            fail_msg("step %d: %d of %d swapped tensors moved since the step before, %d share "
+                     "an address with an earlier one", s, moved, n, shared);
+    }
+}
+
+/* An extra op mid-forward reads a swapped activation: its use count and
+ * history change, the loose key still finds it, every item matches. */
+static void test_extra_op_still_matches(void **state)
+{
+    (void)state;
+    ts_config_t tc = deep();
+    tc.extra_op_step = 30;
+    cham_config_t big = config(1024 * MiB);
+    static run_t base;
+    run(&big, &tc, 40, &base);
+    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    run(&small, &tc, 40, &got);
+    assert_same_data(&got, &base);
+    assert_int_equal(got.hazards, 0);
+    assert_true(first_stable(&got) < 30);
+    /* Small change: the stage machine stays in Stable... */
+    assert_int_equal(got.stage[30], CHAM_STAGE_STABLE);
+    /* ...and the matcher finds every item, one of them by the loose key. */
+    assert_int_equal(DELTA(&got, 30, items_missed), 0);
+    assert_int_equal(DELTA(&got, 30, matched_loose), 1);
+    assert_int_equal(DELTA(&got, 30, passive_swaps_out), 0);
+    assert_int_equal(DELTA(&got, 30, on_demand_swaps_in), 0);
+    assert_int_equal(DELTA(&got, 29, matched_loose), 0);
+}
+
+/* A forward-only step is a big change: back to WarmUp, the policy dropped;
+ * the steps after it get the policy back from the cache (on by default). */
+static void test_big_change_and_the_policy_cache(void **state)
+{
+    (void)state;
+    ts_config_t tc = deep();
+    tc.forward_only_step = 20;
+    cham_config_t big = config(1024 * MiB);
+    static run_t base;
+    run(&big, &tc, 30, &base);
+    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    run(&small, &tc, 30, &got);
+    assert_same_data(&got, &base);
+    assert_int_equal(got.hazards, 0);
+    assert_int_equal(got.stage[20], CHAM_STAGE_WARMUP);
+    /* Step 21 is like the steps the kept policy was made for: a cache hit
+     * takes the run straight back to Stable for step 22. */
+    assert_int_equal(got.stage[21], CHAM_STAGE_STABLE);
+    assert_true(got.log_cache_hit);
+    assert_int_equal(got.after[29].policy_cache_hits, 1);
+    for (int s = 22; s < 30; s++) {
+        assert_int_equal(DELTA(&got, s, passive_swaps_out), 0);
+        assert_int_equal(DELTA(&got, s, items_missed), 0);
+    }
+    /* Without the cache the run goes through WarmUp and GenPolicy again. */
+    small.policy_cache = 0;
+    run(&small, &tc, 30, &got);
+    assert_same_data(&got, &base);
+    assert_int_equal(got.after[29].policy_cache_hits, 0);
+    assert_int_equal(got.stage[21], CHAM_STAGE_WARMUP);
+    assert_int_equal(got.stage[24], CHAM_STAGE_GENPOLICY);
+}
+
+/* The backward of one step visits the layers in forward order: the same op
+ * tokens, so the stage machine and the matcher see nothing, but the plan's
+ * swap-ins come in the wrong order. On-demand swap-ins keep it correct. */
+static void test_wrong_policy_stays_correct(void **state)
+{
+    (void)state;
+    ts_config_t tc = deep();
+    tc.reorder_step = 25;
+    cham_config_t big = config(1024 * MiB);
+    static run_t base;
+    run(&big, &tc, 30, &base);
+    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    run(&small, &tc, 30, &got);
+    assert_same_data(&got, &base);
+    assert_int_equal(got.hazards, 0);
+    assert_int_equal(got.stage[25], CHAM_STAGE_STABLE);
+    assert_true(DELTA(&got, 25, on_demand_swaps_in) > 0);
+    assert_int_equal(DELTA(&got, 26, on_demand_swaps_in), 0);
+}
+
+/* ---- the OOM path ------------------------------------------------------------------*/
+
+/* With no policy ever (executor off), passive swaps alone carry a run at
+ * twice the capacity, bit-exact. */
+static void test_oom_path_alone(void **state)
+{
+    (void)state;
+    ts_config_t tc = deep();
+    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    small.executor = false;
+    run(&small, &tc, 50, &got);
+    assert_same_data(&got, reference());
+    assert_int_equal(got.hazards, 0);
+    assert_true(got.after[0].passive_swaps_out > 0);
+    assert_int_equal(got.after[49].steps_with_policy, 0);
+}
+
+/* When nothing can move, the error names the request, the capacity and
+ * what was tried. */
+static void test_oom_error_names_everything(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = NULL;
+    cham_config_t c = config(8 * MiB);
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    cham_op_token_t fill;
+    assert_int_equal(cham_op_token(ctx, "fill", &fill), CHAM_OK);
+    cham_tensor_t *a, *b, *big;
+    assert_int_equal(cham_tensor_new(ctx, 3 * MiB, CHAM_DTYPE_F32, "a", &a), CHAM_OK);
+    assert_int_equal(cham_tensor_new(ctx, 3 * MiB, CHAM_DTYPE_F32, "b", &b), CHAM_OK);
+    /* a was used, so it can move; b never was (nothing to keep). */
+    assert_int_equal(cham_op_begin(ctx, fill, NULL, 0, &a, 1), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_tensor_new(ctx, 6 * MiB, CHAM_DTYPE_F32, "big", &big),
+                     CHAM_ERR_OUT_OF_MEMORY);
+    const char *msg = cham_context_last_error(ctx);
+    assert_non_null(strstr(msg, "tensor \"big\""));
+    assert_non_null(strstr(msg, "6291456 bytes requested"));
+    assert_non_null(strstr(msg, "capacity 8388608"));
+    if (!strstr(msg, "1 passive swap-outs (3145728 bytes)"))
+        fail_msg("%s", msg);
+    assert_int_equal(cham_tensor_residency(a), CHAM_RESIDENT_HOST);
+    cham_tensor_release(a);
+    cham_tensor_release(b);
+    cham_context_free(ctx);
+}
+
+/* ---- PyTorch's recordStream, for comparison -----------------------------------------*/
+
+/* Same run, blocks handed back by host event queries: still correct, and
+ * the blocks wait longer (in ops dispatched) before they are reused. */
+static void test_pytorch_record_stream_mode(void **state)
+{
+    (void)state;
+    ts_config_t tc = deep();
+    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    small.pytorch_record_stream = true;
+    run(&small, &tc, 30, &got);
+    static run_t base;
+    memcpy(&base, reference(), sizeof base);
+    base.steps = 30;
+    assert_same_data(&got, &base);
+    assert_int_equal(got.hazards, 0);
+    int s0 = first_stable(&got);
+    for (int s = s0; s < 30; s++)
+        assert_true(DELTA(&got, s, planned_swaps_out) > 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_one_and_a_half_times),
         cmocka_unit_test(test_twice),
         cmocka_unit_test(test_four_times),
+        cmocka_unit_test(test_matching_follows_tensors_not_addresses),
+        cmocka_unit_test(test_extra_op_still_matches),
+        cmocka_unit_test(test_big_change_and_the_policy_cache),
+        cmocka_unit_test(test_wrong_policy_stays_correct),
+        cmocka_unit_test(test_oom_path_alone),
+        cmocka_unit_test(test_oom_error_names_everything),
+        cmocka_unit_test(test_pytorch_record_stream_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

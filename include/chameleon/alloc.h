@@ -83,6 +83,12 @@ cham_status_t cham_block_free_after_op(cham_allocator_t *alloc, cham_block_t *bl
  * dispatched: blocks freed after this op become reusable. */
 cham_status_t cham_allocator_op_dispatched(cham_allocator_t *alloc, uint64_t op_index);
 
+/* Waits on the host for the events of every recordStream free still
+ * pending and returns those blocks to their pools: PyTorch's answer to a
+ * failed allocation (synchronize_and_free_events). The host blocks until
+ * the device catches up. Returns the bytes handed back. */
+uint64_t cham_allocator_sync_deferred(cham_allocator_t *alloc);
+
 /* Returns every wholly free cached segment to the device. Deferred frees
  * whose events have completed are processed first. */
 cham_status_t cham_allocator_empty_cache(cham_allocator_t *alloc);
@@ -100,6 +106,7 @@ typedef struct cham_alloc_stats {
     uint64_t n_segment_allocs, n_segment_frees;
     uint64_t n_oom;              /* allocations that failed */
     uint64_t n_event_queries;    /* host-side event queries made */
+    uint64_t n_event_syncs;      /* host waits in cham_allocator_sync_deferred */
     uint64_t largest_free;       /* largest block one allocation could get:
                                     max(largest cached free block,
                                         limit - reserved + bytes of cached

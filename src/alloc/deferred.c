@@ -322,14 +322,23 @@ void cham_alloc_release_all_op_blocks(cham_allocator_t *a)
         release_op_block(a, heap_pop(a));
 }
 
+uint64_t cham_allocator_sync_deferred(cham_allocator_t *a)
+{
+    CHAM_ASSERT(a);
+    uint64_t before = a->stats.pending_free;
+    while (a->queue_mask) {
+        int i = __builtin_ctzll(a->queue_mask);
+        a->stats.n_event_syncs++;
+        cham_event_synchronize(a->queue_head[i]->event);
+        queue_pop_done(a, i);
+    }
+    cham_alloc_debug_check(a);
+    return before - a->stats.pending_free;
+}
+
 void cham_alloc_drain_deferred(cham_allocator_t *a)
 {
-    for (int i = 0; i < CHAM_ALLOC_MAX_STREAMS; i++) {
-        while (a->queue_head[i]) {
-            cham_event_synchronize(a->queue_head[i]->event);
-            queue_pop_done(a, i);
-        }
-    }
+    cham_allocator_sync_deferred(a);
     cham_alloc_release_all_op_blocks(a);
     CHAM_ASSERT(a->n_events == a->n_events_made);
     for (size_t i = 0; i < a->n_events; i++)

@@ -163,6 +163,7 @@ cham_status_t cham_op_end(cham_context_t *ctx)
         return CHAM_ERR_INVALID_ARG;
     }
     ctx->in_op = false;
+    ctx->pin++;                   /* the op's storages may move again */
     if (ctx->building && !ctx->profile_failed)
         cham_profile_end_op(ctx->building, ctx->stats.mem_in_use);
     ctx->stats.ops++;

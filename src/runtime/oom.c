@@ -5,7 +5,9 @@
  * each behind an event wait of the compute stream on the swap stream (no
  * host synchronisation), takes recordStream frees whose events are done,
  * returns wholly free segments to the device and retries (docs/allocator.md).
- * What is left here is the passive swap: move out the resident storage
+ * What is left here: waiting on the host for recordStream frees (only
+ * PyTorch's mode or storages freed mid swap-in make them), then the
+ * passive swap: move out the resident storage
  * whose size is closest to the request and retry, again ordered by events,
  * until the request fits or nothing movable is left. docs/executor.md. */
 #include "common/assert.h"
@@ -48,21 +50,26 @@ cham_status_t cham_runtime_alloc(cham_context_t *ctx, size_t bytes, const char *
         return st;
     }
     uint64_t moved = 0, n_moved = 0;
-    cham_storage_t *victim;
-    while ((victim = closest_victim(ctx, bytes)) != NULL) {
-        /* Reusable at once, behind the compute stream's wait on the copy. */
-        uint64_t now = ctx->ops_total ? ctx->ops_total - 1 : 0;
-        st = cham_storage_swap_out(victim, CHAM_SWAP_PASSIVE, now);
-        if (st != CHAM_OK)
-            return st;    /* the message names the swap and why it failed */
-        moved += victim->bytes;
-        n_moved++;
-        st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
-        if (st != CHAM_ERR_OUT_OF_MEMORY) {
-            if (st != CHAM_OK)
-                cham_context_error(ctx, "%s: %s", what, cham_allocator_last_error(ctx->mem));
-            return st;
+    while (st == CHAM_ERR_OUT_OF_MEMORY) {
+        /* Frees that wait on host event queries (PyTorch's recordStream) are
+         * waited for, as PyTorch does: the host blocks, nothing moves. */
+        if (cham_allocator_sync_deferred(ctx->mem) == 0) {
+            cham_storage_t *victim = closest_victim(ctx, bytes);
+            if (!victim)
+                break;
+            /* Reusable at once, behind the compute stream's wait on the copy. */
+            uint64_t now = ctx->ops_total ? ctx->ops_total - 1 : 0;
+            if ((st = cham_storage_swap_out(victim, CHAM_SWAP_PASSIVE, now)) != CHAM_OK)
+                return st;    /* the message names the swap and why it failed */
+            moved += victim->bytes;
+            n_moved++;
         }
+        st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
+    }
+    if (st != CHAM_ERR_OUT_OF_MEMORY) {
+        if (st != CHAM_OK)
+            cham_context_error(ctx, "%s: %s", what, cham_allocator_last_error(ctx->mem));
+        return st;
     }
     cham_oom_info_t oom;
     cham_allocator_last_oom(ctx->mem, &oom);

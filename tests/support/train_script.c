@@ -234,7 +234,7 @@ cham_status_t ts_step(ts_model_t *m, int64_t step, uint64_t *checksum)
         TRY(op(m, GELU, &h[i], 1, &x[i + 1], 1, f / 4, 0));
         if (step == c->extra_op_step && i == L / 2) {
             TRY(cham_tensor_new(m->ctx, c->weight_bytes, CHAM_DTYPE_F32, "probe", &probe));
-            TRY(op(m, PROBE, &x[i], 1, &probe, 1, f / 8, 0));
+            TRY(op(m, PROBE, &x[i + 1], 1, &probe, 1, f / 8, 0));
             cham_tensor_release(probe), probe = NULL;
         }
         if (fwd_only) {          /* nothing is saved for a backward */

@@ -25,7 +25,8 @@ typedef struct ts_config {
     size_t weight_bytes;
     double layer_flops;          /* a forward kernel's; backward ones cost 2x */
     /* Variations: a step number (-1 = never) or a period (0 = never). */
-    int64_t extra_op_step;       /* an extra op reads x[L/2] mid-forward */
+    int64_t extra_op_step;       /* an extra op reads x[L/2 + 1] between its
+                                    producer and its consumer */
     uint32_t validate_every;     /* steps k*n - 1 are forward only */
     int64_t forward_only_step;   /* this step is forward only */
     int64_t reorder_step;        /* backward visits layers 0 .. L-1 */
