@@ -16,6 +16,7 @@
 
 #define MiB (UINT64_C(1) << 20)
 #define MAX_STEPS 64
+#define MAX_OUT 128
 
 /* What happened in each step, from the stats and the hooks. */
 typedef struct run {
@@ -26,8 +27,8 @@ typedef struct run {
     uint64_t hazards;
     uint64_t alloc_oom_after_stable;
     /* Planned swap-outs per step: label and device address. */
-    char out_label[MAX_STEPS][32][16];
-    const void *out_ptr[MAX_STEPS][32];
+    char out_label[MAX_STEPS][MAX_OUT][16];
+    const void *out_ptr[MAX_STEPS][MAX_OUT];
     int n_out[MAX_STEPS];
     int log_lines;
     bool log_cache_hit;
@@ -39,7 +40,7 @@ static void on_swap(const cham_swap_event_t *e, void *user)
     if (!e->out || e->cause != CHAM_SWAP_PLANNED || e->step >= MAX_STEPS)
         return;
     int k = r->n_out[e->step]++;
-    if (k < 32) {
+    if (k < MAX_OUT) {
         snprintf(r->out_label[e->step][k], 16, "%s", e->label);
         r->out_ptr[e->step][k] = e->device_ptr;
     }
@@ -63,6 +64,7 @@ static cham_config_t config(uint64_t capacity)
     c.device.data = true;
     c.device.hazard_check = true;
     c.pinned_budget = 512 * MiB;
+    c.min_swap_bytes = 16 << 10;
     return c;
 }
 
@@ -121,14 +123,22 @@ static run_t ref, got;
 
 /* ---- 1.5x, 2x and 4x the capacity, 50 steps -----------------------------------*/
 
-/* 24 layers: at 4x the capacity the backward's working set (the gradient,
- * a layer's two saved tensors, its outputs and the next layer's prefetch)
- * still fits beside the planner's reserve. */
+/* 16 layers of 64 KiB activations and 4 KiB weights: at 4x the capacity the backward's
+ * working set (a layer's gradients and saved tensors, and the next layer's
+ * prefetch) still fits beside the planner's reserve. */
 static ts_config_t deep(void)
 {
     ts_config_t tc = ts_config_default();
-    tc.layers = 24;
+    tc.layers = 16;
+    tc.act_bytes = 64 << 10;
+    tc.weight_bytes = 4 << 10;
     return tc;
+}
+
+/* The capacity that is 1/factor of what run r needed without swaps. */
+static uint64_t fraction_of(const run_t *r, double factor)
+{
+    return (uint64_t)((double)r->after[r->steps - 1].mem_peak / factor);
 }
 
 /* The unconstrained run of deep(), made once. */
@@ -149,8 +159,7 @@ static const run_t *reference(void)
 static void over_capacity(double factor)
 {
     ts_config_t tc = deep();
-    uint64_t need = ts_peak_bytes(&tc);
-    cham_config_t small = config((uint64_t)((double)need / factor));
+    cham_config_t small = config(fraction_of(reference(), factor));
     run(&small, &tc, 50, &got);
 
     assert_same_data(&got, reference());
@@ -205,14 +214,14 @@ static void test_matching_follows_tensors_not_addresses(void **state)
     cham_config_t big = config(1024 * MiB);
     static run_t base;
     run(&big, &tc, 24, &base);
-    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    cham_config_t small = config(fraction_of(&base, 2));
     run(&small, &tc, 24, &got);
     assert_same_data(&got, &base);
     assert_int_equal(got.hazards, 0);
     int s0 = first_stable(&got);
     for (int s = s0 + 1; s < 24; s++) {
         int n = got.n_out[s];
-        assert_true(n > 0 && n <= 32);
+        assert_true(n > 0 && n <= MAX_OUT);
         assert_int_equal(n, got.n_out[s0]);
         assert_int_equal(DELTA(&got, s, items_missed), 0);
         int moved = 0, shared = 0;
@@ -241,7 +250,7 @@ static void test_extra_op_still_matches(void **state)
     cham_config_t big = config(1024 * MiB);
     static run_t base;
     run(&big, &tc, 40, &base);
-    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    cham_config_t small = config(fraction_of(&base, 2));
     run(&small, &tc, 40, &got);
     assert_same_data(&got, &base);
     assert_int_equal(got.hazards, 0);
@@ -266,7 +275,7 @@ static void test_big_change_and_the_policy_cache(void **state)
     cham_config_t big = config(1024 * MiB);
     static run_t base;
     run(&big, &tc, 30, &base);
-    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    cham_config_t small = config(fraction_of(&base, 2));
     run(&small, &tc, 30, &got);
     assert_same_data(&got, &base);
     assert_int_equal(got.hazards, 0);
@@ -300,7 +309,7 @@ static void test_wrong_policy_stays_correct(void **state)
     cham_config_t big = config(1024 * MiB);
     static run_t base;
     run(&big, &tc, 30, &base);
-    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    cham_config_t small = config(fraction_of(&base, 2));
     run(&small, &tc, 30, &got);
     assert_same_data(&got, &base);
     assert_int_equal(got.hazards, 0);
@@ -317,7 +326,7 @@ static void test_oom_path_alone(void **state)
 {
     (void)state;
     ts_config_t tc = deep();
-    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    cham_config_t small = config(fraction_of(reference(), 2));
     small.executor = false;
     run(&small, &tc, 50, &got);
     assert_same_data(&got, reference());
@@ -364,7 +373,7 @@ static void test_pytorch_record_stream_mode(void **state)
 {
     (void)state;
     ts_config_t tc = deep();
-    cham_config_t small = config(ts_peak_bytes(&tc) / 2);
+    cham_config_t small = config(fraction_of(reference(), 2));
     small.pytorch_record_stream = true;
     run(&small, &tc, 30, &got);
     static run_t base;

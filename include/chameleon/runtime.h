@@ -244,6 +244,7 @@ typedef struct cham_runtime_stats {
     uint64_t bytes_out, bytes_in;
     uint64_t stage_changes;
     uint64_t mem_in_use;         /* device bytes held by tensors now */
+    uint64_t mem_peak;           /* the most mem_in_use has been */
     uint64_t items_matched;      /* policy items found in a step */
     uint64_t items_missed;       /* policy items a step never matched */
     uint64_t matched_loose;      /* of items_matched, by the loose key */

@@ -1,49 +1,90 @@
-/* The scripted training workload (train_script.h). */
+/* The scripted transformer-shaped workload (train_script.h).
+ *
+ * A step is first written down as a tape of forward entries (the op, its
+ * input slots and weight, its output slot), then run: the forward in tape
+ * order, the backward in reverse. Every slot knows how many forward ops
+ * read it and how many backward ops read it as a saved input; its tensor is
+ * released when both counts are spent, as autograd would. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "support/train_script.h"
 
-#define MiB ((size_t)1 << 20)
 #define KiB ((size_t)1 << 10)
 
-typedef enum op_kind { EMBED, LINEAR, GELU, PROBE, LOSS, GELU_BWD, LINEAR_BWD, SGD, SUM,
-                       N_KINDS } op_kind_t;
+typedef enum op_kind {
+    EMBED, LN, MATMUL, ATTN, ADD, GELU, PROBE, LOSS, SUM, SGD,
+    LN_BWD, MATMUL_BWD, ATTN_BWD, ADD_BWD, GELU_BWD, ACC, N_KINDS
+} op_kind_t;
 
-static const char *const op_names[N_KINDS] = {"embed", "linear", "gelu", "probe", "loss",
-                                              "gelu_bwd", "linear_bwd", "sgd", "sum"};
+static const char *const op_names[N_KINDS] = {
+    "embed", "layer_norm", "matmul", "attention", "add", "gelu", "probe", "loss", "sum", "sgd",
+    "layer_norm_bwd", "matmul_bwd", "attention_bwd", "add_bwd", "gelu_bwd", "grad_acc"};
+
+/* Which forward ops keep their first input for the backward. */
+static bool saves_input(op_kind_t k)
+{
+    return k == LN || k == MATMUL || k == ATTN || k == GELU;
+}
+
+static op_kind_t backward_of(op_kind_t k)
+{
+    switch (k) {
+    case LN: return LN_BWD;
+    case MATMUL: return MATMUL_BWD;
+    case ATTN: return ATTN_BWD;
+    case ADD: return ADD_BWD;
+    case GELU: return GELU_BWD;
+    default: return N_KINDS;
+    }
+}
+
+#define ENTRIES_PER_LAYER 10
+#define WEIGHTS_PER_LAYER 4
+
+typedef struct entry {
+    op_kind_t kind;
+    int in[2];                   /* slots; -1 none */
+    int w;                       /* weight; -1 none */
+    int out;                     /* slot */
+} entry_t;
+
+typedef struct slot {
+    size_t bytes;
+    char label[24];
+    cham_tensor_t *val, *grad;
+    int fwd_uses, saved_uses;    /* left to run */
+} slot_t;
 
 struct ts_model {
     cham_context_t *ctx;
     ts_config_t c;
     cham_op_token_t tok[N_KINDS];
+    int n_w;
     cham_tensor_t **w, **gw;
+    entry_t *tape;               /* 1 + layers * ENTRIES_PER_LAYER */
+    int n_tape;
+    slot_t *slots;
+    int n_slots;
     uint64_t sum;                /* folded by LOSS and SUM kernels */
 };
 
 ts_config_t ts_config_default(void)
 {
-    return (ts_config_t){.layers = 8, .act_bytes = 2 * MiB, .weight_bytes = 64 * KiB,
-                         .layer_flops = 5e10, .extra_op_step = -1, .forward_only_step = -1,
+    return (ts_config_t){.layers = 8, .act_bytes = 256 * KiB, .weight_bytes = 64 * KiB,
+                         .layer_flops = 2e11, .extra_op_step = -1, .forward_only_step = -1,
                          .reorder_step = -1};
-}
-
-uint64_t ts_peak_bytes(const ts_config_t *c)
-{
-    /* At the loss: x[0..L], h[0..L-1] and the loss gradient; the weights
-     * and their gradients throughout; the scratch tensor at its largest. */
-    uint64_t acts = 2 * (uint64_t)c->layers + 2;
-    uint64_t scratch = c->shift_addresses ? 3 * c->act_bytes / 2 : 0;
-    return acts * c->act_bytes + 2 * (uint64_t)c->layers * c->weight_bytes + scratch;
 }
 
 /* ---- kernels ----------------------------------------------------------------*/
 
 typedef struct kargs {
     op_kind_t kind;
-    uint32_t *in[3], *out[2];
-    size_t words, wwords;
+    const uint32_t *in[3];
+    size_t n_in[3];
+    uint32_t *out[2];
+    size_t n_out[2];
     uint64_t seed;
     uint64_t *sum;
 } kargs_t;
@@ -53,59 +94,90 @@ static uint64_t fold(uint64_t h, uint32_t v)
     return (h ^ v) * 0x100000001b3u;
 }
 
+/* in[k][i] for any i: inputs of other sizes wrap around. */
+static inline uint32_t at(const kargs_t *a, int k, size_t i)
+{
+    return a->in[k][i % a->n_in[k]];
+}
+
 static void run_kernel(void *p)
 {
     kargs_t *a = p;
-    size_t n = a->words, nw = a->wwords;
+    size_t n = a->n_out[0];
     switch (a->kind) {
     case EMBED:
         for (size_t i = 0; i < n; i++)
             a->out[0][i] = (uint32_t)(a->seed * 2654435761u) ^ (uint32_t)(i * 40503u);
         break;
-    case LINEAR:
+    case LN:
         for (size_t i = 0; i < n; i++)
-            a->out[0][i] = a->in[0][i] * 3u + a->in[1][i % nw];
+            a->out[0][i] = at(a, 0, i) ^ (at(a, 0, i) >> 5);
+        break;
+    case MATMUL:          /* in: x, W */
+        for (size_t i = 0; i < n; i++)
+            a->out[0][i] = at(a, 0, i) * 3u + at(a, 1, i);
+        break;
+    case ATTN:
+        for (size_t i = 0; i < n; i++)
+            a->out[0][i] = at(a, 0, i) + at(a, 0, i + n) * 7u + at(a, 0, i + 2 * n);
+        break;
+    case ADD:
+        for (size_t i = 0; i < n; i++)
+            a->out[0][i] = at(a, 0, i) + at(a, 1, i);
         break;
     case GELU:
         for (size_t i = 0; i < n; i++)
-            a->out[0][i] = a->in[0][i] ^ (a->in[0][i] >> 7);
+            a->out[0][i] = at(a, 0, i) ^ (at(a, 0, i) >> 7);
         break;
     case PROBE:
-        for (size_t j = 0; j < nw; j++)
-            a->out[0][j] = a->in[0][j] + 1u;
+        for (size_t i = 0; i < n; i++)
+            a->out[0][i] = at(a, 0, i) + 1u;
         break;
-    case LOSS:
+    case LOSS:            /* in: x; out: its gradient */
         for (size_t i = 0; i < n; i++) {
-            *a->sum = fold(*a->sum, a->in[0][i]);
-            a->out[0][i] = a->in[0][i] * 5u + 1u;
-        }
-        break;
-    case GELU_BWD:
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = a->in[0][i] + a->in[1][i];
-        break;
-    case LINEAR_BWD:
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = (a->in[0][i] ^ a->in[1][i]) + a->in[2][i % nw];
-        for (size_t j = 0; j < nw; j++)
-            a->out[1][j] += a->in[0][j] * a->in[1][j];
-        break;
-    case SGD:
-        for (size_t j = 0; j < nw; j++) {
-            a->out[0][j] -= a->in[0][j] >> 3;
-            a->out[1][j] = 0;
+            *a->sum = fold(*a->sum, at(a, 0, i));
+            a->out[0][i] = at(a, 0, i) * 5u + 1u;
         }
         break;
     case SUM:
-        for (size_t j = 0; j < nw; j++)
-            *a->sum = fold(*a->sum, a->in[0][j]);
+        for (size_t i = 0; i < a->n_in[0]; i++)
+            *a->sum = fold(*a->sum, at(a, 0, i));
+        break;
+    case SGD:             /* in: gW; out: W, gW */
+        for (size_t j = 0; j < n; j++) {
+            a->out[0][j] -= at(a, 0, j) >> 3;
+            a->out[1][j] = 0;
+        }
+        break;
+    case LN_BWD:          /* in: g, x */
+    case ATTN_BWD:        /* in: g, qkv */
+    case GELU_BWD:        /* in: g, f */
+        for (size_t i = 0; i < n; i++)
+            a->out[0][i] = at(a, 0, i) + (at(a, 1, i) ^ (uint32_t)a->kind);
+        break;
+    case MATMUL_BWD:      /* in: g, x, W; out: gx, gW */
+        for (size_t i = 0; i < n; i++)
+            a->out[0][i] = (at(a, 0, i) ^ at(a, 1, i)) + at(a, 2, i);
+        for (size_t j = 0; j < a->n_out[1]; j++)
+            a->out[1][j] += at(a, 0, j) * at(a, 1, j);
+        break;
+    case ADD_BWD:         /* in: g; out: g0, g1 */
+        for (size_t i = 0; i < n; i++)
+            a->out[0][i] = at(a, 0, i);
+        for (size_t i = 0; i < a->n_out[1]; i++)
+            a->out[1][i] = at(a, 0, i) * 3u;
+        break;
+    case ACC:             /* in: g; out: the sum so far */
+        for (size_t i = 0; i < n; i++)
+            a->out[0][i] += at(a, 0, i);
         break;
     case N_KINDS:
         break;
     }
 }
 
-/* One op: begin, its kernel on the compute stream, end. */
+/* One op: begin, its kernel on the compute stream, end. Outputs are read
+ * and written (gradients accumulate, SGD updates in place). */
 static cham_status_t op(ts_model_t *m, op_kind_t kind, cham_tensor_t **in, size_t n_in,
                         cham_tensor_t **out, size_t n_out, double flops, uint64_t seed)
 {
@@ -113,24 +185,22 @@ static cham_status_t op(ts_model_t *m, op_kind_t kind, cham_tensor_t **in, size_
     cham_status_t st = cham_op_begin(ctx, m->tok[kind], in, n_in, out, n_out);
     if (st != CHAM_OK)
         return st;
-    kargs_t a = {.kind = kind, .words = m->c.act_bytes / 4, .wwords = m->c.weight_bytes / 4,
-                 .seed = seed, .sum = &m->sum};
+    kargs_t a = {.kind = kind, .seed = seed, .sum = &m->sum};
     cham_access_t acc[5];
     size_t n = 0;
     double bytes = 0;
     for (size_t i = 0; i < n_in; i++) {
         a.in[i] = cham_tensor_data(in[i]);
+        a.n_in[i] = cham_tensor_bytes(in[i]) / 4;
         acc[n++] = (cham_access_t){a.in[i], cham_tensor_bytes(in[i]), CHAM_ACCESS_READ};
         bytes += (double)cham_tensor_bytes(in[i]);
     }
     for (size_t i = 0; i < n_out; i++) {
         a.out[i] = cham_tensor_data(out[i]);
-        /* Gradients accumulate and SGD updates in place: read and written. */
+        a.n_out[i] = cham_tensor_bytes(out[i]) / 4;
         acc[n++] = (cham_access_t){a.out[i], cham_tensor_bytes(out[i]), CHAM_ACCESS_READ_WRITE};
         bytes += (double)cham_tensor_bytes(out[i]);
     }
-    if (kind == EMBED)              /* fills whatever it is given */
-        a.words = cham_tensor_bytes(out[0]) / 4;
     cham_kernel_t k = {.label = op_names[kind], .flops = flops, .bytes = bytes,
                        .accesses = acc, .n_accesses = n, .cpu_fn = run_kernel, .arg = &a};
     st = cham_kernel_launch(cham_context_compute_stream(ctx), &k);
@@ -139,11 +209,52 @@ static cham_status_t op(ts_model_t *m, op_kind_t kind, cham_tensor_t **in, size_
     return cham_op_end(ctx);
 }
 
-static cham_status_t act(ts_model_t *m, const char *name, int i, cham_tensor_t **out)
+/* ---- the tape ---------------------------------------------------------------*/
+
+static int new_slot(ts_model_t *m, size_t bytes, const char *name, int layer)
 {
-    char label[32];
-    snprintf(label, sizeof label, i >= 0 ? "%s%d" : "%s", name, i);
-    return cham_tensor_new(m->ctx, m->c.act_bytes, CHAM_DTYPE_F32, label, out);
+    slot_t *s = &m->slots[m->n_slots];
+    *s = (slot_t){.bytes = bytes};
+    snprintf(s->label, sizeof s->label, layer >= 0 ? "%s%d" : "%s", name, layer);
+    return m->n_slots++;
+}
+
+static void add_entry(ts_model_t *m, op_kind_t kind, int in0, int in1, int w, int out)
+{
+    m->tape[m->n_tape++] = (entry_t){.kind = kind, .in = {in0, in1}, .w = w, .out = out};
+}
+
+/* The step's forward, written down once (the same every step). */
+static void build_tape(ts_model_t *m)
+{
+    size_t A = m->c.act_bytes;
+    int x = new_slot(m, A, "x", 0);
+    add_entry(m, EMBED, -1, -1, -1, x);
+    for (int l = 0; l < m->c.layers; l++) {
+        int w = l * WEIGHTS_PER_LAYER;
+        int a = new_slot(m, A, "a", l), qkv = new_slot(m, 3 * A, "qkv", l);
+        int y = new_slot(m, A, "y", l), o = new_slot(m, A, "o", l);
+        int x1 = new_slot(m, A, "x1_", l), b = new_slot(m, A, "b", l);
+        int f = new_slot(m, 4 * A, "f", l), g = new_slot(m, 4 * A, "g", l);
+        int mm = new_slot(m, A, "m", l), x2 = new_slot(m, A, "x", l + 1);
+        add_entry(m, LN, x, -1, -1, a);
+        add_entry(m, MATMUL, a, -1, w, qkv);
+        add_entry(m, ATTN, qkv, -1, -1, y);
+        add_entry(m, MATMUL, y, -1, w + 1, o);
+        add_entry(m, ADD, x, o, -1, x1);
+        add_entry(m, LN, x1, -1, -1, b);
+        add_entry(m, MATMUL, b, -1, w + 2, f);
+        add_entry(m, GELU, f, -1, -1, g);
+        add_entry(m, MATMUL, g, -1, w + 3, mm);
+        add_entry(m, ADD, x1, mm, -1, x2);
+        x = x2;
+    }
+}
+
+static double cost(const ts_model_t *m, size_t out_bytes)
+{
+    /* A layer's FLOPs spread by output size (a layer writes 18 A). */
+    return m->c.layer_flops * (double)out_bytes / (18.0 * (double)m->c.act_bytes);
 }
 
 /* ---- the model --------------------------------------------------------------*/
@@ -155,19 +266,24 @@ ts_model_t *ts_model_new(cham_context_t *ctx, const ts_config_t *c)
         return NULL;
     m->ctx = ctx;
     m->c = *c;
-    m->w = calloc((size_t)c->layers, sizeof *m->w);
-    m->gw = calloc((size_t)c->layers, sizeof *m->gw);
-    bool ok = m->w && m->gw;
+    m->n_w = c->layers * WEIGHTS_PER_LAYER;
+    m->w = calloc((size_t)m->n_w, sizeof *m->w);
+    m->gw = calloc((size_t)m->n_w, sizeof *m->gw);
+    m->tape = calloc(1 + (size_t)c->layers * ENTRIES_PER_LAYER, sizeof *m->tape);
+    m->slots = calloc(1 + (size_t)c->layers * ENTRIES_PER_LAYER, sizeof *m->slots);
+    bool ok = m->w && m->gw && m->tape && m->slots;
+    if (ok)
+        build_tape(m);
     for (int k = 0; ok && k < N_KINDS; k++)
         ok = cham_op_token(ctx, op_names[k], &m->tok[k]) == CHAM_OK;
-    for (int i = 0; ok && i < c->layers; i++) {
+    for (int i = 0; ok && i < m->n_w; i++) {
         char label[32];
         snprintf(label, sizeof label, "w%d", i);
         ok = cham_tensor_new(ctx, c->weight_bytes, CHAM_DTYPE_F32, label, &m->w[i]) == CHAM_OK;
         snprintf(label, sizeof label, "gw%d", i);
         ok = ok &&
              cham_tensor_new(ctx, c->weight_bytes, CHAM_DTYPE_F32, label, &m->gw[i]) == CHAM_OK;
-        /* Initialised by ops, as a framework would: EMBED fills, SGD zeroes. */
+        /* Initialised by ops, as a framework would. */
         ok = ok && op(m, EMBED, NULL, 0, &m->w[i], 1, 0, 1000 + (uint64_t)i) == CHAM_OK;
         ok = ok && op(m, EMBED, NULL, 0, &m->gw[i], 1, 0, 0) == CHAM_OK;
     }
@@ -182,7 +298,7 @@ void ts_model_free(ts_model_t *m)
 {
     if (!m)
         return;
-    for (int i = 0; i < m->c.layers; i++) {
+    for (int i = 0; i < m->n_w; i++) {
         if (m->w)
             cham_tensor_release(m->w[i]);
         if (m->gw)
@@ -190,103 +306,188 @@ void ts_model_free(ts_model_t *m)
     }
     free(m->w);
     free(m->gw);
+    free(m->tape);
+    free(m->slots);
     free(m);
 }
 
-#define TRY(call)                   \
-    do {                            \
+/* ---- a step -----------------------------------------------------------------*/
+
+#define TRY(call)                     \
+    do {                              \
         if ((st = (call)) != CHAM_OK) \
-            goto out;               \
+            goto out;                 \
     } while (0)
+
+static void drop_value(slot_t *s)
+{
+    if (s->fwd_uses == 0 && s->saved_uses == 0) {
+        cham_tensor_release(s->val);
+        s->val = NULL;
+    }
+}
+
+/* Adds g into slot s's gradient (the first one is taken as is). */
+static cham_status_t accumulate(ts_model_t *m, slot_t *s, cham_tensor_t *g)
+{
+    if (!s->grad) {
+        s->grad = g;
+        return CHAM_OK;
+    }
+    cham_status_t st = op(m, ACC, &g, 1, &s->grad, 1, cost(m, s->bytes) / 8, 0);
+    cham_tensor_release(g);
+    return st;
+}
+
+static cham_status_t new_act(ts_model_t *m, const slot_t *s, const char *suffix,
+                             cham_tensor_t **out)
+{
+    char label[40];
+    snprintf(label, sizeof label, "%s%s", s->label, suffix);
+    return cham_tensor_new(m->ctx, s->bytes, CHAM_DTYPE_F32, label, out);
+}
+
+static cham_status_t forward(ts_model_t *m, int64_t step, bool fwd_only)
+{
+    cham_status_t st = CHAM_OK;
+    cham_tensor_t *scratch = NULL, *probe = NULL;
+    for (int i = 0; i < m->n_tape; i++) {
+        const entry_t *e = &m->tape[i];
+        slot_t *out = &m->slots[e->out];
+        cham_tensor_t *in[2], *outs[2];
+        size_t n_in = 0, n_out = 1;
+        for (int k = 0; k < 2; k++)
+            if (e->in[k] >= 0)
+                in[n_in++] = m->slots[e->in[k]].val;
+        if (e->w >= 0)
+            in[n_in++] = m->w[e->w];
+        TRY(new_act(m, out, "", &out->val));
+        outs[0] = out->val;
+        if (e->kind == EMBED && m->c.shift_addresses) {
+            size_t bytes = m->c.act_bytes / 2 * (size_t)(1 + step % 3);
+            TRY(cham_tensor_new(m->ctx, bytes, CHAM_DTYPE_F32, "scratch", &scratch));
+            outs[n_out++] = scratch;
+        }
+        TRY(op(m, e->kind, in, n_in, outs, n_out, cost(m, out->bytes), (uint64_t)step));
+        for (int k = 0; k < 2; k++) {
+            if (e->in[k] < 0)
+                continue;
+            slot_t *s = &m->slots[e->in[k]];
+            s->fwd_uses--;
+            if (fwd_only || !saves_input(e->kind) || k > 0)
+                drop_value(s);
+        }
+        if (step == m->c.extra_op_step && i == 1 + (m->c.layers / 2) * ENTRIES_PER_LAYER + 6) {
+            /* f of layer L/2 was just made: read it before gelu does. */
+            TRY(cham_tensor_new(m->ctx, m->c.weight_bytes, CHAM_DTYPE_F32, "probe", &probe));
+            TRY(op(m, PROBE, &out->val, 1, &probe, 1, cost(m, m->c.weight_bytes), 0));
+            cham_tensor_release(probe), probe = NULL;
+        }
+    }
+out:
+    cham_tensor_release(scratch);
+    cham_tensor_release(probe);
+    return st;
+}
+
+/* The tape entry whose saved input the backward of entry i reads: its own,
+ * or, in the reordered step, that of the same op of the mirrored layer. */
+static const entry_t *saved_entry(const ts_model_t *m, int i, bool reorder)
+{
+    if (!reorder || i == 0)
+        return &m->tape[i];
+    int layer = (i - 1) / ENTRIES_PER_LAYER, j = (i - 1) % ENTRIES_PER_LAYER;
+    return &m->tape[1 + (m->c.layers - 1 - layer) * ENTRIES_PER_LAYER + j];
+}
+
+static cham_status_t backward(ts_model_t *m, bool reorder)
+{
+    cham_status_t st = CHAM_OK;
+    cham_tensor_t *g0 = NULL, *g1 = NULL;
+    for (int i = m->n_tape - 1; i >= 1; i--) {
+        const entry_t *e = &m->tape[i];
+        slot_t *out = &m->slots[e->out];
+        slot_t *s0 = &m->slots[e->in[0]];
+        cham_tensor_t *in[3] = {out->grad}, *outs[2];
+        size_t n_in = 1, n_out = 1;
+        slot_t *saved = NULL;
+        if (saves_input(e->kind)) {
+            saved = &m->slots[saved_entry(m, i, reorder)->in[0]];
+            in[n_in++] = saved->val;
+        }
+        if (e->w >= 0)
+            in[n_in++] = m->w[e->w];
+        TRY(new_act(m, s0, ".grad", &g0));
+        outs[0] = g0;
+        if (e->kind == ADD) {
+            TRY(new_act(m, &m->slots[e->in[1]], ".grad", &g1));
+            outs[n_out++] = g1;
+        }
+        if (e->w >= 0)
+            outs[n_out++] = m->gw[e->w];
+        TRY(op(m, backward_of(e->kind), in, n_in, outs, n_out, 2 * cost(m, out->bytes), 0));
+        cham_tensor_release(out->grad), out->grad = NULL;
+        if (saved) {
+            saved->saved_uses--;
+            drop_value(saved);
+        }
+        TRY(accumulate(m, s0, g0));
+        g0 = NULL;
+        if (g1) {
+            TRY(accumulate(m, &m->slots[e->in[1]], g1));
+            g1 = NULL;
+        }
+    }
+out:
+    cham_tensor_release(g0);
+    cham_tensor_release(g1);
+    return st;
+}
 
 cham_status_t ts_step(ts_model_t *m, int64_t step, uint64_t *checksum)
 {
     const ts_config_t *c = &m->c;
-    int L = c->layers;
-    double f = c->layer_flops;
     bool fwd_only = step == c->forward_only_step ||
                     (c->validate_every && (step + 1) % c->validate_every == 0);
     cham_status_t st = CHAM_OK;
-    cham_tensor_t **x = calloc((size_t)L + 1, sizeof *x), **h = calloc((size_t)L, sizeof *h);
-    cham_tensor_t *g = NULL, *gh = NULL, *gx = NULL, *scratch = NULL, *probe = NULL;
-    if (!x || !h) {
-        free(x), free(h);
-        return CHAM_ERR_HOST_OOM;
-    }
+    for (int s = 0; s < m->n_slots; s++)
+        m->slots[s].fwd_uses = m->slots[s].saved_uses = 0;
+    for (int i = 0; i < m->n_tape; i++)
+        for (int k = 0; k < 2; k++)
+            if (m->tape[i].in[k] >= 0) {
+                m->slots[m->tape[i].in[k]].fwd_uses++;
+                if (!fwd_only && k == 0 && saves_input(m->tape[i].kind))
+                    m->slots[m->tape[i].in[0]].saved_uses++;
+            }
+    slot_t *last = &m->slots[m->tape[m->n_tape - 1].out];
+    last->fwd_uses = 1;                    /* the loss reads it */
     m->sum = 0xcbf29ce484222325u;
 
     cham_phase(m->ctx, CHAM_PHASE_FORWARD);
-    cham_tensor_t *first[2];
-    size_t n_first = 1;
-    TRY(act(m, "x", 0, &x[0]));
-    first[0] = x[0];
-    if (c->shift_addresses) {
-        size_t bytes = c->act_bytes / 2 * (size_t)(1 + step % 3);
-        TRY(cham_tensor_new(m->ctx, bytes, CHAM_DTYPE_F32, "scratch", &scratch));
-        first[n_first++] = scratch;
-    }
-    TRY(op(m, EMBED, NULL, 0, first, n_first, f / 4, (uint64_t)step));
-    for (int i = 0; i < L; i++) {
-        cham_tensor_t *in[2] = {x[i], m->w[i]};
-        TRY(act(m, "h", i, &h[i]));
-        TRY(op(m, LINEAR, in, 2, &h[i], 1, f, 0));
-        TRY(act(m, "x", i + 1, &x[i + 1]));
-        TRY(op(m, GELU, &h[i], 1, &x[i + 1], 1, f / 4, 0));
-        if (step == c->extra_op_step && i == L / 2) {
-            TRY(cham_tensor_new(m->ctx, c->weight_bytes, CHAM_DTYPE_F32, "probe", &probe));
-            TRY(op(m, PROBE, &x[i + 1], 1, &probe, 1, f / 8, 0));
-            cham_tensor_release(probe), probe = NULL;
-        }
-        if (fwd_only) {          /* nothing is saved for a backward */
-            cham_tensor_release(x[i]), x[i] = NULL;
-            cham_tensor_release(h[i]), h[i] = NULL;
-        }
-    }
-    TRY(act(m, "g", -1, &g));
-    TRY(op(m, LOSS, &x[L], 1, &g, 1, f / 4, 0));
-    cham_tensor_release(x[L]), x[L] = NULL;
-    cham_tensor_release(scratch), scratch = NULL;
-
+    TRY(forward(m, step, fwd_only));
+    cham_tensor_t *g;
+    TRY(new_act(m, last, ".grad", &g));
+    last->grad = g;
+    TRY(op(m, LOSS, &last->val, 1, &last->grad, 1, cost(m, last->bytes), 0));
+    last->fwd_uses = 0;
+    drop_value(last);
     if (!fwd_only) {
         cham_phase(m->ctx, CHAM_PHASE_BACKWARD);
-        bool reorder = step == c->reorder_step;
-        for (int k = 0; k < L; k++) {
-            int i = reorder ? k : L - 1 - k;
-            cham_tensor_t *in1[2] = {g, h[i]};
-            TRY(act(m, "gh", -1, &gh));
-            TRY(op(m, GELU_BWD, in1, 2, &gh, 1, f / 2, 0));
-            cham_tensor_release(g), g = NULL;
-            cham_tensor_release(h[i]), h[i] = NULL;
-            cham_tensor_t *in2[3] = {gh, x[i], m->w[i]};
-            cham_tensor_t *out2[2] = {NULL, m->gw[i]};
-            TRY(act(m, "gx", -1, &gx));
-            out2[0] = gx;
-            TRY(op(m, LINEAR_BWD, in2, 3, out2, 2, 2 * f, 0));
-            cham_tensor_release(gh), gh = NULL;
-            cham_tensor_release(x[i]), x[i] = NULL;
-            g = gx, gx = NULL;
-        }
+        TRY(backward(m, step == c->reorder_step));
         cham_phase(m->ctx, CHAM_PHASE_OPTIMIZER);
-        for (int i = 0; i < L; i++) {
+        for (int i = 0; i < m->n_w; i++) {
             cham_tensor_t *out[2] = {m->w[i], m->gw[i]};
-            TRY(op(m, SGD, &m->gw[i], 1, out, 2, f / 16, 0));
+            TRY(op(m, SGD, &m->gw[i], 1, out, 2, cost(m, c->weight_bytes), 0));
         }
     }
-    for (int i = 0; i < L; i++)
-        TRY(op(m, SUM, &m->w[i], 1, NULL, 0, f / 16, 0));
-    cham_tensor_release(g), g = NULL;
+    for (int i = 0; i < m->n_w; i++)
+        TRY(op(m, SUM, &m->w[i], 1, NULL, 0, cost(m, c->weight_bytes), 0));
     TRY(cham_step_end(m->ctx));
     *checksum = m->sum;
 out:
-    for (int i = 0; i <= L; i++)
-        cham_tensor_release(x[i]);
-    for (int i = 0; i < L; i++)
-        cham_tensor_release(h[i]);
-    cham_tensor_release(g);
-    cham_tensor_release(gh);
-    cham_tensor_release(gx);
-    cham_tensor_release(scratch);
-    cham_tensor_release(probe);
-    free(x), free(h);
+    for (int s = 0; s < m->n_slots; s++) {
+        cham_tensor_release(m->slots[s].val), m->slots[s].val = NULL;
+        cham_tensor_release(m->slots[s].grad), m->slots[s].grad = NULL;
+    }
     return st;
 }

@@ -1,15 +1,21 @@
-/* A scripted, training-shaped workload over the public runtime API, for
- * the executor's tests and bench: L layers of linear + activation forward
- * (every input saved for backward), a loss, the backward in reverse with
- * weight gradients, an SGD step. Kernels do integer work on real bytes in
- * the sim's data mode (deterministic, so runs compare bit for bit) and
- * carry a cost for the virtual timeline.
+/* A scripted, transformer-shaped training workload over the public runtime
+ * API, for the executor's tests and bench. Each layer is a pre-norm block:
  *
- * Variations change a step without changing the program: an extra op
- * mid-forward that reads an activation, forward-only (validation) steps,
- * a backward that visits the layers in forward order (same op tokens, so
- * the policy is wrong for it), and a scratch tensor of varying size that
- * moves every activation's address from step to step. */
+ *   a = ln(x); qkv = a W_qkv (3x wide); y = attention(qkv); o = y W_o;
+ *   x1 = x + o; b = ln(x1); f = b W_1 (4x wide); g = gelu(f); m = g W_2;
+ *   x2 = x1 + m
+ *
+ * then a loss, the backward of every op in reverse order (gradients of
+ * residuals accumulate), and an SGD step. Every op input is saved for the
+ * backward, as autograd does. Kernels do integer work on real bytes in the
+ * sim's data mode (deterministic, so runs compare bit for bit) and carry a
+ * cost for the virtual timeline.
+ *
+ * Variations change a step without changing the program: an extra op that
+ * reads an activation between its producer and its consumer, forward-only
+ * (validation) steps, a backward that visits the layers in forward order
+ * (the same op tokens, so the policy is wrong for it), and a scratch tensor
+ * of varying size that moves the layout from step to step. */
 #ifndef CHAM_TESTS_TRAIN_SCRIPT_H
 #define CHAM_TESTS_TRAIN_SCRIPT_H
 
@@ -21,23 +27,19 @@
 
 typedef struct ts_config {
     int layers;
-    size_t act_bytes;            /* every activation and activation gradient */
-    size_t weight_bytes;
-    double layer_flops;          /* a forward kernel's; backward ones cost 2x */
+    size_t act_bytes;            /* one hidden activation (x, a, y, ...) */
+    size_t weight_bytes;         /* one weight matrix */
+    double layer_flops;          /* FLOPs of one layer's forward */
     /* Variations: a step number (-1 = never) or a period (0 = never). */
-    int64_t extra_op_step;       /* an extra op reads x[L/2 + 1] between its
-                                    producer and its consumer */
+    int64_t extra_op_step;       /* an extra op reads layer L/2's f before gelu does */
     uint32_t validate_every;     /* steps k*n - 1 are forward only */
     int64_t forward_only_step;   /* this step is forward only */
-    int64_t reorder_step;        /* backward visits layers 0 .. L-1 */
+    int64_t reorder_step;        /* the backward visits layers 0 .. L-1 */
     bool shift_addresses;        /* a scratch tensor of 1-3 halves of an activation */
 } ts_config_t;
 
-/* 8 layers of 2 MiB activations, 64 KiB weights, no variation. */
+/* 8 layers, 256 KiB activations, 64 KiB weights, no variation. */
 ts_config_t ts_config_default(void);
-
-/* Bytes the tensors of one step hold at the peak without swaps. */
-uint64_t ts_peak_bytes(const ts_config_t *c);
 
 typedef struct ts_model ts_model_t;
 
