@@ -35,6 +35,9 @@ typedef struct cham_planner_config {
     uint32_t backward_layers;
     double score_c;              /* C in Score = N_MRE + C * S (Eq. 2) */
     uint64_t min_swap_bytes;     /* smaller tensors are never candidates */
+    uint32_t free_delay_ops;     /* ops a swapped-out block waits past its
+                                    predicted copy completion before reuse: a
+                                    margin for the timing error of Eq. 1 (0) */
     /* Optional per-op device time estimates (ns), n_ops of them, in profile
      * op order; NULL = Eq. 1 (step time spread evenly over the ops). */
     const double *op_cost_ns;

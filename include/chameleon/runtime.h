@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chameleon/alloc.h"
 #include "chameleon/device.h"
 #include "chameleon/status.h"
 
@@ -254,6 +255,10 @@ typedef struct cham_runtime_stats {
     uint64_t steps_with_policy;  /* steps run with a policy applied */
 } cham_runtime_stats_t;
 void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *stats);
+/* Managed mode: the device allocator's counters (chameleon/alloc.h), among
+ * them the memory block reuse interval. CHAM_ERR_INVALID_ARG in advisor
+ * mode, where the caller owns memory. */
+cham_status_t cham_context_alloc_stats(const cham_context_t *ctx, cham_alloc_stats_t *stats);
 
 #ifdef __cplusplus
 }

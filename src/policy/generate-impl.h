@@ -125,6 +125,7 @@ typedef struct cham_gen_sim {
     cham_gen_layers_t *layers;
     cham_budget_t h2d, d2h;      /* swap-ins and swap-outs: separate directions */
     double h2d_bw, d2h_bw;       /* bytes/s */
+    uint32_t free_delay;         /* ops past the predicted completion */
 } cham_gen_sim_t;
 
 /* Where one candidate's swaps go. A transfer takes its time from the

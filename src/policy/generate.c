@@ -235,6 +235,7 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
         !cham_gen_tensors(&v, &g.layers, config->min_swap_bytes, &g.t, &g.n_t) ||
         !cham_gen_sim_init(&g.sim, &g.layers, config->h2d_bandwidth, config->d2h_bandwidth))
         goto host_oom;
+    g.sim.free_delay = config->free_delay_ops;
     for (size_t i = 0; i < g.n_t; i++)
         g.max_bytes = g.t[i].bytes > g.max_bytes ? g.t[i].bytes : g.max_bytes;
 

@@ -247,7 +247,7 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
             continue;
         const cham_logical_layer_t *ol = &l->v[pl->out_layer];
         pl->done_op = ol->start_op + ol->n_ops - 1;
-        pl->free_op = pl->done_op + 1;
+        pl->free_op = pl->done_op + 1 + s->free_delay;
         /* m_last is also the last entry in [2 free_op, hi) if there is one. */
         covers = m_last >= 2 * (size_t)pl->free_op;
     }

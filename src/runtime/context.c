@@ -159,6 +159,15 @@ void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *sta
     *stats = ctx->stats;
 }
 
+cham_status_t cham_context_alloc_stats(const cham_context_t *ctx, cham_alloc_stats_t *stats)
+{
+    CHAM_ASSERT(ctx && stats);
+    if (!ctx->mem)
+        return CHAM_ERR_INVALID_ARG;
+    cham_allocator_get_stats(ctx->mem, stats);
+    return CHAM_OK;
+}
+
 cham_stage_t cham_context_stage(const cham_context_t *ctx)
 {
     CHAM_ASSERT(ctx);

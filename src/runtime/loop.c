@@ -3,7 +3,12 @@
  *   WarmUp     no policy; memory runs out -> passive swaps (oom.c)
  *   GenPolicy  each step is profiled in detail; its profile gives a policy
  *              that the next step applies and measures; after n such
- *              trials the fastest is kept
+ *              trials the fastest is kept. The trials differ in how long
+ *              a swapped-out block waits past its predicted copy end
+ *              before reuse (free_delay_ops 0, 1, 2, 4, 8, ...): the
+ *              planner's Eq. 1 timing is coarse, and a block reused
+ *              before its copy ends stalls the compute stream, one reused
+ *              later holds memory longer; measuring settles it.
  *   Stable     the kept policy is applied step after step
  *   a big change of the op sequence -> WarmUp, the policy is dropped.
  *
@@ -102,9 +107,16 @@ static void trials_clear(cham_context_t *ctx)
     ctx->n_trials = 0;
 }
 
+/* The release delay of trial k: 0, 1, 2, 4, 8, 16, ... */
+static uint32_t trial_delay(size_t k)
+{
+    return k == 0 ? 0 : k >= 16 ? UINT32_C(1) << 15 : UINT32_C(1) << (k - 1);
+}
+
 /* A policy from the profile of the step that just ended; NULL (logged) if
- * none can be made. */
-static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile)
+ * none can be made. A delay that leaves no policy falls back to none. */
+static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
+                             uint32_t *delay)
 {
     cham_device_info_t info;
     cham_device_get_info(ctx->dev, &info);
@@ -116,9 +128,14 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile)
     pc.min_swap_bytes = ctx->config.min_swap_bytes;
     if (ctx->reserve)
         pc.reserve = ctx->reserve;
+    pc.free_delay_ops = *delay;
     cham_policy_t *policy = NULL;
     char err[400];
     cham_status_t st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
+    if (st == CHAM_ERR_OUT_OF_MEMORY && *delay > 0) {
+        pc.free_delay_ops = *delay = 0;
+        st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
+    }
     if (st != CHAM_OK) {
         ctx->stats.policy_failures++;
         cham_context_log(ctx, "step %llu: no policy: %s", (unsigned long long)ctx->step, err);
@@ -131,9 +148,10 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile)
         return NULL;
     }
     ctx->stats.policies_generated++;
-    cham_context_log(ctx, "step %llu: policy %zu generated: %zu swaps, predicted peak %llu of "
-                     "%llu usable bytes", (unsigned long long)ctx->step, ctx->n_trials + 1,
-                     policy->n_items, (unsigned long long)policy->predicted_peak,
+    cham_context_log(ctx, "step %llu: policy %zu generated: %zu swaps, blocks reused %u ops "
+                     "after their copies, predicted peak %llu of %llu usable bytes",
+                     (unsigned long long)ctx->step, ctx->n_trials + 1, policy->n_items, *delay,
+                     (unsigned long long)policy->predicted_peak,
                      (unsigned long long)policy->usable);
     return plan;
 }
@@ -164,9 +182,9 @@ static cham_plan_t *best_trial(cham_context_t *ctx)
     }
     if (!best)
         return NULL;
-    cham_context_log(ctx, "step %llu: kept policy %zu of %zu: %llu ns a step, %llu passive and "
-                     "%llu on-demand swaps", (unsigned long long)ctx->step,
-                     (size_t)(best - ctx->trials) + 1, ctx->n_trials,
+    cham_context_log(ctx, "step %llu: kept policy %zu of %zu (reuse delay %u ops): %llu ns a "
+                     "step, %llu passive and %llu on-demand swaps", (unsigned long long)ctx->step,
+                     (size_t)(best - ctx->trials) + 1, ctx->n_trials, best->free_delay,
                      (unsigned long long)best->step_ns, (unsigned long long)best->passive,
                      (unsigned long long)best->on_demand);
     return best->plan;
@@ -265,12 +283,13 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
             ctx->synced_step_ns)
             measure_trial(ctx, ctx->synced_step_ns);
         if (*to == CHAM_STAGE_GENPOLICY) {
-            cham_plan_t *plan = fresh ? generate(ctx, prof) : NULL;
+            uint32_t delay = trial_delay(ctx->n_trials);
+            cham_plan_t *plan = fresh ? generate(ctx, prof, &delay) : NULL;
             cham_trial_t *t = plan ? cham_grow(ctx->trials, &ctx->cap_trials, ctx->n_trials + 1,
                                                sizeof *t, 8) : NULL;
             if (t) {
                 ctx->trials = t;
-                ctx->trials[ctx->n_trials++] = (cham_trial_t){.plan = plan};
+                ctx->trials[ctx->n_trials++] = (cham_trial_t){.plan = plan, .free_delay = delay};
             } else {
                 cham_plan_release(plan);
             }

@@ -74,6 +74,7 @@ typedef struct cham_plan {
 /* A policy tried for one step in GenPolicy, and how the step went. */
 typedef struct cham_trial {
     cham_plan_t *plan;
+    uint32_t free_delay;          /* the planner's free_delay_ops */
     uint64_t step_ns;             /* measured: device idle to device idle */
     uint64_t passive, on_demand;  /* swaps the plan did not foresee */
 } cham_trial_t;
