@@ -386,6 +386,244 @@ static void test_pytorch_record_stream_mode(void **state)
         assert_true(DELTA(&got, s, planned_swaps_out) > 0);
 }
 
+/* ---- advisor mode ---------------------------------------------------------------*/
+
+/* A caller that owns its memory: device buffers straight from the device
+ * (whose capacity counts every byte), host copies in pinned memory, and
+ * copies it makes itself; it follows the actions begin-op returns. */
+#define ADV_L 8
+#define ADV_BYTES (256u << 10)
+
+typedef struct adv_tensor {
+    cham_tensor_t *t;
+    void *dev;
+    void *host;
+} adv_tensor_t;
+
+typedef struct advisor {
+    cham_context_t *ctx;
+    adv_tensor_t ts[2 * ADV_L + 8];
+    int n;
+    uint64_t bytes, step_max;    /* device bytes the caller holds */
+    uint64_t needed_swaps_in;    /* this step: on-demand advice */
+} advisor_t;
+
+static adv_tensor_t *adv_find(advisor_t *a, const cham_tensor_t *t)
+{
+    for (int i = 0; i < a->n; i++)
+        if (a->ts[i].t == t)
+            return &a->ts[i];
+    fail_msg("advice about a tensor the caller does not have");
+    return NULL;
+}
+
+static void *adv_alloc(advisor_t *a)
+{
+    void *p = NULL;
+    if (cham_device_mem_alloc(cham_context_device(a->ctx), ADV_BYTES, &p) != CHAM_OK)
+        fail_msg("the caller ran out of device memory: %s",
+                 cham_device_last_error(cham_context_device(a->ctx)));
+    a->bytes += ADV_BYTES;
+    a->step_max = a->bytes > a->step_max ? a->bytes : a->step_max;
+    return p;
+}
+
+static void adv_release(advisor_t *a, void *p)
+{
+    cham_device_mem_free(cham_context_device(a->ctx), p);
+    a->bytes -= ADV_BYTES;
+}
+
+static cham_tensor_t *adv_new(advisor_t *a, const char *label)
+{
+    adv_tensor_t *x = &a->ts[a->n++];
+    x->dev = adv_alloc(a);
+    x->host = NULL;
+    assert_int_equal(cham_tensor_wrap(a->ctx, x->dev, ADV_BYTES, CHAM_DTYPE_F32, label, &x->t),
+                     CHAM_OK);
+    return x->t;
+}
+
+static void adv_free(advisor_t *a, cham_tensor_t *t)
+{
+    adv_tensor_t *x = adv_find(a, t);
+    if (x->dev)
+        adv_release(a, x->dev);
+    if (x->host)
+        cham_device_host_free(cham_context_device(a->ctx), x->host);
+    cham_tensor_release(t);
+    *x = a->ts[--a->n];
+}
+
+/* Carries out the actions of the op just begun: swap-ins now, swap-outs
+ * after the kernel (synchronous copies: the caller keeps it simple). */
+static void adv_actions(advisor_t *a, bool after_kernel)
+{
+    const cham_action_t *act;
+    size_t n = cham_op_actions(a->ctx, &act);
+    cham_stream_t *s = cham_context_compute_stream(a->ctx);
+    for (size_t i = 0; i < n; i++) {
+        adv_tensor_t *x = adv_find(a, act[i].tensor);
+        if (act[i].kind == CHAM_ACTION_SWAP_IN && !after_kernel) {
+            a->needed_swaps_in += act[i].needed;
+            x->dev = adv_alloc(a);
+            assert_int_equal(cham_copy_async(s, x->dev, x->host, ADV_BYTES, CHAM_COPY_H2D, "in"),
+                             CHAM_OK);
+            assert_int_equal(cham_stream_synchronize(s), CHAM_OK);
+            cham_device_host_free(cham_context_device(a->ctx), x->host), x->host = NULL;
+            assert_int_equal(cham_tensor_swapped_in(x->t, x->dev), CHAM_OK);
+        } else if (act[i].kind == CHAM_ACTION_SWAP_OUT && after_kernel) {
+            assert_true(act[i].free_after_op > cham_context_ops(a->ctx));
+            assert_int_equal(cham_device_host_alloc(cham_context_device(a->ctx), ADV_BYTES,
+                                                    &x->host), CHAM_OK);
+            assert_int_equal(cham_copy_async(s, x->host, x->dev, ADV_BYTES, CHAM_COPY_D2H, "out"),
+                             CHAM_OK);
+            assert_int_equal(cham_stream_synchronize(s), CHAM_OK);
+            adv_release(a, x->dev), x->dev = NULL;
+            assert_int_equal(cham_tensor_swapped_out(x->t), CHAM_OK);
+        }
+    }
+}
+
+typedef struct adv_args {
+    uint32_t *out;
+    const uint32_t *in[2];
+    uint32_t seed;
+    uint64_t *sum;
+} adv_args_t;
+
+static void adv_kernel(void *p)
+{
+    adv_args_t *k = p;
+    for (size_t i = 0; i < ADV_BYTES / 4; i++) {
+        uint32_t v = k->seed + (uint32_t)i;
+        if (k->in[0])
+            v = k->in[0][i] * 3u + v;
+        if (k->in[1])
+            v ^= k->in[1][i];
+        k->out[i] = v;
+        if (k->sum)
+            *k->sum = (*k->sum ^ v) * 0x100000001b3u;
+    }
+}
+
+static void adv_op(advisor_t *a, cham_op_token_t tok, cham_tensor_t *in0, cham_tensor_t *in1,
+                   cham_tensor_t *out, uint32_t seed, uint64_t *sum)
+{
+    cham_tensor_t *ins[2] = {in0, in1};
+    size_t n_in = in1 ? 2 : in0 ? 1 : 0;
+    assert_int_equal(cham_op_begin(a->ctx, tok, ins, n_in, &out, 1), CHAM_OK);
+    adv_actions(a, false);
+    adv_args_t k = {.out = cham_tensor_data(out), .seed = seed, .sum = sum};
+    cham_access_t acc[3] = {{k.out, ADV_BYTES, CHAM_ACCESS_WRITE}};
+    size_t n = 1;
+    for (size_t i = 0; i < n_in; i++) {
+        k.in[i] = cham_tensor_data(ins[i]);
+        assert_non_null(k.in[i]);
+        acc[n++] = (cham_access_t){k.in[i], ADV_BYTES, CHAM_ACCESS_READ};
+    }
+    cham_kernel_t kern = {.label = "adv", .flops = 4e10, .bytes = 3.0 * ADV_BYTES,
+                          .accesses = acc, .n_accesses = n, .cpu_fn = adv_kernel, .arg = &k};
+    assert_int_equal(cham_kernel_launch(cham_context_compute_stream(a->ctx), &kern), CHAM_OK);
+    adv_actions(a, true);
+    assert_int_equal(cham_op_end(a->ctx), CHAM_OK);
+}
+
+static uint64_t adv_step(advisor_t *a, int step)
+{
+    cham_op_token_t fwd, bwd;
+    assert_int_equal(cham_op_token(a->ctx, "fwd", &fwd), CHAM_OK);
+    assert_int_equal(cham_op_token(a->ctx, "bwd", &bwd), CHAM_OK);
+    cham_tensor_t *x[ADV_L + 1];
+    uint64_t sum = 0;
+    a->needed_swaps_in = 0;
+    cham_phase(a->ctx, CHAM_PHASE_FORWARD);
+    x[0] = adv_new(a, "x0");
+    adv_op(a, fwd, NULL, NULL, x[0], (uint32_t)step, NULL);
+    for (int i = 0; i < ADV_L; i++) {
+        char label[8];
+        snprintf(label, sizeof label, "x%d", i + 1);
+        x[i + 1] = adv_new(a, label);
+        adv_op(a, fwd, x[i], NULL, x[i + 1], 0, NULL);
+    }
+    cham_phase(a->ctx, CHAM_PHASE_BACKWARD);
+    cham_tensor_t *g = x[ADV_L];           /* the loss gradient, say */
+    for (int i = ADV_L - 1; i >= 0; i--) {
+        cham_tensor_t *g2 = adv_new(a, "g");
+        adv_op(a, bwd, g, x[i], g2, 0, i == 0 ? &sum : NULL);
+        adv_free(a, g);
+        adv_free(a, x[i]);
+        g = g2;
+    }
+    adv_free(a, g);
+    assert_int_equal(cham_step_end(a->ctx), CHAM_OK);
+    return sum;
+}
+
+typedef struct adv_result {
+    uint64_t sum[MAX_STEPS], step_max[MAX_STEPS], needed[MAX_STEPS];
+    cham_stage_t stage[MAX_STEPS];
+    cham_runtime_stats_t after[MAX_STEPS];
+    uint64_t hazards;
+} adv_result_t;
+
+/* Runs the caller on a roomy device, with policies planned for budget. */
+static void adv_run(uint64_t budget, int steps, adv_result_t *r)
+{
+    cham_config_t c = config(1024 * MiB);
+    c.mode = CHAM_MODE_ADVISOR;
+    c.memory_budget = budget;
+    advisor_t a = {0};
+    assert_int_equal(cham_context_new(&c, &a.ctx), CHAM_OK);
+    run_t quiet_log = {0};
+    cham_context_set_log(a.ctx, on_log, &quiet_log);
+    for (int s = 0; s < steps; s++) {
+        a.step_max = a.bytes;
+        r->sum[s] = adv_step(&a, s);
+        r->step_max[s] = a.step_max;
+        r->needed[s] = a.needed_swaps_in;
+        r->stage[s] = cham_context_stage(a.ctx);
+        cham_context_get_stats(a.ctx, &r->after[s]);
+    }
+    r->hazards = cham_sim_hazard_count(cham_context_device(a.ctx));
+    cham_context_free(a.ctx);
+}
+
+/* The actions come out of begin-op; a caller that follows them, with its
+ * own memory and copies, stays within the budget once the policy is kept,
+ * never needs an unplanned swap-in there, and computes the same bytes. */
+static void test_advisor_mode_actions(void **state)
+{
+    (void)state;
+    enum { STEPS = 24 };
+    static adv_result_t all, some;
+    adv_run(0, STEPS, &all);
+    uint64_t need = all.step_max[STEPS - 1];
+    assert_int_equal(need, (ADV_L + 2) * (uint64_t)ADV_BYTES);
+    assert_int_equal(all.after[STEPS - 1].swaps_out, 0);
+    uint64_t budget = need * 6 / 10;
+    adv_run(budget, STEPS, &some);
+    assert_int_equal(some.hazards, 0);
+    int s0 = -1;
+    for (int s = 0; s < STEPS; s++) {
+        assert_true(some.sum[s] == all.sum[s]);
+        if (s0 < 0 && s > 0 && some.stage[s - 1] == CHAM_STAGE_STABLE)
+            s0 = s;
+    }
+    assert_true(s0 > 0);
+    for (int s = s0; s < STEPS; s++) {
+        if (some.step_max[s] > budget)
+            fail_msg("step %d: the caller held %llu bytes, budget %llu", s,
+                     (unsigned long long)some.step_max[s], (unsigned long long)budget);
+        assert_int_equal(some.needed[s], 0);
+        cham_runtime_stats_t d0 = some.after[s - 1], d1 = some.after[s];
+        assert_true(d1.planned_swaps_out > d0.planned_swaps_out);
+        assert_int_equal(d1.planned_swaps_out - d0.planned_swaps_out,
+                         d1.planned_swaps_in - d0.planned_swaps_in);
+        assert_int_equal(d1.items_missed, d0.items_missed);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -399,6 +637,7 @@ int main(void)
         cmocka_unit_test(test_oom_path_alone),
         cmocka_unit_test(test_oom_error_names_everything),
         cmocka_unit_test(test_pytorch_record_stream_mode),
+        cmocka_unit_test(test_advisor_mode_actions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

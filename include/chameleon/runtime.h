@@ -82,6 +82,9 @@ typedef struct cham_config {
     uint64_t min_swap_bytes;     /* smallest tensor worth swapping (1 MiB) */
     /* Acting (paper §6, docs/executor.md). */
     bool executor;               /* generate and apply policies (true) */
+    uint64_t memory_budget;      /* device bytes policies plan for (0 = the
+                                    device's capacity; a smaller one leaves
+                                    room for memory Chameleon does not see) */
     bool oom_handling;           /* passive swaps when memory runs out (true) */
     bool pytorch_record_stream;  /* hand swapped-out blocks back PyTorch's way,
                                     by host event queries (false: after the
@@ -172,12 +175,53 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t);
 
 /* Brackets one operator: its token, the tensors it reads and writes. Every
  * input and output must be on the device or movable there; begin makes the
- * compute stream wait for swap-ins in flight. Launch the op's kernels on the
+ * compute stream wait for swap-ins in flight (managed mode) or advises the
+ * caller what to move (advisor mode). Launch the op's kernels on the
  * compute stream between begin and end. */
 cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
                             cham_tensor_t *const *inputs, size_t n_inputs,
                             cham_tensor_t *const *outputs, size_t n_outputs);
 cham_status_t cham_op_end(cham_context_t *ctx);
+
+/* Ops dispatched since the context was made: the numbering free_after_op
+ * of an action uses (the op being dispatched has number cham_context_ops
+ * until its cham_op_end). */
+uint64_t cham_context_ops(const cham_context_t *ctx);
+
+/* ---- advisor mode: actions ------------------------------------------------
+ * In advisor mode Chameleon moves nothing; it says what to move, and the
+ * caller reports what it moved. After cham_op_begin, cham_op_actions lists
+ * what to do around the op just begun, in order:
+ *   CHAM_ACTION_SWAP_IN   the storage of `tensor` is on the host: copy it
+ *                         back and report cham_tensor_swapped_in. With
+ *                         `needed` this op reads it: its kernels must wait
+ *                         for the copy. Without, it is a planned prefetch.
+ *   CHAM_ACTION_SWAP_OUT  after this op's kernels, copy the storage of
+ *                         `tensor` to the host and report
+ *                         cham_tensor_swapped_out; its device memory may be
+ *                         reused once op number free_after_op has begun,
+ *                         the copy being ordered before that reuse.
+ * `tensor` is a view the caller already holds (valid while it is alive).
+ * The list is valid until the next cham_op_begin. */
+typedef enum cham_action_kind {
+    CHAM_ACTION_SWAP_OUT,
+    CHAM_ACTION_SWAP_IN,
+} cham_action_kind_t;
+
+typedef struct cham_action {
+    cham_action_kind_t kind;
+    cham_tensor_t *tensor;
+    bool needed;                 /* SWAP_IN: this op uses it */
+    uint64_t free_after_op;      /* SWAP_OUT: see above */
+} cham_action_t;
+
+/* The actions of the op begun last; their number (0 in managed mode). */
+size_t cham_op_actions(const cham_context_t *ctx, const cham_action_t **actions);
+
+/* Advisor mode: the caller moved the storage of t to its host memory (the
+ * device copy is no longer used) / back to the device at device_ptr. */
+cham_status_t cham_tensor_swapped_out(cham_tensor_t *t);
+cham_status_t cham_tensor_swapped_in(cham_tensor_t *t, void *device_ptr);
 
 /* Marks the phase of the ops that follow (forward at the start of a step). */
 cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase);

@@ -123,6 +123,8 @@ static const field_t fields[] = {
     REALF("score_c", score_c, 0, 1e6, false, false, false, "[0, 1e6]"),
     INTF("min_swap_bytes", min_swap_bytes, K_SIZE, 0, UINT64_MAX, "[0, 16EiB) bytes"),
     PLAINF("executor", executor, K_BOOL),
+    INTF("memory_budget", memory_budget, K_SIZE, 0, 64 * TiB,
+         "[0, 64TiB] bytes (0 = the device's capacity)"),
     PLAINF("oom_handling", oom_handling, K_BOOL),
     PLAINF("pytorch_record_stream", pytorch_record_stream, K_BOOL),
     INTF("policy_cache", policy_cache, K_U32, 0, 1024, "[0, 1024] entries"),

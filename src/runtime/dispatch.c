@@ -60,7 +60,7 @@ static void record_use(cham_context_t *ctx, const cham_tensor_t *t, bool output)
 /* A use: features count from the step's start; as they were before this
  * use they go into the detailed profile, then they move on and the
  * executor matches them against the applied policy. */
-static void use(cham_context_t *ctx, const cham_tensor_t *t, bool output,
+static void use(cham_context_t *ctx, cham_tensor_t *t, bool output,
                 cham_op_token_t token)
 {
     cham_storage_t *s = t->storage;
@@ -75,7 +75,7 @@ static void use(cham_context_t *ctx, const cham_tensor_t *t, bool output,
     cham_match_t *m = ctx->exec.plan ? &ctx->exec.plan->match : NULL;
     cham_features_advance(&s->feat, token, m ? cham_match_tag_bit(m, token) : 0);
     if (m)
-        cham_exec_use(ctx, s, token);
+        cham_exec_use(ctx, t, token);
 }
 
 /* Marks the storages the op uses: making room for one of them must not
@@ -129,6 +129,7 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
         return CHAM_ERR_HOST_OOM;
     }
     ctx->seq = seq;
+    ctx->n_actions = 0;
     /* Planned swap-ins of this op, then the storages the op needs: swaps
      * made here change the op's "before" memory sample. On failure the op
      * has not begun. */
@@ -172,6 +173,19 @@ cham_status_t cham_op_end(cham_context_t *ctx)
         st = cham_allocator_op_dispatched(ctx->mem, ctx->ops_total);
     ctx->ops_total++;
     return st;
+}
+
+size_t cham_op_actions(const cham_context_t *ctx, const cham_action_t **actions)
+{
+    CHAM_ASSERT(ctx && actions);
+    *actions = ctx->actions;
+    return ctx->n_actions;
+}
+
+uint64_t cham_context_ops(const cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    return ctx->ops_total;
 }
 
 cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase)

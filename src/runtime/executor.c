@@ -32,9 +32,34 @@ void cham_exec_step_start(cham_context_t *ctx)
     }
 }
 
-void cham_exec_use(cham_context_t *ctx, cham_storage_t *s, cham_op_token_t token)
+void cham_exec_advise(cham_context_t *ctx, cham_action_kind_t kind, cham_tensor_t *t,
+                      bool needed, uint64_t free_after_op)
+{
+    cham_action_t *a = cham_grow(ctx->actions, &ctx->cap_actions, ctx->n_actions + 1, sizeof *a,
+                                 8);
+    if (!a)
+        return;           /* host OOM: advice lost; on-demand advice follows later */
+    ctx->actions = a;
+    ctx->actions[ctx->n_actions++] = (cham_action_t){.kind = kind, .tensor = t, .needed = needed,
+                                                     .free_after_op = free_after_op};
+    if (!needed)
+        t->storage->advised = true;
+}
+
+/* The op after which item's block may be reused: the planned one, but
+ * never the op that ends now, whose wait would stall the next op on the
+ * copy the policy meant to hide. */
+static uint64_t release_op(const cham_context_t *ctx, uint32_t item)
+{
+    uint64_t op = ctx->ops_total;
+    uint64_t free_op = ctx->exec.step_base + ctx->exec.plan->policy->items[item].free_op;
+    return free_op <= op ? op + 1 : free_op;
+}
+
+void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token)
 {
     cham_exec_t *x = &ctx->exec;
+    cham_storage_t *s = t->storage;
     uint32_t item = cham_match_use(&x->plan->match, &s->feat, token);
     if (item == CHAM_MATCH_NONE)
         return;
@@ -42,6 +67,10 @@ void cham_exec_use(cham_context_t *ctx, cham_storage_t *s, cham_op_token_t token
         x->storage_of[s->item] = NULL;    /* a storage stands for one item */
     x->storage_of[item] = s;
     s->item = item;
+    if (ctx->config.mode == CHAM_MODE_ADVISOR) {
+        cham_exec_advise(ctx, CHAM_ACTION_SWAP_OUT, t, false, release_op(ctx, item));
+        return;
+    }
     uint32_t *p = cham_grow(x->pending, &x->cap_pending, x->n_pending + 1, sizeof *p, 16);
     if (!p)
         return;           /* host OOM: this swap-out is skipped, nothing breaks */
@@ -71,6 +100,10 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
         cham_storage_t *s = x->storage_of[item];
         if (!s || s->residency != CHAM_RESIDENT_HOST)
             continue;     /* not matched, or already back */
+        if (ctx->config.mode == CHAM_MODE_ADVISOR) {
+            cham_exec_advise(ctx, CHAM_ACTION_SWAP_IN, s->view_list, false, 0);
+            continue;
+        }
         cham_status_t st = cham_storage_swap_in(s, CHAM_SWAP_PLANNED);
         if (st != CHAM_OK)
             return st;
@@ -81,19 +114,12 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
 cham_status_t cham_exec_op_end(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
-    const cham_policy_t *pol = x->plan->policy;
-    uint64_t op = ctx->ops_total;                /* the op that ends */
     for (size_t i = 0; i < x->n_pending; i++) {
         uint32_t item = x->pending[i];
         cham_storage_t *s = x->storage_of[item];
         if (!s || !s->block || s->residency != CHAM_RESIDENT_DEVICE)
             continue;     /* released by its op, or not on the device */
-        /* The planned release op, but never this one: its wait would stall
-         * the next op on the copy the policy meant to hide. */
-        uint64_t free_op = x->step_base + pol->items[item].free_op;
-        if (free_op <= op)
-            free_op = op + 1;
-        cham_status_t st = cham_storage_swap_out(s, CHAM_SWAP_PLANNED, free_op);
+        cham_status_t st = cham_storage_swap_out(s, CHAM_SWAP_PLANNED, release_op(ctx, item));
         if (st == CHAM_ERR_HOST_BUDGET) {
             /* Out of pinned memory: the tensor stays; the OOM path copes. */
             cham_context_log(ctx, "step %llu: planned swap-out skipped: %s",

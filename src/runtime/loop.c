@@ -122,6 +122,8 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     cham_device_get_info(ctx->dev, &info);
     cham_planner_config_t pc = cham_planner_config_default();
     pc.capacity = info.capacity;
+    if (ctx->config.memory_budget && ctx->config.memory_budget < info.capacity)
+        pc.capacity = ctx->config.memory_budget;
     pc.h2d_bandwidth = info.h2d_bandwidth;
     pc.d2h_bandwidth = info.d2h_bandwidth;
     pc.score_c = ctx->config.score_c;
@@ -266,7 +268,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         ctx->stats.matched_loose += m->hits_loose;
         ctx->stats.items_missed += x->plan->policy->n_items - hits;
     }
-    if (!ctx->config.executor || ctx->config.mode != CHAM_MODE_MANAGED)
+    if (!ctx->config.executor)
         return;
 
     const cham_profile_t *prof = ctx->last_profile;
@@ -339,4 +341,5 @@ void cham_loop_free(cham_context_t *ctx)
     free(ctx->cache);
     free(ctx->exec.storage_of);
     free(ctx->exec.pending);
+    free(ctx->actions);
 }

@@ -27,7 +27,8 @@ typedef struct cham_storage cham_storage_t;
 
 /* Bytes of one tensor's data, wherever it is.
  * Invariants: residency DEVICE or MOVING_IN iff block (managed) or ptr
- * (advisor) is set; HOST iff host_block is set and block is not; views > 0
+ * (advisor) is set; HOST iff host_block (managed) is set and block is not,
+ * or (advisor) the caller reported the storage moved out; views > 0
  * while the storage is alive; MOVING_IN while the compute stream has not
  * yet waited on in_event (the last swap-in's completion). */
 struct cham_storage {
@@ -40,7 +41,9 @@ struct cham_storage {
     cham_block_t *host_block;     /* pinned copy while swapped out */
     cham_event_t *out_event;      /* completion of the last swap-out copy */
     cham_event_t *in_event;       /* completion of the last swap-in */
+    cham_tensor_t *view_list;     /* its live views */
     uint32_t views;
+    bool advised;                 /* advisor mode: a planned move was advised */
     /* Features for recognising the tensor across steps (paper appendix A),
      * counted from the start of step feat_step. */
     cham_features_t feat;
@@ -56,6 +59,7 @@ struct cham_storage {
  * lies inside the storage. */
 struct cham_tensor {
     cham_storage_t *storage;
+    cham_tensor_t *prev_view, *next_view;   /* the storage's view list */
     size_t offset, bytes;
     cham_dtype_t dtype;
     uint32_t refs;
@@ -134,6 +138,8 @@ struct cham_context {
 
     /* Acting (executor.c) and the loop around it (loop.c). */
     cham_exec_t exec;
+    cham_action_t *actions;       /* advisor mode: what the op begun last advises */
+    size_t n_actions, cap_actions;
     cham_trial_t *trials;         /* GenPolicy: policies tried, one a step */
     size_t n_trials, cap_trials;
     cham_plan_t *next_plan;       /* to apply from the next step */
@@ -181,7 +187,10 @@ cham_status_t cham_runtime_alloc(cham_context_t *ctx, size_t bytes, const char *
  * is used (matching) / an op ends (planned swap-outs) / a storage dies. */
 void cham_exec_step_start(cham_context_t *ctx);
 cham_status_t cham_exec_op_begin(cham_context_t *ctx);
-void cham_exec_use(cham_context_t *ctx, cham_storage_t *s, cham_op_token_t token);
+void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token);
+/* executor.c: advisor mode: adds an action for the caller. */
+void cham_exec_advise(cham_context_t *ctx, cham_action_kind_t kind, cham_tensor_t *t,
+                      bool needed, uint64_t free_after_op);
 cham_status_t cham_exec_op_end(cham_context_t *ctx);
 void cham_exec_forget(cham_context_t *ctx, cham_storage_t *s);
 

@@ -33,6 +33,10 @@ static cham_tensor_t *view_new(cham_storage_t *s, size_t offset, size_t bytes,
     t->dtype = dtype;
     t->refs = 1;
     set_label(t, label);
+    t->next_view = s->view_list;
+    if (t->next_view)
+        t->next_view->prev_view = t;
+    s->view_list = t;
     s->views++;
     return t;
 }
@@ -216,6 +220,12 @@ void cham_tensor_release(cham_tensor_t *t)
     if (--t->refs > 0)
         return;
     cham_storage_t *s = t->storage;
+    if (t->prev_view)
+        t->prev_view->next_view = t->next_view;
+    else
+        s->view_list = t->next_view;
+    if (t->next_view)
+        t->next_view->prev_view = t->prev_view;
     free(t);
     if (--s->views == 0)
         storage_free(s);
@@ -435,9 +445,95 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t)
     return cham_storage_swap_in(s, CHAM_SWAP_CALLER);
 }
 
+/* ---- advisor mode: the caller's moves ------------------------------------------*/
+
+/* The cause of a move the caller reports: planned if the executor advised
+ * it (the flag is spent). */
+static cham_swap_cause_t reported_cause(cham_storage_t *s)
+{
+    bool planned = s->advised;
+    s->advised = false;
+    return planned ? CHAM_SWAP_PLANNED : CHAM_SWAP_CALLER;
+}
+
+static cham_status_t advisor_only(cham_tensor_t *t, const char *what)
+{
+    cham_context_t *ctx = t->storage->ctx;
+    if (ctx->config.mode == CHAM_MODE_ADVISOR)
+        return CHAM_OK;
+    cham_context_error(ctx, "%s \"%s\": only in advisor mode; in managed mode Chameleon "
+                       "moves tensors itself", what, t->label);
+    return CHAM_ERR_INVALID_ARG;
+}
+
+cham_status_t cham_tensor_swapped_out(cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    cham_status_t st = advisor_only(t, "cham_tensor_swapped_out of");
+    if (st != CHAM_OK)
+        return st;
+    cham_storage_t *s = t->storage;
+    cham_context_t *ctx = s->ctx;
+    if (s->residency != CHAM_RESIDENT_DEVICE) {
+        cham_context_error(ctx, "cham_tensor_swapped_out of \"%s\": it is already on the host",
+                           t->label);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_swap_cause_t cause = reported_cause(s);
+    void *old = s->ptr;
+    s->ptr = NULL;
+    s->residency = CHAM_RESIDENT_HOST;
+    mem_add(ctx, -(int64_t)s->bytes);
+    ctx->stats.swaps_out++;
+    ctx->stats.bytes_out += s->bytes;
+    ctx->stats.planned_swaps_out += cause == CHAM_SWAP_PLANNED;
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, false);
+    notify(s, true, cause, old);
+    return CHAM_OK;
+}
+
+cham_status_t cham_tensor_swapped_in(cham_tensor_t *t, void *device_ptr)
+{
+    CHAM_ASSERT(t);
+    cham_status_t st = advisor_only(t, "cham_tensor_swapped_in of");
+    if (st != CHAM_OK)
+        return st;
+    cham_storage_t *s = t->storage;
+    cham_context_t *ctx = s->ctx;
+    if (s->residency != CHAM_RESIDENT_HOST || !device_ptr) {
+        cham_context_error(ctx, "cham_tensor_swapped_in of \"%s\": %s", t->label,
+                           device_ptr ? "it is not on the host" : "device_ptr is NULL");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_swap_cause_t cause = reported_cause(s);
+    s->ptr = device_ptr;
+    s->residency = CHAM_RESIDENT_DEVICE;
+    mem_add(ctx, (int64_t)s->bytes);
+    ctx->stats.swaps_in++;
+    ctx->stats.bytes_in += s->bytes;
+    ctx->stats.planned_swaps_in += cause == CHAM_SWAP_PLANNED;
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false);
+    notify(s, false, cause, device_ptr);
+    return CHAM_OK;
+}
+
+/* Advisor mode: a storage on the host that the op being begun uses. */
+static void advise_on_demand(cham_storage_t *s)
+{
+    cham_context_t *ctx = s->ctx;
+    ctx->stats.on_demand_swaps_in++;
+    ctx->step_on_demand++;
+    cham_exec_advise(ctx, CHAM_ACTION_SWAP_IN, s->view_list, true, 0);
+}
+
 cham_status_t cham_storage_prepare(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
+    if (ctx->config.mode == CHAM_MODE_ADVISOR) {
+        if (s->residency == CHAM_RESIDENT_HOST)
+            advise_on_demand(s);
+        return CHAM_OK;
+    }
     if (s->residency == CHAM_RESIDENT_HOST) {
         cham_status_t st = cham_storage_swap_in(s, CHAM_SWAP_ON_DEMAND);
         if (st != CHAM_OK)
