@@ -365,6 +365,42 @@ static void test_oom_error_names_everything(void **state)
     cham_context_free(ctx);
 }
 
+/* Holes between tensors, none big enough: the OOM path moves out the one
+ * tensor between two holes, which joins them, instead of the closest sizes
+ * scattered elsewhere. */
+static void test_oom_path_defragments(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = NULL;
+    cham_config_t c = config(48 * MiB);
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    cham_op_token_t fill;
+    assert_int_equal(cham_op_token(ctx, "fill", &fill), CHAM_OK);
+    cham_tensor_t *t[12], *big;
+    for (int i = 0; i < 12; i++) {
+        char label[8];
+        snprintf(label, sizeof label, "t%d", i);
+        assert_int_equal(cham_tensor_new(ctx, 4 * MiB, CHAM_DTYPE_F32, label, &t[i]), CHAM_OK);
+        assert_int_equal(cham_op_begin(ctx, fill, NULL, 0, &t[i], 1), CHAM_OK);
+        assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    }
+    /* The first 20 MiB segment holds t0-t4: free t1 and t3. */
+    cham_tensor_release(t[1]), t[1] = NULL;
+    cham_tensor_release(t[3]), t[3] = NULL;
+    assert_int_equal(cham_tensor_new(ctx, 12 * MiB, CHAM_DTYPE_F32, "big", &big), CHAM_OK);
+    cham_runtime_stats_t st;
+    cham_context_get_stats(ctx, &st);
+    assert_int_equal(st.passive_swaps_out, 1);
+    assert_int_equal(st.defrag_evictions, 1);
+    cham_residency_t r = cham_tensor_residency(t[2]);   /* the copy may be in flight */
+    assert_true(r == CHAM_RESIDENT_HOST || r == CHAM_RESIDENT_MOVING_OUT);
+    assert_int_equal(cham_sim_hazard_count(cham_context_device(ctx)), 0);
+    cham_tensor_release(big);
+    for (int i = 0; i < 12; i++)
+        cham_tensor_release(t[i]);
+    cham_context_free(ctx);
+}
+
 /* ---- PyTorch's recordStream, for comparison -----------------------------------------*/
 
 /* Same run, blocks handed back by host event queries: still correct, and
@@ -636,6 +672,7 @@ int main(void)
         cmocka_unit_test(test_wrong_policy_stays_correct),
         cmocka_unit_test(test_oom_path_alone),
         cmocka_unit_test(test_oom_error_names_everything),
+        cmocka_unit_test(test_oom_path_defragments),
         cmocka_unit_test(test_pytorch_record_stream_mode),
         cmocka_unit_test(test_advisor_mode_actions),
     };

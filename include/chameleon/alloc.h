@@ -13,6 +13,7 @@
 #ifndef CHAMELEON_ALLOC_H
 #define CHAMELEON_ALLOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,6 +60,11 @@ size_t cham_block_size(const cham_block_t *block);
 size_t cham_block_requested(const cham_block_t *block);
 cham_stream_t *cham_block_stream(const cham_block_t *block);
 
+/* A pointer the caller keeps with an allocated block (NULL at allocation):
+ * the runtime notes which storage holds it. */
+void cham_block_set_owner(cham_block_t *block, void *owner);
+void *cham_block_owner(const cham_block_t *block);
+
 /* Marks the block as used by work queued on another stream (PyTorch's
  * recordStream): when freed, it is reused only after that work is done. */
 cham_status_t cham_block_record_stream(cham_allocator_t *alloc, cham_block_t *block,
@@ -88,6 +94,18 @@ cham_status_t cham_allocator_op_dispatched(cham_allocator_t *alloc, uint64_t op_
  * failed allocation (synchronize_and_free_events). The host blocks until
  * the device catches up. Returns the bytes handed back. */
 uint64_t cham_allocator_sync_deferred(cham_allocator_t *alloc);
+
+/* Defragmentation help for a request of bytes on stream that failed: the
+ * run of address-neighbouring blocks of one segment that would hold it if
+ * the allocated blocks in it were moved away, choosing among the runs whose
+ * allocated blocks can_move accepts (and that hold no block waiting for a
+ * deferred free) the one with the fewest allocated bytes. Writes up to max
+ * of those blocks to out and returns how many the run has; -1 when no run
+ * exists. A run with more than max blocks is reported but not written. */
+long cham_allocator_find_window(const cham_allocator_t *alloc, size_t bytes,
+                                cham_stream_t *stream,
+                                bool (*can_move)(const cham_block_t *block, void *user),
+                                void *user, cham_block_t **out, size_t max);
 
 /* Returns every wholly free cached segment to the device. Deferred frees
  * whose events have completed are processed first. */

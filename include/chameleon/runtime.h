@@ -285,6 +285,8 @@ typedef struct cham_runtime_stats {
     uint64_t swaps_out, swaps_in;    /* all of them */
     uint64_t on_demand_swaps_in; /* storages used while on the host */
     uint64_t passive_swaps_out;  /* forced by allocation failures */
+    uint64_t defrag_evictions;   /* of those, runs of neighbouring blocks
+                                    moved out together to join free space */
     uint64_t planned_swaps_out, planned_swaps_in;  /* issued by a policy */
     uint64_t bytes_out, bytes_in;
     uint64_t stage_changes;

@@ -69,7 +69,10 @@ struct cham_block {
     size_t requested;             /* bytes asked for (while allocated) */
     uint64_t recorded;            /* ids of streams given to record_stream */
     cham_deferred_t *events;      /* pending events, linked by next_in_block */
-    uint64_t freed_at;            /* op counter when freed (reuse interval) */
+    union {
+        void *owner;              /* while ALLOCATED: the caller's (set_owner) */
+        uint64_t freed_at;        /* while PENDING: op counter when freed */
+    } u;
 };
 
 /* A segment: one allocation from the device, owned by one stream and one

@@ -411,6 +411,7 @@ cham_status_t cham_block_alloc(cham_allocator_t *a, size_t bytes, cham_stream_t 
         }
     }
     b->state = CHAM_BLOCK_ALLOCATED;
+    b->u.owner = NULL;
     b->requested = bytes;
     b->recorded = 0;
     a->stats.allocated += b->size;
@@ -448,6 +449,18 @@ size_t cham_block_requested(const cham_block_t *b)
 {
     CHAM_ASSERT(b && b->state == CHAM_BLOCK_ALLOCATED);
     return b->requested;
+}
+
+void cham_block_set_owner(cham_block_t *b, void *owner)
+{
+    CHAM_ASSERT(b && b->state == CHAM_BLOCK_ALLOCATED);
+    b->u.owner = owner;
+}
+
+void *cham_block_owner(const cham_block_t *b)
+{
+    CHAM_ASSERT(b && b->state == CHAM_BLOCK_ALLOCATED);
+    return b->u.owner;
 }
 
 cham_stream_t *cham_block_stream(const cham_block_t *b)

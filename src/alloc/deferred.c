@@ -53,7 +53,7 @@ size_t cham_allocator_events_made(const cham_allocator_t *a)
 static void finish_deferred(cham_allocator_t *a, cham_block_t *b)
 {
     cham_alloc_stats_t *s = &a->stats;
-    uint64_t interval = a->op_counter - b->freed_at;
+    uint64_t interval = a->op_counter - b->u.freed_at;
     s->pending_free -= b->size;
     s->n_deferred_released++;
     s->reuse_interval_sum += interval;
@@ -97,7 +97,7 @@ void cham_block_free(cham_allocator_t *a, cham_block_t *b)
     }
     b->state = CHAM_BLOCK_PENDING_EVENTS;
     b->n_pending = 0;
-    b->freed_at = a->op_counter;
+    b->u.freed_at = a->op_counter;
     while (others) {
         int i = __builtin_ctzll(others);
         others &= others - 1;
@@ -286,7 +286,7 @@ cham_status_t cham_block_free_after_op(cham_allocator_t *a, cham_block_t *b,
     b->recorded = 0;
     b->events = chain;
     b->state = CHAM_BLOCK_PENDING_OP;
-    b->freed_at = a->op_counter;
+    b->u.freed_at = a->op_counter;
     a->stats.pending_free += b->size;
     if (now) {
         release_op_block(a, b);

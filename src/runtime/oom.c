@@ -22,9 +22,15 @@ static bool movable(const cham_context_t *ctx, const cham_storage_t *s)
            (s->residency == CHAM_RESIDENT_DEVICE || s->residency == CHAM_RESIDENT_MOVING_IN);
 }
 
-/* The victim: the smallest movable storage of at least bytes, else the
- * largest (one swap then frees as much as one can). NULL if none. */
-static cham_storage_t *closest_victim(const cham_context_t *ctx, size_t bytes)
+static bool block_movable(const cham_block_t *b, void *user)
+{
+    const cham_storage_t *s = cham_block_owner(b);
+    return s && movable(user, s);
+}
+
+/* The victim: the smallest movable storage of at least bytes (its block
+ * alone makes room), else the largest. NULL if none. */
+static cham_storage_t *closest_victim(const cham_context_t *ctx, size_t bytes, bool *enough)
 {
     cham_storage_t *above = NULL, *below = NULL;
     for (cham_storage_t *s = ctx->storages; s; s = s->next) {
@@ -37,40 +43,73 @@ static cham_storage_t *closest_victim(const cham_context_t *ctx, size_t bytes)
             below = s;
         }
     }
+    *enough = above != NULL;
     return above ? above : below;
 }
 
-cham_status_t cham_runtime_alloc(cham_context_t *ctx, size_t bytes, const char *what,
+#define MAX_WINDOW 32
+
+/* Moves a storage out passively: its block is reusable at once, behind
+ * the compute stream's wait on the copy. */
+static cham_status_t move_out(cham_context_t *ctx, cham_storage_t *s, uint64_t *n_moved,
+                              uint64_t *moved)
+{
+    uint64_t now = ctx->ops_total ? ctx->ops_total - 1 : 0;
+    (*n_moved)++;
+    *moved += s->bytes;
+    return cham_storage_swap_out(s, CHAM_SWAP_PASSIVE, now);
+}
+
+/* No single storage is big enough: moves out the storages of the cheapest
+ * run of neighbouring blocks that would hold the request once they are
+ * gone (defragmentation by eviction). *done says whether there was one. */
+static cham_status_t evict_window(cham_context_t *ctx, size_t bytes, bool *done,
+                                  uint64_t *n_moved, uint64_t *moved)
+{
+    cham_block_t *blocks[MAX_WINDOW];
+    long n = cham_allocator_find_window(ctx->mem, bytes, ctx->compute, block_movable, ctx,
+                                        blocks, MAX_WINDOW);
+    *done = n > 0 && n <= MAX_WINDOW;
+    if (!*done)
+        return CHAM_OK;
+    ctx->stats.defrag_evictions++;
+    for (long i = 0; i < n; i++) {
+        cham_status_t st = move_out(ctx, cham_block_owner(blocks[i]), n_moved, moved);
+        if (st != CHAM_OK)
+            return st;
+    }
+    return CHAM_OK;
+}
+
+cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, const char *what,
                                  cham_block_t **out)
 {
+    size_t bytes = owner->bytes;
     cham_status_t st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
-    if (st != CHAM_ERR_OUT_OF_MEMORY || !ctx->config.oom_handling) {
-        if (st != CHAM_OK)
-            cham_context_error(ctx, "%s: %s", what, cham_allocator_last_error(ctx->mem));
-        return st;
-    }
+    if (st != CHAM_ERR_OUT_OF_MEMORY || !ctx->config.oom_handling)
+        goto done;
     uint64_t moved = 0, n_moved = 0;
     while (st == CHAM_ERR_OUT_OF_MEMORY) {
         /* Frees that wait on host event queries (PyTorch's recordStream) are
          * waited for, as PyTorch does: the host blocks, nothing moves. */
         if (cham_allocator_sync_deferred(ctx->mem) == 0) {
-            cham_storage_t *victim = closest_victim(ctx, bytes);
+            bool enough;
+            cham_storage_t *victim = closest_victim(ctx, bytes, &enough);
             if (!victim)
                 break;
-            /* Reusable at once, behind the compute stream's wait on the copy. */
-            uint64_t now = ctx->ops_total ? ctx->ops_total - 1 : 0;
-            if ((st = cham_storage_swap_out(victim, CHAM_SWAP_PASSIVE, now)) != CHAM_OK)
-                return st;    /* the message names the swap and why it failed */
-            moved += victim->bytes;
-            n_moved++;
+            bool evicted = false;
+            st = CHAM_OK;
+            if (!enough)
+                st = evict_window(ctx, bytes, &evicted, &n_moved, &moved);
+            if (st == CHAM_OK && !evicted)
+                st = move_out(ctx, victim, &n_moved, &moved);
+            if (st != CHAM_OK)
+                return st;    /* the swap's message says what failed */
         }
         st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
     }
-    if (st != CHAM_ERR_OUT_OF_MEMORY) {
-        if (st != CHAM_OK)
-            cham_context_error(ctx, "%s: %s", what, cham_allocator_last_error(ctx->mem));
-        return st;
-    }
+    if (st != CHAM_ERR_OUT_OF_MEMORY)
+        goto done;
     cham_oom_info_t oom;
     cham_allocator_last_oom(ctx->mem, &oom);
     cham_context_error(ctx, "%s: out of device memory: %zu bytes requested, capacity %llu, "
@@ -81,4 +120,10 @@ cham_status_t cham_runtime_alloc(cham_context_t *ctx, size_t bytes, const char *
                        (unsigned long long)oom.allocated, (unsigned long long)oom.largest_free,
                        (unsigned long long)n_moved, (unsigned long long)moved);
     return CHAM_ERR_OUT_OF_MEMORY;
+done:
+    if (st == CHAM_OK)
+        cham_block_set_owner(*out, owner);
+    else
+        cham_context_error(ctx, "%s: %s", what, cham_allocator_last_error(ctx->mem));
+    return st;
 }

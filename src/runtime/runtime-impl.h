@@ -177,10 +177,10 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
 /* tensor.c: brings a storage on the host back. */
 cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause);
 
-/* oom.c: a device block for bytes on the compute stream, with the
+/* oom.c: a device block for owner's bytes on the compute stream, with the
  * out-of-memory path of Algorithm 3 (passive swaps of resident storages
  * the op being begun does not use). what names the request in errors. */
-cham_status_t cham_runtime_alloc(cham_context_t *ctx, size_t bytes, const char *what,
+cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, const char *what,
                                  cham_block_t **out);
 
 /* executor.c: the step starts / an op begins (planned swap-ins) / a tensor

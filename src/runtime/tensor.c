@@ -113,7 +113,7 @@ cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dt
     }
     char what[80];
     snprintf(what, sizeof what, "tensor \"%s\"", label ? label : "");
-    cham_status_t st = cham_runtime_alloc(ctx, bytes, what, &s->block);
+    cham_status_t st = cham_runtime_alloc(ctx, s, what, &s->block);
     if (st != CHAM_OK) {
         storage_unlink(s);
         return st;
@@ -399,7 +399,7 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
     char what[96];
     snprintf(what, sizeof what, "swap-in of \"%s\"", s->label);
     cham_block_t *block;
-    st = cham_runtime_alloc(ctx, s->bytes, what, &block);
+    st = cham_runtime_alloc(ctx, s, what, &block);
     if (st != CHAM_OK)
         return st;
     CHAM_ASSERT(s->residency == CHAM_RESIDENT_HOST);

@@ -1,0 +1,69 @@
+/* Finding where moving a few blocks away would make room for a request
+ * that failed for fragmentation (alloc.h, cham_allocator_find_window). */
+#include "alloc/alloc-impl.h"
+#include "common/assert.h"
+
+typedef bool (*can_move_fn)(const cham_block_t *block, void *user);
+
+static bool usable(const cham_block_t *b, can_move_fn can_move, void *user)
+{
+    return b->state == CHAM_BLOCK_FREE ||
+           (b->state == CHAM_BLOCK_ALLOCATED && can_move(b, user));
+}
+
+static size_t moved_bytes(const cham_block_t *b)
+{
+    return b->state == CHAM_BLOCK_ALLOCATED ? b->size : 0;
+}
+
+long cham_allocator_find_window(const cham_allocator_t *a, size_t bytes, cham_stream_t *stream,
+                                can_move_fn can_move, void *user, cham_block_t **out,
+                                size_t max)
+{
+    CHAM_ASSERT(a && stream && can_move && (out || max == 0));
+    size_t rounded = cham_alloc_round_size(bytes);
+    if (rounded == 0)
+        return -1;
+    bool small = rounded <= CHAM_ALLOC_SMALL_SIZE;
+    cham_block_t *best_lo = NULL, *best_hi = NULL;
+    size_t best_cost = SIZE_MAX;
+    for (const cham_segment_t *seg = a->segments; seg; seg = seg->next) {
+        if (seg->small != small || seg->stream != stream || seg->size < rounded)
+            continue;
+        /* Two pointers over the blocks in address order: [lo, hi] is the
+         * shortest run ending at hi that still holds rounded bytes. */
+        cham_block_t *lo = seg->first;
+        size_t sum = 0, cost = 0;
+        for (cham_block_t *hi = seg->first; hi; hi = hi->next) {
+            if (!usable(hi, can_move, user)) {
+                lo = hi->next;
+                sum = cost = 0;
+                continue;
+            }
+            sum += hi->size;
+            cost += moved_bytes(hi);
+            while (sum - lo->size >= rounded) {
+                sum -= lo->size;
+                cost -= moved_bytes(lo);
+                lo = lo->next;
+            }
+            if (sum >= rounded && cost < best_cost) {
+                best_lo = lo, best_hi = hi;
+                best_cost = cost;
+            }
+        }
+    }
+    if (!best_lo)
+        return -1;
+    long n = 0;
+    for (cham_block_t *b = best_lo;; b = b->next) {
+        if (b->state == CHAM_BLOCK_ALLOCATED) {
+            if ((size_t)n < max)
+                out[n] = b;
+            n++;
+        }
+        if (b == best_hi)
+            break;
+    }
+    return n;
+}
