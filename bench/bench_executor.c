@@ -7,7 +7,9 @@
  *    last steps), the memory block reuse interval (ops dispatched between a
  *    swapped-out block's free and its return to the pool: mean and max),
  *    host event queries and host waits per step.
- * 2. Matching cost, measured on this machine: the tensor uses of a profiled
+ * 2. The policy cache, simulated: a run with a forward-only validation step
+ *    every 20 steps, total time with and without the cache.
+ * 3. Matching cost, measured on this machine: the tensor uses of a profiled
  *    step replayed through the matcher (features -> policy item), against
  *    the same loop without the lookup; ns per op, median of --repeat runs.
  *
@@ -163,7 +165,7 @@ static void record_stream(bool quick)
            ratio_sum / n);
 }
 
-/* ---- 2. matching cost -------------------------------------------------------------*/
+/* ---- 3. matching cost -------------------------------------------------------------*/
 
 typedef struct replay {
     cham_features_t *feat;       /* after each use */
@@ -259,7 +261,7 @@ static void matching_cost(int repeat)
     double full = (double)bench_median_u64(with, (size_t)repeat);
     char cpu[128];
     bench_cpu_model(cpu, sizeof cpu);
-    printf("2. matching cost (measured on %s; median of %d replays)\n\n", cpu, repeat);
+    printf("3. matching cost (measured on %s; median of %d replays)\n\n", cpu, repeat);
     printf("   step replayed: %zu ops, %zu tensor uses; policy: %zu items; matched %zu\n",
            r.n_ops, r.n_uses, pv.n_items, hits);
     printf("   loop without lookup: %8.1f ns per op\n", base / (double)r.n_ops);
@@ -272,6 +274,50 @@ static void matching_cost(int repeat)
     cham_policy_free(pol);
     ts_model_free(model);
     cham_context_free(ctx);
+}
+
+/* ---- 2. the policy cache ----------------------------------------------------------*/
+
+/* Total simulated time of a run with a validation step every 20 steps, with
+ * and without the policy cache. */
+static void policy_cache(bool quick)
+{
+    int steps = quick ? 60 : 200;
+    ts_config_t tc = workload(16);
+    tc.validate_every = 20;
+    uint64_t cap = need("ascend-910b", &tc) / 2;
+    printf("2. policy cache (simulated, ascend-910b; %d steps, forward-only validation every "
+           "20 steps, half the memory)\n\n", steps);
+    printf("   %-6s %12s %10s %10s %12s %12s\n", "cache", "total s", "policies", "cache hits",
+           "passive", "with policy");
+    double total[2];
+    for (int on = 1; on >= 0; on--) {
+        cham_config_t c = cham_config_default();
+        c.device.preset = "ascend-910b";
+        c.device.capacity = cap;
+        c.device.hazard_check = false;
+        c.pinned_budget = 1024 * 1024 * MiB;
+        c.policy_cache = on ? 4 : 0;
+        cham_context_t *ctx = NULL;
+        if (cham_context_new(&c, &ctx) != CHAM_OK)
+            die("context", NULL);
+        cham_context_set_log(ctx, ignore_log, NULL);
+        ts_model_t *m = ts_model_new(ctx, &tc);
+        uint64_t sum;
+        for (int st = 0; st < steps; st++)
+            if (!m || ts_step(m, st, &sum) != CHAM_OK)
+                die("step", ctx);
+        cham_device_synchronize(cham_context_device(ctx));
+        total[on] = (double)cham_device_host_time(cham_context_device(ctx)) / 1e9;
+        cham_runtime_stats_t r;
+        cham_context_get_stats(ctx, &r);
+        printf("   %-6s %12.2f %10llu %10llu %12llu %12llu\n", on ? "on" : "off", total[on],
+               (unsigned long long)r.policies_generated, (unsigned long long)r.policy_cache_hits,
+               (unsigned long long)r.passive_swaps_out, (unsigned long long)r.steps_with_policy);
+        ts_model_free(m);
+        cham_context_free(ctx);
+    }
+    printf("\n   run time without the cache over with it: %.3fx\n\n", total[0] / total[1]);
 }
 
 int main(int argc, char **argv)
@@ -291,6 +337,7 @@ int main(int argc, char **argv)
     if (repeat < 1)
         repeat = 1;
     record_stream(quick);
+    policy_cache(quick);
     matching_cost(repeat);
     return 0;
 }
