@@ -97,6 +97,11 @@ static void assert_configs_equal(const cham_config_t *a, const cham_config_t *b)
     assert_true(a->cosine_threshold == b->cosine_threshold);
     assert_true(a->score_c == b->score_c);
     assert_int_equal(a->min_swap_bytes, b->min_swap_bytes);
+    assert_int_equal(a->executor, b->executor);
+    assert_int_equal(a->memory_budget, b->memory_budget);
+    assert_int_equal(a->oom_handling, b->oom_handling);
+    assert_int_equal(a->pytorch_record_stream, b->pytorch_record_stream);
+    assert_int_equal(a->policy_cache, b->policy_cache);
 }
 
 /* ---- defaults -------------------------------------------------------------------*/
@@ -120,6 +125,11 @@ static void test_defaults(void **state)
     assert_true(c.cosine_threshold == 0.95);
     assert_true(c.score_c == 1.0);
     assert_int_equal(c.min_swap_bytes, 1 * MiB);
+    assert_true(c.executor);
+    assert_int_equal(c.memory_budget, 0);
+    assert_true(c.oom_handling);
+    assert_false(c.pytorch_record_stream);
+    assert_int_equal(c.policy_cache, 4);
 
     char err[256] = "junk";
     assert_int_equal(cham_config_validate(&c, err, sizeof err), CHAM_OK);
@@ -154,7 +164,12 @@ static const char full_file[] =
     "  \"length_tolerance\": 0.1,\n"
     "  \"cosine_threshold\": 0.9,\n"
     "  \"score_c\": 2.5,\n"
-    "  \"min_swap_bytes\": 65536\n"
+    "  \"min_swap_bytes\": 65536,\n"
+    "  \"executor\": false,\n"
+    "  \"memory_budget\": \"10GiB\",\n"
+    "  \"oom_handling\": false,\n"
+    "  \"pytorch_record_stream\": true,\n"
+    "  \"policy_cache\": 0\n"
     "}\n";
 
 static void test_full_file(void **state)
@@ -191,6 +206,11 @@ static void test_full_file(void **state)
     assert_true(c.cosine_threshold == 0.9);
     assert_true(c.score_c == 2.5);
     assert_int_equal(c.min_swap_bytes, 64 * KiB);
+    assert_false(c.executor);
+    assert_int_equal(c.memory_budget, 10 * GiB);
+    assert_false(c.oom_handling);
+    assert_true(c.pytorch_record_stream);
+    assert_int_equal(c.policy_cache, 0);
     assert_int_equal(cham_config_validate(&c, err, sizeof err), CHAM_OK);
 
     /* Loading the same file again changes nothing. */

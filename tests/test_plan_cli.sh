@@ -61,6 +61,12 @@ check plan-step 0 '^step time: +120\.000 ms -> [0-9.]+ ms predicted' -- "${plan[
 check plan-items 0 '^items: +1 swapped, 64\.0 MiB' -- "${plan[@]}"
 # The swapped tensor is A (storage 1): out after op 1, back for op 10.
 check plan-table 0 '^ +1 +64\.0 +1 linear .* 10 linear_backward ' -- "${plan[@]}"
+# A reuse delay of one op hands A's block back at op 3 instead of op 2; two
+# would miss op 3, where the memory must be down, and leave no policy.
+check plan-free-delay 0 '^ +1 +64\.0 +1 linear +1 linear +3 matmul ' -- "${plan[@]}" --free-delay 1
+check plan-free-delay-too-late 1 'could not be removed at op 3' -- "${plan[@]}" --free-delay 2
+check plan-bad-free-delay 2 '--free-delay must be 0\.\.1000000, got "-1"' -- \
+  "${plan[@]}" --free-delay -1
 check plan-bytes 0 'capacity: +136\.0 MiB \(142606336 bytes\)' -- \
   plan "$prof" --device a100-80g --capacity 142606336 --reserve 0
 check plan-help 0 '^usage: chameleon plan PROFILE.json' -- plan --help

@@ -23,13 +23,15 @@ typedef struct plan_opts {
     uint64_t reserve;        /* UINT64_MAX = the default rule */
     uint32_t layers;         /* 0 = the default rule */
     const char *json;        /* where to save the policy, or NULL */
+    uint32_t free_delay;     /* planner's free_delay_ops */
 } plan_opts_t;
 
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: chameleon plan PROFILE.json [--device PRESET] [--capacity SIZE]\n"
-            "                      [--reserve SIZE] [--layers N] [--json OUT]\n"
+            "                      [--reserve SIZE] [--layers N] [--free-delay N]\n"
+            "                      [--json OUT]\n"
             "Runs Chameleon's policy generator on a saved profile and prints the\n"
             "policy: what it predicts and, per swapped tensor, when it goes out,\n"
             "when its block is reused and when it comes back.\n"
@@ -39,6 +41,8 @@ static void usage(FILE *f)
             "  --capacity SIZE   device memory to plan for (default: the profile's)\n"
             "  --reserve SIZE    bytes kept free (default: the generator's rule)\n"
             "  --layers N        logical layers per phase (default: the generator's rule)\n"
+            "  --free-delay N    ops a swapped-out block waits past its predicted copy\n"
+            "                    end before reuse (default 0)\n"
             "  --json OUT        also save the policy as JSON\n"
             "SIZE is bytes or a binary unit: 512MiB, 64GiB, 1TiB (also KiB, B).\n");
 }
@@ -90,7 +94,7 @@ static int parse(int argc, char **argv, plan_opts_t *o)
         }
         if (strcmp(a, "--device") != 0 && strcmp(a, "--capacity") != 0 &&
             strcmp(a, "--reserve") != 0 && strcmp(a, "--layers") != 0 &&
-            strcmp(a, "--json") != 0) {
+            strcmp(a, "--free-delay") != 0 && strcmp(a, "--json") != 0) {
             fprintf(stderr, "chameleon plan: unknown option %s\n", a);
             return 2;
         }
@@ -116,14 +120,20 @@ static int parse(int argc, char **argv, plan_opts_t *o)
                 return 2;
             }
         } else {
+            bool layers = strcmp(a, "--layers") == 0;
+            long lo = layers ? 1 : 0;
             char *end;
             errno = 0;
             long n = strtol(v, &end, 10);
-            if (errno || end == v || *end || n < 1 || n > 1000000) {
-                fprintf(stderr, "chameleon plan: --layers must be 1..1000000, got \"%s\"\n", v);
+            if (errno || end == v || *end || n < lo || n > 1000000) {
+                fprintf(stderr, "chameleon plan: %s must be %ld..1000000, got \"%s\"\n", a,
+                        lo, v);
                 return 2;
             }
-            o->layers = (uint32_t)n;
+            if (layers)
+                o->layers = (uint32_t)n;
+            else
+                o->free_delay = (uint32_t)n;
         }
     }
     if (!o->profile) {
@@ -225,6 +235,7 @@ int cmd_plan(int argc, char **argv)
     cfg.d2h_bandwidth = preset->d2h_bandwidth;
     cfg.forward_layers = o.layers;
     cfg.backward_layers = o.layers;
+    cfg.free_delay_ops = o.free_delay;
 
     cham_policy_t *pol;
     cham_status_t st = cham_plan_chameleon(prof, &cfg, &pol, err, sizeof err);
