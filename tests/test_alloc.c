@@ -861,6 +861,53 @@ static void test_free_allocator_with_pending(void **state)
     env_close(e, true);
 }
 
+/* ---- defragmentation help ----------------------------------------------------------*/
+
+/* Blocks may be moved unless their owner says "pinned". */
+static bool not_pinned(const cham_block_t *b, void *user)
+{
+    (void)user;
+    return cham_block_owner(b) == NULL;
+}
+
+/* One 20 MiB segment holds a b c d e of 4 MiB; b and d are freed. A 12 MiB
+ * request is best served by moving c alone (hole, c, hole). With c pinned
+ * the longest runs are 8 MiB, so there is none. */
+static void test_find_window(void **state)
+{
+    (void)state;
+    env_t *e = env_open(64 * MiB, 20 * MiB, false);
+    cham_block_t *t[5];
+    for (int i = 0; i < 5; i++)
+        t[i] = alloc_ok(e, 4 * MiB, e->compute);
+    cham_block_free(e->alloc, t[1]);
+    cham_block_free(e->alloc, t[3]);
+    cham_block_t *out[4];
+    long n = cham_allocator_find_window(e->alloc, 12 * MiB, e->compute, not_pinned, NULL, out,
+                                        4);
+    assert_int_equal(n, 1);
+    assert_ptr_equal(out[0], t[2]);
+    /* An 8 MiB request fits a hole and one neighbour: cost 4 MiB. */
+    n = cham_allocator_find_window(e->alloc, 8 * MiB, e->compute, not_pinned, NULL, out, 4);
+    assert_int_equal(n, 1);
+    /* With c pinned no run of 12 MiB avoids it. */
+    int pinned = 1;
+    cham_block_set_owner(t[2], &pinned);
+    n = cham_allocator_find_window(e->alloc, 12 * MiB, e->compute, not_pinned, NULL, out, 4);
+    assert_int_equal(n, -1);
+    /* Another stream's pool has no segment at all. */
+    assert_int_equal(cham_allocator_find_window(e->alloc, 8 * MiB, e->swap, not_pinned, NULL,
+                                                out, 4), -1);
+    /* Counting only: a run longer than max is reported, not written. */
+    cham_block_set_owner(t[2], NULL);
+    n = cham_allocator_find_window(e->alloc, 20 * MiB, e->compute, not_pinned, NULL, out, 1);
+    assert_int_equal(n, 3);
+    for (int i = 0; i < 5; i++)
+        if (i != 1 && i != 3)
+            cham_block_free(e->alloc, t[i]);
+    env_close(e, true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -882,6 +929,7 @@ int main(void)
         cmocka_unit_test(test_pinned_host_budget),
         cmocka_unit_test(test_data_patterns),
         cmocka_unit_test(test_free_allocator_with_pending),
+        cmocka_unit_test(test_find_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
