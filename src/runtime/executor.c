@@ -17,7 +17,6 @@
 
 #include "common/assert.h"
 #include "common/grow.h"
-#include "policy/policy-impl.h"
 #include "runtime/runtime-impl.h"
 
 void cham_exec_step_start(cham_context_t *ctx)
@@ -28,7 +27,7 @@ void cham_exec_step_start(cham_context_t *ctx)
     x->in_next = 0;
     if (x->plan) {
         cham_match_step_start(&x->plan->match);
-        memset(x->storage_of, 0, x->plan->policy->n_items * sizeof *x->storage_of);
+        memset(x->storage_of, 0, x->plan->view.n_items * sizeof *x->storage_of);
     }
 }
 
@@ -52,7 +51,7 @@ void cham_exec_advise(cham_context_t *ctx, cham_action_kind_t kind, cham_tensor_
 static uint64_t release_op(const cham_context_t *ctx, uint32_t item)
 {
     uint64_t op = ctx->ops_total;
-    uint64_t free_op = ctx->exec.step_base + ctx->exec.plan->policy->items[item].free_op;
+    uint64_t free_op = ctx->exec.step_base + ctx->exec.plan->view.items[item].free_op;
     return free_op <= op ? op + 1 : free_op;
 }
 
@@ -81,7 +80,7 @@ void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token)
 void cham_exec_forget(cham_context_t *ctx, cham_storage_t *s)
 {
     cham_exec_t *x = &ctx->exec;
-    if (s->item != CHAM_MATCH_NONE && x->plan && s->item < x->plan->policy->n_items &&
+    if (s->item != CHAM_MATCH_NONE && x->plan && s->item < x->plan->view.n_items &&
         x->storage_of[s->item] == s)
         x->storage_of[s->item] = NULL;
     s->item = CHAM_MATCH_NONE;
@@ -90,7 +89,7 @@ void cham_exec_forget(cham_context_t *ctx, cham_storage_t *s)
 cham_status_t cham_exec_op_begin(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
-    const cham_policy_t *pol = x->plan->policy;
+    const cham_policy_view_t *pol = &x->plan->view;
     uint32_t k = ctx->ops_in_step;               /* the op being begun */
     while (x->in_next < pol->n_items) {
         uint32_t item = x->plan->in_order[x->in_next];

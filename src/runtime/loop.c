@@ -21,40 +21,47 @@
 
 #include "common/assert.h"
 #include "common/grow.h"
-#include "policy/policy-impl.h"
 #include "runtime/runtime-impl.h"
 
 /* ---- plans ----------------------------------------------------------------*/
 
-static const cham_policy_item_t *sort_items;
-
-static int cmp_swap_in(const void *a, const void *b)
+static int cmp_u64(const void *a, const void *b)
 {
-    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    uint32_t ox = sort_items[x].swap_in_op, oy = sort_items[y].swap_in_op;
-    if (ox != oy)
-        return ox < oy ? -1 : 1;
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
+}
+
+/* Item indices by swap_in_op, then index: sorted as (op << 32 | index). */
+static bool sort_by_swap_in(const cham_policy_view_t *v, uint32_t *out)
+{
+    uint64_t *keys = malloc((v->n_items ? v->n_items : 1) * sizeof *keys);
+    if (!keys)
+        return false;
+    for (size_t i = 0; i < v->n_items; i++)
+        keys[i] = (uint64_t)v->items[i].swap_in_op << 32 | i;
+    qsort(keys, v->n_items, sizeof *keys, cmp_u64);
+    for (size_t i = 0; i < v->n_items; i++)
+        out[i] = (uint32_t)keys[i];
+    free(keys);
+    return true;
 }
 
 /* Takes the policy (freed on failure). */
 static cham_plan_t *plan_new(cham_policy_t *policy, const cham_profile_t *profile)
 {
     cham_plan_t *p = calloc(1, sizeof *p);
-    size_t n = policy->n_items;
-    if (!p || !(p->in_order = malloc((n ? n : 1) * sizeof *p->in_order)) ||
-        !cham_match_build(&p->match, policy, profile)) {
+    cham_policy_view_t v;
+    cham_policy_get(policy, &v);
+    if (!p || !(p->in_order = malloc((v.n_items ? v.n_items : 1) * sizeof *p->in_order)) ||
+        !sort_by_swap_in(&v, p->in_order) || !cham_match_build(&p->match, policy, profile)) {
         if (p)
             free(p->in_order);
         free(p);
         cham_policy_free(policy);
         return NULL;
     }
-    for (size_t i = 0; i < n; i++)
-        p->in_order[i] = (uint32_t)i;
-    sort_items = policy->items;
-    qsort(p->in_order, n, sizeof *p->in_order, cmp_swap_in);
     p->policy = policy;
+    p->view = v;
     p->refs = 1;
     return p;
 }
@@ -83,7 +90,7 @@ static void apply(cham_context_t *ctx, cham_plan_t *plan)
     if (plan == x->plan)
         return;
     if (plan) {
-        size_t n = plan->policy->n_items;
+        size_t n = plan->view.n_items;
         cham_storage_t **v = cham_grow(x->storage_of, &x->cap_items, n ? n : 1, sizeof *v, 16);
         if (!v) {
             cham_context_log(ctx, "out of host memory installing a policy; none is applied");
@@ -152,9 +159,9 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     ctx->stats.policies_generated++;
     cham_context_log(ctx, "step %llu: policy %zu generated: %zu swaps, blocks reused %u ops "
                      "after their copies, predicted peak %llu of %llu usable bytes",
-                     (unsigned long long)ctx->step, ctx->n_trials + 1, policy->n_items, *delay,
-                     (unsigned long long)policy->predicted_peak,
-                     (unsigned long long)policy->usable);
+                     (unsigned long long)ctx->step, ctx->n_trials + 1, plan->view.n_items, *delay,
+                     (unsigned long long)plan->view.predicted_peak,
+                     (unsigned long long)plan->view.usable);
     return plan;
 }
 
@@ -168,7 +175,7 @@ static void measure_trial(cham_context_t *ctx, uint64_t step_ns)
     t->passive = ctx->step_passive;
     t->on_demand = ctx->step_on_demand;
     if (t->passive) {
-        const cham_policy_t *p = t->plan->policy;
+        const cham_policy_view_t *p = &t->plan->view;
         uint64_t reserve = p->capacity - p->usable;
         ctx->reserve = reserve < p->capacity / 4 ? 2 * reserve + 1 : p->capacity / 2;
     }
@@ -266,7 +273,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         ctx->stats.steps_with_policy++;
         ctx->stats.items_matched += hits;
         ctx->stats.matched_loose += m->hits_loose;
-        ctx->stats.items_missed += x->plan->policy->n_items - hits;
+        ctx->stats.items_missed += x->plan->view.n_items - hits;
     }
     if (!ctx->config.executor)
         return;

@@ -6,10 +6,12 @@
  * host synchronisation), takes recordStream frees whose events are done,
  * returns wholly free segments to the device and retries (docs/allocator.md).
  * What is left here: waiting on the host for recordStream frees (only
- * PyTorch's mode or storages freed mid swap-in make them), then the
- * passive swap: move out the resident storage
- * whose size is closest to the request and retry, again ordered by events,
- * until the request fits or nothing movable is left. docs/executor.md. */
+ * PyTorch's mode or storages freed mid swap-in make them); then passive
+ * swaps: the resident storage whose size is closest to the request from
+ * above, or, when none is big enough, the storages of the cheapest run of
+ * neighbouring blocks that would hold it (defragmentation by eviction),
+ * each ordered by events; retried until the request fits or nothing
+ * movable is left. docs/executor.md, "The OOM path". */
 #include "common/assert.h"
 #include "runtime/runtime-impl.h"
 

@@ -70,6 +70,7 @@ struct cham_tensor {
  * swap-in order. Shared by the loop's trials and the policy cache. */
 typedef struct cham_plan {
     cham_policy_t *policy;
+    cham_policy_view_t view;      /* its parts */
     cham_match_t match;
     uint32_t *in_order;           /* item indices by swap_in_op */
     uint32_t refs;
