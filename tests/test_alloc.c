@@ -908,6 +908,42 @@ static void test_find_window(void **state)
     env_close(e, true);
 }
 
+/* ---- granularity ------------------------------------------------------------------*/
+
+static void largest_segment(const cham_alloc_block_info_t *info, void *user)
+{
+    size_t *max = user;
+    if (info->segment_size > *max)
+        *max = info->segment_size;
+}
+
+static size_t segment_of_new_block(env_t *e, size_t bytes, cham_block_t **b)
+{
+    *b = alloc_ok(e, bytes, e->compute);
+    size_t max = 0;
+    cham_allocator_walk(e->alloc, largest_segment, &max);
+    return max;
+}
+
+/* At shift 8 the pools and segments are 256 times finer. */
+static void test_granularity_shift(void **state)
+{
+    (void)state;
+    env_t *e = env_open(64 * MiB, 0, false);
+    cham_allocator_free(e->alloc);
+    cham_allocator_config_t bad = {.kind = CHAM_MEM_DEVICE, .granularity_shift = 11};
+    assert_int_equal(cham_allocator_new(e->dev, &bad, &e->alloc), CHAM_ERR_INVALID_ARG);
+    cham_allocator_config_t ac = {.kind = CHAM_MEM_DEVICE, .granularity_shift = 8};
+    assert_int_equal(cham_allocator_new(e->dev, &ac, &e->alloc), CHAM_OK);
+    cham_block_t *b[3];
+    assert_int_equal(segment_of_new_block(e, 1 * KiB, &b[0]), 8 * KiB);     /* small pool */
+    assert_int_equal(segment_of_new_block(e, 20 * KiB, &b[1]), 80 * KiB);   /* shared large */
+    assert_int_equal(segment_of_new_block(e, 100 * KiB, &b[2]), 104 * KiB); /* its own */
+    for (int i = 0; i < 3; i++)
+        cham_block_free(e->alloc, b[i]);
+    env_close(e, true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -930,6 +966,7 @@ int main(void)
         cmocka_unit_test(test_data_patterns),
         cmocka_unit_test(test_free_allocator_with_pending),
         cmocka_unit_test(test_find_window),
+        cmocka_unit_test(test_granularity_shift),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -37,6 +37,11 @@ typedef struct cham_allocator_config {
      * device's capacity for CHAM_MEM_DEVICE; required (the pinned budget)
      * for CHAM_MEM_HOST_PINNED. */
     uint64_t limit;
+    /* Divides the pool thresholds and segment sizes (1 MiB small-pool limit,
+     * 2 MiB small segments, 20 MiB shared large segments, 2 MiB rounding) by
+     * 2^granularity_shift, 0..10: PyTorch's sizes suit devices of tens of
+     * GiB; a device of a few MiB needs finer ones (docs/allocator.md). */
+    unsigned granularity_shift;
 } cham_allocator_config_t;
 
 cham_status_t cham_allocator_new(cham_device_t *dev, const cham_allocator_config_t *config,

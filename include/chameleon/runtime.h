@@ -72,6 +72,7 @@ typedef struct cham_config {
     cham_device_config_t device; /* backend, preset, capacity, sim knobs */
     cham_mode_t mode;
     uint64_t pinned_budget;      /* bytes of pinned host memory for swaps */
+    uint32_t allocator_shift;    /* the allocators' granularity_shift (0) */
     /* Stage machine (paper Algorithm 1). */
     uint32_t warmup_steps;       /* m: stable steps before GenPolicy (2) */
     uint32_t genpolicy_steps;    /* n: stable steps before Stable (5) */
@@ -301,6 +302,8 @@ typedef struct cham_runtime_stats {
     uint64_t steps_with_policy;  /* steps run with a policy applied */
 } cham_runtime_stats_t;
 void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *stats);
+/* Starts mem_peak again from the memory in use now (for per-step peaks). */
+void cham_context_reset_peak(cham_context_t *ctx);
 /* Managed mode: the device allocator's counters (chameleon/alloc.h), among
  * them the memory block reuse interval. CHAM_ERR_INVALID_ARG in advisor
  * mode, where the caller owns memory. */

@@ -24,13 +24,25 @@
 #define CHAM_ALLOC_LARGE_SEGMENT ((size_t)20 << 20)       /* large pool's shared segments */
 #define CHAM_ALLOC_ROUND_LARGE   ((size_t)2 << 20)        /* big segments round to this */
 
+#define CHAM_ALLOC_MAX_SHIFT     10                       /* granularity_shift */
+
+/* The sizes above divided by 2^shift (an allocator's granularity_shift;
+ * MIN_BLOCK stays). */
+static inline size_t cham_alloc_small_size(unsigned shift)
+{
+    return CHAM_ALLOC_SMALL_SIZE >> shift;
+}
+
 /* Request rounded up to a multiple of 512 B; 0 if that overflows. */
 size_t cham_alloc_round_size(size_t bytes);
 /* The segment a rounded request that found no free block would get. */
-size_t cham_alloc_segment_size(size_t rounded);
+size_t cham_alloc_segment_size_at(unsigned shift, size_t rounded);
 /* True if a block of size holding rounded bytes is split (the remainder
  * becomes a free block): small pool when remainder >= 512 B, large pool
- * when remainder > 1 MiB. */
+ * when remainder > the small-pool limit (1 MiB at shift 0). */
+bool cham_alloc_should_split_at(unsigned shift, bool small, size_t size, size_t rounded);
+/* The same at PyTorch's sizes (shift 0). */
+size_t cham_alloc_segment_size(size_t rounded);
 bool cham_alloc_should_split(bool small, size_t size, size_t rounded);
 
 /* ---- blocks --------------------------------------------------------------*/
@@ -121,6 +133,7 @@ struct cham_allocator {
     cham_device_t *dev;
     cham_mem_kind_t kind;
     uint64_t limit;
+    unsigned shift;                   /* granularity_shift */
 
     cham_block_tree_t small, large;   /* free blocks: the two pools */
     cham_segment_t *segments;         /* all segments, newest first */

@@ -29,20 +29,30 @@ size_t cham_alloc_round_size(size_t bytes)
     return round_up(bytes, CHAM_ALLOC_MIN_BLOCK);
 }
 
+size_t cham_alloc_segment_size_at(unsigned shift, size_t rounded)
+{
+    if (rounded <= cham_alloc_small_size(shift))
+        return CHAM_ALLOC_SMALL_SEGMENT >> shift;
+    if (rounded < CHAM_ALLOC_MIN_LARGE >> shift)
+        return CHAM_ALLOC_LARGE_SEGMENT >> shift;
+    return round_up(rounded, CHAM_ALLOC_ROUND_LARGE >> shift);
+}
+
+bool cham_alloc_should_split_at(unsigned shift, bool small, size_t size, size_t rounded)
+{
+    CHAM_ASSERT(size >= rounded);
+    size_t remaining = size - rounded;
+    return small ? remaining >= CHAM_ALLOC_MIN_BLOCK : remaining > cham_alloc_small_size(shift);
+}
+
 size_t cham_alloc_segment_size(size_t rounded)
 {
-    if (rounded <= CHAM_ALLOC_SMALL_SIZE)
-        return CHAM_ALLOC_SMALL_SEGMENT;
-    if (rounded < CHAM_ALLOC_MIN_LARGE)
-        return CHAM_ALLOC_LARGE_SEGMENT;
-    return round_up(rounded, CHAM_ALLOC_ROUND_LARGE);
+    return cham_alloc_segment_size_at(0, rounded);
 }
 
 bool cham_alloc_should_split(bool small, size_t size, size_t rounded)
 {
-    CHAM_ASSERT(size >= rounded);
-    size_t remaining = size - rounded;
-    return small ? remaining >= CHAM_ALLOC_MIN_BLOCK : remaining > CHAM_ALLOC_SMALL_SIZE;
+    return cham_alloc_should_split_at(0, small, size, rounded);
 }
 
 /* ---- spare structs ----------------------------------------------------------*/
@@ -203,11 +213,11 @@ static cham_status_t segment_new(cham_allocator_t *a, cham_stream_t *stream, int
 {
     *out = NULL;
     uint64_t room = a->limit - a->stats.reserved;
-    size_t size = cham_alloc_segment_size(rounded);
+    size_t size = cham_alloc_segment_size_at(a->shift, rounded);
     if (size > room && !small) {
         /* Near the limit a shared 20 MiB segment may not fit where one just
          * big enough would: fall back to the request rounded to 2 MiB. */
-        size = round_up(rounded, CHAM_ALLOC_ROUND_LARGE);
+        size = round_up(rounded, CHAM_ALLOC_ROUND_LARGE >> a->shift);
     }
     if (size > room)
         return CHAM_ERR_OUT_OF_MEMORY;
@@ -302,6 +312,11 @@ cham_status_t cham_allocator_new(cham_device_t *dev, const cham_allocator_config
                               "pinned host", (int)config->kind);
         return CHAM_ERR_INVALID_ARG;
     }
+    if (config->granularity_shift > CHAM_ALLOC_MAX_SHIFT) {
+        cham_device_set_error(dev, "allocator: granularity_shift %u is above %d",
+                              config->granularity_shift, CHAM_ALLOC_MAX_SHIFT);
+        return CHAM_ERR_INVALID_ARG;
+    }
     uint64_t limit = config->limit;
     if (config->kind == CHAM_MEM_HOST_PINNED && limit == 0) {
         cham_device_set_error(dev, "allocator: a pinned host allocator needs a limit "
@@ -321,6 +336,7 @@ cham_status_t cham_allocator_new(cham_device_t *dev, const cham_allocator_config
     a->dev = dev;
     a->kind = config->kind;
     a->limit = limit;
+    a->shift = config->granularity_shift;
     a->stats.limit = limit;
     cham_block_tree_init(&a->small);
     cham_block_tree_init(&a->large);
@@ -360,7 +376,7 @@ cham_status_t cham_block_alloc(cham_allocator_t *a, size_t bytes, cham_stream_t 
         cham_alloc_process_events(a);
 
     size_t rounded = cham_alloc_round_size(bytes);
-    bool small = rounded <= CHAM_ALLOC_SMALL_SIZE;
+    bool small = rounded <= cham_alloc_small_size(a->shift);
     cham_block_t *b = NULL;
     cham_status_t st = CHAM_ERR_OUT_OF_MEMORY;
     char dev_err[256] = "";
@@ -393,7 +409,7 @@ cham_status_t cham_block_alloc(cham_allocator_t *a, size_t bytes, cham_stream_t 
 
     /* The segment serves whichever live stream now has its id. */
     b->seg->stream = stream;
-    if (cham_alloc_should_split(b->seg->small, b->size, rounded)) {
+    if (cham_alloc_should_split_at(a->shift, b->seg->small, b->size, rounded)) {
         cham_block_t *rest = cham_alloc_get_block(a);
         if (rest) {            /* without a spare struct, hand out the whole block */
             rest->ptr = b->ptr + rounded;

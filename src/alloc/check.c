@@ -48,7 +48,7 @@ static bool check_segment(const cham_allocator_t *a, const cham_segment_t *seg, 
     const cham_block_tree_t *tree = seg->small ? &a->small : &a->large;
     if (!seg->first || seg->first->prev)
         return fail(why, n, "segment %p: bad first block", (void *)seg->ptr);
-    if (seg->size == 0 || (seg->small && seg->size != CHAM_ALLOC_SMALL_SEGMENT))
+    if (seg->size == 0 || (seg->small && seg->size != CHAM_ALLOC_SMALL_SEGMENT >> a->shift))
         return fail(why, n, "segment %p: size %zu", (void *)seg->ptr, seg->size);
     if (seg->stream_id < 0 || seg->stream_id >= CHAM_ALLOC_MAX_STREAMS ||
         a->streams[seg->stream_id] == NULL)

@@ -24,7 +24,7 @@ long cham_allocator_find_window(const cham_allocator_t *a, size_t bytes, cham_st
     size_t rounded = cham_alloc_round_size(bytes);
     if (rounded == 0)
         return -1;
-    bool small = rounded <= CHAM_ALLOC_SMALL_SIZE;
+    bool small = rounded <= cham_alloc_small_size(a->shift);
     cham_block_t *best_lo = NULL, *best_hi = NULL;
     size_t best_cost = SIZE_MAX;
     for (const cham_segment_t *seg = a->segments; seg; seg = seg->next) {

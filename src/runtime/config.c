@@ -116,6 +116,7 @@ static const field_t fields[] = {
     PLAINF("hazard_check", device.hazard_check, K_BOOL),
     PLAINF("mode", mode, K_MODE),
     INTF("pinned_budget", pinned_budget, K_SIZE, 1, UINT64_MAX, "(0, 16EiB) bytes"),
+    INTF("allocator_shift", allocator_shift, K_U32, 0, 10, "[0, 10]"),
     INTF("warmup_steps", warmup_steps, K_U32, 0, 1000000, "[0, 1000000]"),
     INTF("genpolicy_steps", genpolicy_steps, K_U32, 0, 1000000, "[0, 1000000]"),
     REALF("length_tolerance", length_tolerance, 0, 1, false, true, false, "[0, 1)"),

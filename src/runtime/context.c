@@ -49,9 +49,11 @@ static cham_status_t open_parts(cham_context_t *ctx)
         goto fail;
     if (ctx->config.mode == CHAM_MODE_MANAGED) {
         what = "creating allocators";
-        cham_allocator_config_t dc = {.kind = CHAM_MEM_DEVICE};
+        cham_allocator_config_t dc = {.kind = CHAM_MEM_DEVICE,
+                                      .granularity_shift = ctx->config.allocator_shift};
         cham_allocator_config_t hc = {.kind = CHAM_MEM_HOST_PINNED,
-                                      .limit = ctx->config.pinned_budget};
+                                      .limit = ctx->config.pinned_budget,
+                                      .granularity_shift = ctx->config.allocator_shift};
         if ((st = cham_allocator_new(ctx->dev, &dc, &ctx->mem)) != CHAM_OK ||
             (st = cham_allocator_new(ctx->dev, &hc, &ctx->pinned)) != CHAM_OK)
             goto fail;
@@ -157,6 +159,12 @@ void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *sta
 {
     CHAM_ASSERT(ctx && stats);
     *stats = ctx->stats;
+}
+
+void cham_context_reset_peak(cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    ctx->stats.mem_peak = ctx->stats.mem_in_use;
 }
 
 cham_status_t cham_context_alloc_stats(const cham_context_t *ctx, cham_alloc_stats_t *stats)
