@@ -11,6 +11,7 @@
 #include "chameleon/chameleon.h"
 #include "chameleon/policy.h"
 #include "chameleon/profile.h"
+#include "args.h"
 #include "commands.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -47,33 +48,6 @@ static void usage(FILE *f)
             "SIZE is bytes or a binary unit: 512MiB, 64GiB, 1TiB (also KiB, B).\n");
 }
 
-/* "123", "64GiB", "512 MiB": false when not a size or above 2^64 - 1. */
-static bool parse_size(const char *s, uint64_t *out)
-{
-    static const struct {
-        const char *unit;
-        unsigned shift;
-    } units[] = {{"", 0}, {"B", 0}, {"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}};
-    if (*s < '0' || *s > '9')
-        return false;
-    errno = 0;
-    char *end;
-    unsigned long long n = strtoull(s, &end, 10);
-    if (errno)
-        return false;
-    while (*end == ' ')
-        end++;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (strcmp(end, units[i].unit) == 0) {
-            if (n > (UINT64_MAX >> units[i].shift))
-                return false;
-            *out = (uint64_t)n << units[i].shift;
-            return true;
-        }
-    }
-    return false;
-}
-
 /* 0 on success, 2 for bad usage (message printed); -1 after --help. */
 static int parse(int argc, char **argv, plan_opts_t *o)
 {
@@ -108,13 +82,13 @@ static int parse(int argc, char **argv, plan_opts_t *o)
         } else if (strcmp(a, "--json") == 0) {
             o->json = v;
         } else if (strcmp(a, "--capacity") == 0) {
-            if (!parse_size(v, &o->capacity) || o->capacity == 0) {
+            if (!tool_parse_size(v, &o->capacity) || o->capacity == 0) {
                 fprintf(stderr, "chameleon plan: --capacity must be a size above 0 such as "
                         "16GiB or 17179869184, got \"%s\"\n", v);
                 return 2;
             }
         } else if (strcmp(a, "--reserve") == 0) {
-            if (!parse_size(v, &o->reserve) || o->reserve == UINT64_MAX) {
+            if (!tool_parse_size(v, &o->reserve) || o->reserve == UINT64_MAX) {
                 fprintf(stderr, "chameleon plan: --reserve must be a size such as 512MiB or "
                         "0, got \"%s\"\n", v);
                 return 2;

@@ -112,6 +112,15 @@ long cham_allocator_find_window(const cham_allocator_t *alloc, size_t bytes,
                                 bool (*can_move)(const cham_block_t *block, void *user),
                                 void *user, cham_block_t **out, size_t max);
 
+/* The same when no segment can hold the request: the allocated blocks of
+ * the segments to empty (fewest allocated bytes per segment byte first)
+ * so that, returned to the device, they leave room for a new segment that
+ * holds it. -1 when no such set exists. */
+long cham_allocator_find_segments(const cham_allocator_t *alloc, size_t bytes,
+                                  cham_stream_t *stream,
+                                  bool (*can_move)(const cham_block_t *block, void *user),
+                                  void *user, cham_block_t **out, size_t max);
+
 /* Returns every wholly free cached segment to the device. Deferred frees
  * whose events have completed are processed first. */
 cham_status_t cham_allocator_empty_cache(cham_allocator_t *alloc);

@@ -1,5 +1,7 @@
 /* Finding where moving a few blocks away would make room for a request
- * that failed for fragmentation (alloc.h, cham_allocator_find_window). */
+ * that failed for fragmentation (alloc.h): inside one segment
+ * (cham_allocator_find_window), or by emptying whole segments so that they
+ * go back to the device and a new one fits (cham_allocator_find_segments). */
 #include "alloc/alloc-impl.h"
 #include "common/assert.h"
 
@@ -65,5 +67,64 @@ long cham_allocator_find_window(const cham_allocator_t *a, size_t bytes, cham_st
         if (b == best_hi)
             break;
     }
+    return n;
+}
+
+/* The allocated bytes of seg if every block in it is free or movable, else
+ * SIZE_MAX. */
+static size_t evictable(const cham_segment_t *seg, can_move_fn can_move, void *user)
+{
+    size_t cost = 0;
+    for (const cham_block_t *b = seg->first; b; b = b->next) {
+        if (!usable(b, can_move, user))
+            return SIZE_MAX;
+        cost += moved_bytes(b);
+    }
+    return cost;
+}
+
+long cham_allocator_find_segments(const cham_allocator_t *a, size_t bytes,
+                                  cham_stream_t *stream, can_move_fn can_move, void *user,
+                                  cham_block_t **out, size_t max)
+{
+    CHAM_ASSERT(a && stream && can_move && (out || max == 0));
+    size_t rounded = cham_alloc_round_size(bytes);
+    if (rounded == 0)
+        return -1;
+    size_t need = cham_alloc_segment_size_at(a->shift, rounded);
+    uint64_t room = a->limit - a->stats.reserved;
+    /* Greedy: the emptiest evictable segments first (fewest allocated bytes
+     * per byte of segment), until the room they leave holds a new segment. */
+    long n = 0;
+    const cham_segment_t *taken[64];
+    size_t n_taken = 0;
+    while (room < need && n_taken < sizeof taken / sizeof taken[0]) {
+        const cham_segment_t *best = NULL;
+        double best_ratio = 0;
+        for (const cham_segment_t *seg = a->segments; seg; seg = seg->next) {
+            bool used = false;
+            for (size_t i = 0; i < n_taken && !used; i++)
+                used = taken[i] == seg;
+            size_t cost = used ? SIZE_MAX : evictable(seg, can_move, user);
+            if (cost == SIZE_MAX)
+                continue;
+            double ratio = (double)cost / (double)seg->size;
+            if (!best || ratio < best_ratio)
+                best = seg, best_ratio = ratio;
+        }
+        if (!best)
+            return -1;
+        taken[n_taken++] = best;
+        room += best->size;
+    }
+    if (room < need)
+        return -1;
+    for (size_t i = 0; i < n_taken; i++)
+        for (cham_block_t *b = taken[i]->first; b; b = b->next)
+            if (b->state == CHAM_BLOCK_ALLOCATED) {
+                if ((size_t)n < max)
+                    out[n] = b;
+                n++;
+            }
     return n;
 }

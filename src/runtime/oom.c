@@ -64,13 +64,18 @@ static cham_status_t move_out(cham_context_t *ctx, cham_storage_t *s, uint64_t *
 
 /* No single storage is big enough: moves out the storages of the cheapest
  * run of neighbouring blocks that would hold the request once they are
- * gone (defragmentation by eviction). *done says whether there was one. */
+ * gone, or, when no segment could, of the segments whose return to the
+ * device leaves room for a new one (defragmentation by eviction). *done
+ * says whether there was such a set. */
 static cham_status_t evict_window(cham_context_t *ctx, size_t bytes, bool *done,
                                   uint64_t *n_moved, uint64_t *moved)
 {
     cham_block_t *blocks[MAX_WINDOW];
     long n = cham_allocator_find_window(ctx->mem, bytes, ctx->compute, block_movable, ctx,
                                         blocks, MAX_WINDOW);
+    if (n < 0 || n > MAX_WINDOW)      /* no segment holds it: empty whole ones */
+        n = cham_allocator_find_segments(ctx->mem, bytes, ctx->compute, block_movable, ctx,
+                                         blocks, MAX_WINDOW);
     *done = n > 0 && n <= MAX_WINDOW;
     if (!*done)
         return CHAM_OK;

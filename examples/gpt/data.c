@@ -1,0 +1,131 @@
+/* Training data (data.h). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data.h"
+
+/* splitmix64: small, fast, and enough for data and sampling. */
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15u;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+    return x ^ (x >> 31);
+}
+
+static uint64_t next(uint64_t *state)
+{
+    *state += 1;
+    return mix64(*state);
+}
+
+/* Validation gets the last tenth. */
+static void split(gpt_data_t *d)
+{
+    d->n_train = d->n - d->n / 10;
+}
+
+int gpt_data_synthetic(gpt_data_t *d, size_t n, int vocab, uint64_t seed)
+{
+    memset(d, 0, sizeof *d);
+    d->tokens = malloc(n * sizeof *d->tokens);
+    if (!d->tokens)
+        return -1;
+    d->n = n;
+    d->vocab = vocab;
+    uint64_t st = seed;
+    size_t i = 0;
+    /* Token 0 separates sentences; the others count 1 .. vocab - 1. */
+    int span = vocab - 1;
+    while (i < n) {
+        int start = (int)(next(&st) % (uint64_t)span);
+        int stride = 1 + (int)(next(&st) % 4);
+        int len = 8 + (int)(next(&st) % 17);
+        for (int k = 0; k < len && i < n; k++) {
+            int v = (start + k * stride) % span;
+            if (next(&st) % 10 == 0)            /* noise: one token in ten */
+                v = (int)(next(&st) % (uint64_t)span);
+            d->tokens[i++] = 1 + v;
+        }
+        if (i < n)
+            d->tokens[i++] = 0;
+    }
+    split(d);
+    return 0;
+}
+
+int gpt_data_load(gpt_data_t *d, const char *path, int seq, char *err, size_t err_size)
+{
+    memset(d, 0, sizeof *d);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t cap = 1 << 16, n = 0;
+    unsigned char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            unsigned char *b2 = realloc(buf, cap * 2);
+            if (!b2) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = b2;
+            cap *= 2;
+        }
+    }
+    int read_error = ferror(f);
+    fclose(f);
+    if (!buf || read_error) {
+        snprintf(err, err_size, "%s: %s", path, buf ? "read error" : "out of host memory");
+        free(buf);
+        return -1;
+    }
+    /* Each split must hold one sequence and its targets. */
+    size_t need = 10 * ((size_t)seq + 1) + 1;
+    if (n < need) {
+        snprintf(err, err_size, "%s: %zu bytes is too short: with --seq %d the validation "
+                 "tenth needs %d tokens, so at least %zu bytes", path, n, seq, seq + 1, need);
+        free(buf);
+        return -1;
+    }
+    d->tokens = malloc(n * sizeof *d->tokens);
+    if (!d->tokens) {
+        snprintf(err, err_size, "%s: out of host memory", path);
+        free(buf);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        d->tokens[i] = buf[i];
+    free(buf);
+    d->n = n;
+    d->vocab = 256;
+    split(d);
+    return 0;
+}
+
+void gpt_data_free(gpt_data_t *d)
+{
+    free(d->tokens);
+    memset(d, 0, sizeof *d);
+}
+
+void gpt_data_batch(const gpt_data_t *d, int validation, uint64_t seed, uint64_t step, int B,
+                    int T, int32_t *tokens, int32_t *targets)
+{
+    size_t base = validation ? d->n_train : 0;
+    size_t len = validation ? d->n - d->n_train : d->n_train;
+    size_t positions = len - (size_t)T;          /* starts with T + 1 tokens after them */
+    for (int b = 0; b < B; b++) {
+        uint64_t h = mix64(seed ^ mix64(step * 2 + (uint64_t)validation) ^ mix64((uint64_t)b));
+        size_t at = base + (size_t)(h % positions);
+        memcpy(tokens + (size_t)b * T, d->tokens + at, (size_t)T * sizeof *tokens);
+        memcpy(targets + (size_t)b * T, d->tokens + at + 1, (size_t)T * sizeof *targets);
+    }
+}

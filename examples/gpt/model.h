@@ -1,0 +1,65 @@
+/* A GPT-2-style decoder-only transformer on the eager runtime: token and
+ * position embeddings, pre-norm blocks (layer norm, causal multi-head
+ * attention, residual, layer norm, GELU MLP, residual), a final layer norm
+ * and the output projection tied to the token embedding, cross-entropy.
+ *
+ * Every operator is dispatched through the runtime (ops.h). Every
+ * activation saved for the backward is a tensor handle that Chameleon may
+ * swap; the model never keeps a data pointer across ops. Parameters,
+ * gradients and AdamW's moments are four flat storages (gradients and
+ * parameters with a view per weight), as fused optimizers keep them. */
+#ifndef CHAM_GPT_MODEL_H
+#define CHAM_GPT_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops.h"
+
+typedef struct gpt_shape {
+    int vocab, seq, layers, hidden, heads, batch;
+} gpt_shape_t;
+
+typedef struct gpt_model gpt_model_t;
+
+/* Checks the shape; on failure a message names the field. */
+int gpt_shape_check(const gpt_shape_t *s, char *err, size_t err_size);
+
+/* Makes and initialises the parameters from seed (ops on the device). NULL
+ * on failure, with the runtime's message in cham_context_last_error. */
+gpt_model_t *gpt_model_new(gpt_ops_t *ops, const gpt_shape_t *shape, uint64_t seed);
+void gpt_model_free(gpt_model_t *m);
+
+size_t gpt_param_count(const gpt_model_t *m);
+
+/* The forward of one batch (host tokens and targets, B*T each). skip[l]
+ * skips block l (stochastic depth; NULL: none). With training, the
+ * activations the backward needs are kept. *loss is the mean cross-entropy,
+ * read back to the host as a framework's loss.item() does. */
+cham_status_t gpt_forward(gpt_model_t *m, const int32_t *tokens, const int32_t *targets,
+                          const bool *skip, bool training, double *loss);
+
+/* The backward of the last training forward, of loss_scale * loss:
+ * gradients accumulate into the flat gradient storage. */
+cham_status_t gpt_backward(gpt_model_t *m, float loss_scale);
+
+/* Writes +inf into the first gradient (an injected overflow). */
+cham_status_t gpt_inject_overflow(gpt_model_t *m);
+
+/* Reads back whether any gradient is inf or NaN and, if none is, the sum
+ * of their squares. */
+cham_status_t gpt_check_grads(gpt_model_t *m, bool *overflow, double *sum_squares);
+
+/* Multiplies the gradients by factor (unscaling and clipping in one), then
+ * one AdamW step (t is 1-based), then zeroes the gradients. */
+cham_status_t gpt_optimizer_step(gpt_model_t *m, float factor, int t, float lr,
+                                 float weight_decay);
+
+/* Zeroes the gradients (after a skipped step). */
+cham_status_t gpt_zero_grads(gpt_model_t *m);
+
+/* Copies the parameters to host memory (param_count floats). */
+cham_status_t gpt_read_params(gpt_model_t *m, float *host);
+
+#endif

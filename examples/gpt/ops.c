@@ -1,0 +1,195 @@
+/* Dispatching the trainer's operators (ops.h). */
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "ops.h"
+
+static const char *const names[GPT_KINDS] = {
+    "load_tokens", "init_params", "zero",
+    "embedding", "embedding_backward",
+    "layer_norm", "layer_norm_backward",
+    "matmul", "matmul_backward",
+    "attention", "attention_backward",
+    "gelu", "gelu_backward",
+    "add", "accumulate",
+    "cross_entropy", "cross_entropy_backward", "loss_mean",
+    "check_grads", "inject_overflow", "scale", "adamw", "read"};
+
+uint64_t gpt_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+cham_status_t gpt_ops_init(gpt_ops_t *o, cham_context_t *ctx)
+{
+    memset(o, 0, sizeof *o);
+    o->ctx = ctx;
+    for (int k = 0; k < GPT_KINDS; k++) {
+        cham_status_t st = cham_op_token(ctx, names[k], &o->tok[k]);
+        if (st != CHAM_OK)
+            return st;
+    }
+    return CHAM_OK;
+}
+
+/* Parameter initialisation: uniform values in [-scale, scale] from a hash
+ * of (seed, index), or the constant `scale` when seed is 0 (layer-norm
+ * weights 1, biases 0). */
+static void init_params(gpt_args_t *a)
+{
+    for (size_t i = 0; i < a->n; i++) {
+        if (a->seed == 0) {
+            a->f[0][i] = a->scale;
+            continue;
+        }
+        uint64_t x = a->seed * 0x9e3779b97f4a7c15u + i;
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+        x ^= x >> 31;
+        double u = (double)(x >> 11) / 9007199254740992.0;     /* [0, 1) */
+        a->f[0][i] = (float)((2.0 * u - 1.0) * a->scale);
+    }
+}
+
+static void run(void *p)
+{
+    gpt_args_t *a = p;
+    float **f = a->f;
+    switch (a->kind) {
+    case GPT_LOAD_TOKENS:
+        memcpy(a->i[0], a->host_tok, a->n * sizeof *a->i[0]);
+        break;
+    case GPT_INIT_PARAMS:
+        init_params(a);
+        break;
+    case GPT_ZERO:
+        memset(f[0], 0, a->n * sizeof *f[0]);
+        break;
+    case GPT_EMBED:             /* f: wte, wpe, out */
+        gpt_embed_forward(f[2], a->i[0], f[0], f[1], a->B, a->T, a->C);
+        break;
+    case GPT_EMBED_BWD:         /* f: dout, dwte, dwpe */
+        gpt_embed_backward(f[1], f[2], f[0], a->i[0], a->B, a->T, a->C);
+        break;
+    case GPT_LAYERNORM:         /* f: inp, w, b, out, mean, rstd */
+        gpt_layernorm_forward(f[3], f[4], f[5], f[0], f[1], f[2], a->N, a->C);
+        break;
+    case GPT_LAYERNORM_BWD:     /* f: dout, inp, w, mean, rstd, dinp, dw, db */
+        gpt_layernorm_backward(f[5], f[6], f[7], f[0], f[1], f[2], f[3], f[4], a->N, a->C);
+        break;
+    case GPT_MATMUL:            /* f: inp, w, b (or NULL), out */
+        gpt_matmul_forward(f[3], f[0], f[1], f[2], a->N, a->C, a->OC);
+        break;
+    case GPT_MATMUL_BWD:        /* f: dout, inp, w, dinp, dw, db (or NULL) */
+        gpt_matmul_backward(f[3], f[4], f[5], f[0], f[1], f[2], a->N, a->C, a->OC);
+        break;
+    case GPT_ATTENTION:         /* f: qkv, out, att */
+        gpt_attention_forward(f[1], f[2], f[0], a->B, a->T, a->C, a->NH);
+        break;
+    case GPT_ATTENTION_BWD:     /* f: dout, qkv, att, dqkv */
+        gpt_attention_backward(f[3], f[0], f[1], f[2], a->B, a->T, a->C, a->NH);
+        break;
+    case GPT_GELU:              /* f: inp, out */
+        gpt_gelu_forward(f[1], f[0], a->n);
+        break;
+    case GPT_GELU_BWD:          /* f: dout, inp, dinp */
+        gpt_gelu_backward(f[2], f[1], f[0], a->n);
+        break;
+    case GPT_ADD:               /* f: a, b, out */
+        gpt_add_forward(f[2], f[0], f[1], a->n);
+        break;
+    case GPT_ACCUMULATE:        /* f: src, dst */
+        gpt_accumulate(f[1], f[0], a->n);
+        break;
+    case GPT_CROSSENTROPY:      /* f: logits, losses, probs */
+        gpt_crossentropy_forward(f[1], f[2], f[0], a->i[0], a->N, a->V);
+        break;
+    case GPT_CROSSENTROPY_BWD:  /* f: probs, dlogits */
+        gpt_crossentropy_backward(f[1], f[0], a->i[0], a->N, a->V, a->scale);
+        break;
+    case GPT_LOSS_MEAN: {       /* f: losses */
+        double s = 0;
+        for (size_t i = 0; i < a->n; i++)
+            s += f[0][i];
+        *a->out_value = s / (double)a->n;
+        break;
+    }
+    case GPT_CHECK_GRADS:       /* f: grads */
+        *a->out_flag = gpt_has_nonfinite(f[0], a->n);
+        *a->out_value = *a->out_flag ? 0 : gpt_sum_squares(f[0], a->n);
+        break;
+    case GPT_INJECT_OVERFLOW:   /* f: grads */
+        f[0][0] = INFINITY;
+        break;
+    case GPT_SCALE:             /* f: x */
+        gpt_scale(f[0], a->n, a->scale);
+        break;
+    case GPT_ADAMW:             /* f: grads, params, m, v */
+        gpt_adamw(f[1], f[2], f[3], f[0], a->n, a->t, a->lr, a->beta1, a->beta2, a->eps, a->wd);
+        break;
+    case GPT_READ:              /* f: x */
+        memcpy(a->host_dst, f[0], a->n * sizeof *f[0]);
+        break;
+    case GPT_KINDS:
+        break;
+    }
+}
+
+cham_status_t gpt_op(gpt_ops_t *o, gpt_args_t *a, cham_tensor_t *const *in, size_t n_in,
+                     cham_tensor_t *const *out, size_t n_out, uint32_t rw_mask, double flops,
+                     double bytes)
+{
+    uint64_t t0 = gpt_cpu_ns();
+    cham_status_t st = cham_op_begin(o->ctx, o->tok[a->kind], in, n_in, out, n_out);
+    o->hook_ns += gpt_cpu_ns() - t0;
+    if (st != CHAM_OK)
+        return st;
+    cham_access_t acc[10];
+    size_t n = 0, k = 0, ki = 0;
+    for (size_t i = 0; i < n_in + n_out; i++) {
+        cham_tensor_t *t = i < n_in ? in[i] : out[i - n_in];
+        bool rw = i >= n_in && (rw_mask >> (i - n_in) & 1);
+        void *p = cham_tensor_data(t);
+        acc[n++] = (cham_access_t){p, cham_tensor_bytes(t),
+                                   i < n_in ? CHAM_ACCESS_READ
+                                            : rw ? CHAM_ACCESS_READ_WRITE : CHAM_ACCESS_WRITE};
+        if (cham_tensor_dtype(t) == CHAM_DTYPE_I32 && ki < 2)
+            a->i[ki++] = p;
+        if (cham_tensor_dtype(t) != CHAM_DTYPE_F32)
+            continue;
+        while (k < 8 && (a->null_f >> k & 1))
+            k++;
+        if (k < 8)
+            a->f[k++] = p;
+    }
+    cham_kernel_t kern = {.label = names[a->kind], .flops = flops, .bytes = bytes,
+                          .accesses = acc, .n_accesses = n, .cpu_fn = run, .arg = a};
+    st = cham_kernel_launch(cham_context_compute_stream(o->ctx), &kern);
+    t0 = gpt_cpu_ns();
+    cham_status_t end = cham_op_end(o->ctx);
+    o->hook_ns += gpt_cpu_ns() - t0;
+    return st != CHAM_OK ? st : end;
+}
+
+cham_status_t gpt_tensor(gpt_ops_t *o, size_t bytes, cham_dtype_t dtype, const char *label,
+                         cham_tensor_t **out)
+{
+    uint64_t t0 = gpt_cpu_ns();
+    cham_status_t st = cham_tensor_new(o->ctx, bytes, dtype, label, out);
+    o->hook_ns += gpt_cpu_ns() - t0;
+    return st;
+}
+
+void gpt_release(gpt_ops_t *o, cham_tensor_t **t)
+{
+    if (!*t)
+        return;
+    uint64_t t0 = gpt_cpu_ns();
+    cham_tensor_release(*t);
+    o->hook_ns += gpt_cpu_ns() - t0;
+    *t = NULL;
+}

@@ -1,0 +1,423 @@
+/* Training the GPT model (train.h). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train.h"
+
+#define GiB (UINT64_C(1) << 30)
+/* The loss scale starts here, halves on an overflow and doubles after this
+ * many steps without one (the usual dynamic loss scaler). */
+#define SCALE_START 4096.0f
+#define SCALE_GROWTH_STEPS 100
+
+gpt_train_config_t gpt_train_config_default(void)
+{
+    return (gpt_train_config_t){
+        .shape = {.vocab = 0, .seq = 128, .layers = 4, .hidden = 32, .heads = 2, .batch = 8},
+        .steps = 200,
+        .lr = 3e-3f,
+        .weight_decay = 0.01f,
+        .clip = 1.0f,
+        .seed = 1,
+        .budget_fraction = 0.5,
+        .policy = GPT_POLICY_CHAMELEON,
+        .validate_every = 50,
+        .loss_scaling = true,
+        .drop_prob = 0.02,
+        .min_swap_bytes = 16 << 10,
+    };
+}
+
+/* One training run: a context, the model and the loss scaler. */
+typedef struct run {
+    cham_context_t *ctx;
+    gpt_ops_t ops;
+    gpt_model_t *model;
+    float scale;
+    int good_steps;              /* since the last overflow or growth */
+    int adam_t;                  /* optimizer steps taken */
+    uint64_t cpu_ns;             /* CPU time spent running it */
+    int32_t *tok, *tgt;          /* a batch on the host */
+} run_t;
+
+static void quiet(const char *line, void *user)
+{
+    (void)line, (void)user;
+}
+
+/* The allocator's granularity for a device of capacity bytes: the finest
+ * shift at which PyTorch's 20 MiB shared segment is at most a sixteenth of
+ * the device (0 on devices of 320 MiB and more). */
+static uint32_t allocator_shift(uint64_t capacity)
+{
+    uint32_t shift = 0;
+    while (shift < 10 && (UINT64_C(20) << 20 >> shift) * 16 > capacity)
+        shift++;
+    return shift;
+}
+
+static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t capacity,
+                              char *err, size_t err_size)
+{
+    memset(r, 0, sizeof *r);
+    cham_config_t cfg = cham_config_default();
+    cfg.allocator_shift = capacity ? allocator_shift(capacity) : 0;
+    cfg.device.preset = c->preset;
+    cfg.device.capacity = capacity;
+    cfg.device.data = true;
+    cfg.device.hazard_check = true;
+    cfg.pinned_budget = 64 * GiB;
+    cfg.min_swap_bytes = c->min_swap_bytes;
+    if (c->policy == GPT_POLICY_NATIVE) {
+        cfg.executor = false;
+        cfg.oom_handling = false;
+    }
+    cham_status_t st = cham_context_new(&cfg, &r->ctx);
+    if (st != CHAM_OK) {
+        snprintf(err, err_size, "%s", cham_context_last_error(NULL));
+        return st;
+    }
+    if (!c->log)
+        cham_context_set_log(r->ctx, quiet, NULL);
+    size_t n = (size_t)c->shape.batch * (size_t)c->shape.seq;
+    r->tok = malloc(n * sizeof *r->tok);
+    r->tgt = malloc(n * sizeof *r->tgt);
+    if (!r->tok || !r->tgt) {
+        snprintf(err, err_size, "out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    uint64_t t0 = gpt_cpu_ns();
+    st = gpt_ops_init(&r->ops, r->ctx);
+    if (st == CHAM_OK && !(r->model = gpt_model_new(&r->ops, &c->shape, c->seed)))
+        st = CHAM_ERR_OUT_OF_MEMORY;
+    /* Initialisation is a step of its own: training steps start clean. */
+    if (st == CHAM_OK)
+        st = cham_step_end(r->ctx);
+    r->cpu_ns += gpt_cpu_ns() - t0;
+    if (st != CHAM_OK)
+        snprintf(err, err_size, "making the model: %s", cham_context_last_error(r->ctx));
+    r->scale = c->loss_scaling ? SCALE_START : 1.0f;
+    return st;
+}
+
+static void run_close(run_t *r)
+{
+    gpt_model_free(r->model);
+    if (r->ctx)
+        cham_context_free(r->ctx);
+    free(r->tok);
+    free(r->tgt);
+    memset(r, 0, sizeof *r);
+}
+
+static double sim_now_s(const run_t *r)
+{
+    return (double)cham_device_host_time(cham_context_device(r->ctx)) / 1e9;
+}
+
+/* Stochastic depth: block l is skipped in step with probability p, from a
+ * hash of (seed, step, l); never every block. */
+static int choose_skips(const gpt_train_config_t *c, int step, bool *skip)
+{
+    int n = 0;
+    for (int l = 0; l < c->shape.layers; l++) {
+        uint64_t h = c->seed * 0x9e3779b97f4a7c15u ^ ((uint64_t)step << 20) ^ (uint64_t)l;
+        h = (h ^ (h >> 31)) * 0xbf58476d1ce4e5b9u;
+        h ^= h >> 29;
+        skip[l] = (double)(h >> 11) / 9007199254740992.0 < c->drop_prob;
+        n += skip[l];
+    }
+    if (n == c->shape.layers) {
+        skip[0] = false;
+        n--;
+    }
+    return n;
+}
+
+static bool overflow_injected(const gpt_train_config_t *c, int step)
+{
+    for (size_t i = 0; i < c->n_overflow_at; i++)
+        if (c->overflow_at[i] == (uint64_t)step)
+            return true;
+    return false;
+}
+
+/* One training step of run r. */
+static cham_status_t train_step(run_t *r, const gpt_train_config_t *c, const gpt_data_t *d,
+                                int step, const bool *skip, gpt_step_info_t *info)
+{
+    uint64_t t0 = gpt_cpu_ns();
+    gpt_data_batch(d, 0, c->seed, (uint64_t)step, c->shape.batch, c->shape.seq, r->tok, r->tgt);
+    double loss = 0, sumsq = 0;
+    bool overflow = false;
+    cham_status_t st = gpt_forward(r->model, r->tok, r->tgt, skip, true, &loss);
+    if (st == CHAM_OK)
+        st = gpt_backward(r->model, r->scale);
+    if (st == CHAM_OK && overflow_injected(c, step))
+        st = gpt_inject_overflow(r->model);
+    if (st == CHAM_OK)
+        st = gpt_check_grads(r->model, &overflow, &sumsq);
+    info->loss = loss;
+    info->loss_scale = r->scale;
+    info->skipped_update = overflow;
+    if (st == CHAM_OK && overflow) {
+        st = gpt_zero_grads(r->model);
+        if (c->loss_scaling)
+            r->scale = r->scale > 1.0f ? r->scale / 2 : 1.0f;
+        r->good_steps = 0;
+    } else if (st == CHAM_OK) {
+        double norm = sqrt(sumsq) / r->scale;
+        double factor = 1.0 / r->scale;
+        if (c->clip > 0 && norm > c->clip)
+            factor *= c->clip / norm;
+        st = gpt_optimizer_step(r->model, (float)factor, ++r->adam_t, c->lr, c->weight_decay);
+        if (c->loss_scaling && ++r->good_steps == SCALE_GROWTH_STEPS) {
+            r->scale *= 2;
+            r->good_steps = 0;
+        }
+    }
+    if (st == CHAM_OK)
+        st = cham_step_end(r->ctx);
+    r->cpu_ns += gpt_cpu_ns() - t0;
+    return st;
+}
+
+static cham_status_t validation_step(run_t *r, const gpt_train_config_t *c,
+                                     const gpt_data_t *d, int step, double *loss)
+{
+    uint64_t t0 = gpt_cpu_ns();
+    gpt_data_batch(d, 1, c->seed, (uint64_t)step, c->shape.batch, c->shape.seq, r->tok, r->tgt);
+    cham_status_t st = gpt_forward(r->model, r->tok, r->tgt, NULL, false, loss);
+    if (st == CHAM_OK)
+        st = cham_step_end(r->ctx);
+    r->cpu_ns += gpt_cpu_ns() - t0;
+    return st;
+}
+
+/* The largest working set of one op in a profile: the bytes of the
+ * distinct storages it reads and writes, with its op's name. */
+static uint64_t largest_op(const cham_profile_t *p, const char **name)
+{
+    cham_profile_view_t v;
+    cham_profile_get(p, &v);
+    uint64_t best = 0;
+    for (size_t o = 0; o < v.n_ops; o++) {
+        const cham_profile_op_t *op = &v.ops[o];
+        uint64_t sum = 0;
+        for (uint32_t k = 0; k < op->n_uses; k++) {
+            const cham_tensor_use_t *u = &v.uses[op->first_use + k];
+            bool seen = false;
+            for (uint32_t j = 0; j < k && !seen; j++)
+                seen = v.uses[op->first_use + j].storage == u->storage;
+            sum += seen ? 0 : u->storage_bytes;
+        }
+        if (sum > best) {
+            best = sum;
+            *name = (size_t)op->token < v.n_tokens ? v.token_names[op->token] : "?";
+        }
+    }
+    return best;
+}
+
+/* One training step of the whole model, unconstrained and profiled: its
+ * peak and its largest op. */
+static cham_status_t measure(const gpt_train_config_t *c, const gpt_data_t *d,
+                             gpt_train_result_t *res, char *err, size_t err_size)
+{
+    run_t r;
+    gpt_train_config_t plain = *c;
+    plain.policy = GPT_POLICY_CHAMELEON;
+    cham_status_t st = run_open(&r, &plain, 0, err, err_size);
+    gpt_step_info_t info;
+    if (st == CHAM_OK) {
+        cham_context_request_profile(r.ctx);
+        if ((st = train_step(&r, &plain, d, 0, NULL, &info)) != CHAM_OK)
+            snprintf(err, err_size, "measuring the unconstrained peak: %s",
+                     cham_context_last_error(r.ctx));
+    }
+    if (st == CHAM_OK) {
+        cham_runtime_stats_t s;
+        cham_context_get_stats(r.ctx, &s);
+        res->unconstrained_peak_bytes = s.mem_peak;
+        const cham_profile_t *p = cham_context_last_profile(r.ctx);
+        const char *name = "?";
+        res->largest_op_bytes = p ? largest_op(p, &name) : 0;
+        snprintf(res->largest_op, sizeof res->largest_op, "%s", name);
+    }
+    run_close(&r);
+    return st;
+}
+
+/* The step's figures from run r's counters before (s0, t0) and now. */
+static void step_figures(run_t *r, const cham_runtime_stats_t *s0, double t0,
+                         gpt_step_info_t *info)
+{
+    cham_runtime_stats_t s;
+    cham_context_get_stats(r->ctx, &s);
+    info->peak_bytes = s.mem_peak;
+    info->swapped_bytes = s.bytes_out + s.bytes_in - s0->bytes_out - s0->bytes_in;
+    info->sim_step_s = sim_now_s(r) - t0;
+    info->stage = cham_context_stage(r->ctx);
+    cham_context_reset_peak(r->ctx);
+}
+
+static cham_status_t fail(run_t *r, int step, const char *what, cham_status_t st, char *err,
+                          size_t err_size)
+{
+    snprintf(err, err_size, "step %d (%s): %s", step, what, cham_context_last_error(r->ctx));
+    return st;
+}
+
+cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
+                        gpt_progress_fn progress, void *user, gpt_train_result_t *res,
+                        char *err, size_t err_size)
+{
+    memset(res, 0, sizeof *res);
+    res->final_train_loss = res->final_val_loss = res->first_train_loss = NAN;
+    res->overhead_vs_ideal = NAN;
+    gpt_shape_t shape = c->shape;
+    shape.vocab = d->vocab;
+    gpt_train_config_t cfg = *c;
+    cfg.shape = shape;
+    if (gpt_shape_check(&shape, err, err_size) != 0)
+        return CHAM_ERR_INVALID_ARG;
+    cham_status_t st = CHAM_OK;
+    uint64_t budget = c->budget;
+    if ((st = measure(&cfg, d, res, err, err_size)) != CHAM_OK)
+        return st;
+    if (c->budget_fraction > 0)
+        budget = (uint64_t)(c->budget_fraction * (double)res->unconstrained_peak_bytes);
+    res->budget_bytes = budget;
+    if (budget && budget < res->largest_op_bytes) {
+        snprintf(err, err_size, "budget %llu bytes is below the largest single op's working "
+                 "set: %s needs %llu bytes at once (the unconstrained peak is %llu)",
+                 (unsigned long long)budget, res->largest_op,
+                 (unsigned long long)res->largest_op_bytes,
+                 (unsigned long long)res->unconstrained_peak_bytes);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    run_t a, b;
+    memset(&b, 0, sizeof b);
+    if ((st = run_open(&a, &cfg, budget, err, err_size)) != CHAM_OK) {
+        run_close(&a);
+        return st;
+    }
+    if (c->verify && (st = run_open(&b, &cfg, 0, err, err_size)) != CHAM_OK) {
+        run_close(&a);
+        run_close(&b);
+        return st;
+    }
+    res->param_count = gpt_param_count(a.model);
+    res->verified = c->verify;
+    res->bit_exact = c->verify;
+    bool *skip = calloc((size_t)shape.layers, sizeof *skip);
+    if (!skip) {
+        snprintf(err, err_size, "out of host memory");
+        st = CHAM_ERR_HOST_OOM;
+    }
+    double sim0 = sim_now_s(&a), ideal0 = c->verify ? sim_now_s(&b) : 0, train_sim = 0,
+           train_ideal = 0;
+    for (int step = 0; st == CHAM_OK && step < c->steps; step++) {
+        cham_runtime_stats_t s0;
+        cham_context_get_stats(a.ctx, &s0);
+        gpt_step_info_t info = {.step = step, .budget = budget};
+        info.layers_skipped = c->drop_prob > 0 ? choose_skips(&cfg, step, skip) : 0;
+        double t0 = sim_now_s(&a);
+        st = train_step(&a, &cfg, d, step, c->drop_prob > 0 ? skip : NULL, &info);
+        if (st != CHAM_OK) {
+            st = fail(&a, step, "training", st, err, err_size);
+            break;
+        }
+        step_figures(&a, &s0, t0, &info);
+        res->peak_device_bytes = info.peak_bytes > res->peak_device_bytes ? info.peak_bytes
+                                                                          : res->peak_device_bytes;
+        train_sim += info.sim_step_s;
+        res->layers_skipped += (uint64_t)info.layers_skipped;
+        res->skipped_updates += info.skipped_update;
+        if (c->verify) {
+            gpt_step_info_t ref = {0};
+            double r0 = sim_now_s(&b);
+            if ((st = train_step(&b, &cfg, d, step, c->drop_prob > 0 ? skip : NULL, &ref)) !=
+                CHAM_OK) {
+                st = fail(&b, step, "the unconstrained reference", st, err, err_size);
+                break;
+            }
+            train_ideal += sim_now_s(&b) - r0;
+            info.verified = ref.loss == info.loss;
+            res->bit_exact = res->bit_exact && info.verified;
+        }
+        if (step == 0)
+            res->first_train_loss = info.loss;
+        res->final_train_loss = info.loss;
+        res->steps = step + 1;
+        if (progress)
+            progress(&info, user);
+        if (c->validate_every > 0 && (step + 1) % c->validate_every == 0) {
+            gpt_step_info_t v = {.step = step, .validation = true, .budget = budget};
+            cham_context_get_stats(a.ctx, &s0);
+            t0 = sim_now_s(&a);
+            if ((st = validation_step(&a, &cfg, d, step, &v.loss)) != CHAM_OK) {
+                st = fail(&a, step, "validation", st, err, err_size);
+                break;
+            }
+            step_figures(&a, &s0, t0, &v);
+            res->peak_device_bytes = v.peak_bytes > res->peak_device_bytes
+                                         ? v.peak_bytes : res->peak_device_bytes;
+            if (c->verify) {
+                double ref_loss = 0;
+                if ((st = validation_step(&b, &cfg, d, step, &ref_loss)) != CHAM_OK) {
+                    st = fail(&b, step, "the reference's validation", st, err, err_size);
+                    break;
+                }
+                v.verified = ref_loss == v.loss;
+                res->bit_exact = res->bit_exact && v.verified;
+            }
+            res->validations++;
+            res->final_val_loss = v.loss;
+            if (progress)
+                progress(&v, user);
+        }
+    }
+    free(skip);
+
+    /* The parameters, byte for byte. */
+    if (st == CHAM_OK && c->verify) {
+        size_t n = gpt_param_count(a.model);
+        float *pa = malloc(n * sizeof *pa), *pb = malloc(n * sizeof *pb);
+        if (!pa || !pb) {
+            snprintf(err, err_size, "out of host memory comparing the parameters");
+            st = CHAM_ERR_HOST_OOM;
+        } else if ((st = gpt_read_params(a.model, pa)) != CHAM_OK ||
+                   (st = gpt_read_params(b.model, pb)) != CHAM_OK) {
+            snprintf(err, err_size, "reading the parameters back");
+        } else {
+            res->bit_exact = res->bit_exact && memcmp(pa, pb, n * sizeof *pa) == 0;
+        }
+        free(pa);
+        free(pb);
+    }
+
+    cham_runtime_stats_t s;
+    cham_context_get_stats(a.ctx, &s);
+    res->hazards = cham_sim_hazard_count(cham_context_device(a.ctx));
+    res->oom = st == CHAM_ERR_OUT_OF_MEMORY;
+    res->stage_changes = s.stage_changes;
+    res->policy_regenerations = s.policies_generated;
+    res->on_demand_swapins = s.on_demand_swaps_in;
+    res->swapped_bytes = s.bytes_out + s.bytes_in;
+    res->sim_time_s = sim_now_s(&a) - sim0;
+    res->sim_step_time_s = res->steps ? train_sim / res->steps : 0;
+    res->host_overhead_ratio = a.cpu_ns ? (double)a.ops.hook_ns / (double)a.cpu_ns : 0;
+    if (c->verify) {
+        res->ideal_time_s = sim_now_s(&b) - ideal0;
+        res->ideal_step_time_s = res->steps ? train_ideal / res->steps : 0;
+        if (res->ideal_step_time_s > 0)
+            res->overhead_vs_ideal = res->sim_step_time_s / res->ideal_step_time_s - 1;
+        res->hazards += cham_sim_hazard_count(cham_context_device(b.ctx));
+    }
+    run_close(&a);
+    run_close(&b);
+    return st;
+}

@@ -1,0 +1,92 @@
+/* Training the GPT model on the eager runtime: the loop behind
+ * `chameleon train` (docs/train.md).
+ *
+ * Each training step: a batch, the forward, the backward of the scaled
+ * loss, the overflow check, then either the optimizer step (gradients
+ * unscaled and clipped, AdamW) or, on overflow, a skipped step and a lower
+ * loss scale. Every validate_every steps a forward-only step on held-out
+ * data follows. With stochastic depth each step skips a seeded choice of
+ * blocks. Each of these changes the op sequence the runtime sees. */
+#ifndef CHAM_GPT_TRAIN_H
+#define CHAM_GPT_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chameleon/chameleon.h"
+#include "data.h"
+#include "model.h"
+
+typedef enum gpt_policy {
+    GPT_POLICY_CHAMELEON,        /* the runtime's executor and OOM path */
+    GPT_POLICY_NATIVE,           /* no memory manager: fails when memory runs out */
+} gpt_policy_t;
+
+typedef struct gpt_train_config {
+    gpt_shape_t shape;           /* vocab is the data's */
+    int steps;
+    float lr, weight_decay, clip;
+    uint64_t seed;
+    const char *preset;          /* device preset (NULL: the default) */
+    uint64_t budget;             /* device bytes; 0: the preset's capacity */
+    double budget_fraction;      /* > 0: budget = this * the unconstrained peak */
+    gpt_policy_t policy;
+    bool verify;                 /* run an unconstrained copy alongside and compare */
+    int validate_every;          /* 0: never */
+    bool loss_scaling;
+    const uint64_t *overflow_at; /* steps whose gradients get an injected inf */
+    size_t n_overflow_at;
+    double drop_prob;            /* stochastic depth: each block's skip chance */
+    uint64_t min_swap_bytes;     /* smallest tensor worth swapping */
+    bool log;                    /* the runtime's log lines to stderr */
+} gpt_train_config_t;
+
+/* Defaults: a small model on the synthetic data, every dynamic behaviour
+ * on, the chameleon policy. */
+gpt_train_config_t gpt_train_config_default(void);
+
+/* What one step did; passed to the progress callback. */
+typedef struct gpt_step_info {
+    int step;                    /* 0-based training step */
+    bool validation;             /* a forward-only step on held-out data */
+    double loss;
+    bool skipped_update;         /* overflow: no optimizer step */
+    float loss_scale;
+    int layers_skipped;
+    cham_stage_t stage;          /* after the step */
+    uint64_t peak_bytes;         /* device bytes held by tensors, at most, in the step */
+    uint64_t budget;
+    uint64_t swapped_bytes;      /* out and in, this step */
+    double sim_step_s;           /* simulated device time of the step */
+    bool verified;               /* with verify: the loss equals the reference's */
+} gpt_step_info_t;
+
+typedef void (*gpt_progress_fn)(const gpt_step_info_t *info, void *user);
+
+typedef struct gpt_train_result {
+    int steps;
+    double final_train_loss, final_val_loss;   /* NaN when none */
+    double first_train_loss;
+    uint64_t budget_bytes, unconstrained_peak_bytes, peak_device_bytes;
+    bool verified, bit_exact;
+    uint64_t hazards, oom, stage_changes, policy_regenerations, on_demand_swapins;
+    uint64_t skipped_updates, validations, layers_skipped;
+    uint64_t swapped_bytes;
+    double sim_time_s, ideal_time_s;           /* all steps, simulated */
+    double sim_step_time_s, ideal_step_time_s; /* per training step */
+    double overhead_vs_ideal;                  /* sim / ideal - 1 (NaN without ideal) */
+    double host_overhead_ratio;                /* CPU in Chameleon's calls / total */
+    uint64_t param_count;
+    uint64_t largest_op_bytes;   /* the largest one op needs at once */
+    char largest_op[32];         /* its name */
+} gpt_train_result_t;
+
+/* Trains. On failure returns the status and writes a message to err
+ * (naming the step and what failed, e.g. the out-of-memory report). The
+ * result holds what was measured up to the failure. */
+cham_status_t gpt_train(const gpt_train_config_t *config, const gpt_data_t *data,
+                        gpt_progress_fn progress, void *user, gpt_train_result_t *result,
+                        char *err, size_t err_size);
+
+#endif
