@@ -25,6 +25,7 @@ typedef struct plan_opts {
     uint32_t layers;         /* 0 = the default rule */
     const char *json;        /* where to save the policy, or NULL */
     uint32_t free_delay;     /* planner's free_delay_ops */
+    uint64_t min_swap;       /* planner's min_swap_bytes; UINT64_MAX = its default */
 } plan_opts_t;
 
 static void usage(FILE *f)
@@ -32,7 +33,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: chameleon plan PROFILE.json [--device PRESET] [--capacity SIZE]\n"
             "                      [--reserve SIZE] [--layers N] [--free-delay N]\n"
-            "                      [--json OUT]\n"
+            "                      [--min-swap SIZE] [--json OUT]\n"
             "Runs Chameleon's policy generator on a saved profile and prints the\n"
             "policy: what it predicts and, per swapped tensor, when it goes out,\n"
             "when its block is reused and when it comes back.\n"
@@ -44,6 +45,7 @@ static void usage(FILE *f)
             "  --layers N        logical layers per phase (default: the generator's rule)\n"
             "  --free-delay N    ops a swapped-out block waits past its predicted copy\n"
             "                    end before reuse (default 0)\n"
+            "  --min-swap SIZE   smallest tensor worth swapping (default 1MiB)\n"
             "  --json OUT        also save the policy as JSON\n"
             "SIZE is bytes or a binary unit: 512MiB, 64GiB, 1TiB (also KiB, B).\n");
 }
@@ -68,7 +70,8 @@ static int parse(int argc, char **argv, plan_opts_t *o)
         }
         if (strcmp(a, "--device") != 0 && strcmp(a, "--capacity") != 0 &&
             strcmp(a, "--reserve") != 0 && strcmp(a, "--layers") != 0 &&
-            strcmp(a, "--free-delay") != 0 && strcmp(a, "--json") != 0) {
+            strcmp(a, "--free-delay") != 0 && strcmp(a, "--min-swap") != 0 &&
+            strcmp(a, "--json") != 0) {
             fprintf(stderr, "chameleon plan: unknown option %s\n", a);
             return 2;
         }
@@ -85,6 +88,12 @@ static int parse(int argc, char **argv, plan_opts_t *o)
             if (!tool_parse_size(v, &o->capacity) || o->capacity == 0) {
                 fprintf(stderr, "chameleon plan: --capacity must be a size above 0 such as "
                         "16GiB or 17179869184, got \"%s\"\n", v);
+                return 2;
+            }
+        } else if (strcmp(a, "--min-swap") == 0) {
+            if (!tool_parse_size(v, &o->min_swap) || o->min_swap == UINT64_MAX) {
+                fprintf(stderr, "chameleon plan: --min-swap must be a size such as 64KiB, got "
+                        "\"%s\"\n", v);
                 return 2;
             }
         } else if (strcmp(a, "--reserve") == 0) {
@@ -180,7 +189,7 @@ static void print_policy(const cham_policy_view_t *v, const cham_profile_view_t 
 
 int cmd_plan(int argc, char **argv)
 {
-    plan_opts_t o = {.reserve = UINT64_MAX};
+    plan_opts_t o = {.reserve = UINT64_MAX, .min_swap = UINT64_MAX};
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
@@ -210,6 +219,8 @@ int cmd_plan(int argc, char **argv)
     cfg.forward_layers = o.layers;
     cfg.backward_layers = o.layers;
     cfg.free_delay_ops = o.free_delay;
+    if (o.min_swap != UINT64_MAX)
+        cfg.min_swap_bytes = o.min_swap;
 
     cham_policy_t *pol;
     cham_status_t st = cham_plan_chameleon(prof, &cfg, &pol, err, sizeof err);

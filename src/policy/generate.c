@@ -197,9 +197,9 @@ static uint64_t predicted_peak(const gen_t *g, int64_t *diff)
     return peak;
 }
 
-cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
-                                  const cham_planner_config_t *config, cham_policy_t **out,
-                                  char *err, size_t err_size)
+static cham_status_t plan_once(const cham_profile_t *profile,
+                               const cham_planner_config_t *config, cham_policy_t **out,
+                               char *err, size_t err_size)
 {
     if (!profile || !config || !out) {
         cham_set_err(err, err_size, "planner: NULL profile, config or out");
@@ -293,5 +293,29 @@ host_oom:
 fail:
     cham_policy_free(g.pol);
     gen_free(&g);
+    return st;
+}
+
+/* With the default layer count, a profile whose memory cannot be brought
+ * under the limit at that granularity is planned again with 2, 4 and 8
+ * times as many logical layers: a model whose one block holds a large share
+ * of the activations needs windows finer than a block (docs/policy.md). */
+cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
+                                  const cham_planner_config_t *config, cham_policy_t **out,
+                                  char *err, size_t err_size)
+{
+    cham_status_t st = plan_once(profile, config, out, err, err_size);
+    if (st != CHAM_ERR_OUT_OF_MEMORY || config->forward_layers || config->backward_layers)
+        return st;
+    cham_profile_view_t v;
+    cham_profile_get(profile, &v);
+    uint32_t base = cham_gen_default_layers(&v);
+    cham_planner_config_t finer = *config;
+    for (uint32_t k = 2; k <= 8 && st == CHAM_ERR_OUT_OF_MEMORY; k *= 2) {
+        if (base > UINT32_MAX / k || base * k > v.n_ops)
+            break;
+        finer.forward_layers = finer.backward_layers = base * k;
+        st = plan_once(profile, &finer, out, err, err_size);
+    }
     return st;
 }
