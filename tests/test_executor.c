@@ -280,6 +280,10 @@ static void test_big_change_and_the_policy_cache(void **state)
     assert_same_data(&got, &base);
     assert_int_equal(got.hazards, 0);
     assert_int_equal(got.stage[20], CHAM_STAGE_WARMUP);
+    /* The kept policy stays for step 21, taken for the passing change it
+     * is: step 21 needs no passive swap. */
+    assert_int_equal(DELTA(&got, 21, steps_with_policy), 1);
+    assert_int_equal(DELTA(&got, 21, passive_swaps_out), 0);
     /* Step 21 is like the steps the kept policy was made for: a cache hit
      * takes the run straight back to Stable for step 22. */
     assert_int_equal(got.stage[21], CHAM_STAGE_STABLE);
@@ -295,6 +299,7 @@ static void test_big_change_and_the_policy_cache(void **state)
     assert_same_data(&got, &base);
     assert_int_equal(got.after[29].policy_cache_hits, 0);
     assert_int_equal(got.stage[21], CHAM_STAGE_WARMUP);
+    assert_int_equal(DELTA(&got, 21, steps_with_policy), 0);
     assert_int_equal(got.stage[24], CHAM_STAGE_GENPOLICY);
 }
 

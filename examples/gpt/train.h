@@ -76,7 +76,8 @@ typedef struct gpt_train_result {
     double sim_time_s, ideal_time_s;           /* all steps, simulated */
     double sim_step_time_s, ideal_step_time_s; /* per training step */
     double overhead_vs_ideal;                  /* sim / ideal - 1 (NaN without ideal) */
-    double host_overhead_ratio;                /* CPU in Chameleon's calls / total */
+    double host_overhead_ratio;                /* CPU in Chameleon's calls / total,
+                                                  both without the sim's byte copies */
     uint64_t param_count;
     uint64_t largest_op_bytes;   /* the largest one op needs at once */
     char largest_op[32];         /* its name */

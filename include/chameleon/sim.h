@@ -54,6 +54,8 @@ typedef struct cham_sim_stats {
     uint64_t mem_in_use;         /* bytes of device segments held */
     uint64_t host_in_use;        /* bytes of pinned host memory held */
     uint64_t hazards;            /* hazards detected so far */
+    uint64_t data_copy_cpu_ns;   /* data mode: host CPU time moving the bytes of
+                                    copies (a copy engine's work on hardware) */
     int n_streams;               /* streams ever made; ids < n_streams */
     uint64_t stream_busy_ns[CHAM_SIM_MAX_STREAMS];
 } cham_sim_stats_t;

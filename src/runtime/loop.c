@@ -313,7 +313,12 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         }
     }
     if (*to == CHAM_STAGE_WARMUP) {
-        next = NULL;
+        /* With the cache, a change seen in Stable is taken for a passing one
+         * (a validation step, a skipped update): the kept policy stays for
+         * one more step, the step that shows whether the old sequence is
+         * back. Without the cache, or if it stays away, WarmUp has none. */
+        bool passing = ctx->config.policy_cache && from == CHAM_STAGE_STABLE && x->plan;
+        next = passing ? x->plan : NULL;
         cham_cached_plan_t *e = ctx->config.policy_cache
                                     ? cache_find(ctx, ctx->seq, ctx->ops_in_step) : NULL;
         if (e) {
