@@ -353,11 +353,13 @@ static void test_oom_error_names_everything(void **state)
     cham_tensor_t *a, *b, *big;
     assert_int_equal(cham_tensor_new(ctx, 3 * MiB, CHAM_DTYPE_F32, "a", &a), CHAM_OK);
     assert_int_equal(cham_tensor_new(ctx, 3 * MiB, CHAM_DTYPE_F32, "b", &b), CHAM_OK);
-    /* a was used, so it can move; b never was (nothing to keep). */
     assert_int_equal(cham_op_begin(ctx, fill, NULL, 0, &a, 1), CHAM_OK);
     assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    /* Inside an op that writes b, a workspace: a can move, b cannot. */
+    assert_int_equal(cham_op_begin(ctx, fill, NULL, 0, &b, 1), CHAM_OK);
     assert_int_equal(cham_tensor_new(ctx, 6 * MiB, CHAM_DTYPE_F32, "big", &big),
                      CHAM_ERR_OUT_OF_MEMORY);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
     const char *msg = cham_context_last_error(ctx);
     assert_non_null(strstr(msg, "tensor \"big\""));
     assert_non_null(strstr(msg, "6291456 bytes requested"));
@@ -365,6 +367,41 @@ static void test_oom_error_names_everything(void **state)
     if (!strstr(msg, "1 passive swap-outs (3145728 bytes)"))
         fail_msg("%s", msg);
     assert_int_equal(cham_tensor_residency(a), CHAM_RESIDENT_HOST);
+    cham_tensor_release(a);
+    cham_tensor_release(b);
+    cham_context_free(ctx);
+}
+
+/* A tensor no op has used holds no data: when memory runs out its block is
+ * given back first, with no copy, and it gets one again at its first use. */
+static void test_unused_tensors_give_back_first(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = NULL;
+    cham_config_t c = config(8 * MiB);
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    cham_op_token_t fill;
+    assert_int_equal(cham_op_token(ctx, "fill", &fill), CHAM_OK);
+    cham_tensor_t *a, *b, *big;
+    assert_int_equal(cham_tensor_new(ctx, 3 * MiB, CHAM_DTYPE_F32, "a", &a), CHAM_OK);
+    assert_int_equal(cham_tensor_new(ctx, 3 * MiB, CHAM_DTYPE_F32, "b", &b), CHAM_OK);
+    assert_int_equal(cham_op_begin(ctx, fill, NULL, 0, &a, 1), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_tensor_new(ctx, 4 * MiB, CHAM_DTYPE_F32, "big", &big), CHAM_OK);
+    cham_runtime_stats_t st;
+    cham_context_get_stats(ctx, &st);
+    assert_int_equal(st.passive_swaps_out, 0);
+    assert_int_equal(st.swaps_out, 0);
+    assert_int_equal(cham_tensor_residency(b), CHAM_RESIDENT_HOST);
+    assert_null(cham_tensor_data(b));
+    assert_int_equal(cham_tensor_residency(a), CHAM_RESIDENT_DEVICE);
+    /* Its first use takes a block again (a moves out to make room). */
+    cham_tensor_release(big);
+    assert_int_equal(cham_op_begin(ctx, fill, NULL, 0, &b, 1), CHAM_OK);
+    assert_non_null(cham_tensor_data(b));
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_tensor_residency(b), CHAM_RESIDENT_DEVICE);
+    assert_int_equal(cham_sim_hazard_count(cham_context_device(ctx)), 0);
     cham_tensor_release(a);
     cham_tensor_release(b);
     cham_context_free(ctx);
@@ -677,6 +714,7 @@ int main(void)
         cmocka_unit_test(test_wrong_policy_stays_correct),
         cmocka_unit_test(test_oom_path_alone),
         cmocka_unit_test(test_oom_error_names_everything),
+        cmocka_unit_test(test_unused_tensors_give_back_first),
         cmocka_unit_test(test_oom_path_defragments),
         cmocka_unit_test(test_pytorch_record_stream_mode),
         cmocka_unit_test(test_advisor_mode_actions),

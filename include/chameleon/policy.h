@@ -35,6 +35,11 @@ typedef struct cham_planner_config {
     uint32_t backward_layers;
     double score_c;              /* C in Score = N_MRE + C * S (Eq. 2) */
     uint64_t min_swap_bytes;     /* smaller tensors are never candidates */
+    bool partial;                /* when the memory cannot be brought under
+                                    the usable limit, return the policy of
+                                    what could be placed (its predicted_peak
+                                    is then above usable; err still says
+                                    what is left) instead of failing */
     uint32_t free_delay_ops;     /* ops a swapped-out block waits past its
                                     predicted copy completion before reuse: a
                                     margin for the timing error of Eq. 1 (0) */

@@ -246,6 +246,8 @@ static cham_status_t plan_once(const cham_profile_t *profile,
             goto host_oom;
         if (g.n_cl == 0) {
             st = cannot_remove(&g, "no tensor left to swap is idle there", err, err_size);
+            if (config->partial)
+                break;
             goto fail;
         }
         long placed = simulate_pass(&g, false);
@@ -255,6 +257,8 @@ static cham_status_t plan_once(const cham_profile_t *profile,
             goto host_oom;
         if (placed == 0) {
             st = cannot_remove(&g, "no candidate's swaps fit the layers", err, err_size);
+            if (config->partial)
+                break;
             goto fail;
         }
     }
@@ -304,18 +308,24 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
                                   const cham_planner_config_t *config, cham_policy_t **out,
                                   char *err, size_t err_size)
 {
-    cham_status_t st = plan_once(profile, config, out, err, err_size);
-    if (st != CHAM_ERR_OUT_OF_MEMORY || config->forward_layers || config->backward_layers)
-        return st;
-    cham_profile_view_t v;
-    cham_profile_get(profile, &v);
-    uint32_t base = cham_gen_default_layers(&v);
-    cham_planner_config_t finer = *config;
-    for (uint32_t k = 2; k <= 8 && st == CHAM_ERR_OUT_OF_MEMORY; k *= 2) {
-        if (base > UINT32_MAX / k || base * k > v.n_ops)
-            break;
-        finer.forward_layers = finer.backward_layers = base * k;
-        st = plan_once(profile, &finer, out, err, err_size);
+    cham_planner_config_t whole = *config;
+    whole.partial = false;
+    cham_status_t st = plan_once(profile, &whole, out, err, err_size);
+    if (st == CHAM_ERR_OUT_OF_MEMORY && !config->forward_layers && !config->backward_layers) {
+        cham_profile_view_t v;
+        cham_profile_get(profile, &v);
+        uint32_t base = cham_gen_default_layers(&v);
+        for (uint32_t k = 2; k <= 8 && st == CHAM_ERR_OUT_OF_MEMORY; k *= 2) {
+            if (base > UINT32_MAX / k || base * k > v.n_ops)
+                break;
+            whole.forward_layers = whole.backward_layers = base * k;
+            st = plan_once(profile, &whole, out, err, err_size);
+        }
+    }
+    /* Still none: what can be placed, at the finest layering tried. */
+    if (st == CHAM_ERR_OUT_OF_MEMORY && config->partial) {
+        whole.partial = true;
+        st = plan_once(profile, &whole, out, err, err_size);
     }
     return st;
 }

@@ -136,11 +136,16 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
     ctx->pin++;
     pin(ctx, inputs, n_inputs);
     pin(ctx, outputs, n_outputs);
+    ctx->in_begin = true;
     cham_status_t st = ctx->exec.plan ? cham_exec_op_begin(ctx) : CHAM_OK;
     if (st == CHAM_OK)
         st = prepare(inputs, n_inputs);
-    if (st == CHAM_OK)
+    if (st == CHAM_OK) {
+        ctx->preparing_outputs = true;
         st = prepare(outputs, n_outputs);
+        ctx->preparing_outputs = false;
+    }
+    ctx->in_begin = false;
     if (st != CHAM_OK)
         return st;
     ctx->seq[ctx->ops_in_step++] = token;

@@ -139,10 +139,14 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
         pc.reserve = ctx->reserve;
     pc.free_delay_ops = *delay;
     cham_policy_t *policy = NULL;
-    char err[400];
+    char err[400] = "";
     cham_status_t st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
     if (st == CHAM_ERR_OUT_OF_MEMORY && *delay > 0) {
         pc.free_delay_ops = *delay = 0;
+        st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
+    }
+    if (st == CHAM_ERR_OUT_OF_MEMORY) {
+        pc.partial = true;        /* what can be planned; passive swaps do the rest */
         st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
     }
     if (st != CHAM_OK) {
@@ -157,6 +161,9 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
         return NULL;
     }
     ctx->stats.policies_generated++;
+    if (plan->view.predicted_peak > plan->view.usable)
+        cham_context_log(ctx, "step %llu: partial policy; passive swaps make up the rest: %s",
+                         (unsigned long long)ctx->step, err);
     cham_context_log(ctx, "step %llu: policy %zu generated: %zu swaps, blocks reused %u ops "
                      "after their copies, predicted peak %llu of %llu usable bytes",
                      (unsigned long long)ctx->step, ctx->n_trials + 1, plan->view.n_items, *delay,

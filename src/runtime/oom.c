@@ -62,6 +62,24 @@ static cham_status_t move_out(cham_context_t *ctx, cham_storage_t *s, uint64_t *
     return cham_storage_swap_out(s, CHAM_SWAP_PASSIVE, now);
 }
 
+/* Gives back the blocks of storages no op has used: they hold no data, so
+ * this costs no copy; each gets a block again at its first use. A storage
+ * the op being begun uses is given back only while its inputs are brought
+ * in (its outputs come after and take theirs then). The bytes, 0 if none. */
+static uint64_t release_unused(cham_context_t *ctx)
+{
+    uint64_t bytes = 0;
+    for (cham_storage_t *s = ctx->storages; s; s = s->next) {
+        if (!s->block || s->used || s->residency != CHAM_RESIDENT_DEVICE)
+            continue;
+        if (s->pin == ctx->pin && (!ctx->in_begin || ctx->preparing_outputs))
+            continue;
+        bytes += s->bytes;
+        cham_storage_dematerialize(s);
+    }
+    return bytes;
+}
+
 /* No single storage is big enough: moves out the storages of the cheapest
  * run of neighbouring blocks that would hold the request once they are
  * gone, or, when no segment could, of the segments whose return to the
@@ -99,7 +117,7 @@ cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, con
     while (st == CHAM_ERR_OUT_OF_MEMORY) {
         /* Frees that wait on host event queries (PyTorch's recordStream) are
          * waited for, as PyTorch does: the host blocks, nothing moves. */
-        if (cham_allocator_sync_deferred(ctx->mem) == 0) {
+        if (cham_allocator_sync_deferred(ctx->mem) == 0 && release_unused(ctx) == 0) {
             bool enough;
             cham_storage_t *victim = closest_victim(ctx, bytes, &enough);
             if (!victim)

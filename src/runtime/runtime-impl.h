@@ -27,8 +27,9 @@ typedef struct cham_storage cham_storage_t;
 
 /* Bytes of one tensor's data, wherever it is.
  * Invariants: residency DEVICE or MOVING_IN iff block (managed) or ptr
- * (advisor) is set; HOST iff host_block (managed) is set and block is not,
- * or (advisor) the caller reported the storage moved out; views > 0
+ * (advisor) is set; HOST iff block is not (managed: with host_block holding
+ * the data, or without it for a storage no op has used yet), or (advisor)
+ * the caller reported the storage moved out; views > 0
  * while the storage is alive; MOVING_IN while the compute stream has not
  * yet waited on in_event (the last swap-in's completion). */
 struct cham_storage {
@@ -136,6 +137,8 @@ struct cham_context {
     uint64_t live_storages;
     cham_storage_t *storages;     /* live ones, newest first */
     uint64_t pin;                 /* stamp of the op being begun */
+    bool in_begin;                /* inside cham_op_begin */
+    bool preparing_outputs;       /* begin-op is bringing its outputs in */
 
     /* Acting (executor.c) and the loop around it (loop.c). */
     cham_exec_t exec;
@@ -177,6 +180,11 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
                                     uint64_t free_op);
 /* tensor.c: brings a storage on the host back. */
 cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause);
+/* tensor.c: a storage no op has used holds no data: its device block can
+ * go back at no cost (residency HOST without a host copy), and a new one is
+ * taken when an op first uses it. */
+void cham_storage_dematerialize(cham_storage_t *s);
+cham_status_t cham_storage_materialize(cham_storage_t *s);
 
 /* oom.c: a device block for owner's bytes on the compute stream, with the
  * out-of-memory path of Algorithm 3 (passive swaps of resident storages

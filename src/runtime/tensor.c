@@ -442,7 +442,37 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t)
     cham_storage_t *s = t->storage;
     if (s->residency != CHAM_RESIDENT_HOST)
         return CHAM_OK;
+    if (!s->host_block)
+        return cham_storage_materialize(s);
     return cham_storage_swap_in(s, CHAM_SWAP_CALLER);
+}
+
+/* ---- storages without data ---------------------------------------------------*/
+
+void cham_storage_dematerialize(cham_storage_t *s)
+{
+    cham_context_t *ctx = s->ctx;
+    CHAM_ASSERT(s->block && !s->used && s->residency == CHAM_RESIDENT_DEVICE);
+    /* Only the compute stream ever had it (no op used it): stream order is
+     * all the reuse needs. */
+    cham_block_free(ctx->mem, s->block);
+    s->block = NULL;
+    s->residency = CHAM_RESIDENT_HOST;
+    mem_add(ctx, -(int64_t)s->bytes);
+}
+
+cham_status_t cham_storage_materialize(cham_storage_t *s)
+{
+    cham_context_t *ctx = s->ctx;
+    CHAM_ASSERT(s->residency == CHAM_RESIDENT_HOST && !s->host_block && !s->block);
+    char what[80];
+    snprintf(what, sizeof what, "tensor \"%s\"", s->label);
+    cham_status_t st = cham_runtime_alloc(ctx, s, what, &s->block);
+    if (st != CHAM_OK)
+        return st;
+    s->residency = CHAM_RESIDENT_DEVICE;
+    mem_add(ctx, (int64_t)s->bytes);
+    return CHAM_OK;
 }
 
 /* ---- advisor mode: the caller's moves ------------------------------------------*/
@@ -534,6 +564,8 @@ cham_status_t cham_storage_prepare(cham_storage_t *s)
             advise_on_demand(s);
         return CHAM_OK;
     }
+    if (s->residency == CHAM_RESIDENT_HOST && !s->host_block)
+        return cham_storage_materialize(s);
     if (s->residency == CHAM_RESIDENT_HOST) {
         cham_status_t st = cham_storage_swap_in(s, CHAM_SWAP_ON_DEMAND);
         if (st != CHAM_OK)
