@@ -142,6 +142,7 @@ typedef struct cham_access {
 } cham_access_t;
 
 /* A kernel: what it costs, what memory it touches, and how to run it.
+ * The sim backend takes the longest of its compute, memory and link times.
  * cpu_fn runs on the host in program order when the sim device has data;
  * native_fn is called with the backend's native stream (cudaStream_t on
  * cuda) to launch real device code. A kernel with neither only costs time. */
@@ -149,6 +150,9 @@ typedef struct cham_kernel {
     const char *label;
     double flops;            /* arithmetic work, for the roofline model */
     double bytes;            /* device memory traffic, for the roofline model */
+    double link_bytes;       /* bytes sent over the device-to-device link
+                                (collectives): at least link_bytes /
+                                p2p_bandwidth of time */
     const cham_access_t *accesses;
     size_t n_accesses;
     void (*cpu_fn)(void *arg);

@@ -515,6 +515,7 @@ static cham_status_t sim_kernel_launch(void *ctx, void *stream, const cham_kerne
     cham_status_t st = check_ranges(s, t, k->n_accesses, k->label);
     if (st == CHAM_OK) {
         double secs = fmax(k->flops / s->preset.peak_flops, k->bytes / s->preset.hbm_bandwidth);
+        secs = fmax(secs, k->link_bytes / s->preset.p2p_bandwidth);
         uint64_t cost = s->kernel_overhead_ns + ns_ceil(secs * 1e9);
         /* A read-write access is checked as a write: that covers both rules. */
         st = enqueue(s, stream, -1, cost, t, k->n_accesses, CHAM_TASK_KERNEL, k->label,
