@@ -5,7 +5,8 @@
  * device, when its block may be reused, and before which op it comes back.
  * The policy predicts its own step time and peak memory, so planners can be
  * compared without running them. Chameleon's generator (paper §5,
- * Algorithm 2) is the first planner: docs/policy.md. */
+ * Algorithm 2) is the first planner, the vDNN baseline the second:
+ * docs/policy.md. */
 #ifndef CHAMELEON_POLICY_H
 #define CHAMELEON_POLICY_H
 
@@ -101,6 +102,18 @@ void cham_policy_free(cham_policy_t *policy);
 cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
                                   const cham_planner_config_t *config,
                                   cham_policy_t **out, char *err, size_t err_size);
+
+/* vDNN-style baseline: every tensor idle between its last forward use and
+ * its first backward use (at least min_swap_bytes) is swapped out after its
+ * last forward use; its block is reusable from the start of the next logical
+ * layer (vDNN waits for a layer's offloads at the layer boundary), and it is
+ * brought back at the start of the logical layer before the one of its first
+ * backward use (one-layer prefetch). Memory is not a goal: the policy is the
+ * same whatever the capacity, and predicted_peak says whether it fits. Fails
+ * only with CHAM_ERR_INVALID_ARG (bad inputs, as cham_plan_chameleon's) or
+ * CHAM_ERR_HOST_OOM, err saying why. docs/policy.md, "vDNN baseline". */
+cham_status_t cham_plan_vdnn(const cham_profile_t *profile, const cham_planner_config_t *config,
+                             cham_policy_t **out, char *err, size_t err_size);
 
 /* JSON (docs/policy-format.md). Loading checks everything; errors name the
  * file and the position or field. */

@@ -2,8 +2,9 @@
  * by its files: layers.c (logical layers, Eq. 1), mrl.c (the memory
  * reduction list as a segment tree), candidates.c (idle tensors and Eq. 2),
  * simulate.c (swap-in pre-trigger, swap-out completion) and generate.c
- * (Algorithm 2 and the public entry points). docs/policy.md explains the
- * choices. */
+ * (Algorithm 2 and the public entry points). The vDNN baseline (vdnn.c)
+ * reuses the layers, the idle tensors and the planner helpers below.
+ * docs/policy.md explains the choices. */
 #ifndef CHAM_POLICY_GENERATE_IMPL_H
 #define CHAM_POLICY_GENERATE_IMPL_H
 
@@ -36,6 +37,30 @@ uint32_t cham_gen_default_layers(const cham_profile_view_t *v);
 bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_config_t *cfg,
                            cham_gen_layers_t *out);
 void cham_gen_layers_free(cham_gen_layers_t *l);
+
+/* ---- shared by the planners (generate.c) -------------------------------- */
+
+/* The input checks every planner makes: positive finite bandwidths,
+ * score_c >= 0, at most UINT32_MAX / 2 ops, op costs (if any) one per op,
+ * finite, >= 0 and not all 0. CHAM_ERR_INVALID_ARG with a message. */
+cham_status_t cham_gen_check_config(const cham_profile_view_t *v, const cham_planner_config_t *c,
+                                    char *err, size_t err_size);
+
+/* The capacity planned against (the config's, else the profile's) and
+ * usable = capacity - reserve, the reserve being the config's or, when
+ * UINT64_MAX, the default rule (docs/policy.md). CHAM_ERR_INVALID_ARG with
+ * a message when nothing is usable. */
+cham_status_t cham_gen_capacity(const cham_profile_view_t *v, const cham_planner_config_t *c,
+                                uint64_t *capacity, uint64_t *usable, char *err, size_t err_size);
+
+/* Completes a policy whose items are in place (in swap-out order): appends
+ * the layers and sets n_ops, capacity, usable, the peaks (curve: the
+ * profile's curve without swaps, 2 n_ops samples; predicted: minus each
+ * item's bytes over samples [2 free_op, 2 swap_in_op)) and the step times
+ * (predicted: the profile's plus every item's stall_ns). false when the
+ * host is out of memory. */
+bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_profile_view_t *v,
+                     const uint64_t *curve, uint64_t capacity, uint64_t usable);
 
 /* ---- memory reduction list (mrl.c) -------------------------------------- */
 

@@ -2,7 +2,8 @@
  * inputs, build the logical layers, the memory reduction list and the idle
  * tensors, then choose candidates round by round until the list is empty
  * (or fail naming what could not be removed), and write the policy with its
- * predicted peak and step time. docs/policy.md. */
+ * predicted peak and step time. The input checks, the capacity rule and the
+ * predictions are shared with the other planners (vdnn.c). docs/policy.md. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -52,8 +53,8 @@ static bool good_bw(double bw)
     return isfinite(bw) && bw > 0;
 }
 
-static cham_status_t check_config(const cham_profile_view_t *v, const cham_planner_config_t *c,
-                                  char *err, size_t err_size)
+cham_status_t cham_gen_check_config(const cham_profile_view_t *v, const cham_planner_config_t *c,
+                                    char *err, size_t err_size)
 {
     if (!good_bw(c->h2d_bandwidth) || !good_bw(c->d2h_bandwidth)) {
         cham_set_err(err, err_size, "planner: h2d_bandwidth and d2h_bandwidth must be "
@@ -89,6 +90,67 @@ static cham_status_t check_config(const cham_profile_view_t *v, const cham_plann
         }
     }
     return CHAM_OK;
+}
+
+cham_status_t cham_gen_capacity(const cham_profile_view_t *v, const cham_planner_config_t *c,
+                                uint64_t *capacity, uint64_t *usable, char *err, size_t err_size)
+{
+    uint64_t cap = c->capacity ? c->capacity : v->capacity;
+    uint64_t reserve = c->reserve == UINT64_MAX ? default_reserve(cap) : c->reserve;
+    if (cap == 0 || reserve >= cap) {
+        cham_set_err(err, err_size,
+                     "planner: capacity %llu bytes leaves nothing usable after a reserve of "
+                     "%llu", (unsigned long long)cap, (unsigned long long)reserve);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    *capacity = cap;
+    *usable = cap - reserve;
+    return CHAM_OK;
+}
+
+/* Predicted peak: max over samples of the curve minus the bytes swapped out
+ * there (samples [2 free_op, 2 swap_in_op) of each item). diff: 2 n_ops + 1
+ * zeroes. */
+static uint64_t predicted_peak(const cham_policy_t *p, const uint64_t *curve, int64_t *diff)
+{
+    size_t ns = 2 * p->n_ops;
+    for (size_t i = 0; i < p->n_items; i++) {
+        diff[2 * (size_t)p->items[i].free_op] += (int64_t)p->items[i].bytes;
+        diff[2 * (size_t)p->items[i].swap_in_op] -= (int64_t)p->items[i].bytes;
+    }
+    uint64_t peak = 0, out = 0;
+    for (size_t s = 0; s < ns; s++) {
+        out += (uint64_t)diff[s];
+        uint64_t m = curve[s] > out ? curve[s] - out : 0;
+        peak = m > peak ? m : peak;
+    }
+    return peak;
+}
+
+bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_profile_view_t *v,
+                     const uint64_t *curve, uint64_t capacity, uint64_t usable)
+{
+    size_t ns = 2 * v->n_ops;
+    for (size_t i = 0; i < l->n; i++)
+        if (!cham_policy_add_layer(p, &l->v[i]))
+            return false;
+    int64_t *diff = calloc(ns + 1, sizeof *diff);
+    if (!diff)
+        return false;
+    p->n_ops = v->n_ops;
+    p->predicted_peak = predicted_peak(p, curve, diff);
+    free(diff);
+    p->capacity = capacity;
+    p->usable = usable;
+    p->peak_without_swaps = 0;
+    for (size_t s = 0; s < ns; s++)
+        p->peak_without_swaps = curve[s] > p->peak_without_swaps ? curve[s]
+                                                                 : p->peak_without_swaps;
+    p->step_ns = v->duration_ns;
+    p->predicted_step_ns = v->duration_ns;
+    for (size_t i = 0; i < p->n_items; i++)
+        p->predicted_step_ns += p->items[i].stall_ns;
+    return true;
 }
 
 /* Everything one run of the generator owns. */
@@ -178,25 +240,6 @@ static cham_status_t cannot_remove(gen_t *g, const char *why, char *err, size_t 
     return CHAM_ERR_OUT_OF_MEMORY;
 }
 
-/* Predicted peak: max over samples of the curve minus the bytes swapped out
- * there (samples [2 free_op, 2 swap_in_op) of each item). */
-static uint64_t predicted_peak(const gen_t *g, int64_t *diff)
-{
-    size_t ns = 2 * g->v->n_ops;
-    const cham_policy_t *p = g->pol;
-    for (size_t i = 0; i < p->n_items; i++) {
-        diff[2 * (size_t)p->items[i].free_op] += (int64_t)p->items[i].bytes;
-        diff[2 * (size_t)p->items[i].swap_in_op] -= (int64_t)p->items[i].bytes;
-    }
-    uint64_t peak = 0, out = 0;
-    for (size_t s = 0; s < ns; s++) {
-        out += (uint64_t)diff[s];
-        uint64_t m = g->curve[s] > out ? g->curve[s] - out : 0;
-        peak = m > peak ? m : peak;
-    }
-    return peak;
-}
-
 static cham_status_t plan_once(const cham_profile_t *profile,
                                const cham_planner_config_t *config, cham_policy_t **out,
                                char *err, size_t err_size)
@@ -208,19 +251,12 @@ static cham_status_t plan_once(const cham_profile_t *profile,
     *out = NULL;
     cham_profile_view_t v;
     cham_profile_get(profile, &v);
-    cham_status_t st = check_config(&v, config, err, err_size);
+    uint64_t capacity = 0, usable = 0;
+    cham_status_t st = cham_gen_check_config(&v, config, err, err_size);
+    if (st == CHAM_OK)
+        st = cham_gen_capacity(&v, config, &capacity, &usable, err, err_size);
     if (st != CHAM_OK)
         return st;
-    uint64_t capacity = config->capacity ? config->capacity : v.capacity;
-    uint64_t reserve =
-        config->reserve == UINT64_MAX ? default_reserve(capacity) : config->reserve;
-    if (capacity == 0 || reserve >= capacity) {
-        cham_set_err(err, err_size,
-                     "planner: capacity %llu bytes leaves nothing usable after a reserve of "
-                     "%llu", (unsigned long long)capacity, (unsigned long long)reserve);
-        return CHAM_ERR_INVALID_ARG;
-    }
-    uint64_t usable = capacity - reserve;
 
     gen_t g = {.v = &v};
     size_t ns = 2 * v.n_ops;
@@ -268,25 +304,8 @@ static cham_status_t plan_once(const cham_profile_t *profile,
     cham_gen_sim_report(&g.sim);
     if (p->n_items > 1)
         qsort(p->items, p->n_items, sizeof *p->items, cmp_item);
-    for (size_t i = 0; i < g.layers.n; i++)
-        if (!cham_policy_add_layer(p, &g.layers.v[i]))
-            goto host_oom;
-    int64_t *diff = calloc(ns + 1, sizeof *diff);
-    if (!diff)
+    if (!cham_gen_finish(p, &g.layers, &v, g.curve, capacity, usable))
         goto host_oom;
-    p->predicted_peak = predicted_peak(&g, diff);
-    free(diff);
-    p->capacity = capacity;
-    p->usable = usable;
-    p->peak_without_swaps = 0;
-    for (size_t s = 0; s < ns; s++)
-        p->peak_without_swaps = g.curve[s] > p->peak_without_swaps ? g.curve[s]
-                                                                   : p->peak_without_swaps;
-    p->step_ns = v.duration_ns;
-    p->predicted_step_ns = v.duration_ns;
-    for (size_t i = 0; i < p->n_items; i++)
-        p->predicted_step_ns += p->items[i].stall_ns;
-    p->n_ops = v.n_ops;
     *out = p;
     g.pol = NULL;
     gen_free(&g);
