@@ -68,6 +68,22 @@ typedef enum cham_residency {
 
 /* ---- configuration --------------------------------------------------------*/
 
+/* Which planner makes policies, and how they are applied (docs/baselines.md).
+ * Chameleon's own: regenerated when the op sequence changes, matched by
+ * features. The baselines: one policy from the detailed profile of the
+ * first step, applied to every later step and never regenerated:
+ *   VDNN      every idle activation out, one-layer prefetch; matched by
+ *             features; no passive swaps once it applies (vDNN has none)
+ *   CAPUCHIN  Chameleon's planner, tensors named by (op index, i-th tensor of
+ *             the op): a step whose ops moved fails with CHAM_ERR_POLICY_MISMATCH;
+ *             passive swaps stay (Capuchin evicts on demand) */
+typedef enum cham_planner_kind {
+    CHAM_PLANNER_CHAMELEON,
+    CHAM_PLANNER_VDNN,
+    CHAM_PLANNER_CAPUCHIN,
+} cham_planner_kind_t;
+const char *cham_planner_kind_name(cham_planner_kind_t kind);
+
 typedef struct cham_config {
     cham_device_config_t device; /* backend, preset, capacity, sim knobs */
     cham_mode_t mode;
@@ -91,6 +107,7 @@ typedef struct cham_config {
                                     by host event queries (false: after the
                                     op the policy names, no polling) */
     uint32_t policy_cache;       /* policies kept per op sequence seen (4; 0 = off) */
+    cham_planner_kind_t planner; /* CHAM_PLANNER_CHAMELEON */
 } cham_config_t;
 
 /* The defaults: the sim device's defaults, managed mode, a 16 GiB pinned
@@ -171,6 +188,13 @@ bool cham_tensor_same_storage(const cham_tensor_t *a, const cham_tensor_t *b);
  * demand (counted). Both are logged for the profiler. */
 cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive);
 cham_status_t cham_tensor_swap_in(cham_tensor_t *t);
+
+/* Work queued on `stream` so far (a stream the caller made, for example
+ * for communication) uses t, as PyTorch's Tensor.record_stream says: its
+ * swap-outs wait for that work, and its device block is not reused before
+ * it is done. Call it after queuing the work, from within the op that
+ * dispatched it. One foreign stream per storage is remembered (the last). */
+cham_status_t cham_tensor_record_stream(cham_tensor_t *t, cham_stream_t *stream);
 
 /* ---- dispatch -------------------------------------------------------------*/
 

@@ -22,6 +22,7 @@ typedef enum cham_status {
     CHAM_ERR_DEVICE_UNAVAILABLE, /* no usable device (for example no driver) */
     CHAM_ERR_BACKEND,          /* the backend reported an error */
     CHAM_ERR_HAZARD,           /* the sim backend's hazard detector fired */
+    CHAM_ERR_POLICY_MISMATCH,  /* a static policy names a tensor the step does not have */
 } cham_status_t;
 
 /* A short constant description of the status, never NULL. */

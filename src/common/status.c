@@ -20,6 +20,7 @@ const char *cham_status_string(cham_status_t status)
     case CHAM_ERR_DEVICE_UNAVAILABLE: return "device unavailable";
     case CHAM_ERR_BACKEND: return "backend error";
     case CHAM_ERR_HAZARD: return "hazard detected";
+    case CHAM_ERR_POLICY_MISMATCH: return "policy does not match the op sequence";
     }
     return "unknown status";
 }

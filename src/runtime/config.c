@@ -57,6 +57,7 @@ typedef enum kind {
     K_BACKEND,       /* const char *: "sim" or "cuda" (a literal) */
     K_PRESET,        /* const char *: a preset's own name, or NULL */
     K_MODE,          /* cham_mode_t */
+    K_PLANNER,       /* cham_planner_kind_t */
     K_BOOL,          /* bool */
     K_INT,           /* int, integer range */
     K_U32,           /* uint32_t, integer range */
@@ -129,6 +130,7 @@ static const field_t fields[] = {
     PLAINF("oom_handling", oom_handling, K_BOOL),
     PLAINF("pytorch_record_stream", pytorch_record_stream, K_BOOL),
     INTF("policy_cache", policy_cache, K_U32, 0, 1024, "[0, 1024] entries"),
+    PLAINF("planner", planner, K_PLANNER),
 };
 
 #define N_FIELDS (sizeof fields / sizeof fields[0])
@@ -423,6 +425,16 @@ static cham_status_t apply(cham_config_t *c, const field_t *f, const json_t *v, 
         }
         return CHAM_OK;
     }
+    case K_PLANNER: {
+        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+        for (int k = CHAM_PLANNER_CHAMELEON; s && k <= CHAM_PLANNER_CAPUCHIN; k++)
+            if (strcmp(s, cham_planner_kind_name((cham_planner_kind_t)k)) == 0) {
+                *(cham_planner_kind_t *)dst = (cham_planner_kind_t)k;
+                return CHAM_OK;
+            }
+        snprintf(why, why_size, "unknown planner %s (known: chameleon, vdnn, capuchin)", got);
+        return CHAM_ERR_INVALID_ARG;
+    }
     case K_BOOL:
         if (!json_is_boolean(v)) {
             snprintf(why, why_size, "expected true or false, got %s", got);
@@ -716,6 +728,14 @@ static bool check_field(const cham_config_t *c, const field_t *f, char *why, siz
         if (m != CHAM_MODE_MANAGED && m != CHAM_MODE_ADVISOR) {
             snprintf(why, why_size, "%s: %d is not a mode (CHAM_MODE_MANAGED or "
                      "CHAM_MODE_ADVISOR)", f->name, (int)m);
+            return false;
+        }
+        return true;
+    }
+    case K_PLANNER: {
+        int k = (int)*(const cham_planner_kind_t *)src;
+        if (k < CHAM_PLANNER_CHAMELEON || k > CHAM_PLANNER_CAPUCHIN) {
+            snprintf(why, why_size, "%s: %d is not a planner (CHAM_PLANNER_*)", f->name, k);
             return false;
         }
         return true;

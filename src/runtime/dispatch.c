@@ -6,6 +6,7 @@
  * Detailed mode, in GenPolicy or on request: every op, every tensor use
  * with its features, memory before and after each op, and the swaps, into
  * a cham_profile_t. docs/profiler.md says what and why. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,7 +62,7 @@ static void record_use(cham_context_t *ctx, const cham_tensor_t *t, bool output)
  * use they go into the detailed profile, then they move on and the
  * executor matches them against the applied policy. */
 static void use(cham_context_t *ctx, cham_tensor_t *t, bool output,
-                cham_op_token_t token)
+                cham_op_token_t token, uint32_t pos)
 {
     cham_storage_t *s = t->storage;
     if (s->feat_step != ctx->step) {
@@ -75,7 +76,7 @@ static void use(cham_context_t *ctx, cham_tensor_t *t, bool output,
     cham_match_t *m = ctx->exec.plan ? &ctx->exec.plan->match : NULL;
     cham_features_advance(&s->feat, token, m ? cham_match_tag_bit(m, token) : 0);
     if (m)
-        cham_exec_use(ctx, t, token);
+        cham_exec_use(ctx, t, token, pos);
 }
 
 /* Marks the storages the op uses: making room for one of them must not
@@ -101,6 +102,52 @@ static cham_status_t prepare(cham_tensor_t *const *ts, size_t n)
         }
     }
     return CHAM_OK;
+}
+
+static int by_bytes_desc(const void *a, const void *b)
+{
+    const cham_storage_t *x = *(cham_storage_t *const *)a, *y = *(cham_storage_t *const *)b;
+    return (x->bytes < y->bytes) - (x->bytes > y->bytes);
+}
+
+/* The OOM path's last resort, when the op's own tensors, wherever they
+ * landed, split the free memory so that the one still missing finds no
+ * place: all of them leave the device (their blocks free at once, behind
+ * event waits) and come back largest first, each into the best fit. */
+static cham_status_t compact_op(cham_context_t *ctx, cham_tensor_t *const *inputs,
+                                size_t n_inputs, cham_tensor_t *const *outputs,
+                                size_t n_outputs)
+{
+    size_t n = n_inputs + n_outputs, k = 0;
+    cham_storage_t **v = malloc((n ? n : 1) * sizeof *v);
+    if (!v)
+        return CHAM_ERR_HOST_OOM;
+    for (size_t i = 0; i < n; i++) {
+        cham_storage_t *s = (i < n_inputs ? inputs[i] : outputs[i - n_inputs])->storage;
+        bool seen = false;
+        for (size_t j = 0; j < k && !seen; j++)
+            seen = v[j] == s;
+        if (!seen)
+            v[k++] = s;
+    }
+    cham_status_t st = CHAM_OK;
+    uint64_t now = ctx->ops_total ? ctx->ops_total - 1 : 0;
+    for (size_t i = 0; i < k && st == CHAM_OK; i++) {
+        if (!v[i]->block)
+            continue;
+        if (!v[i]->used && v[i]->residency == CHAM_RESIDENT_DEVICE)
+            cham_storage_dematerialize(v[i]);
+        else
+            st = cham_storage_swap_out(v[i], CHAM_SWAP_PASSIVE, now);
+    }
+    qsort(v, k, sizeof *v, by_bytes_desc);
+    ctx->preparing_outputs = true;     /* none of the op's own may be given back */
+    for (size_t i = 0; i < k && st == CHAM_OK; i++)
+        if (v[i]->residency != CHAM_RESIDENT_DEVICE)
+            st = cham_storage_prepare(v[i]);
+    ctx->preparing_outputs = false;
+    free(v);
+    return st;
 }
 
 cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
@@ -130,6 +177,12 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
     }
     ctx->seq = seq;
     ctx->n_actions = 0;
+    if (ctx->exec.plan && ctx->exec.plan->positions) {
+        cham_status_t st = cham_exec_check_positions(ctx, token, inputs, n_inputs, outputs,
+                                                     n_outputs);
+        if (st != CHAM_OK)
+            return st;
+    }
     /* Planned swap-ins of this op, then the storages the op needs: swaps
      * made here change the op's "before" memory sample. On failure the op
      * has not begun. */
@@ -145,6 +198,14 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
         st = prepare(outputs, n_outputs);
         ctx->preparing_outputs = false;
     }
+    if (st == CHAM_ERR_OUT_OF_MEMORY && cham_oom_passive(ctx)) {
+        char first[sizeof ctx->error];
+        snprintf(first, sizeof first, "%s", ctx->error);
+        st = compact_op(ctx, inputs, n_inputs, outputs, n_outputs);
+        if (st == CHAM_ERR_OUT_OF_MEMORY)
+            cham_context_error(ctx, "%s; moving the op's own tensors out and back largest "
+                               "first did not help either", first);
+    }
     ctx->in_begin = false;
     if (st != CHAM_OK)
         return st;
@@ -154,9 +215,9 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
         !cham_profile_begin_op(ctx->building, token, ctx->phase, ctx->stats.mem_in_use))
         profile_failed(ctx);
     for (size_t i = 0; i < n_inputs; i++)
-        use(ctx, inputs[i], false, token);
+        use(ctx, inputs[i], false, token, (uint32_t)i);
     for (size_t i = 0; i < n_outputs; i++)
-        use(ctx, outputs[i], true, token);
+        use(ctx, outputs[i], true, token, (uint32_t)(n_inputs + i));
     return CHAM_OK;
 }
 
@@ -273,7 +334,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     ctx->profile_failed = false;
     ctx->step_passive = ctx->step_on_demand = 0;
     cham_exec_step_start(ctx);
-    if (to == CHAM_STAGE_GENPOLICY || ctx->profile_requested)
+    if ((to == CHAM_STAGE_GENPOLICY && !cham_loop_static(ctx)) || ctx->profile_requested)
         cham_dispatch_start_profile(ctx);
     return CHAM_OK;
 }

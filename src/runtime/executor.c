@@ -27,6 +27,9 @@ void cham_exec_step_start(cham_context_t *ctx)
     x->in_next = 0;
     if (x->plan) {
         cham_match_step_start(&x->plan->match);
+        if (x->plan->positions)
+            memset(x->plan->positions->seen, 0,
+                   x->plan->positions->n_items * sizeof *x->plan->positions->seen);
         memset(x->storage_of, 0, x->plan->view.n_items * sizeof *x->storage_of);
     }
 }
@@ -55,11 +58,25 @@ static uint64_t release_op(const cham_context_t *ctx, uint32_t item)
     return free_op <= op ? op + 1 : free_op;
 }
 
-void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token)
+/* The item of a use by position (Capuchin), checked by
+ * cham_exec_check_positions before the op began. */
+static uint32_t item_at(cham_context_t *ctx, uint32_t pos)
+{
+    cham_plan_t *plan = ctx->exec.plan;
+    uint32_t item = cham_positions_item(plan->positions, ctx->ops_in_step - 1, pos);
+    if (item == CHAM_POSITION_NONE)
+        return CHAM_MATCH_NONE;
+    plan->positions->seen[item] = true;
+    plan->match.hits_strict++;
+    return item;
+}
+
+void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token, uint32_t pos)
 {
     cham_exec_t *x = &ctx->exec;
     cham_storage_t *s = t->storage;
-    uint32_t item = cham_match_use(&x->plan->match, &s->feat, token);
+    uint32_t item = x->plan->positions ? item_at(ctx, pos)
+                                       : cham_match_use(&x->plan->match, &s->feat, token);
     if (item == CHAM_MATCH_NONE)
         return;
     if (s->item != CHAM_MATCH_NONE && x->storage_of[s->item] == s)
@@ -86,6 +103,33 @@ void cham_exec_forget(cham_context_t *ctx, cham_storage_t *s)
     s->item = CHAM_MATCH_NONE;
 }
 
+cham_status_t cham_exec_check_positions(cham_context_t *ctx, cham_op_token_t token,
+                                        cham_tensor_t *const *inputs, size_t n_inputs,
+                                        cham_tensor_t *const *outputs, size_t n_outputs)
+{
+    const cham_positions_t *p = ctx->exec.plan->positions;
+    uint32_t k = ctx->ops_in_step, lo, hi;
+    cham_positions_of_op(p, k, &lo, &hi);
+    for (uint32_t e = lo; e < hi; e++) {
+        const cham_policy_item_t *it = &ctx->exec.plan->view.items[p->item[e]];
+        uint32_t pos = p->pos[e];
+        const cham_tensor_t *t = pos < n_inputs ? inputs[pos]
+                                 : pos < n_inputs + n_outputs ? outputs[pos - n_inputs] : NULL;
+        if (token == p->token[k] && t && t->storage->bytes == it->bytes)
+            continue;
+        const char *why = token != p->token[k] ? "the op there is another"
+                          : !t                 ? "the op has fewer tensors"
+                                               : "that tensor has another size";
+        cham_context_error(ctx, "capuchin policy: step %llu: tensor #%u of op %u (\"%s\", %llu "
+                           "bytes in the profiled step) is not found: %s (\"%s\"); the op "
+                           "sequence changed and a static policy cannot follow it",
+                           (unsigned long long)ctx->step, pos, k, cham_op_name(ctx, p->token[k]),
+                           (unsigned long long)it->bytes, why, cham_op_name(ctx, token));
+        return CHAM_ERR_POLICY_MISMATCH;
+    }
+    return CHAM_OK;
+}
+
 cham_status_t cham_exec_op_begin(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
@@ -97,6 +141,13 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
             break;
         x->in_next++;
         cham_storage_t *s = x->storage_of[item];
+        if (!s && x->plan->positions && x->plan->positions->seen[item]) {
+            cham_context_error(ctx, "capuchin policy: step %llu: the tensor swapped out after op "
+                               "%u was freed before its swap-in at op %u: the op sequence "
+                               "changed and a static policy cannot follow it",
+                               (unsigned long long)ctx->step, pol->items[item].swap_out_op, k);
+            return CHAM_ERR_POLICY_MISMATCH;
+        }
         if (!s || s->residency != CHAM_RESIDENT_HOST)
             continue;     /* not matched, or already back */
         if (ctx->config.mode == CHAM_MODE_ADVISOR) {

@@ -46,16 +46,22 @@ static bool sort_by_swap_in(const cham_policy_view_t *v, uint32_t *out)
     return true;
 }
 
-/* Takes the policy (freed on failure). */
-static cham_plan_t *plan_new(cham_policy_t *policy, const cham_profile_t *profile)
+/* Takes the policy (freed on failure). With positional, its items are
+ * named by (op index, i-th tensor), Capuchin's way. */
+static cham_plan_t *plan_new(cham_policy_t *policy, const cham_profile_t *profile,
+                             bool positional)
 {
     cham_plan_t *p = calloc(1, sizeof *p);
     cham_policy_view_t v;
     cham_policy_get(policy, &v);
     if (!p || !(p->in_order = malloc((v.n_items ? v.n_items : 1) * sizeof *p->in_order)) ||
-        !sort_by_swap_in(&v, p->in_order) || !cham_match_build(&p->match, policy, profile)) {
-        if (p)
+        !sort_by_swap_in(&v, p->in_order) || !cham_match_build(&p->match, policy, profile) ||
+        (positional && (!(p->positions = malloc(sizeof *p->positions)) ||
+                        !cham_positions_build(p->positions, policy, profile)))) {
+        if (p) {
             free(p->in_order);
+            free(p->positions);
+        }
         free(p);
         cham_policy_free(policy);
         return NULL;
@@ -78,6 +84,9 @@ void cham_plan_release(cham_plan_t *plan)
     if (!plan || --plan->refs > 0)
         return;
     cham_match_free(&plan->match);
+    if (plan->positions)
+        cham_positions_free(plan->positions);
+    free(plan->positions);
     cham_policy_free(plan->policy);
     free(plan->in_order);
     free(plan);
@@ -140,21 +149,27 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     pc.free_delay_ops = *delay;
     cham_policy_t *policy = NULL;
     char err[400] = "";
-    cham_status_t st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
-    if (st == CHAM_ERR_OUT_OF_MEMORY && *delay > 0) {
-        pc.free_delay_ops = *delay = 0;
+    cham_status_t st;
+    if (ctx->config.planner == CHAM_PLANNER_VDNN) {
+        st = cham_plan_vdnn(profile, &pc, &policy, err, sizeof err);
+    } else {
         st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
-    }
-    if (st == CHAM_ERR_OUT_OF_MEMORY) {
-        pc.partial = true;        /* what can be planned; passive swaps do the rest */
-        st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
+        if (st == CHAM_ERR_OUT_OF_MEMORY && *delay > 0) {
+            pc.free_delay_ops = *delay = 0;
+            st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
+        }
+        if (st == CHAM_ERR_OUT_OF_MEMORY) {
+            pc.partial = true;    /* what can be planned; passive swaps do the rest */
+            st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
+        }
     }
     if (st != CHAM_OK) {
         ctx->stats.policy_failures++;
         cham_context_log(ctx, "step %llu: no policy: %s", (unsigned long long)ctx->step, err);
         return NULL;
     }
-    cham_plan_t *plan = plan_new(policy, profile);
+    cham_plan_t *plan = plan_new(policy, profile,
+                                 ctx->config.planner == CHAM_PLANNER_CAPUCHIN);
     if (!plan) {
         cham_context_log(ctx, "step %llu: out of host memory indexing a policy",
                          (unsigned long long)ctx->step);
@@ -271,6 +286,14 @@ static void cache_put(cham_context_t *ctx, const cham_op_token_t *seq, size_t le
 
 /* ---- the step end -----------------------------------------------------------*/
 
+static bool has_backward(const cham_profile_view_t *v)
+{
+    for (size_t k = 0; k < v->n_ops; k++)
+        if (v->ops[k].phase == CHAM_PHASE_BACKWARD)
+            return true;
+    return false;
+}
+
 void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to)
 {
     cham_exec_t *x = &ctx->exec;
@@ -291,6 +314,21 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         cham_profile_get(prof, &pv);
     bool fresh = prof && pv.step + 1 == ctx->step;
     cham_plan_t *next = x->plan;
+
+    if (cham_loop_static(ctx)) {
+        /* The baselines: one policy from the profile of the first training
+         * step (the first with a backward), kept for good. */
+        if (!ctx->static_planned && fresh && has_backward(&pv)) {
+            ctx->static_planned = true;
+            uint32_t delay = 0;
+            cham_plan_t *plan = generate(ctx, prof, &delay);
+            apply(ctx, plan);
+            cham_plan_release(plan);
+        } else if (!ctx->static_planned) {
+            ctx->profile_requested = true;
+        }
+        return;
+    }
 
     if (from == CHAM_STAGE_GENPOLICY) {
         /* GenPolicy steps start and end with the device idle (dispatch.c):
@@ -346,6 +384,11 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         trials_clear(ctx);
         ctx->reserve = 0;
     }
+}
+
+bool cham_loop_static(const cham_context_t *ctx)
+{
+    return ctx->config.executor && ctx->config.planner != CHAM_PLANNER_CHAMELEON;
 }
 
 void cham_loop_free(cham_context_t *ctx)

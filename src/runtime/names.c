@@ -53,3 +53,13 @@ size_t cham_dtype_size(cham_dtype_t dtype)
 {
     return (int)dtype >= 0 && dtype < CHAM_DTYPE_COUNT_ ? dtypes[dtype].size : 0;
 }
+
+const char *cham_planner_kind_name(cham_planner_kind_t kind)
+{
+    switch (kind) {
+    case CHAM_PLANNER_CHAMELEON: return "chameleon";
+    case CHAM_PLANNER_VDNN: return "vdnn";
+    case CHAM_PLANNER_CAPUCHIN: return "capuchin";
+    }
+    return "?";
+}

@@ -106,12 +106,24 @@ static cham_status_t evict_window(cham_context_t *ctx, size_t bytes, bool *done,
     return CHAM_OK;
 }
 
+bool cham_oom_passive(const cham_context_t *ctx)
+{
+    /* vDNN has no passive swaps to fall back on once its policy applies
+     * (Capuchin evicts on demand, as its paper's passive mode does). */
+    return ctx->config.mode == CHAM_MODE_MANAGED && ctx->config.oom_handling &&
+           !(ctx->config.planner == CHAM_PLANNER_VDNN && ctx->exec.plan);
+}
+
 cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, const char *what,
                                  cham_block_t **out)
 {
     size_t bytes = owner->bytes;
     cham_status_t st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
-    if (st != CHAM_ERR_OUT_OF_MEMORY || !ctx->config.oom_handling)
+    /* What PyTorch's allocator does itself on a failure, in every mode:
+     * wait for the frees that wait on events, and retry. */
+    if (st == CHAM_ERR_OUT_OF_MEMORY && cham_allocator_sync_deferred(ctx->mem) > 0)
+        st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
+    if (st != CHAM_ERR_OUT_OF_MEMORY || !cham_oom_passive(ctx))
         goto done;
     uint64_t moved = 0, n_moved = 0;
     while (st == CHAM_ERR_OUT_OF_MEMORY) {
@@ -137,12 +149,15 @@ cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, con
         goto done;
     cham_oom_info_t oom;
     cham_allocator_last_oom(ctx->mem, &oom);
+    cham_alloc_stats_t as;
+    cham_allocator_get_stats(ctx->mem, &as);
     cham_context_error(ctx, "%s: out of device memory: %zu bytes requested, capacity %llu, "
-                       "%llu allocated, largest free block %llu. Tried: handing back the "
-                       "blocks of swap-outs, returning free segments, and %llu passive "
-                       "swap-outs (%llu bytes); nothing the current op does not use is left "
-                       "to move", what, bytes, (unsigned long long)oom.limit,
-                       (unsigned long long)oom.allocated, (unsigned long long)oom.largest_free,
+                       "%llu allocated, largest free block %llu, %llu bytes waiting for a later "
+                       "op before reuse. Tried: handing back the blocks of swap-outs, returning "
+                       "free segments, and %llu passive swap-outs (%llu bytes); nothing the "
+                       "current op does not use is left to move", what, bytes,
+                       (unsigned long long)oom.limit, (unsigned long long)oom.allocated,
+                       (unsigned long long)oom.largest_free, (unsigned long long)as.pending_free,
                        (unsigned long long)n_moved, (unsigned long long)moved);
     return CHAM_ERR_OUT_OF_MEMORY;
 done:

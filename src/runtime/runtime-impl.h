@@ -21,6 +21,7 @@
 #include "common/intern.h"
 #include "common/message.h"
 #include "exec/match.h"
+#include "exec/positions.h"
 #include "profile/stage.h"
 
 typedef struct cham_storage cham_storage_t;
@@ -42,6 +43,8 @@ struct cham_storage {
     cham_block_t *host_block;     /* pinned copy while swapped out */
     cham_event_t *out_event;      /* completion of the last swap-out copy */
     cham_event_t *in_event;       /* completion of the last swap-in */
+    cham_stream_t *ext_stream;    /* a caller's stream that used it, or NULL */
+    cham_event_t *ext_event;      /* that stream's work on it */
     cham_tensor_t *view_list;     /* its live views */
     uint32_t views;
     bool advised;                 /* advisor mode: a planned move was advised */
@@ -73,6 +76,7 @@ typedef struct cham_plan {
     cham_policy_t *policy;
     cham_policy_view_t view;      /* its parts */
     cham_match_t match;
+    cham_positions_t *positions;  /* Capuchin's identification, or NULL */
     uint32_t *in_order;           /* item indices by swap_in_op */
     uint32_t refs;
 } cham_plan_t;
@@ -150,6 +154,7 @@ struct cham_context {
     uint64_t reserve;             /* planner reserve; 0 = the default rule */
     uint64_t last_sync_ns;        /* host time of the last step-end sync */
     bool synced;                  /* the last step ended with a sync */
+    bool static_planned;          /* a baseline's one policy has been made */
     uint64_t synced_step_ns;      /* the step that ended, idle to idle, or 0 */
     uint64_t step_passive, step_on_demand;  /* this step's unplanned swaps */
     cham_cached_plan_t *cache;    /* config.policy_cache entries */
@@ -186,6 +191,8 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause);
 void cham_storage_dematerialize(cham_storage_t *s);
 cham_status_t cham_storage_materialize(cham_storage_t *s);
 
+/* oom.c: whether the OOM path may move tensors out (passive swaps). */
+bool cham_oom_passive(const cham_context_t *ctx);
 /* oom.c: a device block for owner's bytes on the compute stream, with the
  * out-of-memory path of Algorithm 3 (passive swaps of resident storages
  * the op being begun does not use). what names the request in errors. */
@@ -196,7 +203,14 @@ cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, con
  * is used (matching) / an op ends (planned swap-outs) / a storage dies. */
 void cham_exec_step_start(cham_context_t *ctx);
 cham_status_t cham_exec_op_begin(cham_context_t *ctx);
-void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token);
+/* A use of t by the op being begun, the pos-th of its tensors (inputs,
+ * then outputs). */
+void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token, uint32_t pos);
+/* Before op `token` begins: with a Capuchin plan, whether the tensors the
+ * plan names at this op index are there (CHAM_ERR_POLICY_MISMATCH if not). */
+cham_status_t cham_exec_check_positions(cham_context_t *ctx, cham_op_token_t token,
+                                        cham_tensor_t *const *inputs, size_t n_inputs,
+                                        cham_tensor_t *const *outputs, size_t n_outputs);
 /* executor.c: advisor mode: adds an action for the caller. */
 void cham_exec_advise(cham_context_t *ctx, cham_action_kind_t kind, cham_tensor_t *t,
                       bool needed, uint64_t free_after_op);
@@ -210,6 +224,8 @@ void cham_plan_release(cham_plan_t *plan);
  * cache and pick the plan of the next step; may change the stage (a cache
  * hit goes straight to Stable). */
 void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to);
+/* loop.c: a baseline planner (one policy from the first step, kept). */
+bool cham_loop_static(const cham_context_t *ctx);
 /* loop.c: frees the trials, the cache and the plans. */
 void cham_loop_free(cham_context_t *ctx);
 /* dispatch.c: the memory sample a swap happening now changes. */

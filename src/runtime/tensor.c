@@ -199,6 +199,8 @@ static void storage_free(cham_storage_t *s)
     if (s->block) {
         if (s->residency == CHAM_RESIDENT_MOVING_IN)
             cham_block_record_stream(ctx->mem, s->block, ctx->swap_in);
+        if (s->ext_stream)
+            cham_block_record_stream(ctx->mem, s->block, s->ext_stream);
         cham_block_free(ctx->mem, s->block);
     }
     if (s->host_block) {
@@ -209,6 +211,7 @@ static void storage_free(cham_storage_t *s)
         mem_add(ctx, -(int64_t)s->bytes);
     cham_event_free(s->out_event);
     cham_event_free(s->in_event);
+    cham_event_free(s->ext_event);
     storage_unlink(s);
 }
 
@@ -339,9 +342,12 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
         return st;
     }
     void *dev_ptr = cham_block_ptr(s->block);
-    /* After the producer and any swap-in still writing the block. */
+    /* After the producer, any swap-in still writing the block and the
+     * caller's own streams' work on it. */
     if (s->residency == CHAM_RESIDENT_MOVING_IN &&
         (st = cham_stream_wait_event(ctx->swap_out, s->in_event)) != CHAM_OK)
+        goto fail;
+    if (s->ext_stream && (st = cham_stream_wait_event(ctx->swap_out, s->ext_event)) != CHAM_OK)
         goto fail;
     if ((st = cham_event_record(s->out_event, ctx->compute)) != CHAM_OK ||
         (st = cham_stream_wait_event(ctx->swap_out, s->out_event)) != CHAM_OK ||
@@ -445,6 +451,25 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t)
     if (!s->host_block)
         return cham_storage_materialize(s);
     return cham_storage_swap_in(s, CHAM_SWAP_CALLER);
+}
+
+cham_status_t cham_tensor_record_stream(cham_tensor_t *t, cham_stream_t *stream)
+{
+    CHAM_ASSERT(t && stream);
+    cham_storage_t *s = t->storage;
+    cham_context_t *ctx = s->ctx;
+    if (cham_stream_device(stream) != ctx->dev) {
+        cham_context_error(ctx, "record_stream of \"%s\": stream \"%s\" is on another device",
+                           s->label, cham_stream_name(stream));
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_status_t st = ensure_event(ctx, &s->ext_event);
+    if (st != CHAM_OK)
+        return st;
+    if ((st = cham_event_record(s->ext_event, stream)) != CHAM_OK)
+        return device_error(ctx, st, "record_stream", s->label);
+    s->ext_stream = stream;
+    return CHAM_OK;
 }
 
 /* ---- storages without data ---------------------------------------------------*/
