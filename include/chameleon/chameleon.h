@@ -11,6 +11,7 @@
 #include "chameleon/runtime.h"
 #include "chameleon/profile.h"
 #include "chameleon/policy.h"
+#include "chameleon/workload.h"
 
 #ifdef __cplusplus
 extern "C" {

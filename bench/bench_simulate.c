@@ -1,0 +1,105 @@
+/* bench_simulate: how long one simulated training step of Llama 2 7B takes
+ * on this machine (all ops through the runtime, virtual time, no data), and
+ * how that grows with the layer count. Two settings per size:
+ *   unlimited  the ideal run: dispatch, allocation, the sim's timeline and
+ *              hazard detector; no executor
+ *   chameleon  the device cut to half of the peak: Stable steps applying a
+ *              policy (matching, swaps, custom recordStream)
+ * Measured wall clock per step (median over the steps of each kind); the
+ * GenPolicy steps, which also profile in detail and plan, are shown apart. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chameleon/chameleon.h"
+#include "lib/machine.h"
+
+#define MAX_STEPS 64
+
+typedef struct timing {
+    uint64_t last;
+    uint64_t ns[MAX_STEPS];
+    cham_stage_t stage[MAX_STEPS];
+    uint64_t ops;
+} timing_t;
+
+static void on_step(const cham_run_step_t *s, void *user)
+{
+    timing_t *t = user;
+    uint64_t now = bench_now_ns();
+    t->ns[s->step] = now - t->last;
+    t->stage[s->step] = s->stage;
+    t->ops = s->info.ops;
+    t->last = bench_now_ns();
+}
+
+/* Median wall ns of the steps that ended in `stage` (all when stage < 0). */
+static double median_ms(const timing_t *t, uint64_t steps, int stage)
+{
+    uint64_t v[MAX_STEPS];
+    size_t n = 0;
+    for (uint64_t s = 1; s < steps; s++)          /* step 0 also builds the state */
+        if (stage < 0 || (int)t->stage[s] == stage)
+            v[n++] = t->ns[s];
+    return n ? (double)bench_median_u64(v, n) * 1e-6 : 0;
+}
+
+static cham_run_result_t run(const cham_model_config_t *m, cham_run_policy_t policy,
+                             uint64_t capacity, uint64_t steps, timing_t *t)
+{
+    cham_run_config_t c = cham_run_config_default();
+    c.model = *m;
+    c.policy = policy;
+    c.steps = steps;
+    c.runtime.device.preset = "ascend-910b";
+    c.runtime.device.capacity = capacity;
+    c.on_step = on_step;
+    c.user = t;
+    cham_run_result_t r;
+    t->last = bench_now_ns();
+    if (cham_run(&c, &r) != CHAM_OK || r.status != CHAM_OK) {
+        fprintf(stderr, "bench_simulate: %u layers, %s: %s\n", m->layers,
+                cham_run_policy_name(policy), r.error);
+        exit(1);
+    }
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    (void)argv;
+    if (argc > 1) {
+        fprintf(stderr, "usage: bench_simulate\n");
+        return 2;
+    }
+    char cpu[128];
+    bench_cpu_model(cpu, sizeof cpu);
+    printf("simulating Llama 2 7B steps (seq 4096, micro-batch 4, ZeRO-3 over 8, ascend-910b):\n"
+           "wall clock per step on this machine (%s), median\n\n", cpu);
+    printf("%7s %6s %13s %15s %15s %11s\n", "layers", "ops", "unlimited ms", "chameleon ms",
+           "GenPolicy ms", "us per op");
+    const uint32_t sizes[] = {8, 16, 32, 64};
+    double prev = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        cham_model_config_t m;
+        cham_model_preset("llama2-7b", &m);
+        m.layers = sizes[i];
+        m.mbs = 4;
+        m.dp = 8;
+        m.zero = 3;
+        timing_t ideal_t = {0}, cham_t = {0};
+        cham_run_result_t ideal = run(&m, CHAM_RUN_IDEAL, 0, 6, &ideal_t);
+        run(&m, CHAM_RUN_CHAMELEON, ideal.peak_device_bytes / 2, 16, &cham_t);
+        double u = median_ms(&ideal_t, 6, -1);
+        double c = median_ms(&cham_t, 16, CHAM_STAGE_STABLE);
+        double g = median_ms(&cham_t, 16, CHAM_STAGE_GENPOLICY);
+        printf("%7u %6llu %13.3f %15.3f %15.3f %11.2f", sizes[i],
+               (unsigned long long)ideal_t.ops, u, c, g, c * 1e3 / (double)cham_t.ops);
+        if (prev > 0)
+            printf("  x%.2f for x2 layers", c / prev);
+        printf("\n");
+        prev = c;
+    }
+    printf("\ntarget: a 32-layer step (chameleon, Stable) under 50 ms; time linear in layers\n");
+    return 0;
+}

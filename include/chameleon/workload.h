@@ -1,0 +1,187 @@
+/* LLM training workloads without data: a generator that drives the public
+ * runtime API exactly as an eager framework would for one device of a
+ * (possibly parallel) training job, one step after another, in virtual time
+ * on the sim backend. Every activation saved for backward, every
+ * temporary, gradient and optimizer state is a tensor with its real size;
+ * every op is a kernel with FLOPs and bytes from its shapes.
+ * docs/workloads.md gives the memory and cost model with its formulas. */
+#ifndef CHAMELEON_WORKLOAD_H
+#define CHAMELEON_WORKLOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chameleon/runtime.h"
+#include "chameleon/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum cham_arch {
+    CHAM_ARCH_GPT2,              /* LayerNorm, learned positions, GELU MLP, tied head */
+    CHAM_ARCH_LLAMA,             /* RMSNorm, RoPE, SwiGLU MLP, GQA, untied head */
+    CHAM_ARCH_MIXTRAL,           /* Llama with a top-k routed mixture of SwiGLU experts */
+} cham_arch_t;
+
+typedef struct cham_model_config {
+    cham_arch_t arch;
+    /* Model. */
+    uint32_t layers, hidden, ffn, heads, kv_heads, vocab;
+    uint32_t experts, topk;      /* Mixtral: experts per layer, experts per token */
+    /* Training set-up. */
+    uint32_t seq;                /* tokens per sequence */
+    uint32_t mbs;                /* micro-batch: sequences per forward */
+    uint32_t gbs;                /* global batch: sequences per optimizer step
+                                    (0 = mbs * dp: no gradient accumulation) */
+    cham_dtype_t dtype;          /* F16 or BF16 compute; fp32 master weights */
+    bool flash;                  /* fused attention: no s x s scores kept */
+    bool recompute;              /* full recomputation: a layer keeps only its
+                                    input and re-runs its forward in backward */
+    /* Parallelism, as it changes this device's work. */
+    uint32_t tp;                 /* tensor parallel degree */
+    uint32_t pp;                 /* pipeline stages (this device: the first) */
+    uint32_t dp;                 /* data parallel degree */
+    uint32_t zero;               /* ZeRO stage 0-3 over the dp group */
+    /* Dynamic variation, each off by its zero. */
+    int64_t overflow_every;      /* a loss-scale overflow at steps k*n - 1 */
+    double overflow_prob;        /* or with this probability per step (seeded) */
+    uint32_t validate_every;     /* a forward-only evaluation opens steps k*n (k > 0) */
+    double layer_drop;           /* probability that a layer is skipped (seeded) */
+    bool moe_vary;               /* per-expert token counts change every step */
+    uint64_t seed;
+} cham_model_config_t;
+
+/* Presets: "gpt2-1.5b", "llama2-7b", "llama2-13b", "llama3-8b",
+ * "mixtral-8x7b", or an architecture name alone ("gpt2", "llama2",
+ * "llama3", "mixtral") for its first preset's sizes. The training set-up
+ * defaults to sequence 4096 (1024 for GPT-2), micro-batch 1, global batch 0
+ * (= mbs * dp), bf16 (fp16 for GPT-2), flash attention, no recomputation,
+ * no parallelism, no variation. CHAM_ERR_INVALID_ARG for an unknown name. */
+cham_status_t cham_model_preset(const char *name, cham_model_config_t *out);
+size_t cham_model_preset_count(void);
+const char *cham_model_preset_name(size_t i);
+const char *cham_arch_name(cham_arch_t arch);
+
+/* Checks every field and their combinations (heads divisible by kv_heads
+ * and by tp, layers by pp, gbs by mbs * dp, ...); err names the field and
+ * the value. */
+cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_t err_size);
+
+/* Parameters of the whole model (every stage, unsharded). */
+uint64_t cham_model_parameters(const cham_model_config_t *m);
+/* Parameters this device holds (its pipeline stage, its tensor shard),
+ * before ZeRO sharding. */
+uint64_t cham_model_device_parameters(const cham_model_config_t *m);
+/* Device bytes one transformer layer keeps for its backward per
+ * micro-batch, by the formula of docs/workloads.md (the generator's saved
+ * tensors sum to it; a Mixtral layer with its routing's balanced counts). */
+uint64_t cham_model_layer_activation_bytes(const cham_model_config_t *m);
+
+/* ---- the generator --------------------------------------------------------*/
+
+typedef struct cham_workload cham_workload_t;
+
+/* Creates the model state on ctx's device (weights, gradients, optimizer
+ * states as this device holds them) and the communication stream. ctx must
+ * be a managed-mode context. On failure *out is NULL and err says why. */
+cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *m,
+                                cham_workload_t **out, char *err, size_t err_size);
+void cham_workload_free(cham_workload_t *w);
+
+/* What one step did. */
+typedef struct cham_step_info {
+    uint64_t ops;                /* ops dispatched */
+    bool validated;              /* an evaluation ran first */
+    bool overflow;               /* the optimizer step was skipped */
+    uint32_t layers_dropped;     /* layers skipped in this step */
+    uint64_t tokens_per_expert_max;   /* MoE: the busiest expert's tokens */
+} cham_step_info_t;
+
+/* Runs step number `step` (0, 1, ...: steps must come in order) and ends it
+ * with cham_step_end. Failures (out of memory, a policy that does not fit)
+ * return the runtime's status; cham_workload_last_error says why. After a
+ * failure only cham_workload_free is allowed. */
+cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_info_t *info);
+const char *cham_workload_last_error(const cham_workload_t *w);
+
+/* The op sequence's variation knobs decide per step; these say what they
+ * decided (for tests and progress lines) without running anything. */
+bool cham_workload_overflows(const cham_model_config_t *m, uint64_t step);
+bool cham_workload_validates(const cham_model_config_t *m, uint64_t step);
+
+/* ---- running a workload under a policy -----------------------------------*/
+
+/* How device memory is managed in a run (docs/baselines.md). */
+typedef enum cham_run_policy {
+    CHAM_RUN_CHAMELEON,          /* this project: the executor and the OOM path */
+    CHAM_RUN_NATIVE,             /* nothing: out of memory is a failure */
+    CHAM_RUN_IDEAL,              /* native with unlimited device memory */
+    CHAM_RUN_RECOMPUTE,          /* native with full activation recomputation */
+    CHAM_RUN_CAPUCHIN,           /* a static policy, tensors named by position */
+    CHAM_RUN_VDNN,               /* every activation out, one-layer prefetch */
+} cham_run_policy_t;
+#define CHAM_RUN_POLICY_COUNT 6
+const char *cham_run_policy_name(cham_run_policy_t policy);
+/* CHAM_ERR_INVALID_ARG for an unknown name. */
+cham_status_t cham_run_policy_parse(const char *name, cham_run_policy_t *out);
+
+/* One step of a run, as the progress hook sees it. */
+typedef struct cham_run_step {
+    uint64_t step;
+    cham_stage_t stage;          /* after the step */
+    uint64_t time_ns;            /* simulated: end of the previous step to the
+                                    end of this one, the device drained */
+    uint64_t peak_bytes;         /* the most tensor bytes on the device */
+    uint64_t swapped_bytes;      /* moved out and in during the step */
+    uint64_t on_demand, passive; /* swaps no plan foresaw */
+    cham_step_info_t info;
+} cham_run_step_t;
+
+typedef struct cham_run_config {
+    cham_model_config_t model;
+    cham_config_t runtime;       /* device and knobs; the policy sets what it
+                                    needs (executor, OOM handling, planner) */
+    cham_run_policy_t policy;
+    uint64_t steps;
+    void (*on_step)(const cham_run_step_t *step, void *user);
+    cham_log_hook_t log;         /* the runtime's log; NULL = silent */
+    void *user;
+} cham_run_config_t;
+
+/* 50 steps, Chameleon, the runtime's defaults with 2 TiB of pinned host
+ * memory and the sim's hazard detector on; the model must be set. */
+cham_run_config_t cham_run_config_default(void);
+
+typedef struct cham_run_result {
+    cham_status_t status;        /* of the training: CHAM_OK if every step ran */
+    char error[1024];            /* why not */
+    bool oom;                    /* status is CHAM_ERR_OUT_OF_MEMORY */
+    uint64_t fail_step;          /* the step that failed */
+    uint64_t fail_op;            /* ops of that step dispatched before the failure */
+    uint64_t steps;              /* steps completed */
+    uint64_t capacity_bytes;
+    uint64_t peak_device_bytes;  /* the allocator's peak of reserved segments */
+    double step_time_s;          /* median over Stable steps (over all completed
+                                    steps when none was Stable) */
+    double mean_step_time_s;     /* over all completed steps */
+    double swapped_bytes_per_step;
+    uint64_t hazards;
+    uint64_t stage_changes;
+    uint64_t policy_regenerations;
+    uint64_t on_demand_swapins;
+    uint64_t passive_swapouts;
+    uint64_t ops_per_step;       /* of the last completed step */
+} cham_run_result_t;
+
+/* Runs the workload under the policy on the sim backend. CHAM_OK when the
+ * run could be set up (r->status says how the training went);
+ * CHAM_ERR_INVALID_ARG with r->error for a bad configuration. */
+cham_status_t cham_run(const cham_run_config_t *config, cham_run_result_t *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

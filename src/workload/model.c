@@ -1,0 +1,257 @@
+/* Model descriptions: presets, checks, parameter counts and the activation
+ * formula (docs/workloads.md), and the per-step decisions of the variation
+ * knobs. The generator (step.c, layer.c) builds tensors whose sizes come
+ * from the same shape helpers (workload-impl.h), so counts and the
+ * formula describe exactly what it runs. */
+#include <string.h>
+
+#include "common/message.h"
+#include "workload/workload-impl.h"
+
+typedef struct preset {
+    const char *name;
+    cham_arch_t arch;
+    uint32_t layers, hidden, ffn, heads, kv_heads, vocab, experts, topk, seq;
+} preset_t;
+
+/* Sizes from the models' published configurations (docs/workloads.md). */
+static const preset_t presets[] = {
+    {"gpt2-1.5b", CHAM_ARCH_GPT2, 48, 1600, 6400, 25, 25, 50257, 0, 0, 1024},
+    {"llama2-7b", CHAM_ARCH_LLAMA, 32, 4096, 11008, 32, 32, 32000, 0, 0, 4096},
+    {"llama2-13b", CHAM_ARCH_LLAMA, 40, 5120, 13824, 40, 40, 32000, 0, 0, 4096},
+    {"llama3-8b", CHAM_ARCH_LLAMA, 32, 4096, 14336, 32, 8, 128256, 0, 0, 4096},
+    {"mixtral-8x7b", CHAM_ARCH_MIXTRAL, 32, 4096, 14336, 32, 8, 32000, 8, 2, 4096},
+};
+#define N_PRESETS (sizeof presets / sizeof presets[0])
+
+static const struct {
+    const char *alias, *preset;
+} aliases[] = {
+    {"gpt2", "gpt2-1.5b"}, {"llama2", "llama2-7b"}, {"llama3", "llama3-8b"},
+    {"mixtral", "mixtral-8x7b"},
+};
+
+size_t cham_model_preset_count(void)
+{
+    return N_PRESETS;
+}
+
+const char *cham_model_preset_name(size_t i)
+{
+    return i < N_PRESETS ? presets[i].name : NULL;
+}
+
+const char *cham_arch_name(cham_arch_t arch)
+{
+    switch (arch) {
+    case CHAM_ARCH_GPT2: return "gpt2";
+    case CHAM_ARCH_LLAMA: return "llama";
+    case CHAM_ARCH_MIXTRAL: return "mixtral";
+    }
+    return "?";
+}
+
+cham_status_t cham_model_preset(const char *name, cham_model_config_t *out)
+{
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (name && strcmp(name, aliases[i].alias) == 0)
+            name = aliases[i].preset;
+    for (size_t i = 0; i < N_PRESETS; i++) {
+        const preset_t *p = &presets[i];
+        if (!name || strcmp(name, p->name) != 0)
+            continue;
+        *out = (cham_model_config_t){
+            .arch = p->arch, .layers = p->layers, .hidden = p->hidden, .ffn = p->ffn,
+            .heads = p->heads, .kv_heads = p->kv_heads, .vocab = p->vocab,
+            .experts = p->experts, .topk = p->topk, .seq = p->seq, .mbs = 1, .gbs = 0,
+            .dtype = p->arch == CHAM_ARCH_GPT2 ? CHAM_DTYPE_F16 : CHAM_DTYPE_BF16,
+            .flash = true, .tp = 1, .pp = 1, .dp = 1, .seed = 1,
+        };
+        return CHAM_OK;
+    }
+    return CHAM_ERR_INVALID_ARG;
+}
+
+/* ---- checks ------------------------------------------------------------------*/
+
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            cham_set_err(err, err_size, __VA_ARGS__);                                         \
+            return CHAM_ERR_INVALID_ARG;                                                      \
+        }                                                                                     \
+    } while (0)
+
+cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_t err_size)
+{
+    CHECK(m->arch <= CHAM_ARCH_MIXTRAL, "model: unknown architecture %d", (int)m->arch);
+    CHECK(m->layers >= 1 && m->layers <= 4096, "model: layers must be 1..4096, got %u",
+          m->layers);
+    CHECK(m->hidden >= 1 && m->hidden <= (1u << 20), "model: hidden must be 1..1048576, got %u",
+          m->hidden);
+    CHECK(m->heads >= 1 && m->hidden % m->heads == 0,
+          "model: hidden (%u) must be a multiple of heads (%u)", m->hidden, m->heads);
+    CHECK(m->kv_heads >= 1 && m->heads % m->kv_heads == 0,
+          "model: heads (%u) must be a multiple of kv-heads (%u)", m->heads, m->kv_heads);
+    CHECK(m->arch != CHAM_ARCH_GPT2 || m->kv_heads == m->heads,
+          "model: gpt2 has no grouped-query attention: kv-heads (%u) must equal heads (%u)",
+          m->kv_heads, m->heads);
+    CHECK(m->ffn >= 1 && m->ffn <= (1u << 22), "model: ffn must be 1..4194304, got %u", m->ffn);
+    CHECK(m->vocab >= 1 && m->vocab <= (1u << 24), "model: vocab must be 1..16777216, got %u",
+          m->vocab);
+    if (m->arch == CHAM_ARCH_MIXTRAL) {
+        CHECK(m->experts >= 1 && m->experts <= 256, "model: experts must be 1..256, got %u",
+              m->experts);
+        CHECK(m->topk >= 1 && m->topk <= m->experts, "model: topk must be 1..experts (%u), got %u",
+              m->experts, m->topk);
+    } else {
+        CHECK(m->experts == 0 && m->topk == 0,
+              "model: experts and topk are for mixtral, got %u and %u for %s", m->experts,
+              m->topk, cham_arch_name(m->arch));
+    }
+    CHECK(m->seq >= 1 && m->seq <= (1u << 20), "model: seq must be 1..1048576, got %u", m->seq);
+    CHECK(m->mbs >= 1 && m->mbs <= 65536, "model: mbs must be 1..65536, got %u", m->mbs);
+    CHECK(m->dtype == CHAM_DTYPE_F16 || m->dtype == CHAM_DTYPE_BF16,
+          "model: dtype must be fp16 or bf16, got %s", cham_dtype_name(m->dtype));
+    CHECK(m->tp >= 1 && m->pp >= 1 && m->dp >= 1, "model: tp, pp and dp must be >= 1, got %u, "
+          "%u, %u", m->tp, m->pp, m->dp);
+    CHECK(m->kv_heads % m->tp == 0, "model: kv-heads (%u) must be a multiple of tp (%u)",
+          m->kv_heads, m->tp);
+    CHECK(m->ffn % m->tp == 0, "model: ffn (%u) must be a multiple of tp (%u)", m->ffn, m->tp);
+    CHECK(m->layers % m->pp == 0, "model: layers (%u) must be a multiple of pp (%u)", m->layers,
+          m->pp);
+    CHECK(m->zero <= 3, "model: zero must be 0..3, got %u", m->zero);
+    CHECK(m->gbs % ((uint64_t)m->mbs * m->dp) == 0,
+          "model: gbs (%u) must be a multiple of mbs * dp (%u * %u)", m->gbs, m->mbs, m->dp);
+    CHECK(m->overflow_every >= 0, "model: overflow_every must be >= 0, got %lld",
+          (long long)m->overflow_every);
+    CHECK(m->overflow_prob >= 0 && m->overflow_prob <= 1,
+          "model: overflow_prob must be in [0, 1], got %g", m->overflow_prob);
+    CHECK(m->layer_drop >= 0 && m->layer_drop < 1, "model: layer_drop must be in [0, 1), got %g",
+          m->layer_drop);
+    CHECK(!m->moe_vary || m->arch == CHAM_ARCH_MIXTRAL,
+          "model: moe_vary is for mixtral, not %s", cham_arch_name(m->arch));
+    /* Every tensor must have a size the runtime can hold. */
+    CHECK((double)wl_tokens(m) * (double)m->heads * (double)m->seq * 2.0 < 9.0e15 &&
+              (double)wl_tokens(m) * (double)m->vocab * 4.0 < 9.0e15,
+          "model: seq %u x mbs %u makes tensors too large to simulate", m->seq, m->mbs);
+    return CHAM_OK;
+}
+
+/* ---- counts ------------------------------------------------------------------*/
+
+uint64_t wl_norm_params(const cham_model_config_t *m)
+{
+    return (m->arch == CHAM_ARCH_GPT2 ? 2u : 1u) * (uint64_t)m->hidden;
+}
+
+/* Parameters of one layer's parameter groups on a device of tensor-parallel
+ * degree tp (weights split, norms and the biases after a row-parallel
+ * matmul replicated). */
+void wl_layer_params(const cham_model_config_t *m, uint32_t tp, wl_layer_params_t *p)
+{
+    uint64_t h = m->hidden, d = h / m->heads, f = m->ffn / tp;
+    uint64_t qkv = (uint64_t)(m->heads + 2 * m->kv_heads) / tp * d;
+    bool bias = m->arch == CHAM_ARCH_GPT2;
+    p->norm1 = p->norm2 = wl_norm_params(m);
+    p->qkv = h * qkv + (bias ? qkv : 0);
+    p->out = h / tp * h + (bias ? h : 0);
+    switch (m->arch) {
+    case CHAM_ARCH_GPT2: p->mlp = h * f + f + f * h + h; break;
+    case CHAM_ARCH_LLAMA: p->mlp = 3 * h * f; break;
+    case CHAM_ARCH_MIXTRAL: p->mlp = h * m->experts + (uint64_t)m->experts * 3 * h * f; break;
+    }
+}
+
+uint64_t wl_layer_total(const wl_layer_params_t *p)
+{
+    return p->norm1 + p->qkv + p->out + p->norm2 + p->mlp;
+}
+
+/* Position table rows (GPT-2: learned, at least its 1024). */
+static uint64_t positions(const cham_model_config_t *m)
+{
+    return m->arch == CHAM_ARCH_GPT2 ? (m->seq > 1024 ? m->seq : 1024) : 0;
+}
+
+uint64_t wl_embed_params(const cham_model_config_t *m, uint32_t tp)
+{
+    return wl_vocab_shard(m, tp) * m->hidden + positions(m) * m->hidden;
+}
+
+uint64_t wl_head_params(const cham_model_config_t *m, uint32_t tp)
+{
+    uint64_t head = m->arch == CHAM_ARCH_GPT2 ? 0 : wl_vocab_shard(m, tp) * m->hidden;
+    return wl_norm_params(m) + head;   /* the final norm and an untied head */
+}
+
+uint64_t cham_model_parameters(const cham_model_config_t *m)
+{
+    wl_layer_params_t p;
+    wl_layer_params(m, 1, &p);
+    return wl_embed_params(m, 1) + m->layers * wl_layer_total(&p) + wl_head_params(m, 1);
+}
+
+uint64_t cham_model_device_parameters(const cham_model_config_t *m)
+{
+    wl_layer_params_t p;
+    wl_layer_params(m, m->tp, &p);
+    uint64_t n = wl_embed_params(m, m->tp) + m->layers / m->pp * wl_layer_total(&p);
+    return m->pp == 1 ? n + wl_head_params(m, m->tp) : n;
+}
+
+/* The saved tensors of one layer (layer.c keeps exactly these). */
+uint64_t cham_model_layer_activation_bytes(const cham_model_config_t *m)
+{
+    if (m->recompute)
+        return wl_hidden_bytes(m);            /* the layer's input only */
+    uint64_t T = wl_tokens(m), p = cham_dtype_size(m->dtype);
+    uint64_t hid = wl_hidden_bytes(m);
+    uint64_t stats = T * wl_stats_bytes(m);
+    uint64_t qkv = T * wl_qkv_width(m) * p;
+    uint64_t ctx = T * wl_ctx_width(m) * p;
+    uint64_t attn = m->flash ? ctx + wl_lse_bytes(m) : wl_scores_bytes(m) + ctx;
+    /* x, stats1, n1, qkv, attention, x1, stats2, n2, then the MLP. */
+    uint64_t bytes = hid + stats + hid + qkv + attn + hid + stats + hid;
+    uint64_t f = m->ffn / m->tp;
+    switch (m->arch) {
+    case CHAM_ARCH_GPT2: bytes += 2 * T * f * p; break;       /* fc1 out, gelu out */
+    case CHAM_ARCH_LLAMA: bytes += 3 * T * f * p; break;      /* gate|up, swiglu out */
+    case CHAM_ARCH_MIXTRAL: {
+        uint64_t routed = T * m->topk;                       /* token copies sent to experts */
+        bytes += routed * (4 + 8)                            /* gate weights, expert ids */
+                 + routed * m->hidden * p                    /* permuted inputs */
+                 + 3 * routed * f * p                        /* experts' gate|up and swiglu */
+                 + routed * m->hidden * p;                   /* experts' outputs */
+        break;
+    }
+    }
+    return bytes;
+}
+
+/* ---- variation -----------------------------------------------------------------*/
+
+uint64_t wl_hash(uint64_t seed, uint64_t a, uint64_t b)
+{
+    uint64_t z = seed ^ (a * 0x9e3779b97f4a7c15u) ^ (b * 0xbf58476d1ce4e5b9u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+double wl_uniform(uint64_t seed, uint64_t a, uint64_t b)
+{
+    return (double)(wl_hash(seed, a, b) >> 11) * 0x1.0p-53;
+}
+
+bool cham_workload_overflows(const cham_model_config_t *m, uint64_t step)
+{
+    if (m->overflow_every > 0 && (step + 1) % (uint64_t)m->overflow_every == 0)
+        return true;
+    return m->overflow_prob > 0 && wl_uniform(m->seed, step, WL_SALT_OVERFLOW) < m->overflow_prob;
+}
+
+bool cham_workload_validates(const cham_model_config_t *m, uint64_t step)
+{
+    return m->validate_every > 0 && step > 0 && step % m->validate_every == 0;
+}

@@ -1,0 +1,258 @@
+/* Op tokens, the set of tensor handles the generator holds, and dispatching
+ * one op the way an eager framework does: begin with the tensors it reads
+ * and writes, launch its kernel with their current addresses, end. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "common/assert.h"
+#include "workload/workload-impl.h"
+
+static const char *const op_names[WL_N_OPS] = {
+    [OP_LOAD] = "load_batch", [OP_EMBED] = "embedding", [OP_NORM] = "norm",
+    [OP_QKV] = "qkv_proj", [OP_ROPE] = "rotary", [OP_FLASH] = "flash_attention",
+    [OP_SCORES] = "attn_scores", [OP_SOFTMAX] = "softmax", [OP_CONTEXT] = "attn_context",
+    [OP_OUT] = "out_proj", [OP_ADD] = "add", [OP_FC1] = "fc1", [OP_GELU] = "gelu",
+    [OP_FC2] = "fc2", [OP_GATE_UP] = "gate_up_proj", [OP_SWIGLU] = "swiglu",
+    [OP_DOWN] = "down_proj", [OP_ROUTER] = "router", [OP_ROUTE] = "topk_route",
+    [OP_PERMUTE] = "permute_tokens", [OP_COMBINE] = "combine_experts", [OP_HEAD] = "lm_head",
+    [OP_TO_FLOAT] = "to_float", [OP_LOSS] = "cross_entropy",
+    [OP_LOSS_BWD] = "cross_entropy_bwd", [OP_TO_FLOAT_BWD] = "to_float_bwd",
+    [OP_HEAD_BWD] = "lm_head_bwd", [OP_NORM_BWD] = "norm_bwd", [OP_QKV_BWD] = "qkv_proj_bwd",
+    [OP_ROPE_BWD] = "rotary_bwd", [OP_FLASH_BWD] = "flash_attention_bwd",
+    [OP_SCORES_BWD] = "attn_scores_bwd", [OP_SOFTMAX_BWD] = "softmax_bwd",
+    [OP_CONTEXT_BWD] = "attn_context_bwd", [OP_OUT_BWD] = "out_proj_bwd",
+    [OP_FC1_BWD] = "fc1_bwd", [OP_GELU_BWD] = "gelu_bwd", [OP_FC2_BWD] = "fc2_bwd",
+    [OP_GATE_UP_BWD] = "gate_up_proj_bwd", [OP_SWIGLU_BWD] = "swiglu_bwd",
+    [OP_DOWN_BWD] = "down_proj_bwd", [OP_ROUTER_BWD] = "router_bwd",
+    [OP_ROUTE_BWD] = "topk_route_bwd", [OP_PERMUTE_BWD] = "permute_tokens_bwd",
+    [OP_COMBINE_BWD] = "combine_experts_bwd", [OP_EMBED_BWD] = "embedding_bwd",
+    [OP_GRAD_ACC] = "grad_accumulate", [OP_ALL_REDUCE] = "all_reduce",
+    [OP_REDUCE_SCATTER] = "reduce_scatter", [OP_ALL_GATHER] = "all_gather",
+    [OP_SEND] = "send_activation", [OP_RECV] = "recv_gradient",
+    [OP_PIPELINE_WAIT] = "pipeline_wait", [OP_UNSCALE] = "unscale_check_grads",
+    [OP_UPDATE_SCALE] = "update_loss_scale", [OP_ADAM] = "adamw_step",
+};
+
+bool wl_ops_init(cham_workload_t *w, char *err, size_t err_size)
+{
+    bool rms = w->m.arch != CHAM_ARCH_GPT2;
+    for (int i = 0; i < WL_N_OPS; i++) {
+        const char *name = op_names[i];
+        if (i == OP_NORM)
+            name = rms ? "rms_norm" : "layer_norm";
+        else if (i == OP_NORM_BWD)
+            name = rms ? "rms_norm_bwd" : "layer_norm_bwd";
+        CHAM_ASSERT(name);
+        if (cham_op_token(w->ctx, name, &w->tok[i]) != CHAM_OK) {
+            cham_set_err(err, err_size, "workload: %s", cham_context_last_error(w->ctx));
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- the held set ------------------------------------------------------------------*/
+
+#define TOMB ((cham_tensor_t *)(uintptr_t)1)
+
+static size_t slot_of(const cham_tensor_t *t, size_t cap)
+{
+    uint64_t h = (uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15u;
+    return (size_t)(h >> 20) & (cap - 1);
+}
+
+static bool held_insert(cham_workload_t *w, cham_tensor_t *t)
+{
+    if (2 * (w->held_used + 1) > w->held_cap) {       /* grow (or clear tombstones) */
+        size_t cap = w->held_cap ? w->held_cap : 256;
+        while (4 * (w->held_n + 1) > cap)      /* a quarter full after the rebuild */
+            cap *= 2;
+        cham_tensor_t **v = calloc(cap, sizeof *v);
+        if (!v)
+            return false;
+        for (size_t i = 0; i < w->held_cap; i++) {
+            cham_tensor_t *e = w->held[i];
+            if (e && e != TOMB) {
+                size_t j = slot_of(e, cap);
+                while (v[j])
+                    j = (j + 1) & (cap - 1);
+                v[j] = e;
+            }
+        }
+        free(w->held);
+        w->held = v;
+        w->held_cap = cap;
+        w->held_used = w->held_n;
+    }
+    size_t j = slot_of(t, w->held_cap);
+    while (w->held[j] && w->held[j] != TOMB)
+        j = (j + 1) & (w->held_cap - 1);
+    if (!w->held[j])
+        w->held_used++;
+    w->held[j] = t;
+    w->held_n++;
+    return true;
+}
+
+static void held_remove(cham_workload_t *w, cham_tensor_t *t)
+{
+    size_t j = slot_of(t, w->held_cap);
+    while (w->held[j] != t) {
+        CHAM_ASSERT(w->held[j] && "releasing a tensor the workload does not hold");
+        j = (j + 1) & (w->held_cap - 1);
+    }
+    w->held[j] = TOMB;
+    w->held_n--;
+}
+
+static cham_status_t hold(cham_workload_t *w, cham_tensor_t *t, cham_tensor_t **out)
+{
+    if (!held_insert(w, t)) {
+        cham_tensor_release(t);
+        return CHAM_ERR_HOST_OOM;
+    }
+    *out = t;
+    return CHAM_OK;
+}
+
+cham_status_t wl_new(cham_workload_t *w, uint64_t bytes, cham_dtype_t dtype,
+                     cham_tensor_t **out, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->label, sizeof w->label, fmt, ap);
+    va_end(ap);
+    cham_tensor_t *t;
+    cham_status_t st = cham_tensor_new(w->ctx, (size_t)bytes, dtype, w->label, &t);
+    return st != CHAM_OK ? st : hold(w, t, out);
+}
+
+cham_status_t wl_view(cham_workload_t *w, cham_tensor_t *base, uint64_t offset, uint64_t bytes,
+                      cham_tensor_t **out)
+{
+    cham_tensor_t *t;
+    cham_status_t st = cham_tensor_view(base, (size_t)offset, (size_t)bytes,
+                                        cham_tensor_dtype(base), NULL, &t);
+    return st != CHAM_OK ? st : hold(w, t, out);
+}
+
+void wl_drop(cham_workload_t *w, cham_tensor_t **t)
+{
+    if (!*t)
+        return;
+    held_remove(w, *t);
+    cham_tensor_release(*t);
+    *t = NULL;
+}
+
+void wl_drop_all(cham_workload_t *w)
+{
+    for (size_t i = 0; i < w->held_cap; i++)
+        if (w->held[i] && w->held[i] != TOMB)
+            cham_tensor_release(w->held[i]);
+    free(w->held);
+    w->held = NULL;
+    w->held_cap = w->held_n = w->held_used = 0;
+}
+
+/* ---- dispatch ----------------------------------------------------------------------*/
+
+uint64_t wl_shard(const cham_workload_t *w, uint64_t params)
+{
+    return (params + w->m.dp - 1) / w->m.dp;
+}
+
+double wl_kernel_ns(const cham_workload_t *w, double flops, double bytes)
+{
+    double s = flops / w->info.peak_flops;
+    double b = bytes / w->info.hbm_bandwidth;
+    return 1e9 * (s > b ? s : b);
+}
+
+/* Begins op with the args split into reads and writes; fills accesses. */
+static cham_status_t begin(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_t n,
+                           cham_access_t *acc, double *bytes)
+{
+    CHAM_ASSERT(n <= WL_MAX_ARGS);
+    cham_tensor_t *in[WL_MAX_ARGS] = {0}, *out[WL_MAX_ARGS] = {0};
+    size_t n_in = 0, n_out = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (args[i].mode == CHAM_ACCESS_READ)
+            in[n_in++] = args[i].t;
+        else
+            out[n_out++] = args[i].t;
+    }
+    cham_status_t st = cham_op_begin(w->ctx, w->tok[op], in, n_in, out, n_out);
+    if (st != CHAM_OK)
+        return st;
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t b = cham_tensor_bytes(args[i].t);
+        acc[i] = (cham_access_t){cham_tensor_data(args[i].t), b, args[i].mode};
+        sum += (double)b * (args[i].mode == CHAM_ACCESS_READ_WRITE ? 2 : 1);
+    }
+    *bytes = sum;
+    w->ops++;
+    return CHAM_OK;
+}
+
+static cham_status_t launch(cham_workload_t *w, cham_stream_t *s, wl_op_t op,
+                            const cham_access_t *acc, size_t n, double flops, double bytes,
+                            double link_bytes)
+{
+    cham_kernel_t k = {.label = cham_op_name(w->ctx, w->tok[op]), .flops = flops,
+                       .bytes = bytes, .link_bytes = link_bytes, .accesses = acc,
+                       .n_accesses = n};
+    cham_status_t st = cham_kernel_launch(s, &k);
+    if (st != CHAM_OK)
+        cham_op_end(w->ctx);
+    else if (w->timing && s == w->compute)
+        w->fwd_ns += wl_kernel_ns(w, flops, bytes);
+    return st;
+}
+
+cham_status_t wl_run(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_t n,
+                     double flops, double bytes)
+{
+    cham_access_t acc[WL_MAX_ARGS];
+    double moved;
+    cham_status_t st = begin(w, op, args, n, acc, &moved);
+    if (st != CHAM_OK)
+        return st;
+    if ((st = launch(w, w->compute, op, acc, n, flops, bytes > 0 ? bytes : moved, 0)) != CHAM_OK)
+        return st;
+    return cham_op_end(w->ctx);
+}
+
+cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_t n,
+                      double link_bytes, double wait_ns, bool blocking)
+{
+    cham_access_t acc[WL_MAX_ARGS];
+    double moved;
+    cham_status_t st = begin(w, op, args, n, acc, &moved);
+    if (st != CHAM_OK)
+        return st;
+    /* A pipeline wait is the other stages' work: as long as wait_ns of
+     * compute on this device. */
+    double flops = wait_ns * 1e-9 * w->info.peak_flops;
+    if ((st = cham_event_record(w->ev_compute, w->compute)) != CHAM_OK ||
+        (st = cham_stream_wait_event(w->comm, w->ev_compute)) != CHAM_OK) {
+        cham_op_end(w->ctx);
+        return st;
+    }
+    if ((st = launch(w, w->comm, op, acc, n, flops, moved, link_bytes)) != CHAM_OK)
+        return st;
+    for (size_t i = 0; i < n && st == CHAM_OK; i++)
+        st = cham_tensor_record_stream(args[i].t, w->comm);
+    if (st == CHAM_OK && blocking)
+        st = wl_comm_join(w);
+    cham_status_t end = cham_op_end(w->ctx);
+    return st != CHAM_OK ? st : end;
+}
+
+cham_status_t wl_comm_join(cham_workload_t *w)
+{
+    cham_status_t st = cham_event_record(w->ev_comm, w->comm);
+    return st != CHAM_OK ? st : cham_stream_wait_event(w->compute, w->ev_comm);
+}

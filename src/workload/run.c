@@ -1,0 +1,205 @@
+/* Running a workload under a memory policy, step by step, and summing up
+ * what happened: the engine behind `chameleon simulate`, the experiments
+ * and the baselines' tests (docs/baselines.md). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "workload/workload-impl.h"
+
+#define TiB (UINT64_C(1) << 40)
+
+static const char *const policy_names[CHAM_RUN_POLICY_COUNT] = {
+    [CHAM_RUN_CHAMELEON] = "chameleon", [CHAM_RUN_NATIVE] = "native",
+    [CHAM_RUN_IDEAL] = "ideal",         [CHAM_RUN_RECOMPUTE] = "recompute",
+    [CHAM_RUN_CAPUCHIN] = "capuchin",   [CHAM_RUN_VDNN] = "vdnn",
+};
+
+const char *cham_run_policy_name(cham_run_policy_t policy)
+{
+    return (unsigned)policy < CHAM_RUN_POLICY_COUNT ? policy_names[policy] : "?";
+}
+
+cham_status_t cham_run_policy_parse(const char *name, cham_run_policy_t *out)
+{
+    for (int i = 0; name && i < CHAM_RUN_POLICY_COUNT; i++)
+        if (strcmp(name, policy_names[i]) == 0) {
+            *out = (cham_run_policy_t)i;
+            return CHAM_OK;
+        }
+    return CHAM_ERR_INVALID_ARG;
+}
+
+cham_run_config_t cham_run_config_default(void)
+{
+    cham_run_config_t c = {.runtime = cham_config_default(), .policy = CHAM_RUN_CHAMELEON,
+                           .steps = 50};
+    c.runtime.pinned_budget = 2 * TiB;
+    return c;
+}
+
+/* The runtime and model settings a policy stands for. */
+static void apply_policy(cham_run_policy_t p, cham_config_t *rc, cham_model_config_t *m)
+{
+    bool managed = p == CHAM_RUN_CHAMELEON || p == CHAM_RUN_CAPUCHIN || p == CHAM_RUN_VDNN;
+    rc->executor = managed;
+    rc->oom_handling = managed;
+    rc->planner = p == CHAM_RUN_CAPUCHIN ? CHAM_PLANNER_CAPUCHIN
+                  : p == CHAM_RUN_VDNN   ? CHAM_PLANNER_VDNN
+                                         : CHAM_PLANNER_CHAMELEON;
+    if (p == CHAM_RUN_IDEAL)
+        rc->device.capacity = 64 * TiB;    /* the config's largest: unlimited here */
+    if (p == CHAM_RUN_RECOMPUTE)
+        m->recompute = true;
+}
+
+static void silent(const char *line, void *user)
+{
+    (void)line;
+    (void)user;
+}
+
+typedef struct hazards {
+    uint64_t n;
+    char first[400];
+} hazards_t;
+
+static void on_hazard(const cham_hazard_t *h, void *user)
+{
+    hazards_t *hz = user;
+    if (hz->n++ == 0)
+        cham_hazard_format(h, hz->first, sizeof hz->first);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static double median_s(uint64_t *v, size_t n)
+{
+    if (n == 0)
+        return 0;
+    qsort(v, n, sizeof *v, cmp_u64);
+    return (n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2) * 1e-9;
+}
+
+static void fail(cham_run_result_t *r, cham_status_t st, uint64_t step, uint64_t op,
+                 const char *why)
+{
+    r->status = st;
+    r->oom = st == CHAM_ERR_OUT_OF_MEMORY;
+    r->fail_step = step;
+    r->fail_op = op;
+    snprintf(r->error, sizeof r->error, "%s", why);
+}
+
+/* Runs the steps; the result's counters are filled by the caller. */
+static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_workload_t *w,
+                      cham_run_result_t *r, uint64_t *times, bool *stable)
+{
+    cham_device_t *dev = cham_context_device(ctx);
+    cham_runtime_stats_t before, after;
+    uint64_t t_prev = cham_device_host_time(dev);
+    for (uint64_t s = 0; s < c->steps; s++) {
+        cham_context_get_stats(ctx, &before);
+        uint64_t ops0 = cham_context_ops(ctx);
+        cham_context_reset_peak(ctx);
+        cham_step_info_t info;
+        cham_status_t st = cham_workload_step(w, s, &info);
+        if (st == CHAM_OK)
+            st = cham_device_synchronize(dev);
+        if (st != CHAM_OK) {
+            fail(r, st, s, cham_context_ops(ctx) - ops0, cham_workload_last_error(w));
+            return;
+        }
+        uint64_t now = cham_device_host_time(dev);
+        cham_context_get_stats(ctx, &after);
+        cham_run_step_t rs = {
+            .step = s, .stage = cham_context_stage(ctx), .time_ns = now - t_prev,
+            .peak_bytes = after.mem_peak,
+            .swapped_bytes = after.bytes_out + after.bytes_in - before.bytes_out - before.bytes_in,
+            .on_demand = after.on_demand_swaps_in - before.on_demand_swaps_in,
+            .passive = after.passive_swaps_out - before.passive_swaps_out, .info = info};
+        t_prev = now;
+        times[s] = rs.time_ns;
+        stable[s] = rs.stage == CHAM_STAGE_STABLE;
+        r->steps = s + 1;
+        r->ops_per_step = info.ops;
+        r->swapped_bytes_per_step += (double)rs.swapped_bytes;
+        if (c->on_step)
+            c->on_step(&rs, c->user);
+    }
+}
+
+cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
+{
+    memset(r, 0, sizeof *r);
+    cham_config_t rc = c->runtime;
+    cham_model_config_t m = c->model;
+    if ((unsigned)c->policy >= CHAM_RUN_POLICY_COUNT) {
+        snprintf(r->error, sizeof r->error, "run: unknown policy %d", (int)c->policy);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    apply_policy(c->policy, &rc, &m);
+    cham_status_t st = cham_model_validate(&m, r->error, sizeof r->error);
+    if (st == CHAM_OK)
+        st = cham_config_validate(&rc, r->error, sizeof r->error);
+    if (st != CHAM_OK)
+        return st;
+    cham_context_t *ctx;
+    if ((st = cham_context_new(&rc, &ctx)) != CHAM_OK) {
+        snprintf(r->error, sizeof r->error, "%s", cham_context_last_error(NULL));
+        return st;
+    }
+    cham_context_set_log(ctx, c->log ? c->log : silent, c->user);
+    cham_device_t *dev = cham_context_device(ctx);
+    hazards_t hz = {0};
+    cham_sim_set_hazard_hook(dev, on_hazard, &hz);
+    cham_device_info_t info;
+    cham_device_get_info(dev, &info);
+    r->capacity_bytes = info.capacity;
+
+    uint64_t *times = calloc(c->steps ? c->steps : 1, sizeof *times);
+    bool *stable = calloc(c->steps ? c->steps : 1, sizeof *stable);
+    cham_workload_t *w = NULL;
+    char err[512];
+    if (!times || !stable) {
+        fail(r, CHAM_ERR_HOST_OOM, 0, 0, "run: out of host memory");
+    } else if ((st = cham_workload_new(ctx, &m, &w, err, sizeof err)) != CHAM_OK) {
+        fail(r, st, 0, 0, err);
+    } else {
+        run_steps(c, ctx, w, r, times, stable);
+    }
+    cham_workload_free(w);
+
+    cham_runtime_stats_t rs;
+    cham_context_get_stats(ctx, &rs);
+    cham_alloc_stats_t as;
+    if (cham_context_alloc_stats(ctx, &as) == CHAM_OK)
+        r->peak_device_bytes = as.peak_reserved;
+    r->stage_changes = rs.stage_changes;
+    r->policy_regenerations = rs.policies_generated;
+    r->on_demand_swapins = rs.on_demand_swaps_in;
+    r->passive_swapouts = rs.passive_swaps_out;
+    r->hazards = hz.n;
+    if (hz.n && r->status == CHAM_OK)
+        fail(r, CHAM_ERR_HAZARD, r->steps, 0, hz.first);
+    if (r->steps) {
+        double sum = 0;
+        size_t n_stable = 0;
+        for (size_t i = 0; i < r->steps; i++) {
+            sum += (double)times[i];
+            if (stable[i])
+                times[n_stable++] = times[i];
+        }
+        r->mean_step_time_s = sum / (double)r->steps * 1e-9;
+        r->step_time_s = n_stable ? median_s(times, n_stable) : median_s(times, r->steps);
+        r->swapped_bytes_per_step /= (double)r->steps;
+    }
+    free(times);
+    free(stable);
+    cham_context_free(ctx);
+    return CHAM_OK;
+}

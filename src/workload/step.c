@@ -1,0 +1,385 @@
+/* The generator's model state and its step: the micro-batch schedule
+ * (gradient accumulation; 1F1B on the first pipeline stage), the optional
+ * evaluation that opens a step, data-parallel gradient reduction and ZeRO
+ * sharding, and the mixed-precision optimizer step with dynamic loss
+ * scaling. docs/workloads.md. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "workload/workload-impl.h"
+
+#define TRY(expr)                                                                             \
+    do {                                                                                      \
+        cham_status_t st_ = (expr);                                                           \
+        if (st_ != CHAM_OK)                                                                   \
+            return st_;                                                                       \
+    } while (0)
+
+#define R(t) {(t), CHAM_ACCESS_READ}
+#define W(t) {(t), CHAM_ACCESS_WRITE}
+#define RW(t) {(t), CHAM_ACCESS_READ_WRITE}
+
+static uint64_t group_params(const cham_workload_t *w, uint32_t g)
+{
+    return w->group_params[g];
+}
+
+static bool sharded(const cham_workload_t *w, uint32_t stage)
+{
+    return w->m.dp > 1 && w->m.zero >= stage;
+}
+
+/* ---- model state ------------------------------------------------------------------*/
+
+static const char *group_name(const cham_workload_t *w, uint32_t g, char *buf, size_t size)
+{
+    if (g == wl_embed_group(w))
+        return "embedding";
+    if (g == wl_head_group(w))
+        return "head";
+    snprintf(buf, size, "L%u", g);
+    return buf;
+}
+
+static cham_status_t make_state(cham_workload_t *w)
+{
+    const cham_model_config_t *m = &w->m;
+    uint64_t p = cham_dtype_size(m->dtype);
+    for (uint32_t g = 0; g < w->n_groups; g++) {
+        uint64_t n = group_params(w, g), s = wl_shard(w, n);
+        if (n == 0)
+            continue;
+        char buf[16];
+        const char *name = group_name(w, g, buf, sizeof buf);
+        TRY(wl_new(w, (sharded(w, 3) ? s : n) * p, m->dtype, &w->weights[g], "%s.weights", name));
+        TRY(wl_new(w, (sharded(w, 2) ? s : n) * p, m->dtype, &w->grads[g], "%s.grads", name));
+        uint64_t opt = (sharded(w, 1) ? s : n) * 4;
+        TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->master[g], "%s.master", name));
+        TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->adam_m[g], "%s.adam_m", name));
+        TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->adam_v[g], "%s.adam_v", name));
+    }
+    TRY(wl_new(w, 4, CHAM_DTYPE_F32, &w->scale, "loss_scale"));
+    return wl_new(w, 4, CHAM_DTYPE_F32, &w->found_inf, "found_inf");
+}
+
+cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
+{
+    cham_tensor_t *shard = w->weights[g];
+    if (!sharded(w, 3))
+        return wl_view(w, shard, 0, cham_tensor_bytes(shard), out);
+    uint64_t bytes = group_params(w, g) * cham_dtype_size(w->m.dtype);
+    TRY(wl_new(w, bytes, w->m.dtype, out, "%s.gathered", cham_tensor_label(shard)));
+    wl_arg_t a[] = {R(shard), W(*out)};
+    return wl_comm(w, OP_ALL_GATHER, a, 2, wl_gather_bytes(bytes, w->m.dp), 0, true);
+}
+
+cham_status_t wl_grad(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
+{
+    if (sharded(w, 2) && !w->grad_temp[g]) {
+        uint64_t bytes = group_params(w, g) * cham_dtype_size(w->m.dtype);
+        TRY(wl_new(w, bytes, w->m.dtype, &w->grad_temp[g], "%s.bucket",
+                   cham_tensor_label(w->grads[g])));
+    }
+    cham_tensor_t *t = sharded(w, 2) ? w->grad_temp[g] : w->grads[g];
+    return wl_view(w, t, 0, cham_tensor_bytes(t), out);
+}
+
+cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
+{
+    if (sharded(w, 2)) {         /* every micro-batch: into this rank's shard */
+        cham_tensor_t *full = w->grad_temp[g];
+        wl_arg_t a[] = {R(full), RW(w->grads[g])};
+        TRY(wl_comm(w, OP_REDUCE_SCATTER, a, 2,
+                    wl_gather_bytes(cham_tensor_bytes(full), w->m.dp), 0, false));
+        wl_drop(w, &w->grad_temp[g]);
+    } else if (w->m.dp > 1 && mb + 1 == w->n_micro) {   /* once the sum is complete */
+        wl_arg_t a = RW(w->grads[g]);
+        TRY(wl_comm(w, OP_ALL_REDUCE, &a, 1,
+                    wl_all_reduce_bytes(cham_tensor_bytes(w->grads[g]), w->m.dp), 0, false));
+    }
+    return CHAM_OK;
+}
+
+/* ---- creation ----------------------------------------------------------------------*/
+
+cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *m,
+                                cham_workload_t **out, char *err, size_t err_size)
+{
+    *out = NULL;
+    cham_status_t st = cham_model_validate(m, err, err_size);
+    if (st != CHAM_OK)
+        return st;
+    cham_workload_t *w = calloc(1, sizeof *w);
+    if (!w) {
+        cham_set_err(err, err_size, "workload: out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    w->ctx = ctx;
+    w->dev = cham_context_device(ctx);
+    cham_device_get_info(w->dev, &w->info);
+    w->m = *m;
+    w->compute = cham_context_compute_stream(ctx);
+    w->n_layers = m->layers / m->pp;
+    w->n_groups = w->n_layers + 2;
+    w->n_micro = m->gbs ? m->gbs / (m->mbs * m->dp) : 1;
+    wl_layer_params(m, m->tp, &w->lp);
+    size_t ng = w->n_groups;
+    w->group_params = calloc(ng, sizeof *w->group_params);
+    cham_tensor_t ***arrays[] = {&w->weights, &w->grads, &w->master, &w->adam_m, &w->adam_v,
+                                 &w->grad_temp};
+    bool ok = w->group_params != NULL;
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        ok = ok && (*arrays[i] = calloc(ng, sizeof **arrays[i])) != NULL;
+    if (!ok) {
+        cham_workload_free(w);
+        cham_set_err(err, err_size, "workload: out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    for (uint32_t l = 0; l < w->n_layers; l++)
+        w->group_params[l] = wl_layer_total(&w->lp);
+    w->group_params[wl_embed_group(w)] = wl_embed_params(m, m->tp);
+    w->group_params[wl_head_group(w)] = m->pp == 1 ? wl_head_params(m, m->tp) : 0;
+    if (!wl_ops_init(w, err, err_size)) {
+        cham_workload_free(w);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if ((st = cham_stream_new(w->dev, "comm", &w->comm)) != CHAM_OK ||
+        (st = cham_event_new(w->dev, &w->ev_compute)) != CHAM_OK ||
+        (st = cham_event_new(w->dev, &w->ev_comm)) != CHAM_OK) {
+        cham_set_err(err, err_size, "workload: %s", cham_device_last_error(w->dev));
+        cham_workload_free(w);
+        return st;
+    }
+    if ((st = make_state(w)) != CHAM_OK) {
+        cham_set_err(err, err_size, "workload: the model state (%llu parameters on this "
+                     "device) does not fit: %s",
+                     (unsigned long long)cham_model_device_parameters(m),
+                     cham_context_last_error(ctx));
+        cham_workload_free(w);
+        return st;
+    }
+    *out = w;
+    return CHAM_OK;
+}
+
+const char *cham_workload_last_error(const cham_workload_t *w)
+{
+    return w->error[0] ? w->error : cham_context_last_error(w->ctx);
+}
+
+void cham_workload_free(cham_workload_t *w)
+{
+    if (!w)
+        return;
+    if (w->comm)
+        cham_stream_synchronize(w->comm);
+    wl_drop_all(w);
+    cham_event_free(w->ev_compute);
+    cham_event_free(w->ev_comm);
+    cham_stream_free(w->comm);
+    free(w->group_params);
+    free(w->weights);
+    free(w->grads);
+    free(w->master);
+    free(w->adam_m);
+    free(w->adam_v);
+    free(w->grad_temp);
+    free(w);
+}
+
+/* ---- the step ----------------------------------------------------------------------*/
+
+/* What micro-batches in flight keep: per slot, the token ids, each layer's
+ * saved tensors and (one stage) the gradient the head's backward made. */
+typedef struct flight {
+    uint32_t n_slots;
+    wl_saved_t *sv;              /* n_slots x layers */
+    cham_tensor_t **ids, **dy;   /* n_slots */
+} flight_t;
+
+static void flight_drop(cham_workload_t *w, flight_t *f)
+{
+    for (uint32_t i = 0; i < f->n_slots; i++) {
+        for (uint32_t l = 0; l < w->n_layers; l++)
+            wl_saved_drop(w, &f->sv[(size_t)i * w->n_layers + l]);
+        if (f->ids)
+            wl_drop(w, &f->ids[i]);
+        if (f->dy)
+            wl_drop(w, &f->dy[i]);
+    }
+    free(f->sv);
+    free(f->ids);
+    free(f->dy);
+}
+
+static uint64_t activation_bytes(const cham_workload_t *w)
+{
+    return wl_hidden_bytes(&w->m);
+}
+
+/* An evaluation micro-batch: forward only, nothing kept. */
+static cham_status_t evaluate(cham_workload_t *w)
+{
+    cham_tensor_t *ids, *x;
+    TRY(wl_embed_forward(w, false, &ids, &x));
+    for (uint32_t l = 0; l < w->n_layers; l++) {
+        wl_saved_t tmp;
+        cham_status_t st = wl_layer_forward(w, l, UINT32_MAX, x, false, &tmp, &x);
+        wl_saved_drop(w, &tmp);
+        TRY(st);
+    }
+    if (w->m.pp == 1)
+        return wl_head(w, x, false, NULL);
+    wl_arg_t a = R(x);
+    TRY(wl_comm(w, OP_SEND, &a, 1, (double)activation_bytes(w), 0, false));
+    wl_drop(w, &x);
+    return CHAM_OK;
+}
+
+static cham_status_t forward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
+{
+    uint32_t slot = mb % f->n_slots;
+    wl_saved_t *sv = &f->sv[(size_t)slot * w->n_layers];
+    cham_tensor_t *x;
+    TRY(cham_phase(w->ctx, CHAM_PHASE_FORWARD));
+    w->timing = mb == 0;
+    TRY(wl_embed_forward(w, true, &f->ids[slot], &x));
+    for (uint32_t l = 0; l < w->n_layers; l++)
+        TRY(wl_layer_forward(w, l, mb, x, true, &sv[l], &x));
+    w->timing = false;
+    if (w->m.pp == 1) {                    /* the loss, and its backward starts */
+        TRY(wl_head(w, x, true, &f->dy[slot]));
+        return wl_grad_done(w, wl_head_group(w), mb);
+    }
+    wl_arg_t a = R(x);
+    TRY(wl_comm(w, OP_SEND, &a, 1, (double)activation_bytes(w), 0, false));
+    wl_drop(w, &x);
+    return CHAM_OK;
+}
+
+static cham_status_t backward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
+{
+    uint32_t slot = mb % f->n_slots;
+    wl_saved_t *sv = &f->sv[(size_t)slot * w->n_layers];
+    cham_tensor_t *dy;
+    TRY(cham_phase(w->ctx, CHAM_PHASE_BACKWARD));
+    if (w->m.pp == 1) {
+        dy = f->dy[slot];
+        f->dy[slot] = NULL;
+    } else {
+        /* The first gradient comes back after the micro-batch went through
+         * the other stages and back: (pp - 1) of their backwards (about
+         * twice a forward) beyond this stage's warm-up forwards. */
+        double wait = mb == 0 ? (double)(w->m.pp - 1) * 2.0 * w->fwd_ns : 0;
+        TRY(wl_new(w, activation_bytes(w), w->m.dtype, &dy, "recv_grad"));
+        wl_arg_t a = W(dy);
+        TRY(wl_comm(w, mb == 0 ? OP_PIPELINE_WAIT : OP_RECV, &a, 1,
+                    (double)activation_bytes(w), wait, true));
+    }
+    for (uint32_t l = w->n_layers; l-- > 0;)
+        TRY(wl_layer_backward(w, l, mb, &sv[l], dy, &dy));
+    TRY(wl_embed_backward(w, &f->ids[slot], dy));
+    return wl_grad_done(w, wl_embed_group(w), mb);
+}
+
+static cham_status_t schedule(cham_workload_t *w, flight_t *f)
+{
+    uint32_t n = w->n_micro;
+    if (w->m.pp == 1) {
+        for (uint32_t i = 0; i < n; i++) {
+            TRY(forward_mb(w, f, i));
+            TRY(backward_mb(w, f, i));
+        }
+        return CHAM_OK;
+    }
+    /* 1F1B on the first stage: pp - 1 warm-up forwards, then one forward
+     * and one backward at a time, then the remaining backwards. */
+    uint32_t warm = w->m.pp - 1 < n ? w->m.pp - 1 : n;
+    for (uint32_t i = 0; i < warm; i++)
+        TRY(forward_mb(w, f, i));
+    for (uint32_t i = 0; i < n; i++) {
+        if (i + warm < n)
+            TRY(forward_mb(w, f, i + warm));
+        TRY(backward_mb(w, f, i));
+    }
+    return CHAM_OK;
+}
+
+/* Unscale and check the gradients, update the scale, and unless they
+ * overflowed, AdamW on this rank's shard (ZeRO 1-2: then gather the
+ * updated weights). */
+static cham_status_t optimizer(cham_workload_t *w, bool overflow)
+{
+    uint64_t p = cham_dtype_size(w->m.dtype);
+    TRY(cham_phase(w->ctx, CHAM_PHASE_OPTIMIZER));
+    TRY(wl_comm_join(w));                 /* the gradient reductions */
+    for (uint32_t g = 0; g < w->n_groups; g++) {
+        if (!group_params(w, g))
+            continue;
+        wl_arg_t a[] = {RW(w->grads[g]), RW(w->found_inf)};
+        TRY(wl_run(w, OP_UNSCALE, a, 2, 3.0 * (double)(cham_tensor_bytes(w->grads[g]) / p), 0));
+    }
+    wl_arg_t s[] = {R(w->found_inf), RW(w->scale)};
+    TRY(wl_run(w, OP_UPDATE_SCALE, s, 2, 1, 0));
+    if (overflow)
+        return CHAM_OK;
+    for (uint32_t g = 0; g < w->n_groups; g++) {
+        uint64_t n = group_params(w, g), shard = sharded(w, 1) ? wl_shard(w, n) : n;
+        if (!n)
+            continue;
+        cham_tensor_t *grad, *weight;
+        TRY(wl_view(w, w->grads[g], 0, shard * p, &grad));
+        TRY(wl_view(w, w->weights[g], 0, shard * p, &weight));
+        wl_arg_t a[] = {R(grad), RW(w->master[g]), RW(w->adam_m[g]), RW(w->adam_v[g]),
+                        W(weight)};
+        TRY(wl_run(w, OP_ADAM, a, 5, 12.0 * (double)shard, 0));
+        wl_drop(w, &grad);
+        wl_drop(w, &weight);
+        if (sharded(w, 1) && !sharded(w, 3)) {
+            wl_arg_t b = RW(w->weights[g]);
+            TRY(wl_comm(w, OP_ALL_GATHER, &b, 1,
+                        wl_gather_bytes(cham_tensor_bytes(w->weights[g]), w->m.dp), 0, false));
+        }
+    }
+    return wl_comm_join(w);
+}
+
+cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_info_t *info)
+{
+    w->error[0] = '\0';
+    if (step != w->step) {
+        cham_set_err(w->error, sizeof w->error, "workload: step %llu asked for, step %llu is next",
+                     (unsigned long long)step, (unsigned long long)w->step);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    uint64_t ops = w->ops;
+    w->expert_max = 0;
+    w->dropped = 0;
+    bool val = cham_workload_validates(&w->m, step);
+    bool overflow = cham_workload_overflows(&w->m, step);
+    flight_t f = {.n_slots = w->m.pp < w->n_micro ? w->m.pp : w->n_micro};
+    f.sv = calloc((size_t)f.n_slots * w->n_layers, sizeof *f.sv);
+    f.ids = calloc(f.n_slots, sizeof *f.ids);
+    f.dy = calloc(f.n_slots, sizeof *f.dy);
+    cham_status_t st = f.sv && f.ids && f.dy ? CHAM_OK : CHAM_ERR_HOST_OOM;
+    if (st == CHAM_OK)
+        st = cham_phase(w->ctx, CHAM_PHASE_FORWARD);
+    if (st == CHAM_OK && val)
+        st = evaluate(w);
+    if (st == CHAM_OK)
+        st = schedule(w, &f);
+    flight_drop(w, &f);
+    if (st == CHAM_OK)
+        st = optimizer(w, overflow);
+    if (st == CHAM_OK)
+        st = cham_step_end(w->ctx);
+    if (st != CHAM_OK)
+        return st;
+    w->step++;
+    if (info)
+        *info = (cham_step_info_t){.ops = w->ops - ops, .validated = val, .overflow = overflow,
+                                   .layers_dropped = w->dropped,
+                                   .tokens_per_expert_max = w->expert_max};
+    return CHAM_OK;
+}

@@ -1,0 +1,223 @@
+/* Internals of the workload generator, shared by its files:
+ *   model.c   presets, checks, parameter counts, the activation formula
+ *   ops.c     op tokens, the held-tensor set, dispatching one op
+ *   layer.c   a transformer layer's forward and backward, embedding, head
+ *   step.c    model state, the micro-batch schedule, the optimizer step
+ * docs/workloads.md describes the model. */
+#ifndef CHAM_WORKLOAD_IMPL_H
+#define CHAM_WORKLOAD_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chameleon/chameleon.h"
+#include "common/message.h"
+
+/* ---- shapes (model.c and the generator use the same ones) -----------------------*/
+
+static inline uint64_t wl_tokens(const cham_model_config_t *m)
+{
+    return (uint64_t)m->seq * m->mbs;
+}
+static inline uint64_t wl_hidden_bytes(const cham_model_config_t *m)
+{
+    return wl_tokens(m) * m->hidden * cham_dtype_size(m->dtype);
+}
+/* fp32 statistics a norm keeps per token: mean and 1/std, or 1/rms. */
+static inline uint64_t wl_stats_bytes(const cham_model_config_t *m)
+{
+    return m->arch == CHAM_ARCH_GPT2 ? 8 : 4;
+}
+static inline uint64_t wl_head_dim(const cham_model_config_t *m)
+{
+    return m->hidden / m->heads;
+}
+/* Columns of this device's q, k and v together. */
+static inline uint64_t wl_qkv_width(const cham_model_config_t *m)
+{
+    return (uint64_t)(m->heads + 2 * m->kv_heads) / m->tp * wl_head_dim(m);
+}
+static inline uint64_t wl_ctx_width(const cham_model_config_t *m)
+{
+    return (uint64_t)m->heads / m->tp * wl_head_dim(m);
+}
+/* Fused attention's fp32 log-sum-exp per head and query. */
+static inline uint64_t wl_lse_bytes(const cham_model_config_t *m)
+{
+    return (uint64_t)m->mbs * (m->heads / m->tp) * m->seq * 4;
+}
+/* Unfused attention's s x s probabilities per head. */
+static inline uint64_t wl_scores_bytes(const cham_model_config_t *m)
+{
+    return (uint64_t)m->mbs * (m->heads / m->tp) * m->seq * m->seq * cham_dtype_size(m->dtype);
+}
+static inline uint64_t wl_vocab_shard(const cham_model_config_t *m, uint32_t tp)
+{
+    return ((uint64_t)m->vocab + tp - 1) / tp;
+}
+
+/* Parameters of a layer's groups, in the order of its weight storage. */
+typedef struct wl_layer_params {
+    uint64_t norm1, qkv, out, norm2, mlp;
+} wl_layer_params_t;
+void wl_layer_params(const cham_model_config_t *m, uint32_t tp, wl_layer_params_t *p);
+uint64_t wl_layer_total(const wl_layer_params_t *p);
+uint64_t wl_norm_params(const cham_model_config_t *m);
+uint64_t wl_embed_params(const cham_model_config_t *m, uint32_t tp);
+uint64_t wl_head_params(const cham_model_config_t *m, uint32_t tp);
+
+/* Seeded decisions: a hash of (seed, a, b) and a uniform double from it. */
+enum { WL_SALT_OVERFLOW = 1u << 30, WL_SALT_DROP, WL_SALT_MOE };
+uint64_t wl_hash(uint64_t seed, uint64_t a, uint64_t b);
+double wl_uniform(uint64_t seed, uint64_t a, uint64_t b);
+
+/* ---- ops (ops.c) ------------------------------------------------------------------*/
+
+typedef enum wl_op {
+    OP_LOAD, OP_EMBED, OP_NORM, OP_QKV, OP_ROPE, OP_FLASH, OP_SCORES, OP_SOFTMAX, OP_CONTEXT,
+    OP_OUT, OP_ADD, OP_FC1, OP_GELU, OP_FC2, OP_GATE_UP, OP_SWIGLU, OP_DOWN, OP_ROUTER,
+    OP_ROUTE, OP_PERMUTE, OP_COMBINE, OP_HEAD, OP_TO_FLOAT, OP_LOSS,
+    OP_LOSS_BWD, OP_TO_FLOAT_BWD, OP_HEAD_BWD, OP_NORM_BWD, OP_QKV_BWD, OP_ROPE_BWD,
+    OP_FLASH_BWD, OP_SCORES_BWD, OP_SOFTMAX_BWD, OP_CONTEXT_BWD, OP_OUT_BWD, OP_FC1_BWD,
+    OP_GELU_BWD, OP_FC2_BWD, OP_GATE_UP_BWD, OP_SWIGLU_BWD, OP_DOWN_BWD, OP_ROUTER_BWD,
+    OP_ROUTE_BWD, OP_PERMUTE_BWD, OP_COMBINE_BWD, OP_EMBED_BWD, OP_GRAD_ACC,
+    OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_SEND, OP_RECV, OP_PIPELINE_WAIT,
+    OP_UNSCALE, OP_UPDATE_SCALE, OP_ADAM,
+    WL_N_OPS
+} wl_op_t;
+
+/* One tensor an op touches and how. Reads are the op's inputs; writes and
+ * read-writes (accumulation, in-place collectives) its outputs. */
+typedef struct wl_arg {
+    cham_tensor_t *t;
+    cham_access_mode_t mode;
+} wl_arg_t;
+
+#define WL_MAX_ARGS 8
+
+struct cham_workload {
+    cham_context_t *ctx;
+    cham_device_t *dev;
+    cham_device_info_t info;
+    cham_model_config_t m;
+    cham_op_token_t tok[WL_N_OPS];
+    cham_stream_t *compute, *comm;
+    cham_event_t *ev_compute, *ev_comm;
+    /* The held-tensor set: every handle the generator owns (open
+     * addressing on the pointer; tombstones are (void *)1). */
+    cham_tensor_t **held;
+    size_t held_cap, held_n, held_used;
+    /* Model state this device holds: per layer of its stage, then the
+     * embedding (index layers) and the final norm and head (layers + 1). */
+    uint32_t n_layers;           /* layers of this stage */
+    uint32_t n_groups;           /* n_layers + 2 */
+    uint64_t *group_params;      /* parameters per group on this device */
+    cham_tensor_t **weights;     /* per group: fp16/bf16 (the shard with ZeRO-3) */
+    cham_tensor_t **grads;       /* per group: full, or the shard with ZeRO >= 2 */
+    cham_tensor_t **master, **adam_m, **adam_v;  /* fp32, the shard with ZeRO >= 1 */
+    cham_tensor_t **grad_temp;   /* per group, ZeRO >= 2: the full gradient
+                                    being accumulated before its reduce-scatter */
+    cham_tensor_t *scale, *found_inf;
+    wl_layer_params_t lp;        /* a layer's groups on this device */
+    uint32_t n_micro;            /* micro-batches per step on this device */
+    /* Per step. */
+    uint64_t step;
+    uint64_t ops;                /* ops dispatched so far */
+    bool timing;                 /* adding kernel times to fwd_ns */
+    double fwd_ns;               /* roofline time of one micro-batch's forward */
+    uint64_t expert_max;         /* MoE: the busiest expert's tokens this step */
+    uint32_t dropped;            /* layers skipped this step */
+    char label[64];
+    char error[256];             /* the generator's own failures */
+};
+
+/* The size of a parameter group's shard (ZeRO: split over dp ranks). */
+uint64_t wl_shard(const cham_workload_t *w, uint64_t params);
+/* Group indices of the embedding and of the final norm and head. */
+static inline uint32_t wl_embed_group(const cham_workload_t *w)
+{
+    return w->n_layers;
+}
+static inline uint32_t wl_head_group(const cham_workload_t *w)
+{
+    return w->n_layers + 1;
+}
+/* The gradient a backward op of group g accumulates into (created when
+ * ZeRO >= 2 keeps only a shard), and the end of group g's backward for
+ * micro-batch mb: the data-parallel reduction it starts. */
+cham_status_t wl_grad(cham_workload_t *w, uint32_t g, cham_tensor_t **out);
+cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb);
+/* The weights of group g as the forward or backward reads them: a new
+ * handle (ZeRO-3 gathers the full weights first). */
+cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out);
+
+bool wl_ops_init(cham_workload_t *w, char *err, size_t err_size);
+/* A new tensor in the held set, labelled with a printf format. */
+cham_status_t wl_new(cham_workload_t *w, uint64_t bytes, cham_dtype_t dtype,
+                     cham_tensor_t **out, const char *fmt, ...) CHAM_PRINTF(5, 6);
+/* A view [offset, offset + bytes) of base in the held set. */
+cham_status_t wl_view(cham_workload_t *w, cham_tensor_t *base, uint64_t offset, uint64_t bytes,
+                      cham_tensor_t **out);
+/* Releases a held handle and clears *t (NULL is fine). */
+void wl_drop(cham_workload_t *w, cham_tensor_t **t);
+/* Releases every held handle (teardown). */
+void wl_drop_all(cham_workload_t *w);
+
+/* Dispatches op on the compute stream: begin, one kernel touching the args
+ * (bytes: their sizes, read-writes twice, unless bytes > 0), end. */
+cham_status_t wl_run(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_t n,
+                     double flops, double bytes);
+/* A collective or point-to-point transfer on the communication stream,
+ * after the compute stream's work so far; link_bytes cross the link. With
+ * `blocking` the compute stream waits for it (tensor parallelism); without,
+ * only wl_comm_join does (gradient reduction overlapping the backward). */
+cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_t n,
+                      double link_bytes, double wait_ns, bool blocking);
+cham_status_t wl_comm_join(cham_workload_t *w);
+/* The roofline time of a kernel on this device, ns. */
+double wl_kernel_ns(const cham_workload_t *w, double flops, double bytes);
+
+/* Ring collectives: bytes each device sends for `bytes` of data over n. */
+static inline double wl_all_reduce_bytes(uint64_t bytes, uint32_t n)
+{
+    return n > 1 ? 2.0 * (double)(n - 1) / n * (double)bytes : 0;
+}
+static inline double wl_gather_bytes(uint64_t bytes, uint32_t n)
+{
+    return n > 1 ? (double)(n - 1) / n * (double)bytes : 0;
+}
+
+/* ---- layers (layer.c) -----------------------------------------------------------*/
+
+/* What one layer's forward keeps for its backward (one micro-batch). */
+typedef struct wl_saved {
+    cham_tensor_t *x, *st1, *n1, *qkv, *probs, *ctx, *lse, *x1, *st2, *n2;
+    cham_tensor_t *mid, *act;            /* fc1|gate-up out, gelu|swiglu out */
+    cham_tensor_t *gates, *idx, *xp, *y; /* MoE: routing and the experts' rows */
+    uint32_t *counts;                    /* MoE: tokens per expert (owned) */
+    bool dropped;                        /* the layer was skipped */
+} wl_saved_t;
+
+/* Layer l's forward on x (the reference is taken over); *out receives the
+ * layer's output. With keep, sv holds what the backward needs (with the
+ * model's recomputation: the input only); without, nothing is kept. */
+cham_status_t wl_layer_forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_tensor_t *x,
+                               bool keep, wl_saved_t *sv, cham_tensor_t **out);
+/* Layer l's backward: dy (taken over) is the gradient of its output; *dx
+ * receives that of its input. Releases sv. */
+cham_status_t wl_layer_backward(cham_workload_t *w, uint32_t l, uint64_t mb, wl_saved_t *sv,
+                                cham_tensor_t *dy, cham_tensor_t **dx);
+void wl_saved_drop(cham_workload_t *w, wl_saved_t *sv);
+
+/* The embedding of a micro-batch: *ids receives the token ids (kept for
+ * the backward when keep), *x the hidden states. */
+cham_status_t wl_embed_forward(cham_workload_t *w, bool keep, cham_tensor_t **ids,
+                               cham_tensor_t **x);
+cham_status_t wl_embed_backward(cham_workload_t *w, cham_tensor_t **ids, cham_tensor_t *dx);
+/* Final norm, head and loss on x (taken over); with keep, *dx receives the
+ * gradient of x from the loss's backward right away (what the backward
+ * starts from), else the loss is only computed (evaluation). */
+cham_status_t wl_head(cham_workload_t *w, cham_tensor_t *x, bool keep, cham_tensor_t **dx);
+
+#endif

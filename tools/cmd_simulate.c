@@ -1,0 +1,380 @@
+/* `chameleon simulate`: an LLM training job at paper scale, replayed in
+ * virtual time without data, under a memory policy (docs/workloads.md,
+ * docs/baselines.md). */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "chameleon/chameleon.h"
+#include "args.h"
+#include "commands.h"
+
+typedef struct sim_opts {
+    cham_run_config_t run;
+    const char *model;
+    bool json, quiet;
+} sim_opts_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: chameleon simulate [OPTIONS]\n"
+        "Simulates LLM training on one device of a (possibly parallel) job, in\n"
+        "virtual time without data, under a device memory policy.\n"
+        "model (a preset fills them; any can be overridden):\n"
+        "  --model NAME        gpt2-1.5b, llama2-7b, llama2-13b, llama3-8b, mixtral-8x7b,\n"
+        "                      or gpt2, llama2, llama3, mixtral (llama2-7b)\n"
+        "  --layers N --hidden N --ffn N --heads N --kv-heads N --vocab N\n"
+        "  --experts N --topk N                 Mixtral's experts and experts per token\n"
+        "training set-up:\n"
+        "  --seq N             tokens per sequence (preset: 4096; gpt2 1024)\n"
+        "  --mbs N             micro-batch size (1)\n"
+        "  --gbs N             global batch size (0 = mbs x dp: no accumulation)\n"
+        "  --dtype fp16|bf16   compute type, fp32 master weights (bf16; gpt2 fp16)\n"
+        "  --flash on|off      fused attention (on)\n"
+        "  --recompute on|off  full activation recomputation (off)\n"
+        "parallelism (this device is the first pipeline stage):\n"
+        "  --tp N --pp N --dp N  tensor, pipeline, data parallel degree (1 1 1)\n"
+        "  --zero 0-3          ZeRO stage over the data-parallel group (0)\n"
+        "dynamic behaviour (off by default):\n"
+        "  --overflow-every N  a loss-scale overflow skips the update every N steps\n"
+        "  --overflow-prob P   ... or with probability P per step\n"
+        "  --validate-every K  a forward-only evaluation opens every K-th step\n"
+        "  --layer-drop P      each layer is skipped with probability P per step\n"
+        "  --moe-vary on|off   MoE tokens per expert change every step (off)\n"
+        "  --seed N            of the seeded choices (1)\n"
+        "run:\n"
+        "  --device PRESET     simulated device (`chameleon devices`; ascend-910b)\n"
+        "  --capacity SIZE     device memory instead of the preset's (for example 32GiB)\n"
+        "  --host-memory SIZE  pinned host memory for swaps (2TiB)\n"
+        "  --policy NAME       chameleon (default), native, ideal, recompute, capuchin,\n"
+        "                      vdnn (docs/baselines.md)\n"
+        "  --steps N           steps to run (50)\n"
+        "output:\n"
+        "  --json              one JSON object with the summary\n"
+        "  --quiet             no progress lines\n"
+        "  --log               the runtime's log (stages, policies) on stderr\n"
+        "The ideal step time comes from a second run with unlimited device memory.\n");
+}
+
+static int bad(const char *opt, const char *want, const char *v)
+{
+    fprintf(stderr, "chameleon simulate: %s must be %s, got \"%s\"\n", opt, want, v);
+    return 2;
+}
+
+static bool parse_u64(const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || end == v || *end || v[0] == '-' || n < lo || n > hi)
+        return false;
+    *out = n;
+    return true;
+}
+
+static bool parse_prob(const char *v, double *out)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno || end == v || *end || !(x >= 0 && x <= 1))
+        return false;
+    *out = x;
+    return true;
+}
+
+static bool parse_onoff(const char *v, bool *out)
+{
+    if (strcmp(v, "on") == 0 || strcmp(v, "true") == 0 || strcmp(v, "1") == 0)
+        *out = true;
+    else if (strcmp(v, "off") == 0 || strcmp(v, "false") == 0 || strcmp(v, "0") == 0)
+        *out = false;
+    else
+        return false;
+    return true;
+}
+
+/* The numeric model settings, by flag. */
+static uint32_t *dim_of(const char *a, cham_model_config_t *m)
+{
+    static const struct {
+        const char *flag;
+        size_t offset;
+    } dims[] = {
+        {"--layers", offsetof(cham_model_config_t, layers)},
+        {"--hidden", offsetof(cham_model_config_t, hidden)},
+        {"--ffn", offsetof(cham_model_config_t, ffn)},
+        {"--heads", offsetof(cham_model_config_t, heads)},
+        {"--kv-heads", offsetof(cham_model_config_t, kv_heads)},
+        {"--vocab", offsetof(cham_model_config_t, vocab)},
+        {"--experts", offsetof(cham_model_config_t, experts)},
+        {"--topk", offsetof(cham_model_config_t, topk)},
+        {"--seq", offsetof(cham_model_config_t, seq)},
+        {"--mbs", offsetof(cham_model_config_t, mbs)},
+        {"--gbs", offsetof(cham_model_config_t, gbs)},
+        {"--tp", offsetof(cham_model_config_t, tp)},
+        {"--pp", offsetof(cham_model_config_t, pp)},
+        {"--dp", offsetof(cham_model_config_t, dp)},
+        {"--zero", offsetof(cham_model_config_t, zero)},
+        {"--validate-every", offsetof(cham_model_config_t, validate_every)},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (strcmp(a, dims[i].flag) == 0)
+            return (uint32_t *)((char *)m + dims[i].offset);
+    return NULL;
+}
+
+/* The model first (a preset), then every other option over it. */
+static int parse(int argc, char **argv, sim_opts_t *o)
+{
+    cham_model_config_t *m = &o->run.model;
+    o->model = "llama2-7b";
+    for (int i = 0; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--model") == 0)
+            o->model = argv[i + 1];
+    if (cham_model_preset(o->model, m) != CHAM_OK) {
+        fprintf(stderr, "chameleon simulate: unknown model \"%s\" (known:", o->model);
+        for (size_t i = 0; i < cham_model_preset_count(); i++)
+            fprintf(stderr, " %s", cham_model_preset_name(i));
+        fprintf(stderr, ", gpt2, llama2, llama3, mixtral)\n");
+        return 2;
+    }
+    o->run.runtime.device.preset = "ascend-910b";
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return -1;
+        }
+        if (strcmp(a, "--json") == 0 || strcmp(a, "--quiet") == 0 || strcmp(a, "--log") == 0) {
+            o->json = o->json || a[2] == 'j';
+            o->quiet = o->quiet || a[2] == 'q';
+            continue;                        /* --log: read by cmd_simulate */
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "chameleon simulate: unexpected argument %s\n", a);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "chameleon simulate: option %s needs a value\n", a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        uint64_t n;
+        uint32_t *dim = dim_of(a, m);
+        if (dim) {
+            if (!parse_u64(v, strcmp(a, "--zero") == 0 || strcmp(a, "--experts") == 0 ||
+                                      strcmp(a, "--gbs") == 0 ||
+                                      strcmp(a, "--topk") == 0 ||
+                                      strcmp(a, "--validate-every") == 0 ? 0 : 1,
+                           UINT32_MAX, &n))
+                return bad(a, "a whole number (at least 1 unless 0 turns it off)", v);
+            *dim = (uint32_t)n;
+        } else if (strcmp(a, "--model") == 0) {
+            /* read above */
+        } else if (strcmp(a, "--dtype") == 0) {
+            if (strcmp(v, "fp16") == 0)
+                m->dtype = CHAM_DTYPE_F16;
+            else if (strcmp(v, "bf16") == 0)
+                m->dtype = CHAM_DTYPE_BF16;
+            else
+                return bad(a, "fp16 or bf16", v);
+        } else if (strcmp(a, "--flash") == 0 || strcmp(a, "--recompute") == 0 ||
+                   strcmp(a, "--moe-vary") == 0) {
+            bool *b = a[2] == 'f' ? &m->flash : a[2] == 'r' ? &m->recompute : &m->moe_vary;
+            if (!parse_onoff(v, b))
+                return bad(a, "on or off", v);
+        } else if (strcmp(a, "--overflow-every") == 0) {
+            if (!parse_u64(v, 0, INT64_MAX, &n))
+                return bad(a, "a whole number of steps (0 = never)", v);
+            m->overflow_every = (int64_t)n;
+        } else if (strcmp(a, "--overflow-prob") == 0 || strcmp(a, "--layer-drop") == 0) {
+            if (!parse_prob(v, a[2] == 'o' ? &m->overflow_prob : &m->layer_drop))
+                return bad(a, "a probability in [0, 1]", v);
+        } else if (strcmp(a, "--seed") == 0) {
+            if (!parse_u64(v, 0, UINT64_MAX, &m->seed))
+                return bad(a, "a whole number", v);
+        } else if (strcmp(a, "--steps") == 0) {
+            if (!parse_u64(v, 1, 10000000, &o->run.steps))
+                return bad(a, "a whole number of steps from 1", v);
+        } else if (strcmp(a, "--device") == 0) {
+            if (!cham_preset_find(v)) {
+                fprintf(stderr, "chameleon simulate: unknown device \"%s\" (known:", v);
+                for (size_t k = 0; k < cham_preset_count(); k++)
+                    fprintf(stderr, " %s", cham_preset_at(k)->name);
+                fprintf(stderr, ")\n");
+                return 2;
+            }
+            o->run.runtime.device.preset = v;
+        } else if (strcmp(a, "--capacity") == 0) {
+            if (!tool_parse_size(v, &o->run.runtime.device.capacity) ||
+                !o->run.runtime.device.capacity)
+                return bad(a, "a size above 0 such as 32GiB", v);
+        } else if (strcmp(a, "--host-memory") == 0) {
+            if (!tool_parse_size(v, &o->run.runtime.pinned_budget) ||
+                !o->run.runtime.pinned_budget)
+                return bad(a, "a size above 0 such as 2TiB", v);
+        } else if (strcmp(a, "--policy") == 0) {
+            if (cham_run_policy_parse(v, &o->run.policy) != CHAM_OK)
+                return bad(a, "chameleon, native, ideal, recompute, capuchin or vdnn", v);
+        } else {
+            fprintf(stderr, "chameleon simulate: unknown option %s\n", a);
+            return 2;
+        }
+    }
+    char err[400];
+    if (cham_model_validate(m, err, sizeof err) != CHAM_OK) {
+        fprintf(stderr, "chameleon simulate: %s\n", err);
+        return 2;
+    }
+    return 0;
+}
+
+static double gib(double bytes)
+{
+    return bytes / (double)(UINT64_C(1) << 30);
+}
+
+static void log_line(const char *line, void *user)
+{
+    (void)user;
+    fprintf(stderr, "chameleon: %s\n", line);
+}
+
+static void progress(const cham_run_step_t *s, void *user)
+{
+    (void)user;
+    printf("step %5llu  %-9s  %9.3f ms  peak %8.2f GiB  swapped %8.2f GiB%s%s",
+           (unsigned long long)s->step, cham_stage_name(s->stage), (double)s->time_ns * 1e-6,
+           gib((double)s->peak_bytes), gib((double)s->swapped_bytes),
+           s->info.validated ? "  validation" : "", s->info.overflow ? "  overflow" : "");
+    if (s->info.layers_dropped)
+        printf("  %u layers dropped", s->info.layers_dropped);
+    if (s->on_demand || s->passive)
+        printf("  %llu on-demand, %llu passive", (unsigned long long)s->on_demand,
+               (unsigned long long)s->passive);
+    printf("\n");
+    fflush(stdout);
+}
+
+static void print_json(const sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
+                       bool ideal_ok)
+{
+    const cham_model_config_t *m = &o->run.model;
+    json_t *j = json_object();
+    json_t *oom = json_object();
+    json_object_set_new(oom, "failed", json_boolean(r->oom));
+    if (r->oom) {
+        json_object_set_new(oom, "step", json_integer((json_int_t)r->fail_step));
+        json_object_set_new(oom, "op", json_integer((json_int_t)r->fail_op));
+    }
+    json_object_set_new(j, "policy", json_string(cham_run_policy_name(o->run.policy)));
+    json_object_set_new(j, "device", json_string(o->run.runtime.device.preset));
+    json_object_set_new(j, "model", json_string(o->model));
+    json_object_set_new(j, "parameters", json_integer((json_int_t)cham_model_parameters(m)));
+    json_object_set_new(j, "steps", json_integer((json_int_t)r->steps));
+    json_object_set_new(j, "oom", oom);
+    json_object_set_new(j, "error", r->status == CHAM_OK ? json_null() : json_string(r->error));
+    json_object_set_new(j, "peak_device_bytes", json_integer((json_int_t)r->peak_device_bytes));
+    json_object_set_new(j, "capacity_bytes", json_integer((json_int_t)r->capacity_bytes));
+    json_object_set_new(j, "step_time_s", json_real(r->step_time_s));
+    json_object_set_new(j, "mean_step_time_s", json_real(r->mean_step_time_s));
+    json_object_set_new(j, "ideal_step_time_s", ideal_ok ? json_real(ideal_s) : json_null());
+    json_object_set_new(j, "overhead_vs_ideal",
+                        ideal_ok && ideal_s > 0 && r->steps
+                            ? json_real(r->step_time_s / ideal_s - 1) : json_null());
+    json_object_set_new(j, "swapped_bytes_per_step", json_real(r->swapped_bytes_per_step));
+    json_object_set_new(j, "hazards", json_integer((json_int_t)r->hazards));
+    json_object_set_new(j, "stage_changes", json_integer((json_int_t)r->stage_changes));
+    json_object_set_new(j, "policy_regenerations",
+                        json_integer((json_int_t)r->policy_regenerations));
+    json_object_set_new(j, "on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins));
+    json_object_set_new(j, "passive_swapouts", json_integer((json_int_t)r->passive_swapouts));
+    json_object_set_new(j, "ops_per_step", json_integer((json_int_t)r->ops_per_step));
+    char *s = json_dumps(j, JSON_INDENT(2));
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    json_decref(j);
+}
+
+static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
+                          bool ideal_ok)
+{
+    const cham_model_config_t *m = &o->run.model;
+    printf("\nsummary (simulated time on %s)\n", o->run.runtime.device.preset);
+    printf("  model               %s: %.2fB parameters, %u layers, seq %u, mbs %u, gbs %u, "
+           "tp %u pp %u dp %u zero %u\n", o->model, (double)cham_model_parameters(m) * 1e-9,
+           m->layers, m->seq, m->mbs, m->gbs ? m->gbs : m->mbs * m->dp, m->tp, m->pp, m->dp, m->zero);
+    printf("  policy              %s\n", cham_run_policy_name(o->run.policy));
+    printf("  steps               %llu of %llu\n", (unsigned long long)r->steps,
+           (unsigned long long)o->run.steps);
+    if (r->status != CHAM_OK)
+        printf("  FAILED              at step %llu, op %llu: %s\n",
+               (unsigned long long)r->fail_step, (unsigned long long)r->fail_op, r->error);
+    printf("  memory              peak %.2f GiB of %.2f GiB\n", gib((double)r->peak_device_bytes),
+           gib((double)r->capacity_bytes));
+    if (r->steps) {
+        printf("  step time           %.4f s (median over Stable steps)", r->step_time_s);
+        if (ideal_ok)
+            printf("; ideal %.4f s; overhead %+.1f%%", ideal_s,
+                   100.0 * (r->step_time_s / ideal_s - 1));
+        printf("\n  swapping            %.2f GiB a step, %llu on-demand swap-ins, %llu passive "
+               "swap-outs\n", gib(r->swapped_bytes_per_step),
+               (unsigned long long)r->on_demand_swapins, (unsigned long long)r->passive_swapouts);
+    }
+    printf("  runtime             %llu stage changes, %llu policies generated, %llu hazards\n",
+           (unsigned long long)r->stage_changes, (unsigned long long)r->policy_regenerations,
+           (unsigned long long)r->hazards);
+}
+
+int cmd_simulate(int argc, char **argv)
+{
+    sim_opts_t o = {.run = cham_run_config_default()};
+    bool want_log = false;
+    for (int i = 0; i < argc; i++)
+        want_log = want_log || strcmp(argv[i], "--log") == 0;
+    int rc = parse(argc, argv, &o);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    o.run.user = &o;
+    o.run.log = want_log ? log_line : NULL;
+    o.run.on_step = o.quiet || o.json ? NULL : progress;
+
+    /* The limit every time is compared with: the same job, unlimited memory. */
+    double ideal_s = 0;
+    bool ideal_ok = false;
+    cham_run_result_t r;
+    if (o.run.policy != CHAM_RUN_IDEAL) {
+        cham_run_config_t ideal = o.run;
+        ideal.policy = CHAM_RUN_IDEAL;
+        ideal.on_step = NULL;
+        ideal.log = NULL;
+        if (cham_run(&ideal, &r) == CHAM_OK && r.status == CHAM_OK) {
+            ideal_s = r.step_time_s;
+            ideal_ok = true;
+        }
+    }
+    cham_status_t st = cham_run(&o.run, &r);
+    if (st != CHAM_OK) {
+        fprintf(stderr, "chameleon simulate: %s\n", r.error);
+        return 2;
+    }
+    if (o.run.policy == CHAM_RUN_IDEAL) {
+        ideal_s = r.step_time_s;
+        ideal_ok = r.status == CHAM_OK;
+    }
+    if (o.json)
+        print_json(&o, &r, ideal_s, ideal_ok);
+    else
+        print_summary(&o, &r, ideal_s, ideal_ok);
+    if (r.status != CHAM_OK && !o.json)
+        fprintf(stderr, "chameleon simulate: %s\n", r.error);
+    return r.status == CHAM_OK ? 0 : 1;
+}
