@@ -25,9 +25,16 @@ check train-short-data 1 "short\.txt: 9 bytes is too short" -- "${small[@]}" --d
 check train-tiny-budget 2 'budget 1000 bytes is below the largest single op.s working set: [a-z_]+ needs [0-9]+ bytes' -- \
   "${small[@]}" --budget 1000
 check train-bad-budget 2 '--budget must be a size above 0 .* got "lots"' -- "${small[@]}" --budget lots
-check train-bad-policy 2 '--policy must be chameleon or native, got "magic"' -- \
+check train-bad-policy 2 '--policy must be chameleon, native, recompute, capuchin or vdnn, got "magic"' -- \
   "${small[@]}" --policy magic
-check train-baseline-later 2 'recompute is not available yet' -- "${small[@]}" --policy recompute
+for p in recompute capuchin; do
+  check train-$p 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
+    "${small[@]}" --policy $p --verify --json --budget 50%
+done
+# vDNN keeps the layer it computes and the one it prefetches: it needs more.
+check train-vdnn 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
+  "${small[@]}" --policy vdnn --verify --json --budget 75%
+check train-vdnn-oom 1 'out of device memory' -- "${small[@]}" --policy vdnn --budget 50%
 check train-bad-overflow 2 '--overflow-at must be a comma-separated list' -- \
   "${small[@]}" --overflow-at 3,x
 check train-unknown-option 2 'unknown option --frobnicate' -- "${small[@]}" --frobnicate

@@ -43,7 +43,8 @@ static void usage(FILE *f)
             "  --device PRESET       simulated device (`chameleon devices`)\n"
             "  --budget B            device memory: bytes (64MiB) or a percentage of the\n"
             "                        run's unconstrained peak (50%%, the default)\n"
-            "  --policy NAME         chameleon (default) or native\n"
+            "  --policy NAME         chameleon (default), native, recompute, capuchin or\n"
+            "                        vdnn (docs/baselines.md)\n"
             "  --min-swap SIZE       smallest tensor worth swapping (16KiB)\n"
             "checking and output:\n"
             "  --verify              train an unconstrained copy alongside; compare every\n"
@@ -205,19 +206,18 @@ static int parse(int argc, char **argv, train_opts_t *o)
             if (parse_steps_list(v, o))
                 return 2;
         } else if (strcmp(a, "--policy") == 0) {
-            if (strcmp(v, "chameleon") == 0) {
-                o->c.policy = GPT_POLICY_CHAMELEON;
-            } else if (strcmp(v, "native") == 0) {
-                o->c.policy = GPT_POLICY_NATIVE;
-            } else if (strcmp(v, "recompute") == 0 || strcmp(v, "capuchin") == 0 ||
-                       strcmp(v, "vdnn") == 0) {
-                fprintf(stderr, "chameleon train: --policy %s is not available yet: the "
-                        "baselines come with the workloads (issue 7); use chameleon or "
-                        "native\n", v);
-                return 2;
-            } else {
-                return bad(a, "chameleon or native", v);
-            }
+            static const struct {
+                const char *name;
+                gpt_policy_t policy;
+            } policies[] = {{"chameleon", GPT_POLICY_CHAMELEON}, {"native", GPT_POLICY_NATIVE},
+                            {"recompute", GPT_POLICY_RECOMPUTE},
+                            {"capuchin", GPT_POLICY_CAPUCHIN}, {"vdnn", GPT_POLICY_VDNN}};
+            size_t k = 0;
+            while (k < sizeof policies / sizeof policies[0] && strcmp(v, policies[k].name) != 0)
+                k++;
+            if (k == sizeof policies / sizeof policies[0])
+                return bad(a, "chameleon, native, recompute, capuchin or vdnn", v);
+            o->c.policy = policies[k].policy;
         }
     }
     if (o->c.preset && !cham_preset_find(o->c.preset)) {

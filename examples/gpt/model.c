@@ -31,6 +31,7 @@ struct gpt_model {
     bool *skipped;
     cham_tensor_t *tok, *tgt, *res_final, *lnf, *lnf_mean, *lnf_rstd, *probs;
     bool have_forward;
+    bool recompute;              /* blocks keep their input only */
 };
 
 int gpt_shape_check(const gpt_shape_t *s, char *err, size_t err_size)
@@ -99,6 +100,21 @@ static void release(gpt_model_t *m, cham_tensor_t **t)
             return st;                \
     } while (0)
 
+/* The outputs an op helper made, released when the op failed: the caller
+ * gets them only with CHAM_OK. */
+static cham_status_t made(gpt_model_t *m, cham_status_t st, cham_tensor_t **a,
+                          cham_tensor_t **b, cham_tensor_t **c)
+{
+    if (st != CHAM_OK) {
+        release(m, a);
+        if (b)
+            release(m, b);
+        if (c)
+            release(m, c);
+    }
+    return st;
+}
+
 /* out[N, OC] = inp[N, C] W^T (+ bias). */
 static cham_status_t matmul(gpt_model_t *m, cham_tensor_t *inp, size_t w, bool bias, int C,
                             int OC, const char *name, int layer, cham_tensor_t **out)
@@ -108,7 +124,7 @@ static cham_status_t matmul(gpt_model_t *m, cham_tensor_t *inp, size_t w, bool b
     TRY(act(m, (size_t)N * (size_t)OC, name, layer, out));
     gpt_args_t a = {.kind = GPT_MATMUL, .N = N, .C = C, .OC = OC, .null_f = bias ? 0 : 1u << 2};
     cham_tensor_t *in[3] = {inp, m->pv[w], bias ? m->pv[w + 1] : NULL};
-    return op(m, &a, in, bias ? 3 : 2, out, 1, 0, 2.0 * N * C * OC);
+    return made(m, op(m, &a, in, bias ? 3 : 2, out, 1, 0, 2.0 * N * C * OC), out, NULL, NULL);
 }
 
 /* dinp (new) and the weight's (and bias's) gradients. */
@@ -123,7 +139,8 @@ static cham_status_t matmul_backward(gpt_model_t *m, cham_tensor_t *dout, cham_t
                     .null_f = bias ? 0 : 1u << 5};
     cham_tensor_t *in[3] = {dout, inp, m->pv[w]};
     cham_tensor_t *out[3] = {*dinp, m->gv[w], bias ? m->gv[w + 1] : NULL};
-    return op(m, &a, in, 3, out, bias ? 3 : 2, 0x6, 4.0 * N * C * OC);
+    return made(m, op(m, &a, in, 3, out, bias ? 3 : 2, 0x6, 4.0 * N * C * OC), dinp, NULL,
+                NULL);
 }
 
 static cham_status_t layernorm(gpt_model_t *m, cham_tensor_t *inp, size_t w, const char *name,
@@ -133,15 +150,19 @@ static cham_status_t layernorm(gpt_model_t *m, cham_tensor_t *inp, size_t w, con
     cham_status_t st;
     int N = m->s.batch * m->s.seq, C = m->s.hidden;
     char nm[32];
-    TRY(act(m, (size_t)N * (size_t)C, name, layer, out));
+    st = act(m, (size_t)N * (size_t)C, name, layer, out);
     snprintf(nm, sizeof nm, "%s_mean", name);
-    TRY(act(m, (size_t)N, nm, layer, mean));
+    if (st == CHAM_OK)
+        st = act(m, (size_t)N, nm, layer, mean);
     snprintf(nm, sizeof nm, "%s_rstd", name);
-    TRY(act(m, (size_t)N, nm, layer, rstd));
+    if (st == CHAM_OK)
+        st = act(m, (size_t)N, nm, layer, rstd);
     gpt_args_t a = {.kind = GPT_LAYERNORM, .N = N, .C = C};
     cham_tensor_t *in[3] = {inp, m->pv[w], m->pv[w + 1]};
     cham_tensor_t *outs[3] = {*out, *mean, *rstd};
-    return op(m, &a, in, 3, outs, 3, 0, 8.0 * N * C);
+    if (st == CHAM_OK)
+        st = op(m, &a, in, 3, outs, 3, 0, 8.0 * N * C);
+    return made(m, st, out, mean, rstd);
 }
 
 static cham_status_t layernorm_backward(gpt_model_t *m, cham_tensor_t *dout, cham_tensor_t *inp,
@@ -154,7 +175,7 @@ static cham_status_t layernorm_backward(gpt_model_t *m, cham_tensor_t *dout, cha
     gpt_args_t a = {.kind = GPT_LAYERNORM_BWD, .N = N, .C = C};
     cham_tensor_t *in[5] = {dout, inp, m->pv[w], mean, rstd};
     cham_tensor_t *out[3] = {*dinp, m->gv[w], m->gv[w + 1]};
-    return op(m, &a, in, 5, out, 3, 0x6, 16.0 * N * C);
+    return made(m, op(m, &a, in, 5, out, 3, 0x6, 16.0 * N * C), dinp, NULL, NULL);
 }
 
 /* dst += src. */
@@ -320,9 +341,15 @@ static cham_status_t load_tokens(gpt_model_t *m, const int32_t *host, const char
     return op(m, &a, NULL, 0, out, 1, 0, 0);
 }
 
-/* One block; *x is its input and becomes its output. With training the
- * block keeps what its backward needs in m->layer[l]. */
-static cham_status_t block_forward(gpt_model_t *m, int l, bool training, cham_tensor_t **x)
+/* What a block's forward keeps in m->layer[l] for its backward. */
+typedef enum keep {
+    KEEP_NONE,                   /* evaluation */
+    KEEP_INPUT,                  /* recomputation: the backward runs it again */
+    KEEP_ALL,
+} keep_t;
+
+/* One block; *x is its input and becomes its output. */
+static cham_status_t block_forward(gpt_model_t *m, int l, keep_t keep, cham_tensor_t **x)
 {
     cham_status_t st;
     saved_t *sv = &m->layer[l];
@@ -369,12 +396,18 @@ static cham_status_t block_forward(gpt_model_t *m, int l, bool training, cham_te
     }
     release(m, x);
     *x = res3;
-    if (!training) {             /* nothing is kept for a backward */
+    if (keep != KEEP_ALL) {
         cham_tensor_t **t = (cham_tensor_t **)sv;
         for (size_t k = 0; k < sizeof(saved_t) / sizeof(cham_tensor_t *); k++)
-            release(m, &t[k]);
+            if (keep == KEEP_NONE || &t[k] != &sv->in)
+                release(m, &t[k]);
     }
     return CHAM_OK;
+}
+
+void gpt_model_set_recompute(gpt_model_t *m, bool on)
+{
+    m->recompute = on;
 }
 
 cham_status_t gpt_forward(gpt_model_t *m, const int32_t *tokens, const int32_t *targets,
@@ -395,7 +428,8 @@ cham_status_t gpt_forward(gpt_model_t *m, const int32_t *tokens, const int32_t *
     for (int l = 0; st == CHAM_OK && l < m->s.layers; l++) {
         m->skipped[l] = skip && skip[l];
         if (!m->skipped[l])
-            st = block_forward(m, l, training, &x);
+            st = block_forward(m, l, !training ? KEEP_NONE : m->recompute ? KEEP_INPUT : KEEP_ALL,
+                               &x);
     }
     if (st != CHAM_OK) {
         release(m, &x);
@@ -441,6 +475,14 @@ static cham_status_t block_backward(gpt_model_t *m, int l, cham_tensor_t *d)
     int N = m->s.batch * m->s.seq, C = m->s.hidden;
     size_t NC = (size_t)N * (size_t)C;
     cham_tensor_t *dfg = NULL, *dfc = NULL, *dln = NULL, *tmp = NULL;
+    if (m->recompute) {          /* the forward again, from the kept input */
+        cham_tensor_t *x = sv->in;
+        sv->in = NULL;
+        st = block_forward(m, l, KEEP_ALL, &x);
+        release(m, &x);
+        if (st != CHAM_OK)
+            return st;
+    }
     /* res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
     TRY(matmul_backward(m, d, sv->fch_gelu, lw(l, FCPROJW), true, 4 * C, C, "d_fc_gelu", l,
                         &dfg));

@@ -29,6 +29,10 @@ int gpt_shape_check(const gpt_shape_t *s, char *err, size_t err_size);
 /* Makes and initialises the parameters from seed (ops on the device). NULL
  * on failure, with the runtime's message in cham_context_last_error. */
 gpt_model_t *gpt_model_new(gpt_ops_t *ops, const gpt_shape_t *shape, uint64_t seed);
+/* Full activation recomputation: a training forward keeps each block's
+ * input only; the block's backward first runs its forward again. The
+ * kernels are deterministic, so results are bit for bit the same. */
+void gpt_model_set_recompute(gpt_model_t *m, bool on);
 void gpt_model_free(gpt_model_t *m);
 
 size_t gpt_param_count(const gpt_model_t *m);

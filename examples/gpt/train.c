@@ -70,10 +70,13 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
     cfg.device.hazard_check = true;
     cfg.pinned_budget = 64 * GiB;
     cfg.min_swap_bytes = c->min_swap_bytes;
-    if (c->policy == GPT_POLICY_NATIVE) {
+    if (c->policy == GPT_POLICY_NATIVE || c->policy == GPT_POLICY_RECOMPUTE) {
         cfg.executor = false;
         cfg.oom_handling = false;
     }
+    cfg.planner = c->policy == GPT_POLICY_CAPUCHIN ? CHAM_PLANNER_CAPUCHIN
+                  : c->policy == GPT_POLICY_VDNN   ? CHAM_PLANNER_VDNN
+                                                   : CHAM_PLANNER_CHAMELEON;
     cham_status_t st = cham_context_new(&cfg, &r->ctx);
     if (st != CHAM_OK) {
         snprintf(err, err_size, "%s", cham_context_last_error(NULL));
@@ -92,6 +95,8 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
     st = gpt_ops_init(&r->ops, r->ctx);
     if (st == CHAM_OK && !(r->model = gpt_model_new(&r->ops, &c->shape, c->seed)))
         st = CHAM_ERR_OUT_OF_MEMORY;
+    if (st == CHAM_OK)
+        gpt_model_set_recompute(r->model, c->policy == GPT_POLICY_RECOMPUTE);
     /* Initialisation is a step of its own: training steps start clean. */
     if (st == CHAM_OK)
         st = cham_step_end(r->ctx);
@@ -304,7 +309,10 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         run_close(&a);
         return st;
     }
-    if (c->verify && (st = run_open(&b, &cfg, 0, err, err_size)) != CHAM_OK) {
+    /* The reference: unlimited memory, nothing managed, nothing recomputed. */
+    gpt_train_config_t plain = cfg;
+    plain.policy = GPT_POLICY_CHAMELEON;
+    if (c->verify && (st = run_open(&b, &plain, 0, err, err_size)) != CHAM_OK) {
         run_close(&a);
         run_close(&b);
         return st;

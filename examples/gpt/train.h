@@ -18,9 +18,13 @@
 #include "data.h"
 #include "model.h"
 
+/* The memory policies of docs/baselines.md. */
 typedef enum gpt_policy {
     GPT_POLICY_CHAMELEON,        /* the runtime's executor and OOM path */
     GPT_POLICY_NATIVE,           /* no memory manager: fails when memory runs out */
+    GPT_POLICY_RECOMPUTE,        /* native, with full activation recomputation */
+    GPT_POLICY_CAPUCHIN,         /* one static policy, tensors named by position */
+    GPT_POLICY_VDNN,             /* every activation out, one-layer prefetch */
 } gpt_policy_t;
 
 typedef struct gpt_train_config {
