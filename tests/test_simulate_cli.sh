@@ -37,6 +37,8 @@ for p in ideal native recompute chameleon capuchin vdnn; do
 done
 check sim-native-oom 1 'FAILED +at step 0, op [0-9]+: .*out of device memory' -- \
   "${small[@]}" --policy native --capacity 7GiB --quiet
+check sim-native-oom-json 1 '"oom_op": [1-9]' -- \
+  "${small[@]}" --policy native --capacity 7GiB --json
 check sim-chameleon-fits 0 'steps +12 of 12' -- "${small[@]}" --capacity 7GiB --quiet
 check sim-capuchin-changed 1 'at step 8, op [0-9]+: capuchin policy: .*the op sequence changed' -- \
   "${small[@]}" --policy capuchin --capacity 6GiB --validate-every 8 --quiet

@@ -224,6 +224,31 @@ static void test_overflow_skips_the_update(void **state)
     assert_int_equal(t.fingerprint[0], t.fingerprint[1]);
 }
 
+static void test_overflow_probability_is_seeded(void **state)
+{
+    (void)state;
+    cham_model_config_t m = small_llama();
+    m.overflow_prob = 0.3;
+    int hits = 0;
+    for (uint64_t s = 0; s < 200; s++) {
+        bool o = cham_workload_overflows(&m, s);
+        hits += o;
+        cham_model_config_t again = m;
+        assert_int_equal(cham_workload_overflows(&again, s), o);
+    }
+    assert_true(hits > 30 && hits < 90);          /* about 60 of 200 */
+    cham_model_config_t other = m;
+    other.seed = 7;
+    bool differ = false;
+    for (uint64_t s = 0; s < 200; s++)
+        differ = differ || cham_workload_overflows(&other, s) != cham_workload_overflows(&m, s);
+    assert_true(differ);
+    trace_t t;
+    run_trace(&m, 8, &t);
+    for (uint64_t s = 0; s < 8; s++)
+        assert_int_equal(t.info[s].overflow, cham_workload_overflows(&m, s));
+}
+
 static void test_validation_opens_the_step(void **state)
 {
     (void)state;
@@ -407,6 +432,7 @@ int main(void)
         cmocka_unit_test(test_device_parameters_shard),
         cmocka_unit_test(test_activation_formula),
         cmocka_unit_test(test_overflow_skips_the_update),
+        cmocka_unit_test(test_overflow_probability_is_seeded),
         cmocka_unit_test(test_validation_opens_the_step),
         cmocka_unit_test(test_layer_drop),
         cmocka_unit_test(test_moe_counts_vary),

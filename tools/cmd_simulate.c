@@ -268,18 +268,15 @@ static void print_json(const sim_opts_t *o, const cham_run_result_t *r, double i
 {
     const cham_model_config_t *m = &o->run.model;
     json_t *j = json_object();
-    json_t *oom = json_object();
-    json_object_set_new(oom, "failed", json_boolean(r->oom));
-    if (r->oom) {
-        json_object_set_new(oom, "step", json_integer((json_int_t)r->fail_step));
-        json_object_set_new(oom, "op", json_integer((json_int_t)r->fail_op));
-    }
     json_object_set_new(j, "policy", json_string(cham_run_policy_name(o->run.policy)));
     json_object_set_new(j, "device", json_string(o->run.runtime.device.preset));
     json_object_set_new(j, "model", json_string(o->model));
     json_object_set_new(j, "parameters", json_integer((json_int_t)cham_model_parameters(m)));
     json_object_set_new(j, "steps", json_integer((json_int_t)r->steps));
-    json_object_set_new(j, "oom", oom);
+    json_object_set_new(j, "oom", json_boolean(r->oom));
+    json_object_set_new(j, "oom_step",
+                        r->oom ? json_integer((json_int_t)r->fail_step) : json_null());
+    json_object_set_new(j, "oom_op", r->oom ? json_integer((json_int_t)r->fail_op) : json_null());
     json_object_set_new(j, "error", r->status == CHAM_OK ? json_null() : json_string(r->error));
     json_object_set_new(j, "peak_device_bytes", json_integer((json_int_t)r->peak_device_bytes));
     json_object_set_new(j, "capacity_bytes", json_integer((json_int_t)r->capacity_bytes));
