@@ -102,6 +102,8 @@ static void assert_configs_equal(const cham_config_t *a, const cham_config_t *b)
     assert_int_equal(a->oom_handling, b->oom_handling);
     assert_int_equal(a->pytorch_record_stream, b->pytorch_record_stream);
     assert_int_equal(a->policy_cache, b->policy_cache);
+    assert_int_equal(a->planner, b->planner);
+    assert_int_equal(a->profiler, b->profiler);
 }
 
 /* ---- defaults -------------------------------------------------------------------*/
@@ -169,7 +171,9 @@ static const char full_file[] =
     "  \"memory_budget\": \"10GiB\",\n"
     "  \"oom_handling\": false,\n"
     "  \"pytorch_record_stream\": true,\n"
-    "  \"policy_cache\": 0\n"
+    "  \"policy_cache\": 0,\n"
+    "  \"planner\": \"capuchin\",\n"
+    "  \"profiler\": false\n"
     "}\n";
 
 static void test_full_file(void **state)
@@ -211,7 +215,14 @@ static void test_full_file(void **state)
     assert_false(c.oom_handling);
     assert_true(c.pytorch_record_stream);
     assert_int_equal(c.policy_cache, 0);
+    assert_int_equal(c.planner, CHAM_PLANNER_CAPUCHIN);
+    assert_false(c.profiler);
     assert_int_equal(cham_config_validate(&c, err, sizeof err), CHAM_OK);
+    /* The executor acts on what the profiler sees. */
+    c.executor = true;
+    assert_int_equal(cham_config_validate(&c, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "profiler: false needs executor: false"));
+    c.executor = false;
 
     /* Loading the same file again changes nothing. */
     cham_config_t again = c;
@@ -374,6 +385,8 @@ typedef struct bad_file {
 } bad_file_t;
 
 static const bad_file_t bad_files[] = {
+    {"planner.json", "{\"planner\": \"swapadvisor\"}",
+     {": key \"planner\": unknown planner \"swapadvisor\" (known: chameleon, vdnn, capuchin)"}},
     {"cosine.json", "{\"cosine_threshold\": 1.5}",
      {": key \"cosine_threshold\": 1.5 is out of range (0, 1]"}},
     {"cosine0.json", "{\"cosine_threshold\": 0}",

@@ -108,6 +108,9 @@ typedef struct cham_config {
                                     op the policy names, no polling) */
     uint32_t policy_cache;       /* policies kept per op sequence seen (4; 0 = off) */
     cham_planner_kind_t planner; /* CHAM_PLANNER_CHAMELEON */
+    bool profiler;               /* the lightweight profiler: each step's op sequence
+                                    and the stage machine (true; false needs the
+                                    executor off: for measuring what it costs) */
 } cham_config_t;
 
 /* The defaults: the sim device's defaults, managed mode, a 16 GiB pinned

@@ -51,6 +51,9 @@ typedef struct cham_model_config {
     double layer_drop;           /* probability that a layer is skipped (seeded) */
     bool moe_vary;               /* per-expert token counts change every step */
     uint64_t seed;
+    /* What a per-op timing profiler (a framework's built-in one) does: the
+     * host waits for the device after every op. */
+    bool sync_every_op;
 } cham_model_config_t;
 
 /* Presets: "gpt2-1.5b", "llama2-7b", "llama2-13b", "llama3-8b",
@@ -145,6 +148,7 @@ typedef struct cham_run_config {
                                     needs (executor, OOM handling, planner) */
     cham_run_policy_t policy;
     uint64_t steps;
+    bool profile_every_step;     /* detailed profiling of every step */
     void (*on_step)(const cham_run_step_t *step, void *user);
     cham_log_hook_t log;         /* the runtime's log; NULL = silent */
     void *user;
@@ -173,6 +177,10 @@ typedef struct cham_run_result {
     uint64_t on_demand_swapins;
     uint64_t passive_swapouts;
     uint64_t ops_per_step;       /* of the last completed step */
+    /* Memory block reuse interval: ops dispatched between a swapped-out
+     * block's free and its return to the pool (chameleon/alloc.h). */
+    double reuse_interval_mean;
+    uint64_t reuse_interval_max;
 } cham_run_result_t;
 
 /* Runs the workload under the policy on the sim backend. CHAM_OK when the

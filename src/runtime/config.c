@@ -48,6 +48,7 @@ cham_config_t cham_config_default(void)
     c.executor = true;
     c.oom_handling = true;
     c.policy_cache = 4;
+    c.profiler = true;
     return c;
 }
 
@@ -131,6 +132,7 @@ static const field_t fields[] = {
     PLAINF("pytorch_record_stream", pytorch_record_stream, K_BOOL),
     INTF("policy_cache", policy_cache, K_U32, 0, 1024, "[0, 1024] entries"),
     PLAINF("planner", planner, K_PLANNER),
+    PLAINF("profiler", profiler, K_BOOL),
 };
 
 #define N_FIELDS (sizeof fields / sizeof fields[0])
@@ -786,6 +788,11 @@ cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_
             cham_set_err(err, err_size, "%s", why);
             return CHAM_ERR_INVALID_ARG;
         }
+    }
+    if (!config->profiler && config->executor) {
+        cham_set_err(err, err_size, "profiler: false needs executor: false (the executor acts "
+                     "on what the profiler sees)");
+        return CHAM_ERR_INVALID_ARG;
     }
     return CHAM_OK;
 }

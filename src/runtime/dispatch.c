@@ -169,13 +169,15 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
         cham_context_error(ctx, "op begin: more than %u ops in one step", UINT32_MAX / 2);
         return CHAM_ERR_INVALID_ARG;
     }
-    cham_op_token_t *seq = cham_grow(ctx->seq, &ctx->seq_cap, ctx->ops_in_step + 1,
-                                     sizeof *seq, 1024);
-    if (!seq) {
-        cham_context_error(ctx, "op begin: out of host memory for the op sequence");
-        return CHAM_ERR_HOST_OOM;
+    if (ctx->config.profiler) {
+        cham_op_token_t *seq = cham_grow(ctx->seq, &ctx->seq_cap, ctx->ops_in_step + 1,
+                                         sizeof *seq, 1024);
+        if (!seq) {
+            cham_context_error(ctx, "op begin: out of host memory for the op sequence");
+            return CHAM_ERR_HOST_OOM;
+        }
+        ctx->seq = seq;
     }
-    ctx->seq = seq;
     ctx->n_actions = 0;
     if (ctx->exec.plan && ctx->exec.plan->positions) {
         cham_status_t st = cham_exec_check_positions(ctx, token, inputs, n_inputs, outputs,
@@ -209,7 +211,9 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
     ctx->in_begin = false;
     if (st != CHAM_OK)
         return st;
-    ctx->seq[ctx->ops_in_step++] = token;
+    if (ctx->config.profiler)
+        ctx->seq[ctx->ops_in_step] = token;
+    ctx->ops_in_step++;
     ctx->in_op = true;
     if (ctx->building && !ctx->profile_failed &&
         !cham_profile_begin_op(ctx->building, token, ctx->phase, ctx->stats.mem_in_use))
@@ -298,7 +302,9 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     }
     cham_stage_t from = ctx->stages.stage;
     bool ok = true;
-    cham_stage_t to = cham_stage_machine_step(&ctx->stages, ctx->seq, ctx->ops_in_step, &ok);
+    cham_stage_t to = ctx->config.profiler
+                          ? cham_stage_machine_step(&ctx->stages, ctx->seq, ctx->ops_in_step, &ok)
+                          : from;
     /* A profiled step, and the one before GenPolicy's first, end with the
      * device idle: a profile's duration is then the device's time for the
      * step (the host runs ahead of the device), and GenPolicy's trials are

@@ -222,7 +222,9 @@ cham_status_t wl_run(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_
         return st;
     if ((st = launch(w, w->compute, op, acc, n, flops, bytes > 0 ? bytes : moved, 0)) != CHAM_OK)
         return st;
-    return cham_op_end(w->ctx);
+    if ((st = cham_op_end(w->ctx)) != CHAM_OK || !w->m.sync_every_op)
+        return st;
+    return cham_stream_synchronize(w->compute);   /* the op's time, as a profiler reads it */
 }
 
 cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_t n,

@@ -106,6 +106,8 @@ static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_work
         cham_context_get_stats(ctx, &before);
         uint64_t ops0 = cham_context_ops(ctx);
         cham_context_reset_peak(ctx);
+        if (c->profile_every_step)
+            cham_context_request_profile(ctx);
         cham_step_info_t info;
         cham_status_t st = cham_workload_step(w, s, &info);
         if (st == CHAM_OK)
@@ -177,8 +179,14 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
     cham_runtime_stats_t rs;
     cham_context_get_stats(ctx, &rs);
     cham_alloc_stats_t as;
-    if (cham_context_alloc_stats(ctx, &as) == CHAM_OK)
+    if (cham_context_alloc_stats(ctx, &as) == CHAM_OK) {
         r->peak_device_bytes = as.peak_reserved;
+        r->reuse_interval_max = as.reuse_interval_max;
+        r->reuse_interval_mean = as.n_deferred_released
+                                     ? (double)as.reuse_interval_sum /
+                                           (double)as.n_deferred_released
+                                     : 0;
+    }
     r->stage_changes = rs.stage_changes;
     r->policy_regenerations = rs.policies_generated;
     r->on_demand_swapins = rs.on_demand_swaps_in;

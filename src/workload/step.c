@@ -244,6 +244,8 @@ static cham_status_t forward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
     cham_tensor_t *x;
     TRY(cham_phase(w->ctx, CHAM_PHASE_FORWARD));
     w->timing = mb == 0;
+    if (w->timing)
+        w->fwd_ns = 0;                 /* measured afresh every step */
     TRY(wl_embed_forward(w, true, &f->ids[slot], &x));
     for (uint32_t l = 0; l < w->n_layers; l++)
         TRY(wl_layer_forward(w, l, mb, x, true, &sv[l], &x));
