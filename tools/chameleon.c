@@ -12,6 +12,7 @@ static const struct {
 } commands[] = {
     {"demo", cmd_demo, "swap activations of a small model on the simulated device"},
     {"devices", cmd_devices, "list the simulated device presets"},
+    {"experiment", cmd_experiment, "reproduce one of the paper's experiments in the simulator"},
     {"plan", cmd_plan, "make a swap policy from a saved profile"},
     {"simulate", cmd_simulate, "simulate LLM training at paper scale under a memory policy"},
     {"train", cmd_train, "train a GPT model under a device memory budget"},

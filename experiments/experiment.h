@@ -1,0 +1,144 @@
+/* The paper's evaluation reproduced in the simulator (docs/experiments.md):
+ * each experiment runs the workload generator under the memory policies
+ * (cham_run), and returns its result as tables and plots that
+ * `chameleon experiment` prints and writes as CSV, JSON and SVG, and that
+ * the tests read at a reduced size to assert the qualitative result. */
+#ifndef CHAM_EXPERIMENT_H
+#define CHAM_EXPERIMENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "chameleon/chameleon.h"
+
+/* ---- tables -----------------------------------------------------------------*/
+
+#define EXP_MAX_COLS 16
+
+/* A cell: a number (NAN for none) shown with a format, or a text. */
+typedef struct exp_cell {
+    double num;
+    char text[48];               /* shown when not "" */
+} exp_cell_t;
+
+typedef struct exp_table {
+    char name[48];               /* file stem: NAME.csv, in the JSON */
+    char title[160];
+    size_t n_cols;
+    char cols[EXP_MAX_COLS][40];
+    size_t n_rows, cap_rows;
+    exp_cell_t *cells;           /* n_rows x n_cols */
+} exp_table_t;
+
+/* A table with columns; false when the host is out of memory. */
+bool exp_table_init(exp_table_t *t, const char *name, const char *title, size_t n_cols,
+                    const char *const *cols);
+void exp_table_free(exp_table_t *t);
+/* A new row of NAN cells; its index, or -1 when the host is out of memory. */
+long exp_table_add_row(exp_table_t *t);
+void exp_table_set(exp_table_t *t, size_t row, size_t col, double v);
+void exp_table_set_text(exp_table_t *t, size_t row, size_t col, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The cell at the row whose first column reads `row` and the column named
+ * `col`: its number (NAN when absent or a text). */
+double exp_table_get(const exp_table_t *t, const char *row, const char *col);
+
+/* Prints the table aligned, numbers with up to 4 significant decimals. */
+void exp_table_print(const exp_table_t *t, FILE *f);
+/* CSV (RFC 4180) and a JSON object {name, title, columns, rows}. */
+bool exp_table_write_csv(const exp_table_t *t, const char *path);
+
+/* ---- plots -------------------------------------------------------------------*/
+
+#define EXP_MAX_SERIES 8
+
+typedef struct exp_series {
+    char name[40];
+    size_t n;
+    double *x, *y;               /* NAN y: a gap */
+} exp_series_t;
+
+typedef struct exp_plot {
+    char name[48];               /* file stem: NAME.svg */
+    char title[160];
+    char x_label[64], y_label[64];
+    bool log_x;
+    size_t n_series;
+    exp_series_t series[EXP_MAX_SERIES];
+} exp_plot_t;
+
+void exp_plot_init(exp_plot_t *p, const char *name, const char *title, const char *x_label,
+                   const char *y_label);
+/* Adds a point to the named series (made on first use); false when the
+ * host is out of memory or there are too many series. */
+bool exp_plot_add(exp_plot_t *p, const char *series, double x, double y);
+void exp_plot_free(exp_plot_t *p);
+/* A self-contained SVG line plot: axes with ticks, one coloured line with
+ * markers per series, a legend. false when the file cannot be written. */
+bool exp_plot_write_svg(const exp_plot_t *p, const char *path);
+
+/* ---- experiments ---------------------------------------------------------------*/
+
+#define EXP_MAX_TABLES 4
+#define EXP_MAX_PLOTS 4
+
+typedef struct exp_result {
+    size_t n_tables, n_plots;
+    exp_table_t tables[EXP_MAX_TABLES];
+    exp_plot_t plots[EXP_MAX_PLOTS];
+    char summary[1024];          /* the finding in a few sentences */
+} exp_result_t;
+
+void exp_result_free(exp_result_t *r);
+
+typedef struct exp_config {
+    const char *device;          /* preset (each experiment has a default) */
+    bool reduced;                /* the tests' size: seconds, same shape */
+    bool progress;               /* a line per run on stderr */
+} exp_config_t;
+
+typedef struct exp_def {
+    const char *name;
+    const char *what;            /* one line for --list */
+    const char *device;          /* default preset */
+    /* CHAM_OK with r filled; else err says why. */
+    cham_status_t (*run)(const exp_config_t *c, exp_result_t *r, char *err, size_t err_size);
+} exp_def_t;
+
+size_t exp_count(void);
+const exp_def_t *exp_at(size_t i);
+const exp_def_t *exp_find(const char *name);
+
+/* Writes every table (CSV), the whole result (NAME.json) and every plot
+ * (SVG) into dir, made if missing. false with err when it cannot. */
+bool exp_result_write(const exp_def_t *e, const exp_config_t *c, const exp_result_t *r,
+                      const char *dir, char *err, size_t err_size);
+
+/* ---- helpers for experiments ------------------------------------------------------*/
+
+/* Llama 2's shape at hidden h: heads of 128, ffn 8/3 h rounded to 256. */
+cham_model_config_t exp_llama(uint32_t hidden, uint32_t layers, uint32_t seq, uint32_t mbs);
+/* One run; r->status says how it went. steps 0 = enough to reach Stable. */
+cham_status_t exp_run(const exp_config_t *c, const cham_model_config_t *m,
+                      cham_run_policy_t policy, uint64_t capacity, uint64_t steps,
+                      cham_run_result_t *r, char *err, size_t err_size);
+/* Steps that reach Stable and a few more with the default stage machine. */
+#define EXP_STABLE_STEPS 12
+
+/* A run's step-by-step record. */
+typedef struct exp_steps {
+    uint64_t n;
+    double *time_s;              /* simulated */
+    cham_stage_t *stage;
+    uint64_t *on_demand, *passive;
+    bool *validated;
+} exp_steps_t;
+
+/* Runs rc (its device preset set from c) and records every step in *s
+ * (freed with exp_steps_free). */
+cham_status_t exp_run_steps(const exp_config_t *c, cham_run_config_t *rc, exp_steps_t *s,
+                            cham_run_result_t *r, char *err, size_t err_size);
+void exp_steps_free(exp_steps_t *s);
+
+#endif

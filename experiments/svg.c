@@ -1,0 +1,282 @@
+/* Line plots as self-contained SVG (experiment.h): axes with "nice" ticks,
+ * light grid lines, one coloured polyline with markers per series, NAN
+ * values as gaps, a legend. No external program is needed to view them. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "experiment.h"
+
+void exp_plot_init(exp_plot_t *p, const char *name, const char *title, const char *x_label,
+                   const char *y_label)
+{
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    snprintf(p->title, sizeof p->title, "%s", title);
+    snprintf(p->x_label, sizeof p->x_label, "%s", x_label);
+    snprintf(p->y_label, sizeof p->y_label, "%s", y_label);
+}
+
+bool exp_plot_add(exp_plot_t *p, const char *series, double x, double y)
+{
+    exp_series_t *s = NULL;
+    for (size_t i = 0; i < p->n_series && !s; i++)
+        if (strcmp(p->series[i].name, series) == 0)
+            s = &p->series[i];
+    if (!s) {
+        if (p->n_series == EXP_MAX_SERIES)
+            return false;
+        s = &p->series[p->n_series++];
+        *s = (exp_series_t){0};
+        snprintf(s->name, sizeof s->name, "%s", series);
+    }
+    if ((s->n & (s->n - 1)) == 0) {          /* 0, 1, 2, 4, ...: double the room */
+        size_t cap = s->n ? 2 * s->n : 1;
+        double *x2 = realloc(s->x, cap * sizeof *x2);
+        if (!x2)
+            return false;
+        s->x = x2;
+        double *y2 = realloc(s->y, cap * sizeof *y2);
+        if (!y2)
+            return false;
+        s->y = y2;
+    }
+    s->x[s->n] = x;
+    s->y[s->n] = y;
+    s->n++;
+    return true;
+}
+
+void exp_plot_free(exp_plot_t *p)
+{
+    for (size_t i = 0; i < p->n_series; i++) {
+        free(p->series[i].x);
+        free(p->series[i].y);
+    }
+    p->n_series = 0;
+}
+
+/* ---- layout -------------------------------------------------------------------------*/
+
+#define WIDTH 720
+#define HEIGHT 420
+#define LEFT 78
+#define RIGHT 170                /* room for the legend */
+#define TOP 44
+#define BOTTOM 56
+
+/* Okabe-Ito: told apart with every common colour-vision deficiency. */
+static const char *const palette[EXP_MAX_SERIES] = {
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
+};
+
+typedef struct axis {
+    double lo, hi;               /* the drawn range */
+    double step;                 /* between ticks (log axis: a factor) */
+    bool log;
+} axis_t;
+
+/* 1, 2 or 5 times a power of ten, near range / 6. */
+static double nice_step(double range)
+{
+    double raw = range / 6, p = pow(10, floor(log10(raw))), m = raw / p;
+    return p * (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10);
+}
+
+static void linear_axis(axis_t *a, double lo, double hi, bool from_zero)
+{
+    if (from_zero && lo >= 0 && lo < 0.4 * hi)
+        lo = 0;
+    if (!(hi > lo)) {                        /* one value: pad around it */
+        double pad = lo != 0 ? fabs(lo) * 0.5 : 1;
+        lo -= pad;
+        hi += pad;
+        if (from_zero && lo < 0 && hi - pad >= 0)
+            lo = 0;
+    }
+    a->step = nice_step(hi - lo);
+    a->lo = floor(lo / a->step) * a->step;
+    a->hi = ceil(hi / a->step) * a->step;
+    a->log = false;
+}
+
+/* Powers of two when every value is one, else decades. */
+static void log_axis(axis_t *a, double lo, double hi, bool pow2)
+{
+    double base = pow2 ? 2 : 10;
+    a->lo = pow(base, floor(log(lo) / log(base)));
+    a->hi = pow(base, ceil(log(hi) / log(base)));
+    if (!(a->hi > a->lo))
+        a->hi = a->lo * base;
+    a->step = base;
+    a->log = true;
+}
+
+static double to_unit(const axis_t *a, double v)
+{
+    return a->log ? (log(v) - log(a->lo)) / (log(a->hi) - log(a->lo))
+                  : (v - a->lo) / (a->hi - a->lo);
+}
+
+/* A tick label: up to 4 significant digits, k/M/G from 10,000. */
+static void label(char *buf, size_t size, double v)
+{
+    const char *suffix = "";
+    double a = fabs(v);
+    if (a >= 1e10) {
+        v /= 1e9;
+        suffix = "G";
+    } else if (a >= 1e7) {
+        v /= 1e6;
+        suffix = "M";
+    } else if (a >= 1e4) {
+        v /= 1e3;
+        suffix = "k";
+    }
+    snprintf(buf, size, "%.4g%s", v, suffix);
+}
+
+static void escaped(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&#39;", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+static bool usable(const exp_plot_t *p, double x, double y)
+{
+    return isfinite(x) && isfinite(y) && (!p->log_x || x > 0);
+}
+
+/* ---- drawing -------------------------------------------------------------------------*/
+
+static void draw_axes(FILE *f, const exp_plot_t *p, const axis_t *ax, const axis_t *ay)
+{
+    const double w = WIDTH - LEFT - RIGHT, h = HEIGHT - TOP - BOTTOM;
+    char buf[32];
+    fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
+            "stroke=\"#444\" stroke-width=\"1\"/>\n", LEFT, TOP, w, h);
+    /* y ticks and grid */
+    for (double v = ay->lo; v <= ay->hi + ay->step * 1e-9; v += ay->step) {
+        double y = TOP + h * (1 - to_unit(ay, v));
+        fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#ddd\"/>\n",
+                LEFT, y, LEFT + w, y);
+        label(buf, sizeof buf, fabs(v) < ay->step * 1e-9 ? 0 : v);
+        fprintf(f, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\" dominant-baseline=\"middle\">"
+                "%s</text>\n", LEFT - 6, y, buf);
+    }
+    /* x ticks and grid */
+    for (double v = ax->lo; v <= ax->hi * (1 + 1e-9) + (ax->log ? 0 : ax->step * 1e-9);
+         v = ax->log ? v * ax->step : v + ax->step) {
+        double x = LEFT + w * to_unit(ax, v);
+        fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#ddd\"/>\n", x,
+                TOP, x, TOP + h);
+        label(buf, sizeof buf, fabs(v) < (ax->log ? 0 : ax->step * 1e-9) ? 0 : v);
+        fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%s</text>\n", x,
+                TOP + h + 18, buf);
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"15\" "
+            "font-weight=\"bold\">", WIDTH / 2.0, TOP - 18);
+    escaped(f, p->title);
+    fprintf(f, "</text>\n<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">", LEFT + w / 2,
+            HEIGHT - 12);
+    escaped(f, p->x_label);
+    fprintf(f, "</text>\n<text x=\"18\" y=\"%.1f\" text-anchor=\"middle\" "
+            "transform=\"rotate(-90 18 %.1f)\">", TOP + h / 2, TOP + h / 2);
+    escaped(f, p->y_label);
+    fputs("</text>\n", f);
+}
+
+/* One series: a polyline per run of usable points, markers if few. */
+static void draw_series(FILE *f, const exp_plot_t *p, size_t i, const axis_t *ax,
+                        const axis_t *ay)
+{
+    const exp_series_t *s = &p->series[i];
+    const double w = WIDTH - LEFT - RIGHT, h = HEIGHT - TOP - BOTTOM;
+    bool open = false;
+    for (size_t k = 0; k < s->n; k++) {
+        if (!usable(p, s->x[k], s->y[k])) {
+            if (open)
+                fputs("\"/>\n", f);
+            open = false;
+            continue;
+        }
+        if (!open)
+            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"",
+                    palette[i]);
+        fprintf(f, "%s%.2f,%.2f", open ? " " : "", LEFT + w * to_unit(ax, s->x[k]),
+                TOP + h * (1 - to_unit(ay, s->y[k])));
+        open = true;
+    }
+    if (open)
+        fputs("\"/>\n", f);
+    if (s->n > 60)
+        return;
+    for (size_t k = 0; k < s->n; k++)
+        if (usable(p, s->x[k], s->y[k]))
+            fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"/>\n",
+                    LEFT + w * to_unit(ax, s->x[k]), TOP + h * (1 - to_unit(ay, s->y[k])),
+                    palette[i]);
+}
+
+static void draw_legend(FILE *f, const exp_plot_t *p)
+{
+    int x = WIDTH - RIGHT + 14;
+    for (size_t i = 0; i < p->n_series; i++) {
+        int y = TOP + 10 + 20 * (int)i;
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"16\" height=\"4\" fill=\"%s\"/>\n", x, y,
+                palette[i]);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" dominant-baseline=\"middle\">", x + 22, y + 2);
+        escaped(f, p->series[i].name);
+        fputs("</text>\n", f);
+    }
+}
+
+bool exp_plot_write_svg(const exp_plot_t *p, const char *path)
+{
+    double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
+    bool pow2 = true;
+    for (size_t i = 0; i < p->n_series; i++)
+        for (size_t k = 0; k < p->series[i].n; k++) {
+            double x = p->series[i].x[k], y = p->series[i].y[k];
+            if (!usable(p, x, y))
+                continue;
+            xlo = fmin(xlo, x), xhi = fmax(xhi, x), ylo = fmin(ylo, y), yhi = fmax(yhi, y);
+            double e = log2(x);
+            pow2 = pow2 && e == floor(e);
+        }
+    if (!(xlo <= xhi)) {                      /* nothing to draw: empty axes */
+        xlo = p->log_x ? 1 : 0, xhi = p->log_x ? 10 : 1, ylo = 0, yhi = 1;
+        pow2 = false;
+    }
+    axis_t ax, ay;
+    if (p->log_x)
+        log_axis(&ax, xlo, xhi, pow2);
+    else
+        linear_axis(&ax, xlo, xhi, false);
+    linear_axis(&ay, ylo, yhi, true);
+
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" "
+            "height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"Helvetica, Arial, sans-serif\" "
+            "font-size=\"12\" fill=\"#222\">\n<rect width=\"100%%\" height=\"100%%\" "
+            "fill=\"white\"/>\n", WIDTH, HEIGHT, WIDTH, HEIGHT);
+    draw_axes(f, p, &ax, &ay);
+    for (size_t i = 0; i < p->n_series; i++)
+        draw_series(f, p, i, &ax, &ay);
+    draw_legend(f, p);
+    fputs("</svg>\n", f);
+    bool ok = !ferror(f);
+    return fclose(f) == 0 && ok;
+}

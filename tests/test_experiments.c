@@ -1,0 +1,267 @@
+/* The experiments at their reduced size (`chameleon experiment NAME
+ * --reduced`), each asserting the paper's qualitative result: Chameleon
+ * fits larger sizes than native along every dimension; it beats full
+ * recomputation where the link can hide the swaps; Capuchin fails on a
+ * changed sequence while Chameleon does not; the custom recordStream
+ * reuses blocks sooner than PyTorch's; the policy cache shortens WarmUp.
+ * And the result files are written. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "experiment.h"
+
+static void run(const char *name, exp_result_t *r)
+{
+    const exp_def_t *e = exp_find(name);
+    assert_non_null(e);
+    exp_config_t c = {.device = e->device, .reduced = true};
+    char err[1024] = "";
+    memset(r, 0, sizeof *r);
+    if (e->run(&c, r, err, sizeof err) != CHAM_OK)
+        fail_msg("%s: %s", name, err);
+}
+
+static void test_max_size(void **state)
+{
+    (void)state;
+    exp_result_t r;
+    run("max-size", &r);
+    const exp_table_t *t = &r.tables[0];
+    const char *dims[] = {"batch", "layers", "seq", "hidden"};
+    for (size_t d = 0; d < 4; d++) {
+        double native = exp_table_get(t, dims[d], "native");
+        double cham = exp_table_get(t, dims[d], "chameleon");
+        assert_true(native > 0);
+        if (!(cham > native))
+            fail_msg("%s: chameleon %g, native %g", dims[d], cham, native);
+        assert_true(exp_table_get(t, dims[d], "recompute") >= native);
+    }
+    exp_result_free(&r);
+}
+
+static void test_scaling(void **state)
+{
+    (void)state;
+    exp_result_t r;
+    run("scaling", &r);
+    const exp_table_t *t = &r.tables[0];
+    /* Where native fits, the swaps hide behind compute: Chameleon is as
+     * fast as native and faster than recomputation. */
+    const char *points[] = {"batch=1", "seq=512", "hidden=512"};
+    for (size_t i = 0; i < 3; i++) {
+        double native = exp_table_get(t, points[i], "native s");
+        double cham = exp_table_get(t, points[i], "chameleon s");
+        double rec = exp_table_get(t, points[i], "recompute s");
+        assert_true(native > 0 && cham > 0 && rec > 0);
+        assert_true(cham <= native * 1.001);
+        assert_true(cham < rec);
+    }
+    assert_int_equal(r.n_plots, 3);
+    exp_result_free(&r);
+}
+
+static void test_stability(void **state)
+{
+    (void)state;
+    exp_result_t r;
+    run("stability", &r);
+    const exp_table_t *t = &r.tables[0];
+    assert_true(exp_table_get(t, "chameleon", "steps run") == 450);
+    assert_true(isnan(exp_table_get(t, "chameleon", "failed at step")));
+    assert_true(exp_table_get(t, "capuchin", "failed at step") == 200);   /* the first validation */
+    assert_non_null(strstr(r.summary, "Capuchin failed at the first step"));
+    exp_result_free(&r);
+}
+
+static void test_record_stream(void **state)
+{
+    (void)state;
+    exp_result_t r;
+    run("record-stream", &r);
+    const exp_table_t *t = &r.tables[0];
+    assert_true(t->n_rows >= 3);
+    for (size_t i = 0; i < t->n_rows; i++) {
+        double custom = t->cells[i * t->n_cols + 3].num, torch = t->cells[i * t->n_cols + 4].num;
+        if (!(custom > 0 && custom < torch))
+            fail_msg("row %zu: custom reuse %g, pytorch %g", i, custom, torch);
+    }
+    exp_result_free(&r);
+}
+
+static void test_policy_cache(void **state)
+{
+    (void)state;
+    exp_result_t r;
+    run("policy-cache", &r);
+    const exp_table_t *t = &r.tables[0];
+    /* A validation no longer sends Chameleon through WarmUp and GenPolicy
+     * again: the kept policy comes back. (Whether that is faster depends on
+     * how good the kept policy is: docs/experiments.md.) */
+    assert_true(exp_table_get(t, "on", "steps in WarmUp") <
+                exp_table_get(t, "off", "steps in WarmUp"));
+    assert_true(exp_table_get(t, "on", "steps in GenPolicy") <
+                exp_table_get(t, "off", "steps in GenPolicy"));
+    exp_result_free(&r);
+}
+
+/* Every experiment, reduced, gives a non-empty table and a plot: the ones
+ * above assert more; profiling-overhead, layer-scaling and parallelism
+ * report differences to the paper rather than a direction to assert. */
+static void test_every_experiment_runs(void **state)
+{
+    (void)state;
+    assert_true(exp_count() >= 8);
+    for (size_t i = 0; i < exp_count(); i++) {
+        const char *name = exp_at(i)->name;
+        if (strcmp(name, "max-size") == 0 || strcmp(name, "stability") == 0 ||
+            strcmp(name, "policy-cache") == 0)
+            continue;                     /* run by their own tests */
+        exp_result_t r;
+        run(name, &r);
+        assert_true(r.n_tables >= 1 && r.tables[0].n_rows >= 1);
+        assert_true(r.n_plots >= 1 && r.plots[0].n_series >= 1);
+        assert_true(strlen(r.summary) > 0);
+        exp_result_free(&r);
+    }
+    assert_null(exp_find("no-such-experiment"));
+}
+
+/* ---- the SVG plots -----------------------------------------------------------------*/
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+static size_t count(const char *hay, const char *needle)
+{
+    size_t n = 0;
+    for (const char *p = strstr(hay, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+static void test_svg_plot(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/cham-plot-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    exp_plot_t p;
+    exp_plot_init(&p, "t", "Time <&> \"space\"", "x", "y");
+    for (int i = 0; i <= 10; i++) {
+        assert_true(exp_plot_add(&p, "a", i, 10.0 * i));
+        assert_true(exp_plot_add(&p, "b", i, i == 5 ? NAN : 50));  /* a gap */
+    }
+    assert_true(exp_plot_write_svg(&p, path));
+    const char *svg = slurp(path);
+    assert_non_null(strstr(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert_non_null(strstr(svg, "</svg>\n"));
+    assert_int_equal(count(svg, "<polyline"), 3);           /* a, and b in two runs */
+    assert_int_equal(count(svg, "<circle"), 21);            /* 11 + 10 usable points */
+    assert_non_null(strstr(svg, "Time &lt;&amp;&gt; &quot;space&quot;"));
+    assert_non_null(strstr(svg, ">a</text>"));
+    assert_non_null(strstr(svg, ">b</text>"));
+    for (int v = 0; v <= 100; v += 20) {                    /* nice ticks of 0..100 */
+        char tick[32];
+        snprintf(tick, sizeof tick, ">%d</text>", v);
+        assert_non_null(strstr(svg, tick));
+    }
+    exp_plot_free(&p);
+
+    /* A log axis skips x <= 0; powers of two get power-of-two ticks. */
+    exp_plot_init(&p, "log", "log", "x", "y");
+    p.log_x = true;
+    assert_true(exp_plot_add(&p, "s", 0, 1));
+    for (int x = 1; x <= 64; x *= 2)
+        assert_true(exp_plot_add(&p, "s", x, x));
+    assert_true(exp_plot_write_svg(&p, path));
+    svg = slurp(path);
+    assert_int_equal(count(svg, "<circle"), 7);
+    assert_non_null(strstr(svg, ">32</text>"));
+    exp_plot_free(&p);
+
+    /* One point, only NANs, too many series, a path that cannot be written. */
+    exp_plot_init(&p, "edge", "edge", "x", "y");
+    assert_true(exp_plot_add(&p, "one", 3, 3));
+    assert_true(exp_plot_add(&p, "none", 1, NAN));
+    assert_true(exp_plot_write_svg(&p, path));
+    for (int i = 2; i < EXP_MAX_SERIES; i++) {
+        char name[8];
+        snprintf(name, sizeof name, "s%d", i);
+        assert_true(exp_plot_add(&p, name, 1, 1));
+    }
+    assert_false(exp_plot_add(&p, "one too many", 1, 1));
+    assert_false(exp_plot_write_svg(&p, "/proc/no/such/file.svg"));
+    exp_plot_free(&p);
+    unlink(path);
+}
+
+static void test_files_written(void **state)
+{
+    (void)state;
+    exp_result_t r;
+    run("record-stream", &r);
+    char dir[] = "/tmp/cham-exp-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    exp_config_t c = {.device = "ascend-910b", .reduced = true};
+    char err[512];
+    assert_true(exp_result_write(exp_find("record-stream"), &c, &r, dir, err, sizeof err));
+    const char *files[] = {"record_stream.csv", "record-stream.json", "record_stream_time.svg",
+                           "record_stream_reuse.svg"};
+    char path[600];
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            fail_msg("%s was not written", path);
+        char head[64] = "";
+        size_t n = fread(head, 1, sizeof head - 1, f);
+        fclose(f);
+        assert_true(n > 0);
+        if (strstr(files[i], ".csv"))
+            assert_non_null(strstr(head, "layers,custom s/step"));
+        if (strstr(files[i], ".json"))
+            assert_int_equal(head[0], '{');
+        if (strstr(files[i], ".svg"))
+            assert_non_null(strstr(head, "<svg") ? head : strstr(head, "<?xml"));
+        unlink(path);
+    }
+    rmdir(dir);
+    /* A directory that cannot be made. */
+    assert_false(exp_result_write(exp_find("record-stream"), &c, &r, "/proc/no/such", err,
+                                  sizeof err));
+    assert_non_null(strstr(err, "/proc/no/such"));
+    exp_result_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_max_size),
+        cmocka_unit_test(test_scaling),
+        cmocka_unit_test(test_stability),
+        cmocka_unit_test(test_record_stream),
+        cmocka_unit_test(test_policy_cache),
+        cmocka_unit_test(test_every_experiment_runs),
+        cmocka_unit_test(test_svg_plot),
+        cmocka_unit_test(test_files_written),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
