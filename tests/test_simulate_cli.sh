@@ -43,4 +43,13 @@ check sim-chameleon-fits 0 'steps +12 of 12' -- "${small[@]}" --capacity 7GiB --
 check sim-capuchin-changed 1 'at step 8, op [0-9]+: capuchin policy: .*the op sequence changed' -- \
   "${small[@]}" --policy capuchin --capacity 6GiB --validate-every 8 --quiet
 check sim-progress 0 'step +11 +Stable +[0-9.]+ ms +peak' -- "${small[@]}" --capacity 7GiB
+dir=$(mktemp -d "${TMPDIR:-/tmp}/cham-sim-cli-XXXXXX") || exit 1
+trap 'rm -rf "$dir"' EXIT
+check sim-trace 0 'steps +12 of 12' -- "${small[@]}" --capacity 7GiB --quiet --trace "$dir/t.json"
+if grep -q '"traceEvents":\[' "$dir/t.json" && tail -c 4 "$dir/t.json" | grep -q ']}'; then
+  echo "ok   sim-trace-file"
+else
+  echo "FAIL sim-trace-file: $(head -c 200 "$dir/t.json")"; fails=$((fails + 1))
+fi
+check sim-trace-unwritable 1 'cannot write the trace' -- "${small[@]}" --quiet --trace /proc/no/t.json
 checks_done "chameleon simulate"

@@ -58,6 +58,7 @@ static void usage(FILE *f)
         "  --json              one JSON object with the summary\n"
         "  --quiet             no progress lines\n"
         "  --log               the runtime's log (stages, policies) on stderr\n"
+        "  --trace FILE        the timeline as Chrome trace-event JSON (Perfetto opens it)\n"
         "The ideal step time comes from a second run with unlimited device memory.\n");
 }
 
@@ -220,6 +221,8 @@ static int parse(int argc, char **argv, sim_opts_t *o)
             if (!tool_parse_size(v, &o->run.runtime.pinned_budget) ||
                 !o->run.runtime.pinned_budget)
                 return bad(a, "a size above 0 such as 2TiB", v);
+        } else if (strcmp(a, "--trace") == 0) {
+            o->run.trace_path = v;
         } else if (strcmp(a, "--policy") == 0) {
             if (cham_run_policy_parse(v, &o->run.policy) != CHAM_OK)
                 return bad(a, "chameleon, native, ideal, recompute, capuchin or vdnn", v);

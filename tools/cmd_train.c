@@ -51,7 +51,8 @@ static void usage(FILE *f)
             "                        loss and, at the end, every parameter byte\n"
             "  --json                print the summary as JSON\n"
             "  --quiet               no progress lines\n"
-            "  --log                 the runtime's log (stages, policies) on stderr\n");
+            "  --log                 the runtime's log (stages, policies) on stderr\n"
+            "  --trace FILE          the timeline as Chrome trace-event JSON (Perfetto)\n");
 }
 
 static bool parse_int(const char *v, long lo, long hi, long *out)
@@ -149,7 +150,7 @@ static int parse(int argc, char **argv, train_opts_t *o)
         static const char *const valued[] = {
             "--layers", "--hidden", "--heads", "--seq", "--batch", "--steps", "--validate-every",
             "--lr", "--drop-prob", "--seed", "--device", "--data", "--budget", "--min-swap",
-            "--overflow-at", "--policy"};
+            "--overflow-at", "--policy", "--trace"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             known = known || strcmp(a, valued[k]) == 0;
@@ -205,6 +206,8 @@ static int parse(int argc, char **argv, train_opts_t *o)
         } else if (strcmp(a, "--overflow-at") == 0) {
             if (parse_steps_list(v, o))
                 return 2;
+        } else if (strcmp(a, "--trace") == 0) {
+            o->c.trace_path = v;
         } else if (strcmp(a, "--policy") == 0) {
             static const struct {
                 const char *name;

@@ -40,6 +40,7 @@ typedef struct run {
     int adam_t;                  /* optimizer steps taken */
     uint64_t cpu_ns;             /* CPU time spent running it */
     int32_t *tok, *tgt;          /* a batch on the host */
+    cham_trace_t *trace;         /* its timeline, or NULL */
 } run_t;
 
 static void quiet(const char *line, void *user)
@@ -109,6 +110,10 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
 
 static void run_close(run_t *r)
 {
+    if (r->trace) {
+        cham_device_synchronize(cham_context_device(r->ctx));
+        cham_trace_close(r->trace, NULL, 0);
+    }
     gpt_model_free(r->model);
     if (r->ctx)
         cham_context_free(r->ctx);
@@ -185,6 +190,7 @@ static cham_status_t train_step(run_t *r, const gpt_train_config_t *c, const gpt
     }
     if (st == CHAM_OK)
         st = cham_step_end(r->ctx);
+    cham_trace_step(r->trace);
     r->cpu_ns += gpt_cpu_ns() - t0;
     return st;
 }
@@ -197,6 +203,7 @@ static cham_status_t validation_step(run_t *r, const gpt_train_config_t *c,
     cham_status_t st = gpt_forward(r->model, r->tok, r->tgt, NULL, false, loss);
     if (st == CHAM_OK)
         st = cham_step_end(r->ctx);
+    cham_trace_step(r->trace);
     r->cpu_ns += gpt_cpu_ns() - t0;
     return st;
 }
@@ -305,7 +312,9 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
     }
     run_t a, b;
     memset(&b, 0, sizeof b);
-    if ((st = run_open(&a, &cfg, budget, err, err_size)) != CHAM_OK) {
+    if ((st = run_open(&a, &cfg, budget, err, err_size)) != CHAM_OK ||
+        (c->trace_path &&
+         (st = cham_trace_open(a.ctx, c->trace_path, &a.trace, err, err_size)) != CHAM_OK)) {
         run_close(&a);
         return st;
     }

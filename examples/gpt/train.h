@@ -44,6 +44,7 @@ typedef struct gpt_train_config {
     double drop_prob;            /* stochastic depth: each block's skip chance */
     uint64_t min_swap_bytes;     /* smallest tensor worth swapping */
     bool log;                    /* the runtime's log lines to stderr */
+    const char *trace_path;      /* the constrained run's timeline (chameleon/trace.h) */
 } gpt_train_config_t;
 
 /* Defaults: a small model on the synthetic data, every dynamic behaviour

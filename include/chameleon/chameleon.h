@@ -12,6 +12,7 @@
 #include "chameleon/profile.h"
 #include "chameleon/policy.h"
 #include "chameleon/workload.h"
+#include "chameleon/trace.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -149,6 +149,7 @@ typedef struct cham_run_config {
     cham_run_policy_t policy;
     uint64_t steps;
     bool profile_every_step;     /* detailed profiling of every step */
+    const char *trace_path;      /* a timeline trace (chameleon/trace.h), or NULL */
     void (*on_step)(const cham_run_step_t *step, void *user);
     cham_log_hook_t log;         /* the runtime's log; NULL = silent */
     void *user;

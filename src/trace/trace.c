@@ -1,0 +1,174 @@
+/* Chrome trace-event JSON from the sim's task hook and the runtime's stage
+ * hook (chameleon/trace.h). Events are written as they come, so a long run
+ * costs no memory; the file is one JSON object with a "traceEvents" array.
+ * Times are microseconds of the device's virtual clock. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chameleon/chameleon.h"
+#include "chameleon/trace.h"
+#include "common/message.h"
+
+#define PID 1                    /* one process: the device and its host */
+#define HOST_TID 0
+
+struct cham_trace {
+    cham_context_t *ctx;
+    cham_device_t *dev;
+    FILE *f;
+    uint64_t capacity;
+    uint64_t policies;           /* policies generated, as last seen */
+    uint64_t last_mem;           /* the memory counter as last written */
+    bool named[CHAM_SIM_MAX_STREAMS];
+    bool failed;                 /* a write failed */
+};
+
+/* s as a JSON string body (quotes and control characters escaped). */
+static void json_text(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+}
+
+static double us(uint64_t ns)
+{
+    return (double)ns / 1000.0;
+}
+
+/* The first event of a track gives it its name and order. */
+static void name_track(cham_trace_t *t, int tid, const char *name)
+{
+    fprintf(t->f, ",\n{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\","
+            "\"args\":{\"name\":\"", PID, tid);
+    json_text(t->f, name);
+    fprintf(t->f, "\"}},\n{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_sort_index\","
+            "\"args\":{\"sort_index\":%d}}", PID, tid, tid);
+}
+
+static void memory_counter(cham_trace_t *t, uint64_t at_ns)
+{
+    cham_runtime_stats_t s;
+    cham_context_get_stats(t->ctx, &s);
+    if (s.mem_in_use == t->last_mem)
+        return;
+    t->last_mem = s.mem_in_use;
+    fprintf(t->f, ",\n{\"ph\":\"C\",\"pid\":%d,\"name\":\"device memory\",\"ts\":%.3f,"
+            "\"args\":{\"in use\":%llu,\"capacity\":%llu}}", PID, us(at_ns),
+            (unsigned long long)s.mem_in_use, (unsigned long long)t->capacity);
+}
+
+static void on_task(const cham_task_record_t *r, void *user)
+{
+    cham_trace_t *t = user;
+    static const char *const cat[] = {"kernel", "h2d", "d2h", "d2d", "host wait"};
+    int tid = r->stream_id < 0 ? HOST_TID : r->stream_id + 1;
+    if (r->stream_id >= 0 && r->stream_id < CHAM_SIM_MAX_STREAMS && !t->named[r->stream_id]) {
+        t->named[r->stream_id] = true;
+        name_track(t, tid, r->stream_name);
+    }
+    memory_counter(t, r->enqueue_ns);
+    fprintf(t->f, ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+            "\"cat\":\"%s\",\"name\":\"", PID, tid, us(r->start_ns), us(r->end_ns - r->start_ns),
+            cat[r->kind]);
+    json_text(t->f, r->label ? r->label : cat[r->kind]);
+    fprintf(t->f, "\",\"args\":{\"bytes\":%llu,\"flops\":%.6g,\"queued_at_us\":%.3f}}",
+            (unsigned long long)r->bytes, r->flops, us(r->enqueue_ns));
+}
+
+static void instant(cham_trace_t *t, const char *name)
+{
+    fprintf(t->f, ",\n{\"ph\":\"i\",\"s\":\"g\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"name\":\"",
+            PID, HOST_TID, us(cham_device_host_time(t->dev)));
+    json_text(t->f, name);
+    fputs("\"}", t->f);
+}
+
+static void on_stage(cham_context_t *ctx, cham_stage_t from, cham_stage_t to, uint64_t step,
+                     void *user)
+{
+    (void)ctx;
+    char name[96];
+    snprintf(name, sizeof name, "step %llu: %s -> %s", (unsigned long long)step,
+             cham_stage_name(from), cham_stage_name(to));
+    instant(user, name);
+}
+
+cham_status_t cham_trace_open(cham_context_t *ctx, const char *path, cham_trace_t **out,
+                              char *err, size_t err_size)
+{
+    *out = NULL;
+    cham_device_t *dev = cham_context_device(ctx);
+    if (!cham_sim_is_sim(dev)) {
+        cham_set_err(err, err_size, "trace: timelines come from the sim backend only");
+        return CHAM_ERR_UNSUPPORTED;
+    }
+    cham_trace_t *t = calloc(1, sizeof *t);
+    if (!t) {
+        cham_set_err(err, err_size, "trace: out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    if (!(t->f = fopen(path, "w"))) {
+        cham_set_err(err, err_size, "%s: cannot write the trace", path);
+        free(t);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    t->ctx = ctx;
+    t->dev = dev;
+    cham_device_info_t info;
+    cham_device_get_info(dev, &info);
+    t->capacity = info.capacity;
+    t->last_mem = UINT64_MAX;
+    fprintf(t->f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"device\":\"");
+    json_text(t->f, info.name);
+    fprintf(t->f, "\",\"clock\":\"simulated\"},\n\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":%d,"
+            "\"name\":\"process_name\",\"args\":{\"name\":\"", PID);
+    json_text(t->f, info.name);
+    fputs(" (simulated)\"}}", t->f);
+    name_track(t, HOST_TID, "host");
+    cham_sim_set_task_hook(dev, on_task, t);
+    cham_context_on_stage(ctx, on_stage, t);
+    *out = t;
+    return CHAM_OK;
+}
+
+void cham_trace_step(cham_trace_t *t)
+{
+    if (!t)
+        return;
+    cham_runtime_stats_t s;
+    cham_context_get_stats(t->ctx, &s);
+    char name[96];
+    if (s.policies_generated > t->policies) {
+        snprintf(name, sizeof name, "policy %llu generated",
+                 (unsigned long long)s.policies_generated);
+        instant(t, name);
+        t->policies = s.policies_generated;
+    }
+    snprintf(name, sizeof name, "step %llu ends", (unsigned long long)cham_context_step(t->ctx));
+    instant(t, name);
+}
+
+cham_status_t cham_trace_close(cham_trace_t *t, char *err, size_t err_size)
+{
+    if (!t)
+        return CHAM_OK;
+    cham_sim_set_task_hook(t->dev, NULL, NULL);
+    cham_context_on_stage(t->ctx, NULL, NULL);
+    fputs("\n]}\n", t->f);
+    bool ok = !ferror(t->f);
+    ok = fclose(t->f) == 0 && ok;
+    free(t);
+    if (!ok) {
+        cham_set_err(err, err_size, "trace: writing the file failed");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    return CHAM_OK;
+}

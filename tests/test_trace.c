@@ -1,0 +1,211 @@
+/* Timeline traces (chameleon/trace.h): the file is Chrome trace-event JSON
+ * that follows the format's schema, and a known small run gives exactly
+ * the slices it should. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "chameleon/chameleon.h"
+
+#define MiB (UINT64_C(1) << 20)
+
+static char path[] = "/tmp/cham-trace-XXXXXX";
+
+static json_t *load(void)
+{
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    if (!j)
+        fail_msg("%s:%d: %s", path, e.line, e.text);
+    return j;
+}
+
+/* Every event has the fields its phase needs (the format's schema). */
+static void check_schema(json_t *root)
+{
+    assert_true(json_is_object(root));
+    json_t *events = json_object_get(root, "traceEvents");
+    assert_true(json_is_array(events) && json_array_size(events) > 0);
+    size_t i;
+    json_t *e;
+    json_array_foreach(events, i, e) {
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        assert_non_null(ph);
+        assert_true(json_is_integer(json_object_get(e, "pid")));
+        assert_true(json_is_string(json_object_get(e, "name")));
+        if (strcmp(ph, "X") == 0) {
+            assert_true(json_is_integer(json_object_get(e, "tid")));
+            assert_true(json_number_value(json_object_get(e, "ts")) >= 0);
+            assert_true(json_number_value(json_object_get(e, "dur")) >= 0);
+            assert_true(json_is_string(json_object_get(e, "cat")));
+        } else if (strcmp(ph, "C") == 0) {
+            json_t *args = json_object_get(e, "args");
+            assert_true(json_number_value(json_object_get(args, "in use")) <=
+                        json_number_value(json_object_get(args, "capacity")));
+        } else if (strcmp(ph, "i") == 0) {
+            assert_string_equal(json_string_value(json_object_get(e, "s")), "g");
+        } else {
+            assert_string_equal(ph, "M");
+            assert_true(json_is_object(json_object_get(e, "args")));
+        }
+    }
+}
+
+static size_t count(json_t *root, const char *ph, const char *name_part)
+{
+    size_t n = 0, i;
+    json_t *e;
+    json_array_foreach(json_object_get(root, "traceEvents"), i, e) {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        if (strcmp(json_string_value(json_object_get(e, "ph")), ph) == 0 &&
+            (!name_part || strstr(name, name_part)))
+            n++;
+    }
+    return n;
+}
+
+/* One tensor written by an op, then swapped out: a kernel slice on the
+ * compute track and a copy of its bytes on the swap-out track. */
+static void test_known_slices(void **state)
+{
+    (void)state;
+    cham_config_t c = cham_config_default();
+    c.device.preset = "a100-80g";
+    c.executor = false;
+    cham_context_t *ctx;
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    cham_trace_t *t;
+    char err[256];
+    assert_int_equal(cham_trace_open(ctx, path, &t, err, sizeof err), CHAM_OK);
+    cham_tensor_t *a;
+    assert_int_equal(cham_tensor_new(ctx, 64 * MiB, CHAM_DTYPE_F32, "activation", &a), CHAM_OK);
+    cham_op_token_t tok;
+    assert_int_equal(cham_op_token(ctx, "fill", &tok), CHAM_OK);
+    assert_int_equal(cham_op_begin(ctx, tok, NULL, 0, &a, 1), CHAM_OK);
+    cham_access_t acc = {cham_tensor_data(a), 64 * MiB, CHAM_ACCESS_WRITE};
+    cham_kernel_t k = {.label = "fill", .flops = 1e12, .bytes = 64.0 * MiB, .accesses = &acc,
+                       .n_accesses = 1};
+    assert_int_equal(cham_kernel_launch(cham_context_compute_stream(ctx), &k), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_tensor_swap_out(a, false), CHAM_OK);
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);
+    cham_trace_step(t);
+    cham_device_synchronize(cham_context_device(ctx));
+    assert_int_equal(cham_trace_close(t, err, sizeof err), CHAM_OK);
+    cham_tensor_release(a);
+    cham_context_free(ctx);
+
+    json_t *root = load();
+    check_schema(root);
+    size_t i;
+    json_t *e;
+    int kernels = 0, copies = 0;
+    json_array_foreach(json_object_get(root, "traceEvents"), i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "ph")), "X") != 0)
+            continue;
+        const char *cat = json_string_value(json_object_get(e, "cat"));
+        const char *name = json_string_value(json_object_get(e, "name"));
+        double dur = json_number_value(json_object_get(e, "dur"));
+        if (strcmp(cat, "kernel") == 0) {
+            kernels++;
+            assert_string_equal(name, "fill");
+            assert_int_equal(json_integer_value(json_object_get(e, "tid")), 1);   /* compute */
+            /* 1e12 FLOPs at the A100 preset's 312 TFLOP/s: about 3.2 ms. */
+            assert_true(dur > 3000 && dur < 3300);
+        } else if (strcmp(cat, "d2h") == 0) {
+            copies++;
+            assert_string_equal(name, "activation");
+            assert_int_equal(json_integer_value(json_object_get(json_object_get(e, "args"),
+                                                                "bytes")), 64 * MiB);
+            /* 64 MiB at 32 GB/s: about 2.1 ms. */
+            assert_true(dur > 2000 && dur < 2200);
+        }
+    }
+    assert_int_equal(kernels, 1);
+    assert_int_equal(copies, 1);
+    assert_int_equal(count(root, "i", "step 1 ends"), 1);
+    assert_true(count(root, "C", "device memory") >= 1);
+    json_decref(root);
+}
+
+/* A whole run under Chameleon: every track, the stage changes and the
+ * policies as instants. */
+static void test_run_trace(void **state)
+{
+    (void)state;
+    cham_run_config_t c = cham_run_config_default();
+    assert_int_equal(cham_model_preset("llama2-7b", &c.model), CHAM_OK);
+    c.model.layers = 4;
+    c.model.seq = 1024;
+    c.model.mbs = 4;
+    c.model.dp = 8;
+    c.model.zero = 3;
+    c.steps = 12;
+    c.runtime.device.preset = "a100-80g";
+    c.runtime.device.capacity = 3ull << 30;
+    c.trace_path = path;
+    cham_run_result_t r;
+    assert_int_equal(cham_run(&c, &r), CHAM_OK);
+    if (r.status != CHAM_OK)
+        fail_msg("%s", r.error);
+    json_t *root = load();
+    check_schema(root);
+    const char *tracks[] = {"compute", "swap-out", "swap-in", "comm", "host"};
+    for (size_t i = 0; i < 5; i++) {
+        size_t n = 0, k;
+        json_t *e;
+        json_array_foreach(json_object_get(root, "traceEvents"), k, e) {
+            json_t *args = json_object_get(e, "args");
+            const char *name = json_string_value(json_object_get(args, "name"));
+            n += name && strcmp(name, tracks[i]) == 0;
+        }
+        if (n != 1)
+            fail_msg("track %s named %zu times", tracks[i], n);
+    }
+    assert_int_equal(count(root, "i", "WarmUp -> GenPolicy"), 1);
+    assert_true(count(root, "i", "policy") >= 1);
+    assert_true(count(root, "X", "all_gather") > 0);
+    assert_int_equal(count(root, "i", "ends"), 12);
+    json_decref(root);
+
+    /* A trace that cannot be written fails the run clearly. */
+    c.trace_path = "/proc/no/such/trace.json";
+    assert_int_equal(cham_run(&c, &r), CHAM_OK);
+    assert_int_not_equal(r.status, CHAM_OK);
+    assert_non_null(strstr(r.error, "/proc/no/such/trace.json: cannot write the trace"));
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return -1;
+    close(fd);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    unlink(path);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_known_slices),
+        cmocka_unit_test(test_run_trace),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
