@@ -18,7 +18,9 @@ deps:
 # memory it needs, every dynamic behaviour on, checked against an
 # unconstrained copy (about a minute).
 demo: all
-	$(BUILD)/chameleon train --verify --overflow-at 60,140
+	mkdir -p $(BUILD)/demo
+	$(BUILD)/chameleon train --verify --overflow-at 60,140 \
+	    --trace $(BUILD)/demo/trace.json --memory-curve $(BUILD)/demo
 
 # The whole suite from scratch with gcc and invariant checks, then again
 # with clang under AddressSanitizer and UndefinedBehaviorSanitizer.

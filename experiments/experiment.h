@@ -78,6 +78,13 @@ void exp_plot_free(exp_plot_t *p);
  * markers per series, a legend. false when the file cannot be written. */
 bool exp_plot_write_svg(const exp_plot_t *p, const char *path);
 
+/* The memory curve of one profiled step (paper Fig. 3): device memory in
+ * use before and after each op, as measured and as it would have been
+ * without the swaps, and the capacity, as NAME.svg and NAME.csv in dir.
+ * false with err when a file cannot be written. */
+bool exp_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *dir,
+                      const char *name, char *err, size_t err_size);
+
 /* ---- experiments ---------------------------------------------------------------*/
 
 #define EXP_MAX_TABLES 4

@@ -52,4 +52,7 @@ else
   echo "FAIL sim-trace-file: $(head -c 200 "$dir/t.json")"; fails=$((fails + 1))
 fi
 check sim-trace-unwritable 1 'cannot write the trace' -- "${small[@]}" --quiet --trace /proc/no/t.json
+check sim-curve 0 'steps +12 of 12' -- "${small[@]}" --capacity 7GiB --quiet --memory-curve "$dir/c"
+if [ -s "$dir/c/memory_curve.svg" ] && [ -s "$dir/c/memory_curve.csv" ]; then echo "ok   sim-curve-files"
+else echo "FAIL sim-curve-files"; fails=$((fails + 1)); fi
 checks_done "chameleon simulate"

@@ -46,4 +46,12 @@ check train-json 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
   "${small[@]}" --verify --json --budget 50%
 printf 'The quick brown fox jumps over the lazy dog. %.0s' {1..40} >"$dir/text.txt"
 check train-data-file 0 '"steps": 3' -- "${small[@]}" --data "$dir/text.txt" --json
+check train-pictures 0 'memory curve +.*/memory_curve.svg' -- \
+  "${small[@]}" --trace "$dir/trace.json" --memory-curve "$dir/pictures"
+for f in trace.json pictures/memory_curve.svg pictures/memory_curve.csv pictures/last-step-profile.json; do
+  if [ -s "$dir/$f" ]; then echo "ok   train-file-$f"
+  else echo "FAIL train-file-$f: missing or empty"; fails=$((fails + 1)); fi
+done
+grep -q '^op,sample,name,in_use_bytes,without_swaps_bytes,capacity_bytes' "$dir/pictures/memory_curve.csv" \
+  && echo "ok   train-curve-csv" || { echo "FAIL train-curve-csv"; fails=$((fails + 1)); }
 checks_done "train cli"

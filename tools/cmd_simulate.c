@@ -6,16 +6,20 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
+#include "experiment.h"
 
 typedef struct sim_opts {
     cham_run_config_t run;
     const char *model;
+    const char *curve_dir;       /* --memory-curve */
+    char profile_path[4096];
     bool json, quiet;
 } sim_opts_t;
 
@@ -59,6 +63,8 @@ static void usage(FILE *f)
         "  --quiet             no progress lines\n"
         "  --log               the runtime's log (stages, policies) on stderr\n"
         "  --trace FILE        the timeline as Chrome trace-event JSON (Perfetto opens it)\n"
+        "  --memory-curve DIR  the last step's memory curve (memory_curve.svg and .csv)\n"
+        "                      and its detailed profile (last-step-profile.json) in DIR\n"
         "The ideal step time comes from a second run with unlimited device memory.\n");
 }
 
@@ -223,6 +229,8 @@ static int parse(int argc, char **argv, sim_opts_t *o)
                 return bad(a, "a size above 0 such as 2TiB", v);
         } else if (strcmp(a, "--trace") == 0) {
             o->run.trace_path = v;
+        } else if (strcmp(a, "--memory-curve") == 0) {
+            o->curve_dir = v;
         } else if (strcmp(a, "--policy") == 0) {
             if (cham_run_policy_parse(v, &o->run.policy) != CHAM_OK)
                 return bad(a, "chameleon, native, ideal, recompute, capuchin or vdnn", v);
@@ -334,6 +342,19 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
            (unsigned long long)r->hazards);
 }
 
+/* The memory curve from the profile cham_run saved. */
+static bool write_curve(const sim_opts_t *o, uint64_t capacity)
+{
+    cham_profile_t *p = NULL;
+    char err[600];
+    bool ok = cham_profile_load_json(o->profile_path, &p, err, sizeof err) == CHAM_OK &&
+              exp_memory_curve(p, capacity, o->curve_dir, "memory_curve", err, sizeof err);
+    cham_profile_free(p);
+    if (!ok)
+        fprintf(stderr, "chameleon simulate: %s\n", err);
+    return ok;
+}
+
 int cmd_simulate(int argc, char **argv)
 {
     sim_opts_t o = {.run = cham_run_config_default()};
@@ -361,11 +382,23 @@ int cmd_simulate(int argc, char **argv)
             ideal_ok = true;
         }
     }
+    if (o.curve_dir) {
+        if (mkdir(o.curve_dir, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "chameleon simulate: %s: cannot make the directory: %s\n",
+                    o.curve_dir, strerror(errno));
+            return 1;
+        }
+        snprintf(o.profile_path, sizeof o.profile_path, "%s/last-step-profile.json",
+                 o.curve_dir);
+        o.run.profile_path = o.profile_path;
+    }
     cham_status_t st = cham_run(&o.run, &r);
     if (st != CHAM_OK) {
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
         return 2;
     }
+    if (o.curve_dir && r.status == CHAM_OK && !write_curve(&o, r.capacity_bytes))
+        return 1;
     if (o.run.policy == CHAM_RUN_IDEAL) {
         ideal_s = r.step_time_s;
         ideal_ok = r.status == CHAM_OK;

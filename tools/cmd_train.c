@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
+#include "experiment.h"
 #include "data.h"
 #include "train.h"
 
@@ -17,6 +19,8 @@
 typedef struct train_opts {
     gpt_train_config_t c;
     const char *data;
+    const char *curve_dir;       /* --memory-curve */
+    char profile_path[4096];
     bool json, quiet;
     uint64_t overflow_at[MAX_OVERFLOW_AT];
 } train_opts_t;
@@ -52,7 +56,9 @@ static void usage(FILE *f)
             "  --json                print the summary as JSON\n"
             "  --quiet               no progress lines\n"
             "  --log                 the runtime's log (stages, policies) on stderr\n"
-            "  --trace FILE          the timeline as Chrome trace-event JSON (Perfetto)\n");
+            "  --trace FILE          the timeline as Chrome trace-event JSON (Perfetto)\n"
+            "  --memory-curve DIR    the last step's memory curve (memory_curve.svg, .csv)\n"
+            "                        and its detailed profile (last-step-profile.json)\n");
 }
 
 static bool parse_int(const char *v, long lo, long hi, long *out)
@@ -150,7 +156,7 @@ static int parse(int argc, char **argv, train_opts_t *o)
         static const char *const valued[] = {
             "--layers", "--hidden", "--heads", "--seq", "--batch", "--steps", "--validate-every",
             "--lr", "--drop-prob", "--seed", "--device", "--data", "--budget", "--min-swap",
-            "--overflow-at", "--policy", "--trace"};
+            "--overflow-at", "--policy", "--trace", "--memory-curve"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             known = known || strcmp(a, valued[k]) == 0;
@@ -208,6 +214,8 @@ static int parse(int argc, char **argv, train_opts_t *o)
                 return 2;
         } else if (strcmp(a, "--trace") == 0) {
             o->c.trace_path = v;
+        } else if (strcmp(a, "--memory-curve") == 0) {
+            o->curve_dir = v;
         } else if (strcmp(a, "--policy") == 0) {
             static const struct {
                 const char *name;
@@ -334,9 +342,28 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "chameleon train: out of host memory making the data\n");
         return 1;
     }
+    if (o.curve_dir) {
+        if (mkdir(o.curve_dir, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "chameleon train: %s: cannot make the directory: %s\n",
+                    o.curve_dir, strerror(errno));
+            gpt_data_free(&data);
+            return 1;
+        }
+        snprintf(o.profile_path, sizeof o.profile_path, "%s/last-step-profile.json",
+                 o.curve_dir);
+        o.c.profile_path = o.profile_path;
+    }
     gpt_train_result_t r;
     cham_status_t st = gpt_train(&o.c, &data, progress, &o, &r, err, sizeof err);
     gpt_data_free(&data);
+    if (st == CHAM_OK && o.curve_dir) {
+        cham_profile_t *p = NULL;
+        if (cham_profile_load_json(o.profile_path, &p, err, sizeof err) != CHAM_OK ||
+            !exp_memory_curve(p, r.budget_bytes, o.curve_dir, "memory_curve", err,
+                              sizeof err))
+            st = CHAM_ERR_HOST_OOM;       /* reported below, exit 1 */
+        cham_profile_free(p);
+    }
     if (o.json)
         print_json(&r, o.c.verify);
     else if (r.steps > 0)
@@ -345,5 +372,11 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "chameleon train: %s\n", err);
         return st == CHAM_ERR_INVALID_ARG ? 2 : 1;
     }
+    if (!o.json && o.c.trace_path)
+        printf("  timeline              %s (open it in https://ui.perfetto.dev)\n",
+               o.c.trace_path);
+    if (!o.json && o.curve_dir)
+        printf("  memory curve          %s/memory_curve.svg (data: memory_curve.csv)\n",
+               o.curve_dir);
     return o.c.verify && !r.bit_exact ? 1 : 0;
 }

@@ -342,6 +342,8 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         gpt_step_info_t info = {.step = step, .budget = budget};
         info.layers_skipped = c->drop_prob > 0 ? choose_skips(&cfg, step, skip) : 0;
         double t0 = sim_now_s(&a);
+        if (c->profile_path && step + 1 == c->steps)
+            cham_context_request_profile(a.ctx);      /* the last step's, to save */
         st = train_step(&a, &cfg, d, step, c->drop_prob > 0 ? skip : NULL, &info);
         if (st != CHAM_OK) {
             st = fail(&a, step, "training", st, err, err_size);
@@ -416,6 +418,11 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         free(pb);
     }
 
+    const cham_profile_t *last = cham_context_last_profile(a.ctx);
+    if (st == CHAM_OK && c->profile_path &&
+        (st = last ? cham_profile_save_json(last, c->profile_path, err, err_size)
+                   : CHAM_ERR_INVALID_ARG) != CHAM_OK && !last)
+        snprintf(err, err_size, "no detailed profile of the last step was made");
     cham_runtime_stats_t s;
     cham_context_get_stats(a.ctx, &s);
     res->hazards = cham_sim_hazard_count(cham_context_device(a.ctx));
@@ -427,10 +434,12 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
     res->sim_time_s = sim_now_s(&a) - sim0;
     res->sim_step_time_s = res->steps ? train_sim / res->steps : 0;
     /* The bytes of swaps are moved by the host here, by a copy engine on
-     * hardware: that CPU time (inside Chameleon's calls) is not counted. */
+     * hardware, and a trace is written: that CPU time (inside Chameleon's
+     * calls) is not counted. */
     cham_sim_stats_t sim;
     uint64_t copies = cham_sim_get_stats(cham_context_device(a.ctx), &sim) == CHAM_OK
                           ? sim.data_copy_cpu_ns : 0;
+    copies += cham_trace_cpu_ns(a.trace);  /* writing the trace is not Chameleon's work */
     uint64_t hooks = a.ops.hook_ns > copies ? a.ops.hook_ns - copies : 0;
     uint64_t total = a.cpu_ns > copies ? a.cpu_ns - copies : 0;
     res->host_overhead_ratio = total ? (double)hooks / (double)total : 0;

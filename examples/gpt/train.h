@@ -45,6 +45,7 @@ typedef struct gpt_train_config {
     uint64_t min_swap_bytes;     /* smallest tensor worth swapping */
     bool log;                    /* the runtime's log lines to stderr */
     const char *trace_path;      /* the constrained run's timeline (chameleon/trace.h) */
+    const char *profile_path;    /* its last step's detailed profile, as JSON */
 } gpt_train_config_t;
 
 /* Defaults: a small model on the synthetic data, every dynamic behaviour

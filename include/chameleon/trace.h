@@ -8,6 +8,7 @@
 #define CHAMELEON_TRACE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "chameleon/runtime.h"
 
@@ -24,6 +25,9 @@ cham_status_t cham_trace_open(cham_context_t *ctx, const char *path, cham_trace_
                               char *err, size_t err_size);
 /* Call after each cham_step_end: marks the step and the policies made. */
 void cham_trace_step(cham_trace_t *t);
+/* Host CPU time spent writing the trace so far (ns): a caller measuring
+ * its own overhead subtracts it. */
+uint64_t cham_trace_cpu_ns(const cham_trace_t *t);
 /* Finishes the file and gives the hooks back; CHAM_OK when every byte was
  * written. NULL is fine. */
 cham_status_t cham_trace_close(cham_trace_t *t, char *err, size_t err_size);

@@ -150,6 +150,8 @@ typedef struct cham_run_config {
     uint64_t steps;
     bool profile_every_step;     /* detailed profiling of every step */
     const char *trace_path;      /* a timeline trace (chameleon/trace.h), or NULL */
+    const char *profile_path;    /* the last step's detailed profile as JSON
+                                    (docs/profile-format.md), or NULL */
     void (*on_step)(const cham_run_step_t *step, void *user);
     cham_log_hook_t log;         /* the runtime's log; NULL = silent */
     void *user;

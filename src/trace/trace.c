@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "chameleon/chameleon.h"
 #include "chameleon/trace.h"
@@ -21,8 +22,20 @@ struct cham_trace {
     uint64_t policies;           /* policies generated, as last seen */
     uint64_t last_mem;           /* the memory counter as last written */
     bool named[CHAM_SIM_MAX_STREAMS];
-    bool failed;                 /* a write failed */
+    uint64_t cpu_ns;             /* spent writing */
 };
+
+static uint64_t cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t cham_trace_cpu_ns(const cham_trace_t *t)
+{
+    return t ? t->cpu_ns : 0;
+}
 
 /* s as a JSON string body (quotes and control characters escaped). */
 static void json_text(FILE *f, const char *s)
@@ -68,6 +81,7 @@ static void memory_counter(cham_trace_t *t, uint64_t at_ns)
 static void on_task(const cham_task_record_t *r, void *user)
 {
     cham_trace_t *t = user;
+    uint64_t t0 = cpu_now();
     static const char *const cat[] = {"kernel", "h2d", "d2h", "d2d", "host wait"};
     int tid = r->stream_id < 0 ? HOST_TID : r->stream_id + 1;
     if (r->stream_id >= 0 && r->stream_id < CHAM_SIM_MAX_STREAMS && !t->named[r->stream_id]) {
@@ -81,6 +95,7 @@ static void on_task(const cham_task_record_t *r, void *user)
     json_text(t->f, r->label ? r->label : cat[r->kind]);
     fprintf(t->f, "\",\"args\":{\"bytes\":%llu,\"flops\":%.6g,\"queued_at_us\":%.3f}}",
             (unsigned long long)r->bytes, r->flops, us(r->enqueue_ns));
+    t->cpu_ns += cpu_now() - t0;
 }
 
 static void instant(cham_trace_t *t, const char *name)
