@@ -59,6 +59,14 @@ typedef struct exp_series {
     double *x, *y;               /* NAN y: a gap */
 } exp_series_t;
 
+#define EXP_MAX_BANDS 128
+
+/* A shaded x range behind the lines (a stage of a run, say). */
+typedef struct exp_band {
+    double x0, x1;
+    char label[24];              /* bands of one label share a colour */
+} exp_band_t;
+
 typedef struct exp_plot {
     char name[48];               /* file stem: NAME.svg */
     char title[160];
@@ -66,6 +74,8 @@ typedef struct exp_plot {
     bool log_x;
     size_t n_series;
     exp_series_t series[EXP_MAX_SERIES];
+    size_t n_bands;
+    exp_band_t bands[EXP_MAX_BANDS];
 } exp_plot_t;
 
 void exp_plot_init(exp_plot_t *p, const char *name, const char *title, const char *x_label,
@@ -77,6 +87,11 @@ void exp_plot_free(exp_plot_t *p);
 /* A self-contained SVG line plot: axes with ticks, one coloured line with
  * markers per series, a legend. false when the file cannot be written. */
 bool exp_plot_write_svg(const exp_plot_t *p, const char *path);
+/* The same SVG into an open stream (to inline it in HTML). */
+void exp_plot_print_svg(const exp_plot_t *p, FILE *f);
+/* Adds a band, or widens the last one when it has the same label and
+ * touches x0; false when there is no room. */
+bool exp_plot_band(exp_plot_t *p, const char *label, double x0, double x1);
 
 /* The memory curve of one profiled step (paper Fig. 3): device memory in
  * use before and after each op, as measured and as it would have been

@@ -48,6 +48,21 @@ bool exp_plot_add(exp_plot_t *p, const char *series, double x, double y)
     return true;
 }
 
+bool exp_plot_band(exp_plot_t *p, const char *label, double x0, double x1)
+{
+    exp_band_t *last = p->n_bands ? &p->bands[p->n_bands - 1] : NULL;
+    if (last && strcmp(last->label, label) == 0 && last->x1 >= x0) {
+        last->x1 = x1 > last->x1 ? x1 : last->x1;
+        return true;
+    }
+    if (p->n_bands == EXP_MAX_BANDS)
+        return false;
+    exp_band_t *b = &p->bands[p->n_bands++];
+    *b = (exp_band_t){.x0 = x0, .x1 = x1};
+    snprintf(b->label, sizeof b->label, "%s", label);
+    return true;
+}
+
 void exp_plot_free(exp_plot_t *p)
 {
     for (size_t i = 0; i < p->n_series; i++) {
@@ -227,20 +242,64 @@ static void draw_series(FILE *f, const exp_plot_t *p, size_t i, const axis_t *ax
                     palette[i]);
 }
 
+/* Light fills for bands, by the order their labels first appear. */
+static const char *const band_fill[] = {"#fde2c8", "#d6ead9", "#dbe4f3", "#efd9ea"};
+#define N_BAND_FILLS (sizeof band_fill / sizeof band_fill[0])
+
+/* The distinct band labels in order of appearance; the index of b's. */
+static size_t band_kind(const exp_plot_t *p, size_t b)
+{
+    size_t kind = 0;
+    for (size_t i = 0; i < b; i++) {
+        bool seen = false;
+        for (size_t j = 0; j < i && !seen; j++)
+            seen = strcmp(p->bands[j].label, p->bands[i].label) == 0;
+        if (!seen && strcmp(p->bands[i].label, p->bands[b].label) == 0)
+            return kind;
+        kind += !seen;
+    }
+    return kind;
+}
+
+static void draw_bands(FILE *f, const exp_plot_t *p, const axis_t *ax)
+{
+    const double w = WIDTH - LEFT - RIGHT, h = HEIGHT - TOP - BOTTOM;
+    for (size_t b = 0; b < p->n_bands; b++) {
+        double x0 = fmax(0, to_unit(ax, p->bands[b].x0)), x1 = fmin(1, to_unit(ax, p->bands[b].x1));
+        if (!(x1 > x0))
+            continue;
+        fprintf(f, "<rect x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%.0f\" fill=\"%s\"/>\n",
+                LEFT + w * x0, TOP, w * (x1 - x0), h, band_fill[band_kind(p, b) % N_BAND_FILLS]);
+    }
+}
+
 static void draw_legend(FILE *f, const exp_plot_t *p)
 {
-    int x = WIDTH - RIGHT + 14;
-    for (size_t i = 0; i < p->n_series; i++) {
-        int y = TOP + 10 + 20 * (int)i;
+    int x = WIDTH - RIGHT + 14, y = TOP + 10;
+    for (size_t i = 0; i < p->n_series; i++, y += 20) {
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"16\" height=\"4\" fill=\"%s\"/>\n", x, y,
                 palette[i]);
         fprintf(f, "<text x=\"%d\" y=\"%d\" dominant-baseline=\"middle\">", x + 22, y + 2);
         escaped(f, p->series[i].name);
         fputs("</text>\n", f);
     }
+    for (size_t b = 0; b < p->n_bands; b++) {
+        bool seen = false;                /* one legend entry per label */
+        for (size_t j = 0; j < b && !seen; j++)
+            seen = strcmp(p->bands[j].label, p->bands[b].label) == 0;
+        if (seen)
+            continue;
+        fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"16\" height=\"10\" fill=\"%s\" "
+                "stroke=\"#999\" stroke-width=\"0.5\"/>\n", x, y - 3,
+                band_fill[band_kind(p, b) % N_BAND_FILLS]);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" dominant-baseline=\"middle\">", x + 22, y + 2);
+        escaped(f, p->bands[b].label);
+        fputs("</text>\n", f);
+        y += 20;
+    }
 }
 
-bool exp_plot_write_svg(const exp_plot_t *p, const char *path)
+void exp_plot_print_svg(const exp_plot_t *p, FILE *f)
 {
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
     bool pow2 = true;
@@ -264,19 +323,25 @@ bool exp_plot_write_svg(const exp_plot_t *p, const char *path)
         linear_axis(&ax, xlo, xhi, false);
     linear_axis(&ay, ylo, yhi, true);
 
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return false;
-    fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" "
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" "
             "height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"Helvetica, Arial, sans-serif\" "
             "font-size=\"12\" fill=\"#222\">\n<rect width=\"100%%\" height=\"100%%\" "
             "fill=\"white\"/>\n", WIDTH, HEIGHT, WIDTH, HEIGHT);
+    draw_bands(f, p, &ax);
     draw_axes(f, p, &ax, &ay);
     for (size_t i = 0; i < p->n_series; i++)
         draw_series(f, p, i, &ax, &ay);
     draw_legend(f, p);
     fputs("</svg>\n", f);
+}
+
+bool exp_plot_write_svg(const exp_plot_t *p, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", f);
+    exp_plot_print_svg(p, f);
     bool ok = !ferror(f);
     return fclose(f) == 0 && ok;
 }

@@ -14,6 +14,7 @@ static const struct {
     {"devices", cmd_devices, "list the simulated device presets"},
     {"experiment", cmd_experiment, "reproduce one of the paper's experiments in the simulator"},
     {"plan", cmd_plan, "make a swap policy from a saved profile"},
+    {"report", cmd_report, "an HTML page from the JSON of `simulate --json`"},
     {"simulate", cmd_simulate, "simulate LLM training at paper scale under a memory policy"},
     {"train", cmd_train, "train a GPT model under a device memory budget"},
 };

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -21,6 +22,7 @@ typedef struct sim_opts {
     const char *curve_dir;       /* --memory-curve */
     char profile_path[4096];
     bool json, quiet;
+    json_t *series;              /* --json: per-step arrays */
 } sim_opts_t;
 
 static void usage(FILE *f)
@@ -258,9 +260,8 @@ static void log_line(const char *line, void *user)
     fprintf(stderr, "chameleon: %s\n", line);
 }
 
-static void progress(const cham_run_step_t *s, void *user)
+static void print_step(const cham_run_step_t *s)
 {
-    (void)user;
     printf("step %5llu  %-9s  %9.3f ms  peak %8.2f GiB  swapped %8.2f GiB%s%s",
            (unsigned long long)s->step, cham_stage_name(s->stage), (double)s->time_ns * 1e-6,
            gib((double)s->peak_bytes), gib((double)s->swapped_bytes),
@@ -272,6 +273,73 @@ static void progress(const cham_run_step_t *s, void *user)
                (unsigned long long)s->passive);
     printf("\n");
     fflush(stdout);
+}
+
+/* A progress line, or (--json) the step's values appended to the series. */
+static void on_step(const cham_run_step_t *s, void *user)
+{
+    sim_opts_t *o = user;
+    if (!o->json) {
+        if (!o->quiet)
+            print_step(s);
+        return;
+    }
+    const struct {
+        const char *key;
+        json_t *v;
+    } values[] = {
+        {"step_time_s", json_real((double)s->time_ns * 1e-9)},
+        {"stage", json_string(cham_stage_name(s->stage))},
+        {"peak_bytes", json_integer((json_int_t)s->peak_bytes)},
+        {"swapped_bytes", json_integer((json_int_t)s->swapped_bytes)},
+        {"on_demand_swapins", json_integer((json_int_t)s->on_demand)},
+        {"validated", json_boolean(s->info.validated)},
+        {"overflow", json_boolean(s->info.overflow)},
+    };
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        json_t *a = json_object_get(o->series, values[i].key);
+        if (!a)
+            json_object_set_new(o->series, values[i].key, a = json_array());
+        json_array_append_new(a, values[i].v);
+    }
+}
+
+/* The last step's memory curve from the profile cham_run saved. */
+static json_t *curve_json(const sim_opts_t *o, uint64_t capacity)
+{
+    cham_profile_t *p = NULL;
+    char err[600];
+    if (cham_profile_load_json(o->profile_path, &p, err, sizeof err) != CHAM_OK)
+        return json_null();
+    cham_profile_view_t v;
+    cham_profile_get(p, &v);
+    size_t n = 2 * v.n_ops;
+    uint64_t *actual = malloc((n ? n : 1) * sizeof *actual);
+    uint64_t *rebuilt = malloc((n ? n : 1) * sizeof *rebuilt);
+    json_t *c = json_null();
+    if (actual && rebuilt) {
+        cham_profile_memory_curve(p, actual, rebuilt);
+        json_t *a = json_array(), *b = json_array(), *names = json_array();
+        for (size_t k = 0; k < n; k++) {
+            json_array_append_new(a, json_integer((json_int_t)actual[k]));
+            json_array_append_new(b, json_integer((json_int_t)rebuilt[k]));
+        }
+        for (size_t k = 0; k < v.n_ops; k++) {
+            cham_op_token_t t = v.ops[k].token;
+            json_array_append_new(names, json_string((size_t)t < v.n_tokens ? v.token_names[t]
+                                                                             : "?"));
+        }
+        c = json_object();
+        json_object_set_new(c, "step", json_integer((json_int_t)v.step));
+        json_object_set_new(c, "capacity_bytes", json_integer((json_int_t)capacity));
+        json_object_set_new(c, "ops", names);
+        json_object_set_new(c, "in_use_bytes", a);
+        json_object_set_new(c, "without_swaps_bytes", b);
+    }
+    free(actual);
+    free(rebuilt);
+    cham_profile_free(p);
+    return c;
 }
 
 static void print_json(const sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
@@ -305,6 +373,9 @@ static void print_json(const sim_opts_t *o, const cham_run_result_t *r, double i
     json_object_set_new(j, "on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins));
     json_object_set_new(j, "passive_swapouts", json_integer((json_int_t)r->passive_swapouts));
     json_object_set_new(j, "ops_per_step", json_integer((json_int_t)r->ops_per_step));
+    json_object_set_new(j, "series", json_incref(o->series));
+    json_object_set_new(j, "memory_curve",
+                        r->status == CHAM_OK ? curve_json(o, r->capacity_bytes) : json_null());
     char *s = json_dumps(j, JSON_INDENT(2));
     if (s)
         printf("%s\n", s);
@@ -366,7 +437,8 @@ int cmd_simulate(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     o.run.user = &o;
     o.run.log = want_log ? log_line : NULL;
-    o.run.on_step = o.quiet || o.json ? NULL : progress;
+    o.run.on_step = on_step;
+    o.series = json_object();
 
     /* The limit every time is compared with: the same job, unlimited memory. */
     double ideal_s = 0;
@@ -377,15 +449,25 @@ int cmd_simulate(int argc, char **argv)
         ideal.policy = CHAM_RUN_IDEAL;
         ideal.on_step = NULL;
         ideal.log = NULL;
+        ideal.trace_path = NULL;
         if (cham_run(&ideal, &r) == CHAM_OK && r.status == CHAM_OK) {
             ideal_s = r.step_time_s;
             ideal_ok = true;
+        }
+    }
+    int tmp_fd = -1;
+    if (o.json && !o.curve_dir) {           /* the curve goes into the JSON */
+        snprintf(o.profile_path, sizeof o.profile_path, "/tmp/cham-profile-XXXXXX");
+        if ((tmp_fd = mkstemp(o.profile_path)) >= 0) {
+            close(tmp_fd);
+            o.run.profile_path = o.profile_path;
         }
     }
     if (o.curve_dir) {
         if (mkdir(o.curve_dir, 0777) != 0 && errno != EEXIST) {
             fprintf(stderr, "chameleon simulate: %s: cannot make the directory: %s\n",
                     o.curve_dir, strerror(errno));
+            json_decref(o.series);
             return 1;
         }
         snprintf(o.profile_path, sizeof o.profile_path, "%s/last-step-profile.json",
@@ -393,21 +475,23 @@ int cmd_simulate(int argc, char **argv)
         o.run.profile_path = o.profile_path;
     }
     cham_status_t st = cham_run(&o.run, &r);
-    if (st != CHAM_OK) {
+    rc = st != CHAM_OK ? 2 : r.status != CHAM_OK ? 1 : 0;
+    if (st != CHAM_OK)
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
-        return 2;
-    }
-    if (o.curve_dir && r.status == CHAM_OK && !write_curve(&o, r.capacity_bytes))
-        return 1;
-    if (o.run.policy == CHAM_RUN_IDEAL) {
+    else if (o.curve_dir && r.status == CHAM_OK && !write_curve(&o, r.capacity_bytes))
+        rc = 1;
+    if (st == CHAM_OK && o.run.policy == CHAM_RUN_IDEAL) {
         ideal_s = r.step_time_s;
         ideal_ok = r.status == CHAM_OK;
     }
-    if (o.json)
+    if (st == CHAM_OK && o.json)
         print_json(&o, &r, ideal_s, ideal_ok);
-    else
+    else if (st == CHAM_OK)
         print_summary(&o, &r, ideal_s, ideal_ok);
-    if (r.status != CHAM_OK && !o.json)
+    if (st == CHAM_OK && r.status != CHAM_OK && !o.json)
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
-    return r.status == CHAM_OK ? 0 : 1;
+    json_decref(o.series);
+    if (tmp_fd >= 0)
+        unlink(o.profile_path);
+    return rc;
 }

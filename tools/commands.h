@@ -8,6 +8,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_experiment(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 int cmd_simulate(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 
