@@ -12,12 +12,13 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/cham-report-XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT
 
 "$bin" simulate --model llama2 --layers 4 --seq 2048 --mbs 4 --dp 8 --zero 3 \
-  --device a100-80g --steps 12 --capacity 7GiB --validate-every 8 --json >"$dir/run.json"
+  --device a100-80g --steps 12 --capacity 7GiB --validate-every 10 --json >"$dir/run.json"
 check report-writes 0 "report written to $dir/page.html" -- report "$dir/run.json" --out "$dir/page.html"
 html=$(cat "$dir/page.html")
 for want in '<!DOCTYPE html>' '<figure id="memory-curve">' '<figure id="step-time">' \
-            '<figure id="swapped">' '<th>policy_regenerations</th>' 'GenPolicy' '</html>'; do
-  if grep -qF -- "$want" <<<"$html"; then echo "ok   report-has $want"
+            '<figure id="swapped">' '<th>policy_regenerations</th>' 'GenPolicy' \
+            'Planner chameleon: [0-9]+ tensors swapped per step' '<table class="policy">' '</html>'; do
+  if grep -qE -- "$want" <<<"$html"; then echo "ok   report-has $want"
   else echo "FAIL report-has $want"; fails=$((fails + 1)); fi
 done
 n=$(grep -o '<svg' <<<"$html" | wc -l)

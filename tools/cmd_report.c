@@ -1,7 +1,7 @@
 /* `chameleon report RUN.json`: one self-contained HTML page from the JSON
  * of `chameleon simulate --json`: the summary, the last step's memory
  * curve, step time per step over bands of the stages, swapped bytes per
- * step, and the stage changes. Inline SVG, inline CSS, no script: it opens
+ * step, the policy applied at the end, and the stage changes. Inline SVG, inline CSS, no script: it opens
  * anywhere (docs/trace.md). */
 #include <errno.h>
 #include <math.h>
@@ -113,6 +113,51 @@ static void series_figure(FILE *f, json_t *series, const char *key, double scale
     figure(f, id, caption, &p);
 }
 
+static double gib_of(json_t *obj, const char *key)
+{
+    return (double)json_integer_value(json_object_get(obj, key)) / 1073741824.0;
+}
+
+/* The policy applied at the end: its figures and its first items. */
+static void policy_table(FILE *f, json_t *pol)
+{
+    json_t *items = json_object_get(pol, "items");
+    if (!json_is_array(items)) {
+        fputs("<p>No policy was applied at the end of the run.</p>\n", f);
+        return;
+    }
+    size_t n = json_array_size(items);
+    fprintf(f, "<p>Planner %s: %zu tensors swapped per step; peak %.2f GiB without swaps, "
+            "%.2f GiB predicted, %.2f GiB usable.</p>\n",
+            json_string_value(json_object_get(pol, "planner")), n,
+            gib_of(pol, "peak_without_swaps_bytes"), gib_of(pol, "predicted_peak_bytes"),
+            gib_of(pol, "usable_bytes"));
+    static const char *const cols[] = {"bytes", "swap_out_after_op", "reusable_from_op",
+                                       "swap_in_before_op", "first_use_op",
+                                       "predicted_stall_ns"};
+    fputs("<table class=\"policy\"><tr><th>#</th><th>MiB</th><th>out after op</th>"
+          "<th>reusable from op</th><th>in before op</th><th>first use op</th>"
+          "<th>predicted stall (us)</th></tr>\n", f);
+    size_t shown = n < 100 ? n : 100;
+    for (size_t i = 0; i < shown; i++) {
+        json_t *it = json_array_get(items, i);
+        fprintf(f, "<tr><td>%zu</td>", i + 1);
+        for (size_t k = 0; k < sizeof cols / sizeof cols[0]; k++) {
+            double v = (double)json_integer_value(json_object_get(it, cols[k]));
+            if (k == 0)
+                fprintf(f, "<td>%.1f</td>", v / 1048576.0);
+            else if (k == 5)
+                fprintf(f, "<td>%.1f</td>", v / 1000.0);
+            else
+                fprintf(f, "<td>%.0f</td>", v);
+        }
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n", f);
+    if (shown < n)
+        fprintf(f, "<p>The first %zu of %zu items.</p>\n", shown, n);
+}
+
 /* The steps where the stage changed. */
 static void stage_table(FILE *f, json_t *series)
 {
@@ -207,6 +252,8 @@ int cmd_report(int argc, char **argv)
     series_figure(f, series, "swapped_bytes", 1.0 / 1073741824.0, "swapped",
                   "Bytes swapped per step", "GiB", "Bytes moved to and from the host in "
                   "each step, over the same stage bands.");
+    fputs("<h2>Policy</h2>\n", f);
+    policy_table(f, json_object_get(run, "policy"));
     fputs("<h2>Stage changes</h2>\n", f);
     stage_table(f, series);
     fputs("</body></html>\n", f);

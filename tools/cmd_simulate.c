@@ -20,7 +20,7 @@ typedef struct sim_opts {
     cham_run_config_t run;
     const char *model;
     const char *curve_dir;       /* --memory-curve */
-    char profile_path[4096];
+    char profile_path[4096], policy_path[4096];
     bool json, quiet;
     json_t *series;              /* --json: per-step arrays */
 } sim_opts_t;
@@ -304,6 +304,39 @@ static void on_step(const cham_run_step_t *s, void *user)
     }
 }
 
+/* The policy applied at the end, from the file cham_run saved (null if none). */
+static json_t *policy_json(const sim_opts_t *o)
+{
+    cham_policy_t *pol;
+    char err[600];
+    if (!o->policy_path[0] ||
+        cham_policy_load_json(o->policy_path, &pol, err, sizeof err) != CHAM_OK)
+        return json_null();
+    cham_policy_view_t v;
+    cham_policy_get(pol, &v);
+    json_t *j = json_object(), *items = json_array();
+    for (size_t i = 0; i < v.n_items; i++) {
+        const cham_policy_item_t *it = &v.items[i];
+        json_t *x = json_object();
+        json_object_set_new(x, "bytes", json_integer((json_int_t)it->bytes));
+        json_object_set_new(x, "swap_out_after_op", json_integer(it->swap_out_op));
+        json_object_set_new(x, "reusable_from_op", json_integer(it->free_op));
+        json_object_set_new(x, "swap_in_before_op", json_integer(it->swap_in_op));
+        json_object_set_new(x, "first_use_op", json_integer(it->use_op));
+        json_object_set_new(x, "predicted_stall_ns", json_integer((json_int_t)it->stall_ns));
+        json_array_append_new(items, x);
+    }
+    json_object_set_new(j, "planner", json_string(v.planner));
+    json_object_set_new(j, "ops", json_integer((json_int_t)v.n_ops));
+    json_object_set_new(j, "usable_bytes", json_integer((json_int_t)v.usable));
+    json_object_set_new(j, "peak_without_swaps_bytes",
+                        json_integer((json_int_t)v.peak_without_swaps));
+    json_object_set_new(j, "predicted_peak_bytes", json_integer((json_int_t)v.predicted_peak));
+    json_object_set_new(j, "items", items);
+    cham_policy_free(pol);
+    return j;
+}
+
 /* The last step's memory curve from the profile cham_run saved. */
 static json_t *curve_json(const sim_opts_t *o, uint64_t capacity)
 {
@@ -376,6 +409,7 @@ static void print_json(const sim_opts_t *o, const cham_run_result_t *r, double i
     json_object_set_new(j, "series", json_incref(o->series));
     json_object_set_new(j, "memory_curve",
                         r->status == CHAM_OK ? curve_json(o, r->capacity_bytes) : json_null());
+    json_object_set_new(j, "policy", policy_json(o));
     char *s = json_dumps(j, JSON_INDENT(2));
     if (s)
         printf("%s\n", s);
@@ -455,7 +489,17 @@ int cmd_simulate(int argc, char **argv)
             ideal_ok = true;
         }
     }
-    int tmp_fd = -1;
+    int tmp_fd = -1, pol_fd = -1;
+    if (o.json) {                           /* the policy goes into the JSON */
+        snprintf(o.policy_path, sizeof o.policy_path, "/tmp/cham-policy-XXXXXX");
+        if ((pol_fd = mkstemp(o.policy_path)) >= 0) {
+            close(pol_fd);
+            unlink(o.policy_path);          /* written only if there is a policy */
+            o.run.policy_path = o.policy_path;
+        } else {
+            o.policy_path[0] = '\0';
+        }
+    }
     if (o.json && !o.curve_dir) {           /* the curve goes into the JSON */
         snprintf(o.profile_path, sizeof o.profile_path, "/tmp/cham-profile-XXXXXX");
         if ((tmp_fd = mkstemp(o.profile_path)) >= 0) {
@@ -493,5 +537,7 @@ int cmd_simulate(int argc, char **argv)
     json_decref(o.series);
     if (tmp_fd >= 0)
         unlink(o.profile_path);
+    if (pol_fd >= 0)
+        unlink(o.policy_path);
     return rc;
 }

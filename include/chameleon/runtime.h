@@ -307,6 +307,10 @@ void cham_context_request_profile(cham_context_t *ctx);
  * the next one completes or the context is freed), or NULL. */
 const cham_profile_t *cham_context_last_profile(const cham_context_t *ctx);
 
+/* The swap policy applied now (the executor's), or NULL: owned by the
+ * context, valid until the next cham_step_end. chameleon/policy.h reads it. */
+const struct cham_policy *cham_context_policy(const cham_context_t *ctx);
+
 /* Counters a caller may watch. */
 typedef struct cham_runtime_stats {
     uint64_t ops;                /* ops dispatched */

@@ -152,6 +152,8 @@ typedef struct cham_run_config {
     const char *trace_path;      /* a timeline trace (chameleon/trace.h), or NULL */
     const char *profile_path;    /* the last step's detailed profile as JSON
                                     (docs/profile-format.md), or NULL */
+    const char *policy_path;     /* the policy applied at the end, as JSON
+                                    (docs/policy-format.md; none: not written) */
     void (*on_step)(const cham_run_step_t *step, void *user);
     cham_log_hook_t log;         /* the runtime's log; NULL = silent */
     void *user;

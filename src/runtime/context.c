@@ -136,6 +136,12 @@ cham_stream_t *cham_context_compute_stream(const cham_context_t *ctx)
     return ctx->compute;
 }
 
+const struct cham_policy *cham_context_policy(const cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    return ctx->exec.plan ? ctx->exec.plan->policy : NULL;
+}
+
 void cham_context_on_stage(cham_context_t *ctx, cham_stage_hook_t hook, void *user)
 {
     CHAM_ASSERT(ctx);

@@ -184,6 +184,10 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
     if (c->profile_path && r->status == CHAM_OK &&
         (!last || cham_profile_save_json(last, c->profile_path, err, sizeof err) != CHAM_OK))
         fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, last ? err : "run: no profile was made");
+    const cham_policy_t *pol = cham_context_policy(ctx);
+    if (c->policy_path && pol && cham_policy_save_json(pol, c->policy_path, err, sizeof err) !=
+                                     CHAM_OK && r->status == CHAM_OK)
+        fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, err);
     cham_device_synchronize(dev);          /* the last tasks reach the trace */
     if (cham_trace_close(trace, err, sizeof err) != CHAM_OK && r->status == CHAM_OK)
         fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, err);
