@@ -20,7 +20,8 @@ deps:
 demo: all
 	mkdir -p $(BUILD)/demo
 	$(BUILD)/chameleon train --verify --overflow-at 60,140 \
-	    --trace $(BUILD)/demo/trace.json --memory-curve $(BUILD)/demo
+	    --trace $(BUILD)/demo/trace.json --memory-curve $(BUILD)/demo \
+	    --report $(BUILD)/demo/report.html
 
 # The whole suite from scratch with gcc and invariant checks, then again
 # with clang under AddressSanitizer and UndefinedBehaviorSanitizer.

@@ -54,4 +54,9 @@ for f in trace.json pictures/memory_curve.svg pictures/memory_curve.csv pictures
 done
 grep -q '^op,sample,name,in_use_bytes,without_swaps_bytes,capacity_bytes' "$dir/pictures/memory_curve.csv" \
   && echo "ok   train-curve-csv" || { echo "FAIL train-curve-csv"; fails=$((fails + 1)); }
+check train-report 0 'report +.*/report.html' -- "${small[@]}" --report "$dir/report.html"
+for want in '<figure id="memory-curve">' '<figure id="step-time">' '<h2>Policy</h2>'; do
+  grep -qF -- "$want" "$dir/report.html" && echo "ok   train-report-has $want" \
+    || { echo "FAIL train-report-has $want"; fails=$((fails + 1)); }
+done
 checks_done "train cli"

@@ -15,6 +15,7 @@
 #include "args.h"
 #include "commands.h"
 #include "experiment.h"
+#include "report.h"
 
 typedef struct sim_opts {
     cham_run_config_t run;
@@ -304,77 +305,6 @@ static void on_step(const cham_run_step_t *s, void *user)
     }
 }
 
-/* The policy applied at the end, from the file cham_run saved (null if none). */
-static json_t *policy_json(const sim_opts_t *o)
-{
-    cham_policy_t *pol;
-    char err[600];
-    if (!o->policy_path[0] ||
-        cham_policy_load_json(o->policy_path, &pol, err, sizeof err) != CHAM_OK)
-        return json_null();
-    cham_policy_view_t v;
-    cham_policy_get(pol, &v);
-    json_t *j = json_object(), *items = json_array();
-    for (size_t i = 0; i < v.n_items; i++) {
-        const cham_policy_item_t *it = &v.items[i];
-        json_t *x = json_object();
-        json_object_set_new(x, "bytes", json_integer((json_int_t)it->bytes));
-        json_object_set_new(x, "swap_out_after_op", json_integer(it->swap_out_op));
-        json_object_set_new(x, "reusable_from_op", json_integer(it->free_op));
-        json_object_set_new(x, "swap_in_before_op", json_integer(it->swap_in_op));
-        json_object_set_new(x, "first_use_op", json_integer(it->use_op));
-        json_object_set_new(x, "predicted_stall_ns", json_integer((json_int_t)it->stall_ns));
-        json_array_append_new(items, x);
-    }
-    json_object_set_new(j, "planner", json_string(v.planner));
-    json_object_set_new(j, "ops", json_integer((json_int_t)v.n_ops));
-    json_object_set_new(j, "usable_bytes", json_integer((json_int_t)v.usable));
-    json_object_set_new(j, "peak_without_swaps_bytes",
-                        json_integer((json_int_t)v.peak_without_swaps));
-    json_object_set_new(j, "predicted_peak_bytes", json_integer((json_int_t)v.predicted_peak));
-    json_object_set_new(j, "items", items);
-    cham_policy_free(pol);
-    return j;
-}
-
-/* The last step's memory curve from the profile cham_run saved. */
-static json_t *curve_json(const sim_opts_t *o, uint64_t capacity)
-{
-    cham_profile_t *p = NULL;
-    char err[600];
-    if (cham_profile_load_json(o->profile_path, &p, err, sizeof err) != CHAM_OK)
-        return json_null();
-    cham_profile_view_t v;
-    cham_profile_get(p, &v);
-    size_t n = 2 * v.n_ops;
-    uint64_t *actual = malloc((n ? n : 1) * sizeof *actual);
-    uint64_t *rebuilt = malloc((n ? n : 1) * sizeof *rebuilt);
-    json_t *c = json_null();
-    if (actual && rebuilt) {
-        cham_profile_memory_curve(p, actual, rebuilt);
-        json_t *a = json_array(), *b = json_array(), *names = json_array();
-        for (size_t k = 0; k < n; k++) {
-            json_array_append_new(a, json_integer((json_int_t)actual[k]));
-            json_array_append_new(b, json_integer((json_int_t)rebuilt[k]));
-        }
-        for (size_t k = 0; k < v.n_ops; k++) {
-            cham_op_token_t t = v.ops[k].token;
-            json_array_append_new(names, json_string((size_t)t < v.n_tokens ? v.token_names[t]
-                                                                             : "?"));
-        }
-        c = json_object();
-        json_object_set_new(c, "step", json_integer((json_int_t)v.step));
-        json_object_set_new(c, "capacity_bytes", json_integer((json_int_t)capacity));
-        json_object_set_new(c, "ops", names);
-        json_object_set_new(c, "in_use_bytes", a);
-        json_object_set_new(c, "without_swaps_bytes", b);
-    }
-    free(actual);
-    free(rebuilt);
-    cham_profile_free(p);
-    return c;
-}
-
 static void print_json(const sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
                        bool ideal_ok)
 {
@@ -408,8 +338,8 @@ static void print_json(const sim_opts_t *o, const cham_run_result_t *r, double i
     json_object_set_new(j, "ops_per_step", json_integer((json_int_t)r->ops_per_step));
     json_object_set_new(j, "series", json_incref(o->series));
     json_object_set_new(j, "memory_curve",
-                        r->status == CHAM_OK ? curve_json(o, r->capacity_bytes) : json_null());
-    json_object_set_new(j, "policy", policy_json(o));
+                        r->status == CHAM_OK ? tool_curve_json(o->profile_path, r->capacity_bytes) : json_null());
+    json_object_set_new(j, "policy_applied", tool_policy_json(o->policy_path));
     char *s = json_dumps(j, JSON_INDENT(2));
     if (s)
         printf("%s\n", s);

@@ -6,11 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
 #include "experiment.h"
+#include "report.h"
 #include "data.h"
 #include "train.h"
 
@@ -20,7 +22,10 @@ typedef struct train_opts {
     gpt_train_config_t c;
     const char *data;
     const char *curve_dir;       /* --memory-curve */
-    char profile_path[4096];
+    const char *report;          /* --report */
+    const char *policy_name;     /* --policy, as given */
+    char profile_path[4096], policy_path[4096];
+    json_t *series;              /* with --report: per-step values */
     bool json, quiet;
     uint64_t overflow_at[MAX_OVERFLOW_AT];
 } train_opts_t;
@@ -58,7 +63,9 @@ static void usage(FILE *f)
             "  --log                 the runtime's log (stages, policies) on stderr\n"
             "  --trace FILE          the timeline as Chrome trace-event JSON (Perfetto)\n"
             "  --memory-curve DIR    the last step's memory curve (memory_curve.svg, .csv)\n"
-            "                        and its detailed profile (last-step-profile.json)\n");
+            "                        and its detailed profile (last-step-profile.json)\n"
+            "  --report FILE.html    the run report: summary, memory curve, step time and\n"
+            "                        swapped bytes per step, the policy (docs/trace.md)\n");
 }
 
 static bool parse_int(const char *v, long lo, long hi, long *out)
@@ -156,7 +163,7 @@ static int parse(int argc, char **argv, train_opts_t *o)
         static const char *const valued[] = {
             "--layers", "--hidden", "--heads", "--seq", "--batch", "--steps", "--validate-every",
             "--lr", "--drop-prob", "--seed", "--device", "--data", "--budget", "--min-swap",
-            "--overflow-at", "--policy", "--trace", "--memory-curve"};
+            "--overflow-at", "--policy", "--trace", "--memory-curve", "--report"};
         bool known = false;
         for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
             known = known || strcmp(a, valued[k]) == 0;
@@ -216,6 +223,8 @@ static int parse(int argc, char **argv, train_opts_t *o)
             o->c.trace_path = v;
         } else if (strcmp(a, "--memory-curve") == 0) {
             o->curve_dir = v;
+        } else if (strcmp(a, "--report") == 0) {
+            o->report = v;
         } else if (strcmp(a, "--policy") == 0) {
             static const struct {
                 const char *name;
@@ -229,6 +238,7 @@ static int parse(int argc, char **argv, train_opts_t *o)
             if (k == sizeof policies / sizeof policies[0])
                 return bad(a, "chameleon, native, recompute, capuchin or vdnn", v);
             o->c.policy = policies[k].policy;
+            o->policy_name = policies[k].name;
         }
     }
     if (o->c.preset && !cham_preset_find(o->c.preset)) {
@@ -251,9 +261,33 @@ static double mib(uint64_t b)
     return (double)b / (1024.0 * 1024.0);
 }
 
+/* Appends a training step's values to the report's series. */
+static void record(train_opts_t *o, const gpt_step_info_t *i)
+{
+    const struct {
+        const char *key;
+        json_t *v;
+    } values[] = {
+        {"step_time_s", json_real(i->sim_step_s)},
+        {"stage", json_string(cham_stage_name(i->stage))},
+        {"peak_bytes", json_integer((json_int_t)i->peak_bytes)},
+        {"swapped_bytes", json_integer((json_int_t)i->swapped_bytes)},
+        {"loss", json_real(i->loss)},
+        {"overflow", json_boolean(i->skipped_update)},
+    };
+    for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+        json_t *a = json_object_get(o->series, values[k].key);
+        if (!a)
+            json_object_set_new(o->series, values[k].key, a = json_array());
+        json_array_append_new(a, values[k].v);
+    }
+}
+
 static void progress(const gpt_step_info_t *i, void *user)
 {
-    const train_opts_t *o = user;
+    train_opts_t *o = user;
+    if (o->series && !i->validation)
+        record(o, i);
     if (o->quiet || o->json)
         return;
     printf("%s %5d  loss %7.4f  %-9s  mem %7.2f / %.2f MiB  swapped %7.2f MiB  %8.3f ms%s%s%s\n",
@@ -325,9 +359,46 @@ static void print_summary(const gpt_train_result_t *r, bool verify)
                    : "DIFFERS from the unconstrained run");
 }
 
+/* The run report: the summary, the series, the last step's curve and the
+ * policy the run ended with. */
+static bool write_report(const train_opts_t *o, const gpt_train_result_t *r, char *err,
+                         size_t err_size)
+{
+    json_t *j = json_object();
+    json_object_set_new(j, "model", json_string("gpt (examples/gpt)"));
+    json_object_set_new(j, "policy", json_string(o->policy_name));
+    json_object_set_new(j, "device", json_string(o->c.preset ? o->c.preset
+                                                             : cham_preset_default_name()));
+    json_object_set_new(j, "parameters", json_integer((json_int_t)r->param_count));
+    json_object_set_new(j, "steps", json_integer(r->steps));
+    json_object_set_new(j, "final_train_loss", json_real(r->final_train_loss));
+    json_object_set_new(j, "budget_bytes", json_integer((json_int_t)r->budget_bytes));
+    json_object_set_new(j, "unconstrained_peak_bytes",
+                        json_integer((json_int_t)r->unconstrained_peak_bytes));
+    json_object_set_new(j, "peak_device_bytes", json_integer((json_int_t)r->peak_device_bytes));
+    json_object_set_new(j, "hazards", json_integer((json_int_t)r->hazards));
+    json_object_set_new(j, "stage_changes", json_integer((json_int_t)r->stage_changes));
+    json_object_set_new(j, "policy_regenerations",
+                        json_integer((json_int_t)r->policy_regenerations));
+    json_object_set_new(j, "on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins));
+    json_object_set_new(j, "sim_step_time_s", json_real(r->sim_step_time_s));
+    if (o->c.verify) {
+        json_object_set_new(j, "bit_exact", json_boolean(r->bit_exact));
+        json_object_set_new(j, "ideal_step_time_s", json_real(r->ideal_step_time_s));
+        json_object_set_new(j, "overhead_vs_ideal", json_real(r->overhead_vs_ideal));
+    }
+    json_object_set_new(j, "host_overhead_ratio", json_real(r->host_overhead_ratio));
+    json_object_set_new(j, "series", json_incref(o->series));
+    json_object_set_new(j, "memory_curve", tool_curve_json(o->profile_path, r->budget_bytes));
+    json_object_set_new(j, "policy_applied", tool_policy_json(o->policy_path));
+    bool ok = tool_report_write(j, o->report, err, err_size);
+    json_decref(j);
+    return ok;
+}
+
 int cmd_train(int argc, char **argv)
 {
-    train_opts_t o = {.c = gpt_train_config_default()};
+    train_opts_t o = {.c = gpt_train_config_default(), .policy_name = "chameleon"};
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
@@ -353,9 +424,33 @@ int cmd_train(int argc, char **argv)
                  o.curve_dir);
         o.c.profile_path = o.profile_path;
     }
+    int tmp_fds[2] = {-1, -1};
+    if (o.report) {                         /* the report's curve and policy */
+        o.series = json_object();
+        if (!o.curve_dir) {
+            snprintf(o.profile_path, sizeof o.profile_path, "/tmp/cham-profile-XXXXXX");
+            if ((tmp_fds[0] = mkstemp(o.profile_path)) >= 0) {
+                close(tmp_fds[0]);
+                o.c.profile_path = o.profile_path;
+            }
+        }
+        snprintf(o.policy_path, sizeof o.policy_path, "/tmp/cham-policy-XXXXXX");
+        if ((tmp_fds[1] = mkstemp(o.policy_path)) >= 0) {
+            close(tmp_fds[1]);
+            unlink(o.policy_path);          /* written only if there is a policy */
+            o.c.policy_path = o.policy_path;
+        }
+    }
     gpt_train_result_t r;
     cham_status_t st = gpt_train(&o.c, &data, progress, &o, &r, err, sizeof err);
     gpt_data_free(&data);
+    if (st == CHAM_OK && o.report && !write_report(&o, &r, err, sizeof err))
+        st = CHAM_ERR_HOST_OOM;           /* reported below, exit 1 */
+    json_decref(o.series);
+    if (tmp_fds[0] >= 0)
+        unlink(o.profile_path);
+    if (tmp_fds[1] >= 0)
+        unlink(o.policy_path);
     if (st == CHAM_OK && o.curve_dir) {
         cham_profile_t *p = NULL;
         if (cham_profile_load_json(o.profile_path, &p, err, sizeof err) != CHAM_OK ||
@@ -378,5 +473,7 @@ int cmd_train(int argc, char **argv)
     if (!o.json && o.curve_dir)
         printf("  memory curve          %s/memory_curve.svg (data: memory_curve.csv)\n",
                o.curve_dir);
+    if (!o.json && o.report)
+        printf("  report                %s\n", o.report);
     return o.c.verify && !r.bit_exact ? 1 : 0;
 }

@@ -418,6 +418,9 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         free(pb);
     }
 
+    const cham_policy_t *pol = cham_context_policy(a.ctx);
+    if (st == CHAM_OK && c->policy_path && pol)
+        st = cham_policy_save_json(pol, c->policy_path, err, err_size);
     const cham_profile_t *last = cham_context_last_profile(a.ctx);
     if (st == CHAM_OK && c->profile_path &&
         (st = last ? cham_profile_save_json(last, c->profile_path, err, err_size)

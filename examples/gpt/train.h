@@ -46,6 +46,7 @@ typedef struct gpt_train_config {
     bool log;                    /* the runtime's log lines to stderr */
     const char *trace_path;      /* the constrained run's timeline (chameleon/trace.h) */
     const char *profile_path;    /* its last step's detailed profile, as JSON */
+    const char *policy_path;     /* the policy it applies at the end, as JSON */
 } gpt_train_config_t;
 
 /* Defaults: a small model on the synthetic data, every dynamic behaviour
