@@ -8,28 +8,44 @@
 
 #include "experiment.h"
 
+/* Copies s into dst, cut at a character boundary: a UTF-8 sequence cut in
+ * half would make the SVG ill-formed. */
+static void copy_text(char *dst, size_t size, const char *s)
+{
+    size_t n = strlen(s);
+    if (n >= size) {
+        n = size - 1;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(dst, s, n);
+    dst[n] = '\0';
+}
+
 void exp_plot_init(exp_plot_t *p, const char *name, const char *title, const char *x_label,
                    const char *y_label)
 {
     memset(p, 0, sizeof *p);
-    snprintf(p->name, sizeof p->name, "%s", name);
-    snprintf(p->title, sizeof p->title, "%s", title);
-    snprintf(p->x_label, sizeof p->x_label, "%s", x_label);
-    snprintf(p->y_label, sizeof p->y_label, "%s", y_label);
+    copy_text(p->name, sizeof p->name, name);
+    copy_text(p->title, sizeof p->title, title);
+    copy_text(p->x_label, sizeof p->x_label, x_label);
+    copy_text(p->y_label, sizeof p->y_label, y_label);
 }
 
 bool exp_plot_add(exp_plot_t *p, const char *series, double x, double y)
 {
+    char name[sizeof p->series[0].name];  /* compared as it is stored */
+    copy_text(name, sizeof name, series);
     exp_series_t *s = NULL;
     for (size_t i = 0; i < p->n_series && !s; i++)
-        if (strcmp(p->series[i].name, series) == 0)
+        if (strcmp(p->series[i].name, name) == 0)
             s = &p->series[i];
     if (!s) {
         if (p->n_series == EXP_MAX_SERIES)
             return false;
         s = &p->series[p->n_series++];
         *s = (exp_series_t){0};
-        snprintf(s->name, sizeof s->name, "%s", series);
+        memcpy(s->name, name, sizeof name);
     }
     if ((s->n & (s->n - 1)) == 0) {          /* 0, 1, 2, 4, ...: double the room */
         size_t cap = s->n ? 2 * s->n : 1;
@@ -50,8 +66,10 @@ bool exp_plot_add(exp_plot_t *p, const char *series, double x, double y)
 
 bool exp_plot_band(exp_plot_t *p, const char *label, double x0, double x1)
 {
+    char name[sizeof p->bands[0].label];
+    copy_text(name, sizeof name, label);
     exp_band_t *last = p->n_bands ? &p->bands[p->n_bands - 1] : NULL;
-    if (last && strcmp(last->label, label) == 0 && last->x1 >= x0) {
+    if (last && strcmp(last->label, name) == 0 && last->x1 >= x0) {
         last->x1 = x1 > last->x1 ? x1 : last->x1;
         return true;
     }
@@ -59,7 +77,7 @@ bool exp_plot_band(exp_plot_t *p, const char *label, double x0, double x1)
         return false;
     exp_band_t *b = &p->bands[p->n_bands++];
     *b = (exp_band_t){.x0 = x0, .x1 = x1};
-    snprintf(b->label, sizeof b->label, "%s", label);
+    copy_text(b->label, sizeof b->label, label);
     return true;
 }
 
@@ -68,8 +86,10 @@ void exp_plot_free(exp_plot_t *p)
     for (size_t i = 0; i < p->n_series; i++) {
         free(p->series[i].x);
         free(p->series[i].y);
+        p->series[i] = (exp_series_t){0};
     }
     p->n_series = 0;
+    p->n_bands = 0;
 }
 
 /* ---- layout -------------------------------------------------------------------------*/

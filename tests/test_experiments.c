@@ -233,6 +233,13 @@ static void test_svg_plot(void **state)
         assert_true(exp_plot_add(&p, name, 1, 1));
     }
     assert_false(exp_plot_add(&p, "one too many", 1, 1));
+    /* A name longer than what is stored still finds its series. */
+    exp_plot_free(&p);
+    const char *long_name = "a series name longer than the forty bytes kept of it";
+    assert_true(exp_plot_add(&p, long_name, 1, 1));
+    assert_true(exp_plot_add(&p, long_name, 2, 2));
+    assert_int_equal(p.n_series, 1);
+    assert_int_equal(p.series[0].n, 2);
     assert_false(exp_plot_write_svg(&p, "/proc/no/such/file.svg"));
     exp_plot_free(&p);
     unlink(path);
