@@ -20,7 +20,7 @@ static void usage(FILE *f)
 static void list(FILE *f)
 {
     for (size_t i = 0; i < exp_count(); i++)
-        fprintf(f, "  %-15s %s\n", exp_at(i)->name, exp_at(i)->what);
+        fprintf(f, "  %-19s %s\n", exp_at(i)->name, exp_at(i)->what);
 }
 
 int cmd_experiment(int argc, char **argv)
