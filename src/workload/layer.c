@@ -8,16 +8,6 @@
 
 #include "workload/workload-impl.h"
 
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        cham_status_t st_ = (expr);                                                           \
-        if (st_ != CHAM_OK)                                                                   \
-            return st_;                                                                       \
-    } while (0)
-
-#define R(t) {(t), CHAM_ACCESS_READ}
-#define W(t) {(t), CHAM_ACCESS_WRITE}
-#define RW(t) {(t), CHAM_ACCESS_READ_WRITE}
 #define RUN(w, op, flops, ...)                                                                \
     wl_run((w), (op), (const wl_arg_t[]){__VA_ARGS__},                                        \
            sizeof((const wl_arg_t[]){__VA_ARGS__}) / sizeof(wl_arg_t), (flops), 0)
@@ -312,6 +302,14 @@ static cham_status_t mlp_backward(cham_workload_t *w, uint32_t l, cham_tensor_t 
 
 /* ---- the layer -----------------------------------------------------------------------*/
 
+/* QK^T and PV of this device's heads: 4 b heads s^2 hd FLOPs (the fused
+ * kernel skips the causal mask's half of it). */
+static double attention_flops(const cham_model_config_t *m)
+{
+    double s = m->seq;
+    return 4.0 * m->mbs * (double)(m->heads / m->tp) * s * s * (double)wl_head_dim(m);
+}
+
 static bool dropped(const cham_workload_t *w, uint32_t l)
 {
     return w->m.layer_drop > 0 &&
@@ -360,7 +358,7 @@ static cham_status_t forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_t
     const cham_model_config_t *m = &w->m;
     cham_dtype_t dt = m->dtype;
     uint64_t T = wl_tokens(m), h = m->hidden, p = cham_dtype_size(dt);
-    uint64_t hd = wl_head_dim(m), heads = m->heads / m->tp, s = m->seq;
+    uint64_t heads = m->heads / m->tp, s = m->seq;
     cham_tensor_t *wt, *wp, *o, *y, *x2;
     sv->x = x;
     TRY(wl_weights(w, l, &wt));
@@ -379,9 +377,7 @@ static cham_status_t forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_t
         wl_drop(w, &sv->qkv);
         sv->qkv = r;
     }
-    /* Causal attention: QK^T and PV are 4 b heads s^2 hd FLOPs; the fused
-     * kernel skips the masked half. */
-    double attn_flops = 4.0 * (double)m->mbs * (double)heads * (double)s * (double)s * (double)hd;
+    double attn_flops = attention_flops(m);
     TRY(wl_new(w, T * wl_ctx_width(m) * p, dt, &sv->ctx, "L%u.attn_out", l));
     if (m->flash) {
         TRY(wl_new(w, wl_lse_bytes(m), CHAM_DTYPE_F32, &sv->lse, "L%u.attn_lse", l));
@@ -472,7 +468,7 @@ cham_status_t wl_layer_backward(cham_workload_t *w, uint32_t l, uint64_t mb, wl_
     }
     cham_dtype_t dt = m->dtype;
     uint64_t T = wl_tokens(m), h = m->hidden, p = cham_dtype_size(dt);
-    uint64_t hd = wl_head_dim(m), heads = m->heads / m->tp, s = m->seq;
+    uint64_t heads = m->heads / m->tp, s = m->seq;
     cham_tensor_t *wt, *gw, *wp, *gp, *dn2, *dx1, *dctx, *dqkv, *dn1, *dxp;
     TRY(wl_weights(w, l, &wt));
     TRY(wl_grad(w, l, &gw));
@@ -493,7 +489,7 @@ cham_status_t wl_layer_backward(cham_workload_t *w, uint32_t l, uint64_t mb, wl_
     TRY(linear_bwd(w, OP_OUT_BWD, dx1, sv->ctx, wp, gp, dctx, T));
     wl_drop(w, &wp);
     wl_drop(w, &gp);
-    double attn_flops = 4.0 * (double)m->mbs * (double)heads * (double)s * (double)s * (double)hd;
+    double attn_flops = attention_flops(m);
     TRY(wl_new(w, T * wl_qkv_width(m) * p, dt, &dqkv, "L%u.d_qkv", l));
     if (m->flash) {
         /* The fused backward recomputes the scores: 2.5x the forward. */

@@ -9,17 +9,6 @@
 
 #include "workload/workload-impl.h"
 
-#define TRY(expr)                                                                             \
-    do {                                                                                      \
-        cham_status_t st_ = (expr);                                                           \
-        if (st_ != CHAM_OK)                                                                   \
-            return st_;                                                                       \
-    } while (0)
-
-#define R(t) {(t), CHAM_ACCESS_READ}
-#define W(t) {(t), CHAM_ACCESS_WRITE}
-#define RW(t) {(t), CHAM_ACCESS_READ_WRITE}
-
 static uint64_t group_params(const cham_workload_t *w, uint32_t g)
 {
     return w->group_params[g];
@@ -218,6 +207,16 @@ static uint64_t activation_bytes(const cham_workload_t *w)
     return wl_hidden_bytes(&w->m);
 }
 
+/* The first stage's output goes to the next stage; the handle is dropped
+ * (record_stream keeps the block until the send is done). */
+static cham_status_t send(cham_workload_t *w, cham_tensor_t **x)
+{
+    wl_arg_t a = R(*x);
+    TRY(wl_comm(w, OP_SEND, &a, 1, (double)activation_bytes(w), 0, false));
+    wl_drop(w, x);
+    return CHAM_OK;
+}
+
 /* An evaluation micro-batch: forward only, nothing kept. */
 static cham_status_t evaluate(cham_workload_t *w)
 {
@@ -229,12 +228,7 @@ static cham_status_t evaluate(cham_workload_t *w)
         wl_saved_drop(w, &tmp);
         TRY(st);
     }
-    if (w->m.pp == 1)
-        return wl_head(w, x, false, NULL);
-    wl_arg_t a = R(x);
-    TRY(wl_comm(w, OP_SEND, &a, 1, (double)activation_bytes(w), 0, false));
-    wl_drop(w, &x);
-    return CHAM_OK;
+    return w->m.pp == 1 ? wl_head(w, x, false, NULL) : send(w, &x);
 }
 
 static cham_status_t forward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
@@ -254,10 +248,7 @@ static cham_status_t forward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
         TRY(wl_head(w, x, true, &f->dy[slot]));
         return wl_grad_done(w, wl_head_group(w), mb);
     }
-    wl_arg_t a = R(x);
-    TRY(wl_comm(w, OP_SEND, &a, 1, (double)activation_bytes(w), 0, false));
-    wl_drop(w, &x);
-    return CHAM_OK;
+    return send(w, &x);
 }
 
 static cham_status_t backward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)

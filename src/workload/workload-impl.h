@@ -87,6 +87,19 @@ typedef enum wl_op {
     WL_N_OPS
 } wl_op_t;
 
+/* Returns the status of a failed call (the generator's files share it). */
+#define TRY(expr)                                                                             \
+    do {                                                                                      \
+        cham_status_t st_ = (expr);                                                           \
+        if (st_ != CHAM_OK)                                                                   \
+            return st_;                                                                       \
+    } while (0)
+
+/* An op's arguments: read, written, both. */
+#define R(t) {(t), CHAM_ACCESS_READ}
+#define W(t) {(t), CHAM_ACCESS_WRITE}
+#define RW(t) {(t), CHAM_ACCESS_READ_WRITE}
+
 /* One tensor an op touches and how. Reads are the op's inputs; writes and
  * read-writes (accumulation, in-place collectives) its outputs. */
 typedef struct wl_arg {
