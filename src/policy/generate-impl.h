@@ -40,18 +40,18 @@ void cham_gen_layers_free(cham_gen_layers_t *l);
 
 /* ---- shared by the planners (generate.c) -------------------------------- */
 
-/* The input checks every planner makes: positive finite bandwidths,
- * score_c >= 0, at most UINT32_MAX / 2 ops, op costs (if any) one per op,
- * finite, >= 0 and not all 0. CHAM_ERR_INVALID_ARG with a message. */
-cham_status_t cham_gen_check_config(const cham_profile_view_t *v, const cham_planner_config_t *c,
-                                    char *err, size_t err_size);
-
-/* The capacity planned against (the config's, else the profile's) and
- * usable = capacity - reserve, the reserve being the config's or, when
- * UINT64_MAX, the default rule (docs/policy.md). CHAM_ERR_INVALID_ARG with
- * a message when nothing is usable. */
-cham_status_t cham_gen_capacity(const cham_profile_view_t *v, const cham_planner_config_t *c,
-                                uint64_t *capacity, uint64_t *usable, char *err, size_t err_size);
+/* What every planner does first: checks that profile, config and out are
+ * given (*out = NULL), fills *v, checks the config (positive finite
+ * bandwidths, score_c >= 0, at most UINT32_MAX / 2 ops, op costs, if any,
+ * one per op, finite, >= 0 and not all 0) and works out the capacity
+ * planned against (the config's, else the profile's) and usable =
+ * capacity - reserve, the reserve being the config's or, when UINT64_MAX,
+ * the default rule (docs/policy.md). CHAM_ERR_INVALID_ARG with a message
+ * (`who` names the planner in it) when anything is wrong. */
+cham_status_t cham_gen_start(const char *who, const cham_profile_t *profile,
+                             const cham_planner_config_t *config, cham_policy_t **out,
+                             cham_profile_view_t *v, uint64_t *capacity, uint64_t *usable,
+                             char *err, size_t err_size);
 
 /* Completes a policy whose items are in place (in swap-out order): appends
  * the layers and sets n_ops, capacity, usable, the peaks (curve: the

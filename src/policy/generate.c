@@ -53,8 +53,8 @@ static bool good_bw(double bw)
     return isfinite(bw) && bw > 0;
 }
 
-cham_status_t cham_gen_check_config(const cham_profile_view_t *v, const cham_planner_config_t *c,
-                                    char *err, size_t err_size)
+static cham_status_t check_config(const cham_profile_view_t *v, const cham_planner_config_t *c,
+                                  char *err, size_t err_size)
 {
     if (!good_bw(c->h2d_bandwidth) || !good_bw(c->d2h_bandwidth)) {
         cham_set_err(err, err_size, "planner: h2d_bandwidth and d2h_bandwidth must be "
@@ -92,8 +92,9 @@ cham_status_t cham_gen_check_config(const cham_profile_view_t *v, const cham_pla
     return CHAM_OK;
 }
 
-cham_status_t cham_gen_capacity(const cham_profile_view_t *v, const cham_planner_config_t *c,
-                                uint64_t *capacity, uint64_t *usable, char *err, size_t err_size)
+static cham_status_t capacity_of(const cham_profile_view_t *v, const cham_planner_config_t *c,
+                                 uint64_t *capacity, uint64_t *usable, char *err,
+                                 size_t err_size)
 {
     uint64_t cap = c->capacity ? c->capacity : v->capacity;
     uint64_t reserve = c->reserve == UINT64_MAX ? default_reserve(cap) : c->reserve;
@@ -106,6 +107,21 @@ cham_status_t cham_gen_capacity(const cham_profile_view_t *v, const cham_planner
     *capacity = cap;
     *usable = cap - reserve;
     return CHAM_OK;
+}
+
+cham_status_t cham_gen_start(const char *who, const cham_profile_t *profile,
+                             const cham_planner_config_t *config, cham_policy_t **out,
+                             cham_profile_view_t *v, uint64_t *capacity, uint64_t *usable,
+                             char *err, size_t err_size)
+{
+    if (!profile || !config || !out) {
+        cham_set_err(err, err_size, "%s: NULL profile, config or out", who);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    *out = NULL;
+    cham_profile_get(profile, v);
+    cham_status_t st = check_config(v, config, err, err_size);
+    return st != CHAM_OK ? st : capacity_of(v, config, capacity, usable, err, err_size);
 }
 
 /* Predicted peak: max over samples of the curve minus the bytes swapped out
@@ -244,17 +260,10 @@ static cham_status_t plan_once(const cham_profile_t *profile,
                                const cham_planner_config_t *config, cham_policy_t **out,
                                char *err, size_t err_size)
 {
-    if (!profile || !config || !out) {
-        cham_set_err(err, err_size, "planner: NULL profile, config or out");
-        return CHAM_ERR_INVALID_ARG;
-    }
-    *out = NULL;
     cham_profile_view_t v;
-    cham_profile_get(profile, &v);
     uint64_t capacity = 0, usable = 0;
-    cham_status_t st = cham_gen_check_config(&v, config, err, err_size);
-    if (st == CHAM_OK)
-        st = cham_gen_capacity(&v, config, &capacity, &usable, err, err_size);
+    cham_status_t st = cham_gen_start("planner", profile, config, out, &v, &capacity, &usable,
+                                      err, err_size);
     if (st != CHAM_OK)
         return st;
 

@@ -156,17 +156,10 @@ static void prefetch_stalls(vdnn_t *d)
 cham_status_t cham_plan_vdnn(const cham_profile_t *profile, const cham_planner_config_t *config,
                              cham_policy_t **out, char *err, size_t err_size)
 {
-    if (!profile || !config || !out) {
-        cham_set_err(err, err_size, "vdnn planner: NULL profile, config or out");
-        return CHAM_ERR_INVALID_ARG;
-    }
-    *out = NULL;
     cham_profile_view_t v;
-    cham_profile_get(profile, &v);
     uint64_t capacity = 0, usable = 0;
-    cham_status_t st = cham_gen_check_config(&v, config, err, err_size);
-    if (st == CHAM_OK)
-        st = cham_gen_capacity(&v, config, &capacity, &usable, err, err_size);
+    cham_status_t st = cham_gen_start("vdnn planner", profile, config, out, &v, &capacity,
+                                      &usable, err, err_size);
     if (st != CHAM_OK)
         return st;
 
