@@ -41,13 +41,18 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     const char *cols[] = {"setup", "layers (fit)", "s/step (fit)", "layers (big)",
                           "extrapolated s/step", "chameleon s/step", "impact %",
                           "paper impact %", "native at big"};
-    exp_table_t *t = &r->tables[r->n_tables++];
-    if (!exp_table_init(t, "layer_scaling", "Linear extrapolation against Chameleon "
-                        "(simulated)", 9, cols))
+    exp_table_t *t = exp_result_table(r, "layer_scaling",
+                                      "Linear extrapolation against Chameleon "
+                                      "(simulated)",
+                                      9, cols);
+    if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl = &r->plots[r->n_plots++];
-    exp_plot_init(pl, "layer_scaling", "Step time against layers: measured, extrapolated, "
-                  "Chameleon", "layers", "simulated s/step");
+    exp_plot_t *pl = exp_result_plot(r, "layer_scaling",
+                                     "Step time against layers: measured, extrapolated, "
+                                     "Chameleon",
+                                     "layers", "simulated s/step");
+    if (!pl)
+        return CHAM_ERR_HOST_OOM;
     uint64_t capacity = 0;               /* the device's (it takes a second: no reduced size) */
     char text[256] = "";
     for (size_t i = 0; i < sizeof paper / sizeof paper[0]; i++) {

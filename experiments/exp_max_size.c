@@ -96,17 +96,23 @@ static cham_status_t largest(const exp_config_t *c, const setup_t *s, size_t d,
 static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size_t err_size)
 {
     /* Reduced: a quarter of the sizes on a quarter of the memory. */
-    setup_t s = c->reduced ? (setup_t){4, 5, 1024, 1024, 4ull << 30} : (setup_t){4, 5, 4096, 4096, 0};
+    setup_t s = c->reduced ? (setup_t){4, 5, 1024, 1024, 4ull << 30}
+                           : (setup_t){4, 5, 4096, 4096, 0};
     uint32_t limit_k = c->reduced ? 64 : 256;
     const char *cols[] = {"dimension", "base", "native", "recompute", "vdnn", "capuchin",
                           "chameleon", "chameleon / native", "chameleon vs ideal %"};
-    exp_table_t *t = &r->tables[r->n_tables++];
-    if (!exp_table_init(t, "max_size", "Largest size per dimension before failure "
-                        "(simulated)", 9, cols))
+    exp_table_t *t = exp_result_table(r, "max_size",
+                                      "Largest size per dimension before failure "
+                                      "(simulated)",
+                                      9, cols);
+    if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl = &r->plots[r->n_plots++];
-    exp_plot_init(pl, "max_size", "Largest size relative to native (1 batch, 2 layers, "
-                  "3 sequence, 4 hidden)", "dimension", "largest size / native's");
+    exp_plot_t *pl = exp_result_plot(r, "max_size",
+                                     "Largest size relative to native (1 batch, 2 layers, "
+                                     "3 sequence, 4 hidden)",
+                                     "dimension", "largest size / native's");
+    if (!pl)
+        return CHAM_ERR_HOST_OOM;
     char best[256] = "";
     for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
         long row = exp_table_add_row(t);

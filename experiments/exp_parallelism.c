@@ -63,13 +63,16 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
 {
     const char *cols[] = {"row", "model", "baseline", "with chameleon", "baseline s/step",
                           "chameleon s/step", "gain %", "paper gain %", "baseline"};
-    exp_table_t *t = &r->tables[r->n_tables++];
-    if (!exp_table_init(t, "parallelism", "Less TP/PP or no recomputation, with Chameleon "
-                        "(simulated, one device)", 9, cols))
+    exp_table_t *t = exp_result_table(r, "parallelism",
+                                      "Less TP/PP or no recomputation, with Chameleon "
+                                      "(simulated, one device)",
+                                      9, cols);
+    if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl = &r->plots[r->n_plots++];
-    exp_plot_init(pl, "parallelism", "Speed-up per row: ours against the paper's", "row",
-                  "gain %");
+    exp_plot_t *pl = exp_result_plot(r, "parallelism", "Speed-up per row: ours against the paper's",
+                                     "row", "gain %");
+    if (!pl)
+        return CHAM_ERR_HOST_OOM;
     size_t n = c->reduced ? 3 : sizeof rows / sizeof rows[0];
     double sum = 0;
     int count = 0;

@@ -50,13 +50,18 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
 {
     const char *cols[] = {"mode", "simulated ms/step", "extra %", "paper extra %",
                           "measured host CPU us/step", "host ns/op over none"};
-    exp_table_t *t = &r->tables[r->n_tables++];
-    if (!exp_table_init(t, "profiling_overhead", "Profiling overhead (simulated step time; "
-                        "host time measured on this machine)", 6, cols))
+    exp_table_t *t = exp_result_table(r, "profiling_overhead",
+                                      "Profiling overhead (simulated step time; "
+                                      "host time measured on this machine)",
+                                      6, cols);
+    if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl = &r->plots[r->n_plots++];
-    exp_plot_init(pl, "profiling_overhead", "Extra step time per profiling mode (1 none, "
-                  "2 lightweight, 3 detailed, 4 per-op sync)", "mode", "extra simulated %");
+    exp_plot_t *pl = exp_result_plot(r, "profiling_overhead",
+                                     "Extra step time per profiling mode (1 none, "
+                                     "2 lightweight, 3 detailed, 4 per-op sync)",
+                                     "mode", "extra simulated %");
+    if (!pl)
+        return CHAM_ERR_HOST_OOM;
     const double paper[] = {NAN, 0.9, 34.6, 219.7};
     enum { N_MODES = sizeof modes / sizeof modes[0] };
     uint64_t steps = c->reduced ? 8 : 200;

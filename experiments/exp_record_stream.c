@@ -17,15 +17,22 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     size_t n = c->reduced ? 4 : 5;
     const char *cols[] = {"layers", "custom s/step", "pytorch s/step", "custom reuse mean",
                           "pytorch reuse mean", "custom reuse max", "pytorch reuse max"};
-    exp_table_t *t = &r->tables[r->n_tables++];
-    if (!exp_table_init(t, "record_stream", "Custom against PyTorch's recordStream (simulated; "
-                        "reuse intervals in ops)", 7, cols))
+    exp_table_t *t = exp_result_table(r, "record_stream",
+                                      "Custom against PyTorch's recordStream (simulated; "
+                                      "reuse intervals in ops)",
+                                      7, cols);
+    if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *time = &r->plots[r->n_plots++], *reuse = &r->plots[r->n_plots++];
-    exp_plot_init(time, "record_stream_time", "Step time, custom and PyTorch recordStream",
-                  "layers", "simulated s/step");
-    exp_plot_init(reuse, "record_stream_reuse", "Mean memory block reuse interval", "layers",
-                  "ops from free to reuse");
+    exp_plot_t *time = exp_result_plot(r, "record_stream_time",
+                                       "Step time, custom and PyTorch "
+                                       "recordStream",
+                                       "layers", "simulated s/step");
+    exp_plot_t *reuse = exp_result_plot(r, "record_stream_reuse",
+                                        "Mean memory block reuse "
+                                        "interval",
+                                        "layers", "ops from free to reuse");
+    if (!time || !reuse)
+        return CHAM_ERR_HOST_OOM;
     double ratio_sum = 0;
     size_t ratio_n = 0;
     for (size_t i = 0; i < n; i++) {

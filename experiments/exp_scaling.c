@@ -42,19 +42,20 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     uint64_t capacity = c->reduced ? 4ull << 30 : 0;
     const char *cols[] = {"point", "dimension", "value", "native s", "recompute s",
                           "chameleon s", "improvement over recompute %"};
-    exp_table_t *t = &r->tables[r->n_tables++];
-    if (!exp_table_init(t, "scaling", "Step time against model size (simulated s/step)", 7,
-                        cols))
+    exp_table_t *t =
+        exp_result_table(r, "scaling", "Step time against model size (simulated s/step)", 7, cols);
+    if (!t)
         return CHAM_ERR_HOST_OOM;
     const cham_run_policy_t pol[] = {CHAM_RUN_NATIVE, CHAM_RUN_RECOMPUTE, CHAM_RUN_CHAMELEON};
     double sum[3] = {0};
     int count[3] = {0};
     for (size_t d = 0; d < 3; d++) {
-        exp_plot_t *pl = &r->plots[r->n_plots++];
         char name[48], title[96];
         snprintf(name, sizeof name, "scaling_%s", sw[d].name);
         snprintf(title, sizeof title, "Step time against %s", sw[d].name);
-        exp_plot_init(pl, name, title, sw[d].name, "simulated s/step");
+        exp_plot_t *pl = exp_result_plot(r, name, title, sw[d].name, "simulated s/step");
+        if (!pl)
+            return CHAM_ERR_HOST_OOM;
         bool native_alive = true;
         for (size_t i = 0; i < sw[d].n; i++) {
             long row = exp_table_add_row(t);

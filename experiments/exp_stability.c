@@ -46,12 +46,16 @@ static cham_status_t stability(const exp_config_t *c, exp_result_t *r, char *err
 {
     const char *cols[] = {"policy", "steps run", "failed at step", "error",
                           "policy regenerations", "on-demand swap-ins", "median s/step"};
-    exp_table_t *t = &r->tables[r->n_tables++];
-    if (!exp_table_init(t, "stability", "Long run with loss scaling and validation every 200 "
-                        "steps (simulated)", 7, cols))
+    exp_table_t *t = exp_result_table(r, "stability",
+                                      "Long run with loss scaling and validation every 200 "
+                                      "steps (simulated)",
+                                      7, cols);
+    if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl = &r->plots[r->n_plots++];
-    exp_plot_init(pl, "stability", "Step time per step", "step", "simulated s/step");
+    exp_plot_t *pl =
+        exp_result_plot(r, "stability", "Step time per step", "step", "simulated s/step");
+    if (!pl)
+        return CHAM_ERR_HOST_OOM;
     const cham_run_policy_t pol[] = {CHAM_RUN_CHAMELEON, CHAM_RUN_CAPUCHIN};
     uint64_t failed[2] = {0, 0};
     for (size_t k = 0; k < 2; k++) {
@@ -98,13 +102,17 @@ static cham_status_t policy_cache(const exp_config_t *c, exp_result_t *r, char *
 {
     const char *cols[] = {"cache", "steps in WarmUp", "steps in GenPolicy", "steps in Stable",
                           "on-demand swap-ins", "passive swap-outs", "mean s/step"};
-    exp_table_t *t = &r->tables[r->n_tables++];
-    if (!exp_table_init(t, "policy_cache", "Chameleon with and without the policy cache "
-                        "(simulated)", 7, cols))
+    exp_table_t *t = exp_result_table(r, "policy_cache",
+                                      "Chameleon with and without the policy cache "
+                                      "(simulated)",
+                                      7, cols);
+    if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl = &r->plots[r->n_plots++];
-    exp_plot_init(pl, "policy_cache", "Step time per step, with and without the cache", "step",
-                  "simulated s/step");
+    exp_plot_t *pl =
+        exp_result_plot(r, "policy_cache", "Step time per step, with and without the cache", "step",
+                        "simulated s/step");
+    if (!pl)
+        return CHAM_ERR_HOST_OOM;
     double mean[2] = {0, 0};
     for (int on = 1; on >= 0; on--) {
         cham_run_config_t rc = long_run(c, CHAM_RUN_CHAMELEON);

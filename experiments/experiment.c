@@ -46,6 +46,24 @@ void exp_result_free(exp_result_t *r)
     r->n_tables = r->n_plots = 0;
 }
 
+exp_table_t *exp_result_table(exp_result_t *r, const char *name, const char *title,
+                              size_t n_cols, const char *const *cols)
+{
+    if (r->n_tables == EXP_MAX_TABLES || !exp_table_init(&r->tables[r->n_tables], name, title,
+                                                          n_cols, cols))
+        return NULL;
+    return &r->tables[r->n_tables++];
+}
+
+exp_plot_t *exp_result_plot(exp_result_t *r, const char *name, const char *title,
+                            const char *x_label, const char *y_label)
+{
+    if (r->n_plots == EXP_MAX_PLOTS)
+        return NULL;
+    exp_plot_init(&r->plots[r->n_plots], name, title, x_label, y_label);
+    return &r->plots[r->n_plots++];
+}
+
 /* ---- helpers ----------------------------------------------------------------------*/
 
 cham_model_config_t exp_llama(uint32_t hidden, uint32_t layers, uint32_t seq, uint32_t mbs)
