@@ -14,7 +14,6 @@
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
-#include "experiment.h"
 #include "report.h"
 
 typedef struct sim_opts {
@@ -377,19 +376,6 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
            (unsigned long long)r->hazards);
 }
 
-/* The memory curve from the profile cham_run saved. */
-static bool write_curve(const sim_opts_t *o, uint64_t capacity)
-{
-    cham_profile_t *p = NULL;
-    char err[600];
-    bool ok = cham_profile_load_json(o->profile_path, &p, err, sizeof err) == CHAM_OK &&
-              exp_memory_curve(p, capacity, o->curve_dir, "memory_curve", err, sizeof err);
-    cham_profile_free(p);
-    if (!ok)
-        fprintf(stderr, "chameleon simulate: %s\n", err);
-    return ok;
-}
-
 int cmd_simulate(int argc, char **argv)
 {
     sim_opts_t o = {.run = cham_run_config_default()};
@@ -452,8 +438,13 @@ int cmd_simulate(int argc, char **argv)
     rc = st != CHAM_OK ? 2 : r.status != CHAM_OK ? 1 : 0;
     if (st != CHAM_OK)
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
-    else if (o.curve_dir && r.status == CHAM_OK && !write_curve(&o, r.capacity_bytes))
-        rc = 1;
+    else if (o.curve_dir && r.status == CHAM_OK) {
+        char err[600];
+        if (!tool_write_curve(o.profile_path, r.capacity_bytes, o.curve_dir, err, sizeof err)) {
+            fprintf(stderr, "chameleon simulate: %s\n", err);
+            rc = 1;
+        }
+    }
     if (st == CHAM_OK && o.run.policy == CHAM_RUN_IDEAL) {
         ideal_s = r.step_time_s;
         ideal_ok = r.status == CHAM_OK;

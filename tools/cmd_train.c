@@ -11,7 +11,6 @@
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
-#include "experiment.h"
 #include "report.h"
 #include "data.h"
 #include "train.h"
@@ -451,14 +450,9 @@ int cmd_train(int argc, char **argv)
         unlink(o.profile_path);
     if (tmp_fds[1] >= 0)
         unlink(o.policy_path);
-    if (st == CHAM_OK && o.curve_dir) {
-        cham_profile_t *p = NULL;
-        if (cham_profile_load_json(o.profile_path, &p, err, sizeof err) != CHAM_OK ||
-            !exp_memory_curve(p, r.budget_bytes, o.curve_dir, "memory_curve", err,
-                              sizeof err))
-            st = CHAM_ERR_HOST_OOM;       /* reported below, exit 1 */
-        cham_profile_free(p);
-    }
+    if (st == CHAM_OK && o.curve_dir &&
+        !tool_write_curve(o.profile_path, r.budget_bytes, o.curve_dir, err, sizeof err))
+        st = CHAM_ERR_HOST_OOM;           /* reported below, exit 1 */
     if (o.json)
         print_json(&r, o.c.verify);
     else if (r.steps > 0)

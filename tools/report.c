@@ -240,6 +240,16 @@ json_t *tool_curve_json(const char *path, uint64_t capacity)
     return c;
 }
 
+bool tool_write_curve(const char *path, uint64_t capacity, const char *dir, char *err,
+                      size_t err_size)
+{
+    cham_profile_t *p = NULL;
+    bool ok = cham_profile_load_json(path, &p, err, err_size) == CHAM_OK &&
+              exp_memory_curve(p, capacity, dir, "memory_curve", err, err_size);
+    cham_profile_free(p);
+    return ok;
+}
+
 bool tool_report_write(json_t *run, const char *out, char *err, size_t err_size)
 {
     json_t *series = json_object_get(run, "series");
