@@ -70,7 +70,7 @@ static void use(cham_context_t *ctx, cham_tensor_t *t, bool output,
         s->feat_step = ctx->step;
     }
     s->feat.dtype = (uint32_t)t->dtype;
-    s->used = true;
+    s->holds_data = true;
     if (ctx->building && !ctx->profile_failed)
         record_use(ctx, t, output);
     cham_match_t *m = ctx->exec.plan ? &ctx->exec.plan->match : NULL;
@@ -80,14 +80,27 @@ static void use(cham_context_t *ctx, cham_tensor_t *t, bool output,
 }
 
 /* Marks the storages the op uses: making room for one of them must not
- * move another. */
-static void pin(cham_context_t *ctx, cham_tensor_t *const *ts, size_t n)
+ * move another, nor give back an input's block. */
+static void pin(cham_context_t *ctx, cham_tensor_t *const *ts, size_t n, bool inputs)
 {
     for (size_t i = 0; i < n; i++) {
         CHAM_ASSERT(ts[i] && ts[i]->refs > 0);
         CHAM_ASSERT(ts[i]->storage->ctx == ctx && "tensor of another context");
         ts[i]->storage->pin = ctx->pin;
+        if (inputs)
+            ts[i]->storage->input_pin = ctx->pin;
     }
+}
+
+/* The rule the op starts under: every storage it uses is on the device,
+ * at an address, with the compute stream ordered after any copy into it. */
+static void assert_resident(const cham_context_t *ctx, cham_tensor_t *const *ts, size_t n)
+{
+    if (ctx->config.mode != CHAM_MODE_MANAGED)
+        return;
+    for (size_t i = 0; i < n; i++)
+        CHAM_ASSERT(ts[i]->storage->block &&
+                    ts[i]->storage->residency == CHAM_RESIDENT_DEVICE);
 }
 
 /* Brings each tensor's storage to the device if needed. */
@@ -135,7 +148,7 @@ static cham_status_t compact_op(cham_context_t *ctx, cham_tensor_t *const *input
     for (size_t i = 0; i < k && st == CHAM_OK; i++) {
         if (!v[i]->block)
             continue;
-        if (!v[i]->used && v[i]->residency == CHAM_RESIDENT_DEVICE)
+        if (!v[i]->holds_data && v[i]->residency == CHAM_RESIDENT_DEVICE)
             cham_storage_dematerialize(v[i]);
         else
             st = cham_storage_swap_out(v[i], CHAM_SWAP_PASSIVE, now);
@@ -189,8 +202,8 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
      * made here change the op's "before" memory sample. On failure the op
      * has not begun. */
     ctx->pin++;
-    pin(ctx, inputs, n_inputs);
-    pin(ctx, outputs, n_outputs);
+    pin(ctx, inputs, n_inputs, true);
+    pin(ctx, outputs, n_outputs, false);
     ctx->in_begin = true;
     cham_status_t st = ctx->exec.plan ? cham_exec_op_begin(ctx) : CHAM_OK;
     if (st == CHAM_OK)
@@ -211,6 +224,8 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
     ctx->in_begin = false;
     if (st != CHAM_OK)
         return st;
+    assert_resident(ctx, inputs, n_inputs);
+    assert_resident(ctx, outputs, n_outputs);
     if (ctx->config.profiler)
         ctx->seq[ctx->ops_in_step] = token;
     ctx->ops_in_step++;

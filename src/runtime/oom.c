@@ -16,11 +16,11 @@
 #include "runtime/runtime-impl.h"
 
 /* Can s be moved out to make room now? Not if the op being begun uses it,
- * not if it holds no data yet (a tensor made for an op not yet begun), and
- * only from the device. */
+ * not if it holds no data (its block is given back without a copy
+ * instead), and only from the device. */
 static bool movable(const cham_context_t *ctx, const cham_storage_t *s)
 {
-    return s->block && s->used && s->pin != ctx->pin &&
+    return s->block && s->holds_data && s->pin != ctx->pin &&
            (s->residency == CHAM_RESIDENT_DEVICE || s->residency == CHAM_RESIDENT_MOVING_IN);
 }
 
@@ -62,17 +62,19 @@ static cham_status_t move_out(cham_context_t *ctx, cham_storage_t *s, uint64_t *
     return cham_storage_swap_out(s, CHAM_SWAP_PASSIVE, now);
 }
 
-/* Gives back the blocks of storages no op has used: they hold no data, so
- * this costs no copy; each gets a block again at its first use. A storage
- * the op being begun uses is given back only while its inputs are brought
- * in (its outputs come after and take theirs then). The bytes, 0 if none. */
+/* Gives back the blocks of storages that hold no data, so this costs no
+ * copy; each gets a block again at its first use. Of the storages the op
+ * being begun uses, only outputs, and only while its inputs are brought in
+ * (the outputs come after and take their blocks then): an input, once
+ * checked, stays. The bytes, 0 if none. */
 static uint64_t release_unused(cham_context_t *ctx)
 {
     uint64_t bytes = 0;
     for (cham_storage_t *s = ctx->storages; s; s = s->next) {
-        if (!s->block || s->used || s->residency != CHAM_RESIDENT_DEVICE)
+        if (!s->block || s->holds_data || s->residency != CHAM_RESIDENT_DEVICE)
             continue;
-        if (s->pin == ctx->pin && (!ctx->in_begin || ctx->preparing_outputs))
+        if (s->pin == ctx->pin &&
+            (s->input_pin == ctx->pin || !ctx->in_begin || ctx->preparing_outputs))
             continue;
         bytes += s->bytes;
         cham_storage_dematerialize(s);

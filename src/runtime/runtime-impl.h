@@ -29,7 +29,7 @@ typedef struct cham_storage cham_storage_t;
 /* Bytes of one tensor's data, wherever it is.
  * Invariants: residency DEVICE or MOVING_IN iff block (managed) or ptr
  * (advisor) is set; HOST iff block is not (managed: with host_block holding
- * the data, or without it for a storage no op has used yet), or (advisor)
+ * the data, or without it for a storage that holds none), or (advisor)
  * the caller reported the storage moved out; views > 0
  * while the storage is alive; MOVING_IN while the compute stream has not
  * yet waited on in_event (the last swap-in's completion). */
@@ -52,8 +52,12 @@ struct cham_storage {
      * counted from the start of step feat_step. */
     cham_features_t feat;
     uint64_t feat_step;
-    bool used;                    /* some op has used it */
+    /* It may hold data: an op has used it, or its address was handed out
+     * (cham_tensor_data), so the caller may have written it outside an op.
+     * Such a storage is never given back without a copy. */
+    bool holds_data;
     uint64_t pin;                 /* = ctx->pin while the op being begun uses it */
+    uint64_t input_pin;           /* = ctx->pin while the op being begun reads it */
     uint32_t item;                /* policy item matched this step, or CHAM_MATCH_NONE */
     cham_storage_t *prev, *next;  /* the context's live storages */
     char label[48];               /* of its first view */
@@ -185,9 +189,9 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
                                     uint64_t free_op);
 /* tensor.c: brings a storage on the host back. */
 cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause);
-/* tensor.c: a storage no op has used holds no data: its device block can
- * go back at no cost (residency HOST without a host copy), and a new one is
- * taken when an op first uses it. */
+/* tensor.c: a storage that holds no data (!holds_data): its device block
+ * can go back at no cost (residency HOST without a host copy), and a new one
+ * is taken when an op first uses it. */
 void cham_storage_dematerialize(cham_storage_t *s);
 cham_status_t cham_storage_materialize(cham_storage_t *s);
 

@@ -237,7 +237,8 @@ void cham_tensor_release(cham_tensor_t *t)
 void *cham_tensor_data(const cham_tensor_t *t)
 {
     CHAM_ASSERT(t);
-    const cham_storage_t *s = t->storage;
+    cham_storage_t *s = t->storage;
+    s->holds_data = true;          /* the caller may write it, in or outside an op */
     char *base = s->block ? cham_block_ptr(s->block) : s->ptr;
     return base ? base + t->offset : NULL;
 }
@@ -477,7 +478,7 @@ cham_status_t cham_tensor_record_stream(cham_tensor_t *t, cham_stream_t *stream)
 void cham_storage_dematerialize(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
-    CHAM_ASSERT(s->block && !s->used && s->residency == CHAM_RESIDENT_DEVICE);
+    CHAM_ASSERT(s->block && !s->holds_data && s->residency == CHAM_RESIDENT_DEVICE);
     /* Only the compute stream ever had it (no op used it): stream order is
      * all the reuse needs. */
     cham_block_free(ctx->mem, s->block);
