@@ -172,7 +172,9 @@ void cham_tensor_release(cham_tensor_t *t);
 
 /* The view's device address, valid for the op being dispatched (it may
  * change when the storage is swapped out and back). NULL while the storage
- * is not on the device. */
+ * is not on the device. Taken outside an op (to fill a new tensor), it
+ * marks the storage as holding data: it is then never dropped, only
+ * swapped out with a copy. */
 void *cham_tensor_data(const cham_tensor_t *t);
 size_t cham_tensor_bytes(const cham_tensor_t *t);
 cham_dtype_t cham_tensor_dtype(const cham_tensor_t *t);
