@@ -182,12 +182,38 @@ static void test_host_filled_tensor_keeps_its_bytes(void **state)
     cham_context_free(ctx);
 }
 
+/* Before the first op, tensors the caller made and filled can still move
+ * out to make room for another (none of them is the op's: there is none). */
+static void test_tensors_move_before_the_first_op(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(8 * MiB);
+    cham_tensor_t *t[3];
+    for (int i = 0; i < 3; i++) {
+        char label[8];
+        snprintf(label, sizeof label, "p%d", i);
+        assert_int_equal(cham_tensor_new(ctx, 3 * MiB, CHAM_DTYPE_F32, label, &t[i]), CHAM_OK);
+        assert_int_equal(cham_device_synchronize(cham_context_device(ctx)), CHAM_OK);
+        memset(cham_tensor_data(t[i]), 0x70 + i, 3 * MiB);
+    }
+    cham_runtime_stats_t st;
+    cham_context_get_stats(ctx, &st);
+    assert_int_equal(st.passive_swaps_out, 1);
+    assert_int_equal(cham_tensor_residency(t[2]), CHAM_RESIDENT_DEVICE);
+    assert_true((cham_tensor_residency(t[0]) == CHAM_RESIDENT_DEVICE) !=
+                (cham_tensor_residency(t[1]) == CHAM_RESIDENT_DEVICE));
+    for (int i = 0; i < 3; i++)
+        cham_tensor_release(t[i]);
+    cham_context_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_filled_input_stays_while_another_comes_back),
         cmocka_unit_test(test_untouched_input_stays_while_another_comes_back),
         cmocka_unit_test(test_host_filled_tensor_keeps_its_bytes),
+        cmocka_unit_test(test_tensors_move_before_the_first_op),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

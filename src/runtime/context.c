@@ -81,6 +81,7 @@ cham_status_t cham_context_new(const cham_config_t *config, cham_context_t **out
         return CHAM_ERR_HOST_OOM;
     }
     ctx->config = *config;
+    ctx->pin = 1;                 /* a new storage's stamp (0) names no op */
     cham_intern_init(&ctx->tokens);
     cham_stage_machine_init(&ctx->stages, config->warmup_steps, config->genpolicy_steps,
                             config->length_tolerance, config->cosine_threshold);
