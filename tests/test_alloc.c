@@ -4,7 +4,8 @@
  * op through a stream wait and no queries, empty cache, statistics (peaks,
  * fragmentation), the out-of-memory status and its numbers, the pinned host
  * budget, injected segment failures, and real data written into blocks so
- * that a premature reuse would show. The checker runs after every test. */
+ * that a premature reuse would show. The checker runs after every test,
+ * and a damaged allocator must make it fail. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -247,6 +248,50 @@ static void test_split_merge_best_fit(void **state)
     assert_int_equal(s.requested, 0);
     assert_int_equal(s.n_splits - s.n_merges, 0);   /* one block again */
     assert_int_equal(s.n_allocs, s.n_frees);
+    env_close(e, true);
+}
+
+/* The control of assert_consistent, which every test here and the random
+ * test rely on: the checker must notice a damaged allocator. Each damage is
+ * undone before the next allocator call (debug builds check after each). */
+static void expect_damage(env_t *e, const char *part)
+{
+    char why[512] = "";
+    assert_false(cham_allocator_check(e->alloc, why, sizeof why));
+    if (!strstr(why, part))
+        fail_msg("checker said \"%s\", expected it to mention \"%s\"", why, part);
+}
+
+static void test_checker_catches_damage(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    /* One small segment: a (1 KiB), b (4 KiB, freed), c (1 KiB), the tail. */
+    cham_block_t *a = alloc_ok(e, 1000, e->compute);
+    cham_block_t *b = alloc_ok(e, 4096, e->compute);
+    cham_block_t *c = alloc_ok(e, 1024, e->compute);
+    cham_block_free(e->alloc, b);
+    assert_consistent(e->alloc);
+
+    a->requested = a->size + 1;                     /* more asked for than held */
+    expect_damage(e, "requested 1025 of 1024");
+    a->requested = 1000;
+
+    a->size += 512;                                 /* a overlaps the free block */
+    expect_damage(e, "gap or overlap");
+    a->size -= 512;
+
+    c->state = CHAM_BLOCK_FREE;                     /* two free neighbours */
+    expect_damage(e, "adjacent free blocks not merged");
+    c->state = CHAM_BLOCK_ALLOCATED;
+
+    e->alloc->stats.allocated += 512;               /* stats disagree with the blocks */
+    expect_damage(e, "stats say");
+    e->alloc->stats.allocated -= 512;
+
+    assert_consistent(e->alloc);
+    cham_block_free(e->alloc, a);
+    cham_block_free(e->alloc, c);
     env_close(e, true);
 }
 
@@ -949,6 +994,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rounding_rules),
         cmocka_unit_test(test_split_merge_best_fit),
+        cmocka_unit_test(test_checker_catches_damage),
         cmocka_unit_test(test_large_pool),
         cmocka_unit_test(test_per_stream_pools),
         cmocka_unit_test(test_record_stream_defers_until_event),

@@ -1,6 +1,7 @@
 /* The executor and the loop around it, on the scripted training workload
  * with real bytes, the hazard detector on, and every step's checksum
- * compared with an unconstrained run of the same script. */
+ * compared with an unconstrained run of the same script; one bit flipped
+ * in a swapped activation must break that comparison. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -34,9 +35,25 @@ typedef struct run {
     bool log_cache_hit;
 } run_t;
 
+/* The negative control's corruption: in step `step` (-1: never), one bit
+ * of the first activation a planned swap-in brings back is flipped. */
+static struct {
+    int64_t step;
+    int done;
+    char label[16];
+} corrupt = {.step = -1};
+
 static void on_swap(const cham_swap_event_t *e, void *user)
 {
     run_t *r = user;
+    if (!e->out && e->cause == CHAM_SWAP_PLANNED && (int64_t)e->step == corrupt.step &&
+        !corrupt.done) {
+        /* Data mode: the copy has already run on the CPU. Bit 14 of the
+         * first word: the script's kernels keep it (SGD drops bits 0-2). */
+        ((unsigned char *)(uintptr_t)e->device_ptr)[1] ^= 0x40;
+        corrupt.done++;
+        snprintf(corrupt.label, sizeof corrupt.label, "%s", e->label);
+    }
     if (!e->out || e->cause != CHAM_SWAP_PLANNED || e->step >= MAX_STEPS)
         return;
     int k = r->n_out[e->step]++;
@@ -197,6 +214,34 @@ static void test_four_times(void **state)
 {
     (void)state;
     over_capacity(4.0);
+}
+
+/* The control of assert_same_data: a flipped bit in an activation that a
+ * planned swap-in brings back for the backward must change the checksum
+ * of that step (it folds the weights after the update) and of every step
+ * after it, while the steps before stay equal. */
+static void test_corrupted_swap_changes_the_checksum(void **state)
+{
+    (void)state;
+    enum { STEPS = 30, AT = 25 };
+    ts_config_t tc = deep();
+    cham_config_t small = config(fraction_of(reference(), 2));
+    corrupt.step = AT;
+    corrupt.done = 0;
+    run(&small, &tc, STEPS, &got);
+    corrupt.step = -1;
+    assert_int_equal(got.hazards, 0);
+    assert_true(first_stable(&got) < AT);
+    assert_int_equal(corrupt.done, 1);
+    /* An activation, not a weight or a gradient ("w3", "gw3"). */
+    assert_true(corrupt.label[0] != 'w' && corrupt.label[0] != 'g');
+    const run_t *ref_run = reference();
+    for (int s = 0; s < STEPS; s++)
+        if ((got.checksum[s] == ref_run->checksum[s]) != (s < AT))
+            fail_msg("step %d (corrupted in step %d, \"%s\"): checksum %016llx, "
+                     "unconstrained run %016llx", s, AT, corrupt.label,
+                     (unsigned long long)got.checksum[s],
+                     (unsigned long long)ref_run->checksum[s]);
 }
 
 /* ---- matching ------------------------------------------------------------------*/
@@ -708,6 +753,7 @@ int main(void)
         cmocka_unit_test(test_one_and_a_half_times),
         cmocka_unit_test(test_twice),
         cmocka_unit_test(test_four_times),
+        cmocka_unit_test(test_corrupted_swap_changes_the_checksum),
         cmocka_unit_test(test_matching_follows_tensors_not_addresses),
         cmocka_unit_test(test_extra_op_still_matches),
         cmocka_unit_test(test_big_change_and_the_policy_cache),

@@ -6,7 +6,7 @@
  * earlier policy), the same policy whatever the capacity, the JSON round
  * trip, the default layer rule and bad inputs; then a property test over
  * random profiles (fixed seeds) against an oracle that reads the uses
- * directly. */
+ * and the memory samples the test put into the profile directly. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -497,11 +497,17 @@ typedef struct rand_storage {
 
 #define MAX_ST 24
 
+/* The memory samples it records (no swaps: the curve without swaps) go
+ * to samples, 2 per op, so the test needs no profile code to know the
+ * curve. */
+#define MAX_SAMPLES 64
+
 static cham_profile_t *random_profile(test_rng_t *r, rand_storage_t *st, size_t *n_st,
-                                      uint32_t *nf_out)
+                                      uint32_t *nf_out, uint64_t *samples)
 {
     uint32_t nf = 2 + (uint32_t)test_rng_below(r, 14), nb = 2 + (uint32_t)test_rng_below(r, 14);
     uint32_t n = nf + nb;
+    assert_true(2 * (size_t)n <= MAX_SAMPLES);
     *nf_out = nf;
     *n_st = 1 + test_rng_below(r, MAX_ST);
     for (size_t s = 0; s < *n_st; s++) {
@@ -531,8 +537,9 @@ static cham_profile_t *random_profile(test_rng_t *r, rand_storage_t *st, size_t 
     assert_true(cham_profile_set_tokens(p, names, 3));
     for (uint32_t k = 0; k < n; k++) {
         cham_phase_t ph = k < nf ? CHAM_PHASE_FORWARD : CHAM_PHASE_BACKWARD;
-        assert_true(cham_profile_begin_op(p, (int)test_rng_below(r, 3), ph,
-                                          test_rng_below(r, 4096) * MiB));
+        int token = (int)test_rng_below(r, 3);
+        samples[2 * k] = test_rng_below(r, 4096) * MiB;
+        assert_true(cham_profile_begin_op(p, token, ph, samples[2 * k]));
         for (size_t s = 0; s < *n_st; s++)
             for (int j = 0; j < st[s].n; j++)
                 if (st[s].ops[j] == k) {
@@ -541,7 +548,8 @@ static cham_profile_t *random_profile(test_rng_t *r, rand_storage_t *st, size_t 
                                            .use_count = (uint32_t)j, .output = j == 0};
                     assert_true(cham_profile_add_use(p, &x));
                 }
-        cham_profile_end_op(p, test_rng_below(r, 4096) * MiB);
+        samples[2 * k + 1] = test_rng_below(r, 4096) * MiB;
+        cham_profile_end_op(p, samples[2 * k + 1]);
     }
     cham_profile_set_duration(p, (1 + test_rng_below(r, 1000)) * 1000000u);
     return p;
@@ -572,7 +580,8 @@ static void test_property_random(void **state)
         rand_storage_t st[MAX_ST];
         size_t n_st;
         uint32_t nf;
-        cham_profile_t *p = random_profile(&r, st, &n_st, &nf);
+        uint64_t curve[MAX_SAMPLES];
+        cham_profile_t *p = random_profile(&r, st, &n_st, &nf, curve);
         cham_profile_view_t pv;
         cham_profile_get(p, &pv);
         cham_planner_config_t c = cham_planner_config_default();
@@ -638,11 +647,9 @@ static void test_property_random(void **state)
         assert_int_equal(item_stalls, stalls);
         assert_int_equal(v.predicted_step_ns, pv.duration_ns + stalls);
 
-        /* The peaks, from the curve. */
+        /* The peaks, from the samples the profile was built with. */
         size_t ns = 2 * pv.n_ops;
-        uint64_t *act = malloc(ns * sizeof *act), *curve = malloc(ns * sizeof *curve);
-        assert_true(act && curve);
-        cham_profile_memory_curve(p, act, curve);
+        assert_true(ns <= MAX_SAMPLES);
         uint64_t top = 0, top_swapped = 0;
         for (size_t smp = 0; smp < ns; smp++) {
             uint64_t m = curve[smp];
@@ -656,8 +663,6 @@ static void test_property_random(void **state)
         assert_int_equal(v.peak_without_swaps, top);
         assert_int_equal(v.predicted_peak, top_swapped);
         assert_int_equal(v.capacity, c.capacity ? c.capacity : 8 * GiB);
-        free(act);
-        free(curve);
         cham_policy_free(pol);
         cham_profile_free(p);
     }

@@ -102,27 +102,36 @@ static void test_figures_positive_and_plausible(void **state)
     }
 }
 
+/* Every figure of every preset, from the data sheets as transcribed in
+ * docs/devices.md ("The presets"): dense fp16/bf16 FLOP/s (not the
+ * sparse figure), memory bandwidth, host link and device-to-device link
+ * per direction. */
 static void test_known_figures(void **state)
 {
     (void)state;
-    const cham_preset_t *ascend = cham_preset_find("ascend-910b");
-    assert_non_null(ascend);
-    assert_int_equal(ascend->capacity, UINT64_C(68719476736));   /* 64 GiB */
-    assert_int_equal(ascend->capacity, 64 * GiB);
-
-    const cham_preset_t *a100 = cham_preset_find("a100-80g");
-    assert_non_null(a100);
-    assert_int_equal(a100->capacity, 80 * GiB);                /* 81920 MiB */
-    assert_true(a100->peak_flops == 312e12);                   /* dense, not 624 */
-
-    const cham_preset_t *h100 = cham_preset_find("h100-80g");
-    assert_non_null(h100);
-    assert_int_equal(h100->capacity, 80 * GiB);
-    assert_true(h100->peak_flops < 1000e12);                   /* dense, not 1979 */
-    assert_true(h100->h2d_bandwidth > a100->h2d_bandwidth);    /* Gen5 vs Gen4 */
-
-    assert_int_equal(cham_preset_find("v100-16g")->capacity, 16 * GiB);
-    assert_int_equal(cham_preset_find("rtx3090-24g")->capacity, 24 * GiB);
+    static const struct {
+        const char *name;
+        uint64_t capacity_gib;
+        double flops, hbm, h2d, p2p;
+    } sheet[] = {
+        {"ascend-910b", 64, 313e12, 1.6e12, 32e9, 196e9},     /* HCCS 7 x 28 GB/s */
+        {"a100-80g", 80, 312e12, 2039e9, 32e9, 300e9},        /* dense, not 624 */
+        {"h100-80g", 80, 989.4e12, 3350e9, 64e9, 450e9},      /* dense, not 1979 */
+        {"v100-16g", 16, 125e12, 900e9, 16e9, 150e9},
+        {"rtx3090-24g", 24, 71e12, 936e9, 32e9, 56.25e9},     /* fp32 accumulate */
+    };
+    for (size_t i = 0; i < sizeof sheet / sizeof sheet[0]; i++) {
+        const cham_preset_t *p = cham_preset_find(sheet[i].name);
+        assert_non_null(p);
+        assert_int_equal(p->capacity, sheet[i].capacity_gib * GiB);
+        assert_true(p->peak_flops == sheet[i].flops);
+        assert_true(p->hbm_bandwidth == sheet[i].hbm);
+        assert_true(p->h2d_bandwidth == sheet[i].h2d);
+        assert_true(p->d2h_bandwidth == sheet[i].h2d);   /* symmetric links */
+        assert_true(p->p2p_bandwidth == sheet[i].p2p);
+    }
+    /* 64 GiB in bytes, as docs/devices.md writes it. */
+    assert_int_equal(cham_preset_find("ascend-910b")->capacity, UINT64_C(68719476736));
 }
 
 /* A sim device opened on each preset reports that preset's figures. */

@@ -1,7 +1,8 @@
 /* The runtime API: reference counting, views that follow their storage's
  * swaps, swaps that keep data bit-exact without hazards, the rebuilt
- * no-swap memory curve, the stage machine seen through the context, advisor
- * mode, and misuse reported as errors. */
+ * no-swap memory curve (both curves worked out by hand), a flipped bit in a
+ * swapped activation caught by the data check, the stage machine seen
+ * through the context, advisor mode, and misuse reported as errors. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -255,6 +256,27 @@ static void run_profiled(bool swap, uint64_t *actual, uint64_t *rebuilt, size_t 
     cham_context_free(ctx);
 }
 
+/* The measured curves of run_step, worked out by hand (MiB, one value per
+ * op: every tensor is made before its op begins and released after it
+ * ends, so an op's two samples are equal). Six 1 MiB weights; forward op i
+ * holds act[0..i] of 4 MiB: 6 + 4 (i + 1); backward op i holds act[0..i]
+ * and its 1 MiB gradient: 7 + 4 (i + 1); the optimizer ops the weights.
+ * With swaps act[i-1] leaves after forward op i for i = 1..4 and comes
+ * back just before backward op i: at most two activations and a gradient. */
+static const uint64_t CURVE_NO_SWAP[3 * L] = {10, 14, 18, 22, 26, 30, 31, 27, 23,
+                                              19, 15, 11, 6,  6,  6,  6,  6,  6};
+static const uint64_t CURVE_SWAP[3 * L] = {10, 14, 14, 14, 14, 14, 15, 15, 15,
+                                           15, 15, 11, 6,  6,  6,  6,  6,  6};
+
+static void assert_curve(const uint64_t *got, size_t n, const uint64_t *want_mib)
+{
+    assert_int_equal(n, 6 * L);
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want_mib[i / 2] * MiB)
+            fail_msg("sample %zu: %llu bytes, worked out %llu MiB", i,
+                     (unsigned long long)got[i], (unsigned long long)want_mib[i / 2]);
+}
+
 static void test_memory_curve_rebuilt(void **state)
 {
     (void)state;
@@ -264,19 +286,13 @@ static void test_memory_curve_rebuilt(void **state)
     uint64_t hz0, hz1;
     run_profiled(false, a0, r0, &n0, &bad0, &s0, &hz0);
     run_profiled(true, a1, r1, &n1, &bad1, &s1, &hz1);
-    assert_int_equal(n0, n1);
-    /* Without swaps the rebuilt curve is the measured one. */
-    for (size_t i = 0; i < n0; i++)
-        assert_int_equal(r0[i], a0[i]);
-    /* With swaps memory really was lower, and the rebuilt curve is exactly
-     * the curve of the run without swaps. */
-    uint64_t peak0 = 0, peak1 = 0;
-    for (size_t i = 0; i < n1; i++) {
-        assert_int_equal(r1[i], a0[i]);
-        peak0 = a0[i] > peak0 ? a0[i] : peak0;
-        peak1 = a1[i] > peak1 ? a1[i] : peak1;
-    }
-    assert_true(peak1 < peak0);
+    /* The measured curves are the ones worked out above. */
+    assert_curve(a0, n0, CURVE_NO_SWAP);
+    assert_curve(a1, n1, CURVE_SWAP);
+    /* Without swaps the rebuilt curve is the measured one; with swaps the
+     * rebuilt curve is exactly the curve of the run without swaps. */
+    assert_curve(r0, n0, CURVE_NO_SWAP);
+    assert_curve(r1, n1, CURVE_NO_SWAP);
     assert_int_equal(s1.swaps_out, L - 2);
     assert_int_equal(s1.swaps_in, L - 2);
     assert_int_equal(s1.on_demand_swaps_in, 0);
@@ -285,6 +301,38 @@ static void test_memory_curve_rebuilt(void **state)
     assert_int_equal(bad1, 0);
     assert_int_equal(hz0, 0);
     assert_int_equal(hz1, 0);
+}
+
+/* The control of the bit-exact check above: one bit of act2 flipped as it
+ * comes back from the host must be seen by the backward's pattern check,
+ * as exactly one wrong word. */
+static void flip_act2_on_swap_in(const cham_swap_event_t *e, void *user)
+{
+    int *flipped = user;
+    if (e->out || strcmp(e->label, "act2") != 0)
+        return;
+    /* Data mode: the copy has already run on the CPU. */
+    ((unsigned char *)(uintptr_t)e->device_ptr)[5] ^= 0x01;
+    (*flipped)++;
+}
+
+static void test_corrupted_swap_is_seen(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 64 * MiB);
+    cham_tensor_t *w[L];
+    for (int i = 0; i < L; i++)
+        assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "w", &w[i]), CHAM_OK);
+    int flipped = 0;
+    size_t bad = 0;
+    cham_context_on_swap(ctx, flip_act2_on_swap_in, &flipped);
+    run_step(ctx, w, true, &bad);
+    assert_int_equal(flipped, 1);
+    assert_int_equal(bad, 1);
+    assert_int_equal(cham_sim_hazard_count(cham_context_device(ctx)), 0);
+    for (int i = 0; i < L; i++)
+        cham_tensor_release(w[i]);
+    cham_context_free(ctx);
 }
 
 static void test_views_follow_swaps(void **state)
@@ -357,6 +405,7 @@ static void test_recorded_profile_plans(void **state)
     cham_profile_memory_curve(p, actual, rebuilt);
     for (size_t i = 0; i < 2 * pv.n_ops; i++)
         peak = rebuilt[i] > peak ? rebuilt[i] : peak;
+    assert_int_equal(peak, 31 * MiB);                  /* CURVE_NO_SWAP's */
 
     cham_planner_config_t cfg = cham_planner_config_default();
     cfg.capacity = peak - 2 * ACT;
@@ -566,6 +615,7 @@ int main(void)
         cmocka_unit_test(test_reference_counting),
         cmocka_unit_test(test_misuse_is_reported),
         cmocka_unit_test(test_memory_curve_rebuilt),
+        cmocka_unit_test(test_corrupted_swap_is_seen),
         cmocka_unit_test(test_views_follow_swaps),
         cmocka_unit_test(test_recorded_profile_plans),
         cmocka_unit_test(test_stages_through_context),

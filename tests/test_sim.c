@@ -99,21 +99,26 @@ static void test_streams_overlap_and_wait(void **state)
     timeline_t tl = {0};
     cham_sim_set_task_hook(dev, record_task, &tl);
 
-    cham_kernel_t a = kernel("a", 1), b = kernel("b", 1), c = kernel("c", 1);
+    /* b is shorter than a, so only the event wait can hold c back to a's
+     * end: stream order alone would start c when b ends. */
+    cham_kernel_t a = kernel("a", 1), b = kernel("b", 0.5), c = kernel("c", 1);
     cham_kernel_launch(s1, &a);
     cham_kernel_launch(s2, &b);       /* independent: overlaps a */
     assert_int_equal(cham_event_record(e, s1), CHAM_OK);
     assert_int_equal(cham_stream_wait_event(s2, e), CHAM_OK);
     cham_kernel_launch(s2, &c);       /* after a and after b */
     assert_int_equal(tl.n, 3);
-    assert_true(tl.t[1].start_ns < tl.t[0].end_ns);
+    /* a: 1 us .. 1 us + 1 ms + 1 ns; b: 2 us .. 2 us + 0.5 ms + 1 ns. */
+    assert_int_equal(tl.t[0].end_ns, 1000 + 1000000 + 1);
     assert_int_equal(tl.t[1].start_ns, 2000);
-    assert_int_equal(tl.t[2].start_ns, tl.t[1].end_ns > tl.t[0].end_ns ? tl.t[1].end_ns
-                                                                        : tl.t[0].end_ns);
+    assert_int_equal(tl.t[1].end_ns, 2000 + 500000 + 1);
+    /* c waits for a (1001001 ns), not only for b (502001 ns). */
+    assert_int_equal(tl.t[2].start_ns, 1001001);
+    assert_int_equal(tl.t[2].end_ns, 1001001 + 1000001);
     cham_sim_stats_t st;
     assert_int_equal(cham_sim_get_stats(dev, &st), CHAM_OK);
     assert_int_equal(st.stream_busy_ns[cham_stream_id(s1)], 1000001);
-    assert_int_equal(st.stream_busy_ns[cham_stream_id(s2)], 2000002);
+    assert_int_equal(st.stream_busy_ns[cham_stream_id(s2)], 500001 + 1000001);
     cham_event_free(e);
     cham_stream_free(s1);
     cham_stream_free(s2);
