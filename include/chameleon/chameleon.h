@@ -5,6 +5,7 @@
 #define CHAMELEON_CHAMELEON_H
 
 #include "chameleon/status.h"
+#include "chameleon/types.h"
 #include "chameleon/device.h"
 #include "chameleon/sim.h"
 #include "chameleon/alloc.h"

@@ -16,12 +16,11 @@
 
 #include "chameleon/profile.h"
 #include "chameleon/status.h"
+#include "chameleon/types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct cham_policy cham_policy_t;
 
 /* What a planner knows about the device and how to plan. Start from
  * cham_planner_config_default() and fill in the device. */

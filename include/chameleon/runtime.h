@@ -16,48 +16,16 @@
 #include "chameleon/alloc.h"
 #include "chameleon/device.h"
 #include "chameleon/status.h"
+#include "chameleon/types.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct cham_context cham_context_t;
-typedef struct cham_tensor cham_tensor_t;
-typedef struct cham_profile cham_profile_t;
-
-/* An interned operator name: 0, 1, 2, ... in order of first use. */
-typedef int32_t cham_op_token_t;
-
 typedef enum cham_mode {
     CHAM_MODE_MANAGED,       /* Chameleon allocates tensors' device memory */
     CHAM_MODE_ADVISOR,       /* the caller owns memory and reports it */
 } cham_mode_t;
-
-typedef enum cham_phase {
-    CHAM_PHASE_FORWARD,
-    CHAM_PHASE_BACKWARD,
-    CHAM_PHASE_OPTIMIZER,
-    CHAM_PHASE_OTHER,
-} cham_phase_t;
-
-typedef enum cham_stage {
-    CHAM_STAGE_WARMUP,       /* watching the op sequence settle */
-    CHAM_STAGE_GENPOLICY,    /* detailed profiling; policies are generated */
-    CHAM_STAGE_STABLE,       /* the chosen policy is reused */
-} cham_stage_t;
-
-typedef enum cham_dtype {
-    CHAM_DTYPE_F32,
-    CHAM_DTYPE_F16,
-    CHAM_DTYPE_BF16,
-    CHAM_DTYPE_F64,
-    CHAM_DTYPE_I64,
-    CHAM_DTYPE_I32,
-    CHAM_DTYPE_I8,
-    CHAM_DTYPE_U8,
-    CHAM_DTYPE_BOOL,
-    CHAM_DTYPE_COUNT_
-} cham_dtype_t;
 
 typedef enum cham_residency {
     CHAM_RESIDENT_DEVICE,    /* data on the device */
@@ -311,7 +279,7 @@ const cham_profile_t *cham_context_last_profile(const cham_context_t *ctx);
 
 /* The swap policy applied now (the executor's), or NULL: owned by the
  * context, valid until the next cham_step_end. chameleon/policy.h reads it. */
-const struct cham_policy *cham_context_policy(const cham_context_t *ctx);
+const cham_policy_t *cham_context_policy(const cham_context_t *ctx);
 
 /* Counters a caller may watch. */
 typedef struct cham_runtime_stats {

@@ -10,7 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chameleon/runtime.h"
+#include "chameleon/status.h"
+#include "chameleon/types.h"
 
 #ifdef __cplusplus
 extern "C" {
