@@ -1,7 +1,7 @@
 /* Internals of Chameleon's policy generator (paper §5, Algorithm 2), shared
  * by its files: layers.c (logical layers, Eq. 1), mrl.c (the memory
  * reduction list as a segment tree), candidates.c (idle tensors and Eq. 2),
- * simulate.c (swap-in pre-trigger, swap-out completion) and generate.c
+ * placement.c (swap-in pre-trigger, swap-out completion) and generate.c
  * (Algorithm 2 and the public entry points). The vDNN baseline (vdnn.c)
  * reuses the layers, the idle tensors and the planner helpers below.
  * docs/policy.md explains the choices. */
@@ -135,7 +135,7 @@ bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t,
                          cham_mrl_t *mrl, double score_c, uint64_t max_bytes,
                          cham_gen_cand_t **cl, size_t *cap, size_t *n_cl);
 
-/* ---- simulator (simulate.c) --------------------------------------------- */
+/* ---- placement model (placement.c) ------------------------------------ */
 
 /* Per-layer free transfer time of one link direction: a max segment tree
  * (nearest layer with enough time) and a Fenwick tree (sums over runs of

@@ -195,7 +195,7 @@ static void gen_free(gen_t *g)
     free(g->actual);
 }
 
-/* One pass of the simulator over the candidate list (§5.4.1): places, in
+/* One pass of the placement model over the candidate list (§5.4.1): places, in
  * score order, every candidate that still covers an entry; -1 when the host
  * is out of memory, else how many were placed. The fallback pass
  * (allow_stall) does the same, trying each candidate without a stall

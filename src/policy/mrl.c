@@ -1,7 +1,7 @@
 /* The memory reduction list (paper §5.2) as a segment tree over the samples
  * that are entries when it is built (the others never become one): range
  * subtraction when a swap is chosen, and the queries the candidate list
- * and the simulator need (entries in a range, the last entry in a range,
+ * and the placement model need (entries in a range, the last entry in a range,
  * the largest entry), sample ranges mapped to entry ranges through a
  * prefix count. An entry leaves the tree once its excess reaches 0 and
  * never comes back, so each subtraction costs O(log n) amortised. */

@@ -1,4 +1,4 @@
-/* The simulator (paper §5.4): per logical layer the transfer time still
+/* The placement model (the paper's "simulator", §5.4): per logical layer the transfer time still
  * free in each link direction, the swap-out completion search (forward from
  * the layer of the last forward use, §5.4.2), the swap-in pre-trigger search
  * (backward from the layer before the first backward use, §5.4.1) with its
