@@ -401,8 +401,8 @@ static void print_targets(const replay_result_t *rc, const replay_result_t *rf, 
            "  < 100 ns per op:                               %s (%.1f ns)\n"
            "  fragmentation < 10%% at peak allocated:         %s (%.2f%%)\n"
            "  fragmentation < 10%% over the run (max, above): %s (%.2f%%; first-fit %.2f%%)\n",
-           c_op < 100.0 ? "met" : "NOT met", c_op, rc->frag_at_peak < 0.10 ? "met" : "NOT met",
-           100 * rc->frag_at_peak, rc->frag_max < 0.10 ? "met" : "NOT met", 100 * rc->frag_max,
+           bench_verdict(c_op < 100.0), c_op, bench_verdict(rc->frag_at_peak < 0.10),
+           100 * rc->frag_at_peak, bench_verdict(rc->frag_max < 0.10), 100 * rc->frag_max,
            100 * rf->frag_max);
 }
 

@@ -178,8 +178,8 @@ int main(int argc, char **argv)
            "(lightweight) or %.1f us (detailed) of device time\n", (l - b) / 10.0,
            (d - b) / 10.0);
     printf("\ntargets: lightweight < 50 ns/op: %s; < 1%% of step: %s; detailed < 5%% of step: "
-           "%s\n", l - b < 50 ? "met" : "NOT met", (l - b) / per_op < 0.01 ? "met" : "NOT met",
-           (d - b) / per_op < 0.05 ? "met" : "NOT met");
+           "%s\n", bench_verdict(l - b < 50), bench_verdict((l - b) / per_op < 0.01),
+           bench_verdict((d - b) / per_op < 0.05));
 
     for (int i = 0; i < N_TENSORS; i++)
         cham_tensor_release(tensors[i]);

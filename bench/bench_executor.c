@@ -161,8 +161,8 @@ static void record_stream(bool quick)
             n++;
         }
     }
-    printf("\nreuse interval, PyTorch's over custom, mean over settings: %.2fx (target >= 3x)\n\n",
-           ratio_sum / n);
+    printf("\nreuse interval, PyTorch's over custom, mean over settings: %.2fx (target >= 3x: "
+           "%s)\n\n", ratio_sum / n, bench_verdict(ratio_sum / n >= 3));
 }
 
 /* ---- 3. matching cost -------------------------------------------------------------*/
@@ -266,8 +266,9 @@ static void matching_cost(int repeat)
            r.n_ops, r.n_uses, pv.n_items, hits);
     printf("   loop without lookup: %8.1f ns per op\n", base / (double)r.n_ops);
     printf("   loop with matching:  %8.1f ns per op\n", full / (double)r.n_ops);
-    printf("   matching costs       %8.1f ns per op (target < 100)\n",
-           (full - base) / (double)r.n_ops);
+    double cost = (full - base) / (double)r.n_ops;
+    printf("   matching costs       %8.1f ns per op (target < 100: %s)\n", cost,
+           bench_verdict(cost < 100));
     (void)sink;
     free(with), free(without), free(r.feat), free(r.token);
     cham_match_free(&m);

@@ -42,6 +42,7 @@ int main(int argc, char **argv)
     printf("%-12s %7s %12s %12s %10s %9s %10s %9s %9s\n", "preset", "budget", "step ms",
            "ideal ms", "overhead", "policies", "on-demand", "host", "exact");
     int rc = 0;
+    double worst_host = 0;
     for (size_t p = 0; p < 2; p++) {
         for (size_t b = 0; b < 2; b++) {
             gpt_train_config_t c = gpt_train_config_default();
@@ -65,9 +66,12 @@ int main(int argc, char **argv)
                    (unsigned long long)r.policy_regenerations,
                    (unsigned long long)r.on_demand_swapins, 100 * r.host_overhead_ratio,
                    r.bit_exact ? "yes" : "NO");
+            if (r.host_overhead_ratio > worst_host)
+                worst_host = r.host_overhead_ratio;
         }
     }
-    printf("\nhost overhead target: under 1%% of the CPU time\n");
+    printf("\nhost overhead target: under 1%% of the CPU time in every row: %s (worst %.2f%%)\n",
+           bench_verdict(worst_host < 0.01), 100 * worst_host);
     gpt_data_free(&data);
     return rc;
 }

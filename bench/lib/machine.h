@@ -3,6 +3,7 @@
 #ifndef BENCH_LIB_MACHINE_H
 #define BENCH_LIB_MACHINE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <time.h>
@@ -23,5 +24,11 @@ double bench_clock_cost_ns(void);
 
 /* "AMD EPYC (family 25, model 17)", from /proc/cpuinfo ("unknown CPU"). */
 void bench_cpu_model(char *buf, size_t size);
+
+/* A target's verdict as every benchmark prints it. */
+static inline const char *bench_verdict(bool met)
+{
+    return met ? "met" : "NOT met";
+}
 
 #endif
