@@ -3,7 +3,7 @@
  * Every tensor use is matched against the plan's index (exec/match.h). A
  * matched storage is at its last forward use: when the op ends (its kernels
  * are queued) the storage is swapped out on the swap-out stream, and its
- * device block is handed back after the op the policy's simulator chose
+ * device block is handed back after the op the planner's placement model chose
  * (free_op), behind an event wait: the custom recordStream. When the op the
  * policy names for an item's swap-in begins, the storage comes back on the
  * swap-in stream; the op that uses it makes the compute stream wait on it.
