@@ -41,4 +41,13 @@ void sim_hazard_forget(sim_hazard_t *hz, uintptr_t addr, size_t bytes);
 /* Number of ranges tracked (for tests of the detector's own bookkeeping). */
 size_t sim_hazard_range_count(const sim_hazard_t *hz);
 
+/* For tests: walks the whole map (O(n)) and returns NULL if its invariants
+ * hold, else what is broken; *height (if not NULL) receives the height of
+ * the tree that holds the ranges. */
+const char *sim_hazard_check(const sim_hazard_t *hz, size_t *height);
+
+/* For tests: the first max ranges in address order into lo[] and hi[];
+ * returns how many there are. */
+size_t sim_hazard_ranges(const sim_hazard_t *hz, uintptr_t *lo, uintptr_t *hi, size_t max);
+
 #endif
