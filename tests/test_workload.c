@@ -1,17 +1,21 @@
 /* The LLM trace generator (chameleon/workload.h): parameter counts against
- * the published sizes, saved activations against the documented formula
- * (measured through the runtime, not taken from the formula's code), the
- * dynamic knobs, reproducibility, and the configuration checks. */
+ * the published sizes, saved activations and model state against the
+ * documented formulas (measured through the runtime, not taken from the
+ * formulas' code), the dynamic knobs, reproducibility, the configuration
+ * checks, and the refusals before any op: a model state larger than the
+ * device, and sizes beyond what the simulator takes. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "chameleon/chameleon.h"
+#include "workload/workload-impl.h"
 
 #define GiB (UINT64_C(1) << 30)
 #define TiB (UINT64_C(1) << 40)
@@ -407,6 +411,9 @@ static void test_step_order(void **state)
     cham_context_free(ctx);
 }
 
+/* Llama 2 7B on a 1 GiB device: refused before any tensor exists, with
+ * the sizes (16 bytes per parameter without ZeRO, docs/workloads.md) and
+ * the settings that make them. */
 static void test_state_too_big(void **state)
 {
     (void)state;
@@ -417,12 +424,273 @@ static void test_state_too_big(void **state)
     cham_context_set_log(ctx, NULL, NULL);
     cham_model_config_t m = preset("llama2-7b");
     cham_workload_t *w;
-    char err[400];
+    char err[1024];
     assert_int_equal(cham_workload_new(ctx, &m, &w, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
     assert_null(w);
-    assert_non_null(strstr(err, "the model state (6738415616 parameters on this device) does "
-                                "not fit"));
+    const char *parts[] = {
+        "the model state alone needs 107814649856 bytes (100.41 GiB) on this device",
+        "more than its capacity of 1073741824 bytes (1.00 GiB)",
+        "weights 12.55 GiB, gradients 12.55 GiB, fp32 master weights and Adam moments 75.31 GiB",
+        "for 6738415616 parameters (32 layers, hidden 4096, ffn 11008, vocab 32000;",
+        "tp 1, pp 1, dp 1, zero 0)",
+        "no policy can run this",
+    };
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        if (!strstr(err, parts[i]))
+            fail_msg("expected \"%s\" in \"%s\"", parts[i], err);
+    cham_runtime_stats_t st;
+    cham_context_get_stats(ctx, &st);
+    assert_int_equal(st.mem_peak, 0);          /* not one tensor was made */
     cham_context_free(ctx);
+}
+
+/* ---- model state ------------------------------------------------------------------*/
+
+/* The device bytes the model state occupies once the workload is made
+ * (executor off, unlimited memory), without the 8 bytes of loss scale. */
+static uint64_t measured_state(const cham_model_config_t *m)
+{
+    cham_config_t c = cham_config_default();
+    c.device.capacity = 64 * TiB;
+    c.executor = false;
+    cham_context_t *ctx;
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    cham_workload_t *w;
+    char err[1024];
+    if (cham_workload_new(ctx, m, &w, err, sizeof err) != CHAM_OK)
+        fail_msg("%s", err);
+    cham_runtime_stats_t st;
+    cham_context_get_stats(ctx, &st);
+    cham_workload_free(w);
+    cham_context_free(ctx);
+    return st.mem_in_use - 8;
+}
+
+/* docs/workloads.md, per parameter group of n: weights 2, gradients 2
+ * and optimizer states 12 bytes a parameter (bf16/fp16), each of this
+ * rank's shard ceil(n / dp) when the ZeRO stage covers it. */
+static uint64_t group_bytes(uint64_t n, uint32_t dp, uint32_t zero)
+{
+    uint64_t s = dp > 1 ? (n + dp - 1) / dp : n;
+    return (zero >= 3 ? s : n) * 2 + (zero >= 2 ? s : n) * 2 + (zero >= 1 ? s : n) * 12;
+}
+
+static void test_state_bytes(void **state)
+{
+    (void)state;
+    /* The closed forms for P parameters on the device: 16 P, 4 P + 12 P/dp,
+     * 2 P + 14 P/dp, 16 P/dp (each group of Llama 2 7B divides by 8). */
+    cham_model_config_t m = preset("llama2-7b");
+    uint64_t P = cham_model_device_parameters(&m);
+    assert_int_equal(cham_model_state_bytes(&m), 16 * P);
+    m.dp = 8;
+    const uint64_t expect[4] = {16 * P, 4 * P + 12 * P / 8, 2 * P + 14 * P / 8, 16 * P / 8};
+    for (uint32_t z = 0; z <= 3; z++) {
+        m.zero = z;
+        assert_int_equal(cham_model_state_bytes(&m), expect[z]);
+    }
+    /* Uneven shards (GPT-2: 2 layers, the embedding of 50257 tokens and
+     * 1024 positions, the final norm; the head is tied), summed by group,
+     * against the function and the bytes the generator's tensors hold. */
+    cham_model_config_t g = preset("gpt2-1.5b");
+    g.seq = 256;
+    g.layers = 1;
+    uint64_t one = cham_model_device_parameters(&g);
+    g.layers = 2;
+    uint64_t layer = cham_model_device_parameters(&g) - one;
+    uint64_t embed = (50257 + 1024) * 1600ull, head = 2 * 1600ull;
+    assert_int_equal(one, layer + embed + head);
+    for (uint32_t z = 0; z <= 3; z++) {
+        g.dp = 3;
+        g.zero = z;
+        uint64_t want = 2 * group_bytes(layer, 3, z) + group_bytes(embed, 3, z) +
+                        group_bytes(head, 3, z);
+        assert_int_equal(cham_model_state_bytes(&g), want);
+        assert_int_equal(measured_state(&g), want);
+    }
+    /* The first of two pipeline stages with tensor parallelism: its two
+     * layers' shards and the embedding's, no head. */
+    cham_model_config_t l = preset("llama3-8b");
+    l.seq = 256;
+    l.tp = 2;
+    l.pp = 2;
+    l.layers = 2;
+    uint64_t stage1 = cham_model_device_parameters(&l);
+    l.layers = 4;
+    uint64_t llayer = cham_model_device_parameters(&l) - stage1, lembed = stage1 - llayer;
+    assert_int_equal(lembed, 128256 / 2 * 4096ull);
+    l.dp = 2;
+    l.zero = 3;
+    uint64_t want = 2 * group_bytes(llayer, 2, 3) + group_bytes(lembed, 2, 3);
+    assert_int_equal(cham_model_state_bytes(&l), want);
+    assert_int_equal(measured_state(&l), want);
+}
+
+static uint32_t steps_seen;
+
+static void count_step(const cham_run_step_t *s, void *user)
+{
+    (void)s;
+    (void)user;
+    steps_seen++;
+}
+
+/* Issue 14: `simulate --layers 4096` ran for half a minute to say the
+ * state does not fit. Now cham_run stops before the first op, and
+ * cham_run_check says so from the settings. */
+static void test_run_refuses_up_front(void **state)
+{
+    (void)state;
+    cham_run_config_t c = cham_run_config_default();
+    c.model = preset("llama2-7b");
+    c.model.layers = 4096;
+    c.runtime.device.preset = "ascend-910b";    /* 64 GiB */
+    c.on_step = count_step;
+    steps_seen = 0;
+    cham_run_result_t r;
+    assert_int_equal(cham_run(&c, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_ERR_OUT_OF_MEMORY);
+    assert_true(r.oom);
+    assert_int_equal(r.steps, 0);
+    assert_int_equal(r.fail_step, 0);
+    assert_int_equal(r.fail_op, 0);
+    assert_int_equal(r.peak_device_bytes, 0);
+    assert_int_equal(steps_seen, 0);
+    assert_int_equal(r.capacity_bytes, 64 * GiB);
+    char want[200];
+    snprintf(want, sizeof want, "needs %llu bytes (12.07 TiB) on this device",
+             (unsigned long long)(16 * cham_model_device_parameters(&c.model)));
+    if (!strstr(r.error, want) || !strstr(r.error, "(4096 layers, hidden 4096"))
+        fail_msg("expected \"%s\" and the layers in \"%s\"", want, r.error);
+
+    /* The same from the settings, for every policy that runs on the
+     * device's memory: none moves model states. Ideal's unlimited memory
+     * holds the 12 TiB. */
+    char err[1024];
+    for (int p = 0; p < CHAM_RUN_POLICY_COUNT; p++) {
+        c.policy = (cham_run_policy_t)p;
+        cham_status_t want_st = p == CHAM_RUN_IDEAL ? CHAM_OK : CHAM_ERR_OUT_OF_MEMORY;
+        err[0] = '\0';
+        if (cham_run_check(&c, err, sizeof err) != want_st)
+            fail_msg("policy %s: %s", cham_run_policy_name(c.policy), err);
+    }
+    /* At the boundary: exactly the state's bytes pass, one byte less not. */
+    c.policy = CHAM_RUN_CHAMELEON;
+    c.model.layers = 2;
+    uint64_t need = 16 * cham_model_device_parameters(&c.model);
+    c.runtime.device.capacity = need;
+    assert_int_equal(cham_run_check(&c, err, sizeof err), CHAM_OK);
+    c.runtime.device.capacity = need - 1;
+    assert_int_equal(cham_run_check(&c, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
+    /* A job whose activations, not its state, exceed the device is
+     * Chameleon's to run: no refusal (7B, 8-way ZeRO-3: 12.6 GiB state,
+     * 66 GiB peak, on 32 GiB). */
+    c.model = preset("llama2-7b");
+    c.model.dp = 8;
+    c.model.zero = 3;
+    c.model.mbs = 4;
+    c.runtime.device.capacity = 32 * GiB;
+    assert_int_equal(cham_run_check(&c, err, sizeof err), CHAM_OK);
+    /* A bad configuration is told apart from one that does not fit. */
+    c.model.zero = 7;
+    assert_int_equal(cham_run_check(&c, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "zero must be 0..3, got 7"));
+}
+
+/* Sizes beyond what the simulator takes are refused from the settings,
+ * with the settings that make them, before anything runs. */
+static void test_absurd_sizes(void **state)
+{
+    (void)state;
+    cham_model_config_t m = preset("mixtral-8x7b");
+    m.layers = 4096;
+    m.hidden = 1u << 20;
+    m.ffn = 1u << 22;
+    m.heads = m.kv_heads = 1;
+    m.experts = 256;
+    /* 4096 x 256 experts x 3 x 2^20 x 2^22 is 1.4e19: 16 bytes of state
+     * each would not fit 64 bits. */
+    expect_invalid(m, "4096 layers of hidden 1048576 and ffn 4194304 x 256 experts (vocab "
+                      "32000) make 1.39e+19 parameters, more than the 1.13e+15 (2^50)");
+    /* A step of 4096 layers of 256 experts: millions of ops, each kept in
+     * host memory. */
+    m = preset("mixtral-8x7b");
+    m.layers = 4096;
+    m.experts = 256;
+    expect_invalid(m, "a step would dispatch up to");
+    expect_invalid(m, "(4096 layers on this device, 1 micro-batch(es) a step, 256 experts)");
+    /* Four billion micro-batches a step. */
+    m = preset("llama2-7b");
+    m.gbs = 4000000000u;
+    expect_invalid(m, "4000000000 micro-batch(es) a step");
+    /* Tokens routed to experts at the MLP's width: a 1.4e17-byte tensor. */
+    m = preset("mixtral-8x7b");
+    m.seq = 1u << 20;
+    m.mbs = 1024;
+    m.heads = m.kv_heads = 1;
+    m.ffn = 1u << 22;
+    m.topk = 8;
+    expect_invalid(m, "makes tensors too large to simulate");
+    /* cham_run says the same without a step (and without a device). */
+    cham_run_config_t c = cham_run_config_default();
+    c.model = m;
+    c.on_step = count_step;
+    steps_seen = 0;
+    cham_run_result_t r;
+    assert_int_equal(cham_run(&c, &r), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(r.error, "makes tensors too large to simulate"));
+    assert_int_equal(steps_seen, 0);
+    /* The largest presets at their published shapes stay well inside. */
+    for (size_t i = 0; i < cham_model_preset_count(); i++) {
+        m = preset(cham_model_preset_name(i));
+        char err[400];
+        if (cham_model_validate(&m, err, sizeof err) != CHAM_OK)
+            fail_msg("%s: %s", cham_model_preset_name(i), err);
+    }
+}
+
+/* The op bound the size check uses is at least what a step dispatches,
+ * and not wildly more (it would refuse jobs the simulator can take). */
+static void test_step_ops_bound(void **state)
+{
+    (void)state;
+    cham_model_config_t cases[8];
+    size_t n = 0;
+    cham_model_config_t m = small_llama();
+    cases[n++] = m;
+    m.recompute = true;
+    m.validate_every = 1;                      /* step 1 opens with an evaluation */
+    cases[n++] = m;
+    m = small_llama();
+    m.tp = 2;
+    m.dp = 2;
+    m.zero = 3;
+    m.gbs = 4;
+    cases[n++] = m;
+    m = small_llama();
+    m.pp = 2;
+    m.gbs = 3;
+    cases[n++] = m;
+    m = preset("gpt2-1.5b");
+    m.layers = 2;
+    m.seq = 128;
+    m.flash = false;
+    m.dp = 2;
+    m.zero = 1;
+    cases[n++] = m;
+    m = preset("mixtral-8x7b");
+    m.layers = 2;
+    m.seq = 128;
+    cases[n++] = m;
+    for (size_t i = 0; i < n; i++) {
+        trace_t t;
+        run_trace(&cases[i], 2, &t);
+        uint64_t ops = t.info[1].ops > t.info[0].ops ? t.info[1].ops : t.info[0].ops;
+        uint64_t bound = wl_step_ops_bound(&cases[i]);
+        if (bound < ops || bound > 3 * ops)
+            fail_msg("case %zu: a step dispatches %llu ops, the bound says %llu", i,
+                     (unsigned long long)ops, (unsigned long long)bound);
+    }
 }
 
 int main(void)
@@ -440,6 +708,10 @@ int main(void)
         cmocka_unit_test(test_validation_messages),
         cmocka_unit_test(test_step_order),
         cmocka_unit_test(test_state_too_big),
+        cmocka_unit_test(test_state_bytes),
+        cmocka_unit_test(test_run_refuses_up_front),
+        cmocka_unit_test(test_absurd_sizes),
+        cmocka_unit_test(test_step_ops_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -77,6 +77,13 @@ uint64_t cham_model_parameters(const cham_model_config_t *m);
 /* Parameters this device holds (its pipeline stage, its tensor shard),
  * before ZeRO sharding. */
 uint64_t cham_model_device_parameters(const cham_model_config_t *m);
+/* Bytes of model state this device holds: weights and gradients in the
+ * compute type, fp32 master weights and two Adam moments, for its
+ * parameters (cham_model_device_parameters) with ZeRO's sharding over dp
+ * (docs/workloads.md). Only activations are ever swapped: these bytes stay
+ * on the device for the whole run, so a job whose model state exceeds the
+ * device's capacity cannot run under any policy. */
+uint64_t cham_model_state_bytes(const cham_model_config_t *m);
 /* Device bytes one transformer layer keeps for its backward per
  * micro-batch, by the formula of docs/workloads.md (the generator's saved
  * tensors sum to it; a Mixtral layer with its routing's balanced counts). */
@@ -88,7 +95,10 @@ typedef struct cham_workload cham_workload_t;
 
 /* Creates the model state on ctx's device (weights, gradients, optimizer
  * states as this device holds them) and the communication stream. ctx must
- * be a managed-mode context. On failure *out is NULL and err says why. */
+ * be a managed-mode context. On failure *out is NULL and err says why:
+ * CHAM_ERR_OUT_OF_MEMORY, before anything is created, when the model state
+ * alone exceeds the device's capacity (err names the sizes and the
+ * settings). */
 cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *m,
                                 cham_workload_t **out, char *err, size_t err_size);
 void cham_workload_free(cham_workload_t *w);
@@ -189,9 +199,17 @@ typedef struct cham_run_result {
 } cham_run_result_t;
 
 /* Runs the workload under the policy on the sim backend. CHAM_OK when the
- * run could be set up (r->status says how the training went);
- * CHAM_ERR_INVALID_ARG with r->error for a bad configuration. */
+ * run could be set up (r->status says how the training went: a model state
+ * larger than the device is CHAM_ERR_OUT_OF_MEMORY at step 0 before any
+ * op); CHAM_ERR_INVALID_ARG with r->error for a bad configuration. */
 cham_status_t cham_run(const cham_run_config_t *config, cham_run_result_t *r);
+
+/* What cham_run would refuse before its first op, from the settings alone
+ * (no device is opened): CHAM_ERR_INVALID_ARG for a bad configuration,
+ * CHAM_ERR_OUT_OF_MEMORY when the model state exceeds the capacity the
+ * policy runs with; err says why. CHAM_OK otherwise (the run may still
+ * fail later, out of memory for activations). */
+cham_status_t cham_run_check(const cham_run_config_t *config, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }

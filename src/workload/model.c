@@ -3,6 +3,7 @@
  * knobs. The generator (step.c, layer.c) builds tensors whose sizes come
  * from the same shape helpers (workload-impl.h), so counts and the
  * formula describe exactly what it runs. */
+#include <stdio.h>
 #include <string.h>
 
 #include "common/message.h"
@@ -74,6 +75,18 @@ cham_status_t cham_model_preset(const char *name, cham_model_config_t *out)
 
 /* ---- checks ------------------------------------------------------------------*/
 
+/* Bounds on what the simulator takes, checked from the settings before
+ * anything runs (docs/workloads.md, "Limits"). */
+#define WL_MAX_TENSOR 9.0e15                /* bytes: sizes stay exact in doubles */
+#define WL_MAX_PARAMS 0x1p50                /* 1.1e15 parameters */
+#define WL_MAX_STEP_OPS (1u << 22)          /* ops per step, as counted by wl_step_ops_bound */
+
+/* Micro-batches per step on this device (gbs is a multiple of mbs x dp). */
+static uint64_t micro_batches(const cham_model_config_t *m)
+{
+    return m->gbs ? m->gbs / ((uint64_t)m->mbs * m->dp) : 1;
+}
+
 #define CHECK(cond, ...)                                                                      \
     do {                                                                                      \
         if (!(cond)) {                                                                        \
@@ -131,11 +144,126 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
           m->layer_drop);
     CHECK(!m->moe_vary || m->arch == CHAM_ARCH_MIXTRAL,
           "model: moe_vary is for mixtral, not %s", cham_arch_name(m->arch));
-    /* Every tensor must have a size the runtime can hold. */
-    CHECK((double)wl_tokens(m) * (double)m->heads * (double)m->seq * 2.0 < 9.0e15 &&
-              (double)wl_tokens(m) * (double)m->vocab * 4.0 < 9.0e15,
-          "model: seq %u x mbs %u makes tensors too large to simulate", m->seq, m->mbs);
+    /* Every tensor must have a size the runtime can hold: the largest are
+     * the fp32 logits, the unfused scores and the tokens routed to the
+     * experts at the MLP's inner width (doubles: the products may not fit
+     * 64 bits). */
+    double T = (double)wl_tokens(m), routed = T * (m->topk ? m->topk : 1);
+    double width = m->hidden > 2.0 * m->ffn ? m->hidden : 2.0 * m->ffn;
+    CHECK(T * (double)m->heads * (double)m->seq * 2.0 < WL_MAX_TENSOR &&
+              T * (double)m->vocab * 4.0 < WL_MAX_TENSOR && routed * width * 2.0 < WL_MAX_TENSOR,
+          "model: seq %u x mbs %u makes tensors too large to simulate (with hidden %u, ffn "
+          "%u, heads %u, vocab %u, topk %u; limit %.0e bytes a tensor)",
+          m->seq, m->mbs, m->hidden, m->ffn, m->heads, m->vocab, m->topk, WL_MAX_TENSOR);
+    /* Counts and byte sizes are 64-bit: bound the parameters (16 bytes of
+     * state each) well inside that. */
+    wl_layer_params_t lp;
+    wl_layer_params(m, 1, &lp);            /* each group's terms fit: < 2^52 */
+    double params = (double)wl_layer_total(&lp) * m->layers + (double)wl_embed_params(m, 1) +
+                    (double)wl_head_params(m, 1);
+    char experts[32] = "";
+    if (m->arch == CHAM_ARCH_MIXTRAL)
+        snprintf(experts, sizeof experts, " x %u experts", m->experts);
+    CHECK(params <= WL_MAX_PARAMS,
+          "model: %u layers of hidden %u and ffn %u%s (vocab %u) make %.3g parameters, more "
+          "than the %.3g (2^50) the simulator counts", m->layers, m->hidden, m->ffn, experts,
+          m->vocab, params, WL_MAX_PARAMS);
+    /* Every op of a step is recorded in host memory (the profiles keep
+     * several KB per op), so a step's op count is bounded up front. */
+    uint64_t ops = wl_step_ops_bound(m);
+    CHECK(ops <= WL_MAX_STEP_OPS,
+          "model: a step would dispatch up to %llu ops (%u layers on this device, %llu "
+          "micro-batch(es) a step, %u experts), more than the %u the simulator takes: every "
+          "op of a step is kept in host memory; use fewer layers, micro-batches (gbs / (mbs "
+          "x dp)) or experts", (unsigned long long)ops, m->layers / m->pp,
+          (unsigned long long)micro_batches(m), m->experts, WL_MAX_STEP_OPS);
     return CHAM_OK;
+}
+
+/* ---- model state and step size -----------------------------------------------*/
+
+void wl_group_state(const cham_model_config_t *m, uint64_t params, wl_state_t *s)
+{
+    uint64_t shard = wl_shard_of(m, params), p = cham_dtype_size(m->dtype);
+    s->weights += (wl_sharded(m, 3) ? shard : params) * p;
+    s->grads += (wl_sharded(m, 2) ? shard : params) * p;
+    s->optim += (wl_sharded(m, 1) ? shard : params) * 4 * 3;
+}
+
+void wl_device_state(const cham_model_config_t *m, wl_state_t *s)
+{
+    wl_layer_params_t lp;
+    wl_layer_params(m, m->tp, &lp);
+    wl_state_t layer = {0};
+    wl_group_state(m, wl_layer_total(&lp), &layer);
+    uint64_t n = m->layers / m->pp;
+    *s = (wl_state_t){layer.weights * n, layer.grads * n, layer.optim * n};
+    wl_group_state(m, wl_embed_params(m, m->tp), s);
+    if (m->pp == 1)                        /* the head lives on the last stage */
+        wl_group_state(m, wl_head_params(m, m->tp), s);
+}
+
+uint64_t cham_model_state_bytes(const cham_model_config_t *m)
+{
+    wl_state_t s;
+    wl_device_state(m, &s);
+    return s.weights + s.grads + s.optim;
+}
+
+/* "12.50 GiB", or TiB from 1 TiB on. */
+static const char *human(uint64_t bytes, char *buf, size_t size)
+{
+    double gib = (double)bytes / (double)(UINT64_C(1) << 30);
+    if (gib >= 1024)
+        snprintf(buf, size, "%.2f TiB", gib / 1024);
+    else
+        snprintf(buf, size, "%.2f GiB", gib);
+    return buf;
+}
+
+bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, char *err, size_t err_size)
+{
+    wl_state_t s;
+    wl_device_state(m, &s);
+    uint64_t total = s.weights + s.grads + s.optim;
+    if (total <= capacity)
+        return true;
+    char experts[32] = "", h[5][32];
+    if (m->arch == CHAM_ARCH_MIXTRAL)
+        snprintf(experts, sizeof experts, ", experts %u", m->experts);
+    cham_set_err(err, err_size,
+                 "the model state alone needs %llu bytes (%s) on this device, more than its "
+                 "capacity of %llu bytes (%s): weights %s, gradients %s, fp32 master weights "
+                 "and Adam moments %s for %llu parameters (%u layers, hidden %u, ffn %u, vocab "
+                 "%u%s; tp %u, pp %u, dp %u, zero %u). Only activations are swapped and model "
+                 "states stay on the device, so no policy can run this: shard it more (zero "
+                 "with dp, tp, pp) or use fewer layers",
+                 (unsigned long long)total, human(total, h[0], sizeof h[0]),
+                 (unsigned long long)capacity, human(capacity, h[1], sizeof h[1]),
+                 human(s.weights, h[2], sizeof h[2]), human(s.grads, h[3], sizeof h[3]),
+                 human(s.optim, h[4], sizeof h[4]),
+                 (unsigned long long)cham_model_device_parameters(m), m->layers, m->hidden,
+                 m->ffn, m->vocab, experts, m->tp, m->pp, m->dp, m->zero);
+    return false;
+}
+
+/* Ops of one layer and micro-batch, at most (layer.c): the forward's 11
+ * (Llama: norm, qkv, rotary, attention, out, add, norm, three MLP ops,
+ * add), 2 more unfused, a ZeRO-3 all-gather, two tensor-parallel
+ * all-reduces, and with experts the routing's four ops in place of the
+ * MLP's three plus 3 per expert: 17 + 3E. The backward: its 11, the same
+ * extras, the data-parallel reduction and two more for the routing:
+ * 19 + 3E. Full recomputation runs the forward again. */
+uint64_t wl_step_ops_bound(const cham_model_config_t *m)
+{
+    uint64_t e = m->arch == CHAM_ARCH_MIXTRAL ? m->experts : 0;
+    uint64_t fwd = 17 + 3 * e, bwd = 19 + 3 * e, layers = m->layers / m->pp;
+    /* Embedding, head and loss, pipeline transfers: at most 32 more. */
+    uint64_t per_mb = layers * (fwd * (m->recompute ? 2 : 1) + bwd) + 32;
+    uint64_t eval = m->validate_every ? layers * fwd + 32 : 0;
+    /* The optimizer: unscale, AdamW and a ZeRO all-gather per group, the
+     * reductions' joins and the loss scale. */
+    return micro_batches(m) * per_mb + eval + 4 * (layers + 2) + 8;
 }
 
 /* ---- counts ------------------------------------------------------------------*/

@@ -160,7 +160,7 @@ void wl_drop_all(cham_workload_t *w)
 
 uint64_t wl_shard(const cham_workload_t *w, uint64_t params)
 {
-    return (params + w->m.dp - 1) / w->m.dp;
+    return wl_shard_of(&w->m, params);
 }
 
 double wl_kernel_ns(const cham_workload_t *w, double flops, double bytes)

@@ -136,19 +136,57 @@ static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_work
     }
 }
 
+/* The run's runtime and model settings: the caller's with the policy's
+ * applied, checked. */
+static cham_status_t prepare(const cham_run_config_t *c, cham_config_t *rc,
+                             cham_model_config_t *m, char *err, size_t err_size)
+{
+    *rc = c->runtime;
+    *m = c->model;
+    if ((unsigned)c->policy >= CHAM_RUN_POLICY_COUNT) {
+        cham_set_err(err, err_size, "run: unknown policy %d", (int)c->policy);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    apply_policy(c->policy, rc, m);
+    cham_status_t st = cham_model_validate(m, err, err_size);
+    return st != CHAM_OK ? st : cham_config_validate(rc, err, err_size);
+}
+
+/* The device memory a run gets, from the settings: the override or the
+ * sim preset's; 0 when only opening the device would tell. */
+static uint64_t run_capacity(const cham_config_t *rc)
+{
+    if (rc->device.capacity)
+        return rc->device.capacity;
+    if (rc->device.backend && strcmp(rc->device.backend, "sim") != 0)
+        return 0;
+    const cham_preset_t *p =
+        cham_preset_find(rc->device.preset ? rc->device.preset : cham_preset_default_name());
+    return p ? p->capacity : 0;
+}
+
+cham_status_t cham_run_check(const cham_run_config_t *c, char *err, size_t err_size)
+{
+    cham_config_t rc;
+    cham_model_config_t m;
+    cham_status_t st = prepare(c, &rc, &m, err, err_size);
+    if (st != CHAM_OK)
+        return st;
+    uint64_t capacity = run_capacity(&rc);
+    char why[1024];
+    if (capacity && !wl_state_fits(&m, capacity, why, sizeof why)) {
+        cham_set_err(err, err_size, "workload: %s", why);   /* as cham_workload_new says it */
+        return CHAM_ERR_OUT_OF_MEMORY;
+    }
+    return CHAM_OK;
+}
+
 cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
 {
     memset(r, 0, sizeof *r);
-    cham_config_t rc = c->runtime;
-    cham_model_config_t m = c->model;
-    if ((unsigned)c->policy >= CHAM_RUN_POLICY_COUNT) {
-        snprintf(r->error, sizeof r->error, "run: unknown policy %d", (int)c->policy);
-        return CHAM_ERR_INVALID_ARG;
-    }
-    apply_policy(c->policy, &rc, &m);
-    cham_status_t st = cham_model_validate(&m, r->error, sizeof r->error);
-    if (st == CHAM_OK)
-        st = cham_config_validate(&rc, r->error, sizeof r->error);
+    cham_config_t rc;
+    cham_model_config_t m;
+    cham_status_t st = prepare(c, &rc, &m, r->error, sizeof r->error);
     if (st != CHAM_OK)
         return st;
     cham_context_t *ctx;
@@ -168,7 +206,7 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
     bool *stable = calloc(c->steps ? c->steps : 1, sizeof *stable);
     cham_workload_t *w = NULL;
     cham_trace_t *trace = NULL;
-    char err[512];
+    char err[sizeof r->error];
     if (!times || !stable) {
         fail(r, CHAM_ERR_HOST_OOM, 0, 0, "run: out of host memory");
     } else if (c->trace_path &&

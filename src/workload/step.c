@@ -16,7 +16,7 @@ static uint64_t group_params(const cham_workload_t *w, uint32_t g)
 
 static bool sharded(const cham_workload_t *w, uint32_t stage)
 {
-    return w->m.dp > 1 && w->m.zero >= stage;
+    return wl_sharded(&w->m, stage);
 }
 
 /* ---- model state ------------------------------------------------------------------*/
@@ -34,16 +34,17 @@ static const char *group_name(const cham_workload_t *w, uint32_t g, char *buf, s
 static cham_status_t make_state(cham_workload_t *w)
 {
     const cham_model_config_t *m = &w->m;
-    uint64_t p = cham_dtype_size(m->dtype);
     for (uint32_t g = 0; g < w->n_groups; g++) {
-        uint64_t n = group_params(w, g), s = wl_shard(w, n);
+        uint64_t n = group_params(w, g);
         if (n == 0)
             continue;
+        wl_state_t s = {0};
+        wl_group_state(m, n, &s);
         char buf[16];
         const char *name = group_name(w, g, buf, sizeof buf);
-        TRY(wl_new(w, (sharded(w, 3) ? s : n) * p, m->dtype, &w->weights[g], "%s.weights", name));
-        TRY(wl_new(w, (sharded(w, 2) ? s : n) * p, m->dtype, &w->grads[g], "%s.grads", name));
-        uint64_t opt = (sharded(w, 1) ? s : n) * 4;
+        TRY(wl_new(w, s.weights, m->dtype, &w->weights[g], "%s.weights", name));
+        TRY(wl_new(w, s.grads, m->dtype, &w->grads[g], "%s.grads", name));
+        uint64_t opt = s.optim / 3;        /* master weights, then each moment */
         TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->master[g], "%s.master", name));
         TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->adam_m[g], "%s.adam_m", name));
         TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->adam_v[g], "%s.adam_v", name));
@@ -99,6 +100,15 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
     cham_status_t st = cham_model_validate(m, err, err_size);
     if (st != CHAM_OK)
         return st;
+    /* Model states never move: if they alone exceed the device, say so now
+     * instead of after allocating as much of them as fits. */
+    cham_device_info_t info;
+    cham_device_get_info(cham_context_device(ctx), &info);
+    char why[1024];
+    if (!wl_state_fits(m, info.capacity, why, sizeof why)) {
+        cham_set_err(err, err_size, "workload: %s", why);
+        return CHAM_ERR_OUT_OF_MEMORY;
+    }
     cham_workload_t *w = calloc(1, sizeof *w);
     if (!w) {
         cham_set_err(err, err_size, "workload: out of host memory");

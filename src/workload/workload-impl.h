@@ -67,6 +67,36 @@ uint64_t wl_norm_params(const cham_model_config_t *m);
 uint64_t wl_embed_params(const cham_model_config_t *m, uint32_t tp);
 uint64_t wl_head_params(const cham_model_config_t *m, uint32_t tp);
 
+/* ZeRO over the data-parallel group: whether stage `stage` shards (1 the
+ * optimizer states, 2 also the gradients, 3 also the weights), and this
+ * rank's share of a group of params. */
+static inline bool wl_sharded(const cham_model_config_t *m, uint32_t stage)
+{
+    return m->dp > 1 && m->zero >= stage;
+}
+static inline uint64_t wl_shard_of(const cham_model_config_t *m, uint64_t params)
+{
+    return (params + m->dp - 1) / m->dp;
+}
+
+/* Model state bytes on this device: weights and gradients in the compute
+ * type, fp32 master weights and the two Adam moments (optim: all three),
+ * each whole or this rank's shard. make_state (step.c) sizes its tensors
+ * with wl_group_state, so the check before it and the tensors agree. */
+typedef struct wl_state {
+    uint64_t weights, grads, optim;
+} wl_state_t;
+/* Adds a group of params to *s. */
+void wl_group_state(const cham_model_config_t *m, uint64_t params, wl_state_t *s);
+/* The whole device: its layers, the embedding and (one stage) the head. */
+void wl_device_state(const cham_model_config_t *m, wl_state_t *s);
+/* False when the model state alone exceeds capacity; err then names the
+ * sizes and the settings that drive them. The model must be valid. */
+bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, char *err, size_t err_size);
+/* At least as many ops as one step of the model dispatches (the op list
+ * of docs/workloads.md, counted generously), from the settings alone. */
+uint64_t wl_step_ops_bound(const cham_model_config_t *m);
+
 /* Seeded decisions: a hash of (seed, a, b) and a uniform double from it. */
 enum { WL_SALT_OVERFLOW = 1u << 30, WL_SALT_DROP, WL_SALT_MOE };
 uint64_t wl_hash(uint64_t seed, uint64_t a, uint64_t b);
