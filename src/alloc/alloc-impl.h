@@ -15,6 +15,7 @@
 
 #include "alloc/block_tree.h"
 #include "chameleon/alloc.h"
+#include "common/message.h"
 
 /* ---- rounding rules (docs/allocator.md) ----------------------------------*/
 #define CHAM_ALLOC_MIN_BLOCK     ((size_t)512)            /* sizes round up to this */
@@ -165,7 +166,15 @@ struct cham_allocator {
     cham_alloc_stats_t stats;         /* counters; derived fields filled on read */
     bool have_oom;
     cham_oom_info_t oom;
+    /* The last failure's message. After an out-of-memory it is formatted
+     * only when read (oom_unformatted), from oom and these: the OOM path
+     * fails and retries allocations by the thousand, and reads few. */
     char error[512];
+    bool oom_unformatted;
+    cham_status_t oom_status;
+    uint64_t oom_pending_free;
+    char oom_stream[48];
+    char oom_device_error[256];
 };
 
 /* ---- cross-file internals ---------------------------------------------*/
@@ -191,7 +200,10 @@ void cham_alloc_drain_deferred(cham_allocator_t *alloc);
 
 /* stats.c: the largest cached free block over both pools and all streams. */
 uint64_t cham_alloc_largest_cached(const cham_allocator_t *alloc);
-/* stats.c: fills alloc->oom and alloc->error after a failed allocation. */
+/* stats.c: the message of a failure other than out-of-memory (printf-style). */
+void cham_alloc_set_error(cham_allocator_t *alloc, const char *fmt, ...) CHAM_PRINTF(2, 3);
+/* stats.c: fills alloc->oom after a failed allocation, and what its
+ * message is formatted from. */
 void cham_alloc_record_oom(cham_allocator_t *alloc, size_t bytes, size_t rounded,
                            cham_stream_t *stream, cham_status_t status,
                            const char *device_error);

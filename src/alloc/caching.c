@@ -368,8 +368,8 @@ cham_status_t cham_block_alloc(cham_allocator_t *a, size_t bytes, cham_stream_t 
     *out = NULL;
     int sid = cham_alloc_note_stream(a, stream);
     if (bytes == 0) {
-        snprintf(a->error, sizeof a->error, "allocation of 0 bytes on stream \"%s\"",
-                 cham_stream_name(stream));
+        cham_alloc_set_error(a, "allocation of 0 bytes on stream \"%s\"",
+                             cham_stream_name(stream));
         return CHAM_ERR_INVALID_ARG;
     }
     if (a->queue_mask)

@@ -230,9 +230,8 @@ cham_status_t cham_block_free_after_op(cham_allocator_t *a, cham_block_t *b,
     CHAM_ASSERT(a && b && user);
     CHAM_ASSERT(b->state == CHAM_BLOCK_ALLOCATED && "block freed twice or never allocated");
     if (a->any_op && op_index < a->last_op) {
-        snprintf(a->error, sizeof a->error,
-                 "free after op %ju, but op %ju has already been dispatched",
-                 (uintmax_t)op_index, (uintmax_t)a->last_op);
+        cham_alloc_set_error(a, "free after op %ju, but op %ju has already been dispatched",
+                             (uintmax_t)op_index, (uintmax_t)a->last_op);
         return CHAM_ERR_INVALID_ARG;
     }
     int user_id = cham_alloc_note_stream(a, user);
@@ -240,7 +239,7 @@ cham_status_t cham_block_free_after_op(cham_allocator_t *a, cham_block_t *b,
     if (!now) {
         cham_op_entry_t *heap = cham_grow(a->heap, &a->cap_heap, a->n_heap + 1, sizeof *heap, 64);
         if (!heap) {
-            snprintf(a->error, sizeof a->error, "out of host memory for the free-after-op list");
+            cham_alloc_set_error(a, "out of host memory for the free-after-op list");
             return CHAM_ERR_HOST_OOM;
         }
         a->heap = heap;
@@ -269,10 +268,9 @@ cham_status_t cham_block_free_after_op(cham_allocator_t *a, cham_block_t *b,
                 cham_alloc_put_deferred(a, chain);
                 chain = next;
             }
-            snprintf(a->error, sizeof a->error,
-                     "free after op %ju: could not record an event on stream \"%s\": %s",
-                     (uintmax_t)op_index, cham_stream_name(a->streams[i]),
-                     cham_status_string(st));
+            cham_alloc_set_error(a, "free after op %ju: could not record an event on "
+                                 "stream \"%s\": %s", (uintmax_t)op_index,
+                                 cham_stream_name(a->streams[i]), cham_status_string(st));
             return st;
         }
         d->event = e;
@@ -302,9 +300,8 @@ cham_status_t cham_allocator_op_dispatched(cham_allocator_t *a, uint64_t op_inde
 {
     CHAM_ASSERT(a);
     if (a->any_op && op_index < a->last_op) {
-        snprintf(a->error, sizeof a->error,
-                 "op %ju dispatched after op %ju: op indices must not decrease",
-                 (uintmax_t)op_index, (uintmax_t)a->last_op);
+        cham_alloc_set_error(a, "op %ju dispatched after op %ju: op indices must not decrease",
+                             (uintmax_t)op_index, (uintmax_t)a->last_op);
         return CHAM_ERR_INVALID_ARG;
     }
     a->any_op = true;

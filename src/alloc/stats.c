@@ -1,5 +1,6 @@
 /* The caching allocator's statistics (definitions in chameleon/alloc.h and
  * docs/allocator.md) and the report of the last failed allocation. */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -93,31 +94,51 @@ void cham_alloc_record_oom(cham_allocator_t *a, size_t bytes, size_t rounded,
     o->free_bytes = a->limit - a->stats.allocated;
     o->largest_free = largest_free(a);
     a->have_oom = true;
+    a->oom_unformatted = true;
+    a->oom_status = status;
+    a->oom_pending_free = a->stats.pending_free;
+    cham_copy_str(a->oom_stream, sizeof a->oom_stream, cham_stream_name(stream));
+    cham_copy_str(a->oom_device_error, sizeof a->oom_device_error, device_error);
+}
 
+/* The message of the last out-of-memory, from what record_oom kept. */
+static void format_oom(cham_allocator_t *a)
+{
+    const cham_oom_info_t *o = &a->oom;
     char req[32], rnd[32], lim[32], alc[32], fre[32], lrg[32], pnd[32];
     const char *what = a->kind == CHAM_MEM_DEVICE ? "out of device memory"
                                                   : "out of pinned host budget";
-    if (status != CHAM_ERR_OUT_OF_MEMORY && status != CHAM_ERR_HOST_BUDGET)
+    if (a->oom_status != CHAM_ERR_OUT_OF_MEMORY && a->oom_status != CHAM_ERR_HOST_BUDGET)
         what = a->kind == CHAM_MEM_DEVICE ? "device allocation failed"
                                           : "pinned host allocation failed";
     int n = snprintf(a->error, sizeof a->error,
                      "%s: requested %s (rounded %s) on stream \"%s\"; limit %s, "
                      "allocated %s, free %s, largest free block %s",
-                     what, fmt_bytes(req, sizeof req, bytes),
-                     rounded ? fmt_bytes(rnd, sizeof rnd, rounded) : "too large",
-                     cham_stream_name(stream), fmt_bytes(lim, sizeof lim, o->limit),
+                     what, fmt_bytes(req, sizeof req, o->requested),
+                     o->rounded ? fmt_bytes(rnd, sizeof rnd, o->rounded) : "too large",
+                     a->oom_stream, fmt_bytes(lim, sizeof lim, o->limit),
                      fmt_bytes(alc, sizeof alc, o->allocated),
                      fmt_bytes(fre, sizeof fre, o->free_bytes),
                      fmt_bytes(lrg, sizeof lrg, o->largest_free));
     size_t used = n > 0 ? (size_t)n : 0;
-    if (a->stats.pending_free && used < sizeof a->error) {
+    if (a->oom_pending_free && used < sizeof a->error) {
         n = snprintf(a->error + used, sizeof a->error - used,
                      "; %s held by deferred frees",
-                     fmt_bytes(pnd, sizeof pnd, a->stats.pending_free));
+                     fmt_bytes(pnd, sizeof pnd, a->oom_pending_free));
         used += n > 0 ? (size_t)n : 0;
     }
-    if (device_error && *device_error && used < sizeof a->error)
-        snprintf(a->error + used, sizeof a->error - used, "; %s", device_error);
+    if (a->oom_device_error[0] && used < sizeof a->error)
+        snprintf(a->error + used, sizeof a->error - used, "; %s", a->oom_device_error);
+    a->oom_unformatted = false;
+}
+
+void cham_alloc_set_error(cham_allocator_t *a, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->error, sizeof a->error, fmt, ap);
+    va_end(ap);
+    a->oom_unformatted = false;
 }
 
 cham_status_t cham_allocator_last_oom(const cham_allocator_t *a, cham_oom_info_t *info)
@@ -132,5 +153,10 @@ cham_status_t cham_allocator_last_oom(const cham_allocator_t *a, cham_oom_info_t
 const char *cham_allocator_last_error(const cham_allocator_t *a)
 {
     CHAM_ASSERT(a);
+    /* The message is a cache of the recorded failure: formatting it on
+     * first read changes nothing a caller can observe (no allocator is
+     * ever defined const, so writing through this pointer is defined). */
+    if (a->oom_unformatted)
+        format_oom((cham_allocator_t *)a);
     return a->error;
 }

@@ -15,4 +15,9 @@
  * err_size is 0. */
 void cham_set_err(char *err, size_t err_size, const char *fmt, ...) CHAM_PRINTF(3, 4);
 
+/* Copies src (NULL: "") into dst, cut to size - 1 bytes; dst is always
+ * terminated. For names copied on hot paths, where snprintf's formatting
+ * machinery costs more than the copy. size > 0. */
+void cham_copy_str(char *dst, size_t size, const char *src);
+
 #endif

@@ -153,11 +153,11 @@ cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, con
     cham_allocator_last_oom(ctx->mem, &oom);
     cham_alloc_stats_t as;
     cham_allocator_get_stats(ctx->mem, &as);
-    cham_context_error(ctx, "%s: out of device memory: %zu bytes requested, capacity %llu, "
+    cham_context_error(ctx, "%s \"%s\": out of device memory: %zu bytes requested, capacity %llu, "
                        "%llu allocated, largest free block %llu, %llu bytes waiting for a later "
                        "op before reuse. Tried: handing back the blocks of swap-outs, returning "
                        "free segments, and %llu passive swap-outs (%llu bytes); nothing the "
-                       "current op does not use is left to move", what, bytes,
+                       "current op does not use is left to move", what, owner->label, bytes,
                        (unsigned long long)oom.limit, (unsigned long long)oom.allocated,
                        (unsigned long long)oom.largest_free, (unsigned long long)as.pending_free,
                        (unsigned long long)n_moved, (unsigned long long)moved);
@@ -166,6 +166,7 @@ done:
     if (st == CHAM_OK)
         cham_block_set_owner(*out, owner);
     else
-        cham_context_error(ctx, "%s: %s", what, cham_allocator_last_error(ctx->mem));
+        cham_context_error(ctx, "%s \"%s\": %s", what, owner->label,
+                           cham_allocator_last_error(ctx->mem));
     return st;
 }

@@ -199,7 +199,9 @@ cham_status_t cham_storage_materialize(cham_storage_t *s);
 bool cham_oom_passive(const cham_context_t *ctx);
 /* oom.c: a device block for owner's bytes on the compute stream, with the
  * out-of-memory path of Algorithm 3 (passive swaps of resident storages
- * the op being begun does not use). what names the request in errors. */
+ * the op being begun does not use). Errors name the request as
+ * `what "owner's label"` (what: "tensor", "swap-in of"), formatted only
+ * on failure: this runs for every tensor. */
 cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, const char *what,
                                  cham_block_t **out);
 

@@ -18,7 +18,7 @@
 
 static void set_label(cham_tensor_t *t, const char *label)
 {
-    snprintf(t->label, sizeof t->label, "%s", label ? label : "");
+    cham_copy_str(t->label, sizeof t->label, label);
 }
 
 static cham_tensor_t *view_new(cham_storage_t *s, size_t offset, size_t bytes,
@@ -59,7 +59,7 @@ static cham_storage_t *storage_new(cham_context_t *ctx, size_t bytes, const char
     s->bytes = bytes;
     s->residency = CHAM_RESIDENT_DEVICE;
     s->item = CHAM_MATCH_NONE;
-    snprintf(s->label, sizeof s->label, "%s", label ? label : "");
+    cham_copy_str(s->label, sizeof s->label, label);
     s->next = ctx->storages;
     if (s->next)
         s->next->prev = s;
@@ -111,9 +111,7 @@ cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dt
         cham_context_error(ctx, "out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
-    char what[80];
-    snprintf(what, sizeof what, "tensor \"%s\"", label ? label : "");
-    cham_status_t st = cham_runtime_alloc(ctx, s, what, &s->block);
+    cham_status_t st = cham_runtime_alloc(ctx, s, "tensor", &s->block);
     if (st != CHAM_OK) {
         storage_unlink(s);
         return st;
@@ -403,10 +401,8 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
     cham_status_t st = ensure_event(ctx, &s->in_event);
     if (st != CHAM_OK)
         return st;
-    char what[96];
-    snprintf(what, sizeof what, "swap-in of \"%s\"", s->label);
     cham_block_t *block;
-    st = cham_runtime_alloc(ctx, s, what, &block);
+    st = cham_runtime_alloc(ctx, s, "swap-in of", &block);
     if (st != CHAM_OK)
         return st;
     CHAM_ASSERT(s->residency == CHAM_RESIDENT_HOST);
@@ -491,9 +487,7 @@ cham_status_t cham_storage_materialize(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
     CHAM_ASSERT(s->residency == CHAM_RESIDENT_HOST && !s->host_block && !s->block);
-    char what[80];
-    snprintf(what, sizeof what, "tensor \"%s\"", s->label);
-    cham_status_t st = cham_runtime_alloc(ctx, s, what, &s->block);
+    cham_status_t st = cham_runtime_alloc(ctx, s, "tensor", &s->block);
     if (st != CHAM_OK)
         return st;
     s->residency = CHAM_RESIDENT_DEVICE;
