@@ -1,8 +1,10 @@
 /* The runtime configuration (src/runtime/config.c, docs/config.md): the
  * defaults, a full JSON file read field by field, absent keys keeping their
  * values, byte-size strings, one message per kind of bad file (naming the
- * file, the key and the value), unreadable files, cham_config_validate on
- * configs built in code, and random damage to a valid file never crashing.
+ * file, the key and the value), unreadable files, devices and pipes, a
+ * file that loads but would break a rule between fields (refused: what
+ * loads validates), cham_config_validate on configs built in code, and
+ * random damage to a valid file never crashing.
  * Files are written into a fresh mkdtemp directory, removed afterwards. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,11 +14,14 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "chameleon/runtime.h"
@@ -579,12 +584,82 @@ static void test_unreadable(void **state)
     assert_int_equal(cham_config_load_json(write_bytes(fx, "big.json", text, big), &c, err,
                                            sizeof err), CHAM_ERR_INVALID_ARG);
     free(text);
-    test_assert_contains(err, "big.json: file too large");
+    test_assert_contains(err, "big.json: file too large: 1048586 bytes, over the limit of "
+                              "1048576 bytes (1 MiB) for a config file");
 
     /* A NUL byte outside a string. */
     assert_int_equal(cham_config_load_json(write_bytes(fx, "nul.json", "{\0}", 3), &c, err,
                                            sizeof err), CHAM_ERR_INVALID_ARG);
     test_assert_contains(err, "nul.json:1:");
+}
+
+/* Devices and pipes: a device is refused at once (/dev/zero would never
+ * end), a pipe is read up to the limit and named as what it is. */
+static void test_special_files(void **state)
+{
+    fixture_t *fx = *state;
+    char err[512];
+    cham_config_t c = cham_config_default();
+    assert_int_equal(cham_config_load_json("/dev/zero", &c, err, sizeof err),
+                     CHAM_ERR_INVALID_ARG);
+    test_assert_contains(err, "/dev/zero: cannot read: it is a character device, not a regular "
+                              "file");
+
+    char fifo[300];
+    test_path(fifo, sizeof fifo, fx->dir, "pipe.json");
+    assert_int_equal(mkfifo(fifo, 0600), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {                  /* writes 2 MiB of spaces, more than the limit */
+        signal(SIGPIPE, SIG_DFL);
+        int fd = open(fifo, O_WRONLY);
+        static char spaces[65536];
+        memset(spaces, ' ', sizeof spaces);
+        for (int i = 0; fd >= 0 && i < 32; i++)
+            if (write(fd, spaces, sizeof spaces) < 0)
+                break;
+        _exit(0);
+    }
+    cham_status_t st = cham_config_load_json(fifo, &c, err, sizeof err);
+    int status;
+    waitpid(child, &status, 0);
+    assert_int_equal(st, CHAM_ERR_INVALID_ARG);
+    test_assert_contains(err, "pipe.json: a FIFO, not a regular file, gave more than 1048576 "
+                              "bytes (1 MiB), the limit for a config file");
+}
+
+/* What loads validates: a rule between two fields holds for a file too.
+ * {"profiler": false} over the defaults (executor on) is refused with the
+ * rule, and the config is left as it was; with the executor off, in the
+ * file or in the config it is read over, it loads. */
+static void test_load_validates(void **state)
+{
+    fixture_t *fx = *state;
+    char err[512];
+    cham_config_t c = cham_config_default();
+    const cham_config_t before = c;
+    assert_int_equal(cham_config_load_json(write_file(fx, "p.json", "{\"profiler\": false}"),
+                                           &c, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    test_assert_contains(err, "p.json: the resulting config is not valid: profiler: false "
+                              "needs executor: false");
+    assert_configs_equal(&c, &before);
+
+    assert_int_equal(cham_config_load_json(write_file(fx, "pe.json", "{\"profiler\": false, "
+                                                      "\"executor\": false}"),
+                                           &c, err, sizeof err), CHAM_OK);
+    assert_false(c.profiler);
+    assert_int_equal(cham_config_validate(&c, err, sizeof err), CHAM_OK);
+
+    c = cham_config_default();
+    c.executor = false;
+    assert_int_equal(cham_config_load_json(write_file(fx, "p2.json", "{\"profiler\": false}"),
+                                           &c, err, sizeof err), CHAM_OK);
+    assert_int_equal(cham_config_validate(&c, err, sizeof err), CHAM_OK);
+
+    /* Turning the executor back on under a config without the profiler. */
+    assert_int_equal(cham_config_load_json(write_file(fx, "e.json", "{\"executor\": true}"),
+                                           &c, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    test_assert_contains(err, "profiler: false needs executor: false");
 }
 
 /* ---- validate ---------------------------------------------------------------------------*/
@@ -733,6 +808,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_syntax_error_position, setup, teardown),
         cmocka_unit_test_setup_teardown(test_long_values_are_cut, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unreadable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_special_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_load_validates, setup, teardown),
         cmocka_unit_test(test_validate),
         cmocka_unit_test_setup_teardown(test_random_damage, setup, teardown),
     };

@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "common/grow.h"
+#include "common/file.h"
 #include "common/message.h"
 #include "profile/json_read.h"
 
@@ -360,48 +360,15 @@ bool cham_json_read_use(cham_json_reader_t *r, const json_t *v, cham_tensor_use_
     return ok;
 }
 
-/* Reads the whole file into *out (NUL-terminated, *len bytes before it). */
+/* Reads the whole file into *out (NUL-terminated, *len bytes before it),
+ * at most CHAM_FILE_MAX_JSON bytes (common/file.h). */
 cham_status_t cham_json_read_file(cham_json_reader_t *r, char **out, size_t *len)
 {
-    *out = NULL;
-    *len = 0;
-    FILE *fp = fopen(r->file, "rb");
-    if (!fp) {
-        int e = errno;
-        cham_json_fail(r, e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG,
-             "cannot open: %s", strerror(e));
-        return r->status;
-    }
-    char *buf = NULL;
-    size_t cap = 0, n = 0;
-    for (;;) {
-        char *grown = cham_grow(buf, &cap, n + 65536 + 1, 1, 65536);
-        if (!grown) {
-            free(buf);
-            fclose(fp);
-            cham_json_fail(r, CHAM_ERR_HOST_OOM, "out of host memory reading the file");
-            return r->status;
-        }
-        buf = grown;
-        errno = 0;
-        size_t got = fread(buf + n, 1, cap - n - 1, fp);
-        n += got;
-        if (got == 0) {
-            if (ferror(fp)) {
-                int e = errno ? errno : EIO;
-                free(buf);
-                fclose(fp);
-                cham_json_fail(r, CHAM_ERR_INVALID_ARG, "cannot read: %s", strerror(e));
-                return r->status;
-            }
-            break;
-        }
-    }
-    fclose(fp);
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return CHAM_OK;
+    cham_status_t st = cham_file_read(r->file, CHAM_FILE_MAX_JSON, "a profile or policy", out,
+                                      len, r->err, r->err_size);
+    if (st != CHAM_OK)
+        r->status = st;
+    return st;
 }
 
 json_t *cham_json_parse_file(cham_json_reader_t *r, const char *what)

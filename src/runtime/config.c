@@ -20,6 +20,7 @@
 
 #include "chameleon/runtime.h"
 #include "common/assert.h"
+#include "common/file.h"
 #include "common/message.h"
 
 #define KiB (UINT64_C(1) << 10)
@@ -27,8 +28,6 @@
 #define GiB (UINT64_C(1) << 30)
 #define TiB (UINT64_C(1) << 40)
 
-/* Largest config file read; a config is a few hundred bytes. */
-#define MAX_FILE_BYTES (1u << 20)
 /* Strings and keys quoted in messages are cut to this many characters. */
 #define QUOTE_MAX 48
 
@@ -559,64 +558,6 @@ static const field_t *find_field(const char *key)
 
 /* ---- the file -------------------------------------------------------------------*/
 
-/* Reads the whole file; on failure sets err and returns the status. */
-static cham_status_t read_file(const char *path, char **out, size_t *out_len, char *err,
-                               size_t err_size)
-{
-    *out = NULL;
-    *out_len = 0;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        int e = errno;
-        cham_set_err(err, err_size, "%s: cannot open: %s", path, strerror(e));
-        return e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG;
-    }
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    if (!buf) {
-        fclose(fp);
-        cham_set_err(err, err_size, "%s: out of host memory", path);
-        return CHAM_ERR_HOST_OOM;
-    }
-    for (;;) {
-        if (len == cap) {
-            if (cap >= MAX_FILE_BYTES) {
-                free(buf);
-                fclose(fp);
-                cham_set_err(err, err_size, "%s: file too large (over %u bytes); a config is "
-                        "one small JSON object", path, MAX_FILE_BYTES);
-                return CHAM_ERR_INVALID_ARG;
-            }
-            char *grown = realloc(buf, cap * 2);
-            if (!grown) {
-                free(buf);
-                fclose(fp);
-                cham_set_err(err, err_size, "%s: out of host memory", path);
-                return CHAM_ERR_HOST_OOM;
-            }
-            buf = grown;
-            cap *= 2;
-        }
-        errno = 0;
-        size_t got = fread(buf + len, 1, cap - len, fp);
-        len += got;
-        if (got == 0) {
-            if (ferror(fp)) {
-                int e = errno ? errno : EIO;
-                free(buf);
-                fclose(fp);
-                cham_set_err(err, err_size, "%s: cannot read: %s", path, strerror(e));
-                return CHAM_ERR_INVALID_ARG;
-            }
-            break;
-        }
-    }
-    fclose(fp);
-    *out = buf;
-    *out_len = len;
-    return CHAM_OK;
-}
-
 cham_status_t cham_config_load_json(const char *path, cham_config_t *config, char *err,
                                     size_t err_size)
 {
@@ -624,7 +565,8 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
     cham_set_err(err, err_size, "%s", "");
     char *text;
     size_t len;
-    cham_status_t st = read_file(path, &text, &len, err, err_size);
+    cham_status_t st = cham_file_read(path, CHAM_FILE_MAX_CONFIG, "a config file (one small "
+                                      "JSON object)", &text, &len, err, err_size);
     if (st != CHAM_OK)
         return st;
 
@@ -691,8 +633,20 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
         }
     }
     json_decref(root);
-    if (st == CHAM_OK)
+    /* What loads is valid: the file's keys over the caller's config must
+     * pass the same checks as cham_config_validate, rules between fields
+     * (profiler and executor) included. */
+    if (st == CHAM_OK) {
+        char why[768];
+        if (cham_config_validate(&next, why, sizeof why) != CHAM_OK) {
+            cham_set_err(err, err_size, "%s: the resulting config is not valid: %s", path, why);
+            st = CHAM_ERR_INVALID_ARG;
+        }
+    }
+    if (st == CHAM_OK) {
         *config = next;
+        cham_set_err(err, err_size, "%s", "");
+    }
     return st;
 }
 
