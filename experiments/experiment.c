@@ -152,6 +152,11 @@ void exp_steps_free(exp_steps_t *s)
 
 /* ---- output -----------------------------------------------------------------------*/
 
+json_t *exp_json_number(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
 static json_t *table_json(const exp_table_t *t)
 {
     json_t *j = json_object(), *cols = json_array(), *rows = json_array();
@@ -161,9 +166,8 @@ static json_t *table_json(const exp_table_t *t)
         json_t *row = json_array();
         for (size_t k = 0; k < t->n_cols; k++) {
             const exp_cell_t *c = &t->cells[r * t->n_cols + k];
-            json_array_append_new(row, c->text[0]     ? json_string(c->text)
-                                       : isnan(c->num) ? json_null()
-                                                       : json_real(c->num));
+            json_array_append_new(row, c->text[0] ? json_string(c->text)
+                                                  : exp_json_number(c->num));
         }
         json_array_append_new(rows, row);
     }

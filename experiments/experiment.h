@@ -49,6 +49,14 @@ void exp_table_print(const exp_table_t *t, FILE *f);
 /* CSV (RFC 4180) and a JSON object {name, title, columns, rows}. */
 bool exp_table_write_csv(const exp_table_t *t, const char *path);
 
+/* ---- JSON --------------------------------------------------------------------*/
+
+struct json_t;
+/* v as a JSON number, or null when it is NaN or infinite (JSON has neither,
+ * and jansson's json_real refuses them): the one way the command (tools/)
+ * and the experiments put a double into JSON. */
+struct json_t *exp_json_number(double v);
+
 /* ---- plots -------------------------------------------------------------------*/
 
 #define EXP_MAX_SERIES 8
@@ -92,6 +100,14 @@ void exp_plot_print_svg(const exp_plot_t *p, FILE *f);
 /* Adds a band, or widens the last one when it has the same label and
  * touches x0; false when there is no room. */
 bool exp_plot_band(exp_plot_t *p, const char *label, double x0, double x1);
+
+/* The most ticks an axis gets. */
+#define EXP_MAX_TICKS 16
+/* The ticks of a plot's linear axis over data from lo to hi (from_zero: it
+ * starts at 0 when lo is near it), as the plots draw them: 1, 2 or 5 times
+ * a power of ten apart, increasing, 2 to EXP_MAX_TICKS of them; returns how
+ * many. Any lo and hi work: NaN, infinite, equal, an ulp apart, +-DBL_MAX. */
+size_t exp_axis_ticks(double lo, double hi, bool from_zero, double ticks[EXP_MAX_TICKS]);
 
 /* The memory curve of one profiled step (paper Fig. 3): device memory in
  * use before and after each op, as measured and as it would have been

@@ -1,6 +1,7 @@
 /* Line plots as self-contained SVG (experiment.h): axes with "nice" ticks,
  * light grid lines, one coloured polyline with markers per series, NAN
  * values as gaps, a legend. No external program is needed to view them. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,50 +109,88 @@ static const char *const palette[EXP_MAX_SERIES] = {
 
 typedef struct axis {
     double lo, hi;               /* the drawn range */
-    double step;                 /* between ticks (log axis: a factor) */
+    double step;                 /* linear: between ticks */
     bool log;
+    size_t n;                    /* ticks: increasing, within [lo, hi] */
+    double tick[EXP_MAX_TICKS];
 } axis_t;
 
-/* 1, 2 or 5 times a power of ten, near range / 6. */
-static double nice_step(double range)
-{
-    double raw = range / 6, p = pow(10, floor(log10(raw))), m = raw / p;
-    return p * (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10);
-}
-
+/* Linear: ticks k * step, step 1, 2 or 5 times a power of ten near a sixth
+ * of the range, which makes 5 to 12 of them. Any lo and hi are handled:
+ * non-finite or reversed ones as 0..1, one value (or values closer than a
+ * billionth of their size, which the labels could not tell apart, and which
+ * used to give a step under one ulp and a loop without end) padded around
+ * their middle, and ranges up to +-DBL_MAX without overflow: differences
+ * are taken of halves, and ends that overflow stay at the data's. */
 static void linear_axis(axis_t *a, double lo, double hi, bool from_zero)
 {
+    memset(a, 0, sizeof *a);
+    if (!(isfinite(lo) && isfinite(hi) && lo <= hi))
+        lo = 0, hi = 1;
+    if (fmax(fabs(lo), fabs(hi)) < 1e-300)   /* denormals and zeros: 0 */
+        lo = hi = 0;
     if (from_zero && lo >= 0 && lo < 0.4 * hi)
         lo = 0;
-    if (!(hi > lo)) {                        /* one value: pad around it */
-        double pad = lo != 0 ? fabs(lo) * 0.5 : 1;
-        lo -= pad;
-        hi += pad;
+    double mag = fmax(fabs(lo), fabs(hi));
+    if (!(hi / 2 - lo / 2 > mag * 1e-9)) {   /* one value: pad around it */
+        double mid = lo / 2 + hi / 2, pad = mid != 0 ? fabs(mid) * 0.5 : 1;
+        lo = fmax(mid - pad, -DBL_MAX);
+        hi = fmin(mid + pad, DBL_MAX);
         if (from_zero && lo < 0 && hi - pad >= 0)
             lo = 0;
     }
-    a->step = nice_step(hi - lo);
-    a->lo = floor(lo / a->step) * a->step;
-    a->hi = ceil(hi / a->step) * a->step;
-    a->log = false;
+    double raw = (hi / 2 - lo / 2) / 3;      /* a sixth of the range */
+    double p = pow(10, floor(log10(raw))), m = raw / p;
+    double step = p * (m < 1.5 ? 1 : m < 3.5 ? 2 : m < 7.5 ? 5 : 10);
+    double k0 = floor(lo / step), k1 = ceil(hi / step);
+    a->lo = isfinite(k0 * step) ? k0 * step : lo;
+    a->hi = isfinite(k1 * step) ? k1 * step : hi;
+    a->step = step;
+    for (double k = k0; k <= k1 && a->n < EXP_MAX_TICKS; k++) {
+        double v = k * step;
+        if (isfinite(v) && v >= a->lo && v <= a->hi)
+            a->tick[a->n++] = v;
+    }
 }
 
-/* Powers of two when every value is one, else decades. */
+size_t exp_axis_ticks(double lo, double hi, bool from_zero, double ticks[EXP_MAX_TICKS])
+{
+    axis_t a;
+    linear_axis(&a, lo, hi, from_zero);
+    memcpy(ticks, a.tick, a.n * sizeof *ticks);
+    return a.n;
+}
+
+/* Powers of two when every value is one, else decades; a tick every
+ * stride powers so that there are at most EXP_MAX_TICKS. Exponents stay
+ * where the powers are finite and non-zero. */
 static void log_axis(axis_t *a, double lo, double hi, bool pow2)
 {
-    double base = pow2 ? 2 : 10;
-    a->lo = pow(base, floor(log(lo) / log(base)));
-    a->hi = pow(base, ceil(log(hi) / log(base)));
-    if (!(a->hi > a->lo))
-        a->hi = a->lo * base;
-    a->step = base;
+    memset(a, 0, sizeof *a);
+    double base = pow2 ? 2 : 10, e_min = pow2 ? -1074 : -323, e_max = pow2 ? 1023 : 308;
+    if (!(isfinite(lo) && isfinite(hi) && lo > 0 && lo <= hi))
+        lo = 1, hi = base;
+    double e0 = fmax(e_min, floor(pow2 ? log2(lo) : log10(lo)));
+    double e1 = fmin(e_max, ceil(pow2 ? log2(hi) : log10(hi)));
+    if (e0 >= e_max)
+        e0 = e_max - 1;
+    if (e1 <= e0)
+        e1 = e0 + 1;
+    double stride = ceil((e1 - e0) / (EXP_MAX_TICKS - 1));
+    e1 = fmin(e_max, e0 + stride * ceil((e1 - e0) / stride));
+    a->lo = pow(base, e0);
+    a->hi = pow(base, e1);
+    a->step = pow(base, stride);
     a->log = true;
+    for (double e = e0; e <= e1 && a->n < EXP_MAX_TICKS; e += stride)
+        a->tick[a->n++] = pow(base, e);
 }
 
+/* Where v falls on the axis, 0 at lo and 1 at hi (halves: no overflow). */
 static double to_unit(const axis_t *a, double v)
 {
     return a->log ? (log(v) - log(a->lo)) / (log(a->hi) - log(a->lo))
-                  : (v - a->lo) / (a->hi - a->lo);
+                  : (v / 2 - a->lo / 2) / (a->hi / 2 - a->lo / 2);
 }
 
 /* A tick label: up to 4 significant digits, k/M/G from 10,000. */
@@ -200,8 +239,8 @@ static void draw_axes(FILE *f, const exp_plot_t *p, const axis_t *ax, const axis
     fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" "
             "stroke=\"#444\" stroke-width=\"1\"/>\n", LEFT, TOP, w, h);
     /* y ticks and grid */
-    for (double v = ay->lo; v <= ay->hi + ay->step * 1e-9; v += ay->step) {
-        double y = TOP + h * (1 - to_unit(ay, v));
+    for (size_t k = 0; k < ay->n; k++) {
+        double v = ay->tick[k], y = TOP + h * (1 - to_unit(ay, v));
         fprintf(f, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#ddd\"/>\n",
                 LEFT, y, LEFT + w, y);
         label(buf, sizeof buf, fabs(v) < ay->step * 1e-9 ? 0 : v);
@@ -209,9 +248,8 @@ static void draw_axes(FILE *f, const exp_plot_t *p, const axis_t *ax, const axis
                 "%s</text>\n", LEFT - 6, y, buf);
     }
     /* x ticks and grid */
-    for (double v = ax->lo; v <= ax->hi * (1 + 1e-9) + (ax->log ? 0 : ax->step * 1e-9);
-         v = ax->log ? v * ax->step : v + ax->step) {
-        double x = LEFT + w * to_unit(ax, v);
+    for (size_t k = 0; k < ax->n; k++) {
+        double v = ax->tick[k], x = LEFT + w * to_unit(ax, v);
         fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#ddd\"/>\n", x,
                 TOP, x, TOP + h);
         label(buf, sizeof buf, fabs(v) < (ax->log ? 0 : ax->step * 1e-9) ? 0 : v);
@@ -285,6 +323,8 @@ static void draw_bands(FILE *f, const exp_plot_t *p, const axis_t *ax)
 {
     const double w = WIDTH - LEFT - RIGHT, h = HEIGHT - TOP - BOTTOM;
     for (size_t b = 0; b < p->n_bands; b++) {
+        if (!isfinite(p->bands[b].x0) || !isfinite(p->bands[b].x1))
+            continue;
         double x0 = fmax(0, to_unit(ax, p->bands[b].x0)), x1 = fmin(1, to_unit(ax, p->bands[b].x1));
         if (!(x1 > x0))
             continue;

@@ -4,9 +4,14 @@
  * recomputation where the link can hide the swaps; Capuchin fails on a
  * changed sequence while Chameleon does not; the custom recordStream
  * reuses blocks sooner than PyTorch's; the policy cache shortens WarmUp.
- * And the result files are written. */
+ * And the result files are written; plot axes stay finite and short for
+ * any data range; NaN and infinities become JSON null. */
+#include <ctype.h>
+#include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,6 +21,8 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+
+#include <jansson.h>
 
 #include "experiment.h"
 
@@ -283,6 +290,157 @@ static void test_files_written(void **state)
     exp_result_free(&r);
 }
 
+/* ---- axes and non-finite values ----------------------------------------------------*/
+
+/* The ticks of any data range are few, finite and increasing, evenly
+ * spaced by 1, 2 or 5 times a power of ten, and cover data of sane size.
+ * [1, 1 + ulp] used to give a step under one ulp: the tick loop never
+ * ended and `chameleon report` wrote without end. */
+static void test_axis_ticks(void **state)
+{
+    (void)state;
+    const double one_up = nextafter(1.0, 2.0);
+    static const double huge = DBL_MAX;
+    const double cases[][2] = {
+        {1, one_up}, {0, 0}, {5, 5}, {-3, -3}, {0, 100}, {0.1, 0.7}, {-2.5, 7},
+        {1e15, 1e15 + 1}, {1e-310, 2e-310}, {-1e-320, 1e-320}, {1e300, 1e301},
+        {-huge, huge}, {huge, huge}, {-huge, -huge}, {NAN, 1}, {0, INFINITY},
+        {-INFINITY, INFINITY}, {3, 1}, {123456789, 123456790}, {-1e-9, 1e-9},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (int from_zero = 0; from_zero < 2; from_zero++) {
+            double lo = cases[i][0], hi = cases[i][1], t[EXP_MAX_TICKS];
+            size_t n = exp_axis_ticks(lo, hi, from_zero, t);
+            if (n < 2 || n > EXP_MAX_TICKS)
+                fail_msg("[%g, %g]: %zu ticks", lo, hi, n);
+            for (size_t k = 0; k < n; k++) {
+                if (!isfinite(t[k]) || (k > 0 && !(t[k] > t[k - 1])))
+                    fail_msg("[%g, %g]: tick %zu is %g after %g", lo, hi, k, t[k],
+                             k ? t[k - 1] : NAN);
+            }
+            /* Even steps of 1, 2 or 5 times a power of ten. */
+            double step = t[1] - t[0], p = pow(10, floor(log10(step))), m = step / p;
+            if (fabs(m - 1) > 1e-6 && fabs(m - 2) > 1e-6 && fabs(m - 5) > 1e-6)
+                fail_msg("[%g, %g]: step %g", lo, hi, step);
+            for (size_t k = 1; k < n; k++)
+                if (fabs((t[k] - t[k - 1]) / 2 - step / 2) > step * 1e-6)
+                    fail_msg("[%g, %g]: uneven ticks at %zu", lo, hi, k);
+            /* Values under 1e-300 are drawn as 0; over 1e300, near the end of
+             * the doubles, the ends may stay short of them. */
+            double mag = fmax(fabs(lo), fabs(hi));
+            if (isfinite(lo) && isfinite(hi) && lo <= hi && mag >= 1e-300 && mag < 1e300 &&
+                !(t[0] <= lo && t[n - 1] >= hi))
+                fail_msg("[%g, %g]: ticks %g .. %g do not cover it", lo, hi, t[0], t[n - 1]);
+        }
+    }
+    double t[EXP_MAX_TICKS];
+    assert_int_equal(exp_axis_ticks(0, 100, false, t), 6);
+    for (int k = 0; k < 6; k++)
+        assert_true(t[k] == 20.0 * k);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "a plot took over 30 s: its ticks do not end\n";
+    if (write(2, msg, sizeof msg - 1) < 0)
+        _exit(2);
+    _exit(1);
+}
+
+/* Whether w occurs in text not as the end of a longer word ("nan" in
+ * "dominant" does not count). */
+static bool has_word(const char *text, const char *w)
+{
+    for (const char *p = strstr(text, w); p; p = strstr(p + 1, w))
+        if (p == text || !isalpha((unsigned char)p[-1]))
+            return true;
+    return false;
+}
+
+/* Whole plots of awkward data are written, small, in a moment. */
+static void test_svg_awkward_ranges(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/cham-plot-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    signal(SIGALRM, on_alarm);
+    alarm(30);
+    const double ys[][2] = {{1, nextafter(1.0, 2.0)}, {-DBL_MAX, DBL_MAX}, {0, 1e-320},
+                            {1e308, 1.5e308}};
+    for (size_t i = 0; i < sizeof ys / sizeof ys[0]; i++) {
+        for (int log_x = 0; log_x < 2; log_x++) {
+            exp_plot_t p;
+            exp_plot_init(&p, "awkward", "awkward", "step", "s");
+            p.log_x = log_x;
+            assert_true(exp_plot_add(&p, "y", log_x ? 1e-300 : 0, ys[i][0]));
+            assert_true(exp_plot_add(&p, "y", log_x ? 1e300 : 1, ys[i][1]));
+            assert_true(exp_plot_band(&p, "WarmUp", NAN, 1));
+            assert_true(exp_plot_band(&p, "Stable", 0, INFINITY));
+            assert_true(exp_plot_write_svg(&p, path));
+            exp_plot_free(&p);
+            const char *svg = slurp(path);
+            assert_non_null(strstr(svg, "</svg>\n"));
+            assert_true(count(svg, "<line") <= 2 * EXP_MAX_TICKS);
+            assert_false(has_word(svg, "nan") || has_word(svg, "inf"));
+        }
+    }
+    alarm(0);
+    unlink(path);
+}
+
+/* JSON has no NaN or infinity: they become null, one cell each, and the
+ * rows keep their length (json_real refuses them, and a row used to lose
+ * the cell). */
+static void test_json_non_finite(void **state)
+{
+    (void)state;
+    json_t *v = exp_json_number(INFINITY);
+    assert_true(json_is_null(v));
+    json_decref(v);
+    v = exp_json_number(NAN);
+    assert_true(json_is_null(v));
+    json_decref(v);
+    v = exp_json_number(-0.5);
+    assert_true(json_is_real(v) && json_real_value(v) == -0.5);
+    json_decref(v);
+
+    exp_result_t r = {0};
+    static const char *const cols[] = {"a", "b", "c", "d"};
+    exp_table_t *t = exp_result_table(&r, "t", "t", 4, cols);
+    assert_non_null(t);
+    long row = exp_table_add_row(t);
+    assert_true(row >= 0);
+    exp_table_set(t, (size_t)row, 0, 1.5);
+    exp_table_set(t, (size_t)row, 1, INFINITY);
+    exp_table_set(t, (size_t)row, 2, -INFINITY);        /* column 3 stays NAN */
+    char dir[] = "/tmp/cham-exp-json-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    exp_config_t c = {.device = "ascend-910b", .reduced = true};
+    const exp_def_t *e = exp_find("record-stream");
+    char err[512], path[600];
+    assert_true(exp_result_write(e, &c, &r, dir, err, sizeof err));
+    snprintf(path, sizeof path, "%s/%s.json", dir, e->name);
+    json_error_t je;
+    json_t *j = json_load_file(path, 0, &je);
+    if (!j)
+        fail_msg("%s: %s", path, je.text);
+    json_t *cells = json_array_get(json_object_get(json_array_get(json_object_get(j, "tables"),
+                                                                  0), "rows"), 0);
+    assert_int_equal(json_array_size(cells), 4);
+    assert_true(json_real_value(json_array_get(cells, 0)) == 1.5);
+    for (size_t k = 1; k < 4; k++)
+        assert_true(json_is_null(json_array_get(cells, k)));
+    json_decref(j);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/t.csv", dir);
+    unlink(path);
+    rmdir(dir);
+    exp_result_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -296,6 +454,9 @@ int main(void)
         cmocka_unit_test(test_every_experiment_runs),
         cmocka_unit_test(test_svg_plot),
         cmocka_unit_test(test_files_written),
+        cmocka_unit_test(test_axis_ticks),
+        cmocka_unit_test(test_svg_awkward_ranges),
+        cmocka_unit_test(test_json_non_finite),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
