@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The `chameleon` command: the demo passes with no hazards and bit-exact
-# data, presets are listed, and bad usage gives a clear message and exit 2.
+# data, presets are listed, and bad usage gives a clear message and exit 2
+# (docs/cli.md: 1 for failures, 2 for the command line).
 set -uo pipefail
 build=$2
 bin="$build/chameleon"
@@ -10,7 +11,7 @@ check demo-data 0 'every activation came back bit-exact' -- demo
 check demo-native-oom 0 'out of device memory: requested' -- demo
 check demo-hazards 0 'hazards +0$' -- demo --layers 12
 check demo-device 0 'sim device v100-16g' -- demo --device v100-16g
-check demo-bad-device 1 'unknown device preset "nope"' -- demo --device nope
+check demo-bad-device 2 '--device: unknown device preset "nope" \(known: ' -- demo --device nope
 check demo-bad-layers 2 'layers must be 3..64' -- demo --layers 2
 check devices 0 'ascend-910b' -- devices
 # Without a GPU the cuda backend says why instead of crashing (or, in a build
@@ -20,8 +21,31 @@ if "$bin" devices --backend cuda >/dev/null 2>&1; then
 else
   check devices-cuda 1 '^cuda: unavailable \((device unavailable|unsupported)\): .*cuda' -- devices --backend cuda
 fi
-check devices-bad 2 'unexpected argument "--frobnicate"' -- devices --frobnicate
+check devices-bad 2 'unknown option --frobnicate' -- devices --frobnicate
+check devices-bad-backend 2 '--backend must be sim or cuda, got "tpu"' -- devices --backend tpu
+check devices-no-backend 2 'option --backend needs a value' -- devices --backend
 check version 0 '^chameleon [0-9]+\.[0-9]+\.[0-9]+$' -- version
+# Issue 14, item 7: an unknown option is an unknown option, never "needs a
+# value"; a close one is suggested; version takes no arguments; the help
+# states the one exit-status convention of every command.
+check_not demo-unknown-option 2 'unknown option --frob \(' 'needs a value' -- demo --frob
+check demo-typo 2 'unknown option --layer \(did you mean --layers\?\)' -- demo --layer 4
+check demo-layers-suffix 2 '--layers must be 3\.\.64, got "4x"' -- demo --layers 4x
+check demo-empty-value 2 'option --device needs a value, got ""' -- demo --device ''
+check version-extra 2 'chameleon version: unexpected argument "--foo"' -- version --foo
+check unknown-command-near 2 'unknown command "simulat" \(did you mean simulate\?\)' -- simulat
+check help-exit-status 0 'Exit status \(every command\): 0 done; 1 failed' -- --help
+check experiment-unknown-option 2 'unknown option --devcie \(did you mean --device\?\)' -- \
+  experiment record-stream --devcie ascend-910b
+check experiment-bad-device 2 '--device: unknown device preset "tpu"' -- \
+  experiment record-stream --device tpu
+dir=$(mktemp -d "${TMPDIR:-/tmp}/cham-cli-XXXXXX") || exit 1
+trap 'rm -rf "$dir"' EXIT
+: >"$dir/file"
+# The output directory is checked before the experiment runs (which takes
+# seconds to minutes): nothing is printed but the problem.
+check_not experiment-out-file 1 "--out $dir/file: not a directory \(it is a regular file\)" \
+  'experiment record-stream on' -- experiment record-stream --reduced --out "$dir/file"
 check unknown-command 2 'unknown command "frobnicate"' -- frobnicate
 check no-command 2 'usage: chameleon' --
 checks_done "cli"

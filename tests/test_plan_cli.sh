@@ -80,8 +80,9 @@ else
   echo "FAIL plan-json-content: $dir/policy.json:"; head -c 2000 "$dir/policy.json"
   fails=$((fails + 1))
 fi
-check plan-json-unwritable 1 'no/such/dir/p\.json: cannot open for writing' -- \
-  "${plan[@]}" --json "$dir/no/such/dir/p.json"
+# Checked before planning: exit 1 (a file), nothing printed but the problem.
+check_not plan-json-unwritable 1 "--json $dir/no/such/dir/p\.json: cannot create: No such file or directory" \
+  'planner:' -- "${plan[@]}" --json "$dir/no/such/dir/p.json"
 
 # Failures: exit 1, naming the file or the preset.
 check plan-missing-file 1 "$dir/missing\.json: cannot open: No such file or directory" -- \
@@ -90,7 +91,7 @@ printf '{"format": "chameleon-profile", "version": 1,\n "step": }\n' >"$dir/brok
 check plan-broken-file 1 "broken\.json:2:10: syntax error" -- plan "$dir/broken.json"
 check plan-policy-not-profile 1 'not a chameleon profile: "format" is "chameleon-policy"' -- \
   plan "$dir/policy.json"
-check plan-bad-preset 1 'unknown device preset "nope"' -- plan "$prof" --device nope
+check plan-bad-preset 2 '--device: unknown device preset "nope" \(known: ' -- plan "$prof" --device nope
 # No policy: 100 MiB is below the 128 MiB that op 1 needs with both A and
 # B in use. The generator's message (another module's) is matched loosely.
 check plan-no-policy 1 "$dir/prof\.json: no policy for 100\.0 MiB on a100-80g: .*(could not be removed|cannot)" -- \
@@ -106,8 +107,33 @@ check plan-bad-reserve 2 '--reserve must be a size' -- plan "$prof" --reserve -1
 check plan-bad-layers 2 '--layers must be 1\.\.1000000, got "x"' -- plan "$prof" --layers x
 check plan-no-value 2 'option --device needs a value' -- plan "$prof" --device
 check plan-unknown-option 2 'unknown option --frobnicate' -- plan "$prof" --frobnicate
+check plan-typo 2 'unknown option --capcity \(did you mean --capacity\?\)' -- plan "$prof" --capcity 1GiB
+check plan-layers-huge 2 '--layers must be 1\.\.1000000, got "99999999999999999999"' -- \
+  plan "$prof" --layers 99999999999999999999
 check plan-no-profile 2 'no profile given' -- plan
 check plan-two-profiles 2 'unexpected argument ".*prof.json" \(one profile only\)' -- \
   plan "$prof" "$prof"
 
+
+# Issue 14: an output that is the input is refused, compared by device and
+# inode (not by the string), and the input is left as it was.
+cp "$prof" "$dir/prof-copy.json"
+check plan-json-is-profile 2 "--json $dir/prof\.json is the profile being read .* it would be overwritten" -- \
+  "${plan[@]}" --json "$prof"
+check plan-json-is-profile-other-name 2 "--json $dir/\./prof\.json is the profile being read" -- \
+  "${plan[@]}" --json "$dir/./prof.json"
+ln -s "$prof" "$dir/link.json"
+check plan-json-is-profile-link 2 "--json $dir/link\.json is the profile being read" -- \
+  "${plan[@]}" --json "$dir/link.json"
+if cmp -s "$prof" "$dir/prof-copy.json"; then echo "ok   plan-profile-untouched"
+else echo "FAIL plan-profile-untouched"; fails=$((fails + 1)); fi
+check plan-json-is-dir 1 "--json $dir: cannot write: it is a directory" -- "${plan[@]}" --json "$dir"
+# No endless reads: a directory, a device, a file over the limit (sparse:
+# it takes no disk).
+check plan-dir 1 "$dir: cannot read: Is a directory" -- plan "$dir"
+check plan-device 1 '/dev/zero: cannot read: it is a character device, not a regular file' -- plan /dev/zero
+truncate -s $((256 * 1024 * 1024 + 1)) "$dir/huge.json"
+check plan-too-large 1 'huge\.json: file too large: 268435457 bytes, over the limit of 268435456 bytes \(256 MiB\) for a profile or policy' -- \
+  plan "$dir/huge.json"
+rm -f "$dir/huge.json"
 checks_done "plan cli"

@@ -24,11 +24,38 @@ done
 n=$(grep -o '<svg' <<<"$html" | wc -l)
 [ "$n" -eq 3 ] && echo "ok   report-three-charts" || { echo "FAIL report-three-charts: $n"; fails=$((fails + 1)); }
 check report-default-name 0 "report written to $dir/run.html" -- report "$dir/run.json"
-check report-missing 1 "missing.json:.*unable to open" -- report "$dir/missing.json"
+check report-missing 1 "missing\.json: cannot open: No such file or directory" -- report "$dir/missing.json"
 echo '{"policy": "x"}' >"$dir/other.json"
 check report-not-a-run 1 'no "series": is it the output of `chameleon simulate --json`' -- \
   report "$dir/other.json"
-check report-usage 2 'usage: chameleon report' -- report
+check report-usage 2 'no RUN.json given' -- report
+check report-unknown-option 2 'unknown option --ot \(did you mean --out\?\)' -- report "$dir/run.json" --ot x.html
+
+# Issue 14. Item 3: two step times an ulp apart made the axis step fall under
+# one ulp and the page grow without end; now the page is written at once.
+printf '{"series":{"step_time_s":[1,1.0000000000000002]}}' >"$dir/ulp.json"
+check report-ulp 0 "report written to $dir/ulp.html" -- report "$dir/ulp.json"
+size=$(stat -c %s "$dir/ulp.html" 2>/dev/null || echo 0)
+if [ "$size" -gt 0 ] && [ "$size" -lt 100000 ]; then echo "ok   report-ulp-size ($size bytes)"
+else echo "FAIL report-ulp-size: $size bytes"; fails=$((fails + 1)); fi
+printf '{"series":{"step_time_s":[-1.7e308,1.7e308,0],"swapped_bytes":[1e308,5e-324]}}' >"$dir/huge.json"
+check report-huge-values 0 "report written to $dir/huge.html" -- report "$dir/huge.json"
+# Item 7: a directory is named as one; an output that is the input is refused.
+check report-dir 1 "$dir: cannot read: Is a directory" -- report "$dir"
+: >"$dir/empty.json"
+check report-empty 1 'empty\.json: empty file \(expected the JSON object of `chameleon simulate --json`\)' -- \
+  report "$dir/empty.json"
+cp "$dir/run.json" "$dir/run-copy.json"
+check report-out-is-input 2 "--out $dir/\./run\.json is the run being read .* it would be overwritten" -- \
+  report "$dir/run.json" --out "$dir/./run.json"
+if cmp -s "$dir/run.json" "$dir/run-copy.json"; then echo "ok   report-input-untouched"
+else echo "FAIL report-input-untouched"; fails=$((fails + 1)); fi
+check report-out-is-dir 1 "--out $dir: cannot write: it is a directory" -- report "$dir/run.json" --out "$dir"
+# A policy without a planner's name prints no "(null)".
+printf '{"series":{},"policy_applied":{"items":[]}}' >"$dir/nameless.json"
+check report-nameless-policy 0 'report written' -- report "$dir/nameless.json"
+if grep -q '(null)' "$dir/nameless.html"; then echo "FAIL report-no-null"; fails=$((fails + 1))
+else echo "ok   report-no-null"; fi
 
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [ -z "$browser" ]; then

@@ -13,7 +13,7 @@ small=(simulate --model llama2 --layers 4 --seq 2048 --mbs 4 --dp 8 --zero 3
        --device a100-80g --steps 12)
 
 check sim-help 0 '^usage: chameleon simulate' -- simulate --help
-check sim-unknown-model 2 'unknown model "gpt5" \(known: gpt2-1.5b llama2-7b' -- \
+check sim-unknown-model 2 '--model: unknown model "gpt5" \(known: gpt2-1.5b llama2-7b' -- \
   simulate --model gpt5
 check sim-bad-heads 2 'hidden \(4096\) must be a multiple of heads \(7\)' -- \
   "${small[@]}" --heads 7
@@ -22,9 +22,10 @@ check sim-bad-tp 2 'kv-heads \(8\) must be a multiple of tp \(3\)' -- \
 check sim-bad-zero 2 'zero must be 0..3, got 5' -- "${small[@]}" --zero 5
 check sim-bad-policy 2 '--policy must be chameleon, native, ideal, recompute, capuchin or vdnn, got "magic"' -- \
   "${small[@]}" --policy magic
-check sim-bad-device 2 'unknown device "tpu"' -- "${small[@]}" --device tpu
+check sim-bad-device 2 '--device: unknown device preset "tpu" \(known: ' -- "${small[@]}" --device tpu
 check sim-bad-flag 2 '--flash must be on or off, got "maybe"' -- "${small[@]}" --flash maybe
-check sim-bad-capacity 2 '--capacity must be a size above 0' -- "${small[@]}" --capacity lots
+check sim-bad-capacity 2 '--capacity must be a size from 1 byte to 64TiB .* got "lots"' -- \
+  "${small[@]}" --capacity lots
 check sim-no-value 2 'option --steps needs a value' -- simulate --steps
 check sim-unknown-option 2 'unknown option --warp' -- "${small[@]}" --warp 9
 check sim-zero-layers 2 '--layers must be a whole number' -- "${small[@]}" --layers 0
@@ -51,8 +52,52 @@ if grep -q '"traceEvents":\[' "$dir/t.json" && tail -c 4 "$dir/t.json" | grep -q
 else
   echo "FAIL sim-trace-file: $(head -c 200 "$dir/t.json")"; fails=$((fails + 1))
 fi
-check sim-trace-unwritable 1 'cannot write the trace' -- "${small[@]}" --quiet --trace /proc/no/t.json
+# Checked before anything runs: exit 1 (a file), as in every command.
+check_not sim-trace-unwritable 1 '--trace /proc/no/t\.json: cannot create: No such file or directory' \
+  'summary' -- "${small[@]}" --quiet --trace /proc/no/t.json
 check sim-curve 0 'steps +12 of 12' -- "${small[@]}" --capacity 7GiB --quiet --memory-curve "$dir/c"
 if [ -s "$dir/c/memory_curve.svg" ] && [ -s "$dir/c/memory_curve.csv" ]; then echo "ok   sim-curve-files"
 else echo "FAIL sim-curve-files"; fails=$((fails + 1)); fi
+
+# ---- issue 14, item 7 ------------------------------------------------------------
+# An unknown option is one, whether a value follows or not; a close one is
+# suggested.
+check_not sim-bogus 2 'unknown option --bogus \(' 'needs a value' -- simulate --bogus
+check sim-typo 2 'unknown option --stpes \(did you mean --steps\?\)' -- simulate --stpes 3
+check sim-value-is-option 2 'option --trace needs a value, got the option --json' -- \
+  simulate --trace --json
+# --heads alone on a preset with one kv head per head keeps it so.
+check_not sim-gpt2-heads 0 'steps +1 of 1' 'kv-heads' -- \
+  simulate --model gpt2 --heads 2 --layers 2 --seq 256 --steps 1 --quiet
+check sim-gqa-heads 2 'hidden \(4096\) must be a multiple of heads \(12\) \(the values not on the command line are the llama3-8b preset.s' -- \
+  simulate --model llama3-8b --heads 12
+check_not sim-capacity-huge 2 '--capacity must be a size from 1 byte to 64TiB .* got "65TiB"' 'device\.capacity' -- \
+  "${small[@]}" --capacity 65TiB
+check sim-layers-negative 2 '--layers must be a whole number from 1 to 4294967295, got "-1"' -- \
+  "${small[@]}" --layers -1
+check sim-prob-nan 2 '--overflow-prob must be a probability from 0 to 1, got "nan"' -- \
+  "${small[@]}" --overflow-prob nan
+check sim-steps-zero 2 '--steps must be a whole number of steps from 1 to 10000000, got "0"' -- \
+  "${small[@]}" --steps 0
+check sim-gbs-huge 2 'gbs.*4294967295|4294967295.*micro-batch' -- \
+  simulate --gbs 4294967295
+: >"$dir/regular"
+check_not sim-curve-is-file 1 "--memory-curve $dir/regular: not a directory \(it is a regular file\)" \
+  'summary' -- "${small[@]}" --memory-curve "$dir/regular"
+check sim-trace-in-curve 2 "--trace $dir/c/memory_curve\.svg is one of the files --memory-curve $dir/c writes" -- \
+  "${small[@]}" --memory-curve "$dir/c" --trace "$dir/c/memory_curve.svg"
+# A trace inside the curve's directory, which does not exist yet: it is made
+# first, then the trace is checked.
+check sim-trace-in-new-curve-dir 0 'steps +12 of 12' -- \
+  "${small[@]}" --capacity 7GiB --quiet --memory-curve "$dir/new" --trace "$dir/new/t.json"
+[ -s "$dir/new/t.json" ] && [ -s "$dir/new/memory_curve.svg" ] && echo "ok   sim-new-dir-files" ||
+  { echo "FAIL sim-new-dir-files"; fails=$((fails + 1)); }
+check sim-trace-no-dir-leaves-nothing 1 "--trace $dir/nodir/x/t\.json: cannot create" -- \
+  "${small[@]}" --quiet --memory-curve "$dir/made" --trace "$dir/nodir/x/t.json"
+[ ! -e "$dir/made" ] && echo "ok   sim-refused-leaves-no-dir" ||
+  { echo "FAIL sim-refused-leaves-no-dir"; fails=$((fails + 1)); }
+# The trace failing to be written is a failure (1) here as in train.
+check train-trace-unwritable 1 '--trace /proc/no/t\.json: cannot create' -- train --steps 1 --trace /proc/no/t.json
+# A model state that no policy can fit is refused before any step runs.
+check sim-state-too-big 1 'FAILED +at step 0, op 0: workload: the model state alone needs 13267590250496 bytes \(12\.07 TiB\) on this device, more than its capacity of 68719476736 bytes .*\(4096 layers, hidden 4096, ffn 11008, vocab 32000; tp 1, pp 1, dp 1, zero 0\)' -- simulate --layers 4096 --quiet
 checks_done "chameleon simulate"

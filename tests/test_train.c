@@ -1,7 +1,10 @@
 /* The GPT trainer through its library API (examples/gpt/train.h): runs
  * under a budget are bit-exact against an unconstrained copy with no
  * hazards, the loss falls, each dynamic behaviour fires and changes the op
- * sequence, and the native policy fails with the out-of-memory report. */
+ * sequence, and the native policy fails with the out-of-memory report.
+ * Negative controls: one flipped bit in an activation brought back for the
+ * backward turns the verification false, and a planted race on a swapped
+ * block is counted in the run's hazards. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +13,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "data.h"
@@ -108,6 +112,205 @@ static void test_loss_falls(void **state)
     assert_true(r.final_val_loss < r.first_train_loss - 1.0);
 }
 
+/* ---- negative controls ---------------------------------------------------
+ * The verdicts above (bit_exact, hazards 0) come from the trainer itself; a
+ * verdict that cannot turn false proves nothing. The tamper hook below
+ * (installed through gpt_train_config_t.on_context) waits for the training
+ * step `step`, then acts on the first swap-in of a block's GELU output
+ * "l<k>.fc_gelu": that tensor is read once in the forward (by the op right
+ * after the one that makes it) and once more in the backward (fcproj's
+ * weight gradient), so once it has gone to the host and comes back, only
+ * the backward reads it. The test does not take that on trust: the step is
+ * profiled, and the first op at or after the swap-in that uses the storage
+ * must read it in the backward phase. */
+
+typedef enum tamper_kind {
+    TAMPER_NONE,             /* find the target only: the control's twin */
+    TAMPER_FLIP,             /* flip one bit of it as it lands on the device */
+    TAMPER_RACE,             /* read it on another stream before the copy ends */
+} tamper_kind_t;
+
+typedef struct tamper {
+    tamper_kind_t kind;
+    int step;                /* training step to act in */
+    cham_context_t *ctx;     /* the constrained run's */
+    cham_stream_t *rogue;    /* TAMPER_RACE: a stream with no event waits */
+    bool armed;
+    int hits;                /* swap-ins acted on (1 when all went well) */
+    char label[48];
+    uint64_t storage;
+    uint32_t op;             /* ops begun in the step at the swap-in */
+    uint64_t ctx_step;       /* the runtime's step number of the swap-in */
+    bool checked;            /* the step's profile was read */
+    bool read_in_backward;   /* it showed a backward op reading the storage next */
+    int first_mismatch;      /* first step whose loss differs from the reference's */
+    int steps_seen;
+    int hazards_seen;
+    char hazard_kind[32], hazard_later[32];
+} tamper_t;
+
+static bool is_fc_gelu(const char *label)
+{
+    const char *dot = strchr(label, '.');
+    return label[0] == 'l' && dot && strcmp(dot, ".fc_gelu") == 0;
+}
+
+static void tamper_swap(const cham_swap_event_t *e, void *user)
+{
+    tamper_t *t = user;
+    if (!t->armed || e->out || !is_fc_gelu(e->label))
+        return;
+    t->armed = false;
+    t->hits++;
+    snprintf(t->label, sizeof t->label, "%s", e->label);
+    t->storage = e->storage;
+    t->op = e->op;
+    t->ctx_step = e->step;
+    assert_true(e->bytes >= 4);
+    if (t->kind == TAMPER_FLIP) {
+        /* The sim in data mode has already copied the bytes (copies run in
+         * program order on the CPU): flip the top mantissa bit of the first
+         * float (little-endian byte 2). The value changes by a factor in
+         * [0.75, 1.5) and stays finite, so no overflow check can hide it. */
+        unsigned char *p = (unsigned char *)(uintptr_t)e->device_ptr;
+        p[2] ^= 0x40;
+    } else if (t->kind == TAMPER_RACE) {
+        /* A read of the block on a stream that never waited for the
+         * swap-in's event: it starts while the copy still writes. */
+        cham_access_t a = {(void *)(uintptr_t)e->device_ptr, (size_t)e->bytes,
+                           CHAM_ACCESS_READ};
+        cham_kernel_t k = {.label = "rogue read", .flops = 1e6, .bytes = (double)e->bytes,
+                           .accesses = &a, .n_accesses = 1};
+        assert_int_equal(cham_kernel_launch(t->rogue, &k), CHAM_OK);
+    }
+}
+
+static void tamper_hazard(const cham_hazard_t *h, void *user)
+{
+    tamper_t *t = user;
+    if (t->hazards_seen++ == 0) {
+        snprintf(t->hazard_kind, sizeof t->hazard_kind, "%s", h->kind);
+        snprintf(t->hazard_later, sizeof t->hazard_later, "%s", h->later_label);
+    }
+}
+
+static void tamper_install(cham_context_t *ctx, void *user)
+{
+    tamper_t *t = user;
+    t->ctx = ctx;
+    cham_context_on_swap(ctx, tamper_swap, t);
+    cham_device_t *dev = cham_context_device(ctx);
+    assert_int_equal(cham_sim_set_hazard_hook(dev, tamper_hazard, t), CHAM_OK);
+    if (t->kind == TAMPER_RACE)   /* freed after the step, before the device closes */
+        assert_int_equal(cham_stream_new(dev, "rogue", &t->rogue), CHAM_OK);
+}
+
+/* After step t->step: which op used the tampered storage next, in which phase. */
+static void tamper_check_profile(tamper_t *t)
+{
+    const cham_profile_t *p = cham_context_last_profile(t->ctx);
+    assert_non_null(p);
+    cham_profile_view_t v;
+    cham_profile_get(p, &v);
+    assert_int_equal(v.step, t->ctx_step);
+    t->checked = true;
+    for (size_t o = t->op; o < v.n_ops; o++) {
+        const cham_profile_op_t *op = &v.ops[o];
+        for (uint32_t k = 0; k < op->n_uses; k++) {
+            const cham_tensor_use_t *u = &v.uses[op->first_use + k];
+            if (u->storage == t->storage) {
+                t->read_in_backward = !u->output && op->phase == CHAM_PHASE_BACKWARD;
+                return;
+            }
+        }
+    }
+}
+
+static void tamper_progress(const gpt_step_info_t *i, void *user)
+{
+    tamper_t *t = user;
+    if (!i->verified && t->first_mismatch < 0)
+        t->first_mismatch = i->step;
+    if (i->validation)
+        return;
+    t->steps_seen++;
+    if (i->step + 1 == t->step) {
+        /* Between steps: arm, and profile the coming step in detail. */
+        t->armed = true;
+        cham_context_request_profile(t->ctx);
+    } else if (i->step == t->step) {
+        assert_false(t->armed);   /* the step had a swap-in to act on */
+        tamper_check_profile(t);
+        cham_stream_free(t->rogue);
+        t->rogue = NULL;
+    }
+}
+
+static gpt_train_result_t tampered_run(tamper_t *t, tamper_kind_t kind)
+{
+    memset(t, 0, sizeof *t);
+    t->kind = kind;
+    t->step = 5;
+    t->first_mismatch = -1;
+    gpt_train_config_t c = gpt_train_config_default();
+    c.steps = 10;
+    c.budget_fraction = 0.5;
+    c.verify = true;
+    c.validate_every = 0;
+    c.drop_prob = 0;
+    c.on_context = tamper_install;
+    c.on_context_user = t;
+    gpt_train_result_t r;
+    char err[600] = "";
+    if (gpt_train(&c, &data, tamper_progress, t, &r, err, sizeof err) != CHAM_OK)
+        fail_msg("%s", err);
+    assert_int_equal(r.steps, 10);
+    assert_int_equal(t->steps_seen, 10);
+    /* Not vacuous: one activation read in the backward was acted on. */
+    assert_int_equal(t->hits, 1);
+    assert_true(is_fc_gelu(t->label));
+    assert_true(t->checked);
+    assert_true(t->read_in_backward);
+    return r;
+}
+
+/* A flipped bit in one swapped activation must turn the verification
+ * false; the same run with the hook but without the flip stays bit-exact. */
+static void test_corrupted_swap_is_caught(void **state)
+{
+    (void)state;
+    tamper_t clean, bad;
+    gpt_train_result_t rc = tampered_run(&clean, TAMPER_NONE);
+    assert_true(rc.bit_exact);
+    assert_int_equal(clean.first_mismatch, -1);
+    assert_int_equal(rc.hazards, 0);
+
+    gpt_train_result_t rb = tampered_run(&bad, TAMPER_FLIP);
+    /* The same swap-in was hit: the flip is the runs' only difference. */
+    assert_string_equal(bad.label, clean.label);
+    assert_int_equal(bad.op, clean.op);
+    assert_int_equal(bad.ctx_step, clean.ctx_step);
+    assert_false(rb.bit_exact);
+    /* Losses agree up to the corrupted step (its loss was computed before
+     * its backward); its update differs, so the next step's loss does. */
+    assert_int_equal(bad.first_mismatch, bad.step + 1);
+    assert_int_equal(rb.hazards, 0);   /* a wrong value, not a race */
+}
+
+/* A read racing a swap-in must show in the run's hazard count, reported by
+ * the detector of the constrained run's device. */
+static void test_planted_race_is_counted(void **state)
+{
+    (void)state;
+    tamper_t t;
+    gpt_train_result_t r = tampered_run(&t, TAMPER_RACE);
+    assert_true(t.hazards_seen >= 1);
+    assert_int_equal(r.hazards, (uint64_t)t.hazards_seen);
+    assert_string_equal(t.hazard_kind, "read-after-write");
+    assert_string_equal(t.hazard_later, "rogue read");
+    assert_true(r.bit_exact);          /* the rogue kernel touches no data */
+}
+
 static void test_native_fails_clearly(void **state)
 {
     (void)state;
@@ -123,13 +326,55 @@ static void test_native_fails_clearly(void **state)
     assert_int_equal(r.oom, 1);
 }
 
+/* Sequences longer than the data: refused with a message, never a
+ * division by zero or a read past the tokens (issue 14: --seq 20000 on the
+ * 200,000 built-in tokens crashed at the first validation). */
+static void test_seq_longer_than_data(void **state)
+{
+    (void)state;
+    assert_int_equal(gpt_data_max_seq(&data), 19999);    /* the validation tenth: 20000 */
+    assert_int_equal(gpt_data_min_tokens(19999), 200000);
+    gpt_train_config_t c = gpt_train_config_default();
+    c.shape = (gpt_shape_t){.seq = 20000, .layers = 1, .hidden = 1, .heads = 1, .batch = 1};
+    c.steps = 2;
+    c.validate_every = 1;
+    c.budget_fraction = 1;
+    gpt_train_result_t r;
+    char err[600] = "";
+    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+                     CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "seq: 20000 is longer than the data allows"));
+    assert_non_null(strstr(err, "at most 19999"));
+    c.shape.seq = 180001;                                  /* longer than the training part */
+    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+                     CHAM_ERR_INVALID_ARG);
+
+    /* A file's bytes: ten sequences' worth is the least that works. */
+    static unsigned char bytes[1290];
+    memset(bytes, 'a', sizeof bytes);
+    gpt_data_t d;
+    assert_int_equal(gpt_data_from_bytes(&d, bytes, sizeof bytes), 0);
+    assert_int_equal(d.vocab, 256);
+    assert_int_equal(gpt_data_max_seq(&d), 128);
+    gpt_data_free(&d);
+    assert_int_equal(gpt_data_from_bytes(&d, bytes, sizeof bytes - 1), 0);
+    assert_int_equal(gpt_data_max_seq(&d), 127);
+    gpt_data_free(&d);
+    assert_int_equal(gpt_data_from_bytes(&d, bytes, 0), 0);
+    assert_int_equal(gpt_data_max_seq(&d), -1);
+    gpt_data_free(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_seq_longer_than_data),
         cmocka_unit_test(test_half_budget),
         cmocka_unit_test(test_quarter_budget),
         cmocka_unit_test(test_loss_falls),
         cmocka_unit_test(test_native_fails_clearly),
+        cmocka_unit_test(test_corrupted_swap_is_caught),
+        cmocka_unit_test(test_planted_race_is_counted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

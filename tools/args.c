@@ -1,9 +1,39 @@
 /* Argument parsing shared by the commands (args.h). */
+#include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "chameleon/chameleon.h"
 #include "args.h"
+#include "commands.h"
+#include "common/file.h"
+
+bool tool_parse_only = false;
+
+/* ---- values --------------------------------------------------------------------*/
+
+/* Decimal digits at s, as a number; false when there are none or it
+ * overflows. *end gets the first character after them. */
+static bool digits(const char *s, uint64_t *out, const char **end)
+{
+    uint64_t n = 0;
+    const char *p = s;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (n > (UINT64_MAX - d) / 10)
+            return false;
+        n = n * 10 + d;
+    }
+    *end = p;
+    *out = n;
+    return p > s;
+}
 
 /* "123", "64GiB", "512 MiB": false when not a size or above 2^64 - 1. */
 bool tool_parse_size(const char *s, uint64_t *out)
@@ -12,12 +42,9 @@ bool tool_parse_size(const char *s, uint64_t *out)
         const char *unit;
         unsigned shift;
     } units[] = {{"", 0}, {"B", 0}, {"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}};
-    if (*s < '0' || *s > '9')
-        return false;
-    errno = 0;
-    char *end;
-    unsigned long long n = strtoull(s, &end, 10);
-    if (errno)
+    uint64_t n;
+    const char *end;
+    if (!digits(s, &n, &end))
         return false;
     while (*end == ' ')
         end++;
@@ -25,9 +52,321 @@ bool tool_parse_size(const char *s, uint64_t *out)
         if (strcmp(end, units[i].unit) == 0) {
             if (n > (UINT64_MAX >> units[i].shift))
                 return false;
-            *out = (uint64_t)n << units[i].shift;
+            *out = n << units[i].shift;
             return true;
         }
     }
     return false;
+}
+
+bool tool_parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+    uint64_t n;
+    const char *end;
+    if (!digits(s, &n, &end) || *end || n < lo || n > hi)
+        return false;
+    *out = n;
+    return true;
+}
+
+bool tool_parse_real(const char *s, double lo, double hi, double *out)
+{
+    /* [-+] digits [. digits] [e [-+] digits], with a digit somewhere before
+     * the exponent: what strtod reads, without its spaces, hex, inf, nan. */
+    const char *p = s;
+    if (*p == '-' || *p == '+')
+        p++;
+    bool any = false;
+    for (; isdigit((unsigned char)*p); p++)
+        any = true;
+    if (*p == '.')
+        for (p++; isdigit((unsigned char)*p); p++)
+            any = true;
+    if (!any)
+        return false;
+    if (*p == 'e' || *p == 'E') {
+        p++;
+        if (*p == '-' || *p == '+')
+            p++;
+        if (!isdigit((unsigned char)*p))
+            return false;
+        while (isdigit((unsigned char)*p))
+            p++;
+    }
+    if (*p)
+        return false;
+    errno = 0;
+    double x = strtod(s, NULL);
+    if (!isfinite(x) || !(x >= lo && x <= hi))
+        return false;
+    *out = x;
+    return true;
+}
+
+bool tool_parse_list(const char *s, uint64_t lo, uint64_t hi, uint64_t *out, size_t max,
+                     size_t *n)
+{
+    size_t k = 0;
+    const char *p = s;
+    for (;;) {
+        uint64_t v;
+        const char *end;
+        if (k == max || !digits(p, &v, &end) || (*end && *end != ',') || v < lo || v > hi)
+            return false;
+        out[k++] = v;
+        if (!*end)
+            break;
+        p = end + 1;
+    }
+    *n = k;
+    return true;
+}
+
+int tool_bad_value(const char *cmd, const char *flag, const char *want, const char *value)
+{
+    fprintf(stderr, "chameleon %s: %s must be %s, got \"%s\"\n", cmd, flag, want, value);
+    return 2;
+}
+
+bool tool_check_preset(const char *cmd, const char *flag, const char *name)
+{
+    if (cham_preset_find(name))
+        return true;
+    fprintf(stderr, "chameleon %s: %s: unknown device preset \"%s\" (known:", cmd, flag, name);
+    for (size_t k = 0; k < cham_preset_count(); k++)
+        fprintf(stderr, "%s %s", k ? "," : "", cham_preset_at(k)->name);
+    fprintf(stderr, "; `chameleon devices` describes them)\n");
+    return false;
+}
+
+/* ---- options -------------------------------------------------------------------*/
+
+/* Edit distance with adjacent transpositions, ignoring case; strings of
+ * at most 63 characters (longer ones get SIZE_MAX). */
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > 63 || nb > 63)
+        return SIZE_MAX;
+    size_t d[64][64];
+    for (size_t i = 0; i <= na; i++)
+        d[i][0] = i;
+    for (size_t j = 0; j <= nb; j++)
+        d[0][j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        for (size_t j = 1; j <= nb; j++) {
+            int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
+            size_t best = d[i - 1][j - 1] + (ca != cb);
+            if (d[i - 1][j] + 1 < best)
+                best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best)
+                best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
+                tolower((unsigned char)a[i - 2]) == cb && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[na][nb];
+}
+
+const char *tool_closest(const char *s, const char *const *names, size_t n)
+{
+    const char *near = NULL;
+    size_t best = SIZE_MAX;
+    for (size_t k = 0; k < n; k++) {
+        size_t d = edit_distance(s, names[k]);
+        if (d < best)
+            best = d, near = names[k];
+    }
+    size_t limit = near && strlen(near) / 4 > 2 ? strlen(near) / 4 : 2;
+    return near && best <= limit && best < strlen(s) ? near : NULL;
+}
+
+static const tool_opt_t *lookup(const tool_opt_t *opts, size_t n, const char *a)
+{
+    for (size_t k = 0; k < n; k++)
+        if (strcmp(a, opts[k].name) == 0)
+            return &opts[k];
+    return NULL;
+}
+
+const tool_opt_t *tool_find_opt(const char *cmd, const tool_opt_t *opts, size_t n, int argc,
+                                char **argv, int *i, const char **value)
+{
+    const char *a = argv[*i];
+    *value = NULL;
+    const tool_opt_t *o = lookup(opts, n, a);
+    if (!o) {
+        if (a[0] != '-') {
+            fprintf(stderr, "chameleon %s: unexpected argument \"%s\"\n", cmd, a);
+            return NULL;
+        }
+        /* "--stpes", "-steps", "--Steps": the closest option, if close. */
+        const char *names[64], *near;
+        size_t m = n < 64 ? n : 64;
+        for (size_t k = 0; k < m; k++)
+            names[k] = opts[k].name;
+        if ((near = tool_closest(a, names, m)))
+            fprintf(stderr, "chameleon %s: unknown option %s (did you mean %s?)\n", cmd, a,
+                    near);
+        else
+            fprintf(stderr, "chameleon %s: unknown option %s (`chameleon %s --help` lists "
+                    "them)\n", cmd, a, cmd);
+        return NULL;
+    }
+    if (!o->value)
+        return o;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "chameleon %s: option %s needs a value\n", cmd, a);
+        return NULL;
+    }
+    const char *v = argv[*i + 1];
+    if (!v[0]) {
+        fprintf(stderr, "chameleon %s: option %s needs a value, got \"\"\n", cmd, a);
+        return NULL;
+    }
+    if (strncmp(v, "--", 2) == 0 && lookup(opts, n, v)) {
+        fprintf(stderr, "chameleon %s: option %s needs a value, got the option %s\n", cmd, a,
+                v);
+        return NULL;
+    }
+    *value = v;
+    ++*i;
+    return o;
+}
+
+/* ---- files ---------------------------------------------------------------------*/
+
+bool tool_check_output_file(const char *cmd, const char *flag, const char *path)
+{
+    struct stat s;
+    int fd;
+    if (!path[0]) {
+        fprintf(stderr, "chameleon %s: %s needs a file name, got \"\"\n", cmd, flag);
+        return false;
+    }
+    if (stat(path, &s) == 0) {
+        if (S_ISDIR(s.st_mode)) {
+            fprintf(stderr, "chameleon %s: %s %s: cannot write: it is a directory\n", cmd,
+                    flag, path);
+            return false;
+        }
+        if (access(path, W_OK) != 0) {     /* neither truncated nor opened */
+            fprintf(stderr, "chameleon %s: %s %s: cannot write: %s\n", cmd, flag, path,
+                    strerror(errno));
+            return false;
+        }
+        return true;
+    }
+    if (errno != ENOENT || (fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0666)) < 0) {
+        fprintf(stderr, "chameleon %s: %s %s: cannot create: %s\n", cmd, flag, path,
+                strerror(errno));
+        return false;
+    }
+    close(fd);
+    unlink(path);
+    return true;
+}
+
+bool tool_check_output_dir(const char *cmd, const char *flag, const char *dir, bool *kept)
+{
+    struct stat s;
+    bool made = false;
+    if (kept)
+        *kept = false;
+    if (!dir[0]) {
+        fprintf(stderr, "chameleon %s: %s needs a directory name, got \"\"\n", cmd, flag);
+        return false;
+    }
+    if (stat(dir, &s) == 0) {
+        if (!S_ISDIR(s.st_mode)) {
+            fprintf(stderr, "chameleon %s: %s %s: not a directory (it is %s)\n", cmd, flag,
+                    dir, cham_file_kind(dir));
+            return false;
+        }
+    } else if (errno != ENOENT || mkdir(dir, 0777) != 0) {
+        fprintf(stderr, "chameleon %s: %s %s: cannot make the directory: %s\n", cmd, flag, dir,
+                strerror(errno));
+        return false;
+    } else {
+        made = true;
+    }
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.chameleon-write-test-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    int e = errno;
+    if (fd >= 0) {
+        close(fd);
+        unlink(probe);
+    }
+    if (made && (fd < 0 || !kept))
+        rmdir(dir);
+    else if (made)
+        *kept = true;
+    if (fd < 0) {
+        fprintf(stderr, "chameleon %s: %s %s: cannot write files in it: %s\n", cmd, flag, dir,
+                strerror(e));
+        return false;
+    }
+    return true;
+}
+
+/* The directory part of path ("." when there is none). */
+static void parent(char *buf, size_t size, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(buf, size, ".");
+    else if (slash == path)
+        snprintf(buf, size, "/");
+    else
+        snprintf(buf, size, "%.*s", (int)(slash - path), path);
+}
+
+bool tool_same_file(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    bool ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea && eb)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (ea || eb)
+        return false;
+    const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
+    if (strcmp(na ? na + 1 : a, nb ? nb + 1 : b) != 0)
+        return false;
+    char pa[4096], pb[4096];
+    parent(pa, sizeof pa, a);
+    parent(pb, sizeof pb, b);
+    return stat(pa, &sa) == 0 && stat(pb, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+uint64_t tool_host_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    fclose(f);
+    return found && kib < UINT64_MAX / 1024 ? (uint64_t)kib * 1024 : 0;
+}
+
+const char *tool_bytes(char *buf, size_t size, double bytes)
+{
+    if (bytes >= 1024.0 * 1024 * 1024 * 1024)
+        snprintf(buf, size, "%.2f TiB", bytes / (1024.0 * 1024 * 1024 * 1024));
+    else if (bytes >= 1024.0 * 1024 * 1024)
+        snprintf(buf, size, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    else if (bytes >= 1024.0 * 1024)
+        snprintf(buf, size, "%.1f MiB", bytes / (1024.0 * 1024));
+    else if (bytes >= 1024.0)
+        snprintf(buf, size, "%.1f KiB", bytes / 1024.0);
+    else
+        snprintf(buf, size, "%.0f bytes", bytes);
+    return buf;
 }

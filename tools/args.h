@@ -1,12 +1,89 @@
-/* Argument parsing shared by the commands. */
+/* Argument parsing shared by the commands: every number, size and list on
+ * the command line is read here, with overflow checks; options are looked
+ * up in a table, with a suggestion for a mistyped one; paths are checked
+ * before a command runs. The conventions (messages, exit status, file
+ * limits) are in docs/cli.md. */
 #ifndef CHAM_TOOLS_ARGS_H
 #define CHAM_TOOLS_ARGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+/* ---- values --------------------------------------------------------------------*/
 
 /* A size: "123", "64GiB", "512 MiB" (B, KiB, MiB, GiB, TiB). false when it
  * is not one or is above 2^64 - 1. */
 bool tool_parse_size(const char *s, uint64_t *out);
+
+/* A whole number in [lo, hi]: decimal digits only (no sign, no spaces, no
+ * suffix). false when it is not one, is out of range or overflows. */
+bool tool_parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
+
+/* A finite decimal number in [lo, hi] ("0.5", "3e-4", "-2"); no spaces,
+ * suffixes, hexadecimal, "inf" or "nan". */
+bool tool_parse_real(const char *s, double lo, double hi, double *out);
+
+/* A comma-separated list of whole numbers in [lo, hi], at most max of them:
+ * "3", "60,140". No empty items ("1,", ",1", "1,,2"); an empty string is
+ * not a list. *n gets the count. */
+bool tool_parse_list(const char *s, uint64_t lo, uint64_t hi, uint64_t *out, size_t max,
+                     size_t *n);
+
+/* Prints "chameleon CMD: FLAG must be WANT, got "VALUE"" and returns 2. */
+int tool_bad_value(const char *cmd, const char *flag, const char *want, const char *value);
+
+/* Whether name is a device preset; if not, prints "chameleon CMD: FLAG:
+ * unknown device preset "NAME" (known: ...)". */
+bool tool_check_preset(const char *cmd, const char *flag, const char *name);
+
+/* ---- options -------------------------------------------------------------------*/
+
+typedef struct tool_opt {
+    const char *name;            /* "--steps" */
+    bool value;                  /* takes the next argument as its value */
+} tool_opt_t;
+
+/* The option argv[*i] names, from opts (n of them). For an option with a
+ * value, *value gets the next argument and *i moves past it. NULL, after
+ * printing the problem, when it is no known option ("chameleon CMD:
+ * unknown option --stps (did you mean --steps?)") or its value is missing
+ * ("option --steps needs a value"). */
+const tool_opt_t *tool_find_opt(const char *cmd, const tool_opt_t *opts, size_t n, int argc,
+                                char **argv, int *i, const char **value);
+
+/* The name in names (n of them) closest to s, if it is close enough to be
+ * a likely typo (edit distance at most 2, or a quarter of its length);
+ * else NULL. */
+const char *tool_closest(const char *s, const char *const *names, size_t n);
+
+/* ---- files ---------------------------------------------------------------------*/
+
+/* Training data files (`train --data`) are read whole, as int32 tokens: at
+ * most 1 GiB (enwik9 fits). */
+#define TOOL_MAX_DATA_BYTES ((size_t)1 << 30)
+
+/* Before a command runs, whether it will be able to write the file at path
+ * (FLAG names the option): it is not a directory, its directory exists and
+ * lets us create it, or it exists and can be opened for writing. A file
+ * that did not exist is created and removed again. false after printing
+ * "chameleon CMD: FLAG PATH: why". */
+bool tool_check_output_file(const char *cmd, const char *flag, const char *path);
+/* The same for a directory the command writes files into: it is one (or
+ * can be made) and files can be created in it. A directory it had to make
+ * is removed again, or kept when kept is not NULL (then *kept says whether
+ * it was made: outputs inside it can then be checked too, and the caller
+ * removes it if the command stops before running). */
+bool tool_check_output_dir(const char *cmd, const char *flag, const char *dir, bool *kept);
+/* Whether a and b name the same file: by device and inode when both exist,
+ * else by the same directory and name. */
+bool tool_same_file(const char *a, const char *b);
+
+/* The host memory available to a new allocation (MemAvailable in
+ * /proc/meminfo), or 0 when it cannot be known. */
+uint64_t tool_host_available(void);
+
+/* "1.50 GiB", "12.0 MiB", "512 bytes": bytes for messages. */
+const char *tool_bytes(char *buf, size_t size, double bytes);
 
 #endif

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "chameleon/chameleon.h"
+#include "args.h"
 #include "commands.h"
 
 static const struct {
@@ -25,7 +26,12 @@ static void usage(FILE *f)
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
     fprintf(f, "  %-10s %s\n", "version", "print the library version");
-    fprintf(f, "\n`chameleon COMMAND --help` describes a command's options.\n");
+    fprintf(f, "\n`chameleon COMMAND --help` describes a command's options.\n"
+               "Exit status (every command): 0 done; 1 failed: a file could not be read or\n"
+               "written, or the run failed (out of memory, no policy, a hazard, --verify\n"
+               "found a difference); 2 the command line is wrong: an unknown option, a\n"
+               "missing or bad value, a model too large for this machine, or arguments that\n"
+               "conflict. Nothing runs before the command line is checked (docs/cli.md).\n");
 }
 
 int main(int argc, char **argv)
@@ -40,13 +46,30 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+            printf("usage: chameleon version\nPrints the library version.\n");
+            return 0;
+        }
+        if (argc > 2) {
+            fprintf(stderr, "chameleon version: unexpected argument \"%s\" (it takes none)\n",
+                    argv[2]);
+            return 2;
+        }
         printf("chameleon %s\n", cham_version());
         return 0;
     }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    const char *names[sizeof commands / sizeof commands[0] + 1];
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(cmd, commands[i].name) == 0)
             return commands[i].run(argc - 2, argv + 2);
-    fprintf(stderr, "chameleon: unknown command \"%s\"\n\n", cmd);
+        names[i] = commands[i].name;
+    }
+    names[sizeof commands / sizeof commands[0]] = "version";
+    const char *near = tool_closest(cmd, names, sizeof names / sizeof names[0]);
+    if (near)
+        fprintf(stderr, "chameleon: unknown command \"%s\" (did you mean %s?)\n\n", cmd, near);
+    else
+        fprintf(stderr, "chameleon: unknown command \"%s\"\n\n", cmd);
     usage(stderr);
     return 2;
 }

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "chameleon/chameleon.h"
+#include "args.h"
 #include "commands.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -286,34 +287,34 @@ static int warm_step(run_t *r, const demo_opts_t *o, bool swap, uint64_t *ns, ui
     return 0;
 }
 
+/* 0, 2 after a usage error (printed), -1 after --help. */
 static int parse(int argc, char **argv, demo_opts_t *o)
 {
+    static const tool_opt_t opts[] = {{"--device", true}, {"--layers", true}};
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("usage: chameleon demo [--device PRESET] [--layers N]\n"
                    "Runs a small model's step on the simulated device with less memory\n"
-                   "than it needs: without swapping, then with swapping.\n");
-            exit(0);
+                   "than it needs: without swapping, then with swapping.\n"
+                   "  --device PRESET   simulated device (`chameleon devices`; a100-80g)\n"
+                   "  --layers N        layers, 3..64 (8)\n");
+            return -1;
         }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "chameleon demo: option %s needs a value\n", a);
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        const tool_opt_t *opt = tool_find_opt("demo", opts, 2, argc, argv, &i, &v);
+        if (!opt)
             return 2;
-        }
-        const char *v = argv[++i];
-        if (strcmp(a, "--device") == 0) {
-            o->preset = v;
-        } else if (strcmp(a, "--layers") == 0) {
-            char *end;
-            long n = strtol(v, &end, 10);
-            if (*end || n < 3 || n > 64) {
-                fprintf(stderr, "chameleon demo: --layers must be 3..64, got \"%s\"\n", v);
+        uint64_t n;
+        if (strcmp(opt->name, "--device") == 0) {
+            if (!tool_check_preset("demo", opt->name, v))
                 return 2;
-            }
-            o->layers = (int)n;
+            o->preset = v;
         } else {
-            fprintf(stderr, "chameleon demo: unknown option %s\n", a);
-            return 2;
+            if (!tool_parse_uint(v, 3, 64, &n))
+                return tool_bad_value("demo", opt->name, "3..64", v);
+            o->layers = (int)n;
         }
     }
     return 0;
@@ -323,8 +324,8 @@ int cmd_demo(int argc, char **argv)
 {
     demo_opts_t o = {.preset = NULL, .layers = 8, .act_bytes = 8u << 20};
     int rc = parse(argc, argv, &o);
-    if (rc)
-        return rc;
+    if (rc || tool_parse_only)
+        return rc < 0 ? 0 : rc;
     /* Room for half of the activations plus one layer in flight. */
     o.capacity = (uint64_t)(o.layers / 2 + 2) * o.act_bytes;
     const char *preset = o.preset ? o.preset : cham_preset_default_name();

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "chameleon/chameleon.h"
+#include "args.h"
 #include "commands.h"
 
 static void list_presets(void)
@@ -40,22 +41,35 @@ static int probe_cuda(void)
     return 0;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: chameleon devices [--backend sim|cuda]\n"
+               "Lists the sim presets; with --backend cuda, opens the real device\n"
+               "and says what it is or why it cannot be used (exit 1).\n");
+}
+
 int cmd_devices(int argc, char **argv)
 {
-    if (argc == 2 && strcmp(argv[0], "--backend") == 0 && strcmp(argv[1], "cuda") == 0)
-        return probe_cuda();
-    if (argc == 2 && strcmp(argv[0], "--backend") == 0 && strcmp(argv[1], "sim") == 0)
-        argc = 0;
-    if (argc > 0) {
-        bool help = strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0;
-        if (!help)
-            fprintf(stderr, "chameleon devices: unexpected argument \"%s\"\n", argv[0]);
-        fprintf(help ? stdout : stderr,
-                "usage: chameleon devices [--backend sim|cuda]\n"
-                "Lists the sim presets; with --backend cuda, opens the real device\n"
-                "and says what it is or why it cannot be used (exit 1).\n");
-        return help ? 0 : 2;
+    static const tool_opt_t opts[] = {{"--backend", true}};
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
     }
+    bool cuda = false;
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        if (!tool_find_opt("devices", opts, 1, argc, argv, &i, &v))
+            return 2;
+        if (strcmp(v, "sim") != 0 && strcmp(v, "cuda") != 0)
+            return tool_bad_value("devices", "--backend", "sim or cuda", v);
+        cuda = strcmp(v, "cuda") == 0;
+    }
+    if (tool_parse_only)
+        return 0;
+    if (cuda)
+        return probe_cuda();
     list_presets();
     return 0;
 }

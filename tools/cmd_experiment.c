@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "args.h"
 #include "commands.h"
 #include "experiment.h"
 
@@ -27,34 +28,41 @@ int cmd_experiment(int argc, char **argv)
 {
     const char *name = NULL, *out = NULL;
     exp_config_t c = {.progress = true};
+    static const tool_opt_t opts[] = {{"--list", false}, {"--reduced", false},
+                                      {"--device", true}, {"--out", true}};
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
         }
-        if (strcmp(a, "--list") == 0) {
-            list(stdout);
-            return 0;
-        }
-        if (strcmp(a, "--reduced") == 0) {
-            c.reduced = true;
-        } else if (strcmp(a, "--device") == 0 || strcmp(a, "--out") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "chameleon experiment: option %s needs a value\n", a);
+    }
+    bool want_list = false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (a[0] != '-') {
+            if (name) {
+                fprintf(stderr, "chameleon experiment: one experiment at a time (%s and %s)\n",
+                        name, a);
                 return 2;
             }
-            *(a[2] == 'd' ? &c.device : &out) = argv[++i];
-        } else if (a[0] == '-') {
-            fprintf(stderr, "chameleon experiment: unknown option %s\n", a);
-            return 2;
-        } else if (name) {
-            fprintf(stderr, "chameleon experiment: one experiment at a time (%s and %s)\n",
-                    name, a);
-            return 2;
-        } else {
             name = a;
+            continue;
         }
+        const tool_opt_t *opt = tool_find_opt("experiment", opts, 4, argc, argv, &i, &v);
+        if (!opt)
+            return 2;
+        if (strcmp(opt->name, "--list") == 0)
+            want_list = true;
+        else if (strcmp(opt->name, "--reduced") == 0)
+            c.reduced = true;
+        else if (strcmp(opt->name, "--device") == 0)
+            c.device = v;
+        else
+            out = v;
+    }
+    if (want_list) {
+        list(stdout);
+        return 0;
     }
     if (!name) {
         usage(stderr);
@@ -66,11 +74,12 @@ int cmd_experiment(int argc, char **argv)
         list(stderr);
         return 2;
     }
-    if (c.device && !cham_preset_find(c.device)) {
-        fprintf(stderr, "chameleon experiment: unknown device \"%s\" (`chameleon devices`)\n",
-                c.device);
+    if (c.device && !tool_check_preset("experiment", "--device", c.device))
         return 2;
-    }
+    if (tool_parse_only)
+        return 0;
+    if (out && !tool_check_output_dir("experiment", "--out", out, NULL))
+        return 1;
     if (!c.device)
         c.device = e->device;
     exp_result_t r = {0};

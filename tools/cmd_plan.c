@@ -50,15 +50,24 @@ static void usage(FILE *f)
             "SIZE is bytes or a binary unit: 512MiB, 64GiB, 1TiB (also KiB, B).\n");
 }
 
+#define CMD "plan"
+
+static const tool_opt_t opts[] = {
+    {"--device", true}, {"--capacity", true}, {"--reserve", true}, {"--layers", true},
+    {"--free-delay", true}, {"--min-swap", true}, {"--json", true},
+};
+
 /* 0 on success, 2 for bad usage (message printed); -1 after --help. */
 static int parse(int argc, char **argv, plan_opts_t *o)
 {
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return -1;
         }
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
         if (a[0] != '-' || a[1] == '\0') {
             if (o->profile) {
                 fprintf(stderr, "chameleon plan: unexpected argument \"%s\" (one profile "
@@ -68,51 +77,32 @@ static int parse(int argc, char **argv, plan_opts_t *o)
             o->profile = a;
             continue;
         }
-        if (strcmp(a, "--device") != 0 && strcmp(a, "--capacity") != 0 &&
-            strcmp(a, "--reserve") != 0 && strcmp(a, "--layers") != 0 &&
-            strcmp(a, "--free-delay") != 0 && strcmp(a, "--min-swap") != 0 &&
-            strcmp(a, "--json") != 0) {
-            fprintf(stderr, "chameleon plan: unknown option %s\n", a);
+        const char *v;
+        const tool_opt_t *opt = tool_find_opt(CMD, opts, sizeof opts / sizeof opts[0], argc,
+                                              argv, &i, &v);
+        if (!opt)
             return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "chameleon plan: option %s needs a value\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
+        a = opt->name;
+        uint64_t n;
         if (strcmp(a, "--device") == 0) {
+            if (!tool_check_preset(CMD, a, v))
+                return 2;
             o->preset = v;
         } else if (strcmp(a, "--json") == 0) {
             o->json = v;
         } else if (strcmp(a, "--capacity") == 0) {
-            if (!tool_parse_size(v, &o->capacity) || o->capacity == 0) {
-                fprintf(stderr, "chameleon plan: --capacity must be a size above 0 such as "
-                        "16GiB or 17179869184, got \"%s\"\n", v);
-                return 2;
-            }
+            if (!tool_parse_size(v, &o->capacity) || o->capacity == 0)
+                return tool_bad_value(CMD, a, "a size above 0 such as 16GiB or 17179869184", v);
         } else if (strcmp(a, "--min-swap") == 0) {
-            if (!tool_parse_size(v, &o->min_swap) || o->min_swap == UINT64_MAX) {
-                fprintf(stderr, "chameleon plan: --min-swap must be a size such as 64KiB, got "
-                        "\"%s\"\n", v);
-                return 2;
-            }
+            if (!tool_parse_size(v, &o->min_swap) || o->min_swap == UINT64_MAX)
+                return tool_bad_value(CMD, a, "a size such as 64KiB", v);
         } else if (strcmp(a, "--reserve") == 0) {
-            if (!tool_parse_size(v, &o->reserve) || o->reserve == UINT64_MAX) {
-                fprintf(stderr, "chameleon plan: --reserve must be a size such as 512MiB or "
-                        "0, got \"%s\"\n", v);
-                return 2;
-            }
+            if (!tool_parse_size(v, &o->reserve) || o->reserve == UINT64_MAX)
+                return tool_bad_value(CMD, a, "a size such as 512MiB or 0", v);
         } else {
             bool layers = strcmp(a, "--layers") == 0;
-            long lo = layers ? 1 : 0;
-            char *end;
-            errno = 0;
-            long n = strtol(v, &end, 10);
-            if (errno || end == v || *end || n < lo || n > 1000000) {
-                fprintf(stderr, "chameleon plan: %s must be %ld..1000000, got \"%s\"\n", a,
-                        lo, v);
-                return 2;
-            }
+            if (!tool_parse_uint(v, layers ? 1 : 0, 1000000, &n))
+                return tool_bad_value(CMD, a, layers ? "1..1000000" : "0..1000000", v);
             if (layers)
                 o->layers = (uint32_t)n;
             else
@@ -191,15 +181,17 @@ int cmd_plan(int argc, char **argv)
 {
     plan_opts_t o = {.reserve = UINT64_MAX, .min_swap = UINT64_MAX};
     int rc = parse(argc, argv, &o);
-    if (rc)
+    if (rc || tool_parse_only)
         return rc < 0 ? 0 : rc;
-    const char *preset_name = o.preset ? o.preset : cham_preset_default_name();
-    const cham_preset_t *preset = cham_preset_find(preset_name);
-    if (!preset) {
-        fprintf(stderr, "chameleon plan: unknown device preset \"%s\" (`chameleon devices` "
-                "lists them)\n", preset_name);
-        return 1;
+    const cham_preset_t *preset = cham_preset_find(o.preset ? o.preset
+                                                            : cham_preset_default_name());
+    if (o.json && tool_same_file(o.json, o.profile)) {
+        fprintf(stderr, "chameleon plan: --json %s is the profile being read (%s): it would be "
+                "overwritten; choose another path\n", o.json, o.profile);
+        return 2;
     }
+    if (o.json && !tool_check_output_file(CMD, "--json", o.json))
+        return 1;
 
     char err[512];
     cham_profile_t *prof;

@@ -1,11 +1,14 @@
 /* `chameleon report RUN.json`: the HTML page of report.h from the JSON of
  * `chameleon simulate --json` (docs/trace.md). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
+#include "args.h"
 #include "commands.h"
+#include "common/file.h"
 #include "report.h"
 
 static void usage(FILE *f)
@@ -18,28 +21,67 @@ static void usage(FILE *f)
 
 int cmd_report(int argc, char **argv)
 {
+    static const tool_opt_t opts[] = {{"--out", true}};
     const char *in = NULL, *out = NULL;
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return 0;
         }
-        if (strcmp(argv[i], "--out") == 0 && i + 1 < argc)
-            out = argv[++i];
-        else if (argv[i][0] == '-' || in) {
-            fprintf(stderr, "chameleon report: unexpected argument %s\n", argv[i]);
-            return 2;
-        } else
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        if (argv[i][0] != '-' || argv[i][1] == '\0') {
+            if (in) {
+                fprintf(stderr, "chameleon report: unexpected argument \"%s\" (one run only)\n",
+                        argv[i]);
+                return 2;
+            }
             in = argv[i];
+        } else if (!tool_find_opt("report", opts, 1, argc, argv, &i, &v)) {
+            return 2;
+        } else {
+            out = v;
+        }
     }
     if (!in) {
+        fprintf(stderr, "chameleon report: no RUN.json given\n");
         usage(stderr);
         return 2;
     }
+    if (tool_parse_only)
+        return 0;
+    char path[4096];
+    if (!out) {
+        size_t n = strlen(in);
+        snprintf(path, sizeof path, "%.*s.html",
+                 (int)(n > 5 && strcmp(in + n - 5, ".json") == 0 ? n - 5 : n), in);
+        out = path;
+    }
+    if (tool_same_file(in, out)) {
+        fprintf(stderr, "chameleon report: --out %s is the run being read (%s): it would be "
+                "overwritten; choose another path\n", out, in);
+        return 2;
+    }
+    char err[600], *text;
+    size_t len;
+    if (cham_file_read(in, CHAM_FILE_MAX_JSON, "a run's JSON", &text, &len, err, sizeof err) !=
+        CHAM_OK) {
+        fprintf(stderr, "chameleon report: %s\n", err);
+        return 1;
+    }
+    bool blank = true;
+    for (size_t i = 0; i < len && blank; i++)
+        blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r';
     json_error_t e;
-    json_t *run = json_load_file(in, 0, &e);
+    json_t *run = blank ? NULL : json_loadb(text, len, 0, &e);
+    free(text);
     if (!run) {
-        fprintf(stderr, "chameleon report: %s:%d:%d: %s\n", in, e.line, e.column, e.text);
+        if (blank)
+            fprintf(stderr, "chameleon report: %s: empty file (expected the JSON object of "
+                    "`chameleon simulate --json`)\n", in);
+        else
+            fprintf(stderr, "chameleon report: %s:%d:%d: %s\n", in, e.line, e.column, e.text);
         return 1;
     }
     json_t *series = json_object_get(run, "series");
@@ -49,14 +91,10 @@ int cmd_report(int argc, char **argv)
         json_decref(run);
         return 1;
     }
-    char path[4096];
-    if (!out) {
-        size_t n = strlen(in);
-        snprintf(path, sizeof path, "%.*s.html",
-                 (int)(n > 5 && strcmp(in + n - 5, ".json") == 0 ? n - 5 : n), in);
-        out = path;
+    if (!tool_check_output_file("report", "--out", out)) {
+        json_decref(run);
+        return 1;
     }
-    char err[600];
     bool ok = tool_report_write(run, out, err, sizeof err);
     json_decref(run);
     if (!ok) {

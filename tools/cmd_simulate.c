@@ -14,6 +14,7 @@
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
+#include "experiment.h"
 #include "report.h"
 
 typedef struct sim_opts {
@@ -70,33 +71,7 @@ static void usage(FILE *f)
         "The ideal step time comes from a second run with unlimited device memory.\n");
 }
 
-static int bad(const char *opt, const char *want, const char *v)
-{
-    fprintf(stderr, "chameleon simulate: %s must be %s, got \"%s\"\n", opt, want, v);
-    return 2;
-}
-
-static bool parse_u64(const char *v, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (errno || end == v || *end || v[0] == '-' || n < lo || n > hi)
-        return false;
-    *out = n;
-    return true;
-}
-
-static bool parse_prob(const char *v, double *out)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !(x >= 0 && x <= 1))
-        return false;
-    *out = x;
-    return true;
-}
+#define CMD "simulate"
 
 static bool parse_onoff(const char *v, bool *out)
 {
@@ -139,52 +114,72 @@ static uint32_t *dim_of(const char *a, cham_model_config_t *m)
     return NULL;
 }
 
+static const tool_opt_t opts[] = {
+    {"--json", false}, {"--quiet", false}, {"--log", false}, {"--model", true},
+    {"--layers", true}, {"--hidden", true}, {"--ffn", true}, {"--heads", true},
+    {"--kv-heads", true}, {"--vocab", true}, {"--experts", true}, {"--topk", true},
+    {"--seq", true}, {"--mbs", true}, {"--gbs", true}, {"--tp", true}, {"--pp", true},
+    {"--dp", true}, {"--zero", true}, {"--validate-every", true}, {"--dtype", true},
+    {"--flash", true}, {"--recompute", true}, {"--moe-vary", true}, {"--overflow-every", true},
+    {"--overflow-prob", true}, {"--layer-drop", true}, {"--seed", true}, {"--steps", true},
+    {"--device", true}, {"--capacity", true}, {"--host-memory", true}, {"--trace", true},
+    {"--memory-curve", true}, {"--policy", true},
+};
+#define N_OPTS (sizeof opts / sizeof opts[0])
+
+/* The largest --capacity: the largest device the sim models (docs/config.md). */
+#define MAX_CAPACITY (UINT64_C(64) << 40)
+
 /* The model first (a preset), then every other option over it. */
 static int parse(int argc, char **argv, sim_opts_t *o)
 {
     cham_model_config_t *m = &o->run.model;
     o->model = "llama2-7b";
-    for (int i = 0; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--model") == 0)
-            o->model = argv[i + 1];
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return -1;
+        }
+    }
+    /* First the names (every option known, every value there) and the model. */
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        const tool_opt_t *opt = tool_find_opt(CMD, opts, N_OPTS, argc, argv, &i, &v);
+        if (!opt)
+            return 2;
+        if (strcmp(opt->name, "--model") == 0)
+            o->model = v;
+    }
     if (cham_model_preset(o->model, m) != CHAM_OK) {
-        fprintf(stderr, "chameleon simulate: unknown model \"%s\" (known:", o->model);
+        fprintf(stderr, "chameleon simulate: --model: unknown model \"%s\" (known:", o->model);
         for (size_t i = 0; i < cham_model_preset_count(); i++)
             fprintf(stderr, " %s", cham_model_preset_name(i));
         fprintf(stderr, ", gpt2, llama2, llama3, mixtral)\n");
         return 2;
     }
+    const cham_model_config_t preset = *m;
+    bool set_heads = false, set_kv = false;
     o->run.runtime.device.preset = "ascend-910b";
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return -1;
-        }
-        if (strcmp(a, "--json") == 0 || strcmp(a, "--quiet") == 0 || strcmp(a, "--log") == 0) {
-            o->json = o->json || a[2] == 'j';
-            o->quiet = o->quiet || a[2] == 'q';
-            continue;                        /* --log: read by cmd_simulate */
-        }
-        if (strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "chameleon simulate: unexpected argument %s\n", a);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "chameleon simulate: option %s needs a value\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
+        const char *v;
+        const tool_opt_t *opt = tool_find_opt(CMD, opts, N_OPTS, argc, argv, &i, &v);
+        const char *a = opt->name;
         uint64_t n;
         uint32_t *dim = dim_of(a, m);
-        if (dim) {
-            if (!parse_u64(v, strcmp(a, "--zero") == 0 || strcmp(a, "--experts") == 0 ||
-                                      strcmp(a, "--gbs") == 0 ||
-                                      strcmp(a, "--topk") == 0 ||
-                                      strcmp(a, "--validate-every") == 0 ? 0 : 1,
-                           UINT32_MAX, &n))
-                return bad(a, "a whole number (at least 1 unless 0 turns it off)", v);
+        if (!v) {                            /* --log: read by cmd_simulate */
+            o->json = o->json || strcmp(a, "--json") == 0;
+            o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
+        } else if (dim) {
+            bool zero_ok = strcmp(a, "--zero") == 0 || strcmp(a, "--experts") == 0 ||
+                           strcmp(a, "--gbs") == 0 || strcmp(a, "--topk") == 0 ||
+                           strcmp(a, "--validate-every") == 0;
+            if (!tool_parse_uint(v, zero_ok ? 0 : 1, UINT32_MAX, &n))
+                return tool_bad_value(CMD, a, zero_ok ? "a whole number from 0 to 4294967295"
+                                                      : "a whole number from 1 to 4294967295",
+                                      v);
             *dim = (uint32_t)n;
+            set_heads = set_heads || strcmp(a, "--heads") == 0;
+            set_kv = set_kv || strcmp(a, "--kv-heads") == 0;
         } else if (strcmp(a, "--model") == 0) {
             /* read above */
         } else if (strcmp(a, "--dtype") == 0) {
@@ -193,57 +188,59 @@ static int parse(int argc, char **argv, sim_opts_t *o)
             else if (strcmp(v, "bf16") == 0)
                 m->dtype = CHAM_DTYPE_BF16;
             else
-                return bad(a, "fp16 or bf16", v);
+                return tool_bad_value(CMD, a, "fp16 or bf16", v);
         } else if (strcmp(a, "--flash") == 0 || strcmp(a, "--recompute") == 0 ||
                    strcmp(a, "--moe-vary") == 0) {
             bool *b = a[2] == 'f' ? &m->flash : a[2] == 'r' ? &m->recompute : &m->moe_vary;
             if (!parse_onoff(v, b))
-                return bad(a, "on or off", v);
+                return tool_bad_value(CMD, a, "on or off", v);
         } else if (strcmp(a, "--overflow-every") == 0) {
-            if (!parse_u64(v, 0, INT64_MAX, &n))
-                return bad(a, "a whole number of steps (0 = never)", v);
+            if (!tool_parse_uint(v, 0, INT64_MAX, &n))
+                return tool_bad_value(CMD, a, "a whole number of steps (0 = never)", v);
             m->overflow_every = (int64_t)n;
-        } else if (strcmp(a, "--overflow-prob") == 0 || strcmp(a, "--layer-drop") == 0) {
-            if (!parse_prob(v, a[2] == 'o' ? &m->overflow_prob : &m->layer_drop))
-                return bad(a, "a probability in [0, 1]", v);
+        } else if (strcmp(a, "--overflow-prob") == 0) {
+            if (!tool_parse_real(v, 0, 1, &m->overflow_prob))
+                return tool_bad_value(CMD, a, "a probability from 0 to 1", v);
+        } else if (strcmp(a, "--layer-drop") == 0) {
+            if (!tool_parse_real(v, 0, 1, &m->layer_drop) || m->layer_drop >= 1)
+                return tool_bad_value(CMD, a, "a probability from 0 to below 1", v);
         } else if (strcmp(a, "--seed") == 0) {
-            if (!parse_u64(v, 0, UINT64_MAX, &m->seed))
-                return bad(a, "a whole number", v);
+            if (!tool_parse_uint(v, 0, UINT64_MAX, &m->seed))
+                return tool_bad_value(CMD, a, "a whole number from 0 to 2^64 - 1", v);
         } else if (strcmp(a, "--steps") == 0) {
-            if (!parse_u64(v, 1, 10000000, &o->run.steps))
-                return bad(a, "a whole number of steps from 1", v);
+            if (!tool_parse_uint(v, 1, 10000000, &o->run.steps))
+                return tool_bad_value(CMD, a, "a whole number of steps from 1 to 10000000", v);
         } else if (strcmp(a, "--device") == 0) {
-            if (!cham_preset_find(v)) {
-                fprintf(stderr, "chameleon simulate: unknown device \"%s\" (known:", v);
-                for (size_t k = 0; k < cham_preset_count(); k++)
-                    fprintf(stderr, " %s", cham_preset_at(k)->name);
-                fprintf(stderr, ")\n");
+            if (!tool_check_preset(CMD, a, v))
                 return 2;
-            }
             o->run.runtime.device.preset = v;
         } else if (strcmp(a, "--capacity") == 0) {
             if (!tool_parse_size(v, &o->run.runtime.device.capacity) ||
-                !o->run.runtime.device.capacity)
-                return bad(a, "a size above 0 such as 32GiB", v);
+                !o->run.runtime.device.capacity || o->run.runtime.device.capacity > MAX_CAPACITY)
+                return tool_bad_value(CMD, a, "a size from 1 byte to 64TiB (the largest "
+                                      "simulated device) such as 32GiB", v);
         } else if (strcmp(a, "--host-memory") == 0) {
             if (!tool_parse_size(v, &o->run.runtime.pinned_budget) ||
                 !o->run.runtime.pinned_budget)
-                return bad(a, "a size above 0 such as 2TiB", v);
+                return tool_bad_value(CMD, a, "a size above 0 such as 2TiB", v);
         } else if (strcmp(a, "--trace") == 0) {
             o->run.trace_path = v;
         } else if (strcmp(a, "--memory-curve") == 0) {
             o->curve_dir = v;
         } else if (strcmp(a, "--policy") == 0) {
             if (cham_run_policy_parse(v, &o->run.policy) != CHAM_OK)
-                return bad(a, "chameleon, native, ideal, recompute, capuchin or vdnn", v);
-        } else {
-            fprintf(stderr, "chameleon simulate: unknown option %s\n", a);
-            return 2;
+                return tool_bad_value(CMD, a, "chameleon, native, ideal, recompute, capuchin or "
+                                      "vdnn", v);
         }
     }
+    /* A preset whose attention has one kv head per head keeps it so when
+     * only --heads is given (gpt2 --heads 2 means 2 and 2). */
+    if (set_heads && !set_kv && preset.kv_heads == preset.heads)
+        m->kv_heads = m->heads;
     char err[400];
     if (cham_model_validate(m, err, sizeof err) != CHAM_OK) {
-        fprintf(stderr, "chameleon simulate: %s\n", err);
+        fprintf(stderr, "chameleon simulate: %s (the values not on the command line are the "
+                "%s preset's; --help lists the flags)\n", err, o->model);
         return 2;
     }
     return 0;
@@ -288,7 +285,7 @@ static void on_step(const cham_run_step_t *s, void *user)
         const char *key;
         json_t *v;
     } values[] = {
-        {"step_time_s", json_real((double)s->time_ns * 1e-9)},
+        {"step_time_s", exp_json_number((double)s->time_ns * 1e-9)},
         {"stage", json_string(cham_stage_name(s->stage))},
         {"peak_bytes", json_integer((json_int_t)s->peak_bytes)},
         {"swapped_bytes", json_integer((json_int_t)s->swapped_bytes)},
@@ -321,13 +318,14 @@ static void print_json(const sim_opts_t *o, const cham_run_result_t *r, double i
     json_object_set_new(j, "error", r->status == CHAM_OK ? json_null() : json_string(r->error));
     json_object_set_new(j, "peak_device_bytes", json_integer((json_int_t)r->peak_device_bytes));
     json_object_set_new(j, "capacity_bytes", json_integer((json_int_t)r->capacity_bytes));
-    json_object_set_new(j, "step_time_s", json_real(r->step_time_s));
-    json_object_set_new(j, "mean_step_time_s", json_real(r->mean_step_time_s));
-    json_object_set_new(j, "ideal_step_time_s", ideal_ok ? json_real(ideal_s) : json_null());
+    json_object_set_new(j, "step_time_s", exp_json_number(r->step_time_s));
+    json_object_set_new(j, "mean_step_time_s", exp_json_number(r->mean_step_time_s));
+    json_object_set_new(j, "ideal_step_time_s", ideal_ok ? exp_json_number(ideal_s) : json_null());
     json_object_set_new(j, "overhead_vs_ideal",
                         ideal_ok && ideal_s > 0 && r->steps
-                            ? json_real(r->step_time_s / ideal_s - 1) : json_null());
-    json_object_set_new(j, "swapped_bytes_per_step", json_real(r->swapped_bytes_per_step));
+                            ? exp_json_number(r->step_time_s / ideal_s - 1) : json_null());
+    json_object_set_new(j, "swapped_bytes_per_step",
+                        exp_json_number(r->swapped_bytes_per_step));
     json_object_set_new(j, "hazards", json_integer((json_int_t)r->hazards));
     json_object_set_new(j, "stage_changes", json_integer((json_int_t)r->stage_changes));
     json_object_set_new(j, "policy_regenerations",
@@ -364,7 +362,7 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
            gib((double)r->capacity_bytes));
     if (r->steps) {
         printf("  step time           %.4f s (median over Stable steps)", r->step_time_s);
-        if (ideal_ok)
+        if (ideal_ok && ideal_s > 0)
             printf("; ideal %.4f s; overhead %+.1f%%", ideal_s,
                    100.0 * (r->step_time_s / ideal_s - 1));
         printf("\n  swapping            %.2f GiB a step, %llu on-demand swap-ins, %llu passive "
@@ -376,6 +374,37 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
            (unsigned long long)r->hazards);
 }
 
+/* Before anything runs: every output can be written, and the trace is not
+ * one of the memory curve's files. 0, or the exit status after a message. */
+static int check_outputs(const sim_opts_t *o, bool *made)
+{
+    if ((o->curve_dir && !tool_check_output_dir(CMD, "--memory-curve", o->curve_dir, made)) ||
+        (o->run.trace_path && !tool_check_output_file(CMD, "--trace", o->run.trace_path)))
+        return 1;
+    static const char *const names[] = {"last-step-profile.json", "memory_curve.svg",
+                                        "memory_curve.csv"};
+    for (size_t k = 0; o->run.trace_path && o->curve_dir && k < 3; k++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", o->curve_dir, names[k]);
+        if (tool_same_file(o->run.trace_path, path)) {
+            fprintf(stderr, "chameleon simulate: --trace %s is one of the files --memory-curve "
+                    "%s writes (%s); choose another path\n", o->run.trace_path, o->curve_dir,
+                    names[k]);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static int check_paths(const sim_opts_t *o)
+{
+    bool made = false;       /* the curve's directory, first: the trace may go in it */
+    int rc = check_outputs(o, &made);
+    if (rc != 0 && made)
+        rmdir(o->curve_dir);
+    return rc;
+}
+
 int cmd_simulate(int argc, char **argv)
 {
     sim_opts_t o = {.run = cham_run_config_default()};
@@ -383,18 +412,21 @@ int cmd_simulate(int argc, char **argv)
     for (int i = 0; i < argc; i++)
         want_log = want_log || strcmp(argv[i], "--log") == 0;
     int rc = parse(argc, argv, &o);
-    if (rc != 0)
+    if (rc != 0 || tool_parse_only)
         return rc < 0 ? 0 : rc;
+    if ((rc = check_paths(&o)) != 0)
+        return rc;
     o.run.user = &o;
     o.run.log = want_log ? log_line : NULL;
     o.run.on_step = on_step;
     o.series = json_object();
 
-    /* The limit every time is compared with: the same job, unlimited memory. */
+    /* The limit every time is compared with: the same job, unlimited memory
+     * (not run when the job itself cannot start: its run says why at once). */
     double ideal_s = 0;
     bool ideal_ok = false;
     cham_run_result_t r;
-    if (o.run.policy != CHAM_RUN_IDEAL) {
+    if (o.run.policy != CHAM_RUN_IDEAL && cham_run_check(&o.run, NULL, 0) == CHAM_OK) {
         cham_run_config_t ideal = o.run;
         ideal.policy = CHAM_RUN_IDEAL;
         ideal.on_step = NULL;
@@ -425,8 +457,8 @@ int cmd_simulate(int argc, char **argv)
     }
     if (o.curve_dir) {
         if (mkdir(o.curve_dir, 0777) != 0 && errno != EEXIST) {
-            fprintf(stderr, "chameleon simulate: %s: cannot make the directory: %s\n",
-                    o.curve_dir, strerror(errno));
+            fprintf(stderr, "chameleon simulate: --memory-curve %s: cannot make the directory: "
+                    "%s\n", o.curve_dir, strerror(errno));
             json_decref(o.series);
             return 1;
         }

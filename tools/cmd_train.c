@@ -1,6 +1,7 @@
 /* `chameleon train`: trains the GPT model of examples/gpt/ on the simulated
  * device under a memory budget (docs/train.md). */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,8 @@
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
+#include "common/file.h"
+#include "experiment.h"
 #include "report.h"
 #include "data.h"
 #include "train.h"
@@ -37,11 +40,15 @@ static void usage(FILE *f)
             "simulated device whose memory is cut to a budget.\n"
             "model:\n"
             "  --layers N --hidden N --heads N --seq N --batch N   (4 32 2 128 8)\n"
+            "                        a training step must fit the device and the host's\n"
+            "                        available memory (checked before it runs)\n"
             "training:\n"
-            "  --steps N             training steps (200)\n"
+            "  --steps N             training steps (200; 0: make the model, measure its\n"
+            "                        unconstrained peak, train nothing)\n"
             "  --lr X                AdamW learning rate (0.003)\n"
             "  --seed N              initialisation, data and stochastic depth (1)\n"
-            "  --data FILE           train on FILE's bytes (default: a synthetic language)\n"
+            "  --data FILE           train on FILE's bytes, at most 1 GiB (default: a synthetic\n"
+            "                        language of 200,000 tokens, which allows --seq up to 19999)\n"
             "dynamic behaviour (all on by default):\n"
             "  --validate-every K    forward-only validation every K steps (50; 0 = off)\n"
             "  --overflow-at S,S,... inject a gradient overflow at these steps\n"
@@ -67,33 +74,14 @@ static void usage(FILE *f)
             "                        swapped bytes per step, the policy (docs/trace.md)\n");
 }
 
-static bool parse_int(const char *v, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (errno || end == v || *end || n < lo || n > hi)
-        return false;
-    *out = n;
-    return true;
-}
-
-static bool parse_real(const char *v, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    double x = strtod(v, &end);
-    if (errno || end == v || *end || !(x >= lo && x <= hi))
-        return false;
-    *out = x;
-    return true;
-}
-
-static int bad(const char *opt, const char *want, const char *v)
-{
-    fprintf(stderr, "chameleon train: %s must be %s, got \"%s\"\n", opt, want, v);
-    return 2;
-}
+#define CMD "train"
+/* The built-in data: its size, and its vocabulary (data.h). */
+#define SYNTHETIC_TOKENS 200000
+#define SYNTHETIC_VOCAB 64
+/* The largest --budget: the largest device the sim models (docs/config.md,
+ * "capacity"). */
+#define MAX_BUDGET (UINT64_C(64) << 40)
+#define MAX_DIM 1000000
 
 static int parse_budget(const char *v, gpt_train_config_t *c)
 {
@@ -102,81 +90,106 @@ static int parse_budget(const char *v, gpt_train_config_t *c)
         char num[32];
         double pct;
         if (n - 1 >= sizeof num)
-            return bad("--budget", "a size or a percentage such as 50%", v);
+            return tool_bad_value(CMD, "--budget", "a size or a percentage such as 50%", v);
         memcpy(num, v, n - 1);
         num[n - 1] = '\0';
-        if (!parse_real(num, 1e-6, 1000, &pct))
-            return bad("--budget", "a percentage above 0 such as 50%", v);
+        if (!tool_parse_real(num, 1e-6, 1000, &pct))
+            return tool_bad_value(CMD, "--budget", "a percentage above 0 and at most 1000% "
+                                  "such as 50%", v);
         c->budget_fraction = pct / 100;
         c->budget = 0;
         return 0;
     }
-    if (!tool_parse_size(v, &c->budget) || c->budget == 0)
-        return bad("--budget", "a size above 0 such as 64MiB, or a percentage such as 50%", v);
+    if (!tool_parse_size(v, &c->budget) || c->budget == 0 || c->budget > MAX_BUDGET)
+        return tool_bad_value(CMD, "--budget", "a size from 1 byte to 64TiB (the largest "
+                              "simulated device) such as 64MiB, or a percentage such as 50%", v);
     c->budget_fraction = 0;
     return 0;
 }
 
-static int parse_steps_list(const char *v, train_opts_t *o)
+static const tool_opt_t opts[] = {
+    {"--verify", false}, {"--json", false}, {"--quiet", false}, {"--no-loss-scaling", false},
+    {"--log", false}, {"--layers", true}, {"--hidden", true}, {"--heads", true},
+    {"--seq", true}, {"--batch", true}, {"--steps", true}, {"--validate-every", true},
+    {"--lr", true}, {"--drop-prob", true}, {"--seed", true}, {"--device", true},
+    {"--data", true}, {"--budget", true}, {"--min-swap", true}, {"--overflow-at", true},
+    {"--policy", true}, {"--trace", true}, {"--memory-curve", true}, {"--report", true},
+};
+
+/* The model flags that differ from the defaults, for messages:
+ * "--layers 100000 --seq 4096" (all five when none does). */
+static void shape_flags(char *buf, size_t size, const gpt_shape_t *s)
 {
-    const char *p = v;
+    const gpt_shape_t d = gpt_train_config_default().shape;
+    const struct {
+        const char *flag;
+        int v, def;
+    } f[] = {{"--layers", s->layers, d.layers}, {"--hidden", s->hidden, d.hidden},
+             {"--heads", s->heads, d.heads}, {"--seq", s->seq, d.seq},
+             {"--batch", s->batch, d.batch}};
+    bool any = false;
+    for (size_t k = 0; k < sizeof f / sizeof f[0]; k++)
+        any = any || f[k].v != f[k].def;
     size_t n = 0;
-    while (*p) {
-        char *end;
-        errno = 0;
-        unsigned long long s = strtoull(p, &end, 10);
-        if (errno || end == p || (*end && *end != ',') || n == MAX_OVERFLOW_AT)
-            return bad("--overflow-at", "a comma-separated list of step numbers (at most 64)",
-                       v);
-        o->overflow_at[n++] = s;
-        p = *end ? end + 1 : end;
+    buf[0] = '\0';
+    for (size_t k = 0; k < sizeof f / sizeof f[0] && n < size; k++)
+        if (!any || f[k].v != f[k].def)
+            n += (size_t)snprintf(buf + n, size - n, "%s%s %d", n ? " " : "", f[k].flag, f[k].v);
+}
+
+/* The model must fit the device its unconstrained runs (the measurement,
+ * the --verify reference) get: the preset's whole memory. Checked before
+ * anything runs, so that a shape that cannot work fails at once. */
+static int check_shape(const train_opts_t *o)
+{
+    const gpt_shape_t *s = &o->c.shape;
+    char flags[160], need[32], have[32];
+    shape_flags(flags, sizeof flags, s);
+    if ((long long)s->batch * s->seq > INT_MAX) {
+        fprintf(stderr, "chameleon train: --batch %d x --seq %d = %lld tokens a step, more than "
+                "the trainer's limit of %d\n", s->batch, s->seq, (long long)s->batch * s->seq,
+                INT_MAX);
+        return 2;
     }
-    o->c.overflow_at = o->overflow_at;
-    o->c.n_overflow_at = n;
+    gpt_shape_t sv = *s;
+    sv.vocab = o->data ? 256 : SYNTHETIC_VOCAB;
+    const char *dev = o->c.preset ? o->c.preset : cham_preset_default_name();
+    const cham_preset_t *p = cham_preset_find(dev);
+    double bytes = gpt_model_bytes(&sv);
+    if (p && bytes > (double)p->capacity) {
+        fprintf(stderr, "chameleon train: %s: a training step needs at least %s (parameters, "
+                "gradients, AdamW moments and the activations kept for the backward), more "
+                "than the %s of the %s that the unconstrained run gets\n", flags,
+                tool_bytes(need, sizeof need, bytes), tool_bytes(have, sizeof have,
+                (double)p->capacity), p->name);
+        return 2;
+    }
+    char err[200];
+    sv.vocab = 2;
+    if (gpt_shape_check(&sv, err, sizeof err) != 0) {
+        fprintf(stderr, "chameleon train: --%s\n", err);
+        return 2;
+    }
     return 0;
 }
 
 /* 0, 2 after a usage error (printed), -1 after --help. */
 static int parse(int argc, char **argv, train_opts_t *o)
 {
-    static const char *const flags[] = {"--verify", "--json", "--quiet", "--no-loss-scaling",
-                                        "--log"};
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return -1;
         }
-        bool flag = false;
-        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
-            flag = flag || strcmp(a, flags[k]) == 0;
-        if (flag) {
-            o->c.verify = o->c.verify || strcmp(a, "--verify") == 0;
-            o->json = o->json || strcmp(a, "--json") == 0;
-            o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
-            o->c.log = o->c.log || strcmp(a, "--log") == 0;
-            if (strcmp(a, "--no-loss-scaling") == 0)
-                o->c.loss_scaling = false;
-            continue;
-        }
-        static const char *const valued[] = {
-            "--layers", "--hidden", "--heads", "--seq", "--batch", "--steps", "--validate-every",
-            "--lr", "--drop-prob", "--seed", "--device", "--data", "--budget", "--min-swap",
-            "--overflow-at", "--policy", "--trace", "--memory-curve", "--report"};
-        bool known = false;
-        for (size_t k = 0; k < sizeof valued / sizeof valued[0]; k++)
-            known = known || strcmp(a, valued[k]) == 0;
-        if (!known) {
-            fprintf(stderr, "chameleon train: %s %s\n",
-                    strncmp(a, "-", 1) == 0 ? "unknown option" : "unexpected argument", a);
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        const tool_opt_t *opt = tool_find_opt(CMD, opts, sizeof opts / sizeof opts[0], argc,
+                                              argv, &i, &v);
+        if (!opt)
             return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "chameleon train: option %s needs a value\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        long n;
+        const char *a = opt->name;
+        uint64_t n;
         double x;
         gpt_shape_t *s = &o->c.shape;
         int *dim = strcmp(a, "--layers") == 0   ? &s->layers
@@ -187,25 +200,34 @@ static int parse(int argc, char **argv, train_opts_t *o)
                    : strcmp(a, "--steps") == 0  ? &o->c.steps
                    : strcmp(a, "--validate-every") == 0 ? &o->c.validate_every
                                                         : NULL;
-        if (dim) {
-            long lo = strcmp(a, "--validate-every") == 0 || strcmp(a, "--steps") == 0 ? 0 : 1;
-            if (!parse_int(v, lo, 1000000, &n))
-                return bad(a, lo ? "an integer from 1 to 1000000" : "an integer from 0 to "
-                           "1000000", v);
+        if (!v) {
+            o->c.verify = o->c.verify || strcmp(a, "--verify") == 0;
+            o->json = o->json || strcmp(a, "--json") == 0;
+            o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
+            o->c.log = o->c.log || strcmp(a, "--log") == 0;
+            if (strcmp(a, "--no-loss-scaling") == 0)
+                o->c.loss_scaling = false;
+        } else if (dim) {
+            uint64_t lo = strcmp(a, "--validate-every") == 0 || strcmp(a, "--steps") == 0 ? 0 : 1;
+            if (!tool_parse_uint(v, lo, MAX_DIM, &n))
+                return tool_bad_value(CMD, a, lo ? "an integer from 1 to 1000000"
+                                                 : "an integer from 0 to 1000000", v);
             *dim = (int)n;
         } else if (strcmp(a, "--lr") == 0) {
-            if (!parse_real(v, 0, 10, &x))
-                return bad(a, "a number from 0 to 10", v);
+            if (!tool_parse_real(v, 0, 10, &x))
+                return tool_bad_value(CMD, a, "a number from 0 to 10", v);
             o->c.lr = (float)x;
         } else if (strcmp(a, "--drop-prob") == 0) {
-            if (!parse_real(v, 0, 0.9, &x))
-                return bad(a, "a probability from 0 to 0.9", v);
+            if (!tool_parse_real(v, 0, 0.9, &x))
+                return tool_bad_value(CMD, a, "a probability from 0 to 0.9", v);
             o->c.drop_prob = x;
         } else if (strcmp(a, "--seed") == 0) {
-            if (!parse_int(v, 0, 2147483647, &n))
-                return bad(a, "an integer from 0 to 2147483647", v);
-            o->c.seed = (uint64_t)n;
+            if (!tool_parse_uint(v, 0, 2147483647, &n))
+                return tool_bad_value(CMD, a, "an integer from 0 to 2147483647", v);
+            o->c.seed = n;
         } else if (strcmp(a, "--device") == 0) {
+            if (!tool_check_preset(CMD, a, v))
+                return 2;
             o->c.preset = v;
         } else if (strcmp(a, "--data") == 0) {
             o->data = v;
@@ -214,10 +236,14 @@ static int parse(int argc, char **argv, train_opts_t *o)
                 return 2;
         } else if (strcmp(a, "--min-swap") == 0) {
             if (!tool_parse_size(v, &o->c.min_swap_bytes))
-                return bad(a, "a size such as 16KiB", v);
+                return tool_bad_value(CMD, a, "a size such as 16KiB", v);
         } else if (strcmp(a, "--overflow-at") == 0) {
-            if (parse_steps_list(v, o))
-                return 2;
+            size_t k;
+            if (!tool_parse_list(v, 0, MAX_DIM - 1, o->overflow_at, MAX_OVERFLOW_AT, &k))
+                return tool_bad_value(CMD, a, "a comma-separated list of step numbers from 0 "
+                                      "to 999999 (at most 64), such as 60,140", v);
+            o->c.overflow_at = o->overflow_at;
+            o->c.n_overflow_at = k;
         } else if (strcmp(a, "--trace") == 0) {
             o->c.trace_path = v;
         } else if (strcmp(a, "--memory-curve") == 0) {
@@ -235,24 +261,129 @@ static int parse(int argc, char **argv, train_opts_t *o)
             while (k < sizeof policies / sizeof policies[0] && strcmp(v, policies[k].name) != 0)
                 k++;
             if (k == sizeof policies / sizeof policies[0])
-                return bad(a, "chameleon, native, recompute, capuchin or vdnn", v);
+                return tool_bad_value(CMD, a, "chameleon, native, recompute, capuchin or vdnn", v);
             o->c.policy = policies[k].policy;
             o->policy_name = policies[k].name;
         }
     }
-    if (o->c.preset && !cham_preset_find(o->c.preset)) {
-        fprintf(stderr, "chameleon train: unknown device preset \"%s\" (`chameleon devices` "
-                "lists them)\n", o->c.preset);
-        return 2;
+    return check_shape(o);
+}
+
+/* Before anything runs: every output can be written, none is an input or
+ * another output. 0, or the exit status after a message. */
+static int check_outputs(const train_opts_t *o, bool *made)
+{
+    if ((o->curve_dir && !tool_check_output_dir(CMD, "--memory-curve", o->curve_dir, made)) ||
+        (o->c.trace_path && !tool_check_output_file(CMD, "--trace", o->c.trace_path)) ||
+        (o->report && !tool_check_output_file(CMD, "--report", o->report)))
+        return 1;
+    char files[3][4200];
+    struct {
+        const char *flag, *path;
+    } out[5] = {{"--trace", o->c.trace_path}, {"--report", o->report}};
+    size_t n_out = 2;
+    if (o->curve_dir) {
+        static const char *const names[] = {"last-step-profile.json", "memory_curve.svg",
+                                            "memory_curve.csv"};
+        for (size_t k = 0; k < 3; k++) {
+            snprintf(files[k], sizeof files[k], "%s/%s", o->curve_dir, names[k]);
+            out[n_out].flag = "--memory-curve";
+            out[n_out++].path = files[k];
+        }
     }
-    char err[200];
-    gpt_shape_t s = o->c.shape;
-    s.vocab = 2;
-    if (gpt_shape_check(&s, err, sizeof err) != 0) {
-        fprintf(stderr, "chameleon train: --%s\n", err);
-        return 2;
+    for (size_t k = 0; k < n_out; k++) {
+        if (!out[k].path)
+            continue;
+        if (o->data && tool_same_file(o->data, out[k].path)) {
+            fprintf(stderr, "chameleon train: %s %s is the training data (--data %s): it would "
+                    "be overwritten; choose another path\n", out[k].flag, out[k].path, o->data);
+            return 2;
+        }
+        for (size_t j = 0; j < k; j++) {
+            if (out[j].path && tool_same_file(out[j].path, out[k].path)) {
+                fprintf(stderr, "chameleon train: %s %s and %s %s are the same file; choose "
+                        "two paths\n", out[j].flag, out[j].path, out[k].flag, out[k].path);
+                return 2;
+            }
+        }
     }
     return 0;
+}
+
+/* check_outputs, the curve's directory first (outputs may go in it): when
+ * it had to be made, *made says so, and it is removed again on failure. */
+static int check_paths(const train_opts_t *o, bool *made)
+{
+    int rc = check_outputs(o, made);
+    if (rc != 0 && *made)
+        rmdir(o->curve_dir);
+    return rc;
+}
+
+/* The data: a file's bytes or the built-in language, long enough for
+ * --seq. 0, or the exit status after a message. */
+static int load_data(const train_opts_t *o, gpt_data_t *data)
+{
+    char err[600];
+    int seq = o->c.shape.seq;
+    if (!o->data) {
+        gpt_data_t probe = {.n = SYNTHETIC_TOKENS,   /* split as gpt_data_synthetic does */
+                            .n_train = SYNTHETIC_TOKENS - SYNTHETIC_TOKENS / 10};
+        if (seq > gpt_data_max_seq(&probe)) {
+            fprintf(stderr, "chameleon train: --seq %d is too long for the built-in data: its "
+                    "validation tenth holds %d tokens and a sequence needs seq + 1, so --seq "
+                    "can be at most %ld; for longer ones train on a file (--data FILE of at "
+                    "least %zu bytes)\n", seq, SYNTHETIC_TOKENS / 10, gpt_data_max_seq(&probe),
+                    gpt_data_min_tokens(seq));
+            return 2;
+        }
+        if (gpt_data_synthetic(data, SYNTHETIC_TOKENS, SYNTHETIC_VOCAB, o->c.seed) != 0) {
+            fprintf(stderr, "chameleon train: out of host memory making the data\n");
+            return 1;
+        }
+        return 0;
+    }
+    char *bytes;
+    size_t n;
+    if (cham_file_read(o->data, TOOL_MAX_DATA_BYTES, "training data", &bytes, &n, err,
+                       sizeof err) != CHAM_OK) {
+        fprintf(stderr, "chameleon train: --data %s\n", err);
+        return 1;
+    }
+    int rc = gpt_data_from_bytes(data, (const unsigned char *)bytes, n);
+    free(bytes);
+    if (rc != 0) {
+        fprintf(stderr, "chameleon train: --data %s: out of host memory\n", o->data);
+        return 1;
+    }
+    if (seq > gpt_data_max_seq(data)) {
+        fprintf(stderr, "chameleon train: --data %s: %zu bytes is too short for --seq %d: each "
+                "split must hold seq + 1 = %d tokens and the validation tenth has %zu; it "
+                "needs at least %zu bytes\n", o->data, n, seq, seq + 1, data->n - data->n_train,
+                gpt_data_min_tokens(seq));
+        gpt_data_free(data);
+        return 1;
+    }
+    return 0;
+}
+
+/* The run must fit the host's memory: a training step at most (twice with
+ * --verify, for the reference). 0, or 2 after a message. */
+static int check_host_memory(const train_opts_t *o, const gpt_data_t *data)
+{
+    gpt_shape_t s = o->c.shape;
+    s.vocab = data->vocab;
+    double need = gpt_model_bytes(&s) * (o->c.verify ? 2 : 1);
+    uint64_t avail = tool_host_available();
+    if (avail == 0 || need <= (double)avail)
+        return 0;
+    char flags[160], a[32], b[32];
+    shape_flags(flags, sizeof flags, &o->c.shape);
+    fprintf(stderr, "chameleon train: %s: the run needs at least %s of host memory (a training "
+            "step's parameters, gradients, AdamW moments and kept activations%s), more than "
+            "the %s available (MemAvailable)\n", flags, tool_bytes(a, sizeof a, need),
+            o->c.verify ? ", twice with --verify" : "", tool_bytes(b, sizeof b, (double)avail));
+    return 2;
 }
 
 static double mib(uint64_t b)
@@ -267,11 +398,11 @@ static void record(train_opts_t *o, const gpt_step_info_t *i)
         const char *key;
         json_t *v;
     } values[] = {
-        {"step_time_s", json_real(i->sim_step_s)},
+        {"step_time_s", exp_json_number(i->sim_step_s)},
         {"stage", json_string(cham_stage_name(i->stage))},
         {"peak_bytes", json_integer((json_int_t)i->peak_bytes)},
         {"swapped_bytes", json_integer((json_int_t)i->swapped_bytes)},
-        {"loss", json_real(i->loss)},
+        {"loss", exp_json_number(i->loss)},
         {"overflow", json_boolean(i->skipped_update)},
     };
     for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
@@ -297,56 +428,85 @@ static void progress(const gpt_step_info_t *i, void *user)
            o->c.verify ? (i->verified ? "  =ref" : "  DIFFERS") : "");
 }
 
+/* The summary as one JSON object; NaN and infinities (no step, no
+ * validation, a diverged loss) are null. */
 static void print_json(const gpt_train_result_t *r, bool verify)
 {
-    printf("{\"steps\": %d, \"final_train_loss\": %.6f, \"final_val_loss\": ", r->steps,
-           r->final_train_loss);
-    if (isnan(r->final_val_loss))
-        printf("null, ");
-    else
-        printf("%.6f, ", r->final_val_loss);
-    printf("\"budget_bytes\": %llu, \"unconstrained_peak_bytes\": %llu, "
-           "\"peak_device_bytes\": %llu, ",
-           (unsigned long long)r->budget_bytes, (unsigned long long)r->unconstrained_peak_bytes,
-           (unsigned long long)r->peak_device_bytes);
-    if (verify)
-        printf("\"bit_exact\": %s, ", r->bit_exact ? "true" : "false");
-    printf("\"hazards\": %llu, \"oom\": %llu, \"stage_changes\": %llu, "
-           "\"policy_regenerations\": %llu, \"on_demand_swapins\": %llu, "
-           "\"sim_step_time_s\": %.9f, ",
-           (unsigned long long)r->hazards, (unsigned long long)r->oom,
-           (unsigned long long)r->stage_changes, (unsigned long long)r->policy_regenerations,
-           (unsigned long long)r->on_demand_swapins, r->sim_step_time_s);
-    if (verify)
-        printf("\"ideal_step_time_s\": %.9f, \"overhead_vs_ideal\": %.6f, ",
-               r->ideal_step_time_s, r->overhead_vs_ideal);
-    printf("\"host_overhead_ratio\": %.6f, \"skipped_updates\": %llu, \"validations\": %llu, "
-           "\"layers_skipped\": %llu, \"swapped_bytes\": %llu, \"parameters\": %llu}\n",
-           r->host_overhead_ratio, (unsigned long long)r->skipped_updates,
-           (unsigned long long)r->validations, (unsigned long long)r->layers_skipped,
-           (unsigned long long)r->swapped_bytes, (unsigned long long)r->param_count);
+    json_t *j = json_object();
+    const struct {
+        const char *key;
+        json_t *v;
+        bool verify_only;
+    } values[] = {
+        {"steps", json_integer(r->steps), false},
+        {"final_train_loss", exp_json_number(r->final_train_loss), false},
+        {"final_val_loss", exp_json_number(r->final_val_loss), false},
+        {"budget_bytes", json_integer((json_int_t)r->budget_bytes), false},
+        {"unconstrained_peak_bytes", json_integer((json_int_t)r->unconstrained_peak_bytes), false},
+        {"peak_device_bytes", json_integer((json_int_t)r->peak_device_bytes), false},
+        {"bit_exact", json_boolean(r->bit_exact), true},
+        {"hazards", json_integer((json_int_t)r->hazards), false},
+        {"oom", json_integer((json_int_t)r->oom), false},
+        {"stage_changes", json_integer((json_int_t)r->stage_changes), false},
+        {"policy_regenerations", json_integer((json_int_t)r->policy_regenerations), false},
+        {"on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins), false},
+        {"sim_step_time_s", exp_json_number(r->steps ? r->sim_step_time_s : NAN), false},
+        {"ideal_step_time_s", exp_json_number(r->steps ? r->ideal_step_time_s : NAN), true},
+        {"overhead_vs_ideal", exp_json_number(r->overhead_vs_ideal), true},
+        {"host_overhead_ratio", exp_json_number(r->host_overhead_ratio), false},
+        {"skipped_updates", json_integer((json_int_t)r->skipped_updates), false},
+        {"validations", json_integer((json_int_t)r->validations), false},
+        {"layers_skipped", json_integer((json_int_t)r->layers_skipped), false},
+        {"swapped_bytes", json_integer((json_int_t)r->swapped_bytes), false},
+        {"parameters", json_integer((json_int_t)r->param_count), false},
+    };
+    for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
+        if (values[k].verify_only && !verify)
+            json_decref(values[k].v);
+        else
+            json_object_set_new(j, values[k].key, values[k].v);
+    }
+    char *text = json_dumps(j, 0);
+    if (text)
+        printf("%s\n", text);
+    free(text);
+    json_decref(j);
 }
 
 static void print_summary(const gpt_train_result_t *r, bool verify)
 {
     printf("\nsummary\n");
     printf("  model                 %llu parameters\n", (unsigned long long)r->param_count);
-    printf("  steps                 %d (%llu validations, %llu updates skipped on overflow, "
-           "%llu blocks skipped)\n", r->steps, (unsigned long long)r->validations,
-           (unsigned long long)r->skipped_updates, (unsigned long long)r->layers_skipped);
-    printf("  loss                  %.4f -> %.4f (validation %.4f)\n", r->first_train_loss,
-           r->final_train_loss, r->final_val_loss);
+    if (r->steps == 0)
+        printf("  steps                 0 (--steps 0: the model was made and one unconstrained "
+               "step measured its peak; nothing was trained)\n");
+    else
+        printf("  steps                 %d (%llu validations, %llu updates skipped on overflow, "
+               "%llu blocks skipped)\n", r->steps, (unsigned long long)r->validations,
+               (unsigned long long)r->skipped_updates, (unsigned long long)r->layers_skipped);
+    if (r->steps > 0) {
+        printf("  loss                  %.4f -> %.4f", r->first_train_loss, r->final_train_loss);
+        if (r->validations > 0)
+            printf(" (validation %.4f)", r->final_val_loss);
+        if (!isfinite(r->final_train_loss) || (r->validations > 0 && !isfinite(r->final_val_loss)))
+            printf(": diverged");
+        printf("\n");
+    }
     printf("  memory                budget %.2f MiB = %.0f%% of the unconstrained peak %.2f "
            "MiB; peak in use %.2f MiB\n", mib(r->budget_bytes),
            r->unconstrained_peak_bytes ? 100.0 * (double)r->budget_bytes /
                                              (double)r->unconstrained_peak_bytes : 0,
            mib(r->unconstrained_peak_bytes), mib(r->peak_device_bytes));
+    if (r->steps == 0) {
+        printf("  hazards               %llu\n", (unsigned long long)r->hazards);
+        return;
+    }
     printf("  swapping              %.1f MiB moved, %llu on-demand swap-ins, %llu stage "
            "changes, %llu policies generated\n", mib(r->swapped_bytes),
            (unsigned long long)r->on_demand_swapins, (unsigned long long)r->stage_changes,
            (unsigned long long)r->policy_regenerations);
     printf("  step time             %.3f ms simulated", r->sim_step_time_s * 1e3);
-    if (verify)
+    if (verify && isfinite(r->overhead_vs_ideal))
         printf(", unconstrained %.3f ms: overhead %+.1f%%", r->ideal_step_time_s * 1e3,
                100 * r->overhead_vs_ideal);
     printf("\n  host overhead         %.2f%% of the CPU time in Chameleon's calls\n",
@@ -370,7 +530,7 @@ static bool write_report(const train_opts_t *o, const gpt_train_result_t *r, cha
                                                              : cham_preset_default_name()));
     json_object_set_new(j, "parameters", json_integer((json_int_t)r->param_count));
     json_object_set_new(j, "steps", json_integer(r->steps));
-    json_object_set_new(j, "final_train_loss", json_real(r->final_train_loss));
+    json_object_set_new(j, "final_train_loss", exp_json_number(r->final_train_loss));
     json_object_set_new(j, "budget_bytes", json_integer((json_int_t)r->budget_bytes));
     json_object_set_new(j, "unconstrained_peak_bytes",
                         json_integer((json_int_t)r->unconstrained_peak_bytes));
@@ -380,13 +540,13 @@ static bool write_report(const train_opts_t *o, const gpt_train_result_t *r, cha
     json_object_set_new(j, "policy_regenerations",
                         json_integer((json_int_t)r->policy_regenerations));
     json_object_set_new(j, "on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins));
-    json_object_set_new(j, "sim_step_time_s", json_real(r->sim_step_time_s));
+    json_object_set_new(j, "sim_step_time_s", exp_json_number(r->sim_step_time_s));
     if (o->c.verify) {
         json_object_set_new(j, "bit_exact", json_boolean(r->bit_exact));
-        json_object_set_new(j, "ideal_step_time_s", json_real(r->ideal_step_time_s));
-        json_object_set_new(j, "overhead_vs_ideal", json_real(r->overhead_vs_ideal));
+        json_object_set_new(j, "ideal_step_time_s", exp_json_number(r->ideal_step_time_s));
+        json_object_set_new(j, "overhead_vs_ideal", exp_json_number(r->overhead_vs_ideal));
     }
-    json_object_set_new(j, "host_overhead_ratio", json_real(r->host_overhead_ratio));
+    json_object_set_new(j, "host_overhead_ratio", exp_json_number(r->host_overhead_ratio));
     json_object_set_new(j, "series", json_incref(o->series));
     json_object_set_new(j, "memory_curve", tool_curve_json(o->profile_path, r->budget_bytes));
     json_object_set_new(j, "policy_applied", tool_policy_json(o->policy_path));
@@ -399,22 +559,28 @@ int cmd_train(int argc, char **argv)
 {
     train_opts_t o = {.c = gpt_train_config_default(), .policy_name = "chameleon"};
     int rc = parse(argc, argv, &o);
-    if (rc)
+    if (rc || tool_parse_only)
         return rc < 0 ? 0 : rc;
-    gpt_data_t data;
-    char err[600];
-    if (o.data) {
-        if (gpt_data_load(&data, o.data, o.c.shape.seq, err, sizeof err) != 0) {
-            fprintf(stderr, "chameleon train: %s\n", err);
-            return 1;
-        }
-    } else if (gpt_data_synthetic(&data, 200000, 64, o.c.seed) != 0) {
-        fprintf(stderr, "chameleon train: out of host memory making the data\n");
-        return 1;
+    if (o.c.steps == 0 && o.curve_dir) {
+        fprintf(stderr, "chameleon train: --memory-curve draws the last training step: it needs "
+                "--steps 1 or more, got --steps 0\n");
+        return 2;
     }
+    bool made = false;
+    if ((rc = check_paths(&o, &made)) != 0)
+        return rc;
+    gpt_data_t data;
+    if ((rc = load_data(&o, &data)) == 0 && (rc = check_host_memory(&o, &data)) != 0)
+        gpt_data_free(&data);
+    if (rc != 0) {
+        if (made)
+            rmdir(o.curve_dir);
+        return rc;
+    }
+    char err[600];
     if (o.curve_dir) {
         if (mkdir(o.curve_dir, 0777) != 0 && errno != EEXIST) {
-            fprintf(stderr, "chameleon train: %s: cannot make the directory: %s\n",
+            fprintf(stderr, "chameleon train: --memory-curve %s: cannot make the directory: %s\n",
                     o.curve_dir, strerror(errno));
             gpt_data_free(&data);
             return 1;
@@ -426,7 +592,7 @@ int cmd_train(int argc, char **argv)
     int tmp_fds[2] = {-1, -1};
     if (o.report) {                         /* the report's curve and policy */
         o.series = json_object();
-        if (!o.curve_dir) {
+        if (!o.curve_dir && o.c.steps > 0) {
             snprintf(o.profile_path, sizeof o.profile_path, "/tmp/cham-profile-XXXXXX");
             if ((tmp_fds[0] = mkstemp(o.profile_path)) >= 0) {
                 close(tmp_fds[0]);
@@ -455,11 +621,13 @@ int cmd_train(int argc, char **argv)
         st = CHAM_ERR_HOST_OOM;           /* reported below, exit 1 */
     if (o.json)
         print_json(&r, o.c.verify);
-    else if (r.steps > 0)
+    else if (st == CHAM_OK || r.steps > 0)
         print_summary(&r, o.c.verify);
+    /* The command line was checked before the run: whatever fails now is
+     * the run's or its files' failure (docs/cli.md, "Exit status"). */
     if (st != CHAM_OK) {
         fprintf(stderr, "chameleon train: %s\n", err);
-        return st == CHAM_ERR_INVALID_ARG ? 2 : 1;
+        return 1;
     }
     if (!o.json && o.c.trace_path)
         printf("  timeline              %s (open it in https://ui.perfetto.dev)\n",

@@ -115,9 +115,12 @@ static void policy_table(FILE *f, json_t *pol)
         return;
     }
     size_t n = json_array_size(items);
-    fprintf(f, "<p>Planner %s: %zu tensors swapped per step; peak %.1f MiB without swaps, "
-            "%.1f MiB predicted, %.1f MiB usable.</p>\n",
-            json_string_value(json_object_get(pol, "planner")), n,
+    /* The name comes from the file: escaped like all text, "?" if absent. */
+    const char *planner = json_string_value(json_object_get(pol, "planner"));
+    fputs("<p>Planner ", f);
+    html_text(f, planner ? planner : "?");
+    fprintf(f, ": %zu tensors swapped per step; peak %.1f MiB without swaps, "
+            "%.1f MiB predicted, %.1f MiB usable.</p>\n", n,
             mib_of(pol, "peak_without_swaps_bytes"), mib_of(pol, "predicted_peak_bytes"),
             mib_of(pol, "usable_bytes"));
     static const char *const cols[] = {"bytes", "swap_out_after_op", "reusable_from_op",

@@ -1,5 +1,5 @@
 /* Training data (data.h). */
-#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,58 +56,29 @@ int gpt_data_synthetic(gpt_data_t *d, size_t n, int vocab, uint64_t seed)
     return 0;
 }
 
-int gpt_data_load(gpt_data_t *d, const char *path, int seq, char *err, size_t err_size)
+int gpt_data_from_bytes(gpt_data_t *d, const unsigned char *bytes, size_t n)
 {
     memset(d, 0, sizeof *d);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, err_size, "%s: cannot open: %s", path, strerror(errno));
+    d->tokens = malloc((n ? n : 1) * sizeof *d->tokens);
+    if (!d->tokens)
         return -1;
-    }
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            unsigned char *b2 = realloc(buf, cap * 2);
-            if (!b2) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = b2;
-            cap *= 2;
-        }
-    }
-    int read_error = ferror(f);
-    fclose(f);
-    if (!buf || read_error) {
-        snprintf(err, err_size, "%s: %s", path, buf ? "read error" : "out of host memory");
-        free(buf);
-        return -1;
-    }
-    /* Each split must hold one sequence and its targets. */
-    size_t need = 10 * ((size_t)seq + 1) + 1;
-    if (n < need) {
-        snprintf(err, err_size, "%s: %zu bytes is too short: with --seq %d the validation "
-                 "tenth needs %d tokens, so at least %zu bytes", path, n, seq, seq + 1, need);
-        free(buf);
-        return -1;
-    }
-    d->tokens = malloc(n * sizeof *d->tokens);
-    if (!d->tokens) {
-        snprintf(err, err_size, "%s: out of host memory", path);
-        free(buf);
-        return -1;
-    }
     for (size_t i = 0; i < n; i++)
-        d->tokens[i] = buf[i];
-    free(buf);
+        d->tokens[i] = bytes[i];
     d->n = n;
     d->vocab = 256;
     split(d);
     return 0;
+}
+
+long gpt_data_max_seq(const gpt_data_t *d)
+{
+    size_t shorter = d->n - d->n_train < d->n_train ? d->n - d->n_train : d->n_train;
+    return shorter > (size_t)INT_MAX ? INT_MAX : (long)shorter - 1;
+}
+
+size_t gpt_data_min_tokens(int seq)
+{
+    return 10 * ((size_t)seq + 1);
 }
 
 void gpt_data_free(gpt_data_t *d)
@@ -121,6 +92,12 @@ void gpt_data_batch(const gpt_data_t *d, int validation, uint64_t seed, uint64_t
 {
     size_t base = validation ? d->n_train : 0;
     size_t len = validation ? d->n - d->n_train : d->n_train;
+    if (T < 1 || (long)T > gpt_data_max_seq(d)) {   /* a caller's bug: see gpt_data_max_seq */
+        fprintf(stderr, "gpt_data_batch: sequences of %d tokens do not fit the %s split of %zu "
+                "tokens (gpt_data_max_seq: %ld)\n", T, validation ? "validation" : "training",
+                len, gpt_data_max_seq(d));
+        abort();
+    }
     size_t positions = len - (size_t)T;          /* starts with T + 1 tokens after them */
     for (int b = 0; b < B; b++) {
         uint64_t h = mix64(seed ^ mix64(step * 2 + (uint64_t)validation) ^ mix64((uint64_t)b));

@@ -5,7 +5,8 @@
  * count up from a random start by a stride of 1 to 4 (modulo the
  * vocabulary), with some noise. A model that reads the last two tokens can
  * predict the next one, so the loss falls visibly in a few hundred steps.
- * Any text file can be used instead, as bytes (a vocabulary of 256). */
+ * Any text file can be used instead, as bytes (a vocabulary of 256). The
+ * last tenth of the tokens is held out for validation. */
 #ifndef CHAM_GPT_DATA_H
 #define CHAM_GPT_DATA_H
 
@@ -23,10 +24,17 @@ typedef struct gpt_data {
  * seed. 0 on success, -1 when the host is out of memory. */
 int gpt_data_synthetic(gpt_data_t *d, size_t n, int vocab, uint64_t seed);
 
-/* The bytes of a file. 0 on success; -1 with a message in err naming the
- * file and the problem (unreadable, too short for seq + 1 tokens in each
- * split). */
-int gpt_data_load(gpt_data_t *d, const char *path, int seq, char *err, size_t err_size);
+/* Data from bytes (a file's, read by the caller): one token per byte, a
+ * vocabulary of 256. 0 on success, -1 when the host is out of memory. */
+int gpt_data_from_bytes(gpt_data_t *d, const unsigned char *bytes, size_t n);
+
+/* The longest sequence d can serve: both splits must hold seq tokens and
+ * the one after them (-1 when a split is empty). gpt_data_batch needs
+ * T <= this; gpt_train checks it. */
+long gpt_data_max_seq(const gpt_data_t *d);
+/* The fewest tokens data needs for sequences of seq tokens: 10 (seq + 1),
+ * so that the validation tenth holds one. */
+size_t gpt_data_min_tokens(int seq);
 
 void gpt_data_free(gpt_data_t *d);
 

@@ -1,4 +1,5 @@
 /* The GPT model on the eager runtime (model.h). */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,18 @@ struct gpt_model {
     bool recompute;              /* blocks keep their input only */
 };
 
+double gpt_model_bytes(const gpt_shape_t *s)
+{
+    double L = s->layers, C = s->hidden, H = s->heads, T = s->seq, B = s->batch;
+    double V = s->vocab, N = B * T;
+    double params = V * C + T * C + 2 * C + L * (12 * C * C + 13 * C);
+    /* Kept per block: its input, ln1, qkv, att (B H T T), atty, res2, ln2,
+     * fc and its GELU (4 NC), and the four per-row norms; then the final
+     * residual, layer norm and probabilities. */
+    double acts = L * (16 * N * C + 4 * N + B * H * T * T) + 2 * N * C + 2 * N + N * V;
+    return 4.0 * (4 * params + acts);
+}
+
 int gpt_shape_check(const gpt_shape_t *s, char *err, size_t err_size)
 {
     const char *what = NULL;
@@ -50,6 +63,17 @@ int gpt_shape_check(const gpt_shape_t *s, char *err, size_t err_size)
         what = "batch", value = s->batch;
     else if (s->vocab < 2)
         what = "vocab", value = s->vocab;
+    if (!what && (long long)s->batch * s->seq > INT_MAX) {
+        snprintf(err, err_size, "batch x seq: %d x %d tokens is more than %d", s->batch, s->seq,
+                 INT_MAX);
+        return -1;
+    }
+    if (!what && gpt_model_bytes(s) > 0x1p50) {
+        snprintf(err, err_size, "layers %d, hidden %d, heads %d, seq %d, batch %d: a training "
+                 "step needs %.3g bytes, more than any host has", s->layers, s->hidden,
+                 s->heads, s->seq, s->batch, gpt_model_bytes(s));
+        return -1;
+    }
     if (!what)
         return 0;
     snprintf(err, err_size, "%s: %d is not valid%s", what, value,

@@ -23,8 +23,16 @@ typedef struct gpt_shape {
 
 typedef struct gpt_model gpt_model_t;
 
-/* Checks the shape; on failure a message names the field. */
+/* Checks the shape; on failure a message names the field. Beyond each
+ * field's range: batch x seq must fit an int, and a training step at most
+ * 2^50 bytes (gpt_model_bytes). */
 int gpt_shape_check(const gpt_shape_t *s, char *err, size_t err_size);
+
+/* The host bytes one unconstrained training step of shape s holds at its
+ * peak, at least: parameters, gradients and AdamW's two moments, and the
+ * activations the forward keeps for the backward (4 bytes each). In double
+ * precision: any shape gives a finite number. */
+double gpt_model_bytes(const gpt_shape_t *s);
 
 /* Makes and initialises the parameters from seed (ops on the device). NULL
  * on failure, with the runtime's message in cham_context_last_error. */

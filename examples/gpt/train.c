@@ -295,6 +295,12 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
     cfg.shape = shape;
     if (gpt_shape_check(&shape, err, err_size) != 0)
         return CHAM_ERR_INVALID_ARG;
+    if (shape.seq > gpt_data_max_seq(d)) {
+        snprintf(err, err_size, "seq: %d is longer than the data allows (%zu tokens: each "
+                 "split must hold seq + 1, the validation tenth %zu; at most %ld)", shape.seq,
+                 d->n, d->n - d->n_train, gpt_data_max_seq(d));
+        return CHAM_ERR_INVALID_ARG;
+    }
     cham_status_t st = CHAM_OK;
     uint64_t budget = c->budget;
     if ((st = measure(&cfg, d, res, err, err_size)) != CHAM_OK)
@@ -318,6 +324,8 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         run_close(&a);
         return st;
     }
+    if (c->on_context)
+        c->on_context(a.ctx, c->on_context_user);
     /* The reference: unlimited memory, nothing managed, nothing recomputed. */
     gpt_train_config_t plain = cfg;
     plain.policy = GPT_POLICY_CHAMELEON;

@@ -47,6 +47,11 @@ typedef struct gpt_train_config {
     const char *trace_path;      /* the constrained run's timeline (chameleon/trace.h) */
     const char *profile_path;    /* its last step's detailed profile, as JSON */
     const char *policy_path;     /* the policy it applies at the end, as JSON */
+    /* Called once with the constrained run's context, before its first
+     * step (NULL: never): lets a test install the runtime's hooks there,
+     * e.g. cham_context_on_swap. The reference run gets no call. */
+    void (*on_context)(cham_context_t *ctx, void *user);
+    void *on_context_user;
 } gpt_train_config_t;
 
 /* Defaults: a small model on the synthetic data, every dynamic behaviour
