@@ -5,7 +5,8 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 
-.PHONY: all deps demo test test-plain test-sanitize cuda-check bench install clean
+.PHONY: all deps demo test test-plain test-sanitize cuda-check bench install clean \
+        fuzz fuzz-smoke soak
 
 all: deps
 	cmake -S . -B $(BUILD) $(CMAKE_ARGS)
@@ -51,6 +52,27 @@ cuda-check: deps
 	cmake --build build-cuda -j $(JOBS)
 	ctest --test-dir build-cuda --output-on-failure -R cuda
 
+# The libFuzzer targets of fuzz/ (docs/fuzzing.md), with clang, ASan and
+# UBSan, into build-fuzz/fuzz/; fuzz-smoke runs each for a fixed number of
+# runs over its seeds (about a minute in all), as CI does.
+fuzz: deps
+	CC=clang cmake -S . -B build-fuzz -DCHAM_FUZZ=ON -DCHAM_CUDA=OFF $(CMAKE_ARGS)
+	cmake --build build-fuzz --target fuzz_all -j $(JOBS)
+
+fuzz-smoke: fuzz
+	scripts/run-fuzz.sh
+
+# The perturbation harness's full count (docs/testing.md): 1,000 seeded
+# random training programs, each compared op by op with an unconstrained
+# run, both executor modes; a failure prints the line that reproduces it.
+# `make test` runs 100 of them. SOAK_FIRST / SOAK_COUNT pick other seeds.
+SOAK_FIRST ?= 1
+SOAK_COUNT ?= 1000
+soak: deps
+	cmake -S . -B build-soak -DCHAM_DEBUG_CHECKS=ON $(CMAKE_ARGS)
+	cmake --build build-soak -j $(JOBS) --target test_perturb
+	build-soak/tests/test_perturb --first $(SOAK_FIRST) --count $(SOAK_COUNT) --jobs $(JOBS)
+
 bench: all
 	$(BUILD)/bench/bench_alloc
 
@@ -58,4 +80,4 @@ install: all
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) build-test build-asan build-cuda
+	rm -rf $(BUILD) build-test build-asan build-cuda build-fuzz build-soak

@@ -4,7 +4,9 @@
 # Why each package: docs/dependencies.md.
 set -euo pipefail
 
-packages=(cmake make gcc clang pkg-config libcmocka-dev libjansson-dev)
+# libclang-rt-dev: clang's sanitizer and libFuzzer runtimes (only recommended
+# by clang, so --no-install-recommends would leave them out).
+packages=(cmake make gcc clang libclang-rt-dev pkg-config libcmocka-dev libjansson-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
