@@ -1,28 +1,39 @@
 /* Tests of the cuda device backend.
  *
  * Opening a "cuda" device decides what runs. Without a usable device (no
- * driver, no GPU) the open-failure tests run — the status is
- * CHAM_ERR_DEVICE_UNAVAILABLE, the message names the CUDA error, nothing
- * crashes or leaks — and then the program prints "test_cuda: skipped: ..."
- * and exits 77, which CTest reports as skipped. With a device, the same
- * argument tests run and then the real ones: copies through pinned memory
- * across two streams ordered by an event, event states, errors and the
- * capacity cap. */
+ * CUDA runtime, no driver, no GPU) the open-failure tests run — the status
+ * is CHAM_ERR_DEVICE_UNAVAILABLE, the message names the CUDA error or the
+ * library that could not be loaded, nothing crashes or leaks — and then the
+ * program prints "test_cuda: skipped: ..." and exits 77, which CTest reports
+ * as skipped. The runtime loader's tests run in both cases: a library that
+ * does not exist, one that is not the CUDA runtime, a search that finds
+ * nothing, and, where the toolkit is installed, its libcudart named through
+ * CHAM_CUDA_RUNTIME. With a device, the same tests run and then the real
+ * ones: copies through pinned memory across two streams ordered by an
+ * event, event states, errors and the capacity cap. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include "chameleon/backend.h"
+#include "device/cuda_api.h"
+
+/* The CUDA runtime, for the tests' own native_fn kernels; loaded in main
+ * when a device opens. */
+static cham_cudart_t rt;
+
+/* Where the toolkit installs its runtime (docs/cuda.md). */
+#define TOOLKIT_CUDART "/usr/local/cuda/lib64/libcudart.so"
 
 static cham_device_config_t cuda_config(void)
 {
@@ -74,6 +85,163 @@ static void test_open_bad_ordinal(void **state)
     assert_true(strlen(cham_device_last_error(NULL)) > 0);
 }
 
+/* ---- the runtime loader: run everywhere -----------------------------------
+ * Each test sets CHAM_CUDA_RUNTIME and puts back what was there before, so
+ * the tests do not depend on each other or on how ctest was started. */
+
+typedef struct saved_env {
+    char value[1024];
+    int was_set;
+} saved_env_t;
+
+static saved_env_t env_set(const char *value)
+{
+    saved_env_t saved = {.was_set = 0};
+    const char *old = getenv(CHAM_CUDA_RUNTIME_ENV);
+    if (old) {
+        saved.was_set = 1;
+        snprintf(saved.value, sizeof saved.value, "%s", old);
+    }
+    assert_int_equal(setenv(CHAM_CUDA_RUNTIME_ENV, value, 1), 0);
+    return saved;
+}
+
+static void env_restore(const saved_env_t *saved)
+{
+    if (saved->was_set)
+        assert_int_equal(setenv(CHAM_CUDA_RUNTIME_ENV, saved->value, 1), 0);
+    else
+        assert_int_equal(unsetenv(CHAM_CUDA_RUNTIME_ENV), 0);
+}
+
+/* What dlopen itself says about name, for the expected message: taken from
+ * the C library, not from the code under test. */
+static void dlopen_error(const char *name, char *out, size_t size)
+{
+    (void)dlerror();
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    assert_null(h);
+    const char *e = dlerror();
+    assert_non_null(e);
+    snprintf(out, size, "%s", e);
+}
+
+/* CHAM_CUDA_RUNTIME names a file that does not exist: a clean "could not
+ * load" failure naming the variable, the file and dlerror's reason, and
+ * the same again on a second open. */
+static void test_runtime_missing(void **state)
+{
+    (void)state;
+    const char *path = "/nonexistent/chameleon-test/libcudart.so.13";
+    char expect_why[512], expect_head[1200];
+    dlopen_error(path, expect_why, sizeof expect_why);
+    snprintf(expect_head, sizeof expect_head, "cuda: could not load the CUDA runtime named "
+             "by CHAM_CUDA_RUNTIME=%s: %s", path, expect_why);
+    saved_env_t saved = env_set(path);
+    cham_device_config_t c = cuda_config();
+    for (int i = 0; i < 2; i++) {
+        cham_device_t *dev = (cham_device_t *)&c;
+        assert_int_equal(cham_device_open(&c, &dev), CHAM_ERR_DEVICE_UNAVAILABLE);
+        assert_null(dev);
+        assert_string_equal(cham_device_last_error(NULL), expect_head);
+    }
+    env_restore(&saved);
+}
+
+/* CHAM_CUDA_RUNTIME names a real library that is not the CUDA runtime
+ * (libm): refused, naming the first function it lacks. */
+static void test_runtime_not_cudart(void **state)
+{
+    (void)state;
+    const char *lib = "libm.so.6";
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        skip();
+    (void)dlerror();
+    assert_null(dlsym(h, "cudaRuntimeGetVersion"));
+    char expect[512], dl_why[400];
+    snprintf(dl_why, sizeof dl_why, "%s", dlerror());
+    dlclose(h);
+    snprintf(expect, sizeof expect, "cuda: %s (from CHAM_CUDA_RUNTIME) is not a usable CUDA "
+             "runtime: %s", lib, dl_why);
+    saved_env_t saved = env_set(lib);
+    cham_device_config_t c = cuda_config();
+    cham_device_t *dev = NULL;
+    assert_int_equal(cham_device_open(&c, &dev), CHAM_ERR_DEVICE_UNAVAILABLE);
+    assert_null(dev);
+    assert_string_equal(cham_device_last_error(NULL), expect);
+    env_restore(&saved);
+}
+
+/* The default search when no candidate exists (here: names that exist
+ * nowhere, since this machine's linker may well find the real ones): the
+ * first candidate's reason, the others listed, and the way out. */
+static void test_runtime_search_finds_nothing(void **state)
+{
+    (void)state;
+    const char *names[] = {"libcham-test-no-cudart.so.13", "libcham-test-no-cudart.so",
+                           "/nonexistent/libcudart.so", NULL};
+    char why[512], expect[1200], msg[1200];
+    dlopen_error(names[0], why, sizeof why);
+    snprintf(expect, sizeof expect, "cuda: could not load the CUDA runtime: %s (also tried "
+             "libcham-test-no-cudart.so, /nonexistent/libcudart.so); set CHAM_CUDA_RUNTIME "
+             "to the library's path", why);
+    cham_cudart_t t;
+    assert_int_equal(cham_cudart_search(names, &t, msg, sizeof msg),
+                     CHAM_ERR_DEVICE_UNAVAILABLE);
+    assert_string_equal(msg, expect);
+    /* The real search order starts with the runtime this backend is
+     * written for and ends with the toolkit's default place. */
+    assert_string_equal(cham_cudart_search_order[0], "libcudart.so.13");
+    size_t n = 0;
+    while (cham_cudart_search_order[n])
+        n++;
+    assert_string_equal(cham_cudart_search_order[n - 1], TOOLKIT_CUDART);
+}
+
+/* With the toolkit installed: CHAM_CUDA_RUNTIME pointing at its libcudart
+ * loads it, and opening a device either works (a GPU and its driver) or
+ * reports the CUDA runtime's own error. Without a driver (no libcuda.so.1
+ * for dlopen), that error must be cudaErrorInsufficientDriver from the
+ * first runtime call. */
+static void test_runtime_from_toolkit(void **state)
+{
+    (void)state;
+    if (access(TOOLKIT_CUDART, R_OK) != 0)
+        skip();
+    saved_env_t saved = env_set(TOOLKIT_CUDART);
+
+    cham_cudart_t t;
+    char msg[512];
+    assert_int_equal(cham_cudart_load(&t, msg, sizeof msg), CHAM_OK);
+    assert_string_equal(t.library, TOOLKIT_CUDART);
+    assert_true(t.version >= CHAM_CUDA_RUNTIME_MIN_VERSION);
+    int version = 0;
+    assert_int_equal(t.cudaRuntimeGetVersion(&version), cudaSuccess);
+    assert_int_equal(version, t.version);
+
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    cham_device_config_t c = cuda_config();
+    cham_device_t *dev = NULL;
+    cham_status_t st = cham_device_open(&c, &dev);
+    if (st == CHAM_OK) {
+        assert_non_null(driver);
+        cham_device_close(dev);
+    } else {
+        assert_int_equal(st, CHAM_ERR_DEVICE_UNAVAILABLE);
+        assert_null(dev);
+        const char *err = cham_device_last_error(NULL);
+        assert_non_null(strstr(err, "(cudaError"));
+        if (!driver)
+            assert_string_equal(err, "cuda: no usable device: cudaGetDeviceCount failed: "
+                                     "CUDA driver version is insufficient for CUDA runtime "
+                                     "version (cudaErrorInsufficientDriver)");
+    }
+    if (driver)
+        dlclose(driver);
+    env_restore(&saved);
+}
+
 /* ---- tests that need a device -------------------------------------------*/
 
 /* A host callback queued on a stream that holds the stream until the test
@@ -98,7 +266,7 @@ static void gate_wait(void *arg)
 
 static void gate_launch(void *native_stream, void *arg)
 {
-    (void)cudaLaunchHostFunc((cudaStream_t)native_stream, gate_wait, arg);
+    (void)rt.cudaLaunchHostFunc((cudaStream_t)native_stream, gate_wait, arg);
 }
 
 /* A device with two streams and two events. Teardown frees whatever the
@@ -234,7 +402,7 @@ static void failing_native(void *native_stream, void *arg)
     (void)native_stream;
     (void)arg;
     void *p = NULL;
-    (void)cudaMalloc(&p, (size_t)1 << 62);
+    (void)rt.cudaMalloc(&p, (size_t)1 << 62);
 }
 
 static void test_errors(void **state)
@@ -301,9 +469,17 @@ int main(void)
     const struct CMUnitTest everywhere[] = {
         cmocka_unit_test(test_open_unavailable),
         cmocka_unit_test(test_open_bad_ordinal),
+        cmocka_unit_test(test_runtime_missing),
+        cmocka_unit_test(test_runtime_not_cudart),
+        cmocka_unit_test(test_runtime_search_finds_nothing),
+        cmocka_unit_test(test_runtime_from_toolkit),
     };
     const struct CMUnitTest with_device[] = {
         cmocka_unit_test(test_open_bad_ordinal),
+        cmocka_unit_test(test_runtime_missing),
+        cmocka_unit_test(test_runtime_not_cudart),
+        cmocka_unit_test(test_runtime_search_finds_nothing),
+        cmocka_unit_test(test_runtime_from_toolkit),
         cmocka_unit_test_setup_teardown(test_info, open_device, close_device),
         cmocka_unit_test_setup_teardown(test_copy_across_streams, open_device, close_device),
         cmocka_unit_test_setup_teardown(test_errors, open_device, close_device),
@@ -328,5 +504,10 @@ int main(void)
         return 1;
     }
     cham_device_close(dev);
+    char why[512];
+    if (cham_cudart_load(&rt, why, sizeof why) != CHAM_OK) {
+        fprintf(stderr, "test_cuda: a device opened but the runtime did not load: %s\n", why);
+        return 1;
+    }
     return cmocka_run_group_tests_name("cuda", with_device, NULL, NULL) ? 1 : 0;
 }

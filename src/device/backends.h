@@ -7,9 +7,8 @@
 #include "chameleon/backend.h"
 
 cham_status_t cham_sim_open(const cham_device_config_t *config, cham_device_t **out);
-#if CHAM_HAVE_CUDA
+/* Loads the CUDA runtime with dlopen (cuda_api.h), then opens the device. */
 cham_status_t cham_cuda_open(const cham_device_config_t *config, cham_device_t **out);
-#endif
 
 /* Records the message for cham_device_last_error(NULL) after a failed open. */
 void cham_device_set_open_error(const char *fmt, ...) CHAM_PRINTF(1, 2);

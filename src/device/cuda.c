@@ -2,27 +2,30 @@
  * CUDA runtime API (cudaMalloc segments, cudaHostAlloc pinned memory,
  * non-blocking streams, timing-free events, cudaMemcpyAsync).
  *
- * Only the runtime API is used and cudart is linked statically; libcuda (the
- * driver) is loaded by cudart at run time, so a binary built with this file
- * starts on a machine without a driver and cham_cuda_open() then fails with
- * CHAM_ERR_DEVICE_UNAVAILABLE and a message naming the CUDA error.
+ * Always built, with no CUDA header or library: the runtime's functions are
+ * declared in cuda_api.h and loaded by cham_cuda_open() with dlopen
+ * (cuda_api.c); libcudart loads libcuda (the driver) itself. So any program
+ * linked with Chameleon starts without CUDA, and opening a "cuda" device
+ * fails with CHAM_ERR_DEVICE_UNAVAILABLE and a message saying why: the
+ * runtime could not be loaded (the library tried and dlerror's text), or
+ * the runtime refused (the CUDA error, e.g. cudaErrorInsufficientDriver).
  *
  * Every CUDA call goes through CHAM_CUDA_CHECK, which records
  * "cuda: <context>: cudaXxx failed: <description> (<cudaErrorName>)" on the
  * device and maps the error to a cham_status_t. See docs/cuda.md. */
 #include "chameleon/backend.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include <cuda_runtime_api.h>
-
 #include "common/assert.h"
 #include "common/grow.h"
 #include "device/backends.h"
+#include "device/cuda_api.h"
 
 /* One live allocation: a cudaMalloc segment or a cudaHostAlloc block. */
 typedef struct cuda_seg {
@@ -45,6 +48,7 @@ typedef struct cuda_seg_list {
 /* The backend context of one open cuda device.
  * Invariant: cap == 0 or mem.bytes <= cap; cap < total_mem when nonzero. */
 typedef struct cuda_ctx {
+    cham_cudart_t rt;        /* the runtime's functions, loaded at open */
     cham_device_t *dev;      /* set by attach; NULL while opening */
     int ordinal;             /* CUDA device index, made current before device work */
     char name[256];          /* cudaDeviceProp.name */
@@ -91,14 +95,31 @@ static cham_status_t cuda_check(cuda_ctx_t *ctx, cudaError_t err, const char *ca
 #endif
     ;
 
+/* The name of the CUDA function in a stringified call such as
+ * "ctx->rt.cudaMalloc(ptr, bytes)": the identifier just before the first
+ * '('. Sets *len to its length. */
+static const char *call_name(const char *call, int *len)
+{
+    const char *open = strchr(call, '(');
+    if (!open)
+        open = call + strlen(call);
+    const char *start = open;
+    while (start > call && (isalnum((unsigned char)start[-1]) || start[-1] == '_'))
+        start--;
+    *len = (int)(open - start);
+    return start;
+}
+
 /* Returns CHAM_OK for cudaSuccess. Otherwise records the failure on the
- * device (or as the open error while the device is being opened), clears
- * the runtime's per-thread last error so that a later cudaGetLastError()
- * does not report it again, and returns the mapped status. call is the
- * stringified call; only the function name before '(' is printed. */
+ * device (or as the open error while the device is being opened, when
+ * ctx->dev is still NULL), clears the runtime's per-thread last error so
+ * that a later cudaGetLastError() does not report it again, and returns the
+ * mapped status. call is the stringified call; only the CUDA function's
+ * name is printed. */
 static cham_status_t cuda_check(cuda_ctx_t *ctx, cudaError_t err, const char *call,
                                 const char *fmt, ...)
 {
+    CHAM_ASSERT(ctx);
     if (err == cudaSuccess)
         return CHAM_OK;
     char where[256];
@@ -106,16 +127,17 @@ static cham_status_t cuda_check(cuda_ctx_t *ctx, cudaError_t err, const char *ca
     va_start(ap, fmt);
     vsnprintf(where, sizeof where, fmt, ap);
     va_end(ap);
-    int fn_len = (int)strcspn(call, "( ");
-    const char *desc = cudaGetErrorString(err);
-    const char *name = cudaGetErrorName(err);
-    if (ctx && ctx->dev)
+    int fn_len;
+    const char *fn = call_name(call, &fn_len);
+    const char *desc = ctx->rt.cudaGetErrorString(err);
+    const char *name = ctx->rt.cudaGetErrorName(err);
+    if (ctx->dev)
         cham_device_set_error(ctx->dev, "cuda: %s: %.*s failed: %s (%s)", where, fn_len,
-                              call, desc ? desc : "?", name ? name : "?");
+                              fn, desc ? desc : "?", name ? name : "?");
     else
-        cham_device_set_open_error("cuda: %s: %.*s failed: %s (%s)", where, fn_len, call,
+        cham_device_set_open_error("cuda: %s: %.*s failed: %s (%s)", where, fn_len, fn,
                                    desc ? desc : "?", name ? name : "?");
-    (void)cudaGetLastError();
+    (void)ctx->rt.cudaGetLastError();
     return cuda_status(err);
 }
 
@@ -128,7 +150,8 @@ static cham_status_t cuda_check(cuda_ctx_t *ctx, cudaError_t err, const char *ca
  * per host thread and the caller may use several devices or threads. */
 static cham_status_t cuda_enter(cuda_ctx_t *ctx)
 {
-    return CHAM_CUDA_CHECK(ctx, cudaSetDevice(ctx->ordinal), "device %d", ctx->ordinal);
+    return CHAM_CUDA_CHECK(ctx, ctx->rt.cudaSetDevice(ctx->ordinal), "device %d",
+                           ctx->ordinal);
 }
 
 /* ---- segment lists ------------------------------------------------------*/
@@ -183,10 +206,10 @@ static void cuda_destroy(void *vctx)
      * primary context is left alone: other code in the process may use it. */
     if (ctx->mem.n + ctx->host.n > 0 && cuda_enter(ctx) == CHAM_OK) {
         for (size_t i = 0; i < ctx->mem.n; i++)
-            CHAM_CUDA_CHECK(ctx, cudaFree(ctx->mem.segs[i].ptr),
+            CHAM_CUDA_CHECK(ctx, ctx->rt.cudaFree(ctx->mem.segs[i].ptr),
                             "close: device segment of %zu bytes", ctx->mem.segs[i].bytes);
         for (size_t i = 0; i < ctx->host.n; i++)
-            CHAM_CUDA_CHECK(ctx, cudaFreeHost(ctx->host.segs[i].ptr),
+            CHAM_CUDA_CHECK(ctx, ctx->rt.cudaFreeHost(ctx->host.segs[i].ptr),
                             "close: pinned block of %zu bytes", ctx->host.segs[i].bytes);
     }
     free(ctx->mem.segs);
@@ -224,7 +247,7 @@ static cham_status_t cuda_mem_alloc(void *vctx, size_t bytes, void **ptr)
     if (st == CHAM_OK)
         st = cuda_enter(ctx);
     if (st == CHAM_OK)
-        st = CHAM_CUDA_CHECK(ctx, cudaMalloc(ptr, bytes),
+        st = CHAM_CUDA_CHECK(ctx, ctx->rt.cudaMalloc(ptr, bytes),
                              "device allocation of %zu bytes", bytes);
     if (st != CHAM_OK) {
         *ptr = NULL;
@@ -239,7 +262,7 @@ static void cuda_mem_free(void *vctx, void *ptr)
     cuda_ctx_t *ctx = vctx;
     seg_remove(&ctx->mem, ptr);
     if (cuda_enter(ctx) == CHAM_OK)
-        CHAM_CUDA_CHECK(ctx, cudaFree(ptr), "device free of %p", ptr);
+        CHAM_CUDA_CHECK(ctx, ctx->rt.cudaFree(ptr), "device free of %p", ptr);
 }
 
 static cham_status_t cuda_host_alloc(void *vctx, size_t bytes, void **ptr)
@@ -249,7 +272,7 @@ static cham_status_t cuda_host_alloc(void *vctx, size_t bytes, void **ptr)
     if (st == CHAM_OK)
         st = cuda_enter(ctx);
     if (st == CHAM_OK)
-        st = CHAM_CUDA_CHECK(ctx, cudaHostAlloc(ptr, bytes, cudaHostAllocDefault),
+        st = CHAM_CUDA_CHECK(ctx, ctx->rt.cudaHostAlloc(ptr, bytes, cudaHostAllocDefault),
                              "pinned host allocation of %zu bytes", bytes);
     if (st != CHAM_OK) {
         *ptr = NULL;
@@ -264,7 +287,7 @@ static void cuda_host_free(void *vctx, void *ptr)
     cuda_ctx_t *ctx = vctx;
     seg_remove(&ctx->host, ptr);
     if (cuda_enter(ctx) == CHAM_OK)
-        CHAM_CUDA_CHECK(ctx, cudaFreeHost(ptr), "pinned host free of %p", ptr);
+        CHAM_CUDA_CHECK(ctx, ctx->rt.cudaFreeHost(ptr), "pinned host free of %p", ptr);
 }
 
 /* ---- streams ------------------------------------------------------------
@@ -277,7 +300,8 @@ static cham_status_t cuda_stream_new(void *vctx, int id, const char *name, void 
     cudaStream_t s = NULL;
     cham_status_t st = cuda_enter(ctx);
     if (st == CHAM_OK)
-        st = CHAM_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
+        st = CHAM_CUDA_CHECK(ctx,
+                             ctx->rt.cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
                              "stream \"%s\"", name);
     *stream = st == CHAM_OK ? (void *)s : NULL;
     return st;
@@ -287,19 +311,22 @@ static void cuda_stream_free(void *vctx, void *stream)
 {
     cuda_ctx_t *ctx = vctx;
     if (cuda_enter(ctx) == CHAM_OK)
-        CHAM_CUDA_CHECK(ctx, cudaStreamDestroy((cudaStream_t)stream), "stream free");
+        CHAM_CUDA_CHECK(ctx, ctx->rt.cudaStreamDestroy((cudaStream_t)stream), "stream free");
 }
 
 static cham_status_t cuda_stream_synchronize(void *vctx, void *stream)
 {
-    return CHAM_CUDA_CHECK((cuda_ctx_t *)vctx, cudaStreamSynchronize((cudaStream_t)stream),
+    cuda_ctx_t *ctx = vctx;
+    return CHAM_CUDA_CHECK(ctx, ctx->rt.cudaStreamSynchronize((cudaStream_t)stream),
                            "stream synchronize");
 }
 
 static cham_status_t cuda_stream_wait_event(void *vctx, void *stream, void *event)
 {
-    return CHAM_CUDA_CHECK((cuda_ctx_t *)vctx,
-                           cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0),
+    cuda_ctx_t *ctx = vctx;
+    return CHAM_CUDA_CHECK(ctx,
+                           ctx->rt.cudaStreamWaitEvent((cudaStream_t)stream,
+                                                       (cudaEvent_t)event, 0),
                            "stream wait");
 }
 
@@ -312,7 +339,8 @@ static cham_status_t cuda_event_new(void *vctx, void **event)
     cudaEvent_t e = NULL;
     cham_status_t st = cuda_enter(ctx);
     if (st == CHAM_OK)
-        st = CHAM_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
+        st = CHAM_CUDA_CHECK(ctx,
+                             ctx->rt.cudaEventCreateWithFlags(&e, cudaEventDisableTiming),
                              "event new");
     *event = st == CHAM_OK ? (void *)e : NULL;
     return st;
@@ -322,30 +350,33 @@ static void cuda_event_free(void *vctx, void *event)
 {
     cuda_ctx_t *ctx = vctx;
     if (cuda_enter(ctx) == CHAM_OK)
-        CHAM_CUDA_CHECK(ctx, cudaEventDestroy((cudaEvent_t)event), "event free");
+        CHAM_CUDA_CHECK(ctx, ctx->rt.cudaEventDestroy((cudaEvent_t)event), "event free");
 }
 
 static cham_status_t cuda_event_record(void *vctx, void *event, void *stream)
 {
-    return CHAM_CUDA_CHECK((cuda_ctx_t *)vctx,
-                           cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream),
+    cuda_ctx_t *ctx = vctx;
+    return CHAM_CUDA_CHECK(ctx,
+                           ctx->rt.cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream),
                            "event record");
 }
 
 static cham_status_t cuda_event_query(void *vctx, void *event)
 {
-    cudaError_t err = cudaEventQuery((cudaEvent_t)event);
+    cuda_ctx_t *ctx = vctx;
+    cudaError_t err = ctx->rt.cudaEventQuery((cudaEvent_t)event);
     if (err == cudaErrorNotReady) {
         /* Not a failure: clear it so cudaGetLastError() does not see it. */
-        (void)cudaGetLastError();
+        (void)ctx->rt.cudaGetLastError();
         return CHAM_NOT_READY;
     }
-    return CHAM_CUDA_CHECK((cuda_ctx_t *)vctx, err, "event query");
+    return CHAM_CUDA_CHECK(ctx, err, "event query");
 }
 
 static cham_status_t cuda_event_synchronize(void *vctx, void *event)
 {
-    return CHAM_CUDA_CHECK((cuda_ctx_t *)vctx, cudaEventSynchronize((cudaEvent_t)event),
+    cuda_ctx_t *ctx = vctx;
+    return CHAM_CUDA_CHECK(ctx, ctx->rt.cudaEventSynchronize((cudaEvent_t)event),
                            "event synchronize");
 }
 
@@ -355,7 +386,7 @@ static cham_status_t cuda_copy_async(void *vctx, void *stream, void *dst, const 
                                      size_t bytes, cham_copy_kind_t kind, const char *label)
 {
     cuda_ctx_t *ctx = vctx;
-    enum cudaMemcpyKind ck = kind == CHAM_COPY_H2D   ? cudaMemcpyHostToDevice
+    int ck = kind == CHAM_COPY_H2D   ? cudaMemcpyHostToDevice
                              : kind == CHAM_COPY_D2H ? cudaMemcpyDeviceToHost
                                                      : cudaMemcpyDeviceToDevice;
     if (bytes == 0)
@@ -363,7 +394,8 @@ static cham_status_t cuda_copy_async(void *vctx, void *stream, void *dst, const 
     cham_status_t st = cuda_enter(ctx);
     if (st != CHAM_OK)
         return st;
-    return CHAM_CUDA_CHECK(ctx, cudaMemcpyAsync(dst, src, bytes, ck, (cudaStream_t)stream),
+    return CHAM_CUDA_CHECK(ctx,
+                           ctx->rt.cudaMemcpyAsync(dst, src, bytes, ck, (cudaStream_t)stream),
                            "copy \"%s\" of %zu bytes", label ? label : "", bytes);
 }
 
@@ -383,7 +415,7 @@ static cham_status_t cuda_kernel_launch(void *vctx, void *stream, const cham_ker
     k->native_fn(stream, k->arg);
     /* A launch error (or any runtime error native_fn left behind) shows up
      * here; errors inside the kernel surface at a later synchronisation. */
-    return CHAM_CUDA_CHECK(ctx, cudaGetLastError(), "kernel \"%s\"", label);
+    return CHAM_CUDA_CHECK(ctx, ctx->rt.cudaGetLastError(), "kernel \"%s\"", label);
 }
 
 static cham_status_t cuda_device_synchronize(void *vctx)
@@ -392,7 +424,7 @@ static cham_status_t cuda_device_synchronize(void *vctx)
     cham_status_t st = cuda_enter(ctx);
     if (st != CHAM_OK)
         return st;
-    return CHAM_CUDA_CHECK(ctx, cudaDeviceSynchronize(), "device synchronize");
+    return CHAM_CUDA_CHECK(ctx, ctx->rt.cudaDeviceSynchronize(), "device synchronize");
 }
 
 /* ---- host clock ---------------------------------------------------------*/
@@ -473,44 +505,65 @@ cham_status_t cham_cuda_open(const cham_device_config_t *config, cham_device_t *
         return CHAM_ERR_INVALID_ARG;
     }
 
-    /* Any failure below means this device cannot be used: every CUDA error
-     * while opening is reported as CHAM_ERR_DEVICE_UNAVAILABLE, with the
-     * CUDA error's name in the message. */
-    int count = 0;
-    if (CHAM_CUDA_CHECK(NULL, cudaGetDeviceCount(&count), "no usable device") != CHAM_OK)
-        return CHAM_ERR_DEVICE_UNAVAILABLE;
-    if (count <= 0) {
-        cham_device_set_open_error("cuda: no usable device: the CUDA runtime reports "
-                                   "no devices");
-        return CHAM_ERR_DEVICE_UNAVAILABLE;
-    }
-    if (ordinal >= count) {
-        cham_device_set_open_error("cuda: no usable device: ordinal %d requested but "
-                                   "only %d device%s present", ordinal, count,
-                                   count == 1 ? " is" : "s are");
-        return CHAM_ERR_DEVICE_UNAVAILABLE;
-    }
-    /* Since CUDA 12, cudaSetDevice also creates the primary context, so a
-     * device that cannot be used fails here rather than at the first alloc. */
-    struct cudaDeviceProp prop;
-    int mem_khz = 0;
-    if (CHAM_CUDA_CHECK(NULL, cudaSetDevice(ordinal), "device %d unusable", ordinal) != CHAM_OK ||
-        CHAM_CUDA_CHECK(NULL, cudaGetDeviceProperties(&prop, ordinal),
-                        "device %d unusable", ordinal) != CHAM_OK ||
-        /* cudaDeviceProp.memoryClockRate is gone in CUDA 13: use the attribute. */
-        CHAM_CUDA_CHECK(NULL, cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate,
-                                                     ordinal),
-                        "device %d unusable", ordinal) != CHAM_OK)
-        return CHAM_ERR_DEVICE_UNAVAILABLE;
-
     cuda_ctx_t *ctx = calloc(1, sizeof *ctx);
     if (!ctx) {
         cham_device_set_open_error("cuda: out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
+    char why[512];
+    cham_status_t st = cham_cudart_load(&ctx->rt, why, sizeof why);
+    if (st != CHAM_OK) {
+        cham_device_set_open_error("%s", why);
+        free(ctx);
+        return st;
+    }
     ctx->ordinal = ordinal;
-    snprintf(ctx->name, sizeof ctx->name, "%s", prop.name);
-    ctx->total_mem = (uint64_t)prop.totalGlobalMem;
+
+    /* Any failure below means this device cannot be used: every CUDA error
+     * while opening is reported as CHAM_ERR_DEVICE_UNAVAILABLE, with the
+     * CUDA error's name in the message (ctx->dev is NULL until
+     * cham_device_open_iface, so CHAM_CUDA_CHECK records open errors). */
+    int count = 0;
+    st = CHAM_CUDA_CHECK(ctx, ctx->rt.cudaGetDeviceCount(&count), "no usable device");
+    if (st == CHAM_OK && count <= 0) {
+        cham_device_set_open_error("cuda: no usable device: the CUDA runtime reports "
+                                   "no devices");
+        st = CHAM_ERR_DEVICE_UNAVAILABLE;
+    } else if (st == CHAM_OK && ordinal >= count) {
+        cham_device_set_open_error("cuda: no usable device: ordinal %d requested but "
+                                   "only %d device%s present", ordinal, count,
+                                   count == 1 ? " is" : "s are");
+        st = CHAM_ERR_DEVICE_UNAVAILABLE;
+    }
+    /* Since CUDA 12, cudaSetDevice also creates the primary context, so a
+     * device that cannot be used fails here rather than at the first alloc.
+     * cudaDeviceProp.memoryClockRate is gone in CUDA 13 (and memoryBusWidth
+     * lies past the head cuda_api.h declares): both come from attributes. */
+    cham_cuda_device_prop_t prop;
+    memset(&prop, 0, sizeof prop);
+    int mem_khz = 0, bus_bits = 0;
+    if (st == CHAM_OK &&
+        (CHAM_CUDA_CHECK(ctx, ctx->rt.cudaSetDevice(ordinal), "device %d unusable",
+                         ordinal) != CHAM_OK ||
+         CHAM_CUDA_CHECK(ctx, ctx->rt.cudaGetDeviceProperties(&prop, ordinal),
+                         "device %d unusable", ordinal) != CHAM_OK ||
+         CHAM_CUDA_CHECK(ctx,
+                         ctx->rt.cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate,
+                                                        ordinal),
+                         "device %d unusable", ordinal) != CHAM_OK ||
+         CHAM_CUDA_CHECK(ctx,
+                         ctx->rt.cudaDeviceGetAttribute(&bus_bits,
+                                                        cudaDevAttrGlobalMemoryBusWidth, ordinal),
+                         "device %d unusable", ordinal) != CHAM_OK))
+        st = CHAM_ERR_DEVICE_UNAVAILABLE;
+    if (st != CHAM_OK) {
+        free(ctx);
+        return CHAM_ERR_DEVICE_UNAVAILABLE;
+    }
+
+    snprintf(ctx->name, sizeof ctx->name, "%.*s", (int)sizeof prop.head.name,
+             prop.head.name);
+    ctx->total_mem = (uint64_t)prop.head.totalGlobalMem;
     if (config->capacity && config->capacity < ctx->total_mem)
         ctx->cap = config->capacity;
     ctx->peak_flops = config->peak_flops;
@@ -518,13 +571,13 @@ cham_status_t cham_cuda_open(const cham_device_config_t *config, cham_device_t *
      * rate x memory clock x bus width. 0 when the device does not say. */
     if (config->hbm_bandwidth > 0)
         ctx->hbm_bandwidth = config->hbm_bandwidth;
-    else if (mem_khz > 0 && prop.memoryBusWidth > 0)
-        ctx->hbm_bandwidth = 2.0 * (double)mem_khz * 1e3 * ((double)prop.memoryBusWidth / 8.0);
+    else if (mem_khz > 0 && bus_bits > 0)
+        ctx->hbm_bandwidth = 2.0 * (double)mem_khz * 1e3 * ((double)bus_bits / 8.0);
     ctx->h2d_bandwidth = config->h2d_bandwidth;
     ctx->d2h_bandwidth = config->d2h_bandwidth;
     ctx->p2p_bandwidth = config->p2p_bandwidth;
 
-    cham_status_t st = cham_device_open_iface(&cuda_iface, ctx, out);
+    st = cham_device_open_iface(&cuda_iface, ctx, out);
     if (st != CHAM_OK)
         free(ctx);
     return st;

@@ -79,15 +79,8 @@ cham_status_t cham_device_open(const cham_device_config_t *config, cham_device_t
     const char *backend = config->backend ? config->backend : "sim";
     if (strcmp(backend, "sim") == 0)
         return cham_sim_open(config, out);
-    if (strcmp(backend, "cuda") == 0) {
-#if CHAM_HAVE_CUDA
+    if (strcmp(backend, "cuda") == 0)
         return cham_cuda_open(config, out);
-#else
-        cham_device_set_open_error("backend \"cuda\" is not built in: the CUDA toolkit "
-                                   "was not found when Chameleon was built");
-        return CHAM_ERR_UNSUPPORTED;
-#endif
-    }
     cham_device_set_open_error("unknown backend \"%s\" (known: sim, cuda)", backend);
     return CHAM_ERR_NOT_FOUND;
 }
