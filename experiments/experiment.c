@@ -152,11 +152,6 @@ void exp_steps_free(exp_steps_t *s)
 
 /* ---- output -----------------------------------------------------------------------*/
 
-json_t *exp_json_number(double v)
-{
-    return isfinite(v) ? json_real(v) : json_null();
-}
-
 static json_t *table_json(const exp_table_t *t)
 {
     json_t *j = json_object(), *cols = json_array(), *rows = json_array();

@@ -1,4 +1,4 @@
-/* The memory curve of a profiled step (experiment.h): what the device held
+/* The memory curve of a profiled step (plot.h): what the device held
  * op by op, what it would have held without the swaps (the profile's
  * rebuilt curve, paper Fig. 3), and the capacity. */
 #include <errno.h>
@@ -7,11 +7,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "experiment.h"
+#include "plot.h"
 
 
-bool exp_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *dir,
-                      const char *name, char *err, size_t err_size)
+bool exp_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *limit_name,
+                      const char *dir, const char *name, char *err, size_t err_size)
 {
     cham_profile_view_t v;
     cham_profile_get(p, &v);
@@ -54,13 +54,14 @@ bool exp_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *di
         snprintf(title, sizeof title, "Device memory during step %llu",
                  (unsigned long long)v.step);
         exp_plot_init(&pl, name, title, "op", unit > 1024.0 * 1024 ? "GiB" : "MiB");
+        pl.y_from_zero = true;
         for (size_t k = 0; k < n && ok; k++) {
             double x = (double)k / 2;
             ok = exp_plot_add(&pl, "in use", x, (double)actual[k] / unit) &&
                  exp_plot_add(&pl, "without swaps", x, (double)rebuilt[k] / unit);
         }
-        ok = ok && exp_plot_add(&pl, "capacity", 0, (double)capacity / unit) &&
-             exp_plot_add(&pl, "capacity", n ? (double)(n - 1) / 2 : 1, (double)capacity / unit);
+        ok = ok && exp_plot_add(&pl, limit_name, 0, (double)capacity / unit) &&
+             exp_plot_add(&pl, limit_name, n ? (double)(n - 1) / 2 : 1, (double)capacity / unit);
         snprintf(path, sizeof path, "%s/%s.svg", dir, name);
         if (ok && !exp_plot_write_svg(&pl, path)) {
             snprintf(err, err_size, "%s: cannot write: %s", path, strerror(errno));

@@ -1,4 +1,4 @@
-/* Line plots as self-contained SVG (experiment.h): axes with "nice" ticks,
+/* Line plots as self-contained SVG (plot.h): axes with "nice" ticks,
  * light grid lines, one coloured polyline with markers per series, NAN
  * values as gaps, a legend. No external program is needed to view them. */
 #include <float.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "experiment.h"
+#include "plot.h"
 
 /* Copies s into dst, cut at a character boundary: a UTF-8 sequence cut in
  * half would make the SVG ill-formed. */
@@ -381,7 +381,8 @@ void exp_plot_print_svg(const exp_plot_t *p, FILE *f)
         log_axis(&ax, xlo, xhi, pow2);
     else
         linear_axis(&ax, xlo, xhi, false);
-    linear_axis(&ay, ylo, yhi, true);
+    linear_axis(&ay, p->y_from_zero ? fmin(ylo, 0) : ylo, p->y_from_zero ? fmax(yhi, 0) : yhi,
+                true);
 
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%d\" "
             "height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"Helvetica, Arial, sans-serif\" "

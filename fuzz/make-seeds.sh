@@ -24,7 +24,7 @@ mkdir -p "$corpus"/{profile,policy,config,report,cli}
 # ---- raw material ---------------------------------------------------------
 # A 1-block GPT at 80% of its peak: every phase, passive swaps.
 "$bin" train --layers 1 --hidden 8 --heads 1 --seq 8 --batch 1 --steps 12 --quiet \
-  --budget 80% --memory-curve "$tmp/train" >/dev/null
+  --capacity 80% --memory-curve "$tmp/train" >/dev/null
 # A paper-scale transformer step (op names and sizes of the LLM workloads).
 sim=(simulate --model gpt2 --layers 2 --hidden 256 --ffn 1024 --heads 4 --kv-heads 4
      --seq 1024 --mbs 2 --vocab 1000 --steps 12)
@@ -197,8 +197,8 @@ cli simulate-dynamic simulate --model mixtral --experts 8 --topk 2 --overflow-pr
   --steps 20 --seed 7 --host-memory 2TiB --device a100-80g --trace t.json \
   --memory-curve dir --quiet --log --tp 2 --pp 2 --gbs 16 --validate-every 5 \
   --overflow-every 3
-cli train train --verify --overflow-at 60,140 --budget 50% --policy capuchin --lr 0.003 \
-  --drop-prob 0.02 --min-swap 16KiB --layers 4 --hidden 32 --heads 2 --seq 128 --batch 8 \
+cli train train --verify --overflow-at 60,140 --capacity 50% --policy capuchin --lr 0.003 \
+  --layer-drop 0.02 --min-swap 16KiB --layers 4 --hidden 32 --heads 2 --seq 128 --batch 8 \
   --validate-every 50 --no-loss-scaling --json --steps 200 --seed 1
 cli train-bytes train --budget "64 MiB" --device h100-80g --data input.txt \
   --report r.html --trace t.json --memory-curve dir

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# The `chameleon` command: the demo passes with no hazards and bit-exact
+# The `chameleon` command: `check` passes with no hazards and bit-exact
 # data, presets are listed, and bad usage gives a clear message and exit 2
 # (docs/cli.md: 1 for failures, 2 for the command line).
 set -uo pipefail
 build=$2
 bin="$build/chameleon"
 . "$1/tests/support/cli.sh" || exit 1
-check demo 0 'demo passed' -- demo
-check demo-data 0 'every activation came back bit-exact' -- demo
-check demo-native-oom 0 'out of device memory: requested' -- demo
-check demo-hazards 0 'hazards +0$' -- demo --layers 12
-check demo-device 0 'sim device v100-16g' -- demo --device v100-16g
-check demo-bad-device 2 '--device: unknown device preset "nope" \(known: ' -- demo --device nope
-check demo-bad-layers 2 'layers must be 3..64' -- demo --layers 2
+check check 0 'check passed' -- check
+check check-data 0 'every activation came back bit-exact' -- check
+check check-native-oom 0 'out of device memory: requested' -- check
+check check-hazards 0 'hazards +0$' -- check --layers 12
+check check-device 0 'sim device v100-16g' -- check --device v100-16g
+check check-bad-device 2 'chameleon check: --device: unknown device preset "nope" \(known: ' -- check --device nope
+check check-bad-layers 2 'layers must be 3..64' -- check --layers 2
+# `chameleon demo` is the old name of `check`, for one release, with a note.
+check demo-old-name 0 'note: `chameleon demo` is now `chameleon check`' -- demo
+check demo-old-name-runs 0 '^check passed$' -- demo
+check_not help-no-demo 0 'check +check the swap mechanics' '^  demo ' -- --help
 check devices 0 'ascend-910b' -- devices
 # Without a GPU the cuda backend says why instead of crashing (or, in a build
 # without the toolkit, that it is not built in); with one, what it is.
@@ -28,10 +32,10 @@ check version 0 '^chameleon [0-9]+\.[0-9]+\.[0-9]+$' -- version
 # Issue 14, item 7: an unknown option is an unknown option, never "needs a
 # value"; a close one is suggested; version takes no arguments; the help
 # states the one exit-status convention of every command.
-check_not demo-unknown-option 2 'unknown option --frob \(' 'needs a value' -- demo --frob
-check demo-typo 2 'unknown option --layer \(did you mean --layers\?\)' -- demo --layer 4
-check demo-layers-suffix 2 '--layers must be 3\.\.64, got "4x"' -- demo --layers 4x
-check demo-empty-value 2 'option --device needs a value, got ""' -- demo --device ''
+check_not demo-unknown-option 2 'unknown option --frob \(' 'needs a value' -- check --frob
+check demo-typo 2 'unknown option --layer \(did you mean --layers\?\)' -- check --layer 4
+check demo-layers-suffix 2 '--layers must be 3\.\.64, got "4x"' -- check --layers 4x
+check demo-empty-value 2 'option --device needs a value, got ""' -- check --device ''
 check version-extra 2 'chameleon version: unexpected argument "--foo"' -- version --foo
 check unknown-command-near 2 'unknown command "simulat" \(did you mean simulate\?\)' -- simulat
 check help-exit-status 0 'Exit status \(every command\): 0 done; 1 failed' -- --help

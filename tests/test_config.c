@@ -310,6 +310,9 @@ static void test_size_strings(void **state)
         {"\"2TiB\"", 2 * TiB},
         {"\"1PiB\"", 1024 * TiB},
         {"\"15EiB\"", 15 * EiB},
+        {"\"64GB\"", UINT64_C(64000000000)},      /* decimal units: powers of 1000 */
+        {"\"1.5kb\"", 1500},
+        {"\"6.85MiB\"", 7182746},                 /* 7182745.6 rounds up */
         {"\"18446744073709551615\"", UINT64_MAX},
         {"1e9", 1000000000},
         {"9223372036854775807", UINT64_C(9223372036854775807)},
@@ -342,7 +345,7 @@ static void test_size_strings(void **state)
         {"\"1.GiB\"", "expected digits after the decimal point"},
         {"\"1.5\"", "whole number"},
         {"\"1.5B\"", "whole number"},
-        {"\"64GB\"", "unknown unit \"GB\""},
+        {"\"64GiBs\"", "unknown unit \"GiBs\""},
         {"\"64 G\"", "unknown unit \"G\""},
         {"\"16EiB\"", "too large"},
         {"\"18446744073709551616\"", "too large"},

@@ -100,7 +100,8 @@ check plan-no-policy 1 "$dir/prof\.json: no policy for 100\.0 MiB on a100-80g: .
 # Usage: exit 2.
 check plan-bad-capacity 2 '--capacity must be a size above 0 .* got "lots"' -- \
   plan "$prof" --capacity lots
-check plan-bad-unit 2 '--capacity must be .* got "64GB"' -- plan "$prof" --capacity 64GB
+check plan-bad-unit 2 '--capacity must be .* got "64XB" \(unknown unit "XB"' -- plan "$prof" --capacity 64XB
+check plan-bare-capacity 2 '--capacity must be .* got "12" \(read as 12 bytes' -- plan "$prof" --capacity 12
 check plan-zero-capacity 2 '--capacity must be a size above 0' -- plan "$prof" --capacity 0
 check plan-huge-capacity 2 '--capacity must be' -- plan "$prof" --capacity 99999999999TiB
 check plan-bad-reserve 2 '--reserve must be a size' -- plan "$prof" --reserve -1
@@ -136,4 +137,14 @@ truncate -s $((256 * 1024 * 1024 + 1)) "$dir/huge.json"
 check plan-too-large 1 'huge\.json: file too large: 268435457 bytes, over the limit of 268435456 bytes \(256 MiB\) for a profile or policy' -- \
   plan "$dir/huge.json"
 rm -f "$dir/huge.json"
+# The profile `train --memory-curve` writes (as `make demo` does) plans with
+# the defaults: plan's --min-swap default is train's (16 KiB); at 1 MiB the
+# same profile has no policy (the negative control). Op names are whole.
+if "$bin" train --steps 5 --quiet --memory-curve "$dir/demo" >/dev/null 2>&1; then
+  check plan-train-profile 0 ' [0-9]+ attention_backward  ' -- plan "$dir/demo/last-step-profile.json"
+  check plan-train-profile-1mib 1 'no policy for .*out of device memory' -- \
+    plan "$dir/demo/last-step-profile.json" --min-swap 1MiB
+else
+  echo "FAIL plan-train-profile: train --memory-curve failed"; fails=$((fails + 1))
+fi
 checks_done "plan cli"

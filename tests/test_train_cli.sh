@@ -25,27 +25,48 @@ printf 'too short' >"$dir/short.txt"
 check train-short-data 1 "short\.txt: 9 bytes is too short" -- "${small[@]}" --data "$dir/short.txt"
 # Found by the run (it measures the largest op first): a failure, exit 1.
 check train-tiny-budget 1 'budget 1000 bytes is below the largest single op.s working set: [a-z_]+ needs [0-9]+ bytes' -- \
-  "${small[@]}" --budget 1000
-check train-bad-budget 2 '--budget must be a size from 1 byte to 64TiB .* got "lots"' -- "${small[@]}" --budget lots
+  "${small[@]}" --capacity 1000B
+# Sizes (docs/cli.md, "Sizes"): a bare number below 4096 is refused, saying
+# what it was read as; fractions and decimal units as in a config file.
+check train-bare-budget 2 '--capacity must be .* got "1000" \(read as 1000 bytes; .*write 1000B for bytes' -- \
+  "${small[@]}" --capacity 1000
+check train-bad-unit 2 '--capacity must be .* got "64XB" \(unknown unit "XB" \(binary units: B, KiB' -- \
+  "${small[@]}" --capacity 64XB
+check train-fraction-budget 0 '"oom": 0' -- "${small[@]}" --json --capacity 6.85MiB
+# Old names (docs/cli.md, "Option names"): the same option, with a note.
+check train-old-budget 0 'note: --budget is deprecated, use --capacity' -- \
+  train --steps 0 --quiet --budget 50%
+check train-old-drop-prob 0 'note: --drop-prob is deprecated, use --layer-drop' -- \
+  train --steps 0 --quiet --drop-prob 0.1
+check train-old-budget-bad 2 '--capacity must be a size .* got "lots"' -- train --budget lots
+check train-help-names 0 '--capacity B .*' -- train --help
+check_not train-help-no-old 0 '--layer-drop P' '--budget|--drop-prob' -- train --help
+# The summary says why the overhead is large when the ideal step is
+# launch-bound (the default tiny model: ~90 launches of ~5 us, kernels
+# shorter); without --verify there is no ideal step and no such line.
+check train-launch-bound 0 'why +launch-bound: [0-9]+ kernel launches at [0-9.]+ us dominate the [0-9.]+ ms ideal step \(its kernels compute [0-9.]+ ms\)' -- \
+  train --steps 3 --quiet --verify
+check_not train-no-why 0 'step time +[0-9.]+ ms simulated' 'launch-bound' -- train --steps 3 --quiet
+check train-bad-budget 2 '--capacity must be a size from 1 byte to 64TiB .* got "lots"' -- "${small[@]}" --capacity lots
 check train-bad-policy 2 '--policy must be chameleon, native, recompute, capuchin or vdnn, got "magic"' -- \
   "${small[@]}" --policy magic
 for p in recompute capuchin; do
   check train-$p 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
-    "${small[@]}" --policy $p --verify --json --budget 50%
+    "${small[@]}" --policy $p --verify --json --capacity 50%
 done
 # vDNN keeps the layer it computes and the one it prefetches: it needs more.
 check train-vdnn 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
-  "${small[@]}" --policy vdnn --verify --json --budget 75%
-check train-vdnn-oom 1 'out of device memory' -- "${small[@]}" --policy vdnn --budget 50%
+  "${small[@]}" --policy vdnn --verify --json --capacity 75%
+check train-vdnn-oom 1 'out of device memory' -- "${small[@]}" --policy vdnn --capacity 50%
 check train-bad-overflow 2 '--overflow-at must be a comma-separated list' -- \
   "${small[@]}" --overflow-at 3,x
 check train-unknown-option 2 'unknown option --frobnicate' -- "${small[@]}" --frobnicate
 check train-stray-argument 2 'unexpected argument "fast"' -- "${small[@]}" fast
 check train-native-oom 1 'step 0 \(training\): .*out of device memory' -- \
-  "${small[@]}" --policy native --budget 50%
+  "${small[@]}" --policy native --capacity 50%
 check train-help 0 '^usage: chameleon train' -- train --help
 check train-json 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
-  "${small[@]}" --verify --json --budget 50%
+  "${small[@]}" --verify --json --capacity 50%
 printf 'The quick brown fox jumps over the lazy dog. %.0s' {1..40} >"$dir/text.txt"
 check train-data-file 0 '"steps": 3' -- "${small[@]}" --data "$dir/text.txt" --json
 check train-pictures 0 'memory curve +.*/memory_curve.svg' -- \
@@ -68,7 +89,7 @@ done
 # (SIGFPE), 180000 and 180001 at the first step; now they are refused
 # before anything runs, naming the flag and the value.
 check train-seq-vs-data 2 '--seq 20000 is too long for the built-in data: its validation tenth holds 20000 tokens .* at most 19999; .*--data FILE of at least 200010 bytes' -- \
-  train --seq 20000 --hidden 1 --heads 1 --layers 1 --batch 1 --steps 2 --validate-every 1 --budget 100%
+  train --seq 20000 --hidden 1 --heads 1 --layers 1 --batch 1 --steps 2 --validate-every 1 --capacity 100%
 check train-seq-180000 2 '^chameleon train: --seq 180000 --batch 1: a training step needs at least [0-9.]+ GiB' -- \
   train --seq 180000 --batch 1 --steps 1
 check train-seq-180001 2 '^chameleon train: --seq 180001: a training step needs' -- train --seq 180001
@@ -123,9 +144,9 @@ check train-batch-seq 2 '--batch 1000000 x --seq 1000000 = 1000000000000 tokens 
   train --batch 1000000 --seq 1000000
 
 # Item 7: messages name the problem, the flag and the value.
-check_not train-budget-huge 2 '--budget must be a size from 1 byte to 64TiB .* got "65TiB"' 'device\.capacity' -- \
-  "${small[@]}" --budget 65TiB
-check train-budget-zero-pct 2 '--budget must be a percentage above 0' -- "${small[@]}" --budget 0%
+check_not train-budget-huge 2 '--capacity must be a size from 1 byte to 64TiB .* got "65TiB"' 'device\.capacity' -- \
+  "${small[@]}" --capacity 65TiB
+check train-budget-zero-pct 2 '--capacity must be a percentage above 0' -- "${small[@]}" --capacity 0%
 check train-overflow-negative 2 '--overflow-at must be a comma-separated list of step numbers .* got "-1"' -- \
   "${small[@]}" --overflow-at -1
 check train-overflow-trailing 2 '--overflow-at must be .* got "1,"' -- "${small[@]}" --overflow-at 1,

@@ -693,6 +693,70 @@ static void test_step_ops_bound(void **state)
     }
 }
 
+/* What on_finish was handed, read during the call. */
+typedef struct finish_seen {
+    int calls;
+    bool profile, policy;
+    size_t profile_ops, policy_items;
+} finish_seen_t;
+
+static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy, void *user)
+{
+    finish_seen_t *f = user;
+    f->calls++;
+    f->profile = profile != NULL;
+    f->policy = policy != NULL;
+    if (profile) {
+        cham_profile_view_t v;
+        cham_profile_get(profile, &v);
+        f->profile_ops = v.n_ops;
+    }
+    if (policy) {
+        cham_policy_view_t v;
+        cham_policy_get(policy, &v);
+        f->policy_items = v.n_items;
+    }
+}
+
+/* on_finish hands the last step's profile and the final policy over in
+ * memory (the run report's input, tools/report.h), once; a run that fails
+ * hands no profile. */
+static void test_run_on_finish(void **state)
+{
+    (void)state;
+    cham_run_config_t c = cham_run_config_default();
+    c.model = preset("llama2-7b");
+    c.model.layers = 4;
+    c.model.seq = 2048;
+    c.model.mbs = 4;
+    c.model.dp = 8;
+    c.model.zero = 3;
+    c.runtime.device.preset = "a100-80g";
+    c.runtime.device.capacity = 7 * GiB;   /* swaps: a policy is made */
+    c.steps = 12;
+    finish_seen_t seen = {0};
+    c.on_finish = on_finish;
+    c.user = &seen;
+    cham_run_result_t r;
+    assert_int_equal(cham_run(&c, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_OK);
+    assert_int_equal(seen.calls, 1);
+    assert_true(seen.profile);
+    assert_int_equal(seen.profile_ops, r.ops_per_step);   /* the last step's */
+    assert_true(seen.policy);
+    assert_true(seen.policy_items > 0);
+    assert_true(r.policy_regenerations > 0);
+
+    /* The run that cannot start: called, with no profile. */
+    c.model.layers = 4096;
+    c.runtime.device.capacity = 0;
+    seen = (finish_seen_t){0};
+    assert_int_equal(cham_run(&c, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_ERR_OUT_OF_MEMORY);
+    assert_int_equal(seen.calls, 1);
+    assert_false(seen.profile);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -712,6 +776,7 @@ int main(void)
         cmocka_unit_test(test_run_refuses_up_front),
         cmocka_unit_test(test_absurd_sizes),
         cmocka_unit_test(test_step_ops_bound),
+        cmocka_unit_test(test_run_on_finish),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

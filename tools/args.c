@@ -13,6 +13,7 @@
 #include "args.h"
 #include "commands.h"
 #include "common/file.h"
+#include "common/size.h"
 
 bool tool_parse_only = false;
 
@@ -35,28 +36,28 @@ static bool digits(const char *s, uint64_t *out, const char **end)
     return p > s;
 }
 
-/* "123", "64GiB", "512 MiB": false when not a size or above 2^64 - 1. */
+/* Why the last size refused was refused, and its text (compared by address
+ * in tool_bad_value, so the message says what was understood). */
+static const char *refused_size;
+static char refused_why[256];
+
 bool tool_parse_size(const char *s, uint64_t *out)
 {
-    static const struct {
-        const char *unit;
-        unsigned shift;
-    } units[] = {{"", 0}, {"B", 0}, {"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}};
     uint64_t n;
-    const char *end;
-    if (!digits(s, &n, &end))
+    bool unit;
+    refused_size = s;
+    if (!cham_size_parse(s, &n, &unit, refused_why, sizeof refused_why))
         return false;
-    while (*end == ' ')
-        end++;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (strcmp(end, units[i].unit) == 0) {
-            if (n > (UINT64_MAX >> units[i].shift))
-                return false;
-            *out = n << units[i].shift;
-            return true;
-        }
+    if (!unit && n > 0 && n < TOOL_BARE_SIZE_MIN) {
+        snprintf(refused_why, sizeof refused_why, "read as %llu bytes; a number without a "
+                 "unit below %u is refused as a likely slip: write %lluB for bytes or add a "
+                 "unit such as %lluMiB", (unsigned long long)n, (unsigned)TOOL_BARE_SIZE_MIN,
+                 (unsigned long long)n, (unsigned long long)n);
+        return false;
     }
-    return false;
+    refused_size = NULL;
+    *out = n;
+    return true;
 }
 
 bool tool_parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -124,7 +125,11 @@ bool tool_parse_list(const char *s, uint64_t lo, uint64_t hi, uint64_t *out, siz
 
 int tool_bad_value(const char *cmd, const char *flag, const char *want, const char *value)
 {
-    fprintf(stderr, "chameleon %s: %s must be %s, got \"%s\"\n", cmd, flag, want, value);
+    if (value && value == refused_size)
+        fprintf(stderr, "chameleon %s: %s must be %s, got \"%s\" (%s)\n", cmd, flag, want,
+                value, refused_why);
+    else
+        fprintf(stderr, "chameleon %s: %s must be %s, got \"%s\"\n", cmd, flag, want, value);
     return 2;
 }
 
@@ -191,12 +196,27 @@ static const tool_opt_t *lookup(const tool_opt_t *opts, size_t n, const char *a)
     return NULL;
 }
 
+/* Old option names, kept for one release (docs/cli.md, "Option names"):
+ * the same option as the new name, after a note on stderr. */
+static const struct {
+    const char *cmd, *old, *now;
+} deprecated[] = {
+    {"train", "--budget", "--capacity"},
+    {"train", "--drop-prob", "--layer-drop"},
+};
+
 const tool_opt_t *tool_find_opt(const char *cmd, const tool_opt_t *opts, size_t n, int argc,
                                 char **argv, int *i, const char **value)
 {
     const char *a = argv[*i];
     *value = NULL;
     const tool_opt_t *o = lookup(opts, n, a);
+    for (size_t k = 0; !o && k < sizeof deprecated / sizeof deprecated[0]; k++) {
+        if (strcmp(cmd, deprecated[k].cmd) == 0 && strcmp(a, deprecated[k].old) == 0 &&
+            (o = lookup(opts, n, deprecated[k].now)))
+            fprintf(stderr, "chameleon %s: note: %s is deprecated, use %s (the same "
+                    "option; the old name goes in the next release)\n", cmd, a, o->name);
+    }
     if (!o) {
         if (a[0] != '-') {
             fprintf(stderr, "chameleon %s: unexpected argument \"%s\"\n", cmd, a);

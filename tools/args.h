@@ -12,8 +12,13 @@
 
 /* ---- values --------------------------------------------------------------------*/
 
-/* A size: "123", "64GiB", "512 MiB" (B, KiB, MiB, GiB, TiB). false when it
- * is not one or is above 2^64 - 1. */
+/* A size, by the one rule set of common/size.h (docs/cli.md, "Sizes"):
+ * "64GiB", "512 MiB", "6.85MiB", "2GB", "4096". A number without a unit is
+ * bytes, but one from 1 to TOOL_BARE_SIZE_MIN - 1 is refused ("--capacity
+ * 12" is more likely a slip than 12 bytes); "12B" says bytes. false when it
+ * is not one; tool_bad_value, given the same value string, then adds why
+ * (and what the number was read as). */
+#define TOOL_BARE_SIZE_MIN 4096u
 bool tool_parse_size(const char *s, uint64_t *out);
 
 /* A whole number in [lo, hi]: decimal digits only (no sign, no spaces, no
@@ -30,7 +35,8 @@ bool tool_parse_real(const char *s, double lo, double hi, double *out);
 bool tool_parse_list(const char *s, uint64_t lo, uint64_t hi, uint64_t *out, size_t max,
                      size_t *n);
 
-/* Prints "chameleon CMD: FLAG must be WANT, got "VALUE"" and returns 2. */
+/* Prints "chameleon CMD: FLAG must be WANT, got "VALUE"" and returns 2;
+ * when VALUE is the string tool_parse_size last refused, " (why)" follows. */
 int tool_bad_value(const char *cmd, const char *flag, const char *want, const char *value);
 
 /* Whether name is a device preset; if not, prints "chameleon CMD: FLAG:
@@ -44,7 +50,9 @@ typedef struct tool_opt {
     bool value;                  /* takes the next argument as its value */
 } tool_opt_t;
 
-/* The option argv[*i] names, from opts (n of them). For an option with a
+/* The option argv[*i] names, from opts (n of them). An old name of an
+ * option (args.c, `deprecated`) gives the option under its new name, after
+ * a one-line note on stderr. For an option with a
  * value, *value gets the next argument and *i moves past it. NULL, after
  * printing the problem, when it is no known option ("chameleon CMD:
  * unknown option --stps (did you mean --steps?)") or its value is missing

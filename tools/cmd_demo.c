@@ -1,4 +1,5 @@
-/* `chameleon demo`: the runtime's building blocks at work on the simulated
+/* `chameleon check` (until this release `chameleon demo`; not `make demo`,
+ * which runs `chameleon train`): the runtime's building blocks at work on the simulated
  * device, before the planner and the trainer exist.
  *
  * A small model's forward pass produces one activation per layer; together
@@ -84,7 +85,7 @@ static void count_busy(const cham_task_record_t *t, void *user)
 
 static int fail(const char *what, cham_status_t st, const char *detail)
 {
-    fprintf(stderr, "chameleon demo: %s failed: %s%s%s\n", what, cham_status_string(st),
+    fprintf(stderr, "chameleon check: %s failed: %s%s%s\n", what, cham_status_string(st),
             detail && *detail ? ": " : "", detail ? detail : "");
     return 1;
 }
@@ -163,7 +164,7 @@ static int step(run_t *r, const demo_opts_t *o, bool swap, bool verbose)
     char label[64];
     int rc = 1;
     if (!act || !host || !args || !ready) {
-        fprintf(stderr, "chameleon demo: out of host memory\n");
+        fprintf(stderr, "chameleon check: out of host memory\n");
         goto out;
     }
     if ((st = cham_event_new(r->dev, &ev)) != CHAM_OK)
@@ -247,7 +248,7 @@ static int step(run_t *r, const demo_opts_t *o, bool swap, bool verbose)
     goto out;
 fail:
     if (verbose && st != CHAM_ERR_OUT_OF_MEMORY)
-        fprintf(stderr, "chameleon demo: %s: %s\n", what, cham_status_string(st));
+        fprintf(stderr, "chameleon check: %s: %s\n", what, cham_status_string(st));
 out:
     if (r->dev)
         cham_device_synchronize(r->dev);
@@ -293,7 +294,7 @@ static int parse(int argc, char **argv, demo_opts_t *o)
     static const tool_opt_t opts[] = {{"--device", true}, {"--layers", true}};
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: chameleon demo [--device PRESET] [--layers N]\n"
+            printf("usage: chameleon check [--device PRESET] [--layers N]\n"
                    "Runs a small model's step on the simulated device with less memory\n"
                    "than it needs: without swapping, then with swapping.\n"
                    "  --device PRESET   simulated device (`chameleon devices`; a100-80g)\n"
@@ -303,17 +304,17 @@ static int parse(int argc, char **argv, demo_opts_t *o)
     }
     for (int i = 0; i < argc; i++) {
         const char *v;
-        const tool_opt_t *opt = tool_find_opt("demo", opts, 2, argc, argv, &i, &v);
+        const tool_opt_t *opt = tool_find_opt("check", opts, 2, argc, argv, &i, &v);
         if (!opt)
             return 2;
         uint64_t n;
         if (strcmp(opt->name, "--device") == 0) {
-            if (!tool_check_preset("demo", opt->name, v))
+            if (!tool_check_preset("check", opt->name, v))
                 return 2;
             o->preset = v;
         } else {
             if (!tool_parse_uint(v, 3, 64, &n))
-                return tool_bad_value("demo", opt->name, "3..64", v);
+                return tool_bad_value("check", opt->name, "3..64", v);
             o->layers = (int)n;
         }
     }
@@ -329,7 +330,7 @@ int cmd_demo(int argc, char **argv)
     /* Room for half of the activations plus one layer in flight. */
     o.capacity = (uint64_t)(o.layers / 2 + 2) * o.act_bytes;
     const char *preset = o.preset ? o.preset : cham_preset_default_name();
-    printf("chameleon demo: sim device %s, memory cut to %.0f MiB, data and hazard detector on\n",
+    printf("chameleon check: sim device %s, memory cut to %.0f MiB, data and hazard detector on\n",
            preset, (double)o.capacity / MiB);
     printf("model: %d layers, one %.0f MiB activation each, all alive at the end of forward "
            "(%.0f MiB)\n\n", o.layers, (double)o.act_bytes / MiB,
@@ -340,7 +341,7 @@ int cmd_demo(int argc, char **argv)
     if ((rc = run_open(&native, &o, o.capacity)) != 0)
         return rc;
     if (step(&native, &o, false, true) == 0) {
-        fprintf(stderr, "chameleon demo: the step fit without swapping; nothing to show\n");
+        fprintf(stderr, "chameleon check: the step fit without swapping; nothing to show\n");
         run_close(&native);
         return 1;
     }
@@ -390,7 +391,7 @@ int cmd_demo(int argc, char **argv)
     printf("  hazards              %" PRIu64 "\n", hazards);
     bool ok = swapped.mismatches == 0 && hazards == 0;
     run_close(&swapped);
-    printf("\n%s\n", ok ? "demo passed" : "demo FAILED");
+    printf("\n%s\n", ok ? "check passed" : "check FAILED");
     fflush(stdout);
     return ok ? 0 : 1;
 }

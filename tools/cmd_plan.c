@@ -13,6 +13,7 @@
 #include "chameleon/profile.h"
 #include "args.h"
 #include "commands.h"
+#include "train.h"
 
 #define MiB (1024.0 * 1024.0)
 #define GiB (1024.0 * 1024.0 * 1024.0)
@@ -25,7 +26,7 @@ typedef struct plan_opts {
     uint32_t layers;         /* 0 = the default rule */
     const char *json;        /* where to save the policy, or NULL */
     uint32_t free_delay;     /* planner's free_delay_ops */
-    uint64_t min_swap;       /* planner's min_swap_bytes; UINT64_MAX = its default */
+    uint64_t min_swap;       /* planner's min_swap_bytes (default: train's) */
 } plan_opts_t;
 
 static void usage(FILE *f)
@@ -45,9 +46,10 @@ static void usage(FILE *f)
             "  --layers N        logical layers per phase (default: the generator's rule)\n"
             "  --free-delay N    ops a swapped-out block waits past its predicted copy\n"
             "                    end before reuse (default 0)\n"
-            "  --min-swap SIZE   smallest tensor worth swapping (default 1MiB)\n"
+            "  --min-swap SIZE   smallest tensor worth swapping (default 16KiB, as in\n"
+            "                    `chameleon train`)\n"
             "  --json OUT        also save the policy as JSON\n"
-            "SIZE is bytes or a binary unit: 512MiB, 64GiB, 1TiB (also KiB, B).\n");
+            "SIZE is a number with a unit: 512MiB, 1.5GiB, 64GB (docs/cli.md, \"Sizes\").\n");
 }
 
 #define CMD "plan"
@@ -94,7 +96,7 @@ static int parse(int argc, char **argv, plan_opts_t *o)
             if (!tool_parse_size(v, &o->capacity) || o->capacity == 0)
                 return tool_bad_value(CMD, a, "a size above 0 such as 16GiB or 17179869184", v);
         } else if (strcmp(a, "--min-swap") == 0) {
-            if (!tool_parse_size(v, &o->min_swap) || o->min_swap == UINT64_MAX)
+            if (!tool_parse_size(v, &o->min_swap))
                 return tool_bad_value(CMD, a, "a size such as 64KiB", v);
         } else if (strcmp(a, "--reserve") == 0) {
             if (!tool_parse_size(v, &o->reserve) || o->reserve == UINT64_MAX)
@@ -159,27 +161,41 @@ static void print_policy(const cham_policy_view_t *v, const cham_profile_view_t 
            (double)swapped / MiB);
     if (v->n_items == 0)
         return;
-    printf("\n%8s %10s  %-20s %-20s %-20s %5s %-20s %-20s %9s %10s\n", "storage", "MiB",
-           "swap out after", "copy done at", "free at", "layer", "swap in before",
+    /* Op columns as wide as their longest entry ("66 attention_backward"):
+     * names are never cut. */
+    int w = (int)strlen("swap out after");
+    for (size_t i = 0; i < v->n_items; i++) {
+        const cham_policy_item_t *it = &v->items[i];
+        const uint32_t ops[] = {it->swap_out_op, it->swap_out_done_op, it->free_op,
+                                it->swap_in_op, it->use_op};
+        for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
+            char buf[96];
+            op_name(buf, sizeof buf, pv, ops[k]);
+            if ((int)strlen(buf) > w)
+                w = (int)strlen(buf);
+        }
+    }
+    printf("\n%8s %10s  %-*s %-*s %-*s %5s %-*s %-*s %9s %10s\n", "storage", "MiB", w,
+           "swap out after", w, "copy done at", w, "free at", "layer", w, "swap in before", w,
            "used by", "score", "stall us");
     for (size_t i = 0; i < v->n_items; i++) {
         const cham_policy_item_t *it = &v->items[i];
-        char out[64], done[64], fr[64], in[64], use[64];
+        char out[96], done[96], fr[96], in[96], use[96];
         op_name(out, sizeof out, pv, it->swap_out_op);
         op_name(done, sizeof done, pv, it->swap_out_done_op);
         op_name(fr, sizeof fr, pv, it->free_op);
         op_name(in, sizeof in, pv, it->swap_in_op);
         op_name(use, sizeof use, pv, it->use_op);
-        printf("%8" PRIu64 " %10.1f  %-20.20s %-20.20s %-20.20s %5" PRIu32
-               " %-20.20s %-20.20s %9.3g %10.1f\n", it->storage, (double)it->bytes / MiB,
-               out, done, fr, it->swap_in_layer, in, use, it->score,
+        printf("%8" PRIu64 " %10.1f  %-*s %-*s %-*s %5" PRIu32 " %-*s %-*s %9.3g %10.1f\n",
+               it->storage, (double)it->bytes / MiB, w, out, w, done, w, fr, it->swap_in_layer,
+               w, in, w, use, it->score,
                (double)it->stall_ns / 1e3);
     }
 }
 
 int cmd_plan(int argc, char **argv)
 {
-    plan_opts_t o = {.reserve = UINT64_MAX, .min_swap = UINT64_MAX};
+    plan_opts_t o = {.reserve = UINT64_MAX, .min_swap = GPT_MIN_SWAP_DEFAULT};
     int rc = parse(argc, argv, &o);
     if (rc || tool_parse_only)
         return rc < 0 ? 0 : rc;
@@ -211,8 +227,7 @@ int cmd_plan(int argc, char **argv)
     cfg.forward_layers = o.layers;
     cfg.backward_layers = o.layers;
     cfg.free_delay_ops = o.free_delay;
-    if (o.min_swap != UINT64_MAX)
-        cfg.min_swap_bytes = o.min_swap;
+    cfg.min_swap_bytes = o.min_swap;
 
     cham_policy_t *pol;
     cham_status_t st = cham_plan_chameleon(prof, &cfg, &pol, err, sizeof err);

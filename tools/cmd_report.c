@@ -1,5 +1,5 @@
 /* `chameleon report RUN.json`: the HTML page of report.h from the JSON of
- * `chameleon simulate --json` (docs/trace.md). */
+ * `chameleon simulate --json` or `chameleon train --json` (docs/trace.md). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,8 +15,9 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: chameleon report RUN.json [--out REPORT.html]\n"
                "Writes an HTML page (REPORT.html; default: RUN.html next to RUN.json) from\n"
-               "the output of `chameleon simulate --json`: summary, memory curve, step\n"
-               "time with the stages, swapped bytes per step.\n");
+               "the output of `chameleon simulate --json` or `chameleon train --json`:\n"
+               "summary, memory curve, loss (train), step time with the stages, swapped\n"
+               "bytes per step, the final policy, every stage change.\n");
 }
 
 int cmd_report(int argc, char **argv)
@@ -79,7 +80,7 @@ int cmd_report(int argc, char **argv)
     if (!run) {
         if (blank)
             fprintf(stderr, "chameleon report: %s: empty file (expected the JSON object of "
-                    "`chameleon simulate --json`)\n", in);
+                    "`chameleon simulate --json` or `chameleon train --json`)\n", in);
         else
             fprintf(stderr, "chameleon report: %s:%d:%d: %s\n", in, e.line, e.column, e.text);
         return 1;
@@ -87,7 +88,7 @@ int cmd_report(int argc, char **argv)
     json_t *series = json_object_get(run, "series");
     if (!json_is_object(run) || !json_is_object(series)) {
         fprintf(stderr, "chameleon report: %s: no \"series\": is it the output of "
-                "`chameleon simulate --json`?\n", in);
+                "`chameleon simulate --json` or `chameleon train --json`?\n", in);
         json_decref(run);
         return 1;
     }

@@ -14,16 +14,17 @@
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
-#include "experiment.h"
+#include "plot.h"
 #include "report.h"
 
 typedef struct sim_opts {
     cham_run_config_t run;
     const char *model;
     const char *curve_dir;       /* --memory-curve */
-    char profile_path[4096], policy_path[4096];
+    char profile_path[4096];     /* --memory-curve's profile file */
     bool json, quiet;
     json_t *series;              /* --json: per-step arrays */
+    tool_run_parts_t parts;      /* --json: the curve and policy, from on_finish */
 } sim_opts_t;
 
 static void usage(FILE *f)
@@ -301,7 +302,14 @@ static void on_step(const cham_run_step_t *s, void *user)
     }
 }
 
-static void print_json(const sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
+/* The run's end (--json): its last profile and policy, read in memory. */
+static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy, void *user)
+{
+    sim_opts_t *o = user;
+    tool_run_parts_take(&o->parts, profile, policy);
+}
+
+static void print_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
                        bool ideal_ok)
 {
     const cham_model_config_t *m = &o->run.model;
@@ -334,9 +342,7 @@ static void print_json(const sim_opts_t *o, const cham_run_result_t *r, double i
     json_object_set_new(j, "passive_swapouts", json_integer((json_int_t)r->passive_swapouts));
     json_object_set_new(j, "ops_per_step", json_integer((json_int_t)r->ops_per_step));
     json_object_set_new(j, "series", json_incref(o->series));
-    json_object_set_new(j, "memory_curve",
-                        r->status == CHAM_OK ? tool_curve_json(o->profile_path, r->capacity_bytes) : json_null());
-    json_object_set_new(j, "policy_applied", tool_policy_json(o->policy_path));
+    tool_run_parts_give(&o->parts, j, "capacity_bytes", r->capacity_bytes);
     char *s = json_dumps(j, JSON_INDENT(2));
     if (s)
         printf("%s\n", s);
@@ -437,24 +443,8 @@ int cmd_simulate(int argc, char **argv)
             ideal_ok = true;
         }
     }
-    int tmp_fd = -1, pol_fd = -1;
-    if (o.json) {                           /* the policy goes into the JSON */
-        snprintf(o.policy_path, sizeof o.policy_path, "/tmp/cham-policy-XXXXXX");
-        if ((pol_fd = mkstemp(o.policy_path)) >= 0) {
-            close(pol_fd);
-            unlink(o.policy_path);          /* written only if there is a policy */
-            o.run.policy_path = o.policy_path;
-        } else {
-            o.policy_path[0] = '\0';
-        }
-    }
-    if (o.json && !o.curve_dir) {           /* the curve goes into the JSON */
-        snprintf(o.profile_path, sizeof o.profile_path, "/tmp/cham-profile-XXXXXX");
-        if ((tmp_fd = mkstemp(o.profile_path)) >= 0) {
-            close(tmp_fd);
-            o.run.profile_path = o.profile_path;
-        }
-    }
+    if (o.json)                             /* the curve and policy go into the JSON */
+        o.run.on_finish = on_finish;
     if (o.curve_dir) {
         if (mkdir(o.curve_dir, 0777) != 0 && errno != EEXIST) {
             fprintf(stderr, "chameleon simulate: --memory-curve %s: cannot make the directory: "
@@ -472,7 +462,8 @@ int cmd_simulate(int argc, char **argv)
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
     else if (o.curve_dir && r.status == CHAM_OK) {
         char err[600];
-        if (!tool_write_curve(o.profile_path, r.capacity_bytes, o.curve_dir, err, sizeof err)) {
+        if (!tool_write_curve(o.profile_path, r.capacity_bytes, "capacity", o.curve_dir, err,
+                              sizeof err)) {
             fprintf(stderr, "chameleon simulate: %s\n", err);
             rc = 1;
         }
@@ -488,9 +479,6 @@ int cmd_simulate(int argc, char **argv)
     if (st == CHAM_OK && r.status != CHAM_OK && !o.json)
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
     json_decref(o.series);
-    if (tmp_fd >= 0)
-        unlink(o.profile_path);
-    if (pol_fd >= 0)
-        unlink(o.policy_path);
+    tool_run_parts_clear(&o.parts);
     return rc;
 }

@@ -13,7 +13,7 @@
 #include "args.h"
 #include "commands.h"
 #include "common/file.h"
-#include "experiment.h"
+#include "plot.h"
 #include "report.h"
 #include "data.h"
 #include "train.h"
@@ -26,8 +26,9 @@ typedef struct train_opts {
     const char *curve_dir;       /* --memory-curve */
     const char *report;          /* --report */
     const char *policy_name;     /* --policy, as given */
-    char profile_path[4096], policy_path[4096];
-    json_t *series;              /* with --report: per-step values */
+    char profile_path[4096];     /* --memory-curve's profile file */
+    json_t *series;              /* with --report or --json: per-step values */
+    tool_run_parts_t parts;      /* with --report or --json: curve and policy (on_finish) */
     bool json, quiet;
     uint64_t overflow_at[MAX_OVERFLOW_AT];
 } train_opts_t;
@@ -53,10 +54,10 @@ static void usage(FILE *f)
             "  --validate-every K    forward-only validation every K steps (50; 0 = off)\n"
             "  --overflow-at S,S,... inject a gradient overflow at these steps\n"
             "  --no-loss-scaling     no dynamic loss scaling\n"
-            "  --drop-prob P         stochastic depth: each block skipped with P (0.02)\n"
+            "  --layer-drop P        stochastic depth: each block skipped with P (0.02)\n"
             "memory:\n"
             "  --device PRESET       simulated device (`chameleon devices`)\n"
-            "  --budget B            device memory: bytes (64MiB) or a percentage of the\n"
+            "  --capacity B          device memory: bytes (64MiB) or a percentage of the\n"
             "                        run's unconstrained peak (50%%, the default)\n"
             "  --policy NAME         chameleon (default), native, recompute, capuchin or\n"
             "                        vdnn (docs/baselines.md)\n"
@@ -64,7 +65,8 @@ static void usage(FILE *f)
             "checking and output:\n"
             "  --verify              train an unconstrained copy alongside; compare every\n"
             "                        loss and, at the end, every parameter byte\n"
-            "  --json                print the summary as JSON\n"
+            "  --json                print the run as JSON: the summary, per-step series,\n"
+            "                        memory curve, policy (`chameleon report` reads it)\n"
             "  --quiet               no progress lines\n"
             "  --log                 the runtime's log (stages, policies) on stderr\n"
             "  --trace FILE          the timeline as Chrome trace-event JSON (Perfetto)\n"
@@ -78,7 +80,7 @@ static void usage(FILE *f)
 /* The built-in data: its size, and its vocabulary (data.h). */
 #define SYNTHETIC_TOKENS 200000
 #define SYNTHETIC_VOCAB 64
-/* The largest --budget: the largest device the sim models (docs/config.md,
+/* The largest --capacity: the largest device the sim models (docs/config.md,
  * "capacity"). */
 #define MAX_BUDGET (UINT64_C(64) << 40)
 #define MAX_DIM 1000000
@@ -90,18 +92,18 @@ static int parse_budget(const char *v, gpt_train_config_t *c)
         char num[32];
         double pct;
         if (n - 1 >= sizeof num)
-            return tool_bad_value(CMD, "--budget", "a size or a percentage such as 50%", v);
+            return tool_bad_value(CMD, "--capacity", "a size or a percentage such as 50%", v);
         memcpy(num, v, n - 1);
         num[n - 1] = '\0';
         if (!tool_parse_real(num, 1e-6, 1000, &pct))
-            return tool_bad_value(CMD, "--budget", "a percentage above 0 and at most 1000% "
+            return tool_bad_value(CMD, "--capacity", "a percentage above 0 and at most 1000% "
                                   "such as 50%", v);
         c->budget_fraction = pct / 100;
         c->budget = 0;
         return 0;
     }
     if (!tool_parse_size(v, &c->budget) || c->budget == 0 || c->budget > MAX_BUDGET)
-        return tool_bad_value(CMD, "--budget", "a size from 1 byte to 64TiB (the largest "
+        return tool_bad_value(CMD, "--capacity", "a size from 1 byte to 64TiB (the largest "
                               "simulated device) such as 64MiB, or a percentage such as 50%", v);
     c->budget_fraction = 0;
     return 0;
@@ -111,8 +113,8 @@ static const tool_opt_t opts[] = {
     {"--verify", false}, {"--json", false}, {"--quiet", false}, {"--no-loss-scaling", false},
     {"--log", false}, {"--layers", true}, {"--hidden", true}, {"--heads", true},
     {"--seq", true}, {"--batch", true}, {"--steps", true}, {"--validate-every", true},
-    {"--lr", true}, {"--drop-prob", true}, {"--seed", true}, {"--device", true},
-    {"--data", true}, {"--budget", true}, {"--min-swap", true}, {"--overflow-at", true},
+    {"--lr", true}, {"--layer-drop", true}, {"--seed", true}, {"--device", true},
+    {"--data", true}, {"--capacity", true}, {"--min-swap", true}, {"--overflow-at", true},
     {"--policy", true}, {"--trace", true}, {"--memory-curve", true}, {"--report", true},
 };
 
@@ -217,7 +219,7 @@ static int parse(int argc, char **argv, train_opts_t *o)
             if (!tool_parse_real(v, 0, 10, &x))
                 return tool_bad_value(CMD, a, "a number from 0 to 10", v);
             o->c.lr = (float)x;
-        } else if (strcmp(a, "--drop-prob") == 0) {
+        } else if (strcmp(a, "--layer-drop") == 0) {
             if (!tool_parse_real(v, 0, 0.9, &x))
                 return tool_bad_value(CMD, a, "a probability from 0 to 0.9", v);
             o->c.drop_prob = x;
@@ -231,7 +233,7 @@ static int parse(int argc, char **argv, train_opts_t *o)
             o->c.preset = v;
         } else if (strcmp(a, "--data") == 0) {
             o->data = v;
-        } else if (strcmp(a, "--budget") == 0) {
+        } else if (strcmp(a, "--capacity") == 0) {
             if (parse_budget(v, &o->c))
                 return 2;
         } else if (strcmp(a, "--min-swap") == 0) {
@@ -391,9 +393,37 @@ static double mib(uint64_t b)
     return (double)b / (1024.0 * 1024.0);
 }
 
-/* Appends a training step's values to the report's series. */
+/* Appends values to the arrays of obj named by key (made on first use). */
+static void append(json_t *obj, const char *key, json_t *v)
+{
+    json_t *a = json_object_get(obj, key);
+    if (!a)
+        json_object_set_new(obj, key, a = json_array());
+    json_array_append_new(a, v);
+}
+
+/* Appends a validation pass's values to the series' "validation" object:
+ * the training step it follows, its loss, stage after it, time, bytes. */
+static void record_validation(train_opts_t *o, const gpt_step_info_t *i)
+{
+    json_t *v = json_object_get(o->series, "validation");
+    if (!v)
+        json_object_set_new(o->series, "validation", v = json_object());
+    append(v, "after_step", json_integer(i->step));
+    append(v, "loss", exp_json_number(i->loss));
+    append(v, "stage", json_string(cham_stage_name(i->stage)));
+    append(v, "step_time_s", exp_json_number(i->sim_step_s));
+    append(v, "peak_bytes", json_integer((json_int_t)i->peak_bytes));
+    append(v, "swapped_bytes", json_integer((json_int_t)i->swapped_bytes));
+}
+
+/* Appends a training step's values to the run's series. */
 static void record(train_opts_t *o, const gpt_step_info_t *i)
 {
+    if (i->validation) {
+        record_validation(o, i);
+        return;
+    }
     const struct {
         const char *key;
         json_t *v;
@@ -405,18 +435,14 @@ static void record(train_opts_t *o, const gpt_step_info_t *i)
         {"loss", exp_json_number(i->loss)},
         {"overflow", json_boolean(i->skipped_update)},
     };
-    for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
-        json_t *a = json_object_get(o->series, values[k].key);
-        if (!a)
-            json_object_set_new(o->series, values[k].key, a = json_array());
-        json_array_append_new(a, values[k].v);
-    }
+    for (size_t k = 0; k < sizeof values / sizeof values[0]; k++)
+        append(o->series, values[k].key, values[k].v);
 }
 
 static void progress(const gpt_step_info_t *i, void *user)
 {
     train_opts_t *o = user;
-    if (o->series && !i->validation)
+    if (o->series)
         record(o, i);
     if (o->quiet || o->json)
         return;
@@ -428,11 +454,25 @@ static void progress(const gpt_step_info_t *i, void *user)
            o->c.verify ? (i->verified ? "  =ref" : "  DIFFERS") : "");
 }
 
-/* The summary as one JSON object; NaN and infinities (no step, no
- * validation, a diverged loss) are null. */
-static void print_json(const gpt_train_result_t *r, bool verify)
+/* The end of the run: its last profile and policy, read in memory. */
+static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy, void *user)
 {
+    train_opts_t *o = user;
+    tool_run_parts_take(&o->parts, profile, policy);
+}
+
+/* The run as one JSON object (--json, and the report's input): what was
+ * run, the summary, the per-step series, the last step's memory curve
+ * and the policy applied at the end. NaN and infinities (no step, no
+ * validation, a diverged loss) are null. */
+static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
+{
+    bool verify = o->c.verify;
     json_t *j = json_object();
+    json_object_set_new(j, "model", json_string("gpt (examples/gpt)"));
+    json_object_set_new(j, "policy", json_string(o->policy_name));
+    json_object_set_new(j, "device", json_string(o->c.preset ? o->c.preset
+                                                             : cham_preset_default_name()));
     const struct {
         const char *key;
         json_t *v;
@@ -466,11 +506,17 @@ static void print_json(const gpt_train_result_t *r, bool verify)
         else
             json_object_set_new(j, values[k].key, values[k].v);
     }
-    char *text = json_dumps(j, 0);
+    json_object_set_new(j, "series", json_incref(o->series));
+    tool_run_parts_give(&o->parts, j, "budget_bytes", r->budget_bytes);
+    return j;
+}
+
+static void print_json(json_t *run)
+{
+    char *text = json_dumps(run, 0);
     if (text)
         printf("%s\n", text);
     free(text);
-    json_decref(j);
 }
 
 static void print_summary(const gpt_train_result_t *r, bool verify)
@@ -509,6 +555,15 @@ static void print_summary(const gpt_train_result_t *r, bool verify)
     if (verify && isfinite(r->overhead_vs_ideal))
         printf(", unconstrained %.3f ms: overhead %+.1f%%", r->ideal_step_time_s * 1e3,
                100 * r->overhead_vs_ideal);
+    /* Why the overhead is what it is, when the ideal step is launch-bound:
+     * the host's dispatch, not the device's compute, sets its time. */
+    if (verify && r->ideal_kernels_per_step > 0 &&
+        r->ideal_dispatch_s_per_step > r->ideal_busy_s_per_step)
+        printf("\n  why                   launch-bound: %.0f kernel launches at %.1f us dominate "
+               "the %.3f ms ideal step (its kernels compute %.3f ms), so the time swapping "
+               "adds is not hidden", r->ideal_kernels_per_step,
+               r->ideal_dispatch_s_per_step * 1e6 / r->ideal_kernels_per_step,
+               r->ideal_step_time_s * 1e3, r->ideal_busy_s_per_step * 1e3);
     printf("\n  host overhead         %.2f%% of the CPU time in Chameleon's calls\n",
            100 * r->host_overhead_ratio);
     printf("  hazards               %llu\n", (unsigned long long)r->hazards);
@@ -516,43 +571,6 @@ static void print_summary(const gpt_train_result_t *r, bool verify)
         printf("  verification          %s\n", r->bit_exact
                    ? "every loss and every parameter byte equal the unconstrained run's"
                    : "DIFFERS from the unconstrained run");
-}
-
-/* The run report: the summary, the series, the last step's curve and the
- * policy the run ended with. */
-static bool write_report(const train_opts_t *o, const gpt_train_result_t *r, char *err,
-                         size_t err_size)
-{
-    json_t *j = json_object();
-    json_object_set_new(j, "model", json_string("gpt (examples/gpt)"));
-    json_object_set_new(j, "policy", json_string(o->policy_name));
-    json_object_set_new(j, "device", json_string(o->c.preset ? o->c.preset
-                                                             : cham_preset_default_name()));
-    json_object_set_new(j, "parameters", json_integer((json_int_t)r->param_count));
-    json_object_set_new(j, "steps", json_integer(r->steps));
-    json_object_set_new(j, "final_train_loss", exp_json_number(r->final_train_loss));
-    json_object_set_new(j, "budget_bytes", json_integer((json_int_t)r->budget_bytes));
-    json_object_set_new(j, "unconstrained_peak_bytes",
-                        json_integer((json_int_t)r->unconstrained_peak_bytes));
-    json_object_set_new(j, "peak_device_bytes", json_integer((json_int_t)r->peak_device_bytes));
-    json_object_set_new(j, "hazards", json_integer((json_int_t)r->hazards));
-    json_object_set_new(j, "stage_changes", json_integer((json_int_t)r->stage_changes));
-    json_object_set_new(j, "policy_regenerations",
-                        json_integer((json_int_t)r->policy_regenerations));
-    json_object_set_new(j, "on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins));
-    json_object_set_new(j, "sim_step_time_s", exp_json_number(r->sim_step_time_s));
-    if (o->c.verify) {
-        json_object_set_new(j, "bit_exact", json_boolean(r->bit_exact));
-        json_object_set_new(j, "ideal_step_time_s", exp_json_number(r->ideal_step_time_s));
-        json_object_set_new(j, "overhead_vs_ideal", exp_json_number(r->overhead_vs_ideal));
-    }
-    json_object_set_new(j, "host_overhead_ratio", exp_json_number(r->host_overhead_ratio));
-    json_object_set_new(j, "series", json_incref(o->series));
-    json_object_set_new(j, "memory_curve", tool_curve_json(o->profile_path, r->budget_bytes));
-    json_object_set_new(j, "policy_applied", tool_policy_json(o->policy_path));
-    bool ok = tool_report_write(j, o->report, err, err_size);
-    json_decref(j);
-    return ok;
 }
 
 int cmd_train(int argc, char **argv)
@@ -589,40 +607,27 @@ int cmd_train(int argc, char **argv)
                  o.curve_dir);
         o.c.profile_path = o.profile_path;
     }
-    int tmp_fds[2] = {-1, -1};
-    if (o.report) {                         /* the report's curve and policy */
+    if (o.report || o.json) {               /* the series, curve and policy, in memory */
         o.series = json_object();
-        if (!o.curve_dir && o.c.steps > 0) {
-            snprintf(o.profile_path, sizeof o.profile_path, "/tmp/cham-profile-XXXXXX");
-            if ((tmp_fds[0] = mkstemp(o.profile_path)) >= 0) {
-                close(tmp_fds[0]);
-                o.c.profile_path = o.profile_path;
-            }
-        }
-        snprintf(o.policy_path, sizeof o.policy_path, "/tmp/cham-policy-XXXXXX");
-        if ((tmp_fds[1] = mkstemp(o.policy_path)) >= 0) {
-            close(tmp_fds[1]);
-            unlink(o.policy_path);          /* written only if there is a policy */
-            o.c.policy_path = o.policy_path;
-        }
+        o.c.on_finish = on_finish;
+        o.c.on_finish_user = &o;
     }
     gpt_train_result_t r;
     cham_status_t st = gpt_train(&o.c, &data, progress, &o, &r, err, sizeof err);
     gpt_data_free(&data);
-    if (st == CHAM_OK && o.report && !write_report(&o, &r, err, sizeof err))
+    json_t *run = o.series ? run_json(&o, &r) : NULL;
+    if (st == CHAM_OK && o.report && !tool_report_write(run, o.report, err, sizeof err))
         st = CHAM_ERR_HOST_OOM;           /* reported below, exit 1 */
     json_decref(o.series);
-    if (tmp_fds[0] >= 0)
-        unlink(o.profile_path);
-    if (tmp_fds[1] >= 0)
-        unlink(o.policy_path);
+    tool_run_parts_clear(&o.parts);
     if (st == CHAM_OK && o.curve_dir &&
-        !tool_write_curve(o.profile_path, r.budget_bytes, o.curve_dir, err, sizeof err))
+        !tool_write_curve(o.profile_path, r.budget_bytes, "budget", o.curve_dir, err, sizeof err))
         st = CHAM_ERR_HOST_OOM;           /* reported below, exit 1 */
     if (o.json)
-        print_json(&r, o.c.verify);
+        print_json(run);
     else if (st == CHAM_OK || r.steps > 0)
         print_summary(&r, o.c.verify);
+    json_decref(run);
     /* The command line was checked before the run: whatever fails now is
      * the run's or its files' failure (docs/cli.md, "Exit status"). */
     if (st != CHAM_OK) {

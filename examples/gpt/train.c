@@ -26,7 +26,7 @@ gpt_train_config_t gpt_train_config_default(void)
         .validate_every = 50,
         .loss_scaling = true,
         .drop_prob = 0.02,
-        .min_swap_bytes = 16 << 10,
+        .min_swap_bytes = GPT_MIN_SWAP_DEFAULT,
     };
 }
 
@@ -344,13 +344,14 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
     }
     double sim0 = sim_now_s(&a), ideal0 = c->verify ? sim_now_s(&b) : 0, train_sim = 0,
            train_ideal = 0;
+    uint64_t ideal_kernels = 0, ideal_dispatch_ns = 0, ideal_busy_ns = 0;
     for (int step = 0; st == CHAM_OK && step < c->steps; step++) {
         cham_runtime_stats_t s0;
         cham_context_get_stats(a.ctx, &s0);
         gpt_step_info_t info = {.step = step, .budget = budget};
         info.layers_skipped = c->drop_prob > 0 ? choose_skips(&cfg, step, skip) : 0;
         double t0 = sim_now_s(&a);
-        if (c->profile_path && step + 1 == c->steps)
+        if ((c->profile_path || c->on_finish) && step + 1 == c->steps)
             cham_context_request_profile(a.ctx);      /* the last step's, to save */
         st = train_step(&a, &cfg, d, step, c->drop_prob > 0 ? skip : NULL, &info);
         if (st != CHAM_OK) {
@@ -366,12 +367,25 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         if (c->verify) {
             gpt_step_info_t ref = {0};
             double r0 = sim_now_s(&b);
+            cham_sim_stats_t b0, b1;
+            bool sim_b = cham_sim_get_stats(cham_context_device(b.ctx), &b0) == CHAM_OK;
             if ((st = train_step(&b, &cfg, d, step, c->drop_prob > 0 ? skip : NULL, &ref)) !=
                 CHAM_OK) {
                 st = fail(&b, step, "the unconstrained reference", st, err, err_size);
                 break;
             }
             train_ideal += sim_now_s(&b) - r0;
+            if (sim_b && cham_sim_get_stats(cham_context_device(b.ctx), &b1) == CHAM_OK) {
+                /* Where the ideal step's time goes: the host dispatching
+                 * (launches, copies, event calls) or the device computing. */
+                uint64_t busy = 0;
+                for (int k = 0; k < CHAM_SIM_MAX_STREAMS; k++)
+                    busy += b1.stream_busy_ns[k] - b0.stream_busy_ns[k];
+                ideal_kernels += b1.kernels - b0.kernels;
+                ideal_dispatch_ns += (b1.host_ns - b0.host_ns) -
+                                     (b1.host_blocked_ns - b0.host_blocked_ns);
+                ideal_busy_ns += busy;
+            }
             info.verified = ref.loss == info.loss;
             res->bit_exact = res->bit_exact && info.verified;
         }
@@ -434,6 +448,8 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         (st = last ? cham_profile_save_json(last, c->profile_path, err, err_size)
                    : CHAM_ERR_INVALID_ARG) != CHAM_OK && !last)
         snprintf(err, err_size, "no detailed profile of the last step was made");
+    if (c->on_finish)
+        c->on_finish(st == CHAM_OK ? last : NULL, pol, c->on_finish_user);
     cham_runtime_stats_t s;
     cham_context_get_stats(a.ctx, &s);
     res->hazards = cham_sim_hazard_count(cham_context_device(a.ctx));
@@ -459,6 +475,11 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         res->ideal_step_time_s = res->steps ? train_ideal / res->steps : 0;
         if (res->ideal_step_time_s > 0)
             res->overhead_vs_ideal = res->sim_step_time_s / res->ideal_step_time_s - 1;
+        if (res->steps) {
+            res->ideal_kernels_per_step = (double)ideal_kernels / res->steps;
+            res->ideal_dispatch_s_per_step = (double)ideal_dispatch_ns * 1e-9 / res->steps;
+            res->ideal_busy_s_per_step = (double)ideal_busy_ns * 1e-9 / res->steps;
+        }
         res->hazards += cham_sim_hazard_count(cham_context_device(b.ctx));
     }
     run_close(&a);

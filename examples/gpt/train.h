@@ -27,6 +27,10 @@ typedef enum gpt_policy {
     GPT_POLICY_VDNN,             /* every activation out, one-layer prefetch */
 } gpt_policy_t;
 
+/* The default smallest tensor worth swapping, for `train` and for `plan`
+ * on the profiles it writes (docs/cli.md, "Option names"). */
+#define GPT_MIN_SWAP_DEFAULT (UINT64_C(16) << 10)
+
 typedef struct gpt_train_config {
     gpt_shape_t shape;           /* vocab is the data's */
     int steps;
@@ -42,11 +46,19 @@ typedef struct gpt_train_config {
     const uint64_t *overflow_at; /* steps whose gradients get an injected inf */
     size_t n_overflow_at;
     double drop_prob;            /* stochastic depth: each block's skip chance */
-    uint64_t min_swap_bytes;     /* smallest tensor worth swapping */
+    uint64_t min_swap_bytes;     /* smallest tensor worth swapping (GPT_MIN_SWAP_DEFAULT) */
     bool log;                    /* the runtime's log lines to stderr */
     const char *trace_path;      /* the constrained run's timeline (chameleon/trace.h) */
     const char *profile_path;    /* its last step's detailed profile, as JSON */
     const char *policy_path;     /* the policy it applies at the end, as JSON */
+    /* Called once at the end of the constrained run, before its context
+     * goes (NULL: never), with its last step's detailed profile (NULL when
+     * the run failed or made none) and the policy it applied at the end
+     * (NULL: none), valid during the call only; setting it profiles the
+     * last step, as profile_path does. */
+    void (*on_finish)(const cham_profile_t *last_profile, const cham_policy_t *policy,
+                      void *user);
+    void *on_finish_user;
     /* Called once with the constrained run's context, before its first
      * step (NULL: never): lets a test install the runtime's hooks there,
      * e.g. cham_context_on_swap. The reference run gets no call. */
@@ -88,6 +100,12 @@ typedef struct gpt_train_result {
     double sim_time_s, ideal_time_s;           /* all steps, simulated */
     double sim_step_time_s, ideal_step_time_s; /* per training step */
     double overhead_vs_ideal;                  /* sim / ideal - 1 (NaN without ideal) */
+    /* The ideal (unconstrained) training step on the sim, with --verify (0
+     * otherwise): kernels launched, host time dispatching them (launches,
+     * copies, event calls: the host not waiting) and device time computing
+     * (all streams). Dispatch above compute means the step is launch-bound:
+     * the device waits on the host, and any work Chameleon adds shows. */
+    double ideal_kernels_per_step, ideal_dispatch_s_per_step, ideal_busy_s_per_step;
     double host_overhead_ratio;                /* CPU in Chameleon's calls / total,
                                                   both without the sim's byte copies */
     uint64_t param_count;

@@ -167,6 +167,15 @@ typedef struct cham_run_config {
     void (*on_step)(const cham_run_step_t *step, void *user);
     cham_log_hook_t log;         /* the runtime's log; NULL = silent */
     void *user;
+    /* Called once (with user) when the run ends, before its context is
+     * freed (NULL: never), with the last step's detailed profile (NULL
+     * when the run failed or none was made) and the policy applied at the
+     * end (NULL: none); both are valid during the call only. Setting it
+     * profiles the last step, as profile_path does: the caller reads both
+     * in memory. Last in the struct, so that the fields before it keep
+     * their places. */
+    void (*on_finish)(const cham_profile_t *last_profile, const cham_policy_t *policy,
+                      void *user);
 } cham_run_config_t;
 
 /* 50 steps, Chameleon, the runtime's defaults with 2 TiB of pinned host

@@ -22,6 +22,7 @@
 #include "common/assert.h"
 #include "common/file.h"
 #include "common/message.h"
+#include "common/size.h"
 
 #define KiB (UINT64_C(1) << 10)
 #define MiB (UINT64_C(1) << 20)
@@ -239,105 +240,11 @@ static bool backend_known(const char *s)
 
 /* ---- byte sizes -------------------------------------------------------------*/
 
-static const struct unit {
-    const char *name;
-    uint64_t bytes;
-} units[] = {
-    {"B", 1},       {"KiB", KiB},      {"MiB", MiB},          {"GiB", GiB},
-    {"TiB", TiB},   {"PiB", TiB << 10}, {"EiB", TiB << 20},
-};
-
-static bool same_nocase(const char *a, const char *b)
-{
-    for (; *a && *b; a++, b++) {
-        if (tolower((unsigned char)*a) != tolower((unsigned char)*b))
-            return false;
-    }
-    return *a == *b;
-}
-
-/* Parses "4096", "64GiB", "64 GiB", "1.5GiB" (docs/config.md, "Byte sizes").
- * A fraction needs a unit of KiB or more and is rounded to the nearest byte.
- * On failure writes why to why (without the value). */
+/* Byte sizes in a config file follow the one rule set of common/size.h
+ * (docs/config.md, "Byte sizes"). */
 static bool parse_size(const char *s, uint64_t *out, char *why, size_t why_size)
 {
-    const char *p = s;
-    if (*p == '-') {
-        snprintf(why, why_size, "a byte size cannot be negative");
-        return false;
-    }
-    if (!isdigit((unsigned char)*p)) {
-        snprintf(why, why_size, "expected a byte size such as \"4096\", \"512MiB\" or "
-                 "\"1.5GiB\"");
-        return false;
-    }
-    uint64_t whole = 0;
-    bool overflow = false;
-    for (; isdigit((unsigned char)*p); p++) {
-        unsigned d = (unsigned)(*p - '0');
-        if (whole > (UINT64_MAX - d) / 10)
-            overflow = true;
-        else
-            whole = whole * 10 + d;
-    }
-    const char *frac = NULL;
-    size_t frac_len = 0;
-    if (*p == '.') {
-        frac = ++p;
-        for (; isdigit((unsigned char)*p); p++)
-            frac_len++;
-        if (frac_len == 0) {
-            snprintf(why, why_size, "expected digits after the decimal point");
-            return false;
-        }
-    }
-    while (*p == ' ')
-        p++;
-    const struct unit *unit = NULL;
-    const char *unit_name = *p ? p : "B";
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (same_nocase(unit_name, units[i].name))
-            unit = &units[i];
-    }
-    if (!unit) {
-        char q[QUOTE_MAX + 8];
-        quote(q, sizeof q, unit_name);
-        snprintf(why, why_size, "unknown unit %s (binary units: B, KiB, MiB, GiB, TiB, "
-                 "PiB, EiB)", q);
-        return false;
-    }
-    bool has_frac = false;
-    for (size_t i = 0; i < frac_len; i++)
-        has_frac |= frac[i] != '0';
-    if (has_frac && unit->bytes == 1) {
-        snprintf(why, why_size, "a byte count must be a whole number");
-        return false;
-    }
-    uint64_t bytes = 0;
-    if (!overflow && whole > UINT64_MAX / unit->bytes)
-        overflow = true;
-    if (!overflow) {
-        bytes = whole * unit->bytes;
-        if (has_frac) {
-            /* 0.xxx as a double (at most 17 digits count), times the unit. */
-            char buf[24] = "0.";
-            size_t k = frac_len < 17 ? frac_len : 17;
-            memcpy(buf + 2, frac, k);
-            buf[2 + k] = '\0';
-            double part = round(strtod(buf, NULL) * (double)unit->bytes);
-            uint64_t extra = (uint64_t)part; /* < unit->bytes <= 2^60 */
-            if (bytes > UINT64_MAX - extra)
-                overflow = true;
-            else
-                bytes += extra;
-        }
-    }
-    if (overflow) {
-        snprintf(why, why_size, "too large for 64 bits");
-        return false;
-    }
-    *out = bytes;
-    return true;
+    return cham_size_parse(s, out, NULL, why, why_size);
 }
 
 /* ---- one JSON value into one field ---------------------------------------------*/

@@ -106,7 +106,7 @@ static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_work
         cham_context_get_stats(ctx, &before);
         uint64_t ops0 = cham_context_ops(ctx);
         cham_context_reset_peak(ctx);
-        if (c->profile_every_step || (c->profile_path && s + 1 == c->steps))
+        if (c->profile_every_step || ((c->profile_path || c->on_finish) && s + 1 == c->steps))
             cham_context_request_profile(ctx);
         cham_step_info_t info;
         cham_status_t st = cham_workload_step(w, s, &info);
@@ -226,6 +226,8 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
     if (c->policy_path && pol && cham_policy_save_json(pol, c->policy_path, err, sizeof err) !=
                                      CHAM_OK && r->status == CHAM_OK)
         fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, err);
+    if (c->on_finish)
+        c->on_finish(r->status == CHAM_OK ? last : NULL, pol, c->user);
     cham_device_synchronize(dev);          /* the last tasks reach the trace */
     if (cham_trace_close(trace, err, sizeof err) != CHAM_OK && r->status == CHAM_OK)
         fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, err);
