@@ -12,6 +12,7 @@
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
+#include "common/closest.h"
 #include "common/file.h"
 #include "common/size.h"
 
@@ -146,46 +147,13 @@ bool tool_check_preset(const char *cmd, const char *flag, const char *name)
 
 /* ---- options -------------------------------------------------------------------*/
 
-/* Edit distance with adjacent transpositions, ignoring case; strings of
- * at most 63 characters (longer ones get SIZE_MAX). */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    if (na > 63 || nb > 63)
-        return SIZE_MAX;
-    size_t d[64][64];
-    for (size_t i = 0; i <= na; i++)
-        d[i][0] = i;
-    for (size_t j = 0; j <= nb; j++)
-        d[0][j] = j;
-    for (size_t i = 1; i <= na; i++) {
-        for (size_t j = 1; j <= nb; j++) {
-            int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
-            size_t best = d[i - 1][j - 1] + (ca != cb);
-            if (d[i - 1][j] + 1 < best)
-                best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best)
-                best = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
-                tolower((unsigned char)a[i - 2]) == cb && d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    }
-    return d[na][nb];
-}
-
 const char *tool_closest(const char *s, const char *const *names, size_t n)
 {
-    const char *near = NULL;
-    size_t best = SIZE_MAX;
-    for (size_t k = 0; k < n; k++) {
-        size_t d = edit_distance(s, names[k]);
-        if (d < best)
-            best = d, near = names[k];
-    }
-    size_t limit = near && strlen(near) / 4 > 2 ? strlen(near) / 4 : 2;
-    return near && best <= limit && best < strlen(s) ? near : NULL;
+    cham_closest_t c;
+    cham_closest_init(&c, s);
+    for (size_t k = 0; k < n; k++)
+        cham_closest_offer(&c, names[k]);
+    return cham_closest_result(&c);
 }
 
 static const tool_opt_t *lookup(const tool_opt_t *opts, size_t n, const char *a)

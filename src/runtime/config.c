@@ -5,7 +5,6 @@
  * and cham_config_validate both check values against that table, so a value
  * refused in a file is refused in code with the same range in the message.
  * docs/config.md lists the keys, their ranges and the message style. */
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -20,6 +19,7 @@
 
 #include "chameleon/runtime.h"
 #include "common/assert.h"
+#include "common/closest.h"
 #include "common/file.h"
 #include "common/message.h"
 #include "common/size.h"
@@ -408,50 +408,14 @@ static cham_status_t apply(cham_config_t *c, const field_t *f, const json_t *v, 
 
 /* ---- unknown keys ---------------------------------------------------------------*/
 
-/* Edit distance with adjacent transpositions (optimal string alignment),
- * ignoring case; both strings at most 63 characters. */
-static size_t edit_distance(const char *a, const char *b)
-{
-    size_t na = strlen(a), nb = strlen(b);
-    size_t d[64][64];
-    for (size_t i = 0; i <= na; i++)
-        d[i][0] = i;
-    for (size_t j = 0; j <= nb; j++)
-        d[0][j] = j;
-    for (size_t i = 1; i <= na; i++) {
-        for (size_t j = 1; j <= nb; j++) {
-            int ca = tolower((unsigned char)a[i - 1]), cb = tolower((unsigned char)b[j - 1]);
-            size_t best = d[i - 1][j - 1] + (ca != cb);
-            if (d[i - 1][j] + 1 < best)
-                best = d[i - 1][j] + 1;
-            if (d[i][j - 1] + 1 < best)
-                best = d[i][j - 1] + 1;
-            if (i > 1 && j > 1 && ca == tolower((unsigned char)b[j - 2]) &&
-                tolower((unsigned char)a[i - 2]) == cb && d[i - 2][j - 2] + 1 < best)
-                best = d[i - 2][j - 2] + 1;
-            d[i][j] = best;
-        }
-    }
-    return d[na][nb];
-}
-
 /* The known key closest to key, if close enough to be a likely typo. */
 static const char *closest_key(const char *key)
 {
-    size_t len = strlen(key);
-    if (len == 0 || len > 63)
-        return NULL;
-    const char *best = NULL;
-    size_t best_d = SIZE_MAX;
-    for (size_t i = 0; i < N_FIELDS; i++) {
-        size_t d = edit_distance(key, fields[i].key);
-        if (d < best_d) {
-            best_d = d;
-            best = fields[i].key;
-        }
-    }
-    size_t limit = strlen(best) / 4 > 2 ? strlen(best) / 4 : 2;
-    return best_d <= limit && best_d < len ? best : NULL;
+    cham_closest_t c;
+    cham_closest_init(&c, key);
+    for (size_t i = 0; i < N_FIELDS; i++)
+        cham_closest_offer(&c, fields[i].key);
+    return cham_closest_result(&c);
 }
 
 static const field_t *find_field(const char *key)
