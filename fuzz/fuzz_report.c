@@ -25,7 +25,7 @@ static bool known_tag(const char *s)
 {
     static const char *const tags[] = {
         "!DOCTYPE", "html", "head", "meta", "title", "style", "body", "h1", "h2", "p",
-        "table", "tr", "th", "td", "figure", "figcaption", "svg", "rect", "line", "text",
+        "table", "tr", "th", "td", "code", "figure", "figcaption", "svg", "rect", "line", "text",
         "polyline", "circle"};
     if (*s == '/')
         s++;
