@@ -173,6 +173,14 @@ static const struct {
     {"train", "--drop-prob", "--layer-drop"},
 };
 
+bool tool_wants_help(int argc, char **argv)
+{
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return true;
+    return false;
+}
+
 const tool_opt_t *tool_find_opt(const char *cmd, const tool_opt_t *opts, size_t n, int argc,
                                 char **argv, int *i, const char **value)
 {

@@ -50,6 +50,9 @@ typedef struct tool_opt {
     bool value;                  /* takes the next argument as its value */
 } tool_opt_t;
 
+/* Whether any argument is --help or -h: it wins over every other option. */
+bool tool_wants_help(int argc, char **argv);
+
 /* The option argv[*i] names, from opts (n of them). An old name of an
  * option (args.c, `deprecated`) gives the option under its new name, after
  * a one-line note on stderr. For an option with a

@@ -292,15 +292,13 @@ static int warm_step(run_t *r, const demo_opts_t *o, bool swap, uint64_t *ns, ui
 static int parse(int argc, char **argv, demo_opts_t *o)
 {
     static const tool_opt_t opts[] = {{"--device", true}, {"--layers", true}};
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: chameleon check [--device PRESET] [--layers N]\n"
-                   "Runs a small model's step on the simulated device with less memory\n"
-                   "than it needs: without swapping, then with swapping.\n"
-                   "  --device PRESET   simulated device (`chameleon devices`; a100-80g)\n"
-                   "  --layers N        layers, 3..64 (8)\n");
-            return -1;
-        }
+    if (tool_wants_help(argc, argv)) {
+        printf("usage: chameleon check [--device PRESET] [--layers N]\n"
+               "Runs a small model's step on the simulated device with less memory\n"
+               "than it needs: without swapping, then with swapping.\n"
+               "  --device PRESET   simulated device (`chameleon devices`; a100-80g)\n"
+               "  --layers N        layers, 3..64 (8)\n");
+        return -1;
     }
     for (int i = 0; i < argc; i++) {
         const char *v;

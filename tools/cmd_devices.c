@@ -51,11 +51,9 @@ static void usage(FILE *f)
 int cmd_devices(int argc, char **argv)
 {
     static const tool_opt_t opts[] = {{"--backend", true}};
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
+    if (tool_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
     }
     bool cuda = false;
     for (int i = 0; i < argc; i++) {

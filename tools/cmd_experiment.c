@@ -30,11 +30,9 @@ int cmd_experiment(int argc, char **argv)
     exp_config_t c = {.progress = true};
     static const tool_opt_t opts[] = {{"--list", false}, {"--reduced", false},
                                       {"--device", true}, {"--out", true}};
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
+    if (tool_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
     }
     bool want_list = false;
     for (int i = 0; i < argc; i++) {

@@ -62,11 +62,9 @@ static const tool_opt_t opts[] = {
 /* 0 on success, 2 for bad usage (message printed); -1 after --help. */
 static int parse(int argc, char **argv, plan_opts_t *o)
 {
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return -1;
-        }
+    if (tool_wants_help(argc, argv)) {
+        usage(stdout);
+        return -1;
     }
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];

@@ -24,11 +24,9 @@ int cmd_report(int argc, char **argv)
 {
     static const tool_opt_t opts[] = {{"--out", true}};
     const char *in = NULL, *out = NULL;
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
+    if (tool_wants_help(argc, argv)) {
+        usage(stdout);
+        return 0;
     }
     for (int i = 0; i < argc; i++) {
         const char *v;

@@ -136,11 +136,9 @@ static int parse(int argc, char **argv, sim_opts_t *o)
 {
     cham_model_config_t *m = &o->run.model;
     o->model = "llama2-7b";
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return -1;
-        }
+    if (tool_wants_help(argc, argv)) {
+        usage(stdout);
+        return -1;
     }
     /* First the names (every option known, every value there) and the model. */
     for (int i = 0; i < argc; i++) {

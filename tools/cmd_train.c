@@ -178,11 +178,9 @@ static int check_shape(const train_opts_t *o)
 /* 0, 2 after a usage error (printed), -1 after --help. */
 static int parse(int argc, char **argv, train_opts_t *o)
 {
-    for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return -1;
-        }
+    if (tool_wants_help(argc, argv)) {
+        usage(stdout);
+        return -1;
     }
     for (int i = 0; i < argc; i++) {
         const char *v;
