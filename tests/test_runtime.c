@@ -435,21 +435,33 @@ static void test_recorded_profile_plans(void **state)
 /* ---- the stage machine through the context -------------------------------*/
 
 typedef struct seen {
-    int n;
+    int n, changes;
     cham_stage_t to[8];
     uint64_t step[8];
+    uint64_t last;                        /* the last step's number */
+    char line[8][160];                    /* stage-change log lines */
+    int lines;
 } seen_t;
 
-static void on_stage(cham_context_t *ctx, cham_stage_t from, cham_stage_t to, uint64_t step,
-                     void *user)
+static void on_step(cham_context_t *ctx, const cham_step_ended_t *e, void *user)
 {
-    (void)ctx, (void)from;
     seen_t *s = user;
-    if (s->n < 8) {
-        s->to[s->n] = to;
-        s->step[s->n] = step;
-    }
+    /* The hook runs inside cham_step_end, before the number moves on. */
+    assert_int_equal(cham_context_step(ctx), e->number);
     s->n++;
+    s->last = e->number;
+    if (e->to != e->from && s->changes < 8) {
+        s->to[s->changes] = e->to;
+        s->step[s->changes] = e->number;
+        s->changes++;
+    }
+}
+
+static void stage_lines(const char *line, void *user)
+{
+    seen_t *s = user;
+    if (strstr(line, "stage ") && s->lines < 8)
+        snprintf(s->line[s->lines++], sizeof s->line[0], "%s", line);
 }
 
 static void ops_step(cham_context_t *ctx, int n_ops)
@@ -467,19 +479,24 @@ static void test_stages_through_context(void **state)
     (void)state;
     cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, false, 16 * MiB);
     seen_t seen = {0};
-    int lines = 0;
-    cham_context_on_stage(ctx, on_stage, &seen);
-    cham_context_set_log(ctx, quiet, &lines);
+    cham_context_on_step(ctx, on_step, &seen);
+    cham_context_set_log(ctx, stage_lines, &seen);
+    assert_int_equal(cham_context_step(ctx), 0);
     for (int s = 0; s < 10; s++)
         ops_step(ctx, 100);
-    /* m = 2, n = 5: GenPolicy after step 3, Stable after step 9. */
-    assert_int_equal(seen.n, 2);
+    /* m = 2, n = 5: GenPolicy once steps 0-2 were alike, Stable after
+     * five GenPolicy steps (3-7) and the kept policy's step 8... */
+    assert_int_equal(seen.n, 10);
+    assert_int_equal(seen.changes, 2);
     assert_int_equal(seen.to[0], CHAM_STAGE_GENPOLICY);
-    assert_int_equal(seen.step[0], 3);
+    assert_int_equal(seen.step[0], 2);
     assert_int_equal(seen.to[1], CHAM_STAGE_STABLE);
-    assert_int_equal(seen.step[1], 9);
-    assert_int_equal(lines, 2);
-    /* GenPolicy steps were profiled in detail. */
+    assert_int_equal(seen.step[1], 8);
+    /* ...and the log says so with the same numbers. */
+    assert_int_equal(seen.lines, 2);
+    assert_non_null(strstr(seen.line[0], "step 2: stage WarmUp -> GenPolicy"));
+    assert_non_null(strstr(seen.line[1], "step 8: stage GenPolicy -> Stable"));
+    /* GenPolicy steps were profiled in detail; the last was step 8. */
     const cham_profile_t *p = cham_context_last_profile(ctx);
     assert_non_null(p);
     cham_profile_view_t v;
@@ -488,7 +505,34 @@ static void test_stages_through_context(void **state)
     assert_int_equal(v.step, 8);
     ops_step(ctx, 120);                   /* 20% longer: back to WarmUp */
     assert_int_equal(cham_context_stage(ctx), CHAM_STAGE_WARMUP);
-    assert_int_equal(seen.n, 3);
+    assert_int_equal(seen.changes, 3);
+    assert_int_equal(seen.step[2], 10);
+    cham_context_free(ctx);
+}
+
+/* The caller's numbers are the ones every output shows; steps it does not
+ * number count on from the last; the runtime's decisions do not change. */
+static void test_caller_numbers_steps(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, false, 16 * MiB);
+    seen_t seen = {0};
+    cham_context_on_step(ctx, on_step, &seen);
+    cham_context_set_log(ctx, stage_lines, &seen);
+    for (int s = 0; s < 10; s++) {
+        if (s < 5)
+            cham_step_set_number(ctx, 1000 + 10 * (uint64_t)s);  /* 1000, 1010, ... 1040 */
+        ops_step(ctx, 100);                                     /* then 1041, 1042, ... */
+    }
+    assert_int_equal(seen.last, 1045);
+    assert_int_equal(cham_context_step(ctx), 1046);
+    assert_int_equal(seen.changes, 2);
+    assert_int_equal(seen.step[0], 1020);                       /* the third step, as before */
+    assert_int_equal(seen.step[1], 1044);                       /* the ninth */
+    assert_non_null(strstr(seen.line[0], "step 1020: stage WarmUp -> GenPolicy"));
+    cham_profile_view_t v;
+    cham_profile_get(cham_context_last_profile(ctx), &v);
+    assert_int_equal(v.step, 1044);
     cham_context_free(ctx);
 }
 
@@ -619,6 +663,7 @@ int main(void)
         cmocka_unit_test(test_views_follow_swaps),
         cmocka_unit_test(test_recorded_profile_plans),
         cmocka_unit_test(test_stages_through_context),
+        cmocka_unit_test(test_caller_numbers_steps),
         cmocka_unit_test(test_advisor_mode),
         cmocka_unit_test(test_record_stream),
     };

@@ -98,7 +98,6 @@ static void test_known_slices(void **state)
     assert_int_equal(cham_op_end(ctx), CHAM_OK);
     assert_int_equal(cham_tensor_swap_out(a, false), CHAM_OK);
     assert_int_equal(cham_step_end(ctx), CHAM_OK);
-    cham_trace_step(t);
     cham_device_synchronize(cham_context_device(ctx));
     assert_int_equal(cham_trace_close(t, err, sizeof err), CHAM_OK);
     cham_tensor_release(a);
@@ -136,17 +135,28 @@ static void test_known_slices(void **state)
     }
     assert_int_equal(kernels, 1);
     assert_int_equal(copies, 1);
-    assert_int_equal(count(root, "i", "step 1 ends"), 1);
+    assert_int_equal(count(root, "i", "step 0 ends (forward only)"), 1);
     assert_true(count(root, "C", "device memory") >= 1);
     json_decref(root);
 }
 
+/* The number of the first step after which the stage was GenPolicy. */
+static void first_genpolicy(const cham_run_step_t *s, void *user)
+{
+    int64_t *first = user;
+    if (*first < 0 && s->stage == CHAM_STAGE_GENPOLICY)
+        *first = (int64_t)s->step;
+}
+
 /* A whole run under Chameleon: every track, the stage changes and the
- * policies as instants. */
+ * policies as instants, numbered as the run's own steps. */
 static void test_run_trace(void **state)
 {
     (void)state;
     cham_run_config_t c = cham_run_config_default();
+    int64_t first = -1;
+    c.on_step = first_genpolicy;
+    c.user = &first;
     assert_int_equal(cham_model_preset("llama2-7b", &c.model), CHAM_OK);
     c.model.layers = 4;
     c.model.seq = 1024;
@@ -176,9 +186,17 @@ static void test_run_trace(void **state)
             fail_msg("track %s named %zu times", tracks[i], n);
     }
     assert_int_equal(count(root, "i", "WarmUp -> GenPolicy"), 1);
+    assert_true(first >= 0);
+    char name[64];
+    snprintf(name, sizeof name, "step %lld: WarmUp -> GenPolicy", (long long)first);
+    assert_int_equal(count(root, "i", name), 1);
     assert_true(count(root, "i", "policy") >= 1);
     assert_true(count(root, "X", "all_gather") > 0);
     assert_int_equal(count(root, "i", "ends"), 12);
+    for (int s = 0; s < 12; s++) {
+        snprintf(name, sizeof name, "step %d ends", s);
+        assert_int_equal(count(root, "i", name), 1);
+    }
     json_decref(root);
 
     /* A trace that cannot be written fails the run clearly. */

@@ -159,6 +159,7 @@ static cham_status_t train_step(run_t *r, const gpt_train_config_t *c, const gpt
                                 int step, const bool *skip, gpt_step_info_t *info)
 {
     uint64_t t0 = gpt_cpu_ns();
+    cham_step_set_number(r->ctx, (uint64_t)step);     /* the console's number */
     gpt_data_batch(d, 0, c->seed, (uint64_t)step, c->shape.batch, c->shape.seq, r->tok, r->tgt);
     double loss = 0, sumsq = 0;
     bool overflow = false;
@@ -190,7 +191,6 @@ static cham_status_t train_step(run_t *r, const gpt_train_config_t *c, const gpt
     }
     if (st == CHAM_OK)
         st = cham_step_end(r->ctx);
-    cham_trace_step(r->trace);
     r->cpu_ns += gpt_cpu_ns() - t0;
     return st;
 }
@@ -199,11 +199,11 @@ static cham_status_t validation_step(run_t *r, const gpt_train_config_t *c,
                                      const gpt_data_t *d, int step, double *loss)
 {
     uint64_t t0 = gpt_cpu_ns();
+    cham_step_set_number(r->ctx, (uint64_t)step);     /* "val <step>" on the console */
     gpt_data_batch(d, 1, c->seed, (uint64_t)step, c->shape.batch, c->shape.seq, r->tok, r->tgt);
     cham_status_t st = gpt_forward(r->model, r->tok, r->tgt, NULL, false, loss);
     if (st == CHAM_OK)
         st = cham_step_end(r->ctx);
-    cham_trace_step(r->trace);
     r->cpu_ns += gpt_cpu_ns() - t0;
     return st;
 }

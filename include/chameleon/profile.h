@@ -60,7 +60,7 @@ typedef struct cham_profile_swap {
 
 /* The profile's parts; arrays are owned by the profile. */
 typedef struct cham_profile_view {
-    uint64_t step;           /* which step of the run */
+    uint64_t step;           /* the step's number (cham_step_set_number) */
     uint64_t duration_ns;    /* host clock from step start to step end */
     uint64_t capacity;       /* device capacity */
     size_t n_ops;

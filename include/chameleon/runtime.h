@@ -227,18 +227,34 @@ cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase);
 /* Ends the step: runs the stage machine on the step's op sequence. */
 cham_status_t cham_step_end(cham_context_t *ctx);
 
+/* Numbers the step being run as the caller's loop does, so that log lines,
+ * the step hook, profiles and traces say "step 57" where the caller's own
+ * output does. Steps the caller does not number count on from the last one
+ * (the first step is 0). Numbers need not be unique: a validation pass run
+ * after training step 49 may be numbered 49 too. The runtime's own
+ * bookkeeping never depends on them. */
+void cham_step_set_number(cham_context_t *ctx, uint64_t number);
+
 cham_stage_t cham_context_stage(const cham_context_t *ctx);
-/* Steps ended so far. */
+/* The number of the step being run (see cham_step_set_number). */
 uint64_t cham_context_step(const cham_context_t *ctx);
 const char *cham_stage_name(cham_stage_t stage);
 const char *cham_phase_name(cham_phase_t phase);
 const char *cham_dtype_name(cham_dtype_t dtype);
 size_t cham_dtype_size(cham_dtype_t dtype);
 
-/* Called after a step that changed the stage. */
-typedef void (*cham_stage_hook_t)(cham_context_t *ctx, cham_stage_t from, cham_stage_t to,
-                                  uint64_t step, void *user);
-void cham_context_on_stage(cham_context_t *ctx, cham_stage_hook_t hook, void *user);
+/* What the step hook learns when a step ends. */
+typedef struct cham_step_ended {
+    uint64_t number;                 /* the step's number (cham_context_step during it) */
+    cham_stage_t from, to;           /* the stage during the step / for the next one */
+    bool backward;                   /* the step had a backward phase */
+    uint64_t policies_generated;     /* so far in the run */
+} cham_step_ended_t;
+
+/* Called at the end of every step, after the runtime decided what the next
+ * step runs. One hook per context: cham_trace_open takes it. */
+typedef void (*cham_step_hook_t)(cham_context_t *ctx, const cham_step_ended_t *step, void *user);
+void cham_context_on_step(cham_context_t *ctx, cham_step_hook_t hook, void *user);
 
 /* Log lines (stage changes, on-demand swaps, errors). By default lines go
  * to stderr; a hook replaces that, NULL restores it. */
@@ -261,7 +277,7 @@ typedef struct cham_swap_event {
     uint64_t storage;        /* storage id, as in profiles */
     uint64_t bytes;
     const void *device_ptr;  /* the device block copied from or to */
-    uint64_t step;           /* steps ended before this one */
+    uint64_t step;           /* the number of the step it happened in */
     uint32_t op;             /* ops begun in this step so far */
 } cham_swap_event_t;
 typedef void (*cham_swap_hook_t)(const cham_swap_event_t *swap, void *user);

@@ -3,7 +3,7 @@
  * (compute, swap-out, swap-in, the caller's, e.g. comm) and one for the
  * host's waits; kernels and copies as slices named by op or tensor; device
  * memory in use and the capacity as counters; stage changes, policies
- * generated and swaps as instant events. docs/trace.md. */
+ * generated and step ends as instant events. docs/trace.md. */
 #ifndef CHAMELEON_TRACE_H
 #define CHAMELEON_TRACE_H
 
@@ -20,12 +20,10 @@ extern "C" {
 typedef struct cham_trace cham_trace_t;
 
 /* Starts writing ctx's timeline to path (sim backend only). The trace
- * takes the context's stage and swap hooks and the device's task hook
- * until it is closed. On failure err says why. */
+ * takes the context's step hook and the device's task hook until it is
+ * closed. On failure err says why. */
 cham_status_t cham_trace_open(cham_context_t *ctx, const char *path, cham_trace_t **out,
                               char *err, size_t err_size);
-/* Call after each cham_step_end: marks the step and the policies made. */
-void cham_trace_step(cham_trace_t *t);
 /* Host CPU time spent writing the trace so far (ns): a caller measuring
  * its own overhead subtracts it. */
 uint64_t cham_trace_cpu_ns(const cham_trace_t *t);

@@ -143,11 +143,11 @@ const struct cham_policy *cham_context_policy(const cham_context_t *ctx)
     return ctx->exec.plan ? ctx->exec.plan->policy : NULL;
 }
 
-void cham_context_on_stage(cham_context_t *ctx, cham_stage_hook_t hook, void *user)
+void cham_context_on_step(cham_context_t *ctx, cham_step_hook_t hook, void *user)
 {
     CHAM_ASSERT(ctx);
-    ctx->stage_hook = hook;
-    ctx->stage_hook_user = user;
+    ctx->step_hook = hook;
+    ctx->step_hook_user = user;
 }
 
 void cham_context_on_swap(cham_context_t *ctx, cham_swap_hook_t hook, void *user)
@@ -194,7 +194,13 @@ cham_stage_t cham_context_stage(const cham_context_t *ctx)
 uint64_t cham_context_step(const cham_context_t *ctx)
 {
     CHAM_ASSERT(ctx);
-    return ctx->step;
+    return ctx->number;
+}
+
+void cham_step_set_number(cham_context_t *ctx, uint64_t number)
+{
+    CHAM_ASSERT(ctx);
+    ctx->number = number;
 }
 
 void cham_context_request_profile(cham_context_t *ctx)

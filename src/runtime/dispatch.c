@@ -26,7 +26,7 @@ static void profile_failed(cham_context_t *ctx)
 {
     if (!ctx->profile_failed)
         cham_context_log(ctx, "step %llu: out of host memory; the detailed profile of this "
-                         "step is dropped", (unsigned long long)ctx->step);
+                         "step is dropped", (unsigned long long)ctx->number);
     ctx->profile_failed = true;
 }
 
@@ -245,7 +245,7 @@ cham_status_t cham_op_end(cham_context_t *ctx)
     CHAM_ASSERT(ctx);
     if (!ctx->in_op) {
         cham_context_error(ctx, "op end without op begin (after op %u of step %llu)",
-                           ctx->ops_in_step, (unsigned long long)ctx->step);
+                           ctx->ops_in_step, (unsigned long long)ctx->number);
         return CHAM_ERR_INVALID_ARG;
     }
     ctx->in_op = false;
@@ -281,6 +281,7 @@ cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase)
         return CHAM_ERR_INVALID_ARG;
     }
     ctx->phase = phase;
+    ctx->backward = ctx->backward || phase == CHAM_PHASE_BACKWARD;
     return CHAM_OK;
 }
 
@@ -299,6 +300,7 @@ static void finish_profile(cham_context_t *ctx, uint64_t now)
             cham_profile_set_duration(p, now - ctx->step_start_ns);
             cham_profile_free(ctx->last_profile);
             ctx->last_profile = p;
+            ctx->last_profile_step = ctx->step;
             p = NULL;
         } else {
             profile_failed(ctx);
@@ -335,19 +337,27 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     if (ctx->building)
         finish_profile(ctx, now);
     ctx->step++;
+    /* Until the step's number moves on below, log lines and the loop speak
+     * of the step that ended. */
     if (!ok)
         cham_context_log(ctx, "step %llu: out of host memory keeping the op sequence; the "
-                         "stage stays %s", (unsigned long long)ctx->step, cham_stage_name(to));
+                         "stage stays %s", (unsigned long long)ctx->number, cham_stage_name(to));
     cham_loop_step_end(ctx, from, &to);
     if (to != from) {
         ctx->stats.stage_changes++;
         cham_context_log(ctx, "step %llu: stage %s -> %s (%u ops, length change %.1f%%, "
-                         "cosine %.4f)", (unsigned long long)ctx->step, cham_stage_name(from),
+                         "cosine %.4f)", (unsigned long long)ctx->number, cham_stage_name(from),
                          cham_stage_name(to), ctx->ops_in_step,
                          100.0 * ctx->stages.last_length_change, ctx->stages.last_cosine);
-        if (ctx->stage_hook)
-            ctx->stage_hook(ctx, from, to, ctx->step, ctx->stage_hook_user);
     }
+    if (ctx->step_hook) {
+        cham_step_ended_t e = {.number = ctx->number, .from = from, .to = to,
+                               .backward = ctx->backward,
+                               .policies_generated = ctx->stats.policies_generated};
+        ctx->step_hook(ctx, &e, ctx->step_hook_user);
+    }
+    ctx->number++;
+    ctx->backward = false;
     /* The next step: detailed in GenPolicy or when asked for. */
     ctx->ops_in_step = 0;
     ctx->phase = CHAM_PHASE_FORWARD;
@@ -367,7 +377,7 @@ void cham_dispatch_start_profile(cham_context_t *ctx)
         return;
     cham_device_info_t info;
     cham_device_get_info(ctx->dev, &info);
-    ctx->building = cham_profile_new(ctx->step, info.capacity);
+    ctx->building = cham_profile_new(ctx->number, info.capacity);
     if (!ctx->building)
         profile_failed(ctx);
 }

@@ -123,7 +123,7 @@ cham_status_t cham_exec_check_positions(cham_context_t *ctx, cham_op_token_t tok
         cham_context_error(ctx, "capuchin policy: step %llu: tensor #%u of op %u (\"%s\", %llu "
                            "bytes in the profiled step) is not found: %s (\"%s\"); the op "
                            "sequence changed and a static policy cannot follow it",
-                           (unsigned long long)ctx->step, pos, k, cham_op_name(ctx, p->token[k]),
+                           (unsigned long long)ctx->number, pos, k, cham_op_name(ctx, p->token[k]),
                            (unsigned long long)it->bytes, why, cham_op_name(ctx, token));
         return CHAM_ERR_POLICY_MISMATCH;
     }
@@ -145,7 +145,7 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
             cham_context_error(ctx, "capuchin policy: step %llu: the tensor swapped out after op "
                                "%u was freed before its swap-in at op %u: the op sequence "
                                "changed and a static policy cannot follow it",
-                               (unsigned long long)ctx->step, pol->items[item].swap_out_op, k);
+                               (unsigned long long)ctx->number, pol->items[item].swap_out_op, k);
             return CHAM_ERR_POLICY_MISMATCH;
         }
         if (!s || s->residency != CHAM_RESIDENT_HOST)
@@ -173,7 +173,7 @@ cham_status_t cham_exec_op_end(cham_context_t *ctx)
         if (st == CHAM_ERR_HOST_BUDGET) {
             /* Out of pinned memory: the tensor stays; the OOM path copes. */
             cham_context_log(ctx, "step %llu: planned swap-out skipped: %s",
-                             (unsigned long long)ctx->step, ctx->error);
+                             (unsigned long long)ctx->number, ctx->error);
             continue;
         }
         if (st != CHAM_OK)

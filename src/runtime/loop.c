@@ -165,23 +165,23 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     }
     if (st != CHAM_OK) {
         ctx->stats.policy_failures++;
-        cham_context_log(ctx, "step %llu: no policy: %s", (unsigned long long)ctx->step, err);
+        cham_context_log(ctx, "step %llu: no policy: %s", (unsigned long long)ctx->number, err);
         return NULL;
     }
     cham_plan_t *plan = plan_new(policy, profile,
                                  ctx->config.planner == CHAM_PLANNER_CAPUCHIN);
     if (!plan) {
         cham_context_log(ctx, "step %llu: out of host memory indexing a policy",
-                         (unsigned long long)ctx->step);
+                         (unsigned long long)ctx->number);
         return NULL;
     }
     ctx->stats.policies_generated++;
     if (plan->view.predicted_peak > plan->view.usable)
         cham_context_log(ctx, "step %llu: partial policy; passive swaps make up the rest: %s",
-                         (unsigned long long)ctx->step, err);
+                         (unsigned long long)ctx->number, err);
     cham_context_log(ctx, "step %llu: policy %zu generated: %zu swaps, blocks reused %u ops "
                      "after their copies, predicted peak %llu of %llu usable bytes",
-                     (unsigned long long)ctx->step, ctx->n_trials + 1, plan->view.n_items, *delay,
+                     (unsigned long long)ctx->number, ctx->n_trials + 1, plan->view.n_items, *delay,
                      (unsigned long long)plan->view.predicted_peak,
                      (unsigned long long)plan->view.usable);
     return plan;
@@ -214,7 +214,7 @@ static cham_plan_t *best_trial(cham_context_t *ctx)
     if (!best)
         return NULL;
     cham_context_log(ctx, "step %llu: kept policy %zu of %zu (reuse delay %u ops): %llu ns a "
-                     "step, %llu passive and %llu on-demand swaps", (unsigned long long)ctx->step,
+                     "step, %llu passive and %llu on-demand swaps", (unsigned long long)ctx->number,
                      (size_t)(best - ctx->trials) + 1, ctx->n_trials, best->free_delay,
                      (unsigned long long)best->step_ns, (unsigned long long)best->passive,
                      (unsigned long long)best->on_demand);
@@ -312,7 +312,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
     cham_profile_view_t pv;
     if (prof)
         cham_profile_get(prof, &pv);
-    bool fresh = prof && pv.step + 1 == ctx->step;
+    bool fresh = prof && ctx->last_profile_step + 1 == ctx->step;
     cham_plan_t *next = x->plan;
 
     if (cham_loop_static(ctx)) {
@@ -352,7 +352,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
             next = best_trial(ctx);
             if (!next)
                 cham_context_log(ctx, "step %llu: Stable without a policy: none could be made; "
-                                 "memory is made by passive swaps", (unsigned long long)ctx->step);
+                                 "memory is made by passive swaps", (unsigned long long)ctx->number);
             else
                 cache_put(ctx, ctx->seq, ctx->ops_in_step, next);
         }
@@ -373,7 +373,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
             *to = CHAM_STAGE_STABLE;
             ctx->stats.policy_cache_hits++;
             cham_context_log(ctx, "step %llu: this op sequence was seen before; its policy is "
-                             "applied again", (unsigned long long)ctx->step);
+                             "applied again", (unsigned long long)ctx->number);
         }
     }
     if (*to != CHAM_STAGE_GENPOLICY)

@@ -124,7 +124,9 @@ struct cham_context {
     cham_intern_t tokens;
 
     /* The step being run. */
-    uint64_t step;                /* steps ended */
+    uint64_t step;                /* steps ended: the runtime's own count */
+    uint64_t number;              /* the step's number for people (cham_step_set_number) */
+    bool backward;                /* this step has had a backward phase */
     uint64_t ops_total;           /* ops dispatched since creation */
     uint32_t ops_in_step;         /* ops begun in this step */
     bool in_op;
@@ -139,6 +141,7 @@ struct cham_context {
     bool profile_requested;
     cham_profile_t *building;
     cham_profile_t *last_profile;
+    uint64_t last_profile_step;   /* ctx->step while last_profile was taken */
     bool profile_failed;          /* host OOM while building: dropped */
 
     uint64_t next_storage_id;
@@ -165,8 +168,8 @@ struct cham_context {
     size_t n_cache;
     cham_runtime_stats_t stats;
 
-    cham_stage_hook_t stage_hook;
-    void *stage_hook_user;
+    cham_step_hook_t step_hook;
+    void *step_hook_user;
     cham_swap_hook_t swap_hook;
     void *swap_hook_user;
     cham_log_hook_t log_hook;

@@ -318,7 +318,7 @@ static void notify(cham_storage_t *s, bool out, cham_swap_cause_t cause, const v
     if (!ctx->swap_hook)
         return;
     cham_swap_event_t e = {.out = out, .cause = cause, .label = s->label, .storage = s->id,
-                           .bytes = s->bytes, .device_ptr = dev_ptr, .step = ctx->step,
+                           .bytes = s->bytes, .device_ptr = dev_ptr, .step = ctx->number,
                            .op = ctx->ops_in_step};
     ctx->swap_hook(&e, ctx->swap_hook_user);
 }
@@ -431,7 +431,7 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
         ctx->stats.on_demand_swaps_in++;
         ctx->step_on_demand++;
         cham_context_log(ctx, "step %llu op %u: \"%s\" (storage %llu) was on the host; brought "
-                         "back on demand", (unsigned long long)ctx->step, ctx->ops_in_step,
+                         "back on demand", (unsigned long long)ctx->number, ctx->ops_in_step,
                          s->label, (unsigned long long)s->id);
     }
     cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false);

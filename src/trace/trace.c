@@ -106,14 +106,26 @@ static void instant(cham_trace_t *t, const char *name)
     fputs("\"}", t->f);
 }
 
-static void on_stage(cham_context_t *ctx, cham_stage_t from, cham_stage_t to, uint64_t step,
-                     void *user)
+/* Marks the step's end, and the stage change and policies it brought. */
+static void on_step(cham_context_t *ctx, const cham_step_ended_t *e, void *user)
 {
     (void)ctx;
+    cham_trace_t *t = user;
     char name[96];
-    snprintf(name, sizeof name, "step %llu: %s -> %s", (unsigned long long)step,
-             cham_stage_name(from), cham_stage_name(to));
-    instant(user, name);
+    if (e->to != e->from) {
+        snprintf(name, sizeof name, "step %llu: %s -> %s", (unsigned long long)e->number,
+                 cham_stage_name(e->from), cham_stage_name(e->to));
+        instant(t, name);
+    }
+    if (e->policies_generated > t->policies) {
+        snprintf(name, sizeof name, "policy %llu generated",
+                 (unsigned long long)e->policies_generated);
+        instant(t, name);
+        t->policies = e->policies_generated;
+    }
+    snprintf(name, sizeof name, "step %llu ends%s", (unsigned long long)e->number,
+             e->backward ? "" : " (forward only)");
+    instant(t, name);
 }
 
 cham_status_t cham_trace_open(cham_context_t *ctx, const char *path, cham_trace_t **out,
@@ -149,26 +161,9 @@ cham_status_t cham_trace_open(cham_context_t *ctx, const char *path, cham_trace_
     fputs(" (simulated)\"}}", t->f);
     name_track(t, HOST_TID, "host");
     cham_sim_set_task_hook(dev, on_task, t);
-    cham_context_on_stage(ctx, on_stage, t);
+    cham_context_on_step(ctx, on_step, t);
     *out = t;
     return CHAM_OK;
-}
-
-void cham_trace_step(cham_trace_t *t)
-{
-    if (!t)
-        return;
-    cham_runtime_stats_t s;
-    cham_context_get_stats(t->ctx, &s);
-    char name[96];
-    if (s.policies_generated > t->policies) {
-        snprintf(name, sizeof name, "policy %llu generated",
-                 (unsigned long long)s.policies_generated);
-        instant(t, name);
-        t->policies = s.policies_generated;
-    }
-    snprintf(name, sizeof name, "step %llu ends", (unsigned long long)cham_context_step(t->ctx));
-    instant(t, name);
 }
 
 cham_status_t cham_trace_close(cham_trace_t *t, char *err, size_t err_size)
@@ -176,7 +171,7 @@ cham_status_t cham_trace_close(cham_trace_t *t, char *err, size_t err_size)
     if (!t)
         return CHAM_OK;
     cham_sim_set_task_hook(t->dev, NULL, NULL);
-    cham_context_on_stage(t->ctx, NULL, NULL);
+    cham_context_on_step(t->ctx, NULL, NULL);
     fputs("\n]}\n", t->f);
     bool ok = !ferror(t->f);
     ok = fclose(t->f) == 0 && ok;

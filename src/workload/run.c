@@ -97,7 +97,7 @@ static void fail(cham_run_result_t *r, cham_status_t st, uint64_t step, uint64_t
 
 /* Runs the steps; the result's counters are filled by the caller. */
 static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_workload_t *w,
-                      cham_trace_t *trace, cham_run_result_t *r, uint64_t *times, bool *stable)
+                      cham_run_result_t *r, uint64_t *times, bool *stable)
 {
     cham_device_t *dev = cham_context_device(ctx);
     cham_runtime_stats_t before, after;
@@ -116,7 +116,6 @@ static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_work
             fail(r, st, s, cham_context_ops(ctx) - ops0, cham_workload_last_error(w));
             return;
         }
-        cham_trace_step(trace);
         uint64_t now = cham_device_host_time(dev);
         cham_context_get_stats(ctx, &after);
         cham_run_step_t rs = {
@@ -215,7 +214,7 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
     } else if ((st = cham_workload_new(ctx, &m, &w, err, sizeof err)) != CHAM_OK) {
         fail(r, st, 0, 0, err);
     } else {
-        run_steps(c, ctx, w, trace, r, times, stable);
+        run_steps(c, ctx, w, r, times, stable);
     }
     cham_workload_free(w);
     const cham_profile_t *last = cham_context_last_profile(ctx);

@@ -356,6 +356,7 @@ cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_in
                      (unsigned long long)step, (unsigned long long)w->step);
         return CHAM_ERR_INVALID_ARG;
     }
+    cham_step_set_number(w->ctx, step);
     uint64_t ops = w->ops;
     w->expert_max = 0;
     w->dropped = 0;
