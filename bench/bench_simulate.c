@@ -49,12 +49,12 @@ static double median_ms(const timing_t *t, uint64_t steps, int stage)
     return n ? (double)bench_median_u64(v, n) * 1e-6 : 0;
 }
 
-static cham_run_result_t run(const cham_model_config_t *m, cham_run_policy_t policy,
+static cham_run_result_t run(const cham_model_config_t *m, cham_strategy_t strategy,
                              uint64_t capacity, uint64_t steps, timing_t *t)
 {
     cham_run_config_t c = cham_run_config_default();
     c.model = *m;
-    c.policy = policy;
+    c.strategy = strategy;
     c.steps = steps;
     c.runtime.device.preset = "ascend-910b";
     c.runtime.device.capacity = capacity;
@@ -64,7 +64,7 @@ static cham_run_result_t run(const cham_model_config_t *m, cham_run_policy_t pol
     t->last = bench_now_ns();
     if (cham_run(&c, &r) != CHAM_OK || r.status != CHAM_OK) {
         fprintf(stderr, "bench_simulate: %u layers, %s: %s\n", m->layers,
-                cham_run_policy_name(policy), r.error);
+                cham_strategy_name(strategy), r.error);
         exit(1);
     }
     return r;
@@ -89,8 +89,8 @@ static row_t measure(uint32_t layers)
     row_t r = {0};
     for (int k = 0; k < RUNS; k++) {
         timing_t ideal_t = {0}, cham_t = {0};
-        cham_run_result_t ideal = run(&m, CHAM_RUN_IDEAL, 0, 6, &ideal_t);
-        run(&m, CHAM_RUN_CHAMELEON, ideal.peak_device_bytes / 2, 16, &cham_t);
+        cham_run_result_t ideal = run(&m, CHAM_STRATEGY_IDEAL, 0, 6, &ideal_t);
+        run(&m, CHAM_STRATEGY_CHAMELEON, ideal.peak_device_bytes / 2, 16, &cham_t);
         double u = median_ms(&ideal_t, 6, -1);
         double c = median_ms(&cham_t, 16, CHAM_STAGE_STABLE);
         double g = median_ms(&cham_t, 16, CHAM_STAGE_GENPOLICY);

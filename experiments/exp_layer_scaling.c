@@ -61,7 +61,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
         cham_run_result_t res;
         for (int k = 0; k < 2; k++) {
             cham_model_config_t m = model_of(s, s->layers[k]);
-            cham_status_t st = exp_run(c, &m, CHAM_RUN_NATIVE, capacity, 0, &res, err, err_size);
+            cham_status_t st = exp_run(c, &m, CHAM_STRATEGY_NATIVE, capacity, 0, &res, err, err_size);
             if (st != CHAM_OK)
                 return st;
             if (res.status != CHAM_OK) {
@@ -76,9 +76,9 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
         double predicted = t_fit[1] + slope * (double)(big - s->layers[1]);
         cham_model_config_t m = model_of(s, big);
         cham_run_result_t native, cham;
-        cham_status_t st = exp_run(c, &m, CHAM_RUN_NATIVE, capacity, 2, &native, err, err_size);
+        cham_status_t st = exp_run(c, &m, CHAM_STRATEGY_NATIVE, capacity, 2, &native, err, err_size);
         if (st == CHAM_OK)
-            st = exp_run(c, &m, CHAM_RUN_CHAMELEON, capacity, 0, &cham, err, err_size);
+            st = exp_run(c, &m, CHAM_STRATEGY_CHAMELEON, capacity, 0, &cham, err, err_size);
         if (st != CHAM_OK)
             return st;
         double measured = cham.status == CHAM_OK ? cham.step_time_s : NAN;

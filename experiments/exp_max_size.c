@@ -1,7 +1,7 @@
 /* max-size (paper Table 4): from Llama 2's shape at batch 4, 5 layers,
  * sequence 4096, hidden 4096 on one device, grow one dimension at a time
  * until the run fails (out of memory, a policy that no longer fits), for
- * each policy; report the largest size, its ratio to native, and the step
+ * each strategy; report the largest size, its ratio to native, and the step
  * time against ideal at that size. */
 #include <math.h>
 #include <string.h>
@@ -17,9 +17,9 @@ static const dim_t dims[] = {
     {"batch", 4, 1}, {"layers", 5, 1}, {"seq", 4096, 512}, {"hidden", 4096, 128},
 };
 
-static const cham_run_policy_t policies[] = {CHAM_RUN_NATIVE, CHAM_RUN_RECOMPUTE, CHAM_RUN_VDNN,
-                                             CHAM_RUN_CAPUCHIN, CHAM_RUN_CHAMELEON};
-#define N_POLICIES (sizeof policies / sizeof policies[0])
+static const cham_strategy_t strategies[] = {CHAM_STRATEGY_NATIVE, CHAM_STRATEGY_RECOMPUTE, CHAM_STRATEGY_VDNN,
+                                             CHAM_STRATEGY_CAPUCHIN, CHAM_STRATEGY_CHAMELEON};
+#define N_STRATEGIES (sizeof strategies / sizeof strategies[0])
 
 typedef struct setup {
     uint32_t batch, layers, seq, hidden;
@@ -34,9 +34,9 @@ static cham_model_config_t model_of(const setup_t *s, size_t d, uint32_t v)
     return exp_llama(x.hidden, x.layers, x.seq, x.batch);
 }
 
-/* Does the policy run the model of dimension d at size v? */
+/* Does the strategy run the model of dimension d at size v? */
 static cham_status_t fits(const exp_config_t *c, const setup_t *s, size_t d, uint32_t v,
-                          cham_run_policy_t p, bool *ok, double *step_s, char *err,
+                          cham_strategy_t p, bool *ok, double *step_s, char *err,
                           size_t err_size)
 {
     cham_model_config_t m = model_of(s, d, v);
@@ -50,7 +50,7 @@ static cham_status_t fits(const exp_config_t *c, const setup_t *s, size_t d, uin
 /* The largest size that runs: doubling the steps above the base until a
  * failure, then bisecting. 0 when even the base fails. */
 static cham_status_t largest(const exp_config_t *c, const setup_t *s, size_t d,
-                             cham_run_policy_t p, uint32_t limit_k, uint32_t *out,
+                             cham_strategy_t p, uint32_t limit_k, uint32_t *out,
                              double *step_s, char *err, size_t err_size)
 {
     const dim_t *dm = &dims[d];
@@ -122,25 +122,25 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
         exp_table_set(t, (size_t)row, 1, d == 0 ? s.batch : d == 1 ? s.layers
                                          : d == 2 ? s.seq : s.hidden);
         uint32_t native = 0;
-        for (size_t k = 0; k < N_POLICIES; k++) {
+        for (size_t k = 0; k < N_STRATEGIES; k++) {
             uint32_t v;
             double step_s;
-            cham_status_t st = largest(c, &s, d, policies[k], limit_k, &v, &step_s, err,
+            cham_status_t st = largest(c, &s, d, strategies[k], limit_k, &v, &step_s, err,
                                        err_size);
             if (st != CHAM_OK)
                 return st;
             exp_table_set(t, (size_t)row, 2 + k, v);
-            if (policies[k] == CHAM_RUN_NATIVE)
+            if (strategies[k] == CHAM_STRATEGY_NATIVE)
                 native = v;
             if (native)
-                exp_plot_add(pl, cham_run_policy_name(policies[k]), (double)d + 1,
+                exp_plot_add(pl, cham_strategy_name(strategies[k]), (double)d + 1,
                              (double)v / native);
-            if (policies[k] != CHAM_RUN_CHAMELEON || !v)
+            if (strategies[k] != CHAM_STRATEGY_CHAMELEON || !v)
                 continue;
             exp_table_set(t, (size_t)row, 7, native ? (double)v / native : NAN);
             cham_model_config_t m = model_of(&s, d, v);
             cham_run_result_t ideal;
-            if ((st = exp_run(c, &m, CHAM_RUN_IDEAL, 0, 0, &ideal, err, err_size)) != CHAM_OK)
+            if ((st = exp_run(c, &m, CHAM_STRATEGY_IDEAL, 0, 0, &ideal, err, err_size)) != CHAM_OK)
                 return st;
             exp_table_set(t, (size_t)row, 8, 100.0 * (step_s / ideal.step_time_s - 1));
             size_t len = strlen(best);
@@ -155,7 +155,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
 
 const exp_def_t exp_max_size = {
     .name = "max-size",
-    .what = "largest batch, layers, sequence, hidden per policy (Table 4)",
+    .what = "largest batch, layers, sequence, hidden per strategy (Table 4)",
     .device = "ascend-910b",
     .run = run,
 };

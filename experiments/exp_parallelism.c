@@ -85,9 +85,9 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
             mb.layers -= mb.layers % mb.pp, mo.layers -= mo.layers % mo.pp;
         }
         cham_run_result_t rb, ro;
-        cham_status_t st = exp_run(c, &mb, CHAM_RUN_NATIVE, 0, 0, &rb, err, err_size);
+        cham_status_t st = exp_run(c, &mb, CHAM_STRATEGY_NATIVE, 0, 0, &rb, err, err_size);
         if (st == CHAM_OK)
-            st = exp_run(c, &mo, CHAM_RUN_CHAMELEON, 0, 0, &ro, err, err_size);
+            st = exp_run(c, &mo, CHAM_STRATEGY_CHAMELEON, 0, 0, &ro, err, err_size);
         if (st != CHAM_OK)
             return st;
         long row = exp_table_add_row(t);

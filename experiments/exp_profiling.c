@@ -78,7 +78,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
             cham_run_config_t rc = cham_run_config_default();
             rc.model = c->reduced ? exp_llama(1024, 4, 1024, 1) : exp_llama(4096, 8, 4096, 1);
             rc.model.sync_every_op = modes[i].sync_every_op;
-            rc.policy = CHAM_RUN_NATIVE;
+            rc.strategy = CHAM_STRATEGY_NATIVE;
             rc.steps = steps;
             rc.profile_every_step = modes[i].detailed;
             rc.runtime.profiler = modes[i].profiler;

@@ -46,7 +46,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
         exp_result_table(r, "scaling", "Step time against model size (simulated s/step)", 7, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    const cham_run_policy_t pol[] = {CHAM_RUN_NATIVE, CHAM_RUN_RECOMPUTE, CHAM_RUN_CHAMELEON};
+    const cham_strategy_t pol[] = {CHAM_STRATEGY_NATIVE, CHAM_STRATEGY_RECOMPUTE, CHAM_STRATEGY_CHAMELEON};
     double sum[3] = {0};
     int count[3] = {0};
     for (size_t d = 0; d < 3; d++) {
@@ -67,7 +67,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
             double time[3] = {NAN, NAN, NAN};
             cham_model_config_t m = point(d, sw[d].values[i], c->reduced);
             for (size_t k = 0; k < 3; k++) {
-                if (pol[k] == CHAM_RUN_NATIVE && !native_alive)
+                if (pol[k] == CHAM_STRATEGY_NATIVE && !native_alive)
                     continue;                 /* it failed at a smaller size */
                 cham_run_result_t res;
                 cham_status_t st = exp_run(c, &m, pol[k], capacity, 0, &res, err, err_size);
@@ -75,10 +75,10 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                     return st;
                 if (res.status == CHAM_OK)
                     time[k] = res.step_time_s;
-                else if (pol[k] == CHAM_RUN_NATIVE)
+                else if (pol[k] == CHAM_STRATEGY_NATIVE)
                     native_alive = false;
                 exp_table_set(t, (size_t)row, 3 + k, time[k]);
-                exp_plot_add(pl, cham_run_policy_name(pol[k]), sw[d].values[i], time[k]);
+                exp_plot_add(pl, cham_strategy_name(pol[k]), sw[d].values[i], time[k]);
             }
             if (!isnan(time[1]) && !isnan(time[2])) {
                 double gain = 100.0 * (time[1] / time[2] - 1);

@@ -14,7 +14,7 @@
 
 /* The job and the run: 5,000 steps of a job that needs about 1.2 times
  * the device (77 GiB on 64; reduced: 450 steps, 5.2 GB on 4 GiB). */
-static cham_run_config_t long_run(const exp_config_t *c, cham_run_policy_t p)
+static cham_run_config_t long_run(const exp_config_t *c, cham_strategy_t p)
 {
     cham_run_config_t rc = cham_run_config_default();
     rc.model = c->reduced ? exp_llama(1024, 8, 512, 8) : exp_llama(4096, 8, 4096, 8);
@@ -22,7 +22,7 @@ static cham_run_config_t long_run(const exp_config_t *c, cham_run_policy_t p)
     rc.model.overflow_prob = 0.002;
     rc.model.seed = 7;
     rc.steps = c->reduced ? 450 : 5000;
-    rc.policy = p;
+    rc.strategy = p;
     rc.runtime.device.capacity = c->reduced ? 4ull << 30 : 0;     /* 0.82 of the peak */
     return rc;
 }
@@ -44,7 +44,7 @@ static void plot_steps(exp_plot_t *pl, const char *series, const exp_steps_t *s)
 static cham_status_t stability(const exp_config_t *c, exp_result_t *r, char *err,
                                size_t err_size)
 {
-    const char *cols[] = {"policy", "steps run", "failed at step", "error",
+    const char *cols[] = {"strategy", "steps run", "failed at step", "error",
                           "policy regenerations", "on-demand swap-ins", "median s/step"};
     exp_table_t *t = exp_result_table(r, "stability",
                                       "Long run with loss scaling and validation every 200 "
@@ -56,7 +56,7 @@ static cham_status_t stability(const exp_config_t *c, exp_result_t *r, char *err
         exp_result_plot(r, "stability", "Step time per step", "step", "simulated s/step");
     if (!pl)
         return CHAM_ERR_HOST_OOM;
-    const cham_run_policy_t pol[] = {CHAM_RUN_CHAMELEON, CHAM_RUN_CAPUCHIN};
+    const cham_strategy_t pol[] = {CHAM_STRATEGY_CHAMELEON, CHAM_STRATEGY_CAPUCHIN};
     uint64_t failed[2] = {0, 0};
     for (size_t k = 0; k < 2; k++) {
         cham_run_config_t rc = long_run(c, pol[k]);
@@ -70,7 +70,7 @@ static cham_status_t stability(const exp_config_t *c, exp_result_t *r, char *err
             exp_steps_free(&s);
             return CHAM_ERR_HOST_OOM;
         }
-        exp_table_set_text(t, (size_t)row, 0, "%s", cham_run_policy_name(pol[k]));
+        exp_table_set_text(t, (size_t)row, 0, "%s", cham_strategy_name(pol[k]));
         exp_table_set(t, (size_t)row, 1, (double)res.steps);
         if (res.status != CHAM_OK) {
             failed[k] = res.fail_step;
@@ -82,7 +82,7 @@ static cham_status_t stability(const exp_config_t *c, exp_result_t *r, char *err
         exp_table_set(t, (size_t)row, 4, (double)res.policy_regenerations);
         exp_table_set(t, (size_t)row, 5, (double)res.on_demand_swapins);
         exp_table_set(t, (size_t)row, 6, res.step_time_s);
-        plot_steps(pl, cham_run_policy_name(pol[k]), &s);
+        plot_steps(pl, cham_strategy_name(pol[k]), &s);
         exp_steps_free(&s);
     }
     snprintf(r->summary, sizeof r->summary, "Chameleon %s; Capuchin %s (the paper: Capuchin "
@@ -115,7 +115,7 @@ static cham_status_t policy_cache(const exp_config_t *c, exp_result_t *r, char *
         return CHAM_ERR_HOST_OOM;
     double mean[2] = {0, 0};
     for (int on = 1; on >= 0; on--) {
-        cham_run_config_t rc = long_run(c, CHAM_RUN_CHAMELEON);
+        cham_run_config_t rc = long_run(c, CHAM_STRATEGY_CHAMELEON);
         rc.runtime.policy_cache = on ? 4 : 0;
         exp_steps_t s;
         cham_run_result_t res;

@@ -80,12 +80,12 @@ cham_model_config_t exp_llama(uint32_t hidden, uint32_t layers, uint32_t seq, ui
 }
 
 cham_status_t exp_run(const exp_config_t *c, const cham_model_config_t *m,
-                      cham_run_policy_t policy, uint64_t capacity, uint64_t steps,
+                      cham_strategy_t strategy, uint64_t capacity, uint64_t steps,
                       cham_run_result_t *r, char *err, size_t err_size)
 {
     cham_run_config_t rc = cham_run_config_default();
     rc.model = *m;
-    rc.policy = policy;
+    rc.strategy = strategy;
     rc.steps = steps ? steps : EXP_STABLE_STEPS;
     rc.runtime.device.preset = c->device;
     rc.runtime.device.capacity = capacity;
@@ -95,7 +95,7 @@ cham_status_t exp_run(const exp_config_t *c, const cham_model_config_t *m,
         return st;
     }
     if (c->progress)
-        fprintf(stderr, "  %-10s b%-3u L%-4u s%-6u h%-6u  %s\n", cham_run_policy_name(policy),
+        fprintf(stderr, "  %-10s b%-3u L%-4u s%-6u h%-6u  %s\n", cham_strategy_name(strategy),
                 m->mbs, m->layers, m->seq, m->hidden,
                 r->status == CHAM_OK ? "ok" : cham_status_string(r->status));
     return CHAM_OK;
@@ -134,7 +134,7 @@ cham_status_t exp_run_steps(const exp_config_t *c, cham_run_config_t *rc, exp_st
     if (st != CHAM_OK)
         snprintf(err, err_size, "%s", r->error);
     else if (c->progress)
-        fprintf(stderr, "  %-10s %llu steps: %s\n", cham_run_policy_name(rc->policy),
+        fprintf(stderr, "  %-10s %llu steps: %s\n", cham_strategy_name(rc->strategy),
                 (unsigned long long)r->steps,
                 r->status == CHAM_OK ? "ok" : cham_status_string(r->status));
     return st;

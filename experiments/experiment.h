@@ -100,7 +100,7 @@ bool exp_result_write(const exp_def_t *e, const exp_config_t *c, const exp_resul
 cham_model_config_t exp_llama(uint32_t hidden, uint32_t layers, uint32_t seq, uint32_t mbs);
 /* One run; r->status says how it went. steps 0 = enough to reach Stable. */
 cham_status_t exp_run(const exp_config_t *c, const cham_model_config_t *m,
-                      cham_run_policy_t policy, uint64_t capacity, uint64_t steps,
+                      cham_strategy_t strategy, uint64_t capacity, uint64_t steps,
                       cham_run_result_t *r, char *err, size_t err_size);
 /* Steps that reach Stable and a few more with the default stage machine. */
 #define EXP_STABLE_STEPS 12

@@ -1,4 +1,4 @@
-/* Every memory policy of cham_run over the LLM workload generator: each
+/* Every strategy of cham_run over the LLM workload generator: each
  * runs a small job to completion with no hazards, or fails the way it
  * should (native out of memory over capacity, capuchin at the first step
  * whose op sequence changed); and Chameleon trains Llama 2 7B at twice the
@@ -30,12 +30,12 @@ static cham_model_config_t small_model(void)
     return m;
 }
 
-static cham_run_result_t run(const cham_model_config_t *m, cham_run_policy_t policy,
+static cham_run_result_t run(const cham_model_config_t *m, cham_strategy_t strategy,
                              uint64_t capacity, uint64_t steps)
 {
     cham_run_config_t c = cham_run_config_default();
     c.model = *m;
-    c.policy = policy;
+    c.strategy = strategy;
     c.steps = steps;
     c.runtime.device.preset = "a100-80g";
     c.runtime.device.capacity = capacity;
@@ -52,54 +52,85 @@ static void expect_ok(const cham_run_result_t *r, const char *what)
                  (unsigned long long)r->hazards, r->error);
 }
 
+/* Each name reads back as its strategy, and each strategy sets the config
+ * as docs/baselines.md's table says. */
+static void test_strategy_names_and_settings(void **state)
+{
+    (void)state;
+    for (int k = 0; k < CHAM_STRATEGY_COUNT; k++) {
+        cham_strategy_t s;
+        assert_int_equal(cham_strategy_parse(cham_strategy_name((cham_strategy_t)k), &s), CHAM_OK);
+        assert_int_equal(s, k);
+        cham_config_t c = cham_config_default();
+        c.device.capacity = 1u << 30;
+        assert_int_equal(cham_strategy_apply(s, &c), CHAM_OK);
+        bool managed = s == CHAM_STRATEGY_CHAMELEON || s == CHAM_STRATEGY_CAPUCHIN ||
+                       s == CHAM_STRATEGY_VDNN;
+        assert_int_equal(c.executor, managed);
+        assert_int_equal(c.oom_handling, managed);
+        assert_int_equal(c.planner, s == CHAM_STRATEGY_CAPUCHIN ? CHAM_PLANNER_CAPUCHIN
+                                    : s == CHAM_STRATEGY_VDNN   ? CHAM_PLANNER_VDNN
+                                                                : CHAM_PLANNER_CHAMELEON);
+        assert_int_equal(c.device.capacity, s == CHAM_STRATEGY_IDEAL ? 64ull << 40 : 1u << 30);
+        assert_int_equal(cham_config_validate(&c, NULL, 0), CHAM_OK);
+    }
+    cham_strategy_t s = CHAM_STRATEGY_VDNN;
+    assert_int_equal(cham_strategy_parse("policy", &s), CHAM_ERR_INVALID_ARG);
+    assert_int_equal(cham_strategy_parse(NULL, &s), CHAM_ERR_INVALID_ARG);
+    assert_int_equal(s, CHAM_STRATEGY_VDNN);
+    cham_config_t c = cham_config_default();
+    assert_int_equal(cham_strategy_apply(CHAM_STRATEGY_COUNT, &c), CHAM_ERR_INVALID_ARG);
+    assert_string_equal(cham_strategy_name(CHAM_STRATEGY_COUNT), "?");
+}
+
 /* A capacity holding `percent` of the unconstrained peak. */
 static uint64_t tight(const cham_model_config_t *m, uint64_t percent)
 {
-    cham_run_result_t ideal = run(m, CHAM_RUN_IDEAL, 0, 3);
+    cham_run_result_t ideal = run(m, CHAM_STRATEGY_IDEAL, 0, 3);
     expect_ok(&ideal, "ideal");
     return ideal.peak_device_bytes / 100 * percent;
 }
 
-static void test_every_policy_runs(void **state)
+static void test_every_strategy_runs(void **state)
 {
     (void)state;
     cham_model_config_t m = small_model();
     uint64_t cap = tight(&m, 50);
-    cham_run_result_t ideal = run(&m, CHAM_RUN_IDEAL, 0, 14);
+    cham_run_result_t ideal = run(&m, CHAM_STRATEGY_IDEAL, 0, 14);
     expect_ok(&ideal, "ideal");
 
-    cham_run_result_t native = run(&m, CHAM_RUN_NATIVE, cap, 14);
+    cham_run_result_t native = run(&m, CHAM_STRATEGY_NATIVE, cap, 14);
     assert_int_equal(native.status, CHAM_ERR_OUT_OF_MEMORY);
     assert_true(native.oom);
     assert_int_equal(native.fail_step, 0);
     assert_non_null(strstr(native.error, "out of device memory"));
-    cham_run_result_t roomy = run(&m, CHAM_RUN_NATIVE, 0, 14);
+    cham_run_result_t roomy = run(&m, CHAM_STRATEGY_NATIVE, 0, 14);
     expect_ok(&roomy, "native with the whole device");
     assert_true(roomy.step_time_s == ideal.step_time_s);
 
-    const cham_run_policy_t managed[] = {CHAM_RUN_RECOMPUTE, CHAM_RUN_CHAMELEON,
-                                         CHAM_RUN_CAPUCHIN, CHAM_RUN_VDNN};
+    const cham_strategy_t managed[] = {CHAM_STRATEGY_RECOMPUTE, CHAM_STRATEGY_CHAMELEON,
+                                         CHAM_STRATEGY_CAPUCHIN, CHAM_STRATEGY_VDNN};
     for (size_t i = 0; i < sizeof managed / sizeof managed[0]; i++) {
         /* Neither recomputation nor vDNN swaps passively, so the
          * allocator's fragmentation (gigabyte tensors in a few gigabytes)
          * needs room: they get 60%. */
-        bool strict = managed[i] == CHAM_RUN_RECOMPUTE || managed[i] == CHAM_RUN_VDNN;
+        bool strict = managed[i] == CHAM_STRATEGY_RECOMPUTE || managed[i] == CHAM_STRATEGY_VDNN;
         uint64_t c = strict ? cap / 5 * 6 : cap;
         cham_run_result_t r = run(&m, managed[i], c, 14);
-        expect_ok(&r, cham_run_policy_name(managed[i]));
+        expect_ok(&r, cham_strategy_name(managed[i]));
         assert_int_equal(r.steps, 14);
         assert_true(r.peak_device_bytes <= c);
         assert_true(r.step_time_s > ideal.step_time_s);      /* memory costs time */
-        if (managed[i] != CHAM_RUN_RECOMPUTE)
+        if (managed[i] != CHAM_STRATEGY_RECOMPUTE)
             assert_true(r.swapped_bytes_per_step > 0);
         else
             assert_true(r.swapped_bytes_per_step == 0);
         /* Chameleon tries several policies in GenPolicy; the baselines make one. */
-        assert_int_equal(r.policy_regenerations > 1, managed[i] == CHAM_RUN_CHAMELEON);
+        assert_int_equal(r.policy_regenerations > 1, managed[i] == CHAM_STRATEGY_CHAMELEON);
     }
     /* vDNN at half: swapping every activation is not enough, and it has no
      * passive swaps to fall back on. */
-    cham_run_result_t v = run(&m, CHAM_RUN_VDNN, cap, 14);
+    cham_run_result_t v = run(&m, CHAM_STRATEGY_VDNN, cap, 14);
     assert_int_equal(v.status, CHAM_ERR_OUT_OF_MEMORY);
     assert_int_equal(v.hazards, 0);
 }
@@ -110,20 +141,20 @@ static void test_capuchin_fails_on_a_changed_sequence(void **state)
     cham_model_config_t m = small_model();
     uint64_t cap = tight(&m, 50);
     m.validate_every = 8;                /* step 8 opens with an evaluation */
-    cham_run_result_t cap_r = run(&m, CHAM_RUN_CAPUCHIN, cap, 12);
+    cham_run_result_t cap_r = run(&m, CHAM_STRATEGY_CAPUCHIN, cap, 12);
     assert_int_equal(cap_r.status, CHAM_ERR_POLICY_MISMATCH);
     assert_int_equal(cap_r.fail_step, 8);
     assert_int_equal(cap_r.steps, 8);
     assert_non_null(strstr(cap_r.error, "the op sequence changed"));
     assert_int_equal(cap_r.hazards, 0);
 
-    cham_run_result_t cham = run(&m, CHAM_RUN_CHAMELEON, cap, 12);
+    cham_run_result_t cham = run(&m, CHAM_STRATEGY_CHAMELEON, cap, 12);
     expect_ok(&cham, "chameleon with a validation step");
 
     /* Skipped updates only shorten the step's end: Capuchin's positions hold. */
     m.validate_every = 0;
     m.overflow_every = 4;
-    cap_r = run(&m, CHAM_RUN_CAPUCHIN, cap, 12);
+    cap_r = run(&m, CHAM_STRATEGY_CAPUCHIN, cap, 12);
     expect_ok(&cap_r, "capuchin with loss-scale skips");
 }
 
@@ -140,7 +171,7 @@ static void test_llama2_7b_at_twice_capacity(void **state)
     m.zero = 3;
     cham_run_config_t c = cham_run_config_default();
     c.model = m;
-    c.policy = CHAM_RUN_IDEAL;
+    c.strategy = CHAM_STRATEGY_IDEAL;
     c.steps = 2;
     c.runtime.device.preset = "ascend-910b";
     cham_run_result_t ideal;
@@ -149,7 +180,7 @@ static void test_llama2_7b_at_twice_capacity(void **state)
 
     c.model.validate_every = 50;
     c.model.overflow_every = 20;
-    c.policy = CHAM_RUN_CHAMELEON;
+    c.strategy = CHAM_STRATEGY_CHAMELEON;
     c.steps = 200;
     c.runtime.device.capacity = ideal.peak_device_bytes / 2;
     cham_run_result_t r;
@@ -178,16 +209,17 @@ static void test_bad_run_config(void **state)
     c.runtime.device.preset = "nope";
     assert_int_equal(cham_run(&c, &r), CHAM_ERR_INVALID_ARG);
     assert_non_null(strstr(r.error, "nope"));
-    cham_run_policy_t p;
-    assert_int_equal(cham_run_policy_parse("vdnn", &p), CHAM_OK);
-    assert_int_equal(p, CHAM_RUN_VDNN);
-    assert_int_equal(cham_run_policy_parse("magic", &p), CHAM_ERR_INVALID_ARG);
+    cham_strategy_t p;
+    assert_int_equal(cham_strategy_parse("vdnn", &p), CHAM_OK);
+    assert_int_equal(p, CHAM_STRATEGY_VDNN);
+    assert_int_equal(cham_strategy_parse("magic", &p), CHAM_ERR_INVALID_ARG);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_every_policy_runs),
+        cmocka_unit_test(test_strategy_names_and_settings),
+        cmocka_unit_test(test_every_strategy_runs),
         cmocka_unit_test(test_capuchin_fails_on_a_changed_sequence),
         cmocka_unit_test(test_llama2_7b_at_twice_capacity),
         cmocka_unit_test(test_bad_run_config),

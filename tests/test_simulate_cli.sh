@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `chameleon simulate`: bad arguments give a clear message and a non-zero
-# exit; each policy's JSON has the documented keys; native fails out of
+# exit; each strategy's JSON has the documented keys; native fails out of
 # memory where Chameleon runs; capuchin fails at a changed op sequence.
 set -uo pipefail
 build=$2
@@ -20,8 +20,11 @@ check sim-bad-heads 2 'hidden \(4096\) must be a multiple of heads \(7\)' -- \
 check sim-bad-tp 2 'kv-heads \(8\) must be a multiple of tp \(3\)' -- \
   simulate --model llama3-8b --tp 3
 check sim-bad-zero 2 'zero must be 0..3, got 5' -- "${small[@]}" --zero 5
-check sim-bad-policy 2 '--policy must be chameleon, native, ideal, recompute, capuchin or vdnn, got "magic"' -- \
-  "${small[@]}" --policy magic
+check sim-bad-strategy 2 '--strategy must be chameleon, native, ideal, recompute, capuchin or vdnn, got "magic"' -- \
+  "${small[@]}" --strategy magic
+check sim-old-policy 0 '"strategy": "ideal"' -- "${small[@]}" --policy ideal --json
+check sim-old-policy-note 0 'note: --policy is deprecated, use --strategy' -- \
+  "${small[@]}" --policy ideal --quiet
 check sim-bad-device 2 '--device: unknown device preset "tpu" \(known: ' -- "${small[@]}" --device tpu
 check sim-bad-flag 2 '--flash must be on or off, got "maybe"' -- "${small[@]}" --flash maybe
 check sim-bad-capacity 2 '--capacity must be a size from 1 byte to 64TiB .* got "lots"' -- \
@@ -30,19 +33,19 @@ check sim-no-value 2 'option --steps needs a value' -- simulate --steps
 check sim-unknown-option 2 'unknown option --warp' -- "${small[@]}" --warp 9
 check sim-zero-layers 2 '--layers must be a whole number' -- "${small[@]}" --layers 0
 
-keys='"policy".*"device".*"steps".*"oom".*"error".*"peak_device_bytes".*"capacity_bytes".*"step_time_s".*"ideal_step_time_s".*"overhead_vs_ideal".*"swapped_bytes_per_step".*"hazards": 0.*"stage_changes"'
+keys='"strategy".*"device".*"steps".*"oom".*"error".*"peak_device_bytes".*"capacity_bytes".*"step_time_s".*"ideal_step_time_s".*"overhead_vs_ideal".*"swapped_bytes_per_step".*"hazards": 0.*"stage_changes"'
 for p in ideal native recompute chameleon capuchin vdnn; do
-  out=$("$bin" "${small[@]}" --policy $p --capacity 9GiB --json 2>&1)
+  out=$("$bin" "${small[@]}" --strategy $p --capacity 9GiB --json 2>&1)
   if tr -d '\n' <<<"$out" | grep -qE -- "$keys"; then echo "ok   sim-json-$p"
   else echo "FAIL sim-json-$p:"; echo "$out" | head -30; fails=$((fails + 1)); fi
 done
 check sim-native-oom 1 'FAILED +at step 0, op [0-9]+: .*out of device memory' -- \
-  "${small[@]}" --policy native --capacity 7GiB --quiet
+  "${small[@]}" --strategy native --capacity 7GiB --quiet
 check sim-native-oom-json 1 '"oom_op": [1-9]' -- \
-  "${small[@]}" --policy native --capacity 7GiB --json
+  "${small[@]}" --strategy native --capacity 7GiB --json
 check sim-chameleon-fits 0 'steps +12 of 12' -- "${small[@]}" --capacity 7GiB --quiet
 check sim-capuchin-changed 1 'at step 8, op [0-9]+: capuchin policy: .*the op sequence changed' -- \
-  "${small[@]}" --policy capuchin --capacity 6GiB --validate-every 8 --quiet
+  "${small[@]}" --strategy capuchin --capacity 6GiB --validate-every 8 --quiet
 check sim-progress 0 'step +11 +Stable +[0-9.]+ ms +peak' -- "${small[@]}" --capacity 7GiB
 dir=$(mktemp -d "${TMPDIR:-/tmp}/cham-sim-cli-XXXXXX") || exit 1
 trap 'rm -rf "$dir"' EXIT

@@ -316,7 +316,7 @@ static void test_native_fails_clearly(void **state)
     (void)state;
     gpt_train_config_t c = gpt_train_config_default();
     c.steps = 3;
-    c.policy = GPT_POLICY_NATIVE;
+    c.strategy = CHAM_STRATEGY_NATIVE;
     gpt_train_result_t r;
     char err[600] = "";
     assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `chameleon train`: bad arguments give a clear message and a non-zero exit;
-# the native policy fails with the out-of-memory report at half the memory;
+# the native strategy fails with the out-of-memory report at half the memory;
 # a short verified run is bit-exact with no hazards and prints its JSON.
 set -uo pipefail
 build=$2
@@ -38,9 +38,13 @@ check train-old-budget 0 'note: --budget is deprecated, use --capacity' -- \
   train --steps 0 --quiet --budget 50%
 check train-old-drop-prob 0 'note: --drop-prob is deprecated, use --layer-drop' -- \
   train --steps 0 --quiet --drop-prob 0.1
+check train-old-policy 0 'note: --policy is deprecated, use --strategy' -- \
+  train --steps 0 --quiet --policy native
+check train-no-ideal 2 '--strategy must be chameleon, native, recompute, capuchin or vdnn, got "ideal"' -- \
+  "${small[@]}" --strategy ideal
 check train-old-budget-bad 2 '--capacity must be a size .* got "lots"' -- train --budget lots
 check train-help-names 0 '--capacity B .*' -- train --help
-check_not train-help-no-old 0 '--layer-drop P' '--budget|--drop-prob' -- train --help
+check_not train-help-no-old 0 '--layer-drop P' '--budget|--drop-prob|--policy' -- train --help
 # The summary says why the overhead is large when the ideal step is
 # launch-bound (the default tiny model: ~90 launches of ~5 us, kernels
 # shorter); without --verify there is no ideal step and no such line.
@@ -48,22 +52,22 @@ check train-launch-bound 0 'why +launch-bound: [0-9]+ kernel launches at [0-9.]+
   train --steps 3 --quiet --verify
 check_not train-no-why 0 'step time +[0-9.]+ ms simulated' 'launch-bound' -- train --steps 3 --quiet
 check train-bad-budget 2 '--capacity must be a size from 1 byte to 64TiB .* got "lots"' -- "${small[@]}" --capacity lots
-check train-bad-policy 2 '--policy must be chameleon, native, recompute, capuchin or vdnn, got "magic"' -- \
-  "${small[@]}" --policy magic
+check train-bad-strategy 2 '--strategy must be chameleon, native, recompute, capuchin or vdnn, got "magic"' -- \
+  "${small[@]}" --strategy magic
 for p in recompute capuchin; do
   check train-$p 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
-    "${small[@]}" --policy $p --verify --json --capacity 50%
+    "${small[@]}" --strategy $p --verify --json --capacity 50%
 done
 # vDNN keeps the layer it computes and the one it prefetches: it needs more.
 check train-vdnn 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
-  "${small[@]}" --policy vdnn --verify --json --capacity 75%
-check train-vdnn-oom 1 'out of device memory' -- "${small[@]}" --policy vdnn --capacity 50%
+  "${small[@]}" --strategy vdnn --verify --json --capacity 75%
+check train-vdnn-oom 1 'out of device memory' -- "${small[@]}" --strategy vdnn --capacity 50%
 check train-bad-overflow 2 '--overflow-at must be a comma-separated list' -- \
   "${small[@]}" --overflow-at 3,x
 check train-unknown-option 2 'unknown option --frobnicate' -- "${small[@]}" --frobnicate
 check train-stray-argument 2 'unexpected argument "fast"' -- "${small[@]}" fast
 check train-native-oom 1 'step 0 \(training\): .*out of device memory' -- \
-  "${small[@]}" --policy native --capacity 50%
+  "${small[@]}" --strategy native --capacity 50%
 check train-help 0 '^usage: chameleon train' -- train --help
 check train-json 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
   "${small[@]}" --verify --json --capacity 50%

@@ -567,15 +567,15 @@ static void test_run_refuses_up_front(void **state)
      * device's memory: none moves model states. Ideal's unlimited memory
      * holds the 12 TiB. */
     char err[1024];
-    for (int p = 0; p < CHAM_RUN_POLICY_COUNT; p++) {
-        c.policy = (cham_run_policy_t)p;
-        cham_status_t want_st = p == CHAM_RUN_IDEAL ? CHAM_OK : CHAM_ERR_OUT_OF_MEMORY;
+    for (int p = 0; p < CHAM_STRATEGY_COUNT; p++) {
+        c.strategy = (cham_strategy_t)p;
+        cham_status_t want_st = p == CHAM_STRATEGY_IDEAL ? CHAM_OK : CHAM_ERR_OUT_OF_MEMORY;
         err[0] = '\0';
         if (cham_run_check(&c, err, sizeof err) != want_st)
-            fail_msg("policy %s: %s", cham_run_policy_name(c.policy), err);
+            fail_msg("strategy %s: %s", cham_strategy_name(c.strategy), err);
     }
     /* At the boundary: exactly the state's bytes pass, one byte less not. */
-    c.policy = CHAM_RUN_CHAMELEON;
+    c.strategy = CHAM_STRATEGY_CHAMELEON;
     c.model.layers = 2;
     uint64_t need = 16 * cham_model_device_parameters(&c.model);
     c.runtime.device.capacity = need;

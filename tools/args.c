@@ -171,6 +171,8 @@ static const struct {
 } deprecated[] = {
     {"train", "--budget", "--capacity"},
     {"train", "--drop-prob", "--layer-drop"},
+    {"train", "--policy", "--strategy"},
+    {"simulate", "--policy", "--strategy"},
 };
 
 bool tool_wants_help(int argc, char **argv)
@@ -187,11 +189,15 @@ const tool_opt_t *tool_find_opt(const char *cmd, const tool_opt_t *opts, size_t 
     const char *a = argv[*i];
     *value = NULL;
     const tool_opt_t *o = lookup(opts, n, a);
+    /* Once per name: a command may read its arguments twice. */
+    static bool noted[sizeof deprecated / sizeof deprecated[0]];
     for (size_t k = 0; !o && k < sizeof deprecated / sizeof deprecated[0]; k++) {
         if (strcmp(cmd, deprecated[k].cmd) == 0 && strcmp(a, deprecated[k].old) == 0 &&
-            (o = lookup(opts, n, deprecated[k].now)))
+            (o = lookup(opts, n, deprecated[k].now)) && !noted[k]) {
+            noted[k] = true;
             fprintf(stderr, "chameleon %s: note: %s is deprecated, use %s (the same "
                     "option; the old name goes in the next release)\n", cmd, a, o->name);
+        }
     }
     if (!o) {
         if (a[0] != '-') {

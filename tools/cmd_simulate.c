@@ -1,5 +1,5 @@
 /* `chameleon simulate`: an LLM training job at paper scale, replayed in
- * virtual time without data, under a memory policy (docs/workloads.md,
+ * virtual time without data, under a memory strategy (docs/workloads.md,
  * docs/baselines.md). */
 #include <errno.h>
 #include <stddef.h>
@@ -32,7 +32,7 @@ static void usage(FILE *f)
     fprintf(f,
         "usage: chameleon simulate [OPTIONS]\n"
         "Simulates LLM training on one device of a (possibly parallel) job, in\n"
-        "virtual time without data, under a device memory policy.\n"
+        "virtual time without data, under a device memory strategy.\n"
         "model (a preset fills them; any can be overridden):\n"
         "  --model NAME        gpt2-1.5b, llama2-7b, llama2-13b, llama3-8b, mixtral-8x7b,\n"
         "                      or gpt2, llama2, llama3, mixtral (llama2-7b)\n"
@@ -59,7 +59,7 @@ static void usage(FILE *f)
         "  --device PRESET     simulated device (`chameleon devices`; ascend-910b)\n"
         "  --capacity SIZE     device memory instead of the preset's (for example 32GiB)\n"
         "  --host-memory SIZE  pinned host memory for swaps (2TiB)\n"
-        "  --policy NAME       chameleon (default), native, ideal, recompute, capuchin,\n"
+        "  --strategy NAME     chameleon (default), native, ideal, recompute, capuchin,\n"
         "                      vdnn (docs/baselines.md)\n"
         "  --steps N           steps to run (50)\n"
         "output:\n"
@@ -124,7 +124,7 @@ static const tool_opt_t opts[] = {
     {"--flash", true}, {"--recompute", true}, {"--moe-vary", true}, {"--overflow-every", true},
     {"--overflow-prob", true}, {"--layer-drop", true}, {"--seed", true}, {"--steps", true},
     {"--device", true}, {"--capacity", true}, {"--host-memory", true}, {"--trace", true},
-    {"--memory-curve", true}, {"--policy", true},
+    {"--memory-curve", true}, {"--strategy", true},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -226,8 +226,8 @@ static int parse(int argc, char **argv, sim_opts_t *o)
             o->run.trace_path = v;
         } else if (strcmp(a, "--memory-curve") == 0) {
             o->curve_dir = v;
-        } else if (strcmp(a, "--policy") == 0) {
-            if (cham_run_policy_parse(v, &o->run.policy) != CHAM_OK)
+        } else if (strcmp(a, "--strategy") == 0) {
+            if (cham_strategy_parse(v, &o->run.strategy) != CHAM_OK)
                 return tool_bad_value(CMD, a, "chameleon, native, ideal, recompute, capuchin or "
                                       "vdnn", v);
         }
@@ -312,7 +312,7 @@ static void print_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_s
 {
     const cham_model_config_t *m = &o->run.model;
     json_t *j = json_object();
-    json_object_set_new(j, "policy", json_string(cham_run_policy_name(o->run.policy)));
+    json_object_set_new(j, "strategy", json_string(cham_strategy_name(o->run.strategy)));
     json_object_set_new(j, "device", json_string(o->run.runtime.device.preset));
     json_object_set_new(j, "model", json_string(o->model));
     json_object_set_new(j, "parameters", json_integer((json_int_t)cham_model_parameters(m)));
@@ -356,7 +356,7 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
     printf("  model               %s: %.2fB parameters, %u layers, seq %u, mbs %u, gbs %u, "
            "tp %u pp %u dp %u zero %u\n", o->model, (double)cham_model_parameters(m) * 1e-9,
            m->layers, m->seq, m->mbs, m->gbs ? m->gbs : m->mbs * m->dp, m->tp, m->pp, m->dp, m->zero);
-    printf("  policy              %s\n", cham_run_policy_name(o->run.policy));
+    printf("  strategy            %s\n", cham_strategy_name(o->run.strategy));
     printf("  steps               %llu of %llu\n", (unsigned long long)r->steps,
            (unsigned long long)o->run.steps);
     if (r->status != CHAM_OK)
@@ -430,9 +430,9 @@ int cmd_simulate(int argc, char **argv)
     double ideal_s = 0;
     bool ideal_ok = false;
     cham_run_result_t r;
-    if (o.run.policy != CHAM_RUN_IDEAL && cham_run_check(&o.run, NULL, 0) == CHAM_OK) {
+    if (o.run.strategy != CHAM_STRATEGY_IDEAL && cham_run_check(&o.run, NULL, 0) == CHAM_OK) {
         cham_run_config_t ideal = o.run;
-        ideal.policy = CHAM_RUN_IDEAL;
+        ideal.strategy = CHAM_STRATEGY_IDEAL;
         ideal.on_step = NULL;
         ideal.log = NULL;
         ideal.trace_path = NULL;
@@ -466,7 +466,7 @@ int cmd_simulate(int argc, char **argv)
             rc = 1;
         }
     }
-    if (st == CHAM_OK && o.run.policy == CHAM_RUN_IDEAL) {
+    if (st == CHAM_OK && o.run.strategy == CHAM_STRATEGY_IDEAL) {
         ideal_s = r.step_time_s;
         ideal_ok = r.status == CHAM_OK;
     }

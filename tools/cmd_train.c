@@ -25,7 +25,6 @@ typedef struct train_opts {
     const char *data;
     const char *curve_dir;       /* --memory-curve */
     const char *report;          /* --report */
-    const char *policy_name;     /* --policy, as given */
     char profile_path[4096];     /* --memory-curve's profile file */
     json_t *series;              /* with --report or --json: per-step values */
     tool_run_parts_t parts;      /* with --report or --json: curve and policy (on_finish) */
@@ -59,7 +58,7 @@ static void usage(FILE *f)
             "  --device PRESET       simulated device (`chameleon devices`)\n"
             "  --capacity B          device memory: bytes (64MiB) or a percentage of the\n"
             "                        run's unconstrained peak (50%%, the default)\n"
-            "  --policy NAME         chameleon (default), native, recompute, capuchin or\n"
+            "  --strategy NAME       chameleon (default), native, recompute, capuchin or\n"
             "                        vdnn (docs/baselines.md)\n"
             "  --min-swap SIZE       smallest tensor worth swapping (16KiB)\n"
             "checking and output:\n"
@@ -115,7 +114,7 @@ static const tool_opt_t opts[] = {
     {"--seq", true}, {"--batch", true}, {"--steps", true}, {"--validate-every", true},
     {"--lr", true}, {"--layer-drop", true}, {"--seed", true}, {"--device", true},
     {"--data", true}, {"--capacity", true}, {"--min-swap", true}, {"--overflow-at", true},
-    {"--policy", true}, {"--trace", true}, {"--memory-curve", true}, {"--report", true},
+    {"--strategy", true}, {"--trace", true}, {"--memory-curve", true}, {"--report", true},
 };
 
 /* The model flags that differ from the defaults, for messages:
@@ -250,20 +249,10 @@ static int parse(int argc, char **argv, train_opts_t *o)
             o->curve_dir = v;
         } else if (strcmp(a, "--report") == 0) {
             o->report = v;
-        } else if (strcmp(a, "--policy") == 0) {
-            static const struct {
-                const char *name;
-                gpt_policy_t policy;
-            } policies[] = {{"chameleon", GPT_POLICY_CHAMELEON}, {"native", GPT_POLICY_NATIVE},
-                            {"recompute", GPT_POLICY_RECOMPUTE},
-                            {"capuchin", GPT_POLICY_CAPUCHIN}, {"vdnn", GPT_POLICY_VDNN}};
-            size_t k = 0;
-            while (k < sizeof policies / sizeof policies[0] && strcmp(v, policies[k].name) != 0)
-                k++;
-            if (k == sizeof policies / sizeof policies[0])
+        } else if (strcmp(a, "--strategy") == 0) {
+            if (cham_strategy_parse(v, &o->c.strategy) != CHAM_OK ||
+                o->c.strategy == CHAM_STRATEGY_IDEAL)
                 return tool_bad_value(CMD, a, "chameleon, native, recompute, capuchin or vdnn", v);
-            o->c.policy = policies[k].policy;
-            o->policy_name = policies[k].name;
         }
     }
     return check_shape(o);
@@ -468,7 +457,7 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
     bool verify = o->c.verify;
     json_t *j = json_object();
     json_object_set_new(j, "model", json_string("gpt (examples/gpt)"));
-    json_object_set_new(j, "policy", json_string(o->policy_name));
+    json_object_set_new(j, "strategy", json_string(cham_strategy_name(o->c.strategy)));
     json_object_set_new(j, "device", json_string(o->c.preset ? o->c.preset
                                                              : cham_preset_default_name()));
     const struct {
@@ -573,7 +562,7 @@ static void print_summary(const gpt_train_result_t *r, bool verify)
 
 int cmd_train(int argc, char **argv)
 {
-    train_opts_t o = {.c = gpt_train_config_default(), .policy_name = "chameleon"};
+    train_opts_t o = {.c = gpt_train_config_default()};
     int rc = parse(argc, argv, &o);
     if (rc || tool_parse_only)
         return rc < 0 ? 0 : rc;

@@ -73,7 +73,7 @@ static const struct summary_key {
     {"error", "Error", V_TEXT},
 };
 /* Shown in the page's subtitle, not in the table. */
-static const char *const subtitle_keys[] = {"model", "policy", "device"};
+static const char *const subtitle_keys[] = {"model", "strategy", "policy", "device"};
 
 static const double MiB = 1048576.0, GiB = 1073741824.0;
 
@@ -476,14 +476,17 @@ bool tool_report_write(json_t *run, const char *out, char *err, size_t err_size)
         return false;
     }
     const char *model = json_string_value(json_object_get(run, "model"));
-    const char *policy = json_string_value(json_object_get(run, "policy"));
+    /* "policy" named the strategy in the JSON of earlier builds. */
+    const char *strategy = json_string_value(json_object_get(run, "strategy"));
+    if (!strategy)
+        strategy = json_string_value(json_object_get(run, "policy"));
     const char *device = json_string_value(json_object_get(run, "device"));
     fprintf(f, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<title>Chameleon run report</title><style>%s</style></head><body>\n"
             "<h1>Chameleon run report</h1>\n<p class=\"sub\">", style);
     html_text(f, model ? model : "?");
-    fputs(", policy ", f);
-    html_text(f, policy ? policy : "?");
+    fputs(", strategy ", f);
+    html_text(f, strategy ? strategy : "?");
     fputs(", simulated ", f);
     html_text(f, device ? device : "?");
     fputs("</p>\n<h2>Summary</h2>\n", f);

@@ -22,7 +22,7 @@ gpt_train_config_t gpt_train_config_default(void)
         .clip = 1.0f,
         .seed = 1,
         .budget_fraction = 0.5,
-        .policy = GPT_POLICY_CHAMELEON,
+        .strategy = CHAM_STRATEGY_CHAMELEON,
         .validate_every = 50,
         .loss_scaling = true,
         .drop_prob = 0.02,
@@ -71,14 +71,15 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
     cfg.device.hazard_check = true;
     cfg.pinned_budget = 64 * GiB;
     cfg.min_swap_bytes = c->min_swap_bytes;
-    if (c->policy == GPT_POLICY_NATIVE || c->policy == GPT_POLICY_RECOMPUTE) {
-        cfg.executor = false;
-        cfg.oom_handling = false;
+    cham_status_t st = cham_strategy_apply(c->strategy, &cfg);
+    if (st == CHAM_OK && c->strategy == CHAM_STRATEGY_IDEAL)
+        st = CHAM_ERR_INVALID_ARG;    /* the budget is the point of training here */
+    if (st != CHAM_OK) {
+        snprintf(err, err_size, "strategy %s cannot train (chameleon, native, recompute, "
+                 "capuchin or vdnn can)", cham_strategy_name(c->strategy));
+        return st;
     }
-    cfg.planner = c->policy == GPT_POLICY_CAPUCHIN ? CHAM_PLANNER_CAPUCHIN
-                  : c->policy == GPT_POLICY_VDNN   ? CHAM_PLANNER_VDNN
-                                                   : CHAM_PLANNER_CHAMELEON;
-    cham_status_t st = cham_context_new(&cfg, &r->ctx);
+    st = cham_context_new(&cfg, &r->ctx);
     if (st != CHAM_OK) {
         snprintf(err, err_size, "%s", cham_context_last_error(NULL));
         return st;
@@ -97,7 +98,7 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
     if (st == CHAM_OK && !(r->model = gpt_model_new(&r->ops, &c->shape, c->seed)))
         st = CHAM_ERR_OUT_OF_MEMORY;
     if (st == CHAM_OK)
-        gpt_model_set_recompute(r->model, c->policy == GPT_POLICY_RECOMPUTE);
+        gpt_model_set_recompute(r->model, c->strategy == CHAM_STRATEGY_RECOMPUTE);
     /* Initialisation is a step of its own: training steps start clean. */
     if (st == CHAM_OK)
         st = cham_step_end(r->ctx);
@@ -240,7 +241,7 @@ static cham_status_t measure(const gpt_train_config_t *c, const gpt_data_t *d,
 {
     run_t r;
     gpt_train_config_t plain = *c;
-    plain.policy = GPT_POLICY_CHAMELEON;
+    plain.strategy = CHAM_STRATEGY_CHAMELEON;
     cham_status_t st = run_open(&r, &plain, 0, err, err_size);
     gpt_step_info_t info;
     if (st == CHAM_OK) {
@@ -328,7 +329,7 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         c->on_context(a.ctx, c->on_context_user);
     /* The reference: unlimited memory, nothing managed, nothing recomputed. */
     gpt_train_config_t plain = cfg;
-    plain.policy = GPT_POLICY_CHAMELEON;
+    plain.strategy = CHAM_STRATEGY_CHAMELEON;
     if (c->verify && (st = run_open(&b, &plain, 0, err, err_size)) != CHAM_OK) {
         run_close(&a);
         run_close(&b);

@@ -18,15 +18,6 @@
 #include "data.h"
 #include "model.h"
 
-/* The memory policies of docs/baselines.md. */
-typedef enum gpt_policy {
-    GPT_POLICY_CHAMELEON,        /* the runtime's executor and OOM path */
-    GPT_POLICY_NATIVE,           /* no memory manager: fails when memory runs out */
-    GPT_POLICY_RECOMPUTE,        /* native, with full activation recomputation */
-    GPT_POLICY_CAPUCHIN,         /* one static policy, tensors named by position */
-    GPT_POLICY_VDNN,             /* every activation out, one-layer prefetch */
-} gpt_policy_t;
-
 /* The default smallest tensor worth swapping, for `train` and for `plan`
  * on the profiles it writes (docs/cli.md, "Option names"). */
 #define GPT_MIN_SWAP_DEFAULT (UINT64_C(16) << 10)
@@ -39,7 +30,7 @@ typedef struct gpt_train_config {
     const char *preset;          /* device preset (NULL: the default) */
     uint64_t budget;             /* device bytes; 0: the preset's capacity */
     double budget_fraction;      /* > 0: budget = this * the unconstrained peak */
-    gpt_policy_t policy;
+    cham_strategy_t strategy;    /* any but CHAM_STRATEGY_IDEAL (CHAMELEON) */
     bool verify;                 /* run an unconstrained copy alongside and compare */
     int validate_every;          /* 0: never */
     bool loss_scaling;

@@ -95,6 +95,32 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
 /* Checks every field; on failure err names the field and the value. */
 cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_t err_size);
 
+/* ---- strategies ---------------------------------------------------------*/
+
+/* How device memory is managed in a run, as a user picks it (`--strategy`
+ * on the command line, docs/baselines.md). A strategy is a preset over the
+ * config: cham_strategy_apply sets the fields it decides. A "policy" is
+ * something else: the swap plan a planner makes for one op sequence
+ * (chameleon/policy.h). */
+typedef enum cham_strategy {
+    CHAM_STRATEGY_CHAMELEON,     /* this project: the executor and the OOM path */
+    CHAM_STRATEGY_NATIVE,        /* nothing: out of memory is a failure */
+    CHAM_STRATEGY_IDEAL,         /* native with unlimited device memory */
+    CHAM_STRATEGY_RECOMPUTE,     /* native; the caller recomputes every activation */
+    CHAM_STRATEGY_CAPUCHIN,      /* one static policy, tensors named by position */
+    CHAM_STRATEGY_VDNN,          /* every activation out, one-layer prefetch */
+} cham_strategy_t;
+#define CHAM_STRATEGY_COUNT 6
+
+const char *cham_strategy_name(cham_strategy_t strategy);
+/* CHAM_ERR_INVALID_ARG for a name that is not a strategy. */
+cham_status_t cham_strategy_parse(const char *name, cham_strategy_t *out);
+/* Sets executor, oom_handling and planner as the strategy has them, and
+ * for IDEAL the capacity (the largest the config allows). RECOMPUTE is
+ * the caller's work: the runtime cannot re-run the caller's ops, so it only
+ * turns the runtime's management off. */
+cham_status_t cham_strategy_apply(cham_strategy_t strategy, cham_config_t *config);
+
 /* ---- context ------------------------------------------------------------*/
 
 /* Opens the device and sets up allocators, streams and the profiler. On

@@ -82,7 +82,7 @@ uint64_t cham_model_device_parameters(const cham_model_config_t *m);
  * parameters (cham_model_device_parameters) with ZeRO's sharding over dp
  * (docs/workloads.md). Only activations are ever swapped: these bytes stay
  * on the device for the whole run, so a job whose model state exceeds the
- * device's capacity cannot run under any policy. */
+ * device's capacity cannot run under any strategy. */
 uint64_t cham_model_state_bytes(const cham_model_config_t *m);
 /* Device bytes one transformer layer keeps for its backward per
  * micro-batch, by the formula of docs/workloads.md (the generator's saved
@@ -124,21 +124,7 @@ const char *cham_workload_last_error(const cham_workload_t *w);
 bool cham_workload_overflows(const cham_model_config_t *m, uint64_t step);
 bool cham_workload_validates(const cham_model_config_t *m, uint64_t step);
 
-/* ---- running a workload under a policy -----------------------------------*/
-
-/* How device memory is managed in a run (docs/baselines.md). */
-typedef enum cham_run_policy {
-    CHAM_RUN_CHAMELEON,          /* this project: the executor and the OOM path */
-    CHAM_RUN_NATIVE,             /* nothing: out of memory is a failure */
-    CHAM_RUN_IDEAL,              /* native with unlimited device memory */
-    CHAM_RUN_RECOMPUTE,          /* native with full activation recomputation */
-    CHAM_RUN_CAPUCHIN,           /* a static policy, tensors named by position */
-    CHAM_RUN_VDNN,               /* every activation out, one-layer prefetch */
-} cham_run_policy_t;
-#define CHAM_RUN_POLICY_COUNT 6
-const char *cham_run_policy_name(cham_run_policy_t policy);
-/* CHAM_ERR_INVALID_ARG for an unknown name. */
-cham_status_t cham_run_policy_parse(const char *name, cham_run_policy_t *out);
+/* ---- running a workload under a strategy ---------------------------------*/
 
 /* One step of a run, as the progress hook sees it. */
 typedef struct cham_run_step {
@@ -154,9 +140,9 @@ typedef struct cham_run_step {
 
 typedef struct cham_run_config {
     cham_model_config_t model;
-    cham_config_t runtime;       /* device and knobs; the policy sets what it
-                                    needs (executor, OOM handling, planner) */
-    cham_run_policy_t policy;
+    cham_config_t runtime;       /* device and knobs; the strategy sets what it
+                                    decides (cham_strategy_apply) */
+    cham_strategy_t strategy;    /* CHAM_STRATEGY_CHAMELEON */
     uint64_t steps;
     bool profile_every_step;     /* detailed profiling of every step */
     const char *trace_path;      /* a timeline trace (chameleon/trace.h), or NULL */
@@ -207,7 +193,7 @@ typedef struct cham_run_result {
     uint64_t reuse_interval_max;
 } cham_run_result_t;
 
-/* Runs the workload under the policy on the sim backend. CHAM_OK when the
+/* Runs the workload under the strategy on the sim backend. CHAM_OK when the
  * run could be set up (r->status says how the training went: a model state
  * larger than the device is CHAM_ERR_OUT_OF_MEMORY at step 0 before any
  * op); CHAM_ERR_INVALID_ARG with r->error for a bad configuration. */
@@ -216,7 +202,7 @@ cham_status_t cham_run(const cham_run_config_t *config, cham_run_result_t *r);
 /* What cham_run would refuse before its first op, from the settings alone
  * (no device is opened): CHAM_ERR_INVALID_ARG for a bad configuration,
  * CHAM_ERR_OUT_OF_MEMORY when the model state exceeds the capacity the
- * policy runs with; err says why. CHAM_OK otherwise (the run may still
+ * strategy runs with; err says why. CHAM_OK otherwise (the run may still
  * fail later, out of memory for activations). */
 cham_status_t cham_run_check(const cham_run_config_t *config, char *err, size_t err_size);
 

@@ -9,48 +9,12 @@
 
 #define TiB (UINT64_C(1) << 40)
 
-static const char *const policy_names[CHAM_RUN_POLICY_COUNT] = {
-    [CHAM_RUN_CHAMELEON] = "chameleon", [CHAM_RUN_NATIVE] = "native",
-    [CHAM_RUN_IDEAL] = "ideal",         [CHAM_RUN_RECOMPUTE] = "recompute",
-    [CHAM_RUN_CAPUCHIN] = "capuchin",   [CHAM_RUN_VDNN] = "vdnn",
-};
-
-const char *cham_run_policy_name(cham_run_policy_t policy)
-{
-    return (unsigned)policy < CHAM_RUN_POLICY_COUNT ? policy_names[policy] : "?";
-}
-
-cham_status_t cham_run_policy_parse(const char *name, cham_run_policy_t *out)
-{
-    for (int i = 0; name && i < CHAM_RUN_POLICY_COUNT; i++)
-        if (strcmp(name, policy_names[i]) == 0) {
-            *out = (cham_run_policy_t)i;
-            return CHAM_OK;
-        }
-    return CHAM_ERR_INVALID_ARG;
-}
-
 cham_run_config_t cham_run_config_default(void)
 {
-    cham_run_config_t c = {.runtime = cham_config_default(), .policy = CHAM_RUN_CHAMELEON,
+    cham_run_config_t c = {.runtime = cham_config_default(), .strategy = CHAM_STRATEGY_CHAMELEON,
                            .steps = 50};
     c.runtime.pinned_budget = 2 * TiB;
     return c;
-}
-
-/* The runtime and model settings a policy stands for. */
-static void apply_policy(cham_run_policy_t p, cham_config_t *rc, cham_model_config_t *m)
-{
-    bool managed = p == CHAM_RUN_CHAMELEON || p == CHAM_RUN_CAPUCHIN || p == CHAM_RUN_VDNN;
-    rc->executor = managed;
-    rc->oom_handling = managed;
-    rc->planner = p == CHAM_RUN_CAPUCHIN ? CHAM_PLANNER_CAPUCHIN
-                  : p == CHAM_RUN_VDNN   ? CHAM_PLANNER_VDNN
-                                         : CHAM_PLANNER_CHAMELEON;
-    if (p == CHAM_RUN_IDEAL)
-        rc->device.capacity = 64 * TiB;    /* the config's largest: unlimited here */
-    if (p == CHAM_RUN_RECOMPUTE)
-        m->recompute = true;
 }
 
 static void silent(const char *line, void *user)
@@ -135,18 +99,18 @@ static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_work
     }
 }
 
-/* The run's runtime and model settings: the caller's with the policy's
+/* The run's runtime and model settings: the caller's with the strategy's
  * applied, checked. */
 static cham_status_t prepare(const cham_run_config_t *c, cham_config_t *rc,
                              cham_model_config_t *m, char *err, size_t err_size)
 {
     *rc = c->runtime;
     *m = c->model;
-    if ((unsigned)c->policy >= CHAM_RUN_POLICY_COUNT) {
-        cham_set_err(err, err_size, "run: unknown policy %d", (int)c->policy);
+    if (cham_strategy_apply(c->strategy, rc) != CHAM_OK) {
+        cham_set_err(err, err_size, "run: unknown strategy %d", (int)c->strategy);
         return CHAM_ERR_INVALID_ARG;
     }
-    apply_policy(c->policy, rc, m);
+    m->recompute = m->recompute || c->strategy == CHAM_STRATEGY_RECOMPUTE;
     cham_status_t st = cham_model_validate(m, err, err_size);
     return st != CHAM_OK ? st : cham_config_validate(rc, err, err_size);
 }
