@@ -56,8 +56,22 @@ plan=(plan "$prof" --device a100-80g --capacity 136MiB --reserve 0)
 
 check plan-planner 0 '^planner: +chameleon \(device a100-80g, 12 ops' -- "${plan[@]}"
 check plan-capacity 0 '^capacity: +136\.0 MiB \(142606336 bytes\), usable 136\.0 MiB' -- "${plan[@]}"
-check plan-peak 0 '^peak: +144\.0 MiB without swaps -> [0-9.]+ MiB predicted' -- "${plan[@]}"
-check plan-step 0 '^step time: +120\.000 ms -> [0-9.]+ ms predicted' -- "${plan[@]}"
+# With A out from op 2 to op 7, the peak is A back next to B before op 8:
+# 128 MiB. Two 64 MiB copies at the preset's 32 GB/s take 2.1 ms each, far
+# less than the 120 ms step: nothing stalls.
+check plan-peak 0 '^peak: +144\.0 MiB without swaps -> 128\.0 MiB predicted' -- "${plan[@]}"
+check plan-step 0 '^step time: +120\.000 ms -> 120\.000 ms predicted' -- "${plan[@]}"
+# The same ops in 1 ms: A's copy out and its copy back in run one after the
+# other between op 1 and op 7 (2 x 2.097 ms), so the step takes at least
+# 4.19 ms and at most that plus the 1 ms of ops and the copies' fixed costs.
+sed 's/"duration_ns": 120000000/"duration_ns": 1000000/' "$prof" >"$dir/fast.json"
+t=$("$bin" plan "$dir/fast.json" --device a100-80g --capacity 136MiB --reserve 0 2>&1 |
+    sed -n 's/^step time: *1\.000 ms -> \([0-9.]*\) ms predicted$/\1/p')
+if [ -n "$t" ] && awk -v t="$t" 'BEGIN { exit !(t >= 4.194 && t <= 5.25) }'; then
+  echo "ok   plan-step-stalls ($t ms)"
+else
+  echo "FAIL plan-step-stalls: predicted \"$t\" ms, want 4.194..5.25"; fails=$((fails + 1))
+fi
 check plan-items 0 '^items: +1 swapped, 64\.0 MiB' -- "${plan[@]}"
 # The swapped tensor is A (storage 1): out after op 1, back for op 10.
 check plan-table 0 '^ +1 +64\.0 +1 linear .* 10 linear_backward ' -- "${plan[@]}"
