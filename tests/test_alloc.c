@@ -75,7 +75,7 @@ static void env_close(env_t *e, bool expect_no_hazards)
     assert_consistent(e->alloc);
     cham_allocator_free(e->alloc);
     if (expect_no_hazards)
-        assert_int_equal(cham_sim_hazard_count(e->dev), 0);
+        assert_int_equal(cham_device_hazard_count(e->dev), 0);
     cham_event_free(e->order_ev);
     cham_stream_free(e->compute);
     cham_stream_free(e->swap);
@@ -424,7 +424,7 @@ static void test_missing_record_stream_is_a_hazard(void **state)
 {
     (void)state;
     env_t *e = env_open(1024 * MiB, 0, false);
-    assert_int_equal(cham_sim_set_hazard_hook(e->dev, count_hazard, e), CHAM_OK);
+    assert_int_equal(cham_device_set_hazard_hook(e->dev, count_hazard, e), CHAM_OK);
     void *host = NULL;
     assert_int_equal(cham_device_host_alloc(e->dev, 8 * MiB, &host), CHAM_OK);
     cham_block_t *a = swap_out(e, 8 * MiB, host, false);

@@ -468,7 +468,7 @@ static void run_seed(uint64_t seed)
     assert_int_equal(s.pending_free, 0);
     assert_int_equal(s.reserved, 0);
     assert_int_equal(m.n_by_event, 0);
-    assert_int_equal(cham_sim_hazard_count(m.dev), 0);
+    assert_int_equal(cham_device_hazard_count(m.dev), 0);
     print_message("seed %ju: %ju allocator operations: %ju allocs (%ju out of memory), %ju frees, %ju recordStream "
                   "frees, %ju free-after-op (%ju early releases at OOM), %ju ops, %ju empty "
                   "caches; %ju event queries, %ju splits, %ju merges, %ju segments, peak "

@@ -1,6 +1,7 @@
 /* The backend interface: a counting test double built by filling in the
  * table shows what the public wrappers check before a backend is called,
- * how handles map to backend objects, and the version handshake. */
+ * how handles map to backend objects, the version handshake, and that
+ * watching (task and hazard hooks) is optional. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -177,6 +178,85 @@ static void test_version_handshake(void **state)
     assert_int_equal(c.destroyed, 0);    /* the caller still owns ctx */
 }
 
+/* A double that watches: remembers the hooks it was given, reports 7
+ * hazards. */
+static cham_task_hook_t seen_task_hook;
+static cham_hazard_hook_t seen_hazard_hook;
+static cham_status_t w_task_hook(void *ctx, cham_task_hook_t hook, void *user)
+{
+    (void)ctx, (void)user;
+    seen_task_hook = hook;
+    return CHAM_OK;
+}
+static cham_status_t w_hazard_hook(void *ctx, cham_hazard_hook_t hook, void *user)
+{
+    (void)ctx, (void)user;
+    seen_hazard_hook = hook;
+    return CHAM_OK;
+}
+static bool w_hazards(void *ctx, uint64_t *count)
+{
+    (void)ctx;
+    *count = 7;
+    return true;
+}
+static void a_task_hook(const cham_task_record_t *t, void *user) { (void)t, (void)user; }
+static void a_hazard_hook(const cham_hazard_t *h, void *user) { (void)h, (void)user; }
+
+/* Watching is optional: a backend without the slots says so clearly, one
+ * with them gets the calls, and a version-1 table is never read past its
+ * end (its watching slots, here filled in, are not looked at). */
+static void test_watching_is_optional(void **state)
+{
+    (void)state;
+    counting_t c = {0};
+    cham_device_t *dev;
+    assert_int_equal(cham_device_open_iface(&counting_iface, &c, &dev), CHAM_OK);
+    assert_int_equal(cham_device_set_task_hook(dev, a_task_hook, NULL), CHAM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(cham_device_last_error(dev), "the counting backend does not time"));
+    assert_int_equal(cham_device_set_hazard_hook(dev, a_hazard_hook, NULL),
+                     CHAM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(cham_device_last_error(dev), "no hazard detector"));
+    assert_false(cham_device_checks_hazards(dev));
+    assert_int_equal(cham_device_hazard_count(dev), 0);
+    cham_device_close(dev);
+
+    cham_backend_iface_t watching = counting_iface;
+    watching.set_task_hook = w_task_hook;
+    watching.set_hazard_hook = w_hazard_hook;
+    watching.hazards = w_hazards;
+    assert_int_equal(cham_device_open_iface(&watching, &c, &dev), CHAM_OK);
+    assert_int_equal(cham_device_set_task_hook(dev, a_task_hook, NULL), CHAM_OK);
+    assert_ptr_equal(seen_task_hook, a_task_hook);
+    assert_int_equal(cham_device_set_hazard_hook(dev, a_hazard_hook, NULL), CHAM_OK);
+    assert_ptr_equal(seen_hazard_hook, a_hazard_hook);
+    assert_true(cham_device_checks_hazards(dev));
+    assert_int_equal(cham_device_hazard_count(dev), 7);
+    cham_device_close(dev);
+
+    seen_task_hook = NULL;
+    watching.api_version = 1;
+    assert_int_equal(cham_device_open_iface(&watching, &c, &dev), CHAM_OK);
+    assert_int_equal(cham_device_set_task_hook(dev, a_task_hook, NULL), CHAM_ERR_UNSUPPORTED);
+    assert_null(seen_task_hook);
+    assert_false(cham_device_checks_hazards(dev));
+    assert_int_equal(cham_device_hazard_count(dev), 0);
+    cham_device_close(dev);
+
+    /* The sim offers both; its detector can be switched off. */
+    cham_device_config_t cfg = cham_device_config_default();
+    assert_int_equal(cham_device_open(&cfg, &dev), CHAM_OK);
+    assert_int_equal(cham_device_set_task_hook(dev, a_task_hook, NULL), CHAM_OK);
+    assert_true(cham_device_checks_hazards(dev));
+    assert_int_equal(cham_device_set_hazard_hook(dev, a_hazard_hook, NULL), CHAM_OK);
+    cham_device_close(dev);
+    cfg.hazard_check = false;
+    assert_int_equal(cham_device_open(&cfg, &dev), CHAM_OK);
+    assert_false(cham_device_checks_hazards(dev));
+    assert_int_equal(cham_device_set_hazard_hook(dev, a_hazard_hook, NULL), CHAM_ERR_UNSUPPORTED);
+    cham_device_close(dev);
+}
+
 static void test_too_many_streams(void **state)
 {
     (void)state;
@@ -198,6 +278,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wrappers_check_before_calling),
         cmocka_unit_test(test_version_handshake),
+        cmocka_unit_test(test_watching_is_optional),
         cmocka_unit_test(test_too_many_streams),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

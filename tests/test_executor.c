@@ -105,7 +105,7 @@ static void run(const cham_config_t *cfg, const ts_config_t *tc, int steps, run_
         r->stage[s] = cham_context_stage(ctx);
         cham_context_get_stats(ctx, &r->after[s]);
     }
-    r->hazards = cham_sim_hazard_count(cham_context_device(ctx));
+    r->hazards = cham_device_hazard_count(cham_context_device(ctx));
     ts_model_free(m);
     cham_context_free(ctx);
 }
@@ -446,7 +446,7 @@ static void test_unused_tensors_give_back_first(void **state)
     assert_non_null(cham_tensor_data(b));
     assert_int_equal(cham_op_end(ctx), CHAM_OK);
     assert_int_equal(cham_tensor_residency(b), CHAM_RESIDENT_DEVICE);
-    assert_int_equal(cham_sim_hazard_count(cham_context_device(ctx)), 0);
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
     cham_tensor_release(a);
     cham_tensor_release(b);
     cham_context_free(ctx);
@@ -481,7 +481,7 @@ static void test_oom_path_defragments(void **state)
     assert_int_equal(st.defrag_evictions, 1);
     cham_residency_t r = cham_tensor_residency(t[2]);   /* the copy may be in flight */
     assert_true(r == CHAM_RESIDENT_HOST || r == CHAM_RESIDENT_MOVING_OUT);
-    assert_int_equal(cham_sim_hazard_count(cham_context_device(ctx)), 0);
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
     cham_tensor_release(big);
     for (int i = 0; i < 12; i++)
         cham_tensor_release(t[i]);
@@ -708,7 +708,7 @@ static void adv_run(uint64_t budget, int steps, adv_result_t *r)
         r->stage[s] = cham_context_stage(a.ctx);
         cham_context_get_stats(a.ctx, &r->after[s]);
     }
-    r->hazards = cham_sim_hazard_count(cham_context_device(a.ctx));
+    r->hazards = cham_device_hazard_count(cham_context_device(a.ctx));
     cham_context_free(a.ctx);
 }
 

@@ -58,7 +58,7 @@ static void rig_open(rig_t *r, bool data)
     c.capacity = 512 * MiB;
     c.data = data;
     assert_int_equal(cham_device_open(&c, &r->dev), CHAM_OK);
-    cham_sim_set_hazard_hook(r->dev, on_hazard, &r->seen);
+    cham_device_set_hazard_hook(r->dev, on_hazard, &r->seen);
     cham_stream_new(r->dev, "compute", &r->compute);
     cham_stream_new(r->dev, "swap-out", &r->out);
     cham_stream_new(r->dev, "swap-in", &r->in);
@@ -105,10 +105,10 @@ static void reuse_during_swap_out(bool correct)
     launch(r.compute, "produce next", r.block, 16 * MiB, CHAM_ACCESS_WRITE, 1e9);
     if (correct) {
         assert_int_equal(r.seen.n, 0);
-        assert_int_equal(cham_sim_hazard_count(r.dev), 0);
+        assert_int_equal(cham_device_hazard_count(r.dev), 0);
     } else {
         assert_int_equal(r.seen.n, 1);
-        assert_int_equal(cham_sim_hazard_count(r.dev), 1);
+        assert_int_equal(cham_device_hazard_count(r.dev), 1);
         assert_string_equal(r.seen.kind, "write-after-read");
         assert_string_equal(r.seen.earlier_label, "swap-out act");
         assert_string_equal(r.seen.later_label, "produce next");
@@ -222,7 +222,7 @@ static void test_detector_off(void **state)
     cham_device_mem_alloc(dev, MiB, &d);
     launch(a, "w1", d, MiB, CHAM_ACCESS_WRITE, 1e12);
     launch(b, "w2", d, MiB, CHAM_ACCESS_WRITE, 1e12);
-    assert_int_equal(cham_sim_hazard_count(dev), 0);
+    assert_int_equal(cham_device_hazard_count(dev), 0);
     cham_device_synchronize(dev);
     cham_device_mem_free(dev, d);
     cham_stream_free(a);

@@ -124,7 +124,7 @@ static void inputs_stay(bool fill_a)
     cham_runtime_stats_t st;
     cham_context_get_stats(ctx, &st);
     assert_true(st.passive_swaps_out >= 1);
-    assert_int_equal(cham_sim_hazard_count(cham_context_device(ctx)), 0);
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
     cham_tensor_release(a);
     cham_tensor_release(b);
     cham_tensor_release(c);
@@ -176,7 +176,7 @@ static void test_host_filled_tensor_keeps_its_bytes(void **state)
     assert_int_equal(cham_device_synchronize(cham_context_device(ctx)), CHAM_OK);
     assert_int_equal(s.first[0], 0x5E);
     assert_int_equal(s.last[0], 0x5E);
-    assert_int_equal(cham_sim_hazard_count(cham_context_device(ctx)), 0);
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
     cham_tensor_release(p);
     cham_tensor_release(x);
     cham_context_free(ctx);

@@ -242,7 +242,7 @@ static void run_profiled(bool swap, uint64_t *actual, uint64_t *rebuilt, size_t 
     *n_samples = 2 * v.n_ops;
     cham_profile_memory_curve(p, actual, rebuilt);
     cham_context_get_stats(ctx, stats);
-    *hazards = cham_sim_hazard_count(cham_context_device(ctx));
+    *hazards = cham_device_hazard_count(cham_context_device(ctx));
     assert_int_equal(v.n_swaps, swap ? 2 * (L - 2) : 0);
     assert_int_equal(v.n_ops, 3 * L);
     /* Each op lists its inputs, then its outputs, with features. */
@@ -329,7 +329,7 @@ static void test_corrupted_swap_is_seen(void **state)
     run_step(ctx, w, true, &bad);
     assert_int_equal(flipped, 1);
     assert_int_equal(bad, 1);
-    assert_int_equal(cham_sim_hazard_count(cham_context_device(ctx)), 0);
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
     for (int i = 0; i < L; i++)
         cham_tensor_release(w[i]);
     cham_context_free(ctx);
@@ -362,7 +362,7 @@ static void test_views_follow_swaps(void **state)
     assert_int_equal(st.on_demand_swaps_in, 1);
     assert_int_equal(lines, 1);           /* the on-demand swap is logged */
     assert_int_equal(bad, 0);
-    assert_int_equal(cham_sim_hazard_count(cham_context_device(ctx)), 0);
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
     /* The swap-out between the ops and the on-demand swap-in while op 1
      * began both change op 1's "before" sample: the rebuilt curve is flat. */
     assert_int_equal(cham_step_end(ctx), CHAM_OK);
@@ -616,7 +616,7 @@ static int record_stream_run(bool record, bool swap)
     cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, false, 12 * MiB);
     cham_context_set_log(ctx, quiet, NULL);
     int hazards = 0;
-    cham_sim_set_hazard_hook(cham_context_device(ctx), count_hazard, &hazards);
+    cham_device_set_hazard_hook(cham_context_device(ctx), count_hazard, &hazards);
     cham_stream_t *comm;
     assert_int_equal(cham_stream_new(cham_context_device(ctx), "comm", &comm), CHAM_OK);
     cham_tensor_t *a, *b;

@@ -67,7 +67,7 @@ static void test_stream_fifo(void **state)
     cham_stream_t *s;
     assert_int_equal(cham_stream_new(dev, "compute", &s), CHAM_OK);
     timeline_t tl = {0};
-    cham_sim_set_task_hook(dev, record_task, &tl);
+    cham_device_set_task_hook(dev, record_task, &tl);
     cham_kernel_t a = kernel("a", 1), b = kernel("b", 2);
     assert_int_equal(cham_kernel_launch(s, &a), CHAM_OK);
     assert_int_equal(cham_kernel_launch(s, &b), CHAM_OK);
@@ -97,7 +97,7 @@ static void test_streams_overlap_and_wait(void **state)
     assert_int_equal(cham_stream_new(dev, "s2", &s2), CHAM_OK);
     assert_int_equal(cham_event_new(dev, &e), CHAM_OK);
     timeline_t tl = {0};
-    cham_sim_set_task_hook(dev, record_task, &tl);
+    cham_device_set_task_hook(dev, record_task, &tl);
 
     /* b is shorter than a, so only the event wait can hold c back to a's
      * end: stream order alone would start c when b ends. */
@@ -182,7 +182,7 @@ static void test_links_full_duplex_and_shared(void **state)
     assert_int_equal(cham_device_host_alloc(dev, 10 * MiB, &h2), CHAM_OK);
     uint64_t t0 = cham_device_host_time(dev);
     timeline_t tl = {0};
-    cham_sim_set_task_hook(dev, record_task, &tl);
+    cham_device_set_task_hook(dev, record_task, &tl);
 
     /* 10 MB at 1e10 B/s = 1 ms. Opposite directions run side by side. */
     const size_t n = 10000000;
@@ -221,7 +221,7 @@ static void test_host_blocks_at_queue_limit(void **state)
     cham_stream_t *s;
     cham_stream_new(dev, "s", &s);
     timeline_t tl = {0};
-    cham_sim_set_task_hook(dev, record_task, &tl);
+    cham_device_set_task_hook(dev, record_task, &tl);
     cham_kernel_t k = kernel("k", 1);
     for (int i = 0; i < 4; i++)
         cham_kernel_launch(s, &k);
@@ -247,7 +247,7 @@ static void run_program(timeline_t *tl)
     c.queue_depth = 8;
     cham_device_t *dev;
     assert_int_equal(cham_device_open(&c, &dev), CHAM_OK);
-    cham_sim_set_task_hook(dev, record_task, tl);
+    cham_device_set_task_hook(dev, record_task, tl);
     cham_stream_t *comp, *out, *in;
     cham_event_t *e;
     cham_stream_new(dev, "compute", &comp);
@@ -275,7 +275,7 @@ static void run_program(timeline_t *tl)
         cham_event_query(e);
     }
     cham_device_synchronize(dev);
-    assert_int_equal(cham_sim_hazard_count(dev), 0);
+    assert_int_equal(cham_device_hazard_count(dev), 0);
     cham_device_mem_free(dev, d);
     cham_device_host_free(dev, h);
     cham_event_free(e);
@@ -403,7 +403,7 @@ static void test_data_mode_round_trip(void **state)
     const uint32_t *back = (const uint32_t *)((char *)d + 4096);
     for (int i = 0; i < 1024; i++)
         assert_int_equal(back[i], 0xC0DE0000u + (uint32_t)i);
-    assert_int_equal(cham_sim_hazard_count(dev), 0);
+    assert_int_equal(cham_device_hazard_count(dev), 0);
     cham_device_mem_free(dev, d);
     cham_device_host_free(dev, h);
     cham_stream_free(s);

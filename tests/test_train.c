@@ -200,7 +200,7 @@ static void tamper_install(cham_context_t *ctx, void *user)
     t->ctx = ctx;
     cham_context_on_swap(ctx, tamper_swap, t);
     cham_device_t *dev = cham_context_device(ctx);
-    assert_int_equal(cham_sim_set_hazard_hook(dev, tamper_hazard, t), CHAM_OK);
+    assert_int_equal(cham_device_set_hazard_hook(dev, tamper_hazard, t), CHAM_OK);
     if (t->kind == TAMPER_RACE)   /* freed after the step, before the device closes */
         assert_int_equal(cham_stream_new(dev, "rogue", &t->rogue), CHAM_OK);
 }

@@ -199,7 +199,7 @@ static void run_trace(const cham_model_config_t *m, uint64_t steps, trace_t *t)
         assert_int_equal(cham_workload_step(w, s, &t->info[s]), CHAM_OK);
         t->fingerprint[s] = fingerprint(cham_context_last_profile(ctx));
     }
-    assert_int_equal(cham_sim_hazard_count(cham_context_device(ctx)), 0);
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
     cham_workload_free(w);
     cham_context_free(ctx);
 }

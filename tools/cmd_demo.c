@@ -100,7 +100,7 @@ static int run_open(run_t *r, const demo_opts_t *o, uint64_t capacity)
     cham_status_t st = cham_device_open(&c, &r->dev);
     if (st != CHAM_OK)
         return fail("opening the sim device", st, cham_device_last_error(NULL));
-    cham_sim_set_task_hook(r->dev, count_busy, r);
+    cham_device_set_task_hook(r->dev, count_busy, r);
     if ((st = cham_stream_new(r->dev, "compute", &r->compute)) != CHAM_OK ||
         (st = cham_stream_new(r->dev, "swap-out", &r->out)) != CHAM_OK ||
         (st = cham_stream_new(r->dev, "swap-in", &r->in)) != CHAM_OK)
@@ -355,7 +355,7 @@ int cmd_demo(int argc, char **argv)
     }
     cham_alloc_stats_t as;
     cham_allocator_get_stats(swapped.mem, &as);
-    uint64_t hazards = cham_sim_hazard_count(swapped.dev);
+    uint64_t hazards = cham_device_hazard_count(swapped.dev);
 
     if ((rc = run_open(&ideal, &o, 0)) != 0) {
         run_close(&swapped);

@@ -453,7 +453,7 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         c->on_finish(st == CHAM_OK ? last : NULL, pol, c->on_finish_user);
     cham_runtime_stats_t s;
     cham_context_get_stats(a.ctx, &s);
-    res->hazards = cham_sim_hazard_count(cham_context_device(a.ctx));
+    res->hazards = cham_device_hazard_count(cham_context_device(a.ctx));
     res->oom = st == CHAM_ERR_OUT_OF_MEMORY;
     res->stage_changes = s.stage_changes;
     res->policy_regenerations = s.policies_generated;
@@ -481,7 +481,7 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
             res->ideal_dispatch_s_per_step = (double)ideal_dispatch_ns * 1e-9 / res->steps;
             res->ideal_busy_s_per_step = (double)ideal_busy_ns * 1e-9 / res->steps;
         }
-        res->hazards += cham_sim_hazard_count(cham_context_device(b.ctx));
+        res->hazards += cham_device_hazard_count(cham_context_device(b.ctx));
     }
     run_close(&a);
     run_close(&b);

@@ -15,7 +15,9 @@
 extern "C" {
 #endif
 
-#define CHAM_BACKEND_API_VERSION 1
+/* 2 added the optional watching slots at the end; tables of version 1 are
+ * still accepted (as tables without them). */
+#define CHAM_BACKEND_API_VERSION 2
 
 typedef struct cham_backend_iface {
     int api_version;         /* CHAM_BACKEND_API_VERSION */
@@ -59,6 +61,13 @@ typedef struct cham_backend_iface {
     /* Host clock in ns; host_work is optional (NULL: time passes by itself). */
     uint64_t (*host_time)(void *ctx);
     void (*host_work)(void *ctx, uint64_t ns);
+
+    /* Watching, optional (NULL: not offered; chameleon/device.h). */
+    cham_status_t (*set_task_hook)(void *ctx, cham_task_hook_t hook, void *user);
+    cham_status_t (*set_hazard_hook)(void *ctx, cham_hazard_hook_t hook, void *user);
+    /* Whether the device checks for hazards; if so *count gets the number
+     * found so far. */
+    bool (*hazards)(void *ctx, uint64_t *count);
 } cham_backend_iface_t;
 
 /* Opens a device over a backend table. On success the device owns ctx and

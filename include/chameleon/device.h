@@ -175,6 +175,64 @@ uint64_t cham_device_host_time(const cham_device_t *dev);
  * no effect on real backends, where time passes by itself. */
 void cham_device_host_work(cham_device_t *dev, uint64_t ns);
 
+/* ---- watching (optional: a backend may not offer it) ----------------------
+ * The sim backend offers both; cuda neither yet (docs/device.md). */
+typedef enum cham_task_kind {
+    CHAM_TASK_KERNEL,
+    CHAM_TASK_COPY_H2D,
+    CHAM_TASK_COPY_D2H,
+    CHAM_TASK_COPY_D2D,
+    CHAM_TASK_HOST_BLOCKED,  /* the host waited: sync or full launch queue */
+} cham_task_kind_t;
+
+/* One task on the virtual timeline, as the hook receives it. Strings live
+ * only for the duration of the call. stream_id is -1 for host records. */
+typedef struct cham_task_record {
+    cham_task_kind_t kind;
+    int stream_id;
+    const char *stream_name;
+    const char *label;
+    uint64_t enqueue_ns;     /* host time when the task was queued */
+    uint64_t start_ns;
+    uint64_t end_ns;
+    uint64_t bytes;          /* copies: bytes moved; kernels: memory traffic */
+    double flops;
+} cham_task_record_t;
+
+typedef void (*cham_task_hook_t)(const cham_task_record_t *task, void *user);
+/* Installs a hook that sees every task with its device start and end (NULL
+ * removes it); timelines (chameleon/trace.h) are built on it.
+ * CHAM_ERR_UNSUPPORTED when the backend cannot time its tasks. */
+cham_status_t cham_device_set_task_hook(cham_device_t *dev, cham_task_hook_t hook, void *user);
+
+/* A hazard: two accesses to overlapping bytes on different streams whose
+ * times overlap where one of them writes. Strings live for the call. */
+typedef struct cham_hazard {
+    const char *kind;            /* "read-after-write", "write-after-write" or
+                                    "write-after-read" */
+    uintptr_t addr;              /* first overlapping byte */
+    size_t bytes;                /* overlapping bytes in the reported range */
+    int earlier_stream, later_stream;
+    const char *earlier_stream_name, *later_stream_name;
+    const char *earlier_label, *later_label;
+    uint64_t earlier_end_ns;     /* when the earlier access finishes */
+    uint64_t later_start_ns;     /* when the later access starts (too soon) */
+} cham_hazard_t;
+
+typedef void (*cham_hazard_hook_t)(const cham_hazard_t *hazard, void *user);
+/* A backend with a hazard detector counts every hazard and by default
+ * prints it to stderr; a hook replaces the printing (NULL restores it).
+ * CHAM_ERR_UNSUPPORTED when the backend has no detector. */
+cham_status_t cham_device_set_hazard_hook(cham_device_t *dev, cham_hazard_hook_t hook,
+                                          void *user);
+/* Hazards detected so far (0 when the backend has no detector or it is off). */
+uint64_t cham_device_hazard_count(const cham_device_t *dev);
+/* Whether the device checks for hazards at all: a count of 0 means
+ * something only then. */
+bool cham_device_checks_hazards(const cham_device_t *dev);
+/* Formats a hazard as one line of text into buf; returns buf. */
+char *cham_hazard_format(const cham_hazard_t *hazard, char *buf, size_t size);
+
 /* ---- presets (sim) ------------------------------------------------------*/
 typedef struct cham_preset {
     const char *name;

@@ -19,7 +19,8 @@ extern "C" {
 
 typedef struct cham_trace cham_trace_t;
 
-/* Starts writing ctx's timeline to path (sim backend only). The trace
+/* Starts writing ctx's timeline to path; the device must offer the task
+ * hook (cham_device_set_task_hook: sim does, cuda not yet). The trace
  * takes the context's step hook and the device's task hook until it is
  * closed. On failure err says why. */
 cham_status_t cham_trace_open(cham_context_t *ctx, const char *path, cham_trace_t **out,

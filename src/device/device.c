@@ -3,6 +3,7 @@
  * forwards every call to the backend's table. */
 #include "chameleon/backend.h"
 
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 struct cham_device {
     const cham_backend_iface_t *iface;
     void *ctx;
+    bool watchable;               /* the table has the watching slots */
     uint64_t stream_used;
     int live_events;
     char error[512];
@@ -90,7 +92,7 @@ cham_status_t cham_device_open_iface(const cham_backend_iface_t *iface, void *ct
 {
     CHAM_ASSERT(iface && out);
     *out = NULL;
-    if (iface->api_version != CHAM_BACKEND_API_VERSION) {
+    if (iface->api_version != CHAM_BACKEND_API_VERSION && iface->api_version != 1) {
         cham_device_set_open_error("backend \"%s\" has api_version %d, this library "
                                    "speaks %d", iface->name ? iface->name : "?",
                                    iface->api_version, CHAM_BACKEND_API_VERSION);
@@ -103,6 +105,7 @@ cham_status_t cham_device_open_iface(const cham_backend_iface_t *iface, void *ct
     }
     dev->iface = iface;
     dev->ctx = ctx;
+    dev->watchable = iface->api_version >= 2;   /* version 1 tables end before those slots */
     if (iface->attach)
         iface->attach(ctx, dev);
     *out = dev;
@@ -344,4 +347,50 @@ void cham_device_host_work(cham_device_t *dev, uint64_t ns)
     CHAM_ASSERT(dev);
     if (dev->iface->host_work)
         dev->iface->host_work(dev->ctx, ns);
+}
+
+/* ---- watching -----------------------------------------------------------*/
+
+cham_status_t cham_device_set_task_hook(cham_device_t *dev, cham_task_hook_t hook, void *user)
+{
+    CHAM_ASSERT(dev);
+    if (!dev->watchable || !dev->iface->set_task_hook) {
+        cham_device_set_error(dev, "the %s backend does not time its tasks", dev->iface->name);
+        return CHAM_ERR_UNSUPPORTED;
+    }
+    return dev->iface->set_task_hook(dev->ctx, hook, user);
+}
+
+cham_status_t cham_device_set_hazard_hook(cham_device_t *dev, cham_hazard_hook_t hook,
+                                          void *user)
+{
+    CHAM_ASSERT(dev);
+    if (!dev->watchable || !dev->iface->set_hazard_hook) {
+        cham_device_set_error(dev, "the %s backend has no hazard detector", dev->iface->name);
+        return CHAM_ERR_UNSUPPORTED;
+    }
+    return dev->iface->set_hazard_hook(dev->ctx, hook, user);
+}
+
+uint64_t cham_device_hazard_count(const cham_device_t *dev)
+{
+    uint64_t n = 0;
+    return cham_device_checks_hazards(dev) && dev->iface->hazards(dev->ctx, &n) ? n : 0;
+}
+
+bool cham_device_checks_hazards(const cham_device_t *dev)
+{
+    uint64_t n;
+    CHAM_ASSERT(dev);
+    return dev->watchable && dev->iface->hazards && dev->iface->hazards(dev->ctx, &n);
+}
+
+char *cham_hazard_format(const cham_hazard_t *h, char *buf, size_t size)
+{
+    snprintf(buf, size,
+             "hazard %s at 0x%" PRIxPTR " (%zu bytes): \"%s\" on stream %s starts at %" PRIu64
+             " ns, before \"%s\" on stream %s finishes at %" PRIu64 " ns",
+             h->kind, h->addr, h->bytes, h->later_label, h->later_stream_name,
+             h->later_start_ns, h->earlier_label, h->earlier_stream_name, h->earlier_end_ns);
+    return buf;
 }

@@ -83,9 +83,9 @@ typedef struct sim {
     size_t touch_cap;
 
     cham_sim_stats_t stats;
-    cham_sim_task_hook_t task_hook;
+    cham_task_hook_t task_hook;
     void *task_hook_user;
-    cham_sim_hazard_hook_t hazard_hook;
+    cham_hazard_hook_t hazard_hook;
     void *hazard_hook_user;
     fault_t faults[CHAM_SIM_FAULT_COUNT_];
 } sim_t;
@@ -573,6 +573,36 @@ static void sim_destroy(void *ctx)
     free(s);
 }
 
+/* ---- watching -----------------------------------------------------------*/
+
+static cham_status_t sim_set_task_hook(void *ctx, cham_task_hook_t hook, void *user)
+{
+    sim_t *s = ctx;
+    s->task_hook = hook;
+    s->task_hook_user = user;
+    return CHAM_OK;
+}
+
+static cham_status_t sim_set_hazard_hook(void *ctx, cham_hazard_hook_t hook, void *user)
+{
+    sim_t *s = ctx;
+    if (!s->hazard) {
+        cham_device_set_error(s->dev, "sim %s: the hazard detector is off (hazard_check)",
+                              s->preset.name);
+        return CHAM_ERR_UNSUPPORTED;
+    }
+    s->hazard_hook = hook;
+    s->hazard_hook_user = user;
+    return CHAM_OK;
+}
+
+static bool sim_hazards(void *ctx, uint64_t *count)
+{
+    sim_t *s = ctx;
+    *count = s->stats.hazards;
+    return s->hazard != NULL;
+}
+
 static const cham_backend_iface_t sim_iface = {
     .api_version = CHAM_BACKEND_API_VERSION,
     .name = "sim",
@@ -597,6 +627,9 @@ static const cham_backend_iface_t sim_iface = {
     .device_synchronize = sim_device_synchronize,
     .host_time = sim_host_time,                 /* virtual ns */
     .host_work = sim_host_work,                 /* the host's own work advances it */
+    .set_task_hook = sim_set_task_hook,         /* every task with its virtual times */
+    .set_hazard_hook = sim_set_hazard_hook,     /* when the detector is on */
+    .hazards = sim_hazards,
 };
 
 /* Overrides a preset figure when the config gives a positive one; rejects
@@ -676,33 +709,6 @@ static sim_t *sim_of(const cham_device_t *dev)
 bool cham_sim_is_sim(const cham_device_t *dev)
 {
     return sim_of(dev) != NULL;
-}
-
-cham_status_t cham_sim_set_task_hook(cham_device_t *dev, cham_sim_task_hook_t hook, void *user)
-{
-    sim_t *s = sim_of(dev);
-    if (!s)
-        return CHAM_ERR_INVALID_ARG;
-    s->task_hook = hook;
-    s->task_hook_user = user;
-    return CHAM_OK;
-}
-
-cham_status_t cham_sim_set_hazard_hook(cham_device_t *dev, cham_sim_hazard_hook_t hook,
-                                       void *user)
-{
-    sim_t *s = sim_of(dev);
-    if (!s)
-        return CHAM_ERR_INVALID_ARG;
-    s->hazard_hook = hook;
-    s->hazard_hook_user = user;
-    return CHAM_OK;
-}
-
-uint64_t cham_sim_hazard_count(const cham_device_t *dev)
-{
-    sim_t *s = sim_of(dev);
-    return s ? s->stats.hazards : 0;
 }
 
 cham_status_t cham_sim_get_stats(const cham_device_t *dev, cham_sim_stats_t *stats)

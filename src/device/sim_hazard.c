@@ -641,12 +641,3 @@ size_t sim_hazard_ranges(const sim_hazard_t *hz, uintptr_t *lo, uintptr_t *hi, s
     return k;
 }
 
-char *cham_hazard_format(const cham_hazard_t *h, char *buf, size_t size)
-{
-    snprintf(buf, size,
-             "hazard %s at 0x%" PRIxPTR " (%zu bytes): \"%s\" on stream %s starts at %" PRIu64
-             " ns, before \"%s\" on stream %s finishes at %" PRIu64 " ns",
-             h->kind, h->addr, h->bytes, h->later_label, h->later_stream_name,
-             h->later_start_ns, h->earlier_label, h->earlier_stream_name, h->earlier_end_ns);
-    return buf;
-}

@@ -133,8 +133,8 @@ cham_status_t cham_trace_open(cham_context_t *ctx, const char *path, cham_trace_
 {
     *out = NULL;
     cham_device_t *dev = cham_context_device(ctx);
-    if (!cham_sim_is_sim(dev)) {
-        cham_set_err(err, err_size, "trace: timelines come from the sim backend only");
+    if (cham_device_set_task_hook(dev, NULL, NULL) != CHAM_OK) {   /* can it time tasks? */
+        cham_set_err(err, err_size, "trace: %s", cham_device_last_error(dev));
         return CHAM_ERR_UNSUPPORTED;
     }
     cham_trace_t *t = calloc(1, sizeof *t);
@@ -153,14 +153,15 @@ cham_status_t cham_trace_open(cham_context_t *ctx, const char *path, cham_trace_
     cham_device_get_info(dev, &info);
     t->capacity = info.capacity;
     t->last_mem = UINT64_MAX;
+    const char *clock = strcmp(info.backend, "sim") == 0 ? "simulated" : "measured";
     fprintf(t->f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"device\":\"");
     json_text(t->f, info.name);
-    fprintf(t->f, "\",\"clock\":\"simulated\"},\n\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":%d,"
-            "\"name\":\"process_name\",\"args\":{\"name\":\"", PID);
+    fprintf(t->f, "\",\"clock\":\"%s\"},\n\"traceEvents\":[\n{\"ph\":\"M\",\"pid\":%d,"
+            "\"name\":\"process_name\",\"args\":{\"name\":\"", clock, PID);
     json_text(t->f, info.name);
-    fputs(" (simulated)\"}}", t->f);
+    fprintf(t->f, " (%s)\"}}", clock);
     name_track(t, HOST_TID, "host");
-    cham_sim_set_task_hook(dev, on_task, t);
+    cham_device_set_task_hook(dev, on_task, t);
     cham_context_on_step(ctx, on_step, t);
     *out = t;
     return CHAM_OK;
@@ -170,7 +171,7 @@ cham_status_t cham_trace_close(cham_trace_t *t, char *err, size_t err_size)
 {
     if (!t)
         return CHAM_OK;
-    cham_sim_set_task_hook(t->dev, NULL, NULL);
+    cham_device_set_task_hook(t->dev, NULL, NULL);
     cham_context_on_step(t->ctx, NULL, NULL);
     fputs("\n]}\n", t->f);
     bool ok = !ferror(t->f);

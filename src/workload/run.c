@@ -160,7 +160,7 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
     cham_context_set_log(ctx, c->log ? c->log : silent, c->user);
     cham_device_t *dev = cham_context_device(ctx);
     hazards_t hz = {0};
-    cham_sim_set_hazard_hook(dev, on_hazard, &hz);
+    cham_device_set_hazard_hook(dev, on_hazard, &hz);
     cham_device_info_t info;
     cham_device_get_info(dev, &info);
     r->capacity_bytes = info.capacity;

@@ -1671,7 +1671,7 @@ static void run_program(run_t *r, uint64_t capacity, cham_runtime_stats_t *stats
         return;
     }
     cham_context_set_log(r->ctx, on_log, r);
-    cham_sim_set_hazard_hook(cham_context_device(r->ctx), on_hazard, r);
+    cham_device_set_hazard_hook(cham_context_device(r->ctx), on_hazard, r);
     if (!r->reference)
         cham_context_on_swap(r->ctx, on_swap, r);
     for (int k = 0; k < N_KINDS; k++)
@@ -1699,7 +1699,7 @@ static void run_program(run_t *r, uint64_t capacity, cham_runtime_stats_t *stats
         release_slot(r, s);
     r->prog = NULL;
     cham_device_synchronize(dev);
-    r->hazards = cham_sim_hazard_count(dev);
+    r->hazards = cham_device_hazard_count(dev);
     cham_event_free(r->ev_compute);
     cham_event_free(r->ev_comm);
     cham_stream_free(r->comm);
