@@ -1,5 +1,5 @@
 /* Fuzz target: the JSON policy loader (cham_policy_load_json,
- * src/policy/policy_json.c over the shared reader src/profile/json_read.c)
+ * src/policy/policy_json.c over the shared reader src/json/read.c)
  * and the save/load round trip of a policy that loaded, which must
  * reproduce the saved file byte for byte (docs/policy-format.md: a file
  * this library saves is one it loads). Any crash, sanitizer report, leak

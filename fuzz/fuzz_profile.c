@@ -1,5 +1,5 @@
 /* Fuzz target: the JSON profile loader (cham_profile_load_json,
- * src/profile/profile_json.c and the shared reader src/profile/json_read.c)
+ * src/profile/profile_json.c and the shared reader src/json/read.c)
  * and what `chameleon plan` and the run report do with a profile that
  * loaded: the memory curve, Chameleon's and vDNN's planners, and the
  * save/load round trip. Besides crashes, sanitizer reports, leaks and

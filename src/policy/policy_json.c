@@ -3,7 +3,7 @@
  * docs/policy-format.md; this file is their one implementation.
  *
  * The conventions are the profile's (docs/profile-format.md), and so is the
- * machinery (src/profile/json_read.c): loading is strict (every key
+ * machinery (src/json/): loading is strict (every key
  * required, unknown keys are errors), a failure names the file and the
  * position ("FILE:LINE:COL: ..." for syntax, "FILE: items[3].free_op: ..."
  * for content), quantities are JSON integers 0 .. 2^53 - 1 and the 64-bit
@@ -25,7 +25,8 @@
 #include "common/assert.h"
 #include "common/message.h"
 #include "policy/policy-impl.h"
-#include "profile/json_read.h"
+#include "json/read.h"
+#include "json/write.h"
 
 #define FORMAT_NAME "chameleon-policy"
 #define FORMAT_VERSION 1

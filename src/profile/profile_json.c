@@ -29,13 +29,14 @@
 #include "common/assert.h"
 #include "common/message.h"
 #include "common/grow.h"
-#include "profile/json_read.h"
+#include "json/read.h"
+#include "json/write.h"
 #include "profile/profile-impl.h"
 
 #define FORMAT_NAME "chameleon-profile"
 #define FORMAT_VERSION 1
 /* The shared reader, the names of phases and dtypes and the tensor use
- * object are in json_read.c (also used by src/policy/policy_json.c). */
+ * object are in src/json/ (also used by src/policy/policy_json.c). */
 #define MAX_EXACT CHAM_JSON_MAX_EXACT
 #define MAX_OPS (UINT32_MAX / 2)
 #define QUOTE_MAX CHAM_JSON_QUOTE_MAX

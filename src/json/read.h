@@ -1,55 +1,20 @@
-/* Shared by the library's strict JSON files (profiles: profile_json.c,
- * policies: src/policy/policy_json.c): names of phases and dtypes in files,
- * the tensor use object, 64-bit hex strings, the save wrapper that removes a
- * partly written file, and the reader that reports the first problem as
- * "FILE: JSON.PATH: message" (docs/profile-format.md, "Errors"). */
-#ifndef CHAM_PROFILE_JSON_READ_H
-#define CHAM_PROFILE_JSON_READ_H
+/* Reading the library's strict JSON files: the reader that reports the
+ * first problem as "FILE: JSON.PATH: message" (docs/profile-format.md,
+ * "Errors"), the header check, field readers and the tensor use object. */
+#ifndef CHAM_JSON_READ_H
+#define CHAM_JSON_READ_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include <jansson.h>
 
 #include "chameleon/profile.h"
 #include "chameleon/status.h"
 #include "common/message.h"
+#include "json/format.h"
 
-/* Largest integer stored as a JSON number: exact in a double. */
-#define CHAM_JSON_MAX_EXACT ((UINT64_C(1) << 53) - 1)
-/* Strings quoted in messages are cut to this many characters. */
-#define CHAM_JSON_QUOTE_MAX 40
-
-/* Names in files, indexed by cham_phase_t and cham_dtype_t. Kept apart
- * from cham_phase_name and cham_dtype_name (src/runtime/names.c) so that
- * file formats cannot change when log names do. */
-#define CHAM_JSON_N_PHASES 4
-#define CHAM_JSON_N_DTYPES 9
-extern const char *const cham_json_phase_names[CHAM_JSON_N_PHASES];
-extern const char *const cham_json_dtype_names[CHAM_JSON_N_DTYPES];
-
-/* ---- writing ----------------------------------------------------------------*/
-
-/* A JSON string "0x" + 16 hex digits; NULL when out of host memory. */
-json_t *cham_json_hex64(uint64_t v);
-/* Adds value under key (taking its reference); a NULL value (out of
- * memory) makes it fail. */
-bool cham_json_put(json_t *obj, const char *key, json_t *value);
-/* A tensor use object (docs/profile-format.md); NULL when out of memory. */
-json_t *cham_json_use_to_json(const cham_tensor_use_t *u);
-/* Writes "    " + v compact + "," unless last + newline, and drops v;
- * false when v is NULL (out of memory) or the write failed. */
-bool cham_json_write_value(FILE *fp, json_t *v, bool last);
-/* Opens path, runs write(fp, obj), closes; on failure removes the file and
- * sets err to "PATH: cannot open for writing: ...", "PATH: cannot write:
- * ..." or "PATH: out of host memory" (write returning false with no stream
- * error means out of memory). */
-cham_status_t cham_json_save_file(const char *path, bool (*write)(FILE *fp, const void *obj),
-                                  const void *obj, char *err, size_t err_size);
-
-/* ---- reading ----------------------------------------------------------------*/
 
 /* The state of one load. path is the JSON path of the value being read
  * ("ops[12].uses[1].bytes"), grown and cut back as the reader descends. */

@@ -1,8 +1,5 @@
-/* What the JSON files of the library (profiles: src/profile/profile_json.c,
- * policies: src/policy/policy_json.c) share: the names of phases and dtypes
- * in files, the tensor use object, 64-bit hex strings, and the strict
- * reader that names the file and the JSON path of the first problem. The
- * conventions are those of docs/profile-format.md. */
+/* Reading the library's strict JSON files (json/read.h): the reader
+ * names the file and the JSON path of the first problem. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -17,78 +14,14 @@
 
 #include "common/file.h"
 #include "common/message.h"
-#include "profile/json_read.h"
+#include "json/read.h"
 
 #define MAX_EXACT CHAM_JSON_MAX_EXACT
 #define QUOTE_MAX CHAM_JSON_QUOTE_MAX
 
-/* Names in the file. Kept here rather than taken from cham_phase_name and
- * cham_dtype_name (src/runtime/names.c) so that the file format depends on
- * nothing outside this module and cannot change when log names do. Indexed
- * by cham_phase_t and cham_dtype_t. */
-const char *const cham_json_phase_names[CHAM_JSON_N_PHASES] = {
-    [CHAM_PHASE_FORWARD] = "forward",
-    [CHAM_PHASE_BACKWARD] = "backward",
-    [CHAM_PHASE_OPTIMIZER] = "optimizer",
-    [CHAM_PHASE_OTHER] = "other",
-};
-_Static_assert(CHAM_JSON_N_PHASES == CHAM_PHASE_OTHER + 1, "a name for every phase");
-
-const char *const cham_json_dtype_names[CHAM_JSON_N_DTYPES] = {
-    [CHAM_DTYPE_F32] = "f32", [CHAM_DTYPE_F16] = "f16", [CHAM_DTYPE_BF16] = "bf16",
-    [CHAM_DTYPE_F64] = "f64", [CHAM_DTYPE_I64] = "i64", [CHAM_DTYPE_I32] = "i32",
-    [CHAM_DTYPE_I8] = "i8",   [CHAM_DTYPE_U8] = "u8",   [CHAM_DTYPE_BOOL] = "bool",
-};
-_Static_assert(CHAM_JSON_N_DTYPES == CHAM_DTYPE_COUNT_, "a name for every dtype");
-
 /* The keys of a tensor use, in the order they are written. */
 static const char *const use_keys[] = {"storage", "data_ptr", "bytes", "storage_bytes",
                                        "dtype", "use_count", "history", "output"};
-
-/* A JSON string "0x" + 16 hex digits; NULL when out of host memory. */
-json_t *cham_json_hex64(uint64_t v)
-{
-    char buf[24];
-    snprintf(buf, sizeof buf, "0x%016" PRIx64, v);
-    return json_string(buf);
-}
-
-/* Adds value under key; a NULL value (out of memory) makes it cham_json_fail. */
-bool cham_json_put(json_t *obj, const char *key, json_t *value)
-{
-    return value && json_object_set_new(obj, key, value) == 0;
-}
-
-json_t *cham_json_use_to_json(const cham_tensor_use_t *u)
-{
-    json_t *uo = json_object();
-    bool ok = uo && cham_json_put(uo, "storage", json_integer((json_int_t)u->storage)) &&
-              cham_json_put(uo, "data_ptr", cham_json_hex64(u->data_ptr)) &&
-              cham_json_put(uo, "bytes", json_integer((json_int_t)u->bytes)) &&
-              cham_json_put(uo, "storage_bytes", json_integer((json_int_t)u->storage_bytes)) &&
-              cham_json_put(uo, "dtype", json_string(cham_json_dtype_names[u->dtype])) &&
-              cham_json_put(uo, "use_count", json_integer((json_int_t)u->use_count)) &&
-              cham_json_put(uo, "history", cham_json_hex64(u->history)) &&
-              cham_json_put(uo, "output", json_boolean(u->output));
-    if (!ok) {
-        json_decref(uo);
-        return NULL;
-    }
-    return uo;
-}
-
-/* Writes one array element per line; false when out of host memory or the
- * write failed (ferror tells which). */
-bool cham_json_write_value(FILE *fp, json_t *v, bool last)
-{
-    if (!v)
-        return false;
-    fputs("    ", fp);
-    int rc = json_dumpf(v, fp, JSON_COMPACT | JSON_ENCODE_ANY);
-    json_decref(v);
-    fputs(last ? "\n" : ",\n", fp);
-    return rc == 0 && !ferror(fp);
-}
 
 size_t cham_json_push_key(cham_json_reader_t *r, const char *key)
 {
@@ -407,36 +340,6 @@ json_t *cham_json_parse_file(cham_json_reader_t *r, const char *what)
         return NULL;
     }
     return root;
-}
-
-cham_status_t cham_json_save_file(const char *path, bool (*write)(FILE *fp, const void *obj),
-                        const void *obj, char *err, size_t err_size)
-{
-    FILE *fp = fopen(path, "wb");
-    if (!fp) {
-        int e = errno;
-        cham_set_err(err, err_size, "%s: cannot open for writing: %s", path, strerror(e));
-        return e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG;
-    }
-    errno = 0;
-    bool ok = write(fp, obj);
-    int e = errno;
-    bool write_failed = ferror(fp) != 0;
-    if (fclose(fp) != 0 && ok) {
-        ok = false;
-        write_failed = true;
-        e = errno;
-    }
-    if (ok)
-        return CHAM_OK;
-    /* Leave no half-written file behind. */
-    remove(path);
-    if (write_failed) {
-        cham_set_err(err, err_size, "%s: cannot write: %s", path, strerror(e ? e : EIO));
-        return CHAM_ERR_INVALID_ARG;
-    }
-    cham_set_err(err, err_size, "%s: out of host memory", path);
-    return CHAM_ERR_HOST_OOM;
 }
 
 bool cham_json_read_header(cham_json_reader_t *r, const json_t *root, const char *kind,
