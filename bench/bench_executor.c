@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "chameleon/chameleon.h"
-#include "exec/match.h"
+#include "match/match.h"
 #include "lib/machine.h"
 #include "support/train_script.h"
 

@@ -1,6 +1,6 @@
 /* Applying a policy to the step being run (paper §6).
  *
- * Every tensor use is matched against the plan's index (exec/match.h). A
+ * Every tensor use is matched against the plan's index (match/match.h). A
  * matched storage is at its last forward use: when the op ends (its kernels
  * are queued) the storage is swapped out on the swap-out stream, and its
  * device block is handed back after the op the planner's placement model chose

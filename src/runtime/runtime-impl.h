@@ -20,8 +20,8 @@
 #include "chameleon/runtime.h"
 #include "common/intern.h"
 #include "common/message.h"
-#include "exec/match.h"
-#include "exec/positions.h"
+#include "match/match.h"
+#include "match/positions.h"
 #include "profile/stage.h"
 
 typedef struct cham_storage cham_storage_t;

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "exec/match.h"
+#include "match/match.h"
 
 /* ---- keys -----------------------------------------------------------------*/
 

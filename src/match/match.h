@@ -14,8 +14,8 @@
  * not disturb the match. An item is matched strictly first; a use whose
  * strict key the profile never saw falls back to the loose key (a tensor
  * an extra op also read). docs/executor.md says why. */
-#ifndef CHAM_EXEC_MATCH_H
-#define CHAM_EXEC_MATCH_H
+#ifndef CHAM_MATCH_MATCH_H
+#define CHAM_MATCH_MATCH_H
 
 #include <stdbool.h>
 #include <stddef.h>

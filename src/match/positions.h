@@ -3,8 +3,8 @@
  * profiled step. No features, no tolerance: when the op at k is another op,
  * has fewer tensors, or the tensor has another size, the policy no longer
  * names anything and the step fails, as the paper reports Capuchin does. */
-#ifndef CHAM_EXEC_POSITIONS_H
-#define CHAM_EXEC_POSITIONS_H
+#ifndef CHAM_MATCH_POSITIONS_H
+#define CHAM_MATCH_POSITIONS_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec/positions.h"
+#include "match/positions.h"
 
 void cham_positions_free(cham_positions_t *p)
 {
