@@ -1,5 +1,5 @@
-/* Fuzz target: the run report writer (tool_report_write, tools/report.c,
- * and the SVG plots of experiments/svg.c it draws with), fed a fuzzed run
+/* Fuzz target: the run report writer (report_write_html, report/report.c,
+ * and the SVG plots of report/svg.c it draws with), fed a fuzzed run
  * JSON as `chameleon report RUN.json` reads it (tools/cmd_report.c:
  * jansson's default flags, an object with a "series" object). Besides
  * crashes, sanitizer reports, leaks and hangs, it checks that the page
@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static fuzz_memfile_t page;
 
-/* The tags of tools/report.c and experiments/svg.c. */
+/* The tags of report/report.c and report/svg.c. */
 static bool known_tag(const char *s)
 {
     static const char *const tags[] = {
@@ -54,7 +54,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     char err[600];
-    if (!tool_report_write(run, page.path, err, sizeof err))
+    if (!report_write_html(run, page.path, err, sizeof err))
         fuzz_fail("the page could not be written", err);
     json_decref(run);
     size_t len;

@@ -94,7 +94,7 @@ int cmd_report(int argc, char **argv)
         json_decref(run);
         return 1;
     }
-    bool ok = tool_report_write(run, out, err, sizeof err);
+    bool ok = report_write_html(run, out, err, sizeof err);
     json_decref(run);
     if (!ok) {
         fprintf(stderr, "chameleon report: %s\n", err);

@@ -24,7 +24,7 @@ typedef struct sim_opts {
     char profile_path[4096];     /* --memory-curve's profile file */
     bool json, quiet;
     json_t *series;              /* --json: per-step arrays */
-    tool_run_parts_t parts;      /* --json: the curve and policy, from on_finish */
+    report_parts_t parts;      /* --json: the curve and policy, from on_finish */
 } sim_opts_t;
 
 static void usage(FILE *f)
@@ -304,7 +304,7 @@ static void on_step(const cham_run_step_t *s, void *user)
 static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy, void *user)
 {
     sim_opts_t *o = user;
-    tool_run_parts_take(&o->parts, profile, policy);
+    report_parts_take(&o->parts, profile, policy);
 }
 
 static void print_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
@@ -340,7 +340,7 @@ static void print_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_s
     json_object_set_new(j, "passive_swapouts", json_integer((json_int_t)r->passive_swapouts));
     json_object_set_new(j, "ops_per_step", json_integer((json_int_t)r->ops_per_step));
     json_object_set_new(j, "series", json_incref(o->series));
-    tool_run_parts_give(&o->parts, j, "capacity_bytes", r->capacity_bytes);
+    report_parts_give(&o->parts, j, "capacity_bytes", r->capacity_bytes);
     char *s = json_dumps(j, JSON_INDENT(2));
     if (s)
         printf("%s\n", s);
@@ -460,7 +460,7 @@ int cmd_simulate(int argc, char **argv)
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
     else if (o.curve_dir && r.status == CHAM_OK) {
         char err[600];
-        if (!tool_write_curve(o.profile_path, r.capacity_bytes, "capacity", o.curve_dir, err,
+        if (!report_write_curve(o.profile_path, r.capacity_bytes, "capacity", o.curve_dir, err,
                               sizeof err)) {
             fprintf(stderr, "chameleon simulate: %s\n", err);
             rc = 1;
@@ -477,6 +477,6 @@ int cmd_simulate(int argc, char **argv)
     if (st == CHAM_OK && r.status != CHAM_OK && !o.json)
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
     json_decref(o.series);
-    tool_run_parts_clear(&o.parts);
+    report_parts_clear(&o.parts);
     return rc;
 }

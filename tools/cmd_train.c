@@ -27,7 +27,7 @@ typedef struct train_opts {
     const char *report;          /* --report */
     char profile_path[4096];     /* --memory-curve's profile file */
     json_t *series;              /* with --report or --json: per-step values */
-    tool_run_parts_t parts;      /* with --report or --json: curve and policy (on_finish) */
+    report_parts_t parts;      /* with --report or --json: curve and policy (on_finish) */
     bool json, quiet;
     uint64_t overflow_at[MAX_OVERFLOW_AT];
 } train_opts_t;
@@ -445,7 +445,7 @@ static void progress(const gpt_step_info_t *i, void *user)
 static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy, void *user)
 {
     train_opts_t *o = user;
-    tool_run_parts_take(&o->parts, profile, policy);
+    report_parts_take(&o->parts, profile, policy);
 }
 
 /* The run as one JSON object (--json, and the report's input): what was
@@ -494,7 +494,7 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
             json_object_set_new(j, values[k].key, values[k].v);
     }
     json_object_set_new(j, "series", json_incref(o->series));
-    tool_run_parts_give(&o->parts, j, "budget_bytes", r->budget_bytes);
+    report_parts_give(&o->parts, j, "budget_bytes", r->budget_bytes);
     return j;
 }
 
@@ -603,12 +603,12 @@ int cmd_train(int argc, char **argv)
     cham_status_t st = gpt_train(&o.c, &data, progress, &o, &r, err, sizeof err);
     gpt_data_free(&data);
     json_t *run = o.series ? run_json(&o, &r) : NULL;
-    if (st == CHAM_OK && o.report && !tool_report_write(run, o.report, err, sizeof err))
+    if (st == CHAM_OK && o.report && !report_write_html(run, o.report, err, sizeof err))
         st = CHAM_ERR_HOST_OOM;           /* reported below, exit 1 */
     json_decref(o.series);
-    tool_run_parts_clear(&o.parts);
+    report_parts_clear(&o.parts);
     if (st == CHAM_OK && o.curve_dir &&
-        !tool_write_curve(o.profile_path, r.budget_bytes, "budget", o.curve_dir, err, sizeof err))
+        !report_write_curve(o.profile_path, r.budget_bytes, "budget", o.curve_dir, err, sizeof err))
         st = CHAM_ERR_HOST_OOM;           /* reported below, exit 1 */
     if (o.json)
         print_json(run);

@@ -1,7 +1,7 @@
 /* Plots and the JSON numbers of the run report and the experiments: line
  * plots with stage bands as self-contained SVG (svg.c), the memory curve of
  * a profiled step (memory_curve.c), and doubles as JSON (plot_json.c).
- * Needs only the library: the run report (tools/report.c) includes this,
+ * Needs only the library: the run report (report.c) includes this,
  * not experiment.h; the experiments get it through experiment.h. */
 #ifndef CHAM_PLOT_H
 #define CHAM_PLOT_H

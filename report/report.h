@@ -2,8 +2,8 @@
  * parts of that JSON `simulate` and `train` both write. The commands hand
  * the last step's profile and the final policy over in memory (their runs'
  * on_finish hooks), never through files. */
-#ifndef CHAM_TOOLS_REPORT_H
-#define CHAM_TOOLS_REPORT_H
+#ifndef CHAM_REPORT_REPORT_H
+#define CHAM_REPORT_REPORT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -15,37 +15,37 @@
 
 /* What a run hands its report when it ends, in memory: JSON made from the
  * last step's profile and from the policy applied at the end (each JSON
- * null when there was none). Filled by tool_run_parts_take during the
+ * null when there was none). Filled by report_parts_take during the
  * run's on_finish call, while the profile and policy are alive. */
-typedef struct tool_run_parts {
-    json_t *curve;               /* tool_curve_json of the last profile */
-    json_t *policy;              /* tool_policy_json of the final policy */
-} tool_run_parts_t;
+typedef struct report_parts {
+    json_t *curve;               /* report_curve_json of the last profile */
+    json_t *policy;              /* report_policy_json of the final policy */
+} report_parts_t;
 
 /* Fills parts from the run's profile and policy (either may be NULL);
  * what parts held before is released. */
-void tool_run_parts_take(tool_run_parts_t *parts, const cham_profile_t *profile,
+void report_parts_take(report_parts_t *parts, const cham_profile_t *profile,
                          const cham_policy_t *policy);
 /* Sets run's "memory_curve" (with the limit it is drawn against: key is
  * "capacity_bytes" for a device's capacity, "budget_bytes" for a budget)
  * and "policy_applied" from parts, which are left empty. */
-void tool_run_parts_give(tool_run_parts_t *parts, json_t *run, const char *limit_key,
+void report_parts_give(report_parts_t *parts, json_t *run, const char *limit_key,
                          uint64_t limit_bytes);
-void tool_run_parts_clear(tool_run_parts_t *parts);
+void report_parts_clear(report_parts_t *parts);
 
 /* Writes the page for run (summary scalars, "series", "memory_curve",
  * "policy_applied") to out; false with err when it cannot. */
-bool tool_report_write(json_t *run, const char *out, char *err, size_t err_size);
+bool report_write_html(json_t *run, const char *out, char *err, size_t err_size);
 /* The memory curve of a profile: ops, in use and without swaps before and
  * after each op (JSON null for a NULL profile or out of memory). */
-json_t *tool_curve_json(const cham_profile_t *profile);
+json_t *report_curve_json(const cham_profile_t *profile);
 /* A policy's figures and items (JSON null for NULL). */
-json_t *tool_policy_json(const cham_policy_t *policy);
+json_t *report_policy_json(const cham_policy_t *policy);
 /* The memory curve (memory_curve.svg and .csv in dir) of the profile saved
  * at path (the --memory-curve output), against the limit named limit_name
  * ("capacity", "budget"); false with err when it cannot be read or
  * written. */
-bool tool_write_curve(const char *path, uint64_t limit, const char *limit_name, const char *dir,
+bool report_write_curve(const char *path, uint64_t limit, const char *limit_name, const char *dir,
                       char *err, size_t err_size);
 
 #endif

@@ -369,7 +369,7 @@ static const char style[] =
     "border-bottom:1px solid #eee}th{font-weight:600}figure{margin:1.5em 0}"
     "figcaption{color:#555;font-size:.9em;max-width:720px}";
 
-json_t *tool_policy_json(const cham_policy_t *pol)
+json_t *report_policy_json(const cham_policy_t *pol)
 {
     if (!pol)
         return json_null();
@@ -397,7 +397,7 @@ json_t *tool_policy_json(const cham_policy_t *pol)
     return j;
 }
 
-json_t *tool_curve_json(const cham_profile_t *p)
+json_t *report_curve_json(const cham_profile_t *p)
 {
     if (!p)
         return json_null();
@@ -430,22 +430,22 @@ json_t *tool_curve_json(const cham_profile_t *p)
     return c;
 }
 
-void tool_run_parts_clear(tool_run_parts_t *parts)
+void report_parts_clear(report_parts_t *parts)
 {
     json_decref(parts->curve);
     json_decref(parts->policy);
     parts->curve = parts->policy = NULL;
 }
 
-void tool_run_parts_take(tool_run_parts_t *parts, const cham_profile_t *profile,
+void report_parts_take(report_parts_t *parts, const cham_profile_t *profile,
                          const cham_policy_t *policy)
 {
-    tool_run_parts_clear(parts);
-    parts->curve = tool_curve_json(profile);
-    parts->policy = tool_policy_json(policy);
+    report_parts_clear(parts);
+    parts->curve = report_curve_json(profile);
+    parts->policy = report_policy_json(policy);
 }
 
-void tool_run_parts_give(tool_run_parts_t *parts, json_t *run, const char *limit_key,
+void report_parts_give(report_parts_t *parts, json_t *run, const char *limit_key,
                          uint64_t limit_bytes)
 {
     json_t *curve = parts->curve ? parts->curve : json_null();
@@ -457,7 +457,7 @@ void tool_run_parts_give(tool_run_parts_t *parts, json_t *run, const char *limit
     json_object_set_new(run, "policy_applied", policy);
 }
 
-bool tool_write_curve(const char *path, uint64_t limit, const char *limit_name, const char *dir,
+bool report_write_curve(const char *path, uint64_t limit, const char *limit_name, const char *dir,
                       char *err, size_t err_size)
 {
     cham_profile_t *p = NULL;
@@ -467,7 +467,7 @@ bool tool_write_curve(const char *path, uint64_t limit, const char *limit_name, 
     return ok;
 }
 
-bool tool_report_write(json_t *run, const char *out, char *err, size_t err_size)
+bool report_write_html(json_t *run, const char *out, char *err, size_t err_size)
 {
     json_t *series = json_object_get(run, "series");
     FILE *f = fopen(out, "w");
