@@ -87,8 +87,22 @@ check sim-gbs-huge 2 'gbs.*4294967295|4294967295.*micro-batch' -- \
 : >"$dir/regular"
 check_not sim-curve-is-file 1 "--memory-curve $dir/regular: not a directory \(it is a regular file\)" \
   'summary' -- "${small[@]}" --memory-curve "$dir/regular"
-check sim-trace-in-curve 2 "--trace $dir/c/memory_curve\.svg is one of the files --memory-curve $dir/c writes" -- \
+check sim-trace-in-curve 2 "--trace $dir/c/memory_curve\.svg and --memory-curve $dir/c/memory_curve\.svg are the same file" -- \
   "${small[@]}" --memory-curve "$dir/c" --trace "$dir/c/memory_curve.svg"
+check sim-trace-is-report 2 "--trace $dir/same.html and --report $dir/same.html are the same file" -- \
+  "${small[@]}" --trace "$dir/same.html" --report "$dir/same.html"
+check_not sim-report-is-dir 1 "--report $dir/c: cannot write: it is a directory" 'summary' -- \
+  "${small[@]}" --report "$dir/c"
+# The run report straight from simulate, as `chameleon report` draws it from
+# --json: the summary, the memory curve and the strategy in the subtitle.
+check sim-report 0 "report +$dir/sim\.html" -- "${small[@]}" --capacity 7GiB --quiet \
+  --report "$dir/sim.html"
+if grep -q '<h1>Chameleon run report</h1>' "$dir/sim.html" 2>/dev/null &&
+   grep -q 'strategy chameleon' "$dir/sim.html" && grep -q '<svg' "$dir/sim.html"; then
+  echo "ok   sim-report-page"
+else
+  echo "FAIL sim-report-page"; fails=$((fails + 1))
+fi
 # A trace inside the curve's directory, which does not exist yet: it is made
 # first, then the trace is checked.
 check sim-trace-in-new-curve-dir 0 'steps +12 of 12' -- \

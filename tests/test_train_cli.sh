@@ -173,7 +173,7 @@ check_not train-trace-no-dir 1 "--trace $dir/no/such/t\.json: cannot create: No 
   'summary|step ' -- "${small[@]}" --trace "$dir/no/such/t.json"
 check_not train-report-is-dir 1 "--report $dir/a-dir: cannot write: it is a directory" 'summary' -- \
   "${small[@]}" --report "$dir/a-dir"
-check train-trace-is-data 2 "--trace $dir/\./text\.txt is the training data \(--data $dir/text\.txt\)" -- \
+check train-trace-is-data 2 "--trace $dir/\./text\.txt is the input \(--data $dir/text\.txt\): it would be overwritten" -- \
   "${small[@]}" --data "$dir/text.txt" --trace "$dir/./text.txt"
 check train-trace-is-report 2 "--trace $dir/same.html and --report $dir/same.html are the same file" -- \
   "${small[@]}" --trace "$dir/same.html" --report "$dir/same.html"

@@ -372,3 +372,55 @@ const char *tool_bytes(char *buf, size_t size, double bytes)
         snprintf(buf, size, "%.0f bytes", bytes);
     return buf;
 }
+
+static int check_outputs(const char *cmd, const char *curve_dir, const tool_output_t *files,
+                         size_t n_files, const char *input_flag, const char *input_path,
+                         bool *made)
+{
+    if (curve_dir && !tool_check_output_dir(cmd, "--memory-curve", curve_dir, made))
+        return 1;
+    for (size_t k = 0; k < n_files; k++)
+        if (files[k].path && !tool_check_output_file(cmd, files[k].flag, files[k].path))
+            return 1;
+    /* Every path written, the curve's files included. */
+    static const char *const curve_files[] = {TOOL_CURVE_PROFILE, "memory_curve.svg",
+                                              "memory_curve.csv"};
+    enum { MAX_OUT = 8 };
+    char names[3][4200];
+    tool_output_t out[MAX_OUT];
+    size_t n = 0;
+    for (size_t k = 0; k < n_files && n < MAX_OUT; k++)
+        if (files[k].path)
+            out[n++] = files[k];
+    for (size_t k = 0; curve_dir && k < 3 && n < MAX_OUT; k++) {
+        snprintf(names[k], sizeof names[k], "%s/%s", curve_dir, curve_files[k]);
+        out[n++] = (tool_output_t){"--memory-curve", names[k]};
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (input_path && tool_same_file(input_path, out[k].path)) {
+            fprintf(stderr, "chameleon %s: %s %s is the input (%s %s): it would be "
+                    "overwritten; choose another path\n", cmd, out[k].flag, out[k].path,
+                    input_flag, input_path);
+            return 2;
+        }
+        for (size_t j = 0; j < k; j++) {
+            if (tool_same_file(out[j].path, out[k].path)) {
+                fprintf(stderr, "chameleon %s: %s %s and %s %s are the same file; choose "
+                        "two paths\n", cmd, out[j].flag, out[j].path, out[k].flag, out[k].path);
+                return 2;
+            }
+        }
+    }
+    return 0;
+}
+
+int tool_check_outputs(const char *cmd, const char *curve_dir, const tool_output_t *files,
+                       size_t n_files, const char *input_flag, const char *input_path,
+                       bool *made)
+{
+    *made = false;
+    int rc = check_outputs(cmd, curve_dir, files, n_files, input_flag, input_path, made);
+    if (rc != 0 && *made)
+        rmdir(curve_dir);
+    return rc;
+}

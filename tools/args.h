@@ -90,6 +90,23 @@ bool tool_check_output_dir(const char *cmd, const char *flag, const char *dir, b
  * else by the same directory and name. */
 bool tool_same_file(const char *a, const char *b);
 
+/* The outputs of a run (train, simulate): files (--trace, --report; a NULL
+ * path is not asked for) and the --memory-curve directory with the files
+ * it gets (TOOL_CURVE_FILES). */
+typedef struct tool_output {
+    const char *flag, *path;
+} tool_output_t;
+#define TOOL_CURVE_PROFILE "last-step-profile.json"
+/* Before anything runs: the curve's directory first (the files may go in
+ * it; one it had to make is kept while the run needs it, *made says so),
+ * every file can be written, and no output is another output or the input
+ * (input_flag and input_path, or NULL). 0, or the exit status after a
+ * message (1: cannot write, 2: two paths that are one file); on failure a
+ * directory made here is removed again. */
+int tool_check_outputs(const char *cmd, const char *curve_dir, const tool_output_t *files,
+                       size_t n_files, const char *input_flag, const char *input_path,
+                       bool *made);
+
 /* The host memory available to a new allocation (MemAvailable in
  * /proc/meminfo), or 0 when it cannot be known. */
 uint64_t tool_host_available(void);

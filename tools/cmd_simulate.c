@@ -21,10 +21,11 @@ typedef struct sim_opts {
     cham_run_config_t run;
     const char *model;
     const char *curve_dir;       /* --memory-curve */
+    const char *report;          /* --report */
     char profile_path[4096];     /* --memory-curve's profile file */
     bool json, quiet;
-    json_t *series;              /* --json: per-step arrays */
-    report_parts_t parts;      /* --json: the curve and policy, from on_finish */
+    json_t *series;              /* --json or --report: per-step arrays */
+    report_parts_t parts;        /* --json or --report: the curve and policy (on_finish) */
 } sim_opts_t;
 
 static void usage(FILE *f)
@@ -69,6 +70,8 @@ static void usage(FILE *f)
         "  --trace FILE        the timeline as Chrome trace-event JSON (Perfetto opens it)\n"
         "  --memory-curve DIR  the last step's memory curve (memory_curve.svg and .csv)\n"
         "                      and its detailed profile (last-step-profile.json) in DIR\n"
+        "  --report FILE.html  the run report: summary, memory curve, step time and\n"
+        "                      swapped bytes per step, the policy (docs/trace.md)\n"
         "The ideal step time comes from a second run with unlimited device memory.\n");
 }
 
@@ -124,7 +127,7 @@ static const tool_opt_t opts[] = {
     {"--flash", true}, {"--recompute", true}, {"--moe-vary", true}, {"--overflow-every", true},
     {"--overflow-prob", true}, {"--layer-drop", true}, {"--seed", true}, {"--steps", true},
     {"--device", true}, {"--capacity", true}, {"--host-memory", true}, {"--trace", true},
-    {"--memory-curve", true}, {"--strategy", true},
+    {"--memory-curve", true}, {"--strategy", true}, {"--report", true},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -226,6 +229,8 @@ static int parse(int argc, char **argv, sim_opts_t *o)
             o->run.trace_path = v;
         } else if (strcmp(a, "--memory-curve") == 0) {
             o->curve_dir = v;
+        } else if (strcmp(a, "--report") == 0) {
+            o->report = v;
         } else if (strcmp(a, "--strategy") == 0) {
             if (cham_strategy_parse(v, &o->run.strategy) != CHAM_OK)
                 return tool_bad_value(CMD, a, "chameleon, native, ideal, recompute, capuchin or "
@@ -271,15 +276,15 @@ static void print_step(const cham_run_step_t *s)
     fflush(stdout);
 }
 
-/* A progress line, or (--json) the step's values appended to the series. */
+/* A progress line (unless --json or --quiet), and with --json or --report
+ * the step's values appended to the series. */
 static void on_step(const cham_run_step_t *s, void *user)
 {
     sim_opts_t *o = user;
-    if (!o->json) {
-        if (!o->quiet)
-            print_step(s);
+    if (!o->json && !o->quiet)
+        print_step(s);
+    if (!o->series)
         return;
-    }
     const struct {
         const char *key;
         json_t *v;
@@ -300,15 +305,17 @@ static void on_step(const cham_run_step_t *s, void *user)
     }
 }
 
-/* The run's end (--json): its last profile and policy, read in memory. */
+/* The run's end (--json, --report): its last profile and policy, read in
+ * memory. */
 static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy, void *user)
 {
     sim_opts_t *o = user;
     report_parts_take(&o->parts, profile, policy);
 }
 
-static void print_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
-                       bool ideal_ok)
+/* The run as one JSON object (--json, and the report's input). */
+static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
+                        bool ideal_ok)
 {
     const cham_model_config_t *m = &o->run.model;
     json_t *j = json_object();
@@ -341,11 +348,7 @@ static void print_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_s
     json_object_set_new(j, "ops_per_step", json_integer((json_int_t)r->ops_per_step));
     json_object_set_new(j, "series", json_incref(o->series));
     report_parts_give(&o->parts, j, "capacity_bytes", r->capacity_bytes);
-    char *s = json_dumps(j, JSON_INDENT(2));
-    if (s)
-        printf("%s\n", s);
-    free(s);
-    json_decref(j);
+    return j;
 }
 
 static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
@@ -378,37 +381,6 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
            (unsigned long long)r->hazards);
 }
 
-/* Before anything runs: every output can be written, and the trace is not
- * one of the memory curve's files. 0, or the exit status after a message. */
-static int check_outputs(const sim_opts_t *o, bool *made)
-{
-    if ((o->curve_dir && !tool_check_output_dir(CMD, "--memory-curve", o->curve_dir, made)) ||
-        (o->run.trace_path && !tool_check_output_file(CMD, "--trace", o->run.trace_path)))
-        return 1;
-    static const char *const names[] = {"last-step-profile.json", "memory_curve.svg",
-                                        "memory_curve.csv"};
-    for (size_t k = 0; o->run.trace_path && o->curve_dir && k < 3; k++) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%s", o->curve_dir, names[k]);
-        if (tool_same_file(o->run.trace_path, path)) {
-            fprintf(stderr, "chameleon simulate: --trace %s is one of the files --memory-curve "
-                    "%s writes (%s); choose another path\n", o->run.trace_path, o->curve_dir,
-                    names[k]);
-            return 2;
-        }
-    }
-    return 0;
-}
-
-static int check_paths(const sim_opts_t *o)
-{
-    bool made = false;       /* the curve's directory, first: the trace may go in it */
-    int rc = check_outputs(o, &made);
-    if (rc != 0 && made)
-        rmdir(o->curve_dir);
-    return rc;
-}
-
 int cmd_simulate(int argc, char **argv)
 {
     sim_opts_t o = {.run = cham_run_config_default()};
@@ -418,12 +390,17 @@ int cmd_simulate(int argc, char **argv)
     int rc = parse(argc, argv, &o);
     if (rc != 0 || tool_parse_only)
         return rc < 0 ? 0 : rc;
-    if ((rc = check_paths(&o)) != 0)
+    bool made;
+    const tool_output_t files[] = {{"--trace", o.run.trace_path}, {"--report", o.report}};
+    if ((rc = tool_check_outputs(CMD, o.curve_dir, files, 2, NULL, NULL, &made)) != 0)
         return rc;
     o.run.user = &o;
     o.run.log = want_log ? log_line : NULL;
     o.run.on_step = on_step;
-    o.series = json_object();
+    if (o.json || o.report) {               /* the series, curve and policy, in memory */
+        o.series = json_object();
+        o.run.on_finish = on_finish;
+    }
 
     /* The limit every time is compared with: the same job, unlimited memory
      * (not run when the job itself cannot start: its run says why at once). */
@@ -441,8 +418,6 @@ int cmd_simulate(int argc, char **argv)
             ideal_ok = true;
         }
     }
-    if (o.json)                             /* the curve and policy go into the JSON */
-        o.run.on_finish = on_finish;
     if (o.curve_dir) {
         if (mkdir(o.curve_dir, 0777) != 0 && errno != EEXIST) {
             fprintf(stderr, "chameleon simulate: --memory-curve %s: cannot make the directory: "
@@ -450,18 +425,17 @@ int cmd_simulate(int argc, char **argv)
             json_decref(o.series);
             return 1;
         }
-        snprintf(o.profile_path, sizeof o.profile_path, "%s/last-step-profile.json",
-                 o.curve_dir);
+        snprintf(o.profile_path, sizeof o.profile_path, "%s/" TOOL_CURVE_PROFILE, o.curve_dir);
         o.run.profile_path = o.profile_path;
     }
     cham_status_t st = cham_run(&o.run, &r);
     rc = st != CHAM_OK ? 2 : r.status != CHAM_OK ? 1 : 0;
+    char err[600];
     if (st != CHAM_OK)
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
     else if (o.curve_dir && r.status == CHAM_OK) {
-        char err[600];
         if (!report_write_curve(o.profile_path, r.capacity_bytes, "capacity", o.curve_dir, err,
-                              sizeof err)) {
+                                sizeof err)) {
             fprintf(stderr, "chameleon simulate: %s\n", err);
             rc = 1;
         }
@@ -470,12 +444,24 @@ int cmd_simulate(int argc, char **argv)
         ideal_s = r.step_time_s;
         ideal_ok = r.status == CHAM_OK;
     }
-    if (st == CHAM_OK && o.json)
-        print_json(&o, &r, ideal_s, ideal_ok);
-    else if (st == CHAM_OK)
+    json_t *run = st == CHAM_OK && o.series ? run_json(&o, &r, ideal_s, ideal_ok) : NULL;
+    if (run && o.report && !report_write_html(run, o.report, err, sizeof err)) {
+        fprintf(stderr, "chameleon simulate: %s\n", err);
+        rc = 1;
+    }
+    if (st == CHAM_OK && o.json) {
+        char *text = json_dumps(run, JSON_INDENT(2));
+        if (text)
+            printf("%s\n", text);
+        free(text);
+    } else if (st == CHAM_OK) {
         print_summary(&o, &r, ideal_s, ideal_ok);
+        if (o.report)
+            printf("  report              %s\n", o.report);
+    }
     if (st == CHAM_OK && r.status != CHAM_OK && !o.json)
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
+    json_decref(run);
     json_decref(o.series);
     report_parts_clear(&o.parts);
     return rc;

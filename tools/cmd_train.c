@@ -258,55 +258,12 @@ static int parse(int argc, char **argv, train_opts_t *o)
     return check_shape(o);
 }
 
-/* Before anything runs: every output can be written, none is an input or
- * another output. 0, or the exit status after a message. */
-static int check_outputs(const train_opts_t *o, bool *made)
-{
-    if ((o->curve_dir && !tool_check_output_dir(CMD, "--memory-curve", o->curve_dir, made)) ||
-        (o->c.trace_path && !tool_check_output_file(CMD, "--trace", o->c.trace_path)) ||
-        (o->report && !tool_check_output_file(CMD, "--report", o->report)))
-        return 1;
-    char files[3][4200];
-    struct {
-        const char *flag, *path;
-    } out[5] = {{"--trace", o->c.trace_path}, {"--report", o->report}};
-    size_t n_out = 2;
-    if (o->curve_dir) {
-        static const char *const names[] = {"last-step-profile.json", "memory_curve.svg",
-                                            "memory_curve.csv"};
-        for (size_t k = 0; k < 3; k++) {
-            snprintf(files[k], sizeof files[k], "%s/%s", o->curve_dir, names[k]);
-            out[n_out].flag = "--memory-curve";
-            out[n_out++].path = files[k];
-        }
-    }
-    for (size_t k = 0; k < n_out; k++) {
-        if (!out[k].path)
-            continue;
-        if (o->data && tool_same_file(o->data, out[k].path)) {
-            fprintf(stderr, "chameleon train: %s %s is the training data (--data %s): it would "
-                    "be overwritten; choose another path\n", out[k].flag, out[k].path, o->data);
-            return 2;
-        }
-        for (size_t j = 0; j < k; j++) {
-            if (out[j].path && tool_same_file(out[j].path, out[k].path)) {
-                fprintf(stderr, "chameleon train: %s %s and %s %s are the same file; choose "
-                        "two paths\n", out[j].flag, out[j].path, out[k].flag, out[k].path);
-                return 2;
-            }
-        }
-    }
-    return 0;
-}
-
-/* check_outputs, the curve's directory first (outputs may go in it): when
- * it had to be made, *made says so, and it is removed again on failure. */
+/* Before anything runs: every output can be written, none is the data or
+ * another output (tool_check_outputs). */
 static int check_paths(const train_opts_t *o, bool *made)
 {
-    int rc = check_outputs(o, made);
-    if (rc != 0 && *made)
-        rmdir(o->curve_dir);
-    return rc;
+    const tool_output_t files[] = {{"--trace", o->c.trace_path}, {"--report", o->report}};
+    return tool_check_outputs(CMD, o->curve_dir, files, 2, "--data", o->data, made);
 }
 
 /* The data: a file's bytes or the built-in language, long enough for
@@ -590,8 +547,7 @@ int cmd_train(int argc, char **argv)
             gpt_data_free(&data);
             return 1;
         }
-        snprintf(o.profile_path, sizeof o.profile_path, "%s/last-step-profile.json",
-                 o.curve_dir);
+        snprintf(o.profile_path, sizeof o.profile_path, "%s/" TOOL_CURVE_PROFILE, o.curve_dir);
         o.c.profile_path = o.profile_path;
     }
     if (o.report || o.json) {               /* the series, curve and policy, in memory */
