@@ -457,14 +457,12 @@ void report_parts_give(report_parts_t *parts, json_t *run, const char *limit_key
     json_object_set_new(run, "policy_applied", policy);
 }
 
-bool report_write_curve(const char *path, uint64_t limit, const char *limit_name, const char *dir,
-                      char *err, size_t err_size)
+bool report_write_curve(const cham_profile_t *profile, const char *limit_name, const char *dir,
+                        char *err, size_t err_size)
 {
-    cham_profile_t *p = NULL;
-    bool ok = cham_profile_load_json(path, &p, err, err_size) == CHAM_OK &&
-              exp_memory_curve(p, limit, limit_name, dir, "memory_curve", err, err_size);
-    cham_profile_free(p);
-    return ok;
+    cham_profile_view_t v;
+    cham_profile_get(profile, &v);
+    return exp_memory_curve(profile, v.capacity, limit_name, dir, "memory_curve", err, err_size);
 }
 
 bool report_write_html(json_t *run, const char *out, char *err, size_t err_size)

@@ -41,11 +41,11 @@ bool report_write_html(json_t *run, const char *out, char *err, size_t err_size)
 json_t *report_curve_json(const cham_profile_t *profile);
 /* A policy's figures and items (JSON null for NULL). */
 json_t *report_policy_json(const cham_policy_t *policy);
-/* The memory curve (memory_curve.svg and .csv in dir) of the profile saved
- * at path (the --memory-curve output), against the limit named limit_name
- * ("capacity", "budget"); false with err when it cannot be read or
- * written. */
-bool report_write_curve(const char *path, uint64_t limit, const char *limit_name, const char *dir,
-                      char *err, size_t err_size);
+/* The memory curve of a profile (memory_curve.svg and .csv in dir, the
+ * --memory-curve output) against the device capacity it was taken under,
+ * labelled limit_name ("capacity", or "budget" where the capacity is one);
+ * false with err when a file cannot be written. */
+bool report_write_curve(const cham_profile_t *profile, const char *limit_name, const char *dir,
+                        char *err, size_t err_size);
 
 #endif

@@ -43,6 +43,10 @@ check sim-native-oom 1 'FAILED +at step 0, op [0-9]+: .*out of device memory' --
   "${small[@]}" --strategy native --capacity 7GiB --quiet
 check sim-native-oom-json 1 '"oom_op": [1-9]' -- \
   "${small[@]}" --strategy native --capacity 7GiB --json
+# The failed run has no last profile: no curve, and none from the ideal run
+# made first for the comparison.
+check sim-failed-no-curve 1 '"memory_curve": null' -- \
+  "${small[@]}" --strategy native --capacity 7GiB --json
 check sim-chameleon-fits 0 'steps +12 of 12' -- "${small[@]}" --capacity 7GiB --quiet
 check sim-capuchin-changed 1 'at step 8, op [0-9]+: capuchin policy: .*the op sequence changed' -- \
   "${small[@]}" --strategy capuchin --capacity 6GiB --validate-every 8 --quiet
@@ -87,6 +91,11 @@ check sim-gbs-huge 2 'gbs.*4294967295|4294967295.*micro-batch' -- \
 : >"$dir/regular"
 check_not sim-curve-is-file 1 "--memory-curve $dir/regular: not a directory \(it is a regular file\)" \
   'summary' -- "${small[@]}" --memory-curve "$dir/regular"
+# A failed run draws no memory curve either.
+check_not sim-failed-no-curve-files 1 'summary' 'memory curve' -- \
+  "${small[@]}" --strategy native --capacity 7GiB --quiet --memory-curve "$dir/failed"
+[ ! -e "$dir/failed/memory_curve.svg" ] && echo "ok   sim-failed-no-svg" ||
+  { echo "FAIL sim-failed-no-svg"; fails=$((fails + 1)); }
 check sim-trace-in-curve 2 "--trace $dir/c/memory_curve\.svg and --memory-curve $dir/c/memory_curve\.svg are the same file" -- \
   "${small[@]}" --memory-curve "$dir/c" --trace "$dir/c/memory_curve.svg"
 check sim-trace-is-report 2 "--trace $dir/same.html and --report $dir/same.html are the same file" -- \

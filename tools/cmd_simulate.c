@@ -26,6 +26,8 @@ typedef struct sim_opts {
     bool json, quiet;
     json_t *series;              /* --json or --report: per-step arrays */
     report_parts_t parts;        /* --json or --report: the curve and policy (on_finish) */
+    bool curve_failed;           /* --memory-curve: a file could not be written */
+    char curve_err[600];
 } sim_opts_t;
 
 static void usage(FILE *f)
@@ -305,12 +307,16 @@ static void on_step(const cham_run_step_t *s, void *user)
     }
 }
 
-/* The run's end (--json, --report): its last profile and policy, read in
- * memory. */
+/* The run's end: its last profile and policy, read in memory for the
+ * report and the memory curve. */
 static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy, void *user)
 {
     sim_opts_t *o = user;
-    report_parts_take(&o->parts, profile, policy);
+    if (o->series)
+        report_parts_take(&o->parts, profile, policy);
+    if (o->curve_dir && profile &&
+        !report_write_curve(profile, "capacity", o->curve_dir, o->curve_err, sizeof o->curve_err))
+        o->curve_failed = true;
 }
 
 /* The run as one JSON object (--json, and the report's input). */
@@ -397,10 +403,10 @@ int cmd_simulate(int argc, char **argv)
     o.run.user = &o;
     o.run.log = want_log ? log_line : NULL;
     o.run.on_step = on_step;
-    if (o.json || o.report) {               /* the series, curve and policy, in memory */
+    if (o.json || o.report)                 /* the series, curve and policy, in memory */
         o.series = json_object();
+    if (o.json || o.report || o.curve_dir)
         o.run.on_finish = on_finish;
-    }
 
     /* The limit every time is compared with: the same job, unlimited memory
      * (not run when the job itself cannot start: its run says why at once). */
@@ -411,6 +417,7 @@ int cmd_simulate(int argc, char **argv)
         cham_run_config_t ideal = o.run;
         ideal.strategy = CHAM_STRATEGY_IDEAL;
         ideal.on_step = NULL;
+        ideal.on_finish = NULL;
         ideal.log = NULL;
         ideal.trace_path = NULL;
         if (cham_run(&ideal, &r) == CHAM_OK && r.status == CHAM_OK) {
@@ -433,12 +440,9 @@ int cmd_simulate(int argc, char **argv)
     char err[600];
     if (st != CHAM_OK)
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
-    else if (o.curve_dir && r.status == CHAM_OK) {
-        if (!report_write_curve(o.profile_path, r.capacity_bytes, "capacity", o.curve_dir, err,
-                                sizeof err)) {
-            fprintf(stderr, "chameleon simulate: %s\n", err);
-            rc = 1;
-        }
+    else if (o.curve_failed) {
+        fprintf(stderr, "chameleon simulate: %s\n", o.curve_err);
+        rc = 1;
     }
     if (st == CHAM_OK && o.run.strategy == CHAM_STRATEGY_IDEAL) {
         ideal_s = r.step_time_s;

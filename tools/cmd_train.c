@@ -27,7 +27,9 @@ typedef struct train_opts {
     const char *report;          /* --report */
     char profile_path[4096];     /* --memory-curve's profile file */
     json_t *series;              /* with --report or --json: per-step values */
-    report_parts_t parts;      /* with --report or --json: curve and policy (on_finish) */
+    report_parts_t parts;        /* with --report or --json: curve and policy (on_finish) */
+    bool curve_failed;           /* --memory-curve: a file could not be written */
+    char curve_err[600];
     bool json, quiet;
     uint64_t overflow_at[MAX_OVERFLOW_AT];
 } train_opts_t;
@@ -398,11 +400,16 @@ static void progress(const gpt_step_info_t *i, void *user)
            o->c.verify ? (i->verified ? "  =ref" : "  DIFFERS") : "");
 }
 
-/* The end of the run: its last profile and policy, read in memory. */
+/* The end of the run: its last profile and policy, read in memory for
+ * the report and the memory curve (the budget is the run's capacity). */
 static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy, void *user)
 {
     train_opts_t *o = user;
-    report_parts_take(&o->parts, profile, policy);
+    if (o->series)
+        report_parts_take(&o->parts, profile, policy);
+    if (o->curve_dir && profile &&
+        !report_write_curve(profile, "budget", o->curve_dir, o->curve_err, sizeof o->curve_err))
+        o->curve_failed = true;
 }
 
 /* The run as one JSON object (--json, and the report's input): what was
@@ -550,8 +557,9 @@ int cmd_train(int argc, char **argv)
         snprintf(o.profile_path, sizeof o.profile_path, "%s/" TOOL_CURVE_PROFILE, o.curve_dir);
         o.c.profile_path = o.profile_path;
     }
-    if (o.report || o.json) {               /* the series, curve and policy, in memory */
+    if (o.report || o.json)                 /* the series, curve and policy, in memory */
         o.series = json_object();
+    if (o.report || o.json || o.curve_dir) {
         o.c.on_finish = on_finish;
         o.c.on_finish_user = &o;
     }
@@ -563,9 +571,10 @@ int cmd_train(int argc, char **argv)
         st = CHAM_ERR_HOST_OOM;           /* reported below, exit 1 */
     json_decref(o.series);
     report_parts_clear(&o.parts);
-    if (st == CHAM_OK && o.curve_dir &&
-        !report_write_curve(o.profile_path, r.budget_bytes, "budget", o.curve_dir, err, sizeof err))
+    if (st == CHAM_OK && o.curve_failed) {
+        snprintf(err, sizeof err, "%s", o.curve_err);
         st = CHAM_ERR_HOST_OOM;           /* reported below, exit 1 */
+    }
     if (o.json)
         print_json(run);
     else if (st == CHAM_OK || r.steps > 0)
