@@ -68,6 +68,21 @@ typedef struct cham_backend_iface {
     /* Whether the device checks for hazards; if so *count gets the number
      * found so far. */
     bool (*hazards)(void *ctx, uint64_t *count);
+
+    /* Virtual memory, optional (vm_granularity NULL or returning 0: none).
+     * The device layer has checked sizes and alignment and that a chunk is
+     * mapped at one address at a time, unmapped from there, and released
+     * unmapped; the backend checks the rest (a mapping inside a
+     * reservation, over nothing mapped; a reservation released with
+     * nothing mapped in it) and reports it with cham_device_set_error.
+     * *phys receives the backend's own chunk object. */
+    size_t (*vm_granularity)(void *ctx);
+    cham_status_t (*vm_reserve)(void *ctx, size_t bytes, void **va);
+    cham_status_t (*vm_release)(void *ctx, void *va, size_t bytes);
+    cham_status_t (*phys_create)(void *ctx, size_t bytes, void **phys);
+    void (*phys_release)(void *ctx, void *phys);
+    cham_status_t (*vm_map)(void *ctx, void *va, void *phys, size_t bytes);
+    cham_status_t (*vm_unmap)(void *ctx, void *va, size_t bytes);
 } cham_backend_iface_t;
 
 /* Opens a device over a backend table. On success the device owns ctx and

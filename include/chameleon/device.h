@@ -43,6 +43,8 @@ typedef struct cham_device_config {
     uint64_t copy_latency_ns;    /* device time added to every copy */
     uint64_t event_query_ns; /* host time of one event query */
     uint32_t queue_depth;    /* tasks in flight before the host blocks */
+    size_t vm_granularity;   /* virtual memory's granularity: a power of two
+                                (with data at least the page size; 0 = 2 MiB) */
 
     /* sim only: switches. */
     bool data;               /* real memory; kernels' CPU functions run */
@@ -86,6 +88,43 @@ cham_status_t cham_device_mem_alloc(cham_device_t *dev, size_t bytes, void **ptr
 void cham_device_mem_free(cham_device_t *dev, void *ptr);
 cham_status_t cham_device_host_alloc(cham_device_t *dev, size_t bytes, void **ptr);
 void cham_device_host_free(cham_device_t *dev, void *ptr);
+
+/* ---- virtual memory (optional: a backend may not offer it) -----------------
+ * CUDA's virtual memory management (cuMemAddressReserve, cuMemCreate,
+ * cuMemMap + cuMemSetAccess, cuMemUnmap, cuMemRelease, cuMemAddressFree):
+ * address ranges are reserved apart from the physical memory that backs
+ * them, so an allocator can grow a segment in place or give a block's
+ * physical chunks to another address (docs/allocator.md). Sizes and
+ * addresses are multiples of the granularity. Physical chunks count
+ * against the device's capacity like segments; reserved addresses do not.
+ * Unmapping does not wait for the device: work still using the memory
+ * must have finished (the sim's hazard detector reports it if not), as
+ * with cuMemUnmap.
+ * Every function answers CHAM_ERR_UNSUPPORTED where the device has none. */
+typedef struct cham_phys cham_phys_t;
+
+/* The granularity of reservations, chunks and mappings, or 0 when the
+ * device has no virtual memory management. */
+size_t cham_vm_granularity(const cham_device_t *dev);
+/* Reserves bytes of address space (no memory behind it). */
+cham_status_t cham_vm_reserve(cham_device_t *dev, size_t bytes, void **va);
+/* Gives a reservation back; nothing in it may be mapped. */
+cham_status_t cham_vm_release(cham_device_t *dev, void *va, size_t bytes);
+/* A physical chunk of bytes of device memory: CHAM_ERR_OUT_OF_MEMORY when
+ * the device has no more. */
+cham_status_t cham_phys_create(cham_device_t *dev, size_t bytes, cham_phys_t **out);
+/* Gives the chunk back; it must not be mapped. NULL is fine. */
+void cham_phys_release(cham_phys_t *phys);
+size_t cham_phys_size(const cham_phys_t *phys);
+/* Maps the whole chunk at va (inside a reservation, over nothing mapped)
+ * and makes it readable and writable by the device. A chunk is mapped at
+ * one address at a time. Its bytes stay what they were across unmap and
+ * map. */
+cham_status_t cham_vm_map(cham_phys_t *phys, void *va);
+/* Unmaps the chunk from where it is mapped (a chunk not mapped: an error). */
+cham_status_t cham_vm_unmap(cham_phys_t *phys);
+/* Where the chunk is mapped, or NULL. */
+void *cham_phys_mapped_at(const cham_phys_t *phys);
 
 /* ---- streams ------------------------------------------------------------
  * In-order queues of device work. Work on different streams may overlap;
@@ -208,8 +247,9 @@ cham_status_t cham_device_set_task_hook(cham_device_t *dev, cham_task_hook_t hoo
 /* A hazard: two accesses to overlapping bytes on different streams whose
  * times overlap where one of them writes. Strings live for the call. */
 typedef struct cham_hazard {
-    const char *kind;            /* "read-after-write", "write-after-write" or
-                                    "write-after-read" */
+    const char *kind;            /* "read-after-write", "write-after-write",
+                                    "write-after-read", or "unmap-while-in-use"
+                                    (the later side is the host, stream -1) */
     uintptr_t addr;              /* first overlapping byte */
     size_t bytes;                /* overlapping bytes in the reported range */
     int earlier_stream, later_stream;

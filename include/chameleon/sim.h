@@ -28,6 +28,8 @@ typedef struct cham_sim_stats {
     uint64_t mem_in_use;         /* bytes of device segments held */
     uint64_t host_in_use;        /* bytes of pinned host memory held */
     uint64_t hazards;            /* hazards detected so far */
+    uint64_t vm_maps, vm_unmaps;     /* virtual memory: map and unmap calls */
+    uint64_t phys_creates, phys_releases; /* physical chunks made and given back */
     uint64_t data_copy_cpu_ns;   /* data mode: host CPU time moving the bytes of
                                     copies (a copy engine's work on hardware) */
     int n_streams;               /* streams ever made; ids < n_streams */

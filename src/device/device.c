@@ -394,3 +394,126 @@ char *cham_hazard_format(const cham_hazard_t *h, char *buf, size_t size)
              h->later_start_ns, h->earlier_label, h->earlier_stream_name, h->earlier_end_ns);
     return buf;
 }
+
+/* ---- virtual memory -------------------------------------------------------*/
+
+struct cham_phys {
+    cham_device_t *dev;
+    void *impl;
+    size_t bytes;
+    void *mapped_at;              /* NULL while unmapped */
+};
+
+size_t cham_vm_granularity(const cham_device_t *dev)
+{
+    CHAM_ASSERT(dev);
+    return dev->watchable && dev->iface->vm_granularity ? dev->iface->vm_granularity(dev->ctx)
+                                                        : 0;
+}
+
+/* CHAM_OK when the device has virtual memory and bytes (> 0) and va are
+ * multiples of its granularity; else the error, set on the device. */
+static cham_status_t vm_check(cham_device_t *dev, const char *what, const void *va,
+                              size_t bytes)
+{
+    size_t g = cham_vm_granularity(dev);
+    if (!g) {
+        cham_device_set_error(dev, "the %s backend has no virtual memory management",
+                              dev->iface->name);
+        return CHAM_ERR_UNSUPPORTED;
+    }
+    if (bytes == 0 || bytes % g || (uintptr_t)va % g) {
+        cham_device_set_error(dev, "%s: %zu bytes at %p: both must be multiples of the "
+                              "granularity, %zu bytes (and the size above 0)", what, bytes, va, g);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    return CHAM_OK;
+}
+
+cham_status_t cham_vm_reserve(cham_device_t *dev, size_t bytes, void **va)
+{
+    CHAM_ASSERT(dev && va);
+    *va = NULL;
+    cham_status_t st = vm_check(dev, "address reservation", NULL, bytes);
+    return st != CHAM_OK ? st : dev->iface->vm_reserve(dev->ctx, bytes, va);
+}
+
+cham_status_t cham_vm_release(cham_device_t *dev, void *va, size_t bytes)
+{
+    CHAM_ASSERT(dev);
+    cham_status_t st = vm_check(dev, "address release", va, bytes);
+    return st != CHAM_OK ? st : dev->iface->vm_release(dev->ctx, va, bytes);
+}
+
+cham_status_t cham_phys_create(cham_device_t *dev, size_t bytes, cham_phys_t **out)
+{
+    CHAM_ASSERT(dev && out);
+    *out = NULL;
+    cham_status_t st = vm_check(dev, "physical chunk", NULL, bytes);
+    if (st != CHAM_OK)
+        return st;
+    cham_phys_t *p = calloc(1, sizeof *p);
+    if (!p) {
+        cham_device_set_error(dev, "out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    if ((st = dev->iface->phys_create(dev->ctx, bytes, &p->impl)) != CHAM_OK) {
+        free(p);
+        return st;
+    }
+    p->dev = dev;
+    p->bytes = bytes;
+    *out = p;
+    return CHAM_OK;
+}
+
+void cham_phys_release(cham_phys_t *p)
+{
+    if (!p)
+        return;
+    CHAM_ASSERT(!p->mapped_at && "releasing a physical chunk that is still mapped");
+    p->dev->iface->phys_release(p->dev->ctx, p->impl);
+    free(p);
+}
+
+size_t cham_phys_size(const cham_phys_t *p)
+{
+    CHAM_ASSERT(p);
+    return p->bytes;
+}
+
+cham_status_t cham_vm_map(cham_phys_t *p, void *va)
+{
+    CHAM_ASSERT(p);
+    cham_status_t st = vm_check(p->dev, "mapping", va, p->bytes);
+    if (st != CHAM_OK)
+        return st;
+    if (p->mapped_at) {
+        cham_device_set_error(p->dev, "mapping a chunk at %p that is already mapped at %p", va,
+                              p->mapped_at);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if ((st = p->dev->iface->vm_map(p->dev->ctx, va, p->impl, p->bytes)) == CHAM_OK)
+        p->mapped_at = va;
+    return st;
+}
+
+cham_status_t cham_vm_unmap(cham_phys_t *p)
+{
+    CHAM_ASSERT(p);
+    if (!p->mapped_at) {
+        cham_device_set_error(p->dev, "unmapping a chunk of %zu bytes that is not mapped",
+                              p->bytes);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_status_t st = p->dev->iface->vm_unmap(p->dev->ctx, p->mapped_at, p->bytes);
+    if (st == CHAM_OK)
+        p->mapped_at = NULL;
+    return st;
+}
+
+void *cham_phys_mapped_at(const cham_phys_t *p)
+{
+    CHAM_ASSERT(p);
+    return p->mapped_at;
+}

@@ -22,6 +22,7 @@
 #include "common/grow.h"
 #include "device/sim_hazard.h"
 #include "device/sim_mem.h"
+#include "device/sim_vm.h"
 
 /* Defaults for what data sheets do not give (docs/device.md). */
 #define SIM_LAUNCH_NS 5000             /* host: dispatch one kernel or copy */
@@ -35,9 +36,20 @@
 #define SIM_PIN_BYTES_PER_S 4e9        /* host: page pinning rate */
 #define SIM_HOST_FREE_NS 20000
 #define SIM_MAX_PRINTED_HAZARDS 20
+/* Host time of the virtual memory calls. Not measured here (no GPU): the
+ * "few microseconds" a call of CUDA's driver takes, with cuMemCreate and
+ * cuMemRelease dearer as they touch the physical allocator
+ * (docs/device.md, "Virtual memory"). */
+#define SIM_VM_RESERVE_NS 5000         /* cuMemAddressReserve */
+#define SIM_VM_RELEASE_NS 5000         /* cuMemAddressFree */
+#define SIM_PHYS_CREATE_NS 10000       /* cuMemCreate */
+#define SIM_PHYS_RELEASE_NS 10000      /* cuMemRelease */
+#define SIM_VM_MAP_NS 5000             /* cuMemMap + cuMemSetAccess */
+#define SIM_VM_UNMAP_NS 5000           /* cuMemUnmap */
 
 #define DEVICE_BASE ((uintptr_t)1 << 46)   /* fake addresses without data */
 #define HOST_BASE ((uintptr_t)2 << 46)
+#define VM_BASE ((uintptr_t)3 << 46)
 
 enum { LINK_H2D, LINK_D2H, N_LINKS };
 
@@ -78,6 +90,7 @@ typedef struct sim {
     end_heap_t inflight;
     sim_stream_t *streams[CHAM_SIM_MAX_STREAMS];
     sim_mem_t *device_mem, *host_mem;
+    sim_vm_t *vm;            /* virtual memory; its chunks count in device_mem */
     sim_hazard_t *hazard;    /* NULL when the detector is off */
     struct touch *touch;     /* scratch: a kernel's accesses */
     size_t touch_cap;
@@ -404,9 +417,11 @@ static cham_status_t check_ranges(sim_t *s, const touch_t *t, size_t n, const ch
 {
     for (size_t i = 0; i < n; i++) {
         const sim_mem_t *mem = t[i].host ? s->host_mem : s->device_mem;
-        if (t[i].bytes && !sim_mem_contains(mem, t[i].addr, t[i].bytes)) {
+        if (t[i].bytes && !sim_mem_contains(mem, t[i].addr, t[i].bytes) &&
+            (t[i].host || !sim_vm_contains(s->vm, t[i].addr, t[i].bytes))) {
             cham_device_set_error(s->dev, "sim %s: task \"%s\" %s %zu bytes at %p, which is "
-                                  "not inside one %s segment", s->name, label ? label : "",
+                                  "not inside one %s segment or mapping", s->name,
+                                  label ? label : "",
                                   t[i].write ? "writes" : "reads", t[i].bytes,
                                   (void *)t[i].addr,
                                   t[i].host ? "pinned host" : "device memory");
@@ -565,12 +580,88 @@ static void sim_destroy(void *ctx)
     sim_t *s = ctx;
     for (int i = 0; i < CHAM_SIM_MAX_STREAMS; i++)
         free(s->streams[i]);
+    sim_vm_free(s->vm);
     sim_mem_free(s->device_mem);
     sim_mem_free(s->host_mem);
     sim_hazard_free(s->hazard);
     free(s->inflight.v);
     free(s->touch);
     free(s);
+}
+
+/* ---- virtual memory -------------------------------------------------------*/
+
+static size_t sim_vm_granularity_slot(void *ctx)
+{
+    return sim_vm_granularity(((sim_t *)ctx)->vm);
+}
+
+/* The device's message for a failed virtual memory call. */
+static cham_status_t vm_failed(sim_t *s, cham_status_t st, const char *err)
+{
+    if (st != CHAM_OK)
+        cham_device_set_error(s->dev, "sim %s: %s", s->name, err);
+    return st;
+}
+
+static cham_status_t sim_vm_reserve_slot(void *ctx, size_t bytes, void **va)
+{
+    sim_t *s = ctx;
+    char err[256];
+    s->host += SIM_VM_RESERVE_NS;
+    return vm_failed(s, sim_vm_reserve(s->vm, bytes, va, err, sizeof err), err);
+}
+
+static cham_status_t sim_vm_release_slot(void *ctx, void *va, size_t bytes)
+{
+    sim_t *s = ctx;
+    char err[256];
+    s->host += SIM_VM_RELEASE_NS;
+    return vm_failed(s, sim_vm_release(s->vm, va, bytes, err, sizeof err), err);
+}
+
+static cham_status_t sim_phys_create_slot(void *ctx, size_t bytes, void **phys)
+{
+    sim_t *s = ctx;
+    char err[256];
+    s->host += SIM_PHYS_CREATE_NS;
+    cham_status_t st = sim_vm_chunk_new(s->vm, bytes, (sim_chunk_t **)phys, err, sizeof err);
+    if (st == CHAM_OK)
+        s->stats.phys_creates++;
+    return vm_failed(s, st, err);
+}
+
+static void sim_phys_release_slot(void *ctx, void *phys)
+{
+    sim_t *s = ctx;
+    s->host += SIM_PHYS_RELEASE_NS;
+    sim_vm_chunk_free(s->vm, phys);
+    s->stats.phys_releases++;
+}
+
+static cham_status_t sim_vm_map_slot(void *ctx, void *va, void *phys, size_t bytes)
+{
+    sim_t *s = ctx;
+    char err[256];
+    (void)bytes;
+    s->host += SIM_VM_MAP_NS;
+    cham_status_t st = sim_vm_map(s->vm, va, phys, err, sizeof err);
+    if (st == CHAM_OK)
+        s->stats.vm_maps++;
+    return vm_failed(s, st, err);
+}
+
+/* Like cuMemUnmap, does not wait for the device: work still using the
+ * bytes is a hazard. */
+static cham_status_t sim_vm_unmap_slot(void *ctx, void *va, size_t bytes)
+{
+    sim_t *s = ctx;
+    s->host += SIM_VM_UNMAP_NS;
+    if (s->hazard)
+        sim_hazard_unmap(s->hazard, (uintptr_t)va, bytes, s->host, "unmap");
+    sim_vm_unmap(s->vm, va, bytes);
+    s->stats.vm_unmaps++;
+    return CHAM_OK;
 }
 
 /* ---- watching -----------------------------------------------------------*/
@@ -630,6 +721,13 @@ static const cham_backend_iface_t sim_iface = {
     .set_task_hook = sim_set_task_hook,         /* every task with its virtual times */
     .set_hazard_hook = sim_set_hazard_hook,     /* when the detector is on */
     .hazards = sim_hazards,
+    .vm_granularity = sim_vm_granularity_slot,  /* vm_granularity of the config, 2 MiB */
+    .vm_reserve = sim_vm_reserve_slot,          /* fake or real inaccessible addresses */
+    .vm_release = sim_vm_release_slot,
+    .phys_create = sim_phys_create_slot,        /* charged to the capacity */
+    .phys_release = sim_phys_release_slot,
+    .vm_map = sim_vm_map_slot,                  /* with data: the chunk's own bytes */
+    .vm_unmap = sim_vm_unmap_slot,              /* a hazard under running work */
 };
 
 /* Overrides a preset figure when the config gives a positive one; rejects
@@ -688,6 +786,16 @@ cham_status_t cham_sim_open(const cham_device_config_t *c, cham_device_t **out)
     s->host_mem = sim_mem_new(HOST_BASE, UINT64_MAX, c->data);
     if (c->hazard_check)
         s->hazard = sim_hazard_new(report_hazard, s);
+    char err[256] = "out of host memory";
+    if (s->device_mem)
+        s->vm = sim_vm_new(VM_BASE, s->device_mem,
+                           c->vm_granularity ? c->vm_granularity : SIM_VM_GRANULARITY, c->data,
+                           err, sizeof err);
+    if (!s->vm) {
+        sim_destroy(s);
+        cham_device_set_open_error("sim: %s", err);
+        return strstr(err, "host memory") ? CHAM_ERR_HOST_OOM : CHAM_ERR_INVALID_ARG;
+    }
     if (!s->device_mem || !s->host_mem || (c->hazard_check && !s->hazard)) {
         sim_destroy(s);
         cham_device_set_open_error("sim: out of host memory");

@@ -641,3 +641,53 @@ size_t sim_hazard_ranges(const sim_hazard_t *hz, uintptr_t *lo, uintptr_t *hi, s
     return k;
 }
 
+/* Reports every access in the subtree t, in address order, still running
+ * at time now over [lo, hi): the bytes are being unmapped under it. */
+static void report_busy(sim_hazard_t *hz, uint32_t t, uintptr_t lo, uintptr_t hi, uint64_t now,
+                        const char *what, size_t *found)
+{
+    if (!t)
+        return;
+    const hz_node_t *n = &hz->nodes[t];
+    report_busy(hz, n->left, lo, hi, now, what, found);
+    const hz_access_t *acc[1 + HZ_READERS] = {&n->r.write};
+    for (int k = 0; k < HZ_READERS; k++)
+        acc[1 + k] = &n->r.reads[k];
+    for (int k = 0; k < 1 + HZ_READERS; k++) {
+        if (acc[k]->stream == HZ_NO_STREAM || acc[k]->end <= now)
+            continue;
+        uintptr_t a = n->r.lo > lo ? n->r.lo : lo, b = n->r.hi < hi ? n->r.hi : hi;
+        cham_hazard_t h = {
+            .kind = "unmap-while-in-use",
+            .addr = a,
+            .bytes = b - a,
+            .earlier_stream = acc[k]->stream,
+            .later_stream = HZ_NO_STREAM,
+            .earlier_stream_name = hz->stream_names[acc[k]->stream],
+            .later_stream_name = "host",
+            .earlier_label = cham_intern_name(&hz->labels, acc[k]->label),
+            .later_label = what,
+            .earlier_end_ns = acc[k]->end,
+            .later_start_ns = now,
+        };
+        (*found)++;
+        if (hz->report)
+            hz->report(&h, hz->user);
+        break;                    /* one report per range */
+    }
+    report_busy(hz, n->right, lo, hi, now, what, found);
+}
+
+size_t sim_hazard_unmap(sim_hazard_t *hz, uintptr_t addr, size_t bytes, uint64_t now,
+                        const char *what)
+{
+    if (bytes == 0)
+        return 0;
+    uint32_t before, mid, after;
+    cut(hz, addr, addr + bytes, &before, &mid, &after);
+    size_t found = 0;
+    report_busy(hz, mid, addr, addr + bytes, now, what, &found);
+    hz->root = merge(hz->nodes, merge(hz->nodes, before, mid), after);
+    sim_hazard_forget(hz, addr, bytes);
+    return found;
+}

@@ -38,6 +38,13 @@ size_t sim_hazard_access(sim_hazard_t *hz, uintptr_t addr, size_t bytes, bool wr
  * the device after a full synchronisation. */
 void sim_hazard_forget(sim_hazard_t *hz, uintptr_t addr, size_t bytes);
 
+/* Memory unmapped by the host at time now (what names the call in
+ * reports): every access to [addr, addr + bytes) still running then is a
+ * hazard ("unmap-while-in-use", the later side the host); then the bytes
+ * are forgotten. Returns the hazards found. */
+size_t sim_hazard_unmap(sim_hazard_t *hz, uintptr_t addr, size_t bytes, uint64_t now,
+                        const char *what);
+
 /* Number of ranges tracked (for tests of the detector's own bookkeeping). */
 size_t sim_hazard_range_count(const sim_hazard_t *hz);
 

@@ -17,7 +17,8 @@ typedef struct segment {
     size_t bytes;
 } segment_t;
 
-/* Invariant: segs sorted by addr, disjoint; in_use = sum of their bytes. */
+/* Invariant: segs sorted by addr, disjoint; in_use = sum of their bytes
+ * plus the bytes charged (sim_mem_charge). */
 struct sim_mem {
     uintptr_t base;
     uint64_t capacity, in_use;
@@ -137,4 +138,18 @@ uint64_t sim_mem_in_use(const sim_mem_t *m)
 uint64_t sim_mem_capacity(const sim_mem_t *m)
 {
     return m->capacity;
+}
+
+cham_status_t sim_mem_charge(sim_mem_t *m, size_t bytes)
+{
+    if (bytes > m->capacity - m->in_use)
+        return CHAM_ERR_OUT_OF_MEMORY;
+    m->in_use += bytes;
+    return CHAM_OK;
+}
+
+void sim_mem_uncharge(sim_mem_t *m, size_t bytes)
+{
+    CHAM_ASSERT(bytes <= m->in_use);
+    m->in_use -= bytes;
 }

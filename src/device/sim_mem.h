@@ -30,6 +30,10 @@ size_t sim_mem_release(sim_mem_t *mem, void *ptr);
 /* True if [addr, addr + bytes) lies inside one live segment. */
 bool sim_mem_contains(const sim_mem_t *mem, uintptr_t addr, size_t bytes);
 uint64_t sim_mem_in_use(const sim_mem_t *mem);
+/* Counts bytes held outside segments (virtual memory's physical chunks)
+ * against the capacity: CHAM_ERR_OUT_OF_MEMORY past it. */
+cham_status_t sim_mem_charge(sim_mem_t *mem, size_t bytes);
+void sim_mem_uncharge(sim_mem_t *mem, size_t bytes);
 uint64_t sim_mem_capacity(const sim_mem_t *mem);
 
 #endif
