@@ -49,6 +49,7 @@ typedef struct options {
     const char *trace, *save;
     int repeat;
     bool check;
+    bool expandable;
     bool ops_set, seed_set;
 } options_t;
 
@@ -67,6 +68,7 @@ static const char usage[] =
     "  --save FILE      write the trace (\"a ID BYTES STREAM\" / \"f ID\") to FILE\n"
     "  --repeat N       timed replays per allocator, median reported (default 5)\n"
     "  --no-check       skip the disjointness check (fragmentation is still sampled)\n"
+    "  --expandable     the caching allocator in expandable-segments mode\n"
     "  --help           this text\n"
     "\n"
     "Output and trace model: docs/bench.md.\n";
@@ -139,6 +141,10 @@ static void parse_options(int argc, char **argv, options_t *o)
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             fputs(usage, stdout);
             exit(0);
+        }
+        if (strcmp(arg, "--expandable") == 0) {
+            o->expandable = true;
+            continue;
         }
         if (strcmp(arg, "--no-check") == 0) {
             o->check = false;
@@ -388,6 +394,12 @@ static void print_notes(int repeat, const bench_trace_t *t, const replay_result_
            pct(rf->samples_over, rf->samples_ok));
     printf("  first-fit's free list held up to %" PRIu64 " runs (its O(n) scans).\n",
            rf->max_free_runs);
+    if (rc->vm_maps)
+        printf("  expandable segments: %" PRIu64 " granule maps and %" PRIu64 " unmaps in %"
+               PRIu64 " device waits to take granules from free blocks (%.1f maps per "
+               "training step); peak reserved counts the chunks held, mapped or spare.\n",
+               rc->vm_maps, rc->vm_unmaps, rc->vm_reclaims,
+               t->steps ? (double)rc->vm_maps / (double)t->steps : 0.0);
     if (t->n_ops < MIN_OPS)
         printf("  fewer than %u operations: timings are less stable.\n", MIN_OPS);
 #ifdef SLOW_BUILD
@@ -414,7 +426,7 @@ int main(int argc, char **argv)
     bench_trace_t trace;
     make_trace(&o, &cfg, &trace);
     replay_env_t env;
-    replay_env_open(&env, &trace, device_capacity(&o, &trace), o.check);
+    replay_env_open(&env, &trace, device_capacity(&o, &trace), o.expandable, o.check);
 
     char cpu[256];
     bench_cpu_model(cpu, sizeof cpu);
@@ -428,6 +440,9 @@ int main(int argc, char **argv)
            "same size, %d-byte rounding\n",
            gib(env.capacity), o.capacity ? "" : " (peak live / 0.8, rounded up to 256 MiB)",
            REPLAY_ALIGN);
+    printf("caching:  %s\n", o.expandable ? "expandable segments (--expandable): one address "
+           "reservation per stream and pool, 2 MiB granules mapped under blocks in use"
+           : "classic segments (PyTorch's rules); --expandable for expandable segments");
     fflush(stdout);
 
     /* The passes alternate between the allocators, in this order. */

@@ -17,9 +17,11 @@ static void out_of_host_memory(void)
 }
 
 /* ---- environment --------------------------------------------------------------*/
-void replay_env_open(replay_env_t *env, const bench_trace_t *t, uint64_t capacity, bool check)
+void replay_env_open(replay_env_t *env, const bench_trace_t *t, uint64_t capacity,
+                     bool expandable, bool check)
 {
-    *env = (replay_env_t){.trace = t, .capacity = capacity, .check = check};
+    *env = (replay_env_t){.trace = t, .capacity = capacity, .check = check,
+                          .expandable = expandable};
     /* Slots left live at the end of the trace, freed after each replay. */
     bool *live = calloc(t->n_slots ? t->n_slots : 1, sizeof *live);
     env->leftover = malloc((t->live_at_end ? t->live_at_end : 1) * sizeof *env->leftover);
@@ -210,6 +212,9 @@ void replay_checked(const replay_env_t *env, const replay_allocator_t *A, replay
     replay_peaks_t p = finish(env, A, a);
     r->peak_reserved = p.peak_reserved;
     r->segments = p.segments;
+    r->vm_maps = p.vm_maps;
+    r->vm_unmaps = p.vm_unmaps;
+    r->vm_reclaims = p.vm_reclaims;
     if (p.peak_allocated != r->peak_allocated) {
         fprintf(stderr, "bench_alloc: %s: peak_allocated %" PRIu64 " but the sampled peak is %"
                 PRIu64 "\n", A->name, p.peak_allocated, r->peak_allocated);

@@ -25,6 +25,7 @@ typedef struct replay_env {
     const bench_trace_t *trace;
     uint64_t capacity;       /* of the device and of the first-fit arena */
     bool check;              /* check blocks against the live ones */
+    bool expandable;         /* the caching allocator in expandable-segments mode */
     cham_device_t *dev;      /* the sim device without data */
     cham_stream_t *streams[BENCH_TRACE_MAX_STREAMS];
     uint32_t *leftover;      /* slots the trace leaves live */
@@ -43,6 +44,7 @@ typedef struct replay_sample {
 typedef struct replay_peaks {
     uint64_t peak_allocated, peak_reserved;
     uint64_t segments;       /* caching: segments obtained from the device */
+    uint64_t vm_maps, vm_unmaps, vm_reclaims;   /* caching, expandable segments */
 } replay_peaks_t;
 
 /* One allocator as the replays see it. Every allocation and free of every
@@ -88,6 +90,7 @@ typedef struct replay_result {
     uint64_t samples_over;   /* samples_ok above 10% fragmentation */
     uint64_t max_free_runs;  /* first-fit: longest free list */
     uint64_t segments;       /* caching: segments obtained from the device */
+    uint64_t vm_maps, vm_unmaps, vm_reclaims;   /* caching, expandable segments */
     /* timed replays, one entry per repetition */
     double ns_op[100], ns_alloc[100], ns_free[100];
     uint64_t runs_alloc, runs_free;
@@ -96,6 +99,7 @@ typedef struct replay_result {
 /* Opens the sim device of the given capacity with a stream per trace
  * stream, and the per-slot arrays. */
 void replay_env_open(replay_env_t *env, const bench_trace_t *trace, uint64_t capacity,
+                     bool expandable,
                      bool check);
 void replay_env_close(replay_env_t *env);
 

@@ -9,7 +9,8 @@
 
 static void *caching_make(const replay_env_t *env)
 {
-    cham_allocator_config_t cfg = {.kind = CHAM_MEM_DEVICE, .limit = 0};
+    cham_allocator_config_t cfg = {.kind = CHAM_MEM_DEVICE, .limit = 0,
+                                   .expandable = env->expandable};
     cham_allocator_t *a = NULL;
     cham_status_t st = cham_allocator_new(env->dev, &cfg, &a);
     if (st != CHAM_OK) {
@@ -77,7 +78,8 @@ static void caching_finish(void *a, const replay_env_t *env, replay_peaks_t *pea
     }
     *peaks = (replay_peaks_t){.peak_allocated = s.peak_allocated,
                               .peak_reserved = s.peak_reserved,
-                              .segments = s.n_segment_allocs};
+                              .segments = s.n_segment_allocs, .vm_maps = s.n_vm_maps,
+                              .vm_unmaps = s.n_vm_unmaps, .vm_reclaims = s.n_vm_reclaims};
     cham_allocator_free(a);
 }
 

@@ -105,7 +105,7 @@ static cham_status_t op(gpt_model_t *m, gpt_args_t *a, cham_tensor_t *const *in,
 static cham_status_t act(gpt_model_t *m, size_t floats, const char *name, int layer,
                          cham_tensor_t **out)
 {
-    char label[40];
+    char label[48];             /* "l" + an int + "." + a name of up to 31 */
     if (layer >= 0)
         snprintf(label, sizeof label, "l%d.%s", layer, name);
     else

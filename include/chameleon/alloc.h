@@ -42,6 +42,13 @@ typedef struct cham_allocator_config {
      * 2^granularity_shift, 0..10: PyTorch's sizes suit devices of tens of
      * GiB; a device of a few MiB needs finer ones (docs/allocator.md). */
     unsigned granularity_shift;
+    /* Expandable segments (device memory only, on a device with virtual
+     * memory, chameleon/device.h): one address reservation per stream and
+     * pool, with physical granules mapped under the blocks in use and moved
+     * from free blocks to where a request needs them, so that free memory
+     * is never stranded between blocks (docs/allocator.md). The rounding
+     * rules stay; segments are no longer obtained per request. */
+    bool expandable;
 } cham_allocator_config_t;
 
 cham_status_t cham_allocator_new(cham_device_t *dev, const cham_allocator_config_t *config,
@@ -142,7 +149,9 @@ typedef struct cham_alloc_stats {
     uint64_t largest_free;       /* largest block one allocation could get:
                                     max(largest cached free block,
                                         limit - reserved + bytes of cached
-                                        segments that are wholly free) */
+                                        segments that are wholly free);
+                                    expandable: limit - reserved + the
+                                    granules wholly inside free blocks */
     double fragmentation;        /* 1 - largest_free / (limit - allocated);
                                     0 when nothing is free */
     /* Reuse interval: ops dispatched between a deferred free and the block's
@@ -150,6 +159,11 @@ typedef struct cham_alloc_stats {
     uint64_t n_deferred_released;
     uint64_t reuse_interval_sum;
     uint64_t reuse_interval_max;
+    /* Expandable segments: addresses reserved, granules mapped and unmapped,
+     * and the device waits that unmapping granules of free blocks needed.
+     * reserved counts the physical chunks held (mapped or spare). */
+    uint64_t va_reserved;
+    uint64_t n_vm_maps, n_vm_unmaps, n_vm_reclaims;
 } cham_alloc_stats_t;
 void cham_allocator_get_stats(const cham_allocator_t *alloc, cham_alloc_stats_t *stats);
 /* Resets the peaks to the current values (for per-step peaks). */

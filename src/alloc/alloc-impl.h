@@ -3,6 +3,7 @@
  * expensive checker. Nothing outside src/alloc/ and tests/ includes this.
  *
  *   caching.c   new/free, alloc, free, split and merge, segments, OOM path
+ *   expandable.c  expandable segments: reservations, granules mapped and moved
  *   deferred.c  record_stream, free-after-op, event pool, op counter
  *   stats.c     statistics, the out-of-memory report
  *   check.c     the invariant checker and the block walk for tests */
@@ -99,6 +100,8 @@ struct cham_segment {
     bool small;
     cham_block_t *first;          /* lowest block */
     cham_segment_t *prev, *next;  /* the allocator's segment list */
+    cham_phys_t **chunks;         /* expandable: the chunk mapped at each granule, or
+                                     NULL; classic segments: NULL */
 };
 
 /* One pending event of a deferred free. recordStream frees sit in a FIFO per
@@ -163,6 +166,13 @@ struct cham_allocator {
     bool any_op;                      /* an op has been dispatched */
     uint64_t op_counter;              /* number of op_dispatched calls */
 
+    /* Expandable segments (granularity > 0). Invariants: every granule a
+     * block that is not FREE overlaps is mapped; reserved = (mapped granules
+     * + n_spare) * granularity <= limit; va_reserved = the segments' sizes. */
+    size_t granularity;               /* 0: classic segments */
+    cham_phys_t **spare;              /* chunks held, mapped nowhere */
+    size_t n_spare, cap_spare;
+
     cham_alloc_stats_t stats;         /* counters; derived fields filled on read */
     bool have_oom;
     cham_oom_info_t oom;
@@ -197,6 +207,22 @@ void cham_alloc_process_events(cham_allocator_t *alloc);
 void cham_alloc_release_all_op_blocks(cham_allocator_t *alloc);
 /* deferred.c: waits for and releases every deferred free; frees the events. */
 void cham_alloc_drain_deferred(cham_allocator_t *alloc);
+
+/* expandable.c: a new reservation for a rounded request, its one block
+ * taken (not in a pool; the caller splits it and backs it). */
+cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *alloc, cham_stream_t *stream, int sid,
+                                        size_t rounded, bool small, cham_block_t **out,
+                                        char *dev_err, size_t dev_err_size);
+/* expandable.c: maps physical memory under every granule the block covers,
+ * taking granules of free blocks when the limit is reached;
+ * CHAM_ERR_OUT_OF_MEMORY (with why) when even that is not enough. */
+cham_status_t cham_alloc_vm_back(cham_allocator_t *alloc, cham_block_t *block, char *dev_err,
+                                 size_t dev_err_size);
+/* expandable.c: gives back every granule of free blocks, every spare and
+ * the reservations left empty; returns the physical bytes given back. */
+uint64_t cham_alloc_vm_release_free(cham_allocator_t *alloc);
+/* expandable.c: physical bytes one allocation could still get. */
+uint64_t cham_alloc_vm_obtainable(const cham_allocator_t *alloc);
 
 /* stats.c: the largest cached free block over both pools and all streams. */
 uint64_t cham_alloc_largest_cached(const cham_allocator_t *alloc);

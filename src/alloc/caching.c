@@ -281,9 +281,12 @@ static void segment_free(cham_allocator_t *a, cham_segment_t *seg)
     free(seg);
 }
 
-/* Returns every wholly free segment to the device; returns the bytes. */
+/* Returns every wholly free segment to the device (expandable: every
+ * granule of a free block); returns the bytes. */
 static uint64_t release_free_segments(cham_allocator_t *a)
 {
+    if (a->granularity)
+        return cham_alloc_vm_release_free(a);
     uint64_t bytes = 0;
     cham_segment_t *seg = a->segments;
     while (seg) {
@@ -328,11 +331,30 @@ cham_status_t cham_allocator_new(cham_device_t *dev, const cham_allocator_config
         cham_device_get_info(dev, &info);
         limit = info.capacity ? info.capacity : UINT64_MAX;
     }
+    size_t g = config->expandable ? cham_vm_granularity(dev) : 0;
+    if (config->expandable && (config->kind != CHAM_MEM_DEVICE || !g)) {
+        cham_device_set_error(dev, "allocator: expandable segments need device memory on a "
+                              "device with virtual memory (%s)", config->kind != CHAM_MEM_DEVICE
+                              ? "this is pinned host memory" : "this device has none");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (g && limit / g > (uint64_t)1 << 28) {
+        cham_device_set_error(dev, "allocator: a limit of %ju bytes is %ju granules of %zu "
+                              "bytes, more than expandable segments track", (uintmax_t)limit,
+                              (uintmax_t)(limit / g), g);
+        return CHAM_ERR_INVALID_ARG;
+    }
     cham_allocator_t *a = calloc(1, sizeof *a);
+    if (a && g && !(a->spare = calloc((size_t)(limit / g) + 1, sizeof *a->spare))) {
+        free(a);
+        a = NULL;
+    }
     if (!a) {
         cham_device_set_error(dev, "allocator: out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
+    a->granularity = g;
+    a->cap_spare = g ? (size_t)(limit / g) + 1 : 0;
     a->dev = dev;
     a->kind = config->kind;
     a->limit = limit;
@@ -353,12 +375,69 @@ void cham_allocator_free(cham_allocator_t *a)
                 "cham_allocator_free with blocks still allocated");
     release_free_segments(a);
     CHAM_ASSERT(!a->segments);
+    free(a->spare);
     for (size_t i = 0; i < a->n_slabs; i++)
         free(a->slabs[i]);
     free(a->slabs);
     free(a->events);
     free(a->heap);
     free(a);
+}
+
+/* Splits what the block holds beyond rounded off as a free block, when the
+ * rules say so; without a spare struct the whole block is handed out. */
+static void split(cham_allocator_t *a, cham_block_t *b, size_t rounded)
+{
+    if (!cham_alloc_should_split_at(a->shift, b->seg->small, b->size, rounded))
+        return;
+    cham_block_t *rest = cham_alloc_get_block(a);
+    if (!rest)
+        return;
+    rest->ptr = b->ptr + rounded;
+    rest->size = b->size - rounded;
+    rest->seg = b->seg;
+    rest->prev = b;
+    rest->next = b->next;
+    if (b->next)
+        b->next->prev = rest;
+    b->next = rest;
+    b->size = rounded;
+    rest->state = CHAM_BLOCK_FREE;
+    pool_insert(a, rest);
+    a->stats.n_splits++;
+}
+
+/* Expandable segments: the best free block (or a new reservation), split,
+ * with physical memory mapped under it. When that fails for memory, the
+ * fallback chain of classic segments frees what it can (free-after-op
+ * blocks, completed recordStream frees), whose granules can then move, and
+ * tries once more. */
+static cham_status_t take_expandable(cham_allocator_t *a, cham_stream_t *stream, int sid,
+                                     size_t rounded, bool small, cham_block_t **out,
+                                     char *dev_err, size_t dev_err_size)
+{
+    for (int attempt = 0;; attempt++) {
+        cham_block_t *b = take_best_fit(a, small, sid, rounded);
+        cham_status_t st = CHAM_OK;
+        if (b)
+            b->state = CHAM_BLOCK_ALLOCATED;       /* not free while it is backed */
+        else if ((st = cham_alloc_vm_segment_new(a, stream, sid, rounded, small, &b, dev_err,
+                                                 dev_err_size)) != CHAM_OK)
+            return st;
+        b->seg->stream = stream;
+        split(a, b, rounded);
+        dev_err[0] = '\0';
+        if ((st = cham_alloc_vm_back(a, b, dev_err, dev_err_size)) == CHAM_OK) {
+            *out = b;
+            return CHAM_OK;
+        }
+        cham_alloc_release_block(a, b);
+        if (st != CHAM_ERR_OUT_OF_MEMORY || attempt == 1)
+            return st;
+        cham_alloc_release_all_op_blocks(a);
+        if (a->queue_mask)
+            cham_alloc_process_events(a);
+    }
 }
 
 cham_status_t cham_block_alloc(cham_allocator_t *a, size_t bytes, cham_stream_t *stream,
@@ -380,7 +459,9 @@ cham_status_t cham_block_alloc(cham_allocator_t *a, size_t bytes, cham_stream_t 
     cham_block_t *b = NULL;
     cham_status_t st = CHAM_ERR_OUT_OF_MEMORY;
     char dev_err[256] = "";
-    if (rounded) {
+    if (rounded && a->granularity) {
+        st = take_expandable(a, stream, sid, rounded, small, &b, dev_err, sizeof dev_err);
+    } else if (rounded) {
         b = take_best_fit(a, small, sid, rounded);
         if (!b)
             st = segment_new(a, stream, sid, rounded, small, &b, dev_err, sizeof dev_err);
@@ -409,23 +490,7 @@ cham_status_t cham_block_alloc(cham_allocator_t *a, size_t bytes, cham_stream_t 
 
     /* The segment serves whichever live stream now has its id. */
     b->seg->stream = stream;
-    if (cham_alloc_should_split_at(a->shift, b->seg->small, b->size, rounded)) {
-        cham_block_t *rest = cham_alloc_get_block(a);
-        if (rest) {            /* without a spare struct, hand out the whole block */
-            rest->ptr = b->ptr + rounded;
-            rest->size = b->size - rounded;
-            rest->seg = b->seg;
-            rest->prev = b;
-            rest->next = b->next;
-            if (b->next)
-                b->next->prev = rest;
-            b->next = rest;
-            b->size = rounded;
-            rest->state = CHAM_BLOCK_FREE;
-            pool_insert(a, rest);
-            a->stats.n_splits++;
-        }
-    }
+    split(a, b, rounded);
     b->state = CHAM_BLOCK_ALLOCATED;
     b->u.owner = NULL;
     b->requested = bytes;

@@ -39,6 +39,7 @@ static int span_cmp(const void *x, const void *y)
 /* Totals gathered by walking the segments. */
 typedef struct totals {
     uint64_t reserved, allocated, requested, pending, free_bytes;
+    uint64_t mapped;              /* expandable: granules mapped */
     size_t n_free, n_pending_op, n_waiting_events, n_chained_events, n_segments;
 } totals_t;
 
@@ -48,7 +49,8 @@ static bool check_segment(const cham_allocator_t *a, const cham_segment_t *seg, 
     const cham_block_tree_t *tree = seg->small ? &a->small : &a->large;
     if (!seg->first || seg->first->prev)
         return fail(why, n, "segment %p: bad first block", (void *)seg->ptr);
-    if (seg->size == 0 || (seg->small && seg->size != CHAM_ALLOC_SMALL_SEGMENT >> a->shift))
+    if (seg->size == 0 ||
+        (!a->granularity && seg->small && seg->size != CHAM_ALLOC_SMALL_SEGMENT >> a->shift))
         return fail(why, n, "segment %p: size %zu", (void *)seg->ptr, seg->size);
     if (seg->stream_id < 0 || seg->stream_id >= CHAM_ALLOC_MAX_STREAMS ||
         a->streams[seg->stream_id] == NULL)
@@ -66,6 +68,13 @@ static bool check_segment(const cham_allocator_t *a, const cham_segment_t *seg, 
             b->size > seg->size - (size_t)(b->ptr - seg->ptr))
             return fail(why, n, "block %p: size %zu", (void *)b->ptr, b->size);
         at += b->size;
+        size_t g = a->granularity;
+        for (size_t i = (size_t)(b->ptr - seg->ptr) / g;
+             g && b->state != CHAM_BLOCK_FREE && i < (size_t)(b->ptr + b->size - seg->ptr + g - 1) / g;
+             i++)
+            if (!seg->chunks[i])
+                return fail(why, n, "block %p in use over the unmapped granule %zu",
+                            (void *)b->ptr, i);
         bool pending = b->state == CHAM_BLOCK_PENDING_EVENTS || b->state == CHAM_BLOCK_PENDING_OP;
         if (!pending && b->events)
             return fail(why, n, "block %p: events while not pending", (void *)b->ptr);
@@ -110,6 +119,12 @@ static bool check_segment(const cham_allocator_t *a, const cham_segment_t *seg, 
     if (at != seg->ptr + seg->size)
         return fail(why, n, "segment %p: blocks cover %zu of %zu bytes", (void *)seg->ptr,
                     (size_t)(at - seg->ptr), seg->size);
+    for (size_t i = 0; a->granularity && i < seg->size / a->granularity; i++) {
+        if (seg->chunks[i] && cham_phys_mapped_at(seg->chunks[i]) != seg->ptr + i * a->granularity)
+            return fail(why, n, "segment %p: granule %zu's chunk is mapped elsewhere",
+                        (void *)seg->ptr, i);
+        t->mapped += seg->chunks[i] != NULL;
+    }
     t->reserved += seg->size;
     t->n_segments++;
     return true;
@@ -196,9 +211,18 @@ bool cham_allocator_check(const cham_allocator_t *a, char *why, size_t n)
     if (t.n_free != a->small.count + a->large.count)
         return fail(why, n, "%zu free blocks, pools hold %zu", t.n_free,
                     a->small.count + a->large.count);
-    if (t.reserved != s->reserved || s->reserved > a->limit)
+    /* Classic segments hold memory; expandable ones addresses, with the
+     * chunks mapped in them and the spares holding the memory. */
+    uint64_t held = a->granularity ? (t.mapped + a->n_spare) * a->granularity : t.reserved;
+    if (held != s->reserved || s->reserved > a->limit)
         return fail(why, n, "segments hold %ju B, reserved says %ju (limit %ju)",
-                    (uintmax_t)t.reserved, (uintmax_t)s->reserved, (uintmax_t)a->limit);
+                    (uintmax_t)held, (uintmax_t)s->reserved, (uintmax_t)a->limit);
+    if (a->granularity && t.reserved != s->va_reserved)
+        return fail(why, n, "reservations span %ju B, va_reserved says %ju",
+                    (uintmax_t)t.reserved, (uintmax_t)s->va_reserved);
+    for (size_t i = 0; i < a->n_spare; i++)
+        if (cham_phys_mapped_at(a->spare[i]))
+            return fail(why, n, "spare chunk %zu is mapped", i);
     if (t.allocated != s->allocated || t.requested != s->requested)
         return fail(why, n, "blocks hold %ju B (%ju requested), stats say %ju (%ju)",
                     (uintmax_t)t.allocated, (uintmax_t)t.requested, (uintmax_t)s->allocated,

@@ -38,6 +38,8 @@ static uint64_t idle_segment_bytes(const cham_allocator_t *a)
  * are released): the largest block one allocation can get. */
 static uint64_t largest_free(const cham_allocator_t *a)
 {
+    if (a->granularity)        /* addresses are plenty: physical memory decides */
+        return cham_alloc_vm_obtainable(a);
     uint64_t cached = cham_alloc_largest_cached(a);
     uint64_t room = a->limit - a->stats.reserved + idle_segment_bytes(a);
     return cached > room ? cached : room;

@@ -24,7 +24,9 @@ long cham_allocator_find_window(const cham_allocator_t *a, size_t bytes, cham_st
 {
     CHAM_ASSERT(a && stream && can_move && (out || max == 0));
     size_t rounded = cham_alloc_round_size(bytes);
-    if (rounded == 0)
+    /* Expandable segments strand no memory between blocks: any block moved
+     * away frees its granules, so there is no window to find. */
+    if (rounded == 0 || a->granularity)
         return -1;
     bool small = rounded <= cham_alloc_small_size(a->shift);
     cham_block_t *best_lo = NULL, *best_hi = NULL;
@@ -89,7 +91,7 @@ long cham_allocator_find_segments(const cham_allocator_t *a, size_t bytes,
 {
     CHAM_ASSERT(a && stream && can_move && (out || max == 0));
     size_t rounded = cham_alloc_round_size(bytes);
-    if (rounded == 0)
+    if (rounded == 0 || a->granularity)     /* no segments to empty (see above) */
         return -1;
     size_t need = cham_alloc_segment_size_at(a->shift, rounded);
     uint64_t room = a->limit - a->stats.reserved;

@@ -1,0 +1,203 @@
+/* Expandable segments (docs/allocator.md, "Expandable segments"): in this
+ * mode a segment is a large reservation of device addresses, one per stream
+ * and pool, carved into blocks as usual, with physical memory mapped only
+ * under the granules that blocks in use cover. A request that needs more
+ * physical memory than the limit leaves takes it from granules that lie
+ * wholly inside free blocks anywhere: they are unmapped, after the device
+ * has finished with them, and mapped where the request goes. Physical memory
+ * is therefore never stranded between blocks, which is what fragments a
+ * classic caching allocator; what remains is the part of a granule a block
+ * does not fill.
+ *
+ * One chunk per granule, so that any granule can move alone. Chunks taken
+ * away from a free block stay made ("spare") and are mapped again where
+ * needed: an unmap and a map per moved granule, no cuMemCreate. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "alloc/alloc-impl.h"
+#include "common/assert.h"
+
+/* Reservation per stream and pool: several times the limit, so that
+ * addresses run out long after memory does (addresses cost nothing). */
+#define VA_PER_LIMIT 4
+
+static size_t granule_of(const cham_segment_t *seg, const char *p, size_t g)
+{
+    return (size_t)(p - seg->ptr) / g;
+}
+
+cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *a, cham_stream_t *stream, int sid,
+                                        size_t rounded, bool small, cham_block_t **out,
+                                        char *dev_err, size_t dev_err_size)
+{
+    *out = NULL;
+    size_t g = a->granularity;
+    uint64_t want = (a->limit + g - 1) / g * g * VA_PER_LIMIT;
+    size_t need = (rounded + g - 1) / g * g;
+    size_t size = want > need && want <= SIZE_MAX ? (size_t)want : need;
+    cham_block_t *b = cham_alloc_get_block(a);
+    cham_segment_t *seg = calloc(1, sizeof *seg);
+    cham_phys_t **chunks = calloc(size / g, sizeof *chunks);
+    void *va = NULL;
+    cham_status_t st = b && seg && chunks ? cham_vm_reserve(a->dev, size, &va) : CHAM_ERR_HOST_OOM;
+    if (st != CHAM_OK) {
+        if (b)
+            cham_alloc_put_block(a, b);
+        free(seg);
+        free(chunks);
+        snprintf(dev_err, dev_err_size, "%s", st == CHAM_ERR_HOST_OOM
+                 ? "out of host memory for the allocator's bookkeeping"
+                 : cham_device_last_error(a->dev));
+        return st;
+    }
+    seg->ptr = va;
+    seg->size = size;
+    seg->stream = stream;
+    seg->stream_id = sid;
+    seg->small = small;
+    seg->first = b;
+    seg->chunks = chunks;
+    seg->next = a->segments;
+    if (a->segments)
+        a->segments->prev = seg;
+    a->segments = seg;
+    b->ptr = va;
+    b->size = size;
+    b->seg = seg;
+    b->state = CHAM_BLOCK_ALLOCATED;      /* taken: the caller splits and backs it */
+    a->stats.va_reserved += size;
+    a->stats.n_segment_allocs++;
+    *out = b;
+    return CHAM_OK;
+}
+
+/* Takes the physical chunks of every granule wholly inside a free block
+ * (after waiting for the device: unmapping does not, and a free block may
+ * still be read or written by work queued before it was freed) and keeps
+ * them as spares, until `need` spares exist or none is left to take. */
+static void reclaim(cham_allocator_t *a, size_t need)
+{
+    size_t g = a->granularity;
+    bool synced = false;
+    for (cham_segment_t *seg = a->segments; seg && a->n_spare < need; seg = seg->next) {
+        for (cham_block_t *b = seg->first; b && a->n_spare < need; b = b->next) {
+            if (b->state != CHAM_BLOCK_FREE)
+                continue;
+            size_t lo = granule_of(seg, b->ptr + g - 1, g);
+            size_t hi = granule_of(seg, b->ptr + b->size, g);
+            for (size_t i = lo; i < hi && a->n_spare < need; i++) {
+                if (!seg->chunks[i])
+                    continue;
+                if (!synced) {
+                    cham_device_synchronize(a->dev);
+                    a->stats.n_vm_reclaims++;
+                    synced = true;
+                }
+                /* An unmap of a chunk the device layer knows mapped only
+                 * fails on a broken backend: then the chunk stays put. */
+                if (cham_vm_unmap(seg->chunks[i]) != CHAM_OK)
+                    continue;
+                a->spare[a->n_spare++] = seg->chunks[i];
+                seg->chunks[i] = NULL;
+                a->stats.n_vm_unmaps++;
+            }
+        }
+    }
+}
+
+cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev_err,
+                                 size_t dev_err_size)
+{
+    cham_segment_t *seg = b->seg;
+    size_t g = a->granularity;
+    size_t lo = granule_of(seg, b->ptr, g), hi = granule_of(seg, b->ptr + b->size + g - 1, g);
+    size_t missing = 0;
+    for (size_t i = lo; i < hi; i++)
+        missing += !seg->chunks[i];
+    /* Chunks held = mapped + spare; new ones only while under the limit. */
+    uint64_t held = a->stats.reserved / g;
+    uint64_t can_make = a->limit / g > held ? a->limit / g - held : 0;
+    if (missing > a->n_spare + can_make)
+        reclaim(a, missing - (size_t)can_make);
+    if (missing > a->n_spare + can_make) {
+        snprintf(dev_err, dev_err_size, "%zu granules of %zu bytes to map, %zu spare and %ju "
+                 "more under the limit after unmapping every free granule",
+                 missing, g, a->n_spare, (uintmax_t)can_make);
+        return CHAM_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t i = lo; i < hi; i++) {
+        if (seg->chunks[i])
+            continue;
+        cham_phys_t *c = NULL;
+        cham_status_t st = CHAM_OK;
+        if (a->n_spare)
+            c = a->spare[--a->n_spare];
+        else if ((st = cham_phys_create(a->dev, g, &c)) == CHAM_OK)
+            a->stats.reserved += g;
+        if (st == CHAM_OK && (st = cham_vm_map(c, seg->ptr + i * g)) != CHAM_OK)
+            a->spare[a->n_spare++] = c;          /* kept for the next try */
+        if (st != CHAM_OK) {
+            snprintf(dev_err, dev_err_size, "the device refused a granule: %s (%s)",
+                     cham_status_string(st), cham_device_last_error(a->dev));
+            return st;
+        }
+        seg->chunks[i] = c;
+        a->stats.n_vm_maps++;
+    }
+    cham_alloc_bump_peaks(a);
+    return CHAM_OK;
+}
+
+/* Gives back to the device every granule wholly inside a free block, every
+ * spare chunk, and the reservations that are then empty and wholly free. */
+uint64_t cham_alloc_vm_release_free(cham_allocator_t *a)
+{
+    uint64_t before = a->stats.reserved;
+    reclaim(a, SIZE_MAX);
+    for (size_t i = 0; i < a->n_spare; i++)
+        cham_phys_release(a->spare[i]);
+    a->stats.reserved -= (uint64_t)a->n_spare * a->granularity;
+    a->n_spare = 0;
+    cham_segment_t *seg = a->segments;
+    while (seg) {
+        cham_segment_t *next = seg->next;
+        cham_block_t *b = seg->first;
+        if (b->state == CHAM_BLOCK_FREE && !b->next) {
+            cham_block_tree_remove(seg->small ? &a->small : &a->large, &b->node);
+            cham_alloc_put_block(a, b);
+            cham_vm_release(a->dev, seg->ptr, seg->size);
+            if (seg->prev)
+                seg->prev->next = seg->next;
+            else
+                a->segments = seg->next;
+            if (seg->next)
+                seg->next->prev = seg->prev;
+            a->stats.va_reserved -= seg->size;
+            a->stats.n_segment_frees++;
+            free(seg->chunks);
+            free(seg);
+        }
+        seg = next;
+    }
+    return before - a->stats.reserved;
+}
+
+/* Physical bytes one allocation could still get: the room under the limit
+ * and every granule wholly inside a free block. */
+uint64_t cham_alloc_vm_obtainable(const cham_allocator_t *a)
+{
+    size_t g = a->granularity;
+    uint64_t free_granules = a->n_spare;
+    for (const cham_segment_t *seg = a->segments; seg; seg = seg->next)
+        for (const cham_block_t *b = seg->first; b; b = b->next) {
+            if (b->state != CHAM_BLOCK_FREE)
+                continue;
+            for (size_t i = granule_of(seg, b->ptr + g - 1, g);
+                 i < granule_of(seg, b->ptr + b->size, g); i++)
+                free_granules += seg->chunks[i] != NULL;
+        }
+    return a->limit - a->stats.reserved + free_granules * g;
+}
