@@ -178,6 +178,22 @@ static void assert_oom_is_real(model_t *m, int s, size_t rounded)
     assert_true(st.reserved + need > st.limit);
 }
 
+/* Expandable segments place a request at the start of one of the few
+ * smallest free blocks that hold it (the one needing the fewest granules
+ * mapped), or in a new reservation: true if ptr is such a start or lies
+ * in no block walked before (w). */
+static bool is_fitting_start(const walked_t *w, int sid, bool small, size_t rounded,
+                             uintptr_t ptr)
+{
+    for (size_t i = 0; i < w->n; i++) {
+        const cham_alloc_block_info_t *b = &w->v[i];
+        if (ptr >= b->ptr && ptr - b->ptr < b->size)       /* the block holding ptr */
+            return b->ptr == ptr && b->state == CHAM_BLOCK_FREE && b->stream_id == sid &&
+                   b->small == small && b->size >= rounded;
+    }
+    return true;
+}
+
 /* The block best fit must pick for a rounded request on stream s: the
  * smallest free block of that stream and pool with enough bytes, lowest
  * address first. 0 when there is none, or when recordStream frees are
@@ -219,15 +235,25 @@ static void do_alloc(model_t *m)
     cham_alloc_stats_t before;
     cham_allocator_get_stats(m->alloc, &before);
     uintptr_t fit = best_fit_now(m, s, cham_alloc_round_size(bytes));
+    walked_t before_w = {0};
+    if (expandable)
+        cham_allocator_walk(m->alloc, collect, &before_w);
     cham_block_t *b = NULL;
     cham_status_t st = cham_block_alloc(m->alloc, bytes, m->s[s], &b);
     m->n_calls++;
     uint64_t early = m->n_early;
     note_early_release(m);
-    /* Best fit, unless the fallback chain ran (expandable: a block that
-     * could not be backed goes back, and the blocks freed early count). */
-    if (fit && st == CHAM_OK && !(expandable && m->n_early != early))
+    /* Best fit; expandable: a fitting free block's start or a new
+     * reservation, unless the fallback chain ran (a block that could not be
+     * backed goes back, and the blocks freed early count). */
+    if (fit && st == CHAM_OK && !expandable)
         assert_int_equal((uintptr_t)cham_block_ptr(b), fit);
+    if (fit && st == CHAM_OK && expandable && m->n_early == early)
+        assert_true(is_fitting_start(&before_w, cham_stream_id(m->s[s]),
+                                     cham_alloc_round_size(bytes) <= CHAM_ALLOC_SMALL_SIZE,
+                                     cham_alloc_round_size(bytes),
+                                     (uintptr_t)cham_block_ptr(b)));
+    free(before_w.v);
     if (st != CHAM_OK) {
         assert_int_equal(st, CHAM_ERR_OUT_OF_MEMORY);
         assert_null(b);

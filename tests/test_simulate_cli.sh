@@ -25,6 +25,11 @@ check sim-bad-strategy 2 '--strategy must be chameleon, native, ideal, recompute
 check sim-old-policy 0 '"strategy": "ideal"' -- "${small[@]}" --policy ideal --json
 check sim-old-policy-note 0 'note: --policy is deprecated, use --strategy' -- \
   "${small[@]}" --policy ideal --quiet
+check sim-bad-allocator 2 '--allocator must be classic or expandable, got "buddy"' -- \
+  "${small[@]}" --allocator buddy
+# Expandable segments: the same job runs, hazard-free (the unmaps wait for
+# the device), at no more memory than the capacity.
+check sim-expandable 0 '"hazards": 0' -- "${small[@]}" --capacity 7GiB --allocator expandable --json
 check sim-bad-device 2 '--device: unknown device preset "tpu" \(known: ' -- "${small[@]}" --device tpu
 check sim-bad-flag 2 '--flash must be on or off, got "maybe"' -- "${small[@]}" --flash maybe
 check sim-bad-capacity 2 '--capacity must be a size from 1 byte to 64TiB .* got "lots"' -- \

@@ -38,6 +38,8 @@ check train-old-budget 0 'note: --budget is deprecated, use --capacity' -- \
   train --steps 0 --quiet --budget 50%
 check train-old-drop-prob 0 'note: --drop-prob is deprecated, use --layer-drop' -- \
   train --steps 0 --quiet --drop-prob 0.1
+check train-expandable 0 'every loss and every parameter byte equal' -- \
+  "${small[@]}" --verify --capacity 50% --allocator expandable
 check train-old-policy 0 'note: --policy is deprecated, use --strategy' -- \
   train --steps 0 --quiet --policy native
 check train-no-ideal 2 '--strategy must be chameleon, native, recompute, capuchin or vdnn, got "ideal"' -- \

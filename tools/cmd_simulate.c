@@ -64,6 +64,8 @@ static void usage(FILE *f)
         "  --host-memory SIZE  pinned host memory for swaps (2TiB)\n"
         "  --strategy NAME     chameleon (default), native, ideal, recompute, capuchin,\n"
         "                      vdnn (docs/baselines.md)\n"
+        "  --allocator KIND    classic (PyTorch's segments, the default) or expandable\n"
+        "                      (segments grown through virtual memory; docs/allocator.md)\n"
         "  --steps N           steps to run (50)\n"
         "output:\n"
         "  --json              one JSON object with the summary\n"
@@ -129,7 +131,7 @@ static const tool_opt_t opts[] = {
     {"--flash", true}, {"--recompute", true}, {"--moe-vary", true}, {"--overflow-every", true},
     {"--overflow-prob", true}, {"--layer-drop", true}, {"--seed", true}, {"--steps", true},
     {"--device", true}, {"--capacity", true}, {"--host-memory", true}, {"--trace", true},
-    {"--memory-curve", true}, {"--strategy", true}, {"--report", true},
+    {"--memory-curve", true}, {"--strategy", true}, {"--report", true}, {"--allocator", true},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -233,6 +235,9 @@ static int parse(int argc, char **argv, sim_opts_t *o)
             o->curve_dir = v;
         } else if (strcmp(a, "--report") == 0) {
             o->report = v;
+        } else if (strcmp(a, "--allocator") == 0) {
+            if (!tool_parse_allocator(v, &o->run.runtime.expandable_segments))
+                return tool_bad_value(CMD, a, "classic or expandable", v);
         } else if (strcmp(a, "--strategy") == 0) {
             if (cham_strategy_parse(v, &o->run.strategy) != CHAM_OK)
                 return tool_bad_value(CMD, a, "chameleon, native, ideal, recompute, capuchin or "

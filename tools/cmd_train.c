@@ -63,6 +63,7 @@ static void usage(FILE *f)
             "  --strategy NAME       chameleon (default), native, recompute, capuchin or\n"
             "                        vdnn (docs/baselines.md)\n"
             "  --min-swap SIZE       smallest tensor worth swapping (16KiB)\n"
+            "  --allocator KIND      classic (the default) or expandable (docs/allocator.md)\n"
             "checking and output:\n"
             "  --verify              train an unconstrained copy alongside; compare every\n"
             "                        loss and, at the end, every parameter byte\n"
@@ -116,7 +117,7 @@ static const tool_opt_t opts[] = {
     {"--seq", true}, {"--batch", true}, {"--steps", true}, {"--validate-every", true},
     {"--lr", true}, {"--layer-drop", true}, {"--seed", true}, {"--device", true},
     {"--data", true}, {"--capacity", true}, {"--min-swap", true}, {"--overflow-at", true},
-    {"--strategy", true}, {"--trace", true}, {"--memory-curve", true}, {"--report", true},
+    {"--strategy", true}, {"--allocator", true}, {"--trace", true}, {"--memory-curve", true}, {"--report", true},
 };
 
 /* The model flags that differ from the defaults, for messages:
@@ -235,6 +236,9 @@ static int parse(int argc, char **argv, train_opts_t *o)
         } else if (strcmp(a, "--capacity") == 0) {
             if (parse_budget(v, &o->c))
                 return 2;
+        } else if (strcmp(a, "--allocator") == 0) {
+            if (!tool_parse_allocator(v, &o->c.expandable_segments))
+                return tool_bad_value(CMD, a, "classic or expandable", v);
         } else if (strcmp(a, "--min-swap") == 0) {
             if (!tool_parse_size(v, &o->c.min_swap_bytes))
                 return tool_bad_value(CMD, a, "a size such as 16KiB", v);

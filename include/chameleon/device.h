@@ -43,7 +43,7 @@ typedef struct cham_device_config {
     uint64_t copy_latency_ns;    /* device time added to every copy */
     uint64_t event_query_ns; /* host time of one event query */
     uint32_t queue_depth;    /* tasks in flight before the host blocks */
-    size_t vm_granularity;   /* virtual memory's granularity: a power of two
+    uint64_t vm_granularity; /* virtual memory's granularity: a power of two
                                 (with data at least the page size; 0 = 2 MiB) */
 
     /* sim only: switches. */

@@ -57,6 +57,8 @@ typedef struct cham_config {
     cham_mode_t mode;
     uint64_t pinned_budget;      /* bytes of pinned host memory for swaps */
     uint32_t allocator_shift;    /* the allocators' granularity_shift (0) */
+    bool expandable_segments;    /* the device allocator grows segments through
+                                    virtual memory (false; docs/allocator.md) */
     /* Stage machine (paper Algorithm 1). */
     uint32_t warmup_steps;       /* m: stable steps before GenPolicy (2) */
     uint32_t genpolicy_steps;    /* n: stable steps before Stable (5) */

@@ -181,6 +181,8 @@ struct cham_allocator {
      * fails and retries allocations by the thousand, and reads few. */
     char error[512];
     bool oom_unformatted;
+    bool oom_largest_unknown;     /* expandable: oom.largest_free is computed when
+                                     read (a walk of every block) */
     cham_status_t oom_status;
     uint64_t oom_pending_free;
     char oom_stream[48];
@@ -218,6 +220,9 @@ cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *alloc, cham_stream_t *
  * CHAM_ERR_OUT_OF_MEMORY (with why) when even that is not enough. */
 cham_status_t cham_alloc_vm_back(cham_allocator_t *alloc, cham_block_t *block, char *dev_err,
                                  size_t dev_err_size);
+/* expandable.c: granules of [block, block + bytes) not mapped. */
+size_t cham_alloc_vm_missing(const cham_allocator_t *alloc, const cham_block_t *block,
+                             size_t bytes);
 /* expandable.c: gives back every granule of free blocks, every spare and
  * the reservations left empty; returns the physical bytes given back. */
 uint64_t cham_alloc_vm_release_free(cham_allocator_t *alloc);

@@ -338,23 +338,12 @@ cham_status_t cham_allocator_new(cham_device_t *dev, const cham_allocator_config
                               ? "this is pinned host memory" : "this device has none");
         return CHAM_ERR_INVALID_ARG;
     }
-    if (g && limit / g > (uint64_t)1 << 28) {
-        cham_device_set_error(dev, "allocator: a limit of %ju bytes is %ju granules of %zu "
-                              "bytes, more than expandable segments track", (uintmax_t)limit,
-                              (uintmax_t)(limit / g), g);
-        return CHAM_ERR_INVALID_ARG;
-    }
     cham_allocator_t *a = calloc(1, sizeof *a);
-    if (a && g && !(a->spare = calloc((size_t)(limit / g) + 1, sizeof *a->spare))) {
-        free(a);
-        a = NULL;
-    }
     if (!a) {
         cham_device_set_error(dev, "allocator: out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
     a->granularity = g;
-    a->cap_spare = g ? (size_t)(limit / g) + 1 : 0;
     a->dev = dev;
     a->kind = config->kind;
     a->limit = limit;
@@ -407,6 +396,36 @@ static void split(cham_allocator_t *a, cham_block_t *b, size_t rounded)
     a->stats.n_splits++;
 }
 
+/* Expandable segments: among the smallest free blocks that hold rounded
+ * (up to this many), the one whose first rounded bytes need the fewest
+ * granules mapped, the smallest on a tie. Plain best fit ignores where
+ * memory is mapped, and then the blocks of a step wander over more
+ * addresses than the limit can back: granules follow them around, a map
+ * and an unmap each, step after step (measured: 15,000 of each per step of
+ * Llama 2 7B on an 88 GiB H100 that needs no swap at all). */
+#define FIT_CANDIDATES 8
+
+static cham_block_t *take_mapped_fit(cham_allocator_t *a, bool small, int sid, size_t rounded)
+{
+    cham_block_tree_t *tree = small ? &a->small : &a->large;
+    cham_block_tree_node_t *best = NULL;
+    size_t best_missing = SIZE_MAX;
+    cham_block_tree_node_t *n = cham_block_tree_lower_bound(tree, sid, rounded, 0);
+    for (int k = 0; n && n->stream == sid && k < FIT_CANDIDATES; k++, n = cham_block_tree_next(n)) {
+        size_t missing = cham_alloc_vm_missing(a, block_of(n), rounded);
+        if (missing < best_missing) {
+            best = n;
+            best_missing = missing;
+            if (missing == 0)
+                break;
+        }
+    }
+    if (!best)
+        return NULL;
+    cham_block_tree_remove(tree, best);
+    return block_of(best);
+}
+
 /* Expandable segments: the best free block (or a new reservation), split,
  * with physical memory mapped under it. When that fails for memory, the
  * fallback chain of classic segments frees what it can (free-after-op
@@ -417,7 +436,7 @@ static cham_status_t take_expandable(cham_allocator_t *a, cham_stream_t *stream,
                                      char *dev_err, size_t dev_err_size)
 {
     for (int attempt = 0;; attempt++) {
-        cham_block_t *b = take_best_fit(a, small, sid, rounded);
+        cham_block_t *b = take_mapped_fit(a, small, sid, rounded);
         cham_status_t st = CHAM_OK;
         if (b)
             b->state = CHAM_BLOCK_ALLOCATED;       /* not free while it is backed */

@@ -19,10 +19,14 @@
 
 #include "alloc/alloc-impl.h"
 #include "common/assert.h"
+#include "common/grow.h"
 
 /* Reservation per stream and pool: several times the limit, so that
- * addresses run out long after memory does (addresses cost nothing). */
+ * addresses run out long after memory does (addresses cost nothing), but
+ * at most 1 TiB (CUDA offers 256 TiB of addresses; an unlimited device's
+ * allocator makes another reservation when one is full). */
 #define VA_PER_LIMIT 4
+#define VA_MAX ((uint64_t)1 << 40)
 
 static size_t granule_of(const cham_segment_t *seg, const char *p, size_t g)
 {
@@ -35,9 +39,10 @@ cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *a, cham_stream_t *stre
 {
     *out = NULL;
     size_t g = a->granularity;
-    uint64_t want = (a->limit + g - 1) / g * g * VA_PER_LIMIT;
+    uint64_t want = a->limit / VA_PER_LIMIT < VA_MAX / VA_PER_LIMIT
+                        ? (a->limit + g - 1) / g * g * VA_PER_LIMIT : VA_MAX;
     size_t need = (rounded + g - 1) / g * g;
-    size_t size = want > need && want <= SIZE_MAX ? (size_t)want : need;
+    size_t size = want > need ? (size_t)want : need;
     cham_block_t *b = cham_alloc_get_block(a);
     cham_segment_t *seg = calloc(1, sizeof *seg);
     cham_phys_t **chunks = calloc(size / g, sizeof *chunks);
@@ -74,6 +79,18 @@ cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *a, cham_stream_t *stre
     return CHAM_OK;
 }
 
+/* Keeps an unmapped chunk for later; false when the host has no memory
+ * for the list. */
+static bool spare_push(cham_allocator_t *a, cham_phys_t *c)
+{
+    cham_phys_t **grown = cham_grow(a->spare, &a->cap_spare, a->n_spare + 1, sizeof *grown, 64);
+    if (!grown)
+        return false;
+    a->spare = grown;
+    a->spare[a->n_spare++] = c;
+    return true;
+}
+
 /* Takes the physical chunks of every granule wholly inside a free block
  * (after waiting for the device: unmapping does not, and a free block may
  * still be read or written by work queued before it was freed) and keeps
@@ -100,12 +117,24 @@ static void reclaim(cham_allocator_t *a, size_t need)
                  * fails on a broken backend: then the chunk stays put. */
                 if (cham_vm_unmap(seg->chunks[i]) != CHAM_OK)
                     continue;
-                a->spare[a->n_spare++] = seg->chunks[i];
+                if (!spare_push(a, seg->chunks[i])) {      /* no room to remember it */
+                    cham_vm_map(seg->chunks[i], seg->ptr + i * g);
+                    return;
+                }
                 seg->chunks[i] = NULL;
                 a->stats.n_vm_unmaps++;
             }
         }
     }
+}
+
+size_t cham_alloc_vm_missing(const cham_allocator_t *a, const cham_block_t *b, size_t bytes)
+{
+    const cham_segment_t *seg = b->seg;
+    size_t g = a->granularity, missing = 0;
+    for (size_t i = granule_of(seg, b->ptr, g); i < granule_of(seg, b->ptr + bytes + g - 1, g); i++)
+        missing += !seg->chunks[i];
+    return missing;
 }
 
 cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev_err,
@@ -114,14 +143,12 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
     cham_segment_t *seg = b->seg;
     size_t g = a->granularity;
     size_t lo = granule_of(seg, b->ptr, g), hi = granule_of(seg, b->ptr + b->size + g - 1, g);
-    size_t missing = 0;
-    for (size_t i = lo; i < hi; i++)
-        missing += !seg->chunks[i];
+    size_t missing = cham_alloc_vm_missing(a, b, b->size);
     /* Chunks held = mapped + spare; new ones only while under the limit. */
     uint64_t held = a->stats.reserved / g;
     uint64_t can_make = a->limit / g > held ? a->limit / g - held : 0;
     if (missing > a->n_spare + can_make)
-        reclaim(a, missing - (size_t)can_make);
+        reclaim(a, missing - (size_t)can_make + (size_t)(a->limit / g / 8));
     if (missing > a->n_spare + can_make) {
         snprintf(dev_err, dev_err_size, "%zu granules of %zu bytes to map, %zu spare and %ju "
                  "more under the limit after unmapping every free granule",
@@ -137,8 +164,11 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
             c = a->spare[--a->n_spare];
         else if ((st = cham_phys_create(a->dev, g, &c)) == CHAM_OK)
             a->stats.reserved += g;
-        if (st == CHAM_OK && (st = cham_vm_map(c, seg->ptr + i * g)) != CHAM_OK)
-            a->spare[a->n_spare++] = c;          /* kept for the next try */
+        if (st == CHAM_OK && (st = cham_vm_map(c, seg->ptr + i * g)) != CHAM_OK &&
+            !spare_push(a, c)) {                 /* kept for the next try, or given back */
+            cham_phys_release(c);
+            a->stats.reserved -= g;
+        }
         if (st != CHAM_OK) {
             snprintf(dev_err, dev_err_size, "the device refused a granule: %s (%s)",
                      cham_status_string(st), cham_device_last_error(a->dev));

@@ -94,7 +94,11 @@ void cham_alloc_record_oom(cham_allocator_t *a, size_t bytes, size_t rounded,
     o->reserved = a->stats.reserved;
     o->allocated = a->stats.allocated;
     o->free_bytes = a->limit - a->stats.allocated;
-    o->largest_free = largest_free(a);
+    /* Expandable segments find it by walking every block: the OOM path
+     * fails allocations by the thousand and reads the figure once, right
+     * after the last. */
+    a->oom_largest_unknown = a->granularity != 0;
+    o->largest_free = a->granularity ? 0 : largest_free(a);
     a->have_oom = true;
     a->oom_unformatted = true;
     a->oom_status = status;
@@ -103,9 +107,19 @@ void cham_alloc_record_oom(cham_allocator_t *a, size_t bytes, size_t rounded,
     cham_copy_str(a->oom_device_error, sizeof a->oom_device_error, device_error);
 }
 
+/* The largest free block of the last out-of-memory, when it was left to
+ * be computed on reading. */
+static void complete_oom(cham_allocator_t *a)
+{
+    if (a->oom_largest_unknown)
+        a->oom.largest_free = largest_free(a);
+    a->oom_largest_unknown = false;
+}
+
 /* The message of the last out-of-memory, from what record_oom kept. */
 static void format_oom(cham_allocator_t *a)
 {
+    complete_oom(a);
     const cham_oom_info_t *o = &a->oom;
     char req[32], rnd[32], lim[32], alc[32], fre[32], lrg[32], pnd[32];
     const char *what = a->kind == CHAM_MEM_DEVICE ? "out of device memory"
@@ -148,6 +162,7 @@ cham_status_t cham_allocator_last_oom(const cham_allocator_t *a, cham_oom_info_t
     CHAM_ASSERT(a && info);
     if (!a->have_oom)
         return CHAM_ERR_NOT_FOUND;
+    complete_oom((cham_allocator_t *)a);   /* a cache, as the message below */
     *info = a->oom;
     return CHAM_OK;
 }

@@ -789,7 +789,7 @@ cham_status_t cham_sim_open(const cham_device_config_t *c, cham_device_t **out)
     char err[256] = "out of host memory";
     if (s->device_mem)
         s->vm = sim_vm_new(VM_BASE, s->device_mem,
-                           c->vm_granularity ? c->vm_granularity : SIM_VM_GRANULARITY, c->data,
+                           c->vm_granularity ? (size_t)c->vm_granularity : SIM_VM_GRANULARITY, c->data,
                            err, sizeof err);
     if (!s->vm) {
         sim_destroy(s);

@@ -1,7 +1,8 @@
-/* Virtual memory of the sim backend (sim_vm.h). Reservations and mappings
- * are sorted arrays searched by bisection: an allocator maps and unmaps
- * chunks far less often than it hands out blocks, and lookups (every
- * kernel's and copy's ranges) are O(log n). */
+/* Virtual memory of the sim backend (sim_vm.h). Reservations are a sorted
+ * array searched by bisection (an allocator makes a few); each has a table
+ * of the chunk mapped at every granule, so that a map or unmap is O(log r +
+ * its granules) and checking a kernel's range O(log r + its granules),
+ * however many chunks an allocator keeps moving. */
 #define _GNU_SOURCE                 /* MAP_ANONYMOUS, memfd_create */
 #include "device/sim_vm.h"
 
@@ -22,7 +23,7 @@
 typedef struct range {
     uintptr_t va;
     size_t bytes;
-    sim_chunk_t *chunk;          /* mappings only */
+    sim_chunk_t **granule;       /* the chunk mapped at each granule, or NULL */
 } range_t;
 
 /* With data, slot[i] is the file offset / granularity of the chunk's i-th
@@ -32,16 +33,16 @@ struct sim_chunk {
     uint32_t *slot;
 };
 
-/* Invariants: res and maps sorted by va and disjoint; every mapping lies
- * inside one reservation; with data, free_slots holds exactly the slots no
- * chunk has, and the file is n_slots granules long. */
+/* Invariants: res sorted by va and disjoint; a mapped chunk fills
+ * consecutive granules of one reservation; with data, free_slots holds
+ * exactly the slots no chunk has, and the file is n_slots granules long. */
 struct sim_vm {
     uintptr_t fake_base;
     sim_mem_t *phys;
     size_t granularity;
     bool data;
-    range_t *res, *maps;
-    size_t n_res, cap_res, n_maps, cap_maps;
+    range_t *res;
+    size_t n_res, cap_res;
     int fd;                      /* data: the shared-memory file of the chunks */
     uint32_t *free_slots;
     size_t n_free, n_slots;
@@ -92,12 +93,14 @@ void sim_vm_free(sim_vm_t *vm)
 {
     if (!vm)
         return;
-    for (size_t i = 0; vm->data && i < vm->n_res; i++)
-        munmap((void *)vm->res[i].va, vm->res[i].bytes);
+    for (size_t i = 0; i < vm->n_res; i++) {
+        if (vm->data)
+            munmap((void *)vm->res[i].va, vm->res[i].bytes);
+        free(vm->res[i].granule);
+    }
     if (vm->fd >= 0)
         close(vm->fd);
     free(vm->res);
-    free(vm->maps);
     free(vm->free_slots);
     free(vm);
 }
@@ -185,7 +188,9 @@ cham_status_t sim_vm_reserve(sim_vm_t *vm, size_t bytes, void **va, char *err, s
         cham_set_err(err, err_size, "no room for a reservation of %zu bytes of addresses", bytes);
         return CHAM_ERR_OUT_OF_MEMORY;
     }
-    if (!insert(&vm->res, &vm->n_res, &vm->cap_res, (range_t){at, bytes, NULL})) {
+    sim_chunk_t **granule = calloc(bytes / vm->granularity, sizeof *granule);
+    if (!granule || !insert(&vm->res, &vm->n_res, &vm->cap_res, (range_t){at, bytes, granule})) {
+        free(granule);
         if (vm->data)
             munmap((void *)at, bytes);
         cham_set_err(err, err_size, "out of host memory");
@@ -203,14 +208,16 @@ cham_status_t sim_vm_release(sim_vm_t *vm, void *va, size_t bytes, char *err, si
                      bytes, va);
         return CHAM_ERR_INVALID_ARG;
     }
-    size_t i = upper_bound(vm->maps, vm->n_maps, (uintptr_t)va - 1);
-    if (i < vm->n_maps && vm->maps[i].va - r->va < r->bytes) {
-        cham_set_err(err, err_size, "releasing the reservation at %p while a chunk is mapped "
-                     "at %p in it", va, (void *)vm->maps[i].va);
-        return CHAM_ERR_INVALID_ARG;
+    for (size_t i = 0; i < bytes / vm->granularity; i++) {
+        if (r->granule[i]) {
+            cham_set_err(err, err_size, "releasing the reservation at %p while a chunk is "
+                         "mapped at %p in it", va, (void *)(r->va + i * vm->granularity));
+            return CHAM_ERR_INVALID_ARG;
+        }
     }
     if (vm->data)
         munmap(va, bytes);
+    free(r->granule);
     erase(vm->res, &vm->n_res, r);
     return CHAM_OK;
 }
@@ -272,19 +279,16 @@ cham_status_t sim_vm_map(sim_vm_t *vm, void *va, sim_chunk_t *c, char *err, size
                      "reservation", c->bytes, va);
         return CHAM_ERR_INVALID_ARG;
     }
-    size_t i = upper_bound(vm->maps, vm->n_maps, a);
-    const range_t *before = i ? &vm->maps[i - 1] : NULL, *after = i < vm->n_maps ? &vm->maps[i] : NULL;
-    if ((before && a - before->va < before->bytes) || (after && after->va - a < c->bytes)) {
-        const range_t *m = before && a - before->va < before->bytes ? before : after;
-        cham_set_err(err, err_size, "mapping %zu bytes at %p over the chunk mapped at %p",
-                     c->bytes, va, (void *)m->va);
-        return CHAM_ERR_INVALID_ARG;
+    size_t g = vm->granularity, first = (a - r->va) / g, n = c->bytes / g;
+    for (size_t k = 0; k < n; k++) {
+        if (r->granule[first + k]) {
+            cham_set_err(err, err_size, "mapping %zu bytes at %p over the chunk mapped at %p",
+                         c->bytes, va, (void *)(r->va + (first + k) * g));
+            return CHAM_ERR_INVALID_ARG;
+        }
     }
-    if (!insert(&vm->maps, &vm->n_maps, &vm->cap_maps, (range_t){a, c->bytes, c})) {
-        cham_set_err(err, err_size, "out of host memory");
-        return CHAM_ERR_HOST_OOM;
-    }
-    size_t g = vm->granularity;
+    for (size_t k = 0; k < n; k++)
+        r->granule[first + k] = c;
     for (size_t k = 0; vm->data && k < c->bytes / g; k++) {
         void *p = mmap((char *)va + k * g, g, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
                        vm->fd, (off_t)c->slot[k] * (off_t)g);
@@ -295,26 +299,26 @@ cham_status_t sim_vm_map(sim_vm_t *vm, void *va, sim_chunk_t *c, char *err, size
 
 void sim_vm_unmap(sim_vm_t *vm, void *va, size_t bytes)
 {
-    range_t *m = holding(vm->maps, vm->n_maps, (uintptr_t)va);
-    CHAM_ASSERT(m && m->va == (uintptr_t)va && m->bytes == bytes);
+    range_t *r = holding(vm->res, vm->n_res, (uintptr_t)va);
+    size_t g = vm->granularity, first = r ? ((uintptr_t)va - r->va) / g : 0;
+    CHAM_ASSERT(r && r->granule[first] && r->granule[first]->bytes == bytes);
+    for (size_t k = 0; k < bytes / g; k++)
+        r->granule[first + k] = NULL;
     if (vm->data) {
         /* Back to inaccessible addresses, still reserved. */
         void *p = mmap(va, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
         CHAM_ASSERT(p != MAP_FAILED);
     }
-    erase(vm->maps, &vm->n_maps, m);
 }
 
 bool sim_vm_contains(const sim_vm_t *vm, uintptr_t addr, size_t bytes)
 {
-    size_t i = upper_bound(vm->maps, vm->n_maps, addr);
-    if (!i || addr - vm->maps[i - 1].va >= vm->maps[i - 1].bytes)
+    const range_t *r = holding(vm->res, vm->n_res, addr);
+    if (!r || bytes > r->bytes - (addr - r->va))
         return false;
-    uintptr_t end = vm->maps[i - 1].va + vm->maps[i - 1].bytes;
-    while (end - addr < bytes) {             /* the rest must follow without a gap */
-        if (i == vm->n_maps || vm->maps[i].va != end)
+    size_t g = vm->granularity;
+    for (size_t i = (addr - r->va) / g; i <= (addr - r->va + bytes - 1) / g; i++)
+        if (!r->granule[i])
             return false;
-        end += vm->maps[i++].bytes;
-    }
     return true;
 }

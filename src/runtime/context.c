@@ -50,7 +50,8 @@ static cham_status_t open_parts(cham_context_t *ctx)
     if (ctx->config.mode == CHAM_MODE_MANAGED) {
         what = "creating allocators";
         cham_allocator_config_t dc = {.kind = CHAM_MEM_DEVICE,
-                                      .granularity_shift = ctx->config.allocator_shift};
+                                      .granularity_shift = ctx->config.allocator_shift,
+                                      .expandable = ctx->config.expandable_segments};
         cham_allocator_config_t hc = {.kind = CHAM_MEM_HOST_PINNED,
                                       .limit = ctx->config.pinned_budget,
                                       .granularity_shift = ctx->config.allocator_shift};
