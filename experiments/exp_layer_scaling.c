@@ -47,7 +47,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                                       9, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl = exp_result_plot(r, "layer_scaling",
+    plot_t *pl = exp_result_plot(r, "layer_scaling",
                                      "Step time against layers: measured, extrapolated, "
                                      "Chameleon",
                                      "layers", "simulated s/step");
@@ -97,9 +97,9 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
         exp_table_set_text(t, (size_t)row, 8, "%s", native.status == CHAM_OK ? "fits" : "OOM");
         char series[40];
         snprintf(series, sizeof series, "set-up %zu", i + 1);
-        exp_plot_add(pl, series, s->layers[0], t_fit[0]);
-        exp_plot_add(pl, series, s->layers[1], t_fit[1]);
-        exp_plot_add(pl, series, big, measured);
+        plot_add(pl, series, s->layers[0], t_fit[0]);
+        plot_add(pl, series, s->layers[1], t_fit[1]);
+        plot_add(pl, series, big, measured);
         size_t len = strlen(text);
         snprintf(text + len, sizeof text - len, "%s%+.2f%%", len ? ", " : "", impact);
     }

@@ -107,7 +107,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                                       9, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl = exp_result_plot(r, "max_size",
+    plot_t *pl = exp_result_plot(r, "max_size",
                                      "Largest size relative to native (1 batch, 2 layers, "
                                      "3 sequence, 4 hidden)",
                                      "dimension", "largest size / native's");
@@ -133,7 +133,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
             if (strategies[k] == CHAM_STRATEGY_NATIVE)
                 native = v;
             if (native)
-                exp_plot_add(pl, cham_strategy_name(strategies[k]), (double)d + 1,
+                plot_add(pl, cham_strategy_name(strategies[k]), (double)d + 1,
                              (double)v / native);
             if (strategies[k] != CHAM_STRATEGY_CHAMELEON || !v)
                 continue;

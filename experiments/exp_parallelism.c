@@ -69,7 +69,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                                       9, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl = exp_result_plot(r, "parallelism", "Speed-up per row: ours against the paper's",
+    plot_t *pl = exp_result_plot(r, "parallelism", "Speed-up per row: ours against the paper's",
                                      "row", "gain %");
     if (!pl)
         return CHAM_ERR_HOST_OOM;
@@ -109,8 +109,8 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
         exp_table_set(t, (size_t)row, 7, w->paper_gain);
         exp_table_set_text(t, (size_t)row, 8, "%s",
                            rb.status == CHAM_OK ? "fits" : cham_status_string(rb.status));
-        exp_plot_add(pl, "ours", (double)i + 1, gain);
-        exp_plot_add(pl, "paper", (double)i + 1, w->paper_gain);
+        plot_add(pl, "ours", (double)i + 1, gain);
+        plot_add(pl, "paper", (double)i + 1, w->paper_gain);
         if (!isnan(gain)) {
             sum += gain;
             count++;

@@ -56,7 +56,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                                       6, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl = exp_result_plot(r, "profiling_overhead",
+    plot_t *pl = exp_result_plot(r, "profiling_overhead",
                                      "Extra step time per profiling mode (1 none, "
                                      "2 lightweight, 3 detailed, 4 per-op sync)",
                                      "mode", "extra simulated %");
@@ -109,9 +109,9 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
         exp_table_set(t, (size_t)row, 3, paper[i]);
         exp_table_set(t, (size_t)row, 4, host_us[i]);
         exp_table_set(t, (size_t)row, 5, (host_us[i] - host_us[0]) * 1e3 / (double)ops);
-        exp_plot_add(pl, "ours", (double)i + 1, extra);
+        plot_add(pl, "ours", (double)i + 1, extra);
         if (!isnan(paper[i]))
-            exp_plot_add(pl, "paper", (double)i + 1, paper[i]);
+            plot_add(pl, "paper", (double)i + 1, paper[i]);
     }
     snprintf(r->summary, sizeof r->summary, "Simulated extra step time: lightweight %.2f%%, "
              "detailed %.2f%%, per-op sync %.2f%% (the paper: 0.9%%, 34.6%%, 219.7%%): device "

@@ -23,11 +23,11 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                                       7, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *time = exp_result_plot(r, "record_stream_time",
+    plot_t *time = exp_result_plot(r, "record_stream_time",
                                        "Step time, custom and PyTorch "
                                        "recordStream",
                                        "layers", "simulated s/step");
-    exp_plot_t *reuse = exp_result_plot(r, "record_stream_reuse",
+    plot_t *reuse = exp_result_plot(r, "record_stream_reuse",
                                         "Mean memory block reuse "
                                         "interval",
                                         "layers", "ops from free to reuse");
@@ -62,8 +62,8 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
             exp_table_set(t, (size_t)row, 1 + pt, res.step_time_s);
             exp_table_set(t, (size_t)row, 3 + pt, res.reuse_interval_mean);
             exp_table_set(t, (size_t)row, 5 + pt, (double)res.reuse_interval_max);
-            exp_plot_add(time, pt ? "pytorch" : "custom", layers[i], res.step_time_s);
-            exp_plot_add(reuse, pt ? "pytorch" : "custom", layers[i], res.reuse_interval_mean);
+            plot_add(time, pt ? "pytorch" : "custom", layers[i], res.step_time_s);
+            plot_add(reuse, pt ? "pytorch" : "custom", layers[i], res.reuse_interval_mean);
             mean[pt] = res.reuse_interval_mean;
         }
         if (mean[0] > 0) {

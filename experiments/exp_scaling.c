@@ -53,7 +53,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
         char name[48], title[96];
         snprintf(name, sizeof name, "scaling_%s", sw[d].name);
         snprintf(title, sizeof title, "Step time against %s", sw[d].name);
-        exp_plot_t *pl = exp_result_plot(r, name, title, sw[d].name, "simulated s/step");
+        plot_t *pl = exp_result_plot(r, name, title, sw[d].name, "simulated s/step");
         if (!pl)
             return CHAM_ERR_HOST_OOM;
         bool native_alive = true;
@@ -78,7 +78,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                 else if (pol[k] == CHAM_STRATEGY_NATIVE)
                     native_alive = false;
                 exp_table_set(t, (size_t)row, 3 + k, time[k]);
-                exp_plot_add(pl, cham_strategy_name(pol[k]), sw[d].values[i], time[k]);
+                plot_add(pl, cham_strategy_name(pol[k]), sw[d].values[i], time[k]);
             }
             if (!isnan(time[1]) && !isnan(time[2])) {
                 double gain = 100.0 * (time[1] / time[2] - 1);

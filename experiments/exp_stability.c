@@ -35,10 +35,10 @@ static size_t count_stage(const exp_steps_t *s, cham_stage_t stage)
     return n;
 }
 
-static void plot_steps(exp_plot_t *pl, const char *series, const exp_steps_t *s)
+static void plot_steps(plot_t *pl, const char *series, const exp_steps_t *s)
 {
     for (uint64_t i = 0; i < s->n; i++)
-        exp_plot_add(pl, series, (double)i, s->time_s[i]);
+        plot_add(pl, series, (double)i, s->time_s[i]);
 }
 
 static cham_status_t stability(const exp_config_t *c, exp_result_t *r, char *err,
@@ -52,7 +52,7 @@ static cham_status_t stability(const exp_config_t *c, exp_result_t *r, char *err
                                       7, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl =
+    plot_t *pl =
         exp_result_plot(r, "stability", "Step time per step", "step", "simulated s/step");
     if (!pl)
         return CHAM_ERR_HOST_OOM;
@@ -108,7 +108,7 @@ static cham_status_t policy_cache(const exp_config_t *c, exp_result_t *r, char *
                                       7, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    exp_plot_t *pl =
+    plot_t *pl =
         exp_result_plot(r, "policy_cache", "Step time per step, with and without the cache", "step",
                         "simulated s/step");
     if (!pl)

@@ -42,7 +42,7 @@ void exp_result_free(exp_result_t *r)
     for (size_t i = 0; i < r->n_tables; i++)
         exp_table_free(&r->tables[i]);
     for (size_t i = 0; i < r->n_plots; i++)
-        exp_plot_free(&r->plots[i]);
+        plot_free(&r->plots[i]);
     r->n_tables = r->n_plots = 0;
 }
 
@@ -55,12 +55,12 @@ exp_table_t *exp_result_table(exp_result_t *r, const char *name, const char *tit
     return &r->tables[r->n_tables++];
 }
 
-exp_plot_t *exp_result_plot(exp_result_t *r, const char *name, const char *title,
+plot_t *exp_result_plot(exp_result_t *r, const char *name, const char *title,
                             const char *x_label, const char *y_label)
 {
     if (r->n_plots == EXP_MAX_PLOTS)
         return NULL;
-    exp_plot_init(&r->plots[r->n_plots], name, title, x_label, y_label);
+    plot_init(&r->plots[r->n_plots], name, title, x_label, y_label);
     return &r->plots[r->n_plots++];
 }
 
@@ -162,7 +162,7 @@ static json_t *table_json(const exp_table_t *t)
         for (size_t k = 0; k < t->n_cols; k++) {
             const exp_cell_t *c = &t->cells[r * t->n_cols + k];
             json_array_append_new(row, c->text[0] ? json_string(c->text)
-                                                  : exp_json_number(c->num));
+                                                  : plot_json_number(c->num));
         }
         json_array_append_new(rows, row);
     }
@@ -188,7 +188,7 @@ bool exp_result_write(const exp_def_t *e, const exp_config_t *c, const exp_resul
     }
     for (size_t i = 0; i < r->n_plots; i++) {
         snprintf(path, sizeof path, "%s/%s.svg", dir, r->plots[i].name);
-        if (!exp_plot_write_svg(&r->plots[i], path))
+        if (!plot_write_svg(&r->plots[i], path))
             goto fail;
     }
     json_t *j = json_object(), *tables = json_array();

@@ -58,17 +58,17 @@ bool exp_table_write_csv(const exp_table_t *t, const char *path);
 typedef struct exp_result {
     size_t n_tables, n_plots;
     exp_table_t tables[EXP_MAX_TABLES];
-    exp_plot_t plots[EXP_MAX_PLOTS];
+    plot_t plots[EXP_MAX_PLOTS];
     char summary[1024];          /* the finding in a few sentences */
 } exp_result_t;
 
 void exp_result_free(exp_result_t *r);
-/* The result's next table (exp_table_init) or plot (exp_plot_init); NULL
+/* The result's next table (exp_table_init) or plot (plot_init); NULL
  * when the result has EXP_MAX_TABLES / EXP_MAX_PLOTS already or the host is
  * out of memory. */
 exp_table_t *exp_result_table(exp_result_t *r, const char *name, const char *title,
                               size_t n_cols, const char *const *cols);
-exp_plot_t *exp_result_plot(exp_result_t *r, const char *name, const char *title,
+plot_t *exp_result_plot(exp_result_t *r, const char *name, const char *title,
                             const char *x_label, const char *y_label);
 
 typedef struct exp_config {

@@ -10,7 +10,7 @@
 #include "plot.h"
 
 
-bool exp_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *limit_name,
+bool plot_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *limit_name,
                       const char *dir, const char *name, char *err, size_t err_size)
 {
     cham_profile_view_t v;
@@ -49,27 +49,27 @@ bool exp_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *li
     if (ok) {
         /* GiB, or MiB for small devices. */
         double unit = capacity >= (UINT64_C(1) << 30) ? 1024.0 * 1024 * 1024 : 1024.0 * 1024;
-        exp_plot_t pl;
+        plot_t pl;
         char title[160];
         snprintf(title, sizeof title, "Device memory during step %llu",
                  (unsigned long long)v.step);
-        exp_plot_init(&pl, name, title, "op", unit > 1024.0 * 1024 ? "GiB" : "MiB");
+        plot_init(&pl, name, title, "op", unit > 1024.0 * 1024 ? "GiB" : "MiB");
         pl.y_from_zero = true;
         for (size_t k = 0; k < n && ok; k++) {
             double x = (double)k / 2;
-            ok = exp_plot_add(&pl, "in use", x, (double)actual[k] / unit) &&
-                 exp_plot_add(&pl, "without swaps", x, (double)rebuilt[k] / unit);
+            ok = plot_add(&pl, "in use", x, (double)actual[k] / unit) &&
+                 plot_add(&pl, "without swaps", x, (double)rebuilt[k] / unit);
         }
-        ok = ok && exp_plot_add(&pl, limit_name, 0, (double)capacity / unit) &&
-             exp_plot_add(&pl, limit_name, n ? (double)(n - 1) / 2 : 1, (double)capacity / unit);
+        ok = ok && plot_add(&pl, limit_name, 0, (double)capacity / unit) &&
+             plot_add(&pl, limit_name, n ? (double)(n - 1) / 2 : 1, (double)capacity / unit);
         snprintf(path, sizeof path, "%s/%s.svg", dir, name);
-        if (ok && !exp_plot_write_svg(&pl, path)) {
+        if (ok && !plot_write_svg(&pl, path)) {
             snprintf(err, err_size, "%s: cannot write: %s", path, strerror(errno));
             ok = false;
         } else if (!ok) {
             snprintf(err, err_size, "memory curve: out of host memory");
         }
-        exp_plot_free(&pl);
+        plot_free(&pl);
     }
     free(actual);
     free(rebuilt);

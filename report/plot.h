@@ -19,60 +19,60 @@ struct json_t;
 /* v as a JSON number, or null when it is NaN or infinite (JSON has neither,
  * and jansson's json_real refuses them): the one way the command (tools/)
  * and the experiments put a double into JSON. */
-struct json_t *exp_json_number(double v);
+struct json_t *plot_json_number(double v);
 
 /* ---- plots -------------------------------------------------------------------*/
 
-#define EXP_MAX_SERIES 8
+#define PLOT_MAX_SERIES 8
 
-typedef struct exp_series {
+typedef struct plot_series {
     char name[40];
     size_t n;
     double *x, *y;               /* NAN y: a gap */
-} exp_series_t;
+} plot_series_t;
 
-#define EXP_MAX_BANDS 128
+#define PLOT_MAX_BANDS 128
 
 /* A shaded x range behind the lines (a stage of a run, say). */
-typedef struct exp_band {
+typedef struct plot_band {
     double x0, x1;
     char label[24];              /* bands of one label share a colour */
-} exp_band_t;
+} plot_band_t;
 
-typedef struct exp_plot {
+typedef struct plot {
     char name[48];               /* file stem: NAME.svg */
     char title[160];
     char x_label[64], y_label[64];
     bool log_x;
     bool y_from_zero;            /* the y axis starts at 0 whatever the data (bytes) */
     size_t n_series;
-    exp_series_t series[EXP_MAX_SERIES];
+    plot_series_t series[PLOT_MAX_SERIES];
     size_t n_bands;
-    exp_band_t bands[EXP_MAX_BANDS];
-} exp_plot_t;
+    plot_band_t bands[PLOT_MAX_BANDS];
+} plot_t;
 
-void exp_plot_init(exp_plot_t *p, const char *name, const char *title, const char *x_label,
+void plot_init(plot_t *p, const char *name, const char *title, const char *x_label,
                    const char *y_label);
 /* Adds a point to the named series (made on first use); false when the
  * host is out of memory or there are too many series. */
-bool exp_plot_add(exp_plot_t *p, const char *series, double x, double y);
-void exp_plot_free(exp_plot_t *p);
+bool plot_add(plot_t *p, const char *series, double x, double y);
+void plot_free(plot_t *p);
 /* A self-contained SVG line plot: axes with ticks, one coloured line with
  * markers per series, a legend. false when the file cannot be written. */
-bool exp_plot_write_svg(const exp_plot_t *p, const char *path);
+bool plot_write_svg(const plot_t *p, const char *path);
 /* The same SVG into an open stream (to inline it in HTML). */
-void exp_plot_print_svg(const exp_plot_t *p, FILE *f);
+void plot_print_svg(const plot_t *p, FILE *f);
 /* Adds a band, or widens the last one when it has the same label and
  * touches x0; false when there is no room. */
-bool exp_plot_band(exp_plot_t *p, const char *label, double x0, double x1);
+bool plot_band(plot_t *p, const char *label, double x0, double x1);
 
 /* The most ticks an axis gets. */
-#define EXP_MAX_TICKS 16
+#define PLOT_MAX_TICKS 16
 /* The ticks of a plot's linear axis over data from lo to hi (from_zero: it
  * starts at 0 when lo is near it), as the plots draw them: 1, 2 or 5 times
- * a power of ten apart, increasing, 2 to EXP_MAX_TICKS of them; returns how
+ * a power of ten apart, increasing, 2 to PLOT_MAX_TICKS of them; returns how
  * many. Any lo and hi work: NaN, infinite, equal, an ulp apart, +-DBL_MAX. */
-size_t exp_axis_ticks(double lo, double hi, bool from_zero, double ticks[EXP_MAX_TICKS]);
+size_t plot_axis_ticks(double lo, double hi, bool from_zero, double ticks[PLOT_MAX_TICKS]);
 
 /* The memory curve of one profiled step (paper Fig. 3): device memory in
  * use before and after each op, as measured and as it would have been
@@ -80,7 +80,7 @@ size_t exp_axis_ticks(double lo, double hi, bool from_zero, double ticks[EXP_MAX
  * limit_name labels its line; the CSV's column stays capacity_bytes), as
  * NAME.svg and NAME.csv in dir. false with err when a file cannot be
  * written. */
-bool exp_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *limit_name,
+bool plot_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *limit_name,
                       const char *dir, const char *name, char *err, size_t err_size);
 
 #endif

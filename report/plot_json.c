@@ -6,7 +6,7 @@
 
 #include "plot.h"
 
-json_t *exp_json_number(double v)
+json_t *plot_json_number(double v)
 {
     return isfinite(v) ? json_real(v) : json_null();
 }

@@ -181,14 +181,14 @@ static void summary(FILE *f, json_t *run)
     fputs("</table>\n", f);
 }
 
-static void figure(FILE *f, const char *id, const char *caption, exp_plot_t *p)
+static void figure(FILE *f, const char *id, const char *caption, plot_t *p)
 {
     fprintf(f, "<figure id=\"%s\">\n", id);
-    exp_plot_print_svg(p, f);
+    plot_print_svg(p, f);
     fputs("<figcaption>", f);
     html_text(f, caption);
     fputs("</figcaption></figure>\n", f);
-    exp_plot_free(p);
+    plot_free(p);
 }
 
 static bool memory_figure(FILE *f, json_t *curve)
@@ -207,22 +207,22 @@ static bool memory_figure(FILE *f, json_t *curve)
         most = fmax(most, fmax(json_number_value(json_array_get(in_use, k)),
                                json_number_value(json_array_get(without, k))));
     double unit = most >= GiB ? GiB : MiB;
-    exp_plot_t p;
+    plot_t p;
     char title[96];
     snprintf(title, sizeof title, "Device memory during step %lld",
              (long long)json_integer_value(json_object_get(curve, "step")));
-    exp_plot_init(&p, "memory", title, "op of the step",
+    plot_init(&p, "memory", title, "op of the step",
                   unit == GiB ? "device memory (GiB)" : "device memory (MiB)");
     p.y_from_zero = true;
     for (size_t k = 0; k < n; k++) {
-        exp_plot_add(&p, "in use", (double)k / 2,
+        plot_add(&p, "in use", (double)k / 2,
                      json_number_value(json_array_get(in_use, k)) / unit);
-        exp_plot_add(&p, "without swaps", (double)k / 2,
+        plot_add(&p, "without swaps", (double)k / 2,
                      json_number_value(json_array_get(without, k)) / unit);
     }
     if (limit > 0) {
-        exp_plot_add(&p, limit_name, 0, limit / unit);
-        exp_plot_add(&p, limit_name, n ? (double)(n - 1) / 2 : 1, limit / unit);
+        plot_add(&p, limit_name, 0, limit / unit);
+        plot_add(&p, limit_name, n ? (double)(n - 1) / 2 : 1, limit / unit);
     }
     char caption[400];
     snprintf(caption, sizeof caption, "Memory held by tensors before and after each op of the "
@@ -239,13 +239,13 @@ static void series_figure(FILE *f, json_t *series, const char *key, double scale
                           const char *y_label, const char *caption)
 {
     json_t *values = json_object_get(series, key), *stages = json_object_get(series, "stage");
-    exp_plot_t p;
-    exp_plot_init(&p, id, title, "step", y_label);
+    plot_t p;
+    plot_init(&p, id, title, "step", y_label);
     p.y_from_zero = true;
     for (size_t i = 0; i < json_array_size(values); i++) {
-        exp_plot_add(&p, name, (double)i, json_number_value(json_array_get(values, i)) * scale);
+        plot_add(&p, name, (double)i, json_number_value(json_array_get(values, i)) * scale);
         const char *stage = json_string_value(json_array_get(stages, i));
-        exp_plot_band(&p, stage ? stage : "?", (double)i - 0.5, (double)i + 0.5);
+        plot_band(&p, stage ? stage : "?", (double)i - 0.5, (double)i + 0.5);
     }
     figure(f, id, caption, &p);
 }
@@ -258,12 +258,12 @@ static void loss_figure(FILE *f, json_t *series)
     json_t *val_loss = json_object_get(val, "loss"), *val_step = json_object_get(val, "after_step");
     if (!json_is_array(loss))
         return;
-    exp_plot_t p;
-    exp_plot_init(&p, "loss", "Loss per step", "step", "cross-entropy loss (nats)");
+    plot_t p;
+    plot_init(&p, "loss", "Loss per step", "step", "cross-entropy loss (nats)");
     for (size_t i = 0; i < json_array_size(loss); i++)
-        exp_plot_add(&p, "training", (double)i, json_number_value(json_array_get(loss, i)));
+        plot_add(&p, "training", (double)i, json_number_value(json_array_get(loss, i)));
     for (size_t i = 0; i < json_array_size(val_loss); i++)
-        exp_plot_add(&p, "validation", json_number_value(json_array_get(val_step, i)),
+        plot_add(&p, "validation", json_number_value(json_array_get(val_step, i)),
                      json_number_value(json_array_get(val_loss, i)));
     figure(f, "loss", "The training loss of each step and the validation loss of each "
            "validation pass (on held-out data, after the step it is drawn at).", &p);
@@ -462,7 +462,7 @@ bool report_write_curve(const cham_profile_t *profile, const char *limit_name, c
 {
     cham_profile_view_t v;
     cham_profile_get(profile, &v);
-    return exp_memory_curve(profile, v.capacity, limit_name, dir, "memory_curve", err, err_size);
+    return plot_memory_curve(profile, v.capacity, limit_name, dir, "memory_curve", err, err_size);
 }
 
 bool report_write_html(json_t *run, const char *out, char *err, size_t err_size)

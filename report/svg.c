@@ -23,7 +23,7 @@ static void copy_text(char *dst, size_t size, const char *s)
     dst[n] = '\0';
 }
 
-void exp_plot_init(exp_plot_t *p, const char *name, const char *title, const char *x_label,
+void plot_init(plot_t *p, const char *name, const char *title, const char *x_label,
                    const char *y_label)
 {
     memset(p, 0, sizeof *p);
@@ -33,19 +33,19 @@ void exp_plot_init(exp_plot_t *p, const char *name, const char *title, const cha
     copy_text(p->y_label, sizeof p->y_label, y_label);
 }
 
-bool exp_plot_add(exp_plot_t *p, const char *series, double x, double y)
+bool plot_add(plot_t *p, const char *series, double x, double y)
 {
     char name[sizeof p->series[0].name];  /* compared as it is stored */
     copy_text(name, sizeof name, series);
-    exp_series_t *s = NULL;
+    plot_series_t *s = NULL;
     for (size_t i = 0; i < p->n_series && !s; i++)
         if (strcmp(p->series[i].name, name) == 0)
             s = &p->series[i];
     if (!s) {
-        if (p->n_series == EXP_MAX_SERIES)
+        if (p->n_series == PLOT_MAX_SERIES)
             return false;
         s = &p->series[p->n_series++];
-        *s = (exp_series_t){0};
+        *s = (plot_series_t){0};
         memcpy(s->name, name, sizeof name);
     }
     if ((s->n & (s->n - 1)) == 0) {          /* 0, 1, 2, 4, ...: double the room */
@@ -65,29 +65,29 @@ bool exp_plot_add(exp_plot_t *p, const char *series, double x, double y)
     return true;
 }
 
-bool exp_plot_band(exp_plot_t *p, const char *label, double x0, double x1)
+bool plot_band(plot_t *p, const char *label, double x0, double x1)
 {
     char name[sizeof p->bands[0].label];
     copy_text(name, sizeof name, label);
-    exp_band_t *last = p->n_bands ? &p->bands[p->n_bands - 1] : NULL;
+    plot_band_t *last = p->n_bands ? &p->bands[p->n_bands - 1] : NULL;
     if (last && strcmp(last->label, name) == 0 && last->x1 >= x0) {
         last->x1 = x1 > last->x1 ? x1 : last->x1;
         return true;
     }
-    if (p->n_bands == EXP_MAX_BANDS)
+    if (p->n_bands == PLOT_MAX_BANDS)
         return false;
-    exp_band_t *b = &p->bands[p->n_bands++];
-    *b = (exp_band_t){.x0 = x0, .x1 = x1};
+    plot_band_t *b = &p->bands[p->n_bands++];
+    *b = (plot_band_t){.x0 = x0, .x1 = x1};
     copy_text(b->label, sizeof b->label, label);
     return true;
 }
 
-void exp_plot_free(exp_plot_t *p)
+void plot_free(plot_t *p)
 {
     for (size_t i = 0; i < p->n_series; i++) {
         free(p->series[i].x);
         free(p->series[i].y);
-        p->series[i] = (exp_series_t){0};
+        p->series[i] = (plot_series_t){0};
     }
     p->n_series = 0;
     p->n_bands = 0;
@@ -103,7 +103,7 @@ void exp_plot_free(exp_plot_t *p)
 #define BOTTOM 56
 
 /* Okabe-Ito: told apart with every common colour-vision deficiency. */
-static const char *const palette[EXP_MAX_SERIES] = {
+static const char *const palette[PLOT_MAX_SERIES] = {
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442",
 };
 
@@ -112,7 +112,7 @@ typedef struct axis {
     double step;                 /* linear: between ticks */
     bool log;
     size_t n;                    /* ticks: increasing, within [lo, hi] */
-    double tick[EXP_MAX_TICKS];
+    double tick[PLOT_MAX_TICKS];
 } axis_t;
 
 /* Linear: ticks k * step, step 1, 2 or 5 times a power of ten near a sixth
@@ -146,14 +146,14 @@ static void linear_axis(axis_t *a, double lo, double hi, bool from_zero)
     a->lo = isfinite(k0 * step) ? k0 * step : lo;
     a->hi = isfinite(k1 * step) ? k1 * step : hi;
     a->step = step;
-    for (double k = k0; k <= k1 && a->n < EXP_MAX_TICKS; k++) {
+    for (double k = k0; k <= k1 && a->n < PLOT_MAX_TICKS; k++) {
         double v = k * step;
         if (isfinite(v) && v >= a->lo && v <= a->hi)
             a->tick[a->n++] = v;
     }
 }
 
-size_t exp_axis_ticks(double lo, double hi, bool from_zero, double ticks[EXP_MAX_TICKS])
+size_t plot_axis_ticks(double lo, double hi, bool from_zero, double ticks[PLOT_MAX_TICKS])
 {
     axis_t a;
     linear_axis(&a, lo, hi, from_zero);
@@ -162,7 +162,7 @@ size_t exp_axis_ticks(double lo, double hi, bool from_zero, double ticks[EXP_MAX
 }
 
 /* Powers of two when every value is one, else decades; a tick every
- * stride powers so that there are at most EXP_MAX_TICKS. Exponents stay
+ * stride powers so that there are at most PLOT_MAX_TICKS. Exponents stay
  * where the powers are finite and non-zero. */
 static void log_axis(axis_t *a, double lo, double hi, bool pow2)
 {
@@ -176,13 +176,13 @@ static void log_axis(axis_t *a, double lo, double hi, bool pow2)
         e0 = e_max - 1;
     if (e1 <= e0)
         e1 = e0 + 1;
-    double stride = ceil((e1 - e0) / (EXP_MAX_TICKS - 1));
+    double stride = ceil((e1 - e0) / (PLOT_MAX_TICKS - 1));
     e1 = fmin(e_max, e0 + stride * ceil((e1 - e0) / stride));
     a->lo = pow(base, e0);
     a->hi = pow(base, e1);
     a->step = pow(base, stride);
     a->log = true;
-    for (double e = e0; e <= e1 && a->n < EXP_MAX_TICKS; e += stride)
+    for (double e = e0; e <= e1 && a->n < PLOT_MAX_TICKS; e += stride)
         a->tick[a->n++] = pow(base, e);
 }
 
@@ -225,14 +225,14 @@ static void escaped(FILE *f, const char *s)
     }
 }
 
-static bool usable(const exp_plot_t *p, double x, double y)
+static bool usable(const plot_t *p, double x, double y)
 {
     return isfinite(x) && isfinite(y) && (!p->log_x || x > 0);
 }
 
 /* ---- drawing -------------------------------------------------------------------------*/
 
-static void draw_axes(FILE *f, const exp_plot_t *p, const axis_t *ax, const axis_t *ay)
+static void draw_axes(FILE *f, const plot_t *p, const axis_t *ax, const axis_t *ay)
 {
     const double w = WIDTH - LEFT - RIGHT, h = HEIGHT - TOP - BOTTOM;
     char buf[32];
@@ -269,10 +269,10 @@ static void draw_axes(FILE *f, const exp_plot_t *p, const axis_t *ax, const axis
 }
 
 /* One series: a polyline per run of usable points, markers if few. */
-static void draw_series(FILE *f, const exp_plot_t *p, size_t i, const axis_t *ax,
+static void draw_series(FILE *f, const plot_t *p, size_t i, const axis_t *ax,
                         const axis_t *ay)
 {
-    const exp_series_t *s = &p->series[i];
+    const plot_series_t *s = &p->series[i];
     const double w = WIDTH - LEFT - RIGHT, h = HEIGHT - TOP - BOTTOM;
     bool open = false;
     for (size_t k = 0; k < s->n; k++) {
@@ -305,7 +305,7 @@ static const char *const band_fill[] = {"#fde2c8", "#d6ead9", "#dbe4f3", "#efd9e
 #define N_BAND_FILLS (sizeof band_fill / sizeof band_fill[0])
 
 /* The distinct band labels in order of appearance; the index of b's. */
-static size_t band_kind(const exp_plot_t *p, size_t b)
+static size_t band_kind(const plot_t *p, size_t b)
 {
     size_t kind = 0;
     for (size_t i = 0; i < b; i++) {
@@ -319,7 +319,7 @@ static size_t band_kind(const exp_plot_t *p, size_t b)
     return kind;
 }
 
-static void draw_bands(FILE *f, const exp_plot_t *p, const axis_t *ax)
+static void draw_bands(FILE *f, const plot_t *p, const axis_t *ax)
 {
     const double w = WIDTH - LEFT - RIGHT, h = HEIGHT - TOP - BOTTOM;
     for (size_t b = 0; b < p->n_bands; b++) {
@@ -333,7 +333,7 @@ static void draw_bands(FILE *f, const exp_plot_t *p, const axis_t *ax)
     }
 }
 
-static void draw_legend(FILE *f, const exp_plot_t *p)
+static void draw_legend(FILE *f, const plot_t *p)
 {
     int x = WIDTH - RIGHT + 14, y = TOP + 10;
     for (size_t i = 0; i < p->n_series; i++, y += 20) {
@@ -359,7 +359,7 @@ static void draw_legend(FILE *f, const exp_plot_t *p)
     }
 }
 
-void exp_plot_print_svg(const exp_plot_t *p, FILE *f)
+void plot_print_svg(const plot_t *p, FILE *f)
 {
     double xlo = INFINITY, xhi = -INFINITY, ylo = INFINITY, yhi = -INFINITY;
     bool pow2 = true;
@@ -396,13 +396,13 @@ void exp_plot_print_svg(const exp_plot_t *p, FILE *f)
     fputs("</svg>\n", f);
 }
 
-bool exp_plot_write_svg(const exp_plot_t *p, const char *path)
+bool plot_write_svg(const plot_t *p, const char *path)
 {
     FILE *f = fopen(path, "w");
     if (!f)
         return false;
     fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n", f);
-    exp_plot_print_svg(p, f);
+    plot_print_svg(p, f);
     bool ok = !ferror(f);
     return fclose(f) == 0 && ok;
 }

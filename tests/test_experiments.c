@@ -195,13 +195,13 @@ static void test_svg_plot(void **state)
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    exp_plot_t p;
-    exp_plot_init(&p, "t", "Time <&> \"space\"", "x", "y");
+    plot_t p;
+    plot_init(&p, "t", "Time <&> \"space\"", "x", "y");
     for (int i = 0; i <= 10; i++) {
-        assert_true(exp_plot_add(&p, "a", i, 10.0 * i));
-        assert_true(exp_plot_add(&p, "b", i, i == 5 ? NAN : 50));  /* a gap */
+        assert_true(plot_add(&p, "a", i, 10.0 * i));
+        assert_true(plot_add(&p, "b", i, i == 5 ? NAN : 50));  /* a gap */
     }
-    assert_true(exp_plot_write_svg(&p, path));
+    assert_true(plot_write_svg(&p, path));
     const char *svg = slurp(path);
     assert_non_null(strstr(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\""));
     assert_non_null(strstr(svg, "</svg>\n"));
@@ -215,40 +215,40 @@ static void test_svg_plot(void **state)
         snprintf(tick, sizeof tick, ">%d</text>", v);
         assert_non_null(strstr(svg, tick));
     }
-    exp_plot_free(&p);
+    plot_free(&p);
 
     /* A log axis skips x <= 0; powers of two get power-of-two ticks. */
-    exp_plot_init(&p, "log", "log", "x", "y");
+    plot_init(&p, "log", "log", "x", "y");
     p.log_x = true;
-    assert_true(exp_plot_add(&p, "s", 0, 1));
+    assert_true(plot_add(&p, "s", 0, 1));
     for (int x = 1; x <= 64; x *= 2)
-        assert_true(exp_plot_add(&p, "s", x, x));
-    assert_true(exp_plot_write_svg(&p, path));
+        assert_true(plot_add(&p, "s", x, x));
+    assert_true(plot_write_svg(&p, path));
     svg = slurp(path);
     assert_int_equal(count(svg, "<circle"), 7);
     assert_non_null(strstr(svg, ">32</text>"));
-    exp_plot_free(&p);
+    plot_free(&p);
 
     /* One point, only NANs, too many series, a path that cannot be written. */
-    exp_plot_init(&p, "edge", "edge", "x", "y");
-    assert_true(exp_plot_add(&p, "one", 3, 3));
-    assert_true(exp_plot_add(&p, "none", 1, NAN));
-    assert_true(exp_plot_write_svg(&p, path));
-    for (int i = 2; i < EXP_MAX_SERIES; i++) {
+    plot_init(&p, "edge", "edge", "x", "y");
+    assert_true(plot_add(&p, "one", 3, 3));
+    assert_true(plot_add(&p, "none", 1, NAN));
+    assert_true(plot_write_svg(&p, path));
+    for (int i = 2; i < PLOT_MAX_SERIES; i++) {
         char name[8];
         snprintf(name, sizeof name, "s%d", i);
-        assert_true(exp_plot_add(&p, name, 1, 1));
+        assert_true(plot_add(&p, name, 1, 1));
     }
-    assert_false(exp_plot_add(&p, "one too many", 1, 1));
+    assert_false(plot_add(&p, "one too many", 1, 1));
     /* A name longer than what is stored still finds its series. */
-    exp_plot_free(&p);
+    plot_free(&p);
     const char *long_name = "a series name longer than the forty bytes kept of it";
-    assert_true(exp_plot_add(&p, long_name, 1, 1));
-    assert_true(exp_plot_add(&p, long_name, 2, 2));
+    assert_true(plot_add(&p, long_name, 1, 1));
+    assert_true(plot_add(&p, long_name, 2, 2));
     assert_int_equal(p.n_series, 1);
     assert_int_equal(p.series[0].n, 2);
-    assert_false(exp_plot_write_svg(&p, "/proc/no/such/file.svg"));
-    exp_plot_free(&p);
+    assert_false(plot_write_svg(&p, "/proc/no/such/file.svg"));
+    plot_free(&p);
     unlink(path);
 }
 
@@ -309,9 +309,9 @@ static void test_axis_ticks(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         for (int from_zero = 0; from_zero < 2; from_zero++) {
-            double lo = cases[i][0], hi = cases[i][1], t[EXP_MAX_TICKS];
-            size_t n = exp_axis_ticks(lo, hi, from_zero, t);
-            if (n < 2 || n > EXP_MAX_TICKS)
+            double lo = cases[i][0], hi = cases[i][1], t[PLOT_MAX_TICKS];
+            size_t n = plot_axis_ticks(lo, hi, from_zero, t);
+            if (n < 2 || n > PLOT_MAX_TICKS)
                 fail_msg("[%g, %g]: %zu ticks", lo, hi, n);
             for (size_t k = 0; k < n; k++) {
                 if (!isfinite(t[k]) || (k > 0 && !(t[k] > t[k - 1])))
@@ -333,8 +333,8 @@ static void test_axis_ticks(void **state)
                 fail_msg("[%g, %g]: ticks %g .. %g do not cover it", lo, hi, t[0], t[n - 1]);
         }
     }
-    double t[EXP_MAX_TICKS];
-    assert_int_equal(exp_axis_ticks(0, 100, false, t), 6);
+    double t[PLOT_MAX_TICKS];
+    assert_int_equal(plot_axis_ticks(0, 100, false, t), 6);
     for (int k = 0; k < 6; k++)
         assert_true(t[k] == 20.0 * k);
 }
@@ -372,18 +372,18 @@ static void test_svg_awkward_ranges(void **state)
                             {1e308, 1.5e308}};
     for (size_t i = 0; i < sizeof ys / sizeof ys[0]; i++) {
         for (int log_x = 0; log_x < 2; log_x++) {
-            exp_plot_t p;
-            exp_plot_init(&p, "awkward", "awkward", "step", "s");
+            plot_t p;
+            plot_init(&p, "awkward", "awkward", "step", "s");
             p.log_x = log_x;
-            assert_true(exp_plot_add(&p, "y", log_x ? 1e-300 : 0, ys[i][0]));
-            assert_true(exp_plot_add(&p, "y", log_x ? 1e300 : 1, ys[i][1]));
-            assert_true(exp_plot_band(&p, "WarmUp", NAN, 1));
-            assert_true(exp_plot_band(&p, "Stable", 0, INFINITY));
-            assert_true(exp_plot_write_svg(&p, path));
-            exp_plot_free(&p);
+            assert_true(plot_add(&p, "y", log_x ? 1e-300 : 0, ys[i][0]));
+            assert_true(plot_add(&p, "y", log_x ? 1e300 : 1, ys[i][1]));
+            assert_true(plot_band(&p, "WarmUp", NAN, 1));
+            assert_true(plot_band(&p, "Stable", 0, INFINITY));
+            assert_true(plot_write_svg(&p, path));
+            plot_free(&p);
             const char *svg = slurp(path);
             assert_non_null(strstr(svg, "</svg>\n"));
-            assert_true(count(svg, "<line") <= 2 * EXP_MAX_TICKS);
+            assert_true(count(svg, "<line") <= 2 * PLOT_MAX_TICKS);
             assert_false(has_word(svg, "nan") || has_word(svg, "inf"));
         }
     }
@@ -397,13 +397,13 @@ static void test_svg_awkward_ranges(void **state)
 static void test_json_non_finite(void **state)
 {
     (void)state;
-    json_t *v = exp_json_number(INFINITY);
+    json_t *v = plot_json_number(INFINITY);
     assert_true(json_is_null(v));
     json_decref(v);
-    v = exp_json_number(NAN);
+    v = plot_json_number(NAN);
     assert_true(json_is_null(v));
     json_decref(v);
-    v = exp_json_number(-0.5);
+    v = plot_json_number(-0.5);
     assert_true(json_is_real(v) && json_real_value(v) == -0.5);
     json_decref(v);
 

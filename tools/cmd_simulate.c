@@ -296,7 +296,7 @@ static void on_step(const cham_run_step_t *s, void *user)
         const char *key;
         json_t *v;
     } values[] = {
-        {"step_time_s", exp_json_number((double)s->time_ns * 1e-9)},
+        {"step_time_s", plot_json_number((double)s->time_ns * 1e-9)},
         {"stage", json_string(cham_stage_name(s->stage))},
         {"peak_bytes", json_integer((json_int_t)s->peak_bytes)},
         {"swapped_bytes", json_integer((json_int_t)s->swapped_bytes)},
@@ -342,14 +342,14 @@ static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_
     json_object_set_new(j, "error", r->status == CHAM_OK ? json_null() : json_string(r->error));
     json_object_set_new(j, "peak_device_bytes", json_integer((json_int_t)r->peak_device_bytes));
     json_object_set_new(j, "capacity_bytes", json_integer((json_int_t)r->capacity_bytes));
-    json_object_set_new(j, "step_time_s", exp_json_number(r->step_time_s));
-    json_object_set_new(j, "mean_step_time_s", exp_json_number(r->mean_step_time_s));
-    json_object_set_new(j, "ideal_step_time_s", ideal_ok ? exp_json_number(ideal_s) : json_null());
+    json_object_set_new(j, "step_time_s", plot_json_number(r->step_time_s));
+    json_object_set_new(j, "mean_step_time_s", plot_json_number(r->mean_step_time_s));
+    json_object_set_new(j, "ideal_step_time_s", ideal_ok ? plot_json_number(ideal_s) : json_null());
     json_object_set_new(j, "overhead_vs_ideal",
                         ideal_ok && ideal_s > 0 && r->steps
-                            ? exp_json_number(r->step_time_s / ideal_s - 1) : json_null());
+                            ? plot_json_number(r->step_time_s / ideal_s - 1) : json_null());
     json_object_set_new(j, "swapped_bytes_per_step",
-                        exp_json_number(r->swapped_bytes_per_step));
+                        plot_json_number(r->swapped_bytes_per_step));
     json_object_set_new(j, "hazards", json_integer((json_int_t)r->hazards));
     json_object_set_new(j, "stage_changes", json_integer((json_int_t)r->stage_changes));
     json_object_set_new(j, "policy_regenerations",

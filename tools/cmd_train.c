@@ -360,9 +360,9 @@ static void record_validation(train_opts_t *o, const gpt_step_info_t *i)
     if (!v)
         json_object_set_new(o->series, "validation", v = json_object());
     append(v, "after_step", json_integer(i->step));
-    append(v, "loss", exp_json_number(i->loss));
+    append(v, "loss", plot_json_number(i->loss));
     append(v, "stage", json_string(cham_stage_name(i->stage)));
-    append(v, "step_time_s", exp_json_number(i->sim_step_s));
+    append(v, "step_time_s", plot_json_number(i->sim_step_s));
     append(v, "peak_bytes", json_integer((json_int_t)i->peak_bytes));
     append(v, "swapped_bytes", json_integer((json_int_t)i->swapped_bytes));
 }
@@ -378,11 +378,11 @@ static void record(train_opts_t *o, const gpt_step_info_t *i)
         const char *key;
         json_t *v;
     } values[] = {
-        {"step_time_s", exp_json_number(i->sim_step_s)},
+        {"step_time_s", plot_json_number(i->sim_step_s)},
         {"stage", json_string(cham_stage_name(i->stage))},
         {"peak_bytes", json_integer((json_int_t)i->peak_bytes)},
         {"swapped_bytes", json_integer((json_int_t)i->swapped_bytes)},
-        {"loss", exp_json_number(i->loss)},
+        {"loss", plot_json_number(i->loss)},
         {"overflow", json_boolean(i->skipped_update)},
     };
     for (size_t k = 0; k < sizeof values / sizeof values[0]; k++)
@@ -434,8 +434,8 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
         bool verify_only;
     } values[] = {
         {"steps", json_integer(r->steps), false},
-        {"final_train_loss", exp_json_number(r->final_train_loss), false},
-        {"final_val_loss", exp_json_number(r->final_val_loss), false},
+        {"final_train_loss", plot_json_number(r->final_train_loss), false},
+        {"final_val_loss", plot_json_number(r->final_val_loss), false},
         {"budget_bytes", json_integer((json_int_t)r->budget_bytes), false},
         {"unconstrained_peak_bytes", json_integer((json_int_t)r->unconstrained_peak_bytes), false},
         {"peak_device_bytes", json_integer((json_int_t)r->peak_device_bytes), false},
@@ -445,10 +445,10 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
         {"stage_changes", json_integer((json_int_t)r->stage_changes), false},
         {"policy_regenerations", json_integer((json_int_t)r->policy_regenerations), false},
         {"on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins), false},
-        {"sim_step_time_s", exp_json_number(r->steps ? r->sim_step_time_s : NAN), false},
-        {"ideal_step_time_s", exp_json_number(r->steps ? r->ideal_step_time_s : NAN), true},
-        {"overhead_vs_ideal", exp_json_number(r->overhead_vs_ideal), true},
-        {"host_overhead_ratio", exp_json_number(r->host_overhead_ratio), false},
+        {"sim_step_time_s", plot_json_number(r->steps ? r->sim_step_time_s : NAN), false},
+        {"ideal_step_time_s", plot_json_number(r->steps ? r->ideal_step_time_s : NAN), true},
+        {"overhead_vs_ideal", plot_json_number(r->overhead_vs_ideal), true},
+        {"host_overhead_ratio", plot_json_number(r->host_overhead_ratio), false},
         {"skipped_updates", json_integer((json_int_t)r->skipped_updates), false},
         {"validations", json_integer((json_int_t)r->validations), false},
         {"layers_skipped", json_integer((json_int_t)r->layers_skipped), false},
