@@ -3,7 +3,8 @@
  * toolkit), against the toolkit's own headers: every error code, enum value
  * and flag, the size of each enum and handle type as passed, and the layout
  * of the cudaDeviceProp head the backend reads, including that the buffer
- * handed to cudaGetDeviceProperties has room for the whole struct.
+ * handed to cudaGetDeviceProperties has room for the whole struct; and the
+ * same for src/device/cuda_vmm.h, the driver's virtual memory functions.
  * The expected values come from cuda_abi_ref.c, compiled with the toolkit's
  * cuda_runtime_api.h; without the toolkit at build time the test prints
  * "test_cuda_abi: skipped: ..." and exits 77. */
@@ -18,6 +19,7 @@
 
 #include "cuda_abi_ref.h"
 #include "device/cuda_api.h"
+#include "device/cuda_vmm.h"
 
 #if CHAM_TEST_CUDA_HEADERS
 
@@ -56,6 +58,28 @@ static const cham_abi_value_t ours[] = {
      (long long)sizeof(((cham_cuda_device_prop_head_t *)0)->name)},
     {"offsetof(cudaDeviceProp, totalGlobalMem)",
      (long long)offsetof(cham_cuda_device_prop_head_t, totalGlobalMem)},
+    /* cuda_vmm.h: the driver API's virtual memory. */
+    V(CUDA_SUCCESS),
+    V(CUDA_ERROR_OUT_OF_MEMORY),
+    V(CU_MEM_ALLOCATION_TYPE_PINNED),
+    V(CU_MEM_HANDLE_TYPE_NONE),
+    V(CU_MEM_LOCATION_TYPE_DEVICE),
+    V(CU_MEM_ACCESS_FLAGS_PROT_READWRITE),
+    V(CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+    {"sizeof(CUresult)", (long long)sizeof(CUresult)},
+    {"sizeof(CUdeviceptr)", (long long)sizeof(CUdeviceptr)},
+    {"sizeof(CUmemGenericAllocationHandle)", (long long)sizeof(CUmemGenericAllocationHandle)},
+    {"sizeof(CUmemLocation)", (long long)sizeof(CUmemLocation)},
+    {"offsetof(CUmemLocation, id)", (long long)offsetof(CUmemLocation, id)},
+    {"sizeof(CUmemAllocationProp)", (long long)sizeof(CUmemAllocationProp)},
+    {"offsetof(CUmemAllocationProp, location)",
+     (long long)offsetof(CUmemAllocationProp, location)},
+    {"offsetof(CUmemAllocationProp, win32HandleMetaData)",
+     (long long)offsetof(CUmemAllocationProp, win32HandleMetaData)},
+    {"offsetof(CUmemAllocationProp, allocFlags)",
+     (long long)offsetof(CUmemAllocationProp, allocFlags)},
+    {"sizeof(CUmemAccessDesc)", (long long)sizeof(CUmemAccessDesc)},
+    {"offsetof(CUmemAccessDesc, flags)", (long long)offsetof(CUmemAccessDesc, flags)},
 };
 #undef V
 

@@ -26,6 +26,7 @@
 #include "common/grow.h"
 #include "device/backends.h"
 #include "device/cuda_api.h"
+#include "device/cuda_vmm.h"
 
 /* One live allocation: a cudaMalloc segment or a cudaHostAlloc block. */
 typedef struct cuda_seg {
@@ -61,6 +62,9 @@ typedef struct cuda_ctx {
     double p2p_bandwidth;
     cuda_seg_list_t mem;     /* device segments */
     cuda_seg_list_t host;    /* pinned host blocks */
+    cham_cuda_vmm_t vmm;     /* the driver's virtual memory functions */
+    size_t granularity;      /* cuMemGetAllocationGranularity; 0 = no virtual memory */
+    uint64_t phys_bytes;     /* physical chunks held: count against cap with mem */
 } cuda_ctx_t;
 
 /* ---- errors -------------------------------------------------------------*/
@@ -236,7 +240,7 @@ static void cuda_get_info(void *vctx, cham_device_info_t *info)
 static cham_status_t cuda_mem_alloc(void *vctx, size_t bytes, void **ptr)
 {
     cuda_ctx_t *ctx = vctx;
-    if (ctx->cap && bytes > ctx->cap - ctx->mem.bytes) {
+    if (ctx->cap && bytes > ctx->cap - ctx->mem.bytes - ctx->phys_bytes) {
         cham_device_set_error(ctx->dev, "cuda: device allocation of %zu bytes exceeds the "
                               "capacity cap: %llu of %llu bytes in use", bytes,
                               (unsigned long long)ctx->mem.bytes,
@@ -437,6 +441,122 @@ static uint64_t cuda_host_time(void *vctx)
     return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
 }
 
+/* ---- virtual memory (the driver's cuMem* functions) ------------------------*/
+
+/* A failed driver call: the status, and the message on the device. */
+static cham_status_t vmm_check(cuda_ctx_t *ctx, CUresult r, const char *call, size_t bytes)
+{
+    if (r == CUDA_SUCCESS)
+        return CHAM_OK;
+    cham_device_set_error(ctx->dev, "cuda: %s of %zu bytes failed (CUresult %d)", call, bytes,
+                          r);
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? CHAM_ERR_OUT_OF_MEMORY : CHAM_ERR_BACKEND;
+}
+
+/* Device memory on this device, for cuMemCreate and the granularity. */
+static CUmemAllocationProp vmm_prop(const cuda_ctx_t *ctx)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = ctx->ordinal;
+    return prop;
+}
+
+static size_t cuda_vm_granularity(void *vctx)
+{
+    return ((cuda_ctx_t *)vctx)->granularity;
+}
+
+static cham_status_t cuda_vm_reserve(void *vctx, size_t bytes, void **va)
+{
+    cuda_ctx_t *ctx = vctx;
+    CUdeviceptr p = 0;
+    cham_status_t st = cuda_enter(ctx);
+    if (st == CHAM_OK)
+        st = vmm_check(ctx, ctx->vmm.cuMemAddressReserve(&p, bytes, ctx->granularity, 0, 0),
+                       "cuMemAddressReserve", bytes);
+    *va = (void *)(uintptr_t)p;
+    return st;
+}
+
+static cham_status_t cuda_vm_release(void *vctx, void *va, size_t bytes)
+{
+    cuda_ctx_t *ctx = vctx;
+    return vmm_check(ctx, ctx->vmm.cuMemAddressFree((CUdeviceptr)(uintptr_t)va, bytes),
+                     "cuMemAddressFree", bytes);
+}
+
+typedef struct cuda_chunk {
+    CUmemGenericAllocationHandle handle;
+    size_t bytes;
+} cuda_chunk_t;
+
+static cham_status_t cuda_phys_create(void *vctx, size_t bytes, void **phys)
+{
+    cuda_ctx_t *ctx = vctx;
+    *phys = NULL;
+    if (ctx->cap && bytes > ctx->cap - ctx->mem.bytes - ctx->phys_bytes) {
+        cham_device_set_error(ctx->dev, "cuda: a chunk of %zu bytes exceeds the capacity cap: "
+                              "%llu of %llu bytes in use", bytes,
+                              (unsigned long long)(ctx->mem.bytes + ctx->phys_bytes),
+                              (unsigned long long)ctx->cap);
+        return CHAM_ERR_OUT_OF_MEMORY;
+    }
+    cuda_chunk_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        cham_device_set_error(ctx->dev, "cuda: out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    CUmemAllocationProp prop = vmm_prop(ctx);
+    cham_status_t st = cuda_enter(ctx);
+    if (st == CHAM_OK)
+        st = vmm_check(ctx, ctx->vmm.cuMemCreate(&c->handle, bytes, &prop, 0), "cuMemCreate",
+                       bytes);
+    if (st != CHAM_OK) {
+        free(c);
+        return st;
+    }
+    c->bytes = bytes;
+    ctx->phys_bytes += bytes;
+    *phys = c;
+    return CHAM_OK;
+}
+
+static void cuda_phys_release(void *vctx, void *phys)
+{
+    cuda_ctx_t *ctx = vctx;
+    cuda_chunk_t *c = phys;
+    vmm_check(ctx, ctx->vmm.cuMemRelease(c->handle), "cuMemRelease", c->bytes);
+    ctx->phys_bytes -= c->bytes;
+    free(c);
+}
+
+static cham_status_t cuda_vm_map(void *vctx, void *va, void *phys, size_t bytes)
+{
+    cuda_ctx_t *ctx = vctx;
+    const cuda_chunk_t *c = phys;
+    CUdeviceptr p = (CUdeviceptr)(uintptr_t)va;
+    CUmemAccessDesc access = {.location = vmm_prop(ctx).location,
+                              .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    cham_status_t st = vmm_check(ctx, ctx->vmm.cuMemMap(p, bytes, 0, c->handle, 0), "cuMemMap",
+                                 bytes);
+    if (st == CHAM_OK &&
+        (st = vmm_check(ctx, ctx->vmm.cuMemSetAccess(p, bytes, &access, 1), "cuMemSetAccess",
+                        bytes)) != CHAM_OK)
+        ctx->vmm.cuMemUnmap(p, bytes);
+    return st;
+}
+
+static cham_status_t cuda_vm_unmap(void *vctx, void *va, size_t bytes)
+{
+    cuda_ctx_t *ctx = vctx;
+    return vmm_check(ctx, ctx->vmm.cuMemUnmap((CUdeviceptr)(uintptr_t)va, bytes), "cuMemUnmap",
+                     bytes);
+}
+
 static const cham_backend_iface_t cuda_iface = {
     /* .api_version: the interface version this table was written for. */
     .api_version = CHAM_BACKEND_API_VERSION,
@@ -491,6 +611,16 @@ static const cham_backend_iface_t cuda_iface = {
     .host_time = cuda_host_time,
     /* .host_work: NULL, real time passes by itself. */
     .host_work = NULL,
+    /* Task and hazard hooks: not offered (docs/device.md). */
+    /* Virtual memory through the driver's cuMem* functions (cuda_vmm.h),
+     * when libcuda offers them; else vm_granularity reports 0. */
+    .vm_granularity = cuda_vm_granularity,
+    .vm_reserve = cuda_vm_reserve,
+    .vm_release = cuda_vm_release,
+    .phys_create = cuda_phys_create,
+    .phys_release = cuda_phys_release,
+    .vm_map = cuda_vm_map,
+    .vm_unmap = cuda_vm_unmap,
 };
 
 /* ---- open ---------------------------------------------------------------*/
@@ -576,6 +706,14 @@ cham_status_t cham_cuda_open(const cham_device_config_t *config, cham_device_t *
     ctx->h2d_bandwidth = config->h2d_bandwidth;
     ctx->d2h_bandwidth = config->d2h_bandwidth;
     ctx->p2p_bandwidth = config->p2p_bandwidth;
+    /* Virtual memory when the driver offers it; without, the device still
+     * works (allocators use classic segments). */
+    size_t g = 0;
+    CUmemAllocationProp prop_vm = vmm_prop(ctx);
+    if (cham_cuda_vmm_load(&ctx->vmm, why, sizeof why) == CHAM_OK &&
+        ctx->vmm.cuMemGetAllocationGranularity(&g, &prop_vm, CU_MEM_ALLOC_GRANULARITY_MINIMUM) ==
+            CUDA_SUCCESS)
+        ctx->granularity = g;
 
     st = cham_device_open_iface(&cuda_iface, ctx, out);
     if (st != CHAM_OK)
