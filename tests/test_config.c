@@ -116,14 +116,34 @@ static void assert_configs_equal(const cham_config_t *a, const cham_config_t *b)
 static void test_defaults(void **state)
 {
     (void)state;
+    /* The documented values (docs/config.md): a device field left 0 or
+     * NULL means the preset's or the sim's default, which the opened
+     * device must then show. */
     cham_config_t c = cham_config_default();
-    cham_device_config_t d = cham_device_config_default();
     assert_string_equal(c.device.backend, "sim");
-    assert_ptr_equal(c.device.preset, d.preset);
-    assert_int_equal(c.device.capacity, d.capacity);
-    assert_int_equal(c.device.queue_depth, d.queue_depth);
-    assert_int_equal(c.device.data, d.data);
+    assert_null(c.device.preset);
+    assert_int_equal(c.device.ordinal, 0);
+    assert_int_equal(c.device.capacity, 0);
+    assert_true(c.device.peak_flops == 0 && c.device.hbm_bandwidth == 0 &&
+                c.device.h2d_bandwidth == 0 && c.device.d2h_bandwidth == 0 &&
+                c.device.p2p_bandwidth == 0);
+    assert_int_equal(c.device.launch_ns, 0);
+    assert_int_equal(c.device.queue_depth, 0);
+    assert_int_equal(c.device.vm_granularity, 0);
+    assert_false(c.device.data);
     assert_true(c.device.hazard_check);
+    assert_false(c.expandable_segments);
+    assert_int_equal(c.allocator_shift, 0);
+    cham_device_t *dev;
+    assert_int_equal(cham_device_open(&c.device, &dev), CHAM_OK);
+    cham_device_info_t info;
+    cham_device_get_info(dev, &info);
+    assert_string_equal(info.name, cham_preset_default_name());
+    assert_int_equal(info.capacity, cham_preset_find(cham_preset_default_name())->capacity);
+    assert_false(info.data);
+    assert_int_equal(cham_vm_granularity(dev), 2 * MiB);
+    assert_true(cham_device_checks_hazards(dev));
+    cham_device_close(dev);
     assert_int_equal(c.mode, CHAM_MODE_MANAGED);
     assert_int_equal(c.pinned_budget, 16 * GiB);
     assert_int_equal(c.warmup_steps, 2);
