@@ -142,9 +142,9 @@ int main(int argc, char **argv)
     }
     double gu = per_op[1][0] / per_op[0][0], gc = per_op[1][1] / per_op[0][1];
     printf("\ntarget: a 32-layer step (chameleon, Stable) under 50 ms: %.3f ms, %s\n", at32,
-           at32 < 50 ? "met" : "NOT met");
+           bench_verdict(at32 < 50));
     printf("target: time linear in layers, time per op growing at most x%.1f from %u to %u "
            "layers:\n  unlimited x%.2f, %s; chameleon x%.2f, %s\n", limit, sizes[0],
-           sizes[n - 1], gu, gu <= limit ? "met" : "NOT met", gc, gc <= limit ? "met" : "NOT met");
+           sizes[n - 1], gu, bench_verdict(gu <= limit), gc, bench_verdict(gc <= limit));
     return 0;
 }
