@@ -745,7 +745,7 @@ static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy
 }
 
 /* on_finish hands the last step's profile and the final policy over in
- * memory (the run report's input, tools/report.h), once; a run that fails
+ * memory (the run report's input, report/report.h), once; a run that fails
  * hands no profile. */
 static void test_run_on_finish(void **state)
 {
