@@ -720,6 +720,61 @@ static void test_out_of_memory_status(void **state)
     env_close(e, true);
 }
 
+/* Expandable segments strand no memory between blocks. Six 8 MiB blocks
+ * fill three of PyTorch's 20 MiB shared segments (60 MiB, the limit);
+ * freeing the first of each pair leaves 36 MiB free, in holes of 8 and
+ * 4 MiB. A 20 MiB request fits no hole and no new segment: a classic allocator
+ * fails; expandable segments move the holes' granules under it. What then
+ * cannot be had is refused with the bytes obtainable, in granules. */
+static void test_expandable_strands_nothing(void **state)
+{
+    (void)state;
+    for (int expandable = 0; expandable < 2; expandable++) {
+        cham_device_config_t c = cham_device_config_default();
+        c.capacity = 1024 * MiB;
+        cham_device_t *dev;
+        assert_int_equal(cham_device_open(&c, &dev), CHAM_OK);
+        cham_stream_t *s;
+        assert_int_equal(cham_stream_new(dev, "compute", &s), CHAM_OK);
+        cham_allocator_config_t ac = {.kind = CHAM_MEM_DEVICE, .limit = 60 * MiB,
+                                      .expandable = expandable};
+        cham_allocator_t *a;
+        assert_int_equal(cham_allocator_new(dev, &ac, &a), CHAM_OK);
+        cham_block_t *b[6], *big = NULL;
+        for (int i = 0; i < 6; i++)
+            assert_int_equal(cham_block_alloc(a, 8 * MiB, s, &b[i]), CHAM_OK);
+        for (int i = 0; i < 6; i += 2)
+            cham_block_free(a, b[i]);
+        cham_status_t st = cham_block_alloc(a, 20 * MiB, s, &big);
+        char why[512] = "";
+        if (!cham_allocator_check(a, why, sizeof why))
+            fail_msg("%s", why);
+        if (!expandable) {
+            assert_int_equal(st, CHAM_ERR_OUT_OF_MEMORY);
+        } else {
+            assert_int_equal(st, CHAM_OK);
+            cham_alloc_stats_t as;
+            cham_allocator_get_stats(a, &as);
+            assert_true(as.reserved <= 60 * MiB);
+            assert_true(as.n_vm_unmaps >= 4);        /* granules moved from the holes */
+            cham_block_t *more = NULL;
+            assert_int_equal(cham_block_alloc(a, 18 * MiB, s, &more), CHAM_ERR_OUT_OF_MEMORY);
+            const char *msg = cham_allocator_last_error(a);
+            if (!strstr(msg, "obtainable 16.00 MiB (in 2.00 MiB granules, expandable segments)"))
+                fail_msg("message: %s", msg);
+            assert_int_equal(cham_block_alloc(a, 16 * MiB, s, &more), CHAM_OK);
+            cham_block_free(a, more);
+            cham_block_free(a, big);
+        }
+        for (int i = 1; i < 6; i += 2)
+            cham_block_free(a, b[i]);
+        cham_allocator_free(a);
+        assert_int_equal(cham_device_hazard_count(dev), 0);
+        cham_stream_free(s);
+        cham_device_close(dev);
+    }
+}
+
 /* The device itself is smaller than the limit: its refusal is an OOM too. */
 static void test_device_refuses_segment(void **state)
 {
@@ -1006,6 +1061,7 @@ int main(void)
         cmocka_unit_test(test_empty_cache),
         cmocka_unit_test(test_stats_peaks_and_fragmentation),
         cmocka_unit_test(test_out_of_memory_status),
+        cmocka_unit_test(test_expandable_strands_nothing),
         cmocka_unit_test(test_device_refuses_segment),
         cmocka_unit_test(test_fault_injection),
         cmocka_unit_test(test_pinned_host_budget),

@@ -127,15 +127,22 @@ static void format_oom(cham_allocator_t *a)
     if (a->oom_status != CHAM_ERR_OUT_OF_MEMORY && a->oom_status != CHAM_ERR_HOST_BUDGET)
         what = a->kind == CHAM_MEM_DEVICE ? "device allocation failed"
                                           : "pinned host allocation failed";
+    /* Expandable segments: what one request can get is physical granules,
+     * wherever they are mapped now. */
+    char gran[64] = "";
+    if (a->granularity)
+        snprintf(gran, sizeof gran, " (in %s granules, expandable segments)",
+                 fmt_bytes(rnd, sizeof rnd, a->granularity));
     int n = snprintf(a->error, sizeof a->error,
                      "%s: requested %s (rounded %s) on stream \"%s\"; limit %s, "
-                     "allocated %s, free %s, largest free block %s",
+                     "allocated %s, free %s, %s %s%s",
                      what, fmt_bytes(req, sizeof req, o->requested),
                      o->rounded ? fmt_bytes(rnd, sizeof rnd, o->rounded) : "too large",
                      a->oom_stream, fmt_bytes(lim, sizeof lim, o->limit),
                      fmt_bytes(alc, sizeof alc, o->allocated),
                      fmt_bytes(fre, sizeof fre, o->free_bytes),
-                     fmt_bytes(lrg, sizeof lrg, o->largest_free));
+                     a->granularity ? "obtainable" : "largest free block",
+                     fmt_bytes(lrg, sizeof lrg, o->largest_free), gran);
     size_t used = n > 0 ? (size_t)n : 0;
     if (a->oom_pending_free && used < sizeof a->error) {
         n = snprintf(a->error + used, sizeof a->error - used,
