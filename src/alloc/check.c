@@ -68,13 +68,15 @@ static bool check_segment(const cham_allocator_t *a, const cham_segment_t *seg, 
             b->size > seg->size - (size_t)(b->ptr - seg->ptr))
             return fail(why, n, "block %p: size %zu", (void *)b->ptr, b->size);
         at += b->size;
-        size_t g = a->granularity;
-        for (size_t i = (size_t)(b->ptr - seg->ptr) / g;
-             g && b->state != CHAM_BLOCK_FREE && i < (size_t)(b->ptr + b->size - seg->ptr + g - 1) / g;
-             i++)
-            if (!seg->chunks[i])
-                return fail(why, n, "block %p in use over the unmapped granule %zu",
-                            (void *)b->ptr, i);
+        size_t g = a->granularity;      /* expandable: a block in use is mapped */
+        if (g && b->state != CHAM_BLOCK_FREE) {
+            size_t lo = (size_t)(b->ptr - seg->ptr) / g;
+            size_t hi = (size_t)(b->ptr + b->size - seg->ptr + g - 1) / g;
+            for (size_t i = lo; i < hi; i++)
+                if (!seg->chunks[i])
+                    return fail(why, n, "block %p in use over the unmapped granule %zu",
+                                (void *)b->ptr, i);
+        }
         bool pending = b->state == CHAM_BLOCK_PENDING_EVENTS || b->state == CHAM_BLOCK_PENDING_OP;
         if (!pending && b->events)
             return fail(why, n, "block %p: events while not pending", (void *)b->ptr);
