@@ -132,7 +132,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.device.vm_granularity, 0);
     assert_false(c.device.data);
     assert_true(c.device.hazard_check);
-    assert_false(c.expandable_segments);
+    assert_int_equal(c.allocator, CHAM_ALLOCATOR_AUTO);
     assert_int_equal(c.allocator_shift, 0);
     cham_device_t *dev;
     assert_int_equal(cham_device_open(&c.device, &dev), CHAM_OK);

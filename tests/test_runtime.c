@@ -536,6 +536,51 @@ static void test_caller_numbers_steps(void **state)
     cham_context_free(ctx);
 }
 
+/* The allocator mode: AUTO is expandable segments on a device of
+ * PyTorch's sizes and classic on a scaled-down one; CLASSIC and EXPANDABLE
+ * are what they say; the JSON config names them. */
+static void test_allocator_mode(void **state)
+{
+    (void)state;
+    const struct {
+        cham_allocator_mode_t mode;
+        uint32_t shift;
+        bool expandable;
+    } cases[] = {
+        {CHAM_ALLOCATOR_AUTO, 0, true},
+        {CHAM_ALLOCATOR_AUTO, 4, false},
+        {CHAM_ALLOCATOR_CLASSIC, 0, false},
+        {CHAM_ALLOCATOR_EXPANDABLE, 4, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cham_config_t c = cham_config_default();
+        c.device.capacity = 64 * MiB;
+        c.allocator = cases[i].mode;
+        c.allocator_shift = cases[i].shift;
+        cham_context_t *ctx;
+        assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+        cham_tensor_t *t;
+        assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "t", &t), CHAM_OK);
+        cham_op_token_t tok;
+        assert_int_equal(cham_op_token(ctx, "fill", &tok), CHAM_OK);
+        assert_int_equal(cham_op_begin(ctx, tok, NULL, 0, &t, 1), CHAM_OK);
+        assert_int_equal(cham_op_end(ctx), CHAM_OK);
+        cham_alloc_stats_t as;
+        assert_int_equal(cham_context_alloc_stats(ctx, &as), CHAM_OK);
+        if ((as.va_reserved > 0) != cases[i].expandable)
+            fail_msg("case %zu (%s, shift %u): va_reserved %llu", i,
+                     cham_allocator_mode_name(cases[i].mode), cases[i].shift,
+                     (unsigned long long)as.va_reserved);
+        cham_tensor_release(t);
+        cham_context_free(ctx);
+    }
+    cham_allocator_mode_t m = CHAM_ALLOCATOR_AUTO;
+    assert_int_equal(cham_allocator_mode_parse("expandable", &m), CHAM_OK);
+    assert_int_equal(m, CHAM_ALLOCATOR_EXPANDABLE);
+    assert_int_equal(cham_allocator_mode_parse("buddy", &m), CHAM_ERR_INVALID_ARG);
+    assert_string_equal(cham_allocator_mode_name(CHAM_ALLOCATOR_CLASSIC), "classic");
+}
+
 /* ---- advisor mode ---------------------------------------------------------*/
 
 static void test_advisor_mode(void **state)
@@ -664,6 +709,7 @@ int main(void)
         cmocka_unit_test(test_recorded_profile_plans),
         cmocka_unit_test(test_stages_through_context),
         cmocka_unit_test(test_caller_numbers_steps),
+        cmocka_unit_test(test_allocator_mode),
         cmocka_unit_test(test_advisor_mode),
         cmocka_unit_test(test_record_stream),
     };

@@ -25,7 +25,7 @@ check sim-bad-strategy 2 '--strategy must be chameleon, native, ideal, recompute
 check sim-old-policy 0 '"strategy": "ideal"' -- "${small[@]}" --policy ideal --json
 check sim-old-policy-note 0 'note: --policy is deprecated, use --strategy' -- \
   "${small[@]}" --policy ideal --quiet
-check sim-bad-allocator 2 '--allocator must be classic or expandable, got "buddy"' -- \
+check sim-bad-allocator 2 '--allocator must be auto, classic or expandable, got "buddy"' -- \
   "${small[@]}" --allocator buddy
 # Expandable segments: the same job runs, hazard-free (the unmaps wait for
 # the device), at no more memory than the capacity.

@@ -424,11 +424,3 @@ int tool_check_outputs(const char *cmd, const char *curve_dir, const tool_output
         rmdir(curve_dir);
     return rc;
 }
-
-bool tool_parse_allocator(const char *v, bool *expandable)
-{
-    if (strcmp(v, "classic") != 0 && strcmp(v, "expandable") != 0)
-        return false;
-    *expandable = strcmp(v, "expandable") == 0;
-    return true;
-}

@@ -90,10 +90,6 @@ bool tool_check_output_dir(const char *cmd, const char *flag, const char *dir, b
  * else by the same directory and name. */
 bool tool_same_file(const char *a, const char *b);
 
-/* --allocator: "classic" or "expandable" (the device allocator's
- * expandable_segments); false for anything else. */
-bool tool_parse_allocator(const char *v, bool *expandable);
-
 /* The outputs of a run (train, simulate): files (--trace, --report; a NULL
  * path is not asked for) and the --memory-curve directory with the files
  * it gets (TOOL_CURVE_FILES). */

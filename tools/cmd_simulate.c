@@ -64,8 +64,9 @@ static void usage(FILE *f)
         "  --host-memory SIZE  pinned host memory for swaps (2TiB)\n"
         "  --strategy NAME     chameleon (default), native, ideal, recompute, capuchin,\n"
         "                      vdnn (docs/baselines.md)\n"
-        "  --allocator KIND    classic (PyTorch's segments, the default) or expandable\n"
-        "                      (segments grown through virtual memory; docs/allocator.md)\n"
+        "  --allocator KIND    auto (the default: expandable where the device has\n"
+        "                      virtual memory), classic (PyTorch's segments) or\n"
+        "                      expandable (docs/allocator.md)\n"
         "  --steps N           steps to run (50)\n"
         "output:\n"
         "  --json              one JSON object with the summary\n"
@@ -236,8 +237,8 @@ static int parse(int argc, char **argv, sim_opts_t *o)
         } else if (strcmp(a, "--report") == 0) {
             o->report = v;
         } else if (strcmp(a, "--allocator") == 0) {
-            if (!tool_parse_allocator(v, &o->run.runtime.expandable_segments))
-                return tool_bad_value(CMD, a, "classic or expandable", v);
+            if (cham_allocator_mode_parse(v, &o->run.runtime.allocator) != CHAM_OK)
+                return tool_bad_value(CMD, a, "auto, classic or expandable", v);
         } else if (strcmp(a, "--strategy") == 0) {
             if (cham_strategy_parse(v, &o->run.strategy) != CHAM_OK)
                 return tool_bad_value(CMD, a, "chameleon, native, ideal, recompute, capuchin or "

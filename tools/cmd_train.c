@@ -63,7 +63,8 @@ static void usage(FILE *f)
             "  --strategy NAME       chameleon (default), native, recompute, capuchin or\n"
             "                        vdnn (docs/baselines.md)\n"
             "  --min-swap SIZE       smallest tensor worth swapping (16KiB)\n"
-            "  --allocator KIND      classic (the default) or expandable (docs/allocator.md)\n"
+            "  --allocator KIND      auto (the default: classic on the trainer's MiB-sized\n"
+            "                        devices), classic or expandable (docs/allocator.md)\n"
             "checking and output:\n"
             "  --verify              train an unconstrained copy alongside; compare every\n"
             "                        loss and, at the end, every parameter byte\n"
@@ -237,8 +238,8 @@ static int parse(int argc, char **argv, train_opts_t *o)
             if (parse_budget(v, &o->c))
                 return 2;
         } else if (strcmp(a, "--allocator") == 0) {
-            if (!tool_parse_allocator(v, &o->c.expandable_segments))
-                return tool_bad_value(CMD, a, "classic or expandable", v);
+            if (cham_allocator_mode_parse(v, &o->c.allocator) != CHAM_OK)
+                return tool_bad_value(CMD, a, "auto, classic or expandable", v);
         } else if (strcmp(a, "--min-swap") == 0) {
             if (!tool_parse_size(v, &o->c.min_swap_bytes))
                 return tool_bad_value(CMD, a, "a size such as 16KiB", v);

@@ -65,11 +65,7 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
     memset(r, 0, sizeof *r);
     cham_config_t cfg = cham_config_default();
     cfg.allocator_shift = capacity ? allocator_shift(capacity) : 0;
-    /* Granules as fine as the segments: 2 MiB >> shift, at least a page. */
-    cfg.device.vm_granularity = (UINT64_C(2) << 20) >> cfg.allocator_shift;
-    if (cfg.device.vm_granularity < 4096)
-        cfg.device.vm_granularity = 4096;
-    cfg.expandable_segments = c->expandable_segments;
+    cfg.allocator = c->allocator;
     cfg.device.preset = c->preset;
     cfg.device.capacity = capacity;
     cfg.device.data = true;

@@ -38,7 +38,7 @@ typedef struct gpt_train_config {
     size_t n_overflow_at;
     double drop_prob;            /* stochastic depth: each block's skip chance */
     uint64_t min_swap_bytes;     /* smallest tensor worth swapping (GPT_MIN_SWAP_DEFAULT) */
-    bool expandable_segments;    /* the device allocator's mode (cham_config_t) */
+    cham_allocator_mode_t allocator; /* the device allocator's (CHAM_ALLOCATOR_AUTO) */
     bool log;                    /* the runtime's log lines to stderr */
     const char *trace_path;      /* the constrained run's timeline (chameleon/trace.h) */
     const char *profile_path;    /* its last step's detailed profile, as JSON */

@@ -52,13 +52,29 @@ typedef enum cham_planner_kind {
 } cham_planner_kind_t;
 const char *cham_planner_kind_name(cham_planner_kind_t kind);
 
+/* How the device allocator obtains memory (docs/allocator.md).
+ *   CLASSIC     PyTorch's segments, one per request that finds no free block
+ *   EXPANDABLE  one reservation per stream and pool grown through the
+ *               device's virtual memory: no memory stranded between blocks
+ *   AUTO        expandable where the device has virtual memory and its
+ *               segments are of PyTorch's sizes (allocator_shift 0); classic
+ *               on the sim's scaled-down devices of a few MiB, where a map
+ *               call costs as much as a kernel */
+typedef enum cham_allocator_mode {
+    CHAM_ALLOCATOR_AUTO,
+    CHAM_ALLOCATOR_CLASSIC,
+    CHAM_ALLOCATOR_EXPANDABLE,
+} cham_allocator_mode_t;
+const char *cham_allocator_mode_name(cham_allocator_mode_t mode);
+/* CHAM_ERR_INVALID_ARG for a name that is not a mode. */
+cham_status_t cham_allocator_mode_parse(const char *name, cham_allocator_mode_t *out);
+
 typedef struct cham_config {
     cham_device_config_t device; /* backend, preset, capacity, sim knobs */
     cham_mode_t mode;
     uint64_t pinned_budget;      /* bytes of pinned host memory for swaps */
     uint32_t allocator_shift;    /* the allocators' granularity_shift (0) */
-    bool expandable_segments;    /* the device allocator grows segments through
-                                    virtual memory (false; docs/allocator.md) */
+    cham_allocator_mode_t allocator; /* CHAM_ALLOCATOR_AUTO */
     /* Stage machine (paper Algorithm 1). */
     uint32_t warmup_steps;       /* m: stable steps before GenPolicy (2) */
     uint32_t genpolicy_steps;    /* n: stable steps before Stable (5) */

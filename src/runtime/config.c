@@ -59,6 +59,7 @@ typedef enum kind {
     K_PRESET,        /* const char *: a preset's own name, or NULL */
     K_MODE,          /* cham_mode_t */
     K_PLANNER,       /* cham_planner_kind_t */
+    K_ALLOCATOR,     /* cham_allocator_mode_t */
     K_BOOL,          /* bool */
     K_INT,           /* int, integer range */
     K_U32,           /* uint32_t, integer range */
@@ -121,7 +122,7 @@ static const field_t fields[] = {
     PLAINF("mode", mode, K_MODE),
     INTF("pinned_budget", pinned_budget, K_SIZE, 1, UINT64_MAX, "(0, 16EiB) bytes"),
     INTF("allocator_shift", allocator_shift, K_U32, 0, 10, "[0, 10]"),
-    PLAINF("expandable_segments", expandable_segments, K_BOOL),
+    PLAINF("allocator", allocator, K_ALLOCATOR),
     INTF("warmup_steps", warmup_steps, K_U32, 0, 1000000, "[0, 1000000]"),
     INTF("genpolicy_steps", genpolicy_steps, K_U32, 0, 1000000, "[0, 1000000]"),
     REALF("length_tolerance", length_tolerance, 0, 1, false, true, false, "[0, 1)"),
@@ -346,6 +347,13 @@ static cham_status_t apply(cham_config_t *c, const field_t *f, const json_t *v, 
         snprintf(why, why_size, "unknown planner %s (known: chameleon, vdnn, capuchin)", got);
         return CHAM_ERR_INVALID_ARG;
     }
+    case K_ALLOCATOR: {
+        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+        if (s && cham_allocator_mode_parse(s, dst) == CHAM_OK)
+            return CHAM_OK;
+        snprintf(why, why_size, "unknown allocator %s (known: auto, classic, expandable)", got);
+        return CHAM_ERR_INVALID_ARG;
+    }
     case K_BOOL:
         if (!json_is_boolean(v)) {
             snprintf(why, why_size, "expected true or false, got %s", got);
@@ -566,6 +574,15 @@ static bool check_field(const cham_config_t *c, const field_t *f, char *why, siz
         int k = (int)*(const cham_planner_kind_t *)src;
         if (k < CHAM_PLANNER_CHAMELEON || k > CHAM_PLANNER_CAPUCHIN) {
             snprintf(why, why_size, "%s: %d is not a planner (CHAM_PLANNER_*)", f->name, k);
+            return false;
+        }
+        return true;
+    }
+    case K_ALLOCATOR: {
+        int k = (int)*(const cham_allocator_mode_t *)src;
+        if (k < CHAM_ALLOCATOR_AUTO || k > CHAM_ALLOCATOR_EXPANDABLE) {
+            snprintf(why, why_size, "%s: %d is not an allocator mode (CHAM_ALLOCATOR_*)",
+                     f->name, k);
             return false;
         }
         return true;

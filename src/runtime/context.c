@@ -39,6 +39,18 @@ const char *cham_context_last_error(const cham_context_t *ctx)
 }
 
 /* Streams and allocators; on failure the context's error says which. */
+/* Whether the device allocator uses expandable segments: when asked (a
+ * device without virtual memory then refuses, naming why), and on AUTO
+ * where the device has virtual memory and PyTorch's sizes apply; a device
+ * without (the cuda backend without a driver) keeps classic segments. */
+static bool expandable(const cham_context_t *ctx)
+{
+    if (ctx->config.allocator == CHAM_ALLOCATOR_EXPANDABLE)
+        return true;
+    return ctx->config.allocator == CHAM_ALLOCATOR_AUTO && ctx->config.allocator_shift == 0 &&
+           cham_vm_granularity(ctx->dev) > 0;
+}
+
 static cham_status_t open_parts(cham_context_t *ctx)
 {
     cham_status_t st;
@@ -51,7 +63,7 @@ static cham_status_t open_parts(cham_context_t *ctx)
         what = "creating allocators";
         cham_allocator_config_t dc = {.kind = CHAM_MEM_DEVICE,
                                       .granularity_shift = ctx->config.allocator_shift,
-                                      .expandable = ctx->config.expandable_segments};
+                                      .expandable = expandable(ctx)};
         cham_allocator_config_t hc = {.kind = CHAM_MEM_HOST_PINNED,
                                       .limit = ctx->config.pinned_budget,
                                       .granularity_shift = ctx->config.allocator_shift};
@@ -86,7 +98,13 @@ cham_status_t cham_context_new(const cham_config_t *config, cham_context_t **out
     cham_intern_init(&ctx->tokens);
     cham_stage_machine_init(&ctx->stages, config->warmup_steps, config->genpolicy_steps,
                             config->length_tolerance, config->cosine_threshold);
-    st = cham_device_open(&config->device, &ctx->dev);
+    /* The sim's granules as fine as the allocator's segments: a device of
+     * a few MiB (allocator_shift > 0) would waste most of 2 MiB granules. */
+    if (!ctx->config.device.vm_granularity && ctx->config.allocator_shift) {
+        uint64_t g = (UINT64_C(2) << 20) >> ctx->config.allocator_shift;
+        ctx->config.device.vm_granularity = g < 4096 ? 4096 : g;
+    }
+    st = cham_device_open(&ctx->config.device, &ctx->dev);
     if (st != CHAM_OK) {
         cham_context_error(NULL, "opening the device: %s", cham_device_last_error(NULL));
         cham_context_free(ctx);

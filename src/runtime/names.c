@@ -1,4 +1,6 @@
 /* Names of the runtime's enums, and dtype sizes. */
+#include <string.h>
+
 #include "chameleon/runtime.h"
 
 const char *cham_stage_name(cham_stage_t stage)
@@ -52,6 +54,28 @@ const char *cham_dtype_name(cham_dtype_t dtype)
 size_t cham_dtype_size(cham_dtype_t dtype)
 {
     return (int)dtype >= 0 && dtype < CHAM_DTYPE_COUNT_ ? dtypes[dtype].size : 0;
+}
+
+static const char *const allocator_modes[] = {
+    [CHAM_ALLOCATOR_AUTO] = "auto",
+    [CHAM_ALLOCATOR_CLASSIC] = "classic",
+    [CHAM_ALLOCATOR_EXPANDABLE] = "expandable",
+};
+
+const char *cham_allocator_mode_name(cham_allocator_mode_t mode)
+{
+    return (unsigned)mode < sizeof allocator_modes / sizeof allocator_modes[0]
+               ? allocator_modes[mode] : "?";
+}
+
+cham_status_t cham_allocator_mode_parse(const char *name, cham_allocator_mode_t *out)
+{
+    for (size_t k = 0; name && k < sizeof allocator_modes / sizeof allocator_modes[0]; k++)
+        if (strcmp(name, allocator_modes[k]) == 0) {
+            *out = (cham_allocator_mode_t)k;
+            return CHAM_OK;
+        }
+    return CHAM_ERR_INVALID_ARG;
 }
 
 const char *cham_planner_kind_name(cham_planner_kind_t kind)
