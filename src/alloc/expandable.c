@@ -79,16 +79,14 @@ cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *a, cham_stream_t *stre
     return CHAM_OK;
 }
 
-/* Keeps an unmapped chunk for later; false when the host has no memory
- * for the list. */
-static bool spare_push(cham_allocator_t *a, cham_phys_t *c)
+/* Room in the spare list for one more chunk; false when the host has no
+ * memory for it. */
+static bool spare_room(cham_allocator_t *a)
 {
     cham_phys_t **grown = cham_grow(a->spare, &a->cap_spare, a->n_spare + 1, sizeof *grown, 64);
-    if (!grown)
-        return false;
-    a->spare = grown;
-    a->spare[a->n_spare++] = c;
-    return true;
+    if (grown)
+        a->spare = grown;
+    return grown != NULL;
 }
 
 /* Takes the physical chunks of every granule wholly inside a free block
@@ -113,14 +111,13 @@ static void reclaim(cham_allocator_t *a, size_t need)
                     a->stats.n_vm_reclaims++;
                     synced = true;
                 }
+                if (!spare_room(a))
+                    return;                 /* out of host memory: take no more */
                 /* An unmap of a chunk the device layer knows mapped only
                  * fails on a broken backend: then the chunk stays put. */
                 if (cham_vm_unmap(seg->chunks[i]) != CHAM_OK)
                     continue;
-                if (!spare_push(a, seg->chunks[i])) {      /* no room to remember it */
-                    cham_vm_map(seg->chunks[i], seg->ptr + i * g);
-                    return;
-                }
+                a->spare[a->n_spare++] = seg->chunks[i];
                 seg->chunks[i] = NULL;
                 a->stats.n_vm_unmaps++;
             }
@@ -164,10 +161,13 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
             c = a->spare[--a->n_spare];
         else if ((st = cham_phys_create(a->dev, g, &c)) == CHAM_OK)
             a->stats.reserved += g;
-        if (st == CHAM_OK && (st = cham_vm_map(c, seg->ptr + i * g)) != CHAM_OK &&
-            !spare_push(a, c)) {                 /* kept for the next try, or given back */
-            cham_phys_release(c);
-            a->stats.reserved -= g;
+        if (st == CHAM_OK && (st = cham_vm_map(c, seg->ptr + i * g)) != CHAM_OK) {
+            if (spare_room(a)) {
+                a->spare[a->n_spare++] = c;      /* kept for the next try */
+            } else {
+                cham_phys_release(c);
+                a->stats.reserved -= g;
+            }
         }
         if (st != CHAM_OK) {
             snprintf(dev_err, dev_err_size, "the device refused a granule: %s (%s)",
