@@ -102,6 +102,7 @@ struct cham_segment {
     cham_segment_t *prev, *next;  /* the allocator's segment list */
     cham_phys_t **chunks;         /* expandable: the chunk mapped at each granule, or
                                      NULL; classic segments: NULL */
+    size_t n_mapped;              /* expandable: granules with a chunk */
 };
 
 /* One pending event of a deferred free. recordStream frees sit in a FIFO per

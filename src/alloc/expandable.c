@@ -119,6 +119,7 @@ static void reclaim(cham_allocator_t *a, size_t need)
                     continue;
                 a->spare[a->n_spare++] = seg->chunks[i];
                 seg->chunks[i] = NULL;
+                seg->n_mapped--;
                 a->stats.n_vm_unmaps++;
             }
         }
@@ -175,6 +176,7 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
             return st;
         }
         seg->chunks[i] = c;
+        seg->n_mapped++;
         a->stats.n_vm_maps++;
     }
     cham_alloc_bump_peaks(a);
@@ -195,7 +197,7 @@ uint64_t cham_alloc_vm_release_free(cham_allocator_t *a)
     while (seg) {
         cham_segment_t *next = seg->next;
         cham_block_t *b = seg->first;
-        if (b->state == CHAM_BLOCK_FREE && !b->next) {
+        if (b->state == CHAM_BLOCK_FREE && !b->next && seg->n_mapped == 0) {
             cham_block_tree_remove(seg->small ? &a->small : &a->large, &b->node);
             cham_alloc_put_block(a, b);
             cham_vm_release(a->dev, seg->ptr, seg->size);
