@@ -191,57 +191,6 @@ static void test_activation_formula(void **state)
     assert_int_equal(unfused - fused, probs - lse);
 }
 
-/* GenPolicy's reserve search (docs/policy.md, "Trials"): the reserve of
- * each trial, from its "usable bytes" log line. Llama 2 7B on a 48 GiB
- * 910B with PyTorch's classic segments: the first trials meet
- * fragmentation, need passive swaps and double the reserve until one is
- * enough; the next trial then takes the middle between the last that was
- * short and the first that was enough, not twice the last. */
-typedef struct usable_log {
-    int n;
-    unsigned long long usable[8];
-} usable_log_t;
-
-static void note_usable(const char *line, void *user)
-{
-    usable_log_t *u = user;
-    const char *p = strstr(line, " of ");
-    unsigned long long v;
-    if (strstr(line, "generated") && p && u->n < 8 && sscanf(p, " of %llu usable", &v) == 1)
-        u->usable[u->n++] = v;
-}
-
-static void test_reserve_search(void **state)
-{
-    (void)state;
-    cham_run_config_t c = cham_run_config_default();
-    c.model = preset("llama2-7b");
-    c.model.mbs = 4;
-    c.model.dp = 8;
-    c.model.zero = 3;
-    c.runtime.device.preset = "ascend-910b";
-    c.runtime.device.capacity = 48ull << 30;
-    c.runtime.allocator = CHAM_ALLOCATOR_CLASSIC;
-    c.steps = 9;
-    usable_log_t u = {0};
-    c.log = note_usable;
-    c.user = &u;
-    cham_run_result_t r;
-    assert_int_equal(cham_run(&c, &r), CHAM_OK);
-    assert_int_equal(r.status, CHAM_OK);
-    assert_int_equal(u.n, 5);
-    uint64_t cap = 48ull << 30;
-    uint64_t res[5];
-    for (int i = 0; i < 5; i++)
-        res[i] = cap - u.usable[i];
-    /* Doubling while short (each one passive-swapped)... */
-    assert_int_equal(res[1], 2 * res[0] + 1);
-    assert_int_equal(res[2], 2 * res[1] + 1);
-    assert_int_equal(res[3], 2 * res[2] + 1);
-    /* ...then the middle of the last short one and the first enough one. */
-    assert_int_equal(res[4], res[2] + (res[3] - res[2]) / 2);
-}
-
 /* ---- dynamic knobs ---------------------------------------------------------------*/
 
 typedef struct trace {
@@ -840,7 +789,6 @@ int main(void)
         cmocka_unit_test(test_parameter_counts),
         cmocka_unit_test(test_device_parameters_shard),
         cmocka_unit_test(test_activation_formula),
-        cmocka_unit_test(test_reserve_search),
         cmocka_unit_test(test_overflow_skips_the_update),
         cmocka_unit_test(test_overflow_probability_is_seeded),
         cmocka_unit_test(test_validation_opens_the_step),

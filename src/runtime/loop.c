@@ -187,34 +187,20 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     return plan;
 }
 
-/* Records how the step that applied the newest trial went, and picks the
- * next trial's reserve. A trial that needed passive swaps planned too close
- * to the limit; one that did not may have left memory unused. The reserve
- * is searched between the two: doubled until one is enough, then the
- * interval halved (within 1/64 of the capacity is close enough). Until a
- * trial needs passive swaps the default reserve stays: nothing says it is
- * too large. */
+/* Records how the step that applied the newest trial went. A trial that
+ * needed passive swaps planned too close to the limit: the next one gets
+ * twice the reserve. */
 static void measure_trial(cham_context_t *ctx, uint64_t step_ns)
 {
     cham_trial_t *t = &ctx->trials[ctx->n_trials - 1];
     t->step_ns = step_ns;
     t->passive = ctx->step_passive;
     t->on_demand = ctx->step_on_demand;
-    const cham_policy_view_t *p = &t->plan->view;
-    uint64_t reserve = p->capacity - p->usable;
-    if (t->passive && reserve > ctx->reserve_short)
-        ctx->reserve_short = reserve;
-    else if (!t->passive && (!ctx->reserve_enough || reserve < ctx->reserve_enough))
-        ctx->reserve_enough = reserve;
-    if (!ctx->reserve_short)
-        return;
-    if (!ctx->reserve_enough)
-        ctx->reserve = ctx->reserve_short < p->capacity / 4 ? 2 * ctx->reserve_short + 1
-                                                            : p->capacity / 2;
-    else if (ctx->reserve_enough - ctx->reserve_short > p->capacity / 64)
-        ctx->reserve = ctx->reserve_short + (ctx->reserve_enough - ctx->reserve_short) / 2;
-    else
-        ctx->reserve = ctx->reserve_enough;
+    if (t->passive) {
+        const cham_policy_view_t *p = &t->plan->view;
+        uint64_t reserve = p->capacity - p->usable;
+        ctx->reserve = reserve < p->capacity / 4 ? 2 * reserve + 1 : p->capacity / 2;
+    }
 }
 
 static cham_plan_t *best_trial(cham_context_t *ctx)
@@ -396,7 +382,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
     if (*to != CHAM_STAGE_GENPOLICY) {
         cham_plan_release(next);
         trials_clear(ctx);
-        ctx->reserve = ctx->reserve_short = ctx->reserve_enough = 0;
+        ctx->reserve = 0;
     }
 }
 

@@ -159,9 +159,6 @@ struct cham_context {
     size_t n_trials, cap_trials;
     cham_plan_t *next_plan;       /* to apply from the next step */
     uint64_t reserve;             /* planner reserve; 0 = the default rule */
-    uint64_t reserve_short;       /* GenPolicy: the largest reserve that needed
-                                     passive swaps (0: none yet) */
-    uint64_t reserve_enough;      /* the smallest that did not (0: none yet) */
     uint64_t last_sync_ns;        /* host time of the last step-end sync */
     bool synced;                  /* the last step ended with a sync */
     bool static_planned;          /* a baseline's one policy has been made */
