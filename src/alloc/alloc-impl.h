@@ -211,6 +211,12 @@ void cham_alloc_release_all_op_blocks(cham_allocator_t *alloc);
 /* deferred.c: waits for and releases every deferred free; frees the events. */
 void cham_alloc_drain_deferred(cham_allocator_t *alloc);
 
+/* caching.c: links seg (size bytes at ptr, for stream sid's pool) into the
+ * allocator's list with b as its one block, taken (ALLOCATED); unlinks it. */
+void cham_alloc_segment_link(cham_allocator_t *alloc, cham_segment_t *seg, cham_block_t *b,
+                             char *ptr, size_t size, cham_stream_t *stream, int sid, bool small);
+void cham_alloc_segment_unlink(cham_allocator_t *alloc, cham_segment_t *seg);
+
 /* expandable.c: a new reservation for a rounded request, its one block
  * taken (not in a pool; the caller splits it and backs it). */
 cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *alloc, cham_stream_t *stream, int sid,

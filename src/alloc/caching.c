@@ -223,7 +223,7 @@ static cham_status_t segment_new(cham_allocator_t *a, cham_stream_t *stream, int
         return CHAM_ERR_OUT_OF_MEMORY;
 
     cham_block_t *b = cham_alloc_get_block(a);
-    cham_segment_t *seg = malloc(sizeof *seg);
+    cham_segment_t *seg = calloc(1, sizeof *seg);
     if (!b || !seg) {
         if (b)
             cham_alloc_put_block(a, b);
@@ -241,6 +241,17 @@ static cham_status_t segment_new(cham_allocator_t *a, cham_stream_t *stream, int
                  size, cham_status_string(st), cham_device_last_error(a->dev));
         return st;
     }
+    cham_alloc_segment_link(a, seg, b, ptr, size, stream, sid, small);
+    a->stats.reserved += size;
+    a->stats.n_segment_allocs++;
+    cham_alloc_bump_peaks(a);
+    *out = b;
+    return CHAM_OK;
+}
+
+void cham_alloc_segment_link(cham_allocator_t *a, cham_segment_t *seg, cham_block_t *b,
+                             char *ptr, size_t size, cham_stream_t *stream, int sid, bool small)
+{
     seg->ptr = ptr;
     seg->size = size;
     seg->stream = stream;
@@ -252,16 +263,20 @@ static cham_status_t segment_new(cham_allocator_t *a, cham_stream_t *stream, int
     if (a->segments)
         a->segments->prev = seg;
     a->segments = seg;
-
     b->ptr = ptr;
     b->size = size;
     b->seg = seg;
     b->state = CHAM_BLOCK_ALLOCATED;
-    a->stats.reserved += size;
-    a->stats.n_segment_allocs++;
-    cham_alloc_bump_peaks(a);
-    *out = b;
-    return CHAM_OK;
+}
+
+void cham_alloc_segment_unlink(cham_allocator_t *a, cham_segment_t *seg)
+{
+    if (seg->prev)
+        seg->prev->next = seg->next;
+    else
+        a->segments = seg->next;
+    if (seg->next)
+        seg->next->prev = seg->prev;
 }
 
 static void segment_free(cham_allocator_t *a, cham_segment_t *seg)
@@ -270,12 +285,7 @@ static void segment_free(cham_allocator_t *a, cham_segment_t *seg)
         cham_device_mem_free(a->dev, seg->ptr);
     else
         cham_device_host_free(a->dev, seg->ptr);
-    if (seg->prev)
-        seg->prev->next = seg->next;
-    else
-        a->segments = seg->next;
-    if (seg->next)
-        seg->next->prev = seg->prev;
+    cham_alloc_segment_unlink(a, seg);
     a->stats.reserved -= seg->size;
     a->stats.n_segment_frees++;
     free(seg);

@@ -58,21 +58,9 @@ cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *a, cham_stream_t *stre
                  : cham_device_last_error(a->dev));
         return st;
     }
-    seg->ptr = va;
-    seg->size = size;
-    seg->stream = stream;
-    seg->stream_id = sid;
-    seg->small = small;
-    seg->first = b;
     seg->chunks = chunks;
-    seg->next = a->segments;
-    if (a->segments)
-        a->segments->prev = seg;
-    a->segments = seg;
-    b->ptr = va;
-    b->size = size;
-    b->seg = seg;
-    b->state = CHAM_BLOCK_ALLOCATED;      /* taken: the caller splits and backs it */
+    /* Taken: the caller splits and backs it. */
+    cham_alloc_segment_link(a, seg, b, va, size, stream, sid, small);
     a->stats.va_reserved += size;
     a->stats.n_segment_allocs++;
     *out = b;
@@ -201,12 +189,7 @@ uint64_t cham_alloc_vm_release_free(cham_allocator_t *a)
             cham_block_tree_remove(seg->small ? &a->small : &a->large, &b->node);
             cham_alloc_put_block(a, b);
             cham_vm_release(a->dev, seg->ptr, seg->size);
-            if (seg->prev)
-                seg->prev->next = seg->next;
-            else
-                a->segments = seg->next;
-            if (seg->next)
-                seg->next->prev = seg->prev;
+            cham_alloc_segment_unlink(a, seg);
             a->stats.va_reserved -= seg->size;
             a->stats.n_segment_frees++;
             free(seg->chunks);
