@@ -802,6 +802,10 @@ static gen_t *gen_new(uint64_t seed, pt_mode_t mode)
     if (chance(&r, 0.2))
         c.cosine_threshold = 0.9;
     c.pytorch_record_stream = g->mode == PT_MODE_PYTORCH;
+    /* Every third seed forces expandable segments on these MiB-sized
+     * devices (auto would choose classic), from the seed rather than the
+     * generator, so that the other knobs of every seed stay as they were. */
+    c.allocator = seed % 3 == 0 ? CHAM_ALLOCATOR_EXPANDABLE : CHAM_ALLOCATOR_AUTO;
     g->budget_share = chance(&r, 0.15) ? 0.7 + 0.3 * unit(&r) : 0;
     g->init_op = chance(&r, 0.5);
     g->knobs = c;
