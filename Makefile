@@ -6,7 +6,7 @@ PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 
 .PHONY: all deps demo test test-plain test-sanitize cuda-check bench install clean \
-        fuzz fuzz-smoke soak
+        fuzz fuzz-smoke soak release-check
 
 all: deps
 	cmake -S . -B $(BUILD) $(CMAKE_ARGS)
@@ -45,6 +45,13 @@ test-sanitize:
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir build-asan --output-on-failure -j $(JOBS)
 
+# Everything compiled as a user's Release build would (-O3 -DNDEBUG; gcc
+# warns about different things at -O3), warnings as errors. CI runs it.
+release-check: deps
+	rm -rf build-release
+	CC=gcc cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake --build build-release -j $(JOBS)
+
 # The cuda backend's tests alone (they also run in `make test`): the
 # backend is always built and loads the CUDA runtime at run time; where the
 # toolkit is installed, test_cuda loads its libcudart and test_cuda_abi
@@ -82,4 +89,4 @@ install: all
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) build-test build-asan build-cuda build-fuzz build-soak
+	rm -rf $(BUILD) build-test build-asan build-release build-cuda build-fuzz build-soak

@@ -396,10 +396,12 @@ static void print_notes(int repeat, const bench_trace_t *t, const replay_result_
            rf->max_free_runs);
     if (rc->vm_maps)
         printf("  expandable segments: %" PRIu64 " granule maps and %" PRIu64 " unmaps in %"
-               PRIu64 " device waits to take granules from free blocks (%.1f maps per "
-               "training step); peak reserved counts the chunks held, mapped or spare.\n",
-               rc->vm_maps, rc->vm_unmaps, rc->vm_reclaims,
-               t->steps ? (double)rc->vm_maps / (double)t->steps : 0.0);
+               PRIu64 " device waits to take granules from free blocks; %" PRIu64 " of the "
+               "calls by the end of the first training step (the segments growing to the "
+               "peak, once), at most %" PRIu64 " in any later step. Peak reserved counts the "
+               "chunks held, mapped or spare.\n",
+               rc->vm_maps, rc->vm_unmaps, rc->vm_reclaims, rc->vm_calls_setup,
+               rc->vm_calls_max_step);
     if (t->n_ops < MIN_OPS)
         printf("  fewer than %u operations: timings are less stable.\n", MIN_OPS);
 #ifdef SLOW_BUILD
@@ -420,13 +422,19 @@ static void print_targets(const bench_trace_t *t, const replay_result_t *rc,
     if (!rc->vm_maps)
         return;
     /* Map and unmap calls cost the host driver time the replay does not
-     * spend: charged at the sim's assumed 5 us each (docs/device.md). */
-    double vm_ns = (double)(rc->vm_maps + rc->vm_unmaps) * 5000.0 / (double)t->n_ops;
+     * spend: charged at the sim's assumed 5 us each (docs/device.md). The
+     * growth to the peak is paid once, so what a long run pays per op is
+     * the steady state: the worst later step's calls over a step's ops. */
+    double step_ops = t->steps ? (double)(t->steps_end - t->steps_begin) / (double)t->steps : 1;
+    double steady_ns = (double)rc->vm_calls_max_step * 5000.0 / step_ops;
+    double run_ns = (double)(rc->vm_maps + rc->vm_unmaps) * 5000.0 / (double)t->n_ops;
     printf("targets (issue 16), expandable segments:\n"
            "  fragmentation <= 2%% at every step's peak:      %s (%.2f%%)\n"
-           "  <= 100 ns per op with map calls at 5 us each:  %s (%.1f ns + %.1f ns)\n",
+           "  <= 100 ns per op with map calls at 5 us each:  %s (%.1f ns + %.1f ns in the "
+           "worst step after the first; this run's %" PRIu64 " ops with the growth: + %.1f ns)\n",
            bench_verdict(rc->worst_step_frag <= 0.02), 100 * rc->worst_step_frag,
-           bench_verdict(c_op + vm_ns <= 100.0), c_op, vm_ns);
+           bench_verdict(c_op + steady_ns <= 100.0), c_op, steady_ns, (uint64_t)t->n_ops,
+           run_ns);
 }
 
 int main(int argc, char **argv)

@@ -148,7 +148,7 @@ static void finish_timed(const replay_env_t *env, const replay_allocator_t *A, v
  * reaches its peak, and the maximum over samples where at least 10% of the
  * capacity is free. */
 static void sample(replay_result_t *r, const bench_trace_t *t, uint64_t i, uint64_t allocated,
-                   uint64_t capacity, double frag)
+                   uint64_t capacity, double frag, uint64_t vm_calls)
 {
     r->samples++;
     if (allocated > r->peak_allocated) {
@@ -172,6 +172,13 @@ static void sample(replay_result_t *r, const bench_trace_t *t, uint64_t i, uint6
         r->step_peak_frag = frag;
     }
     if (i + 1 == t->step_ends[r->step]) {
+        /* Map calls: the first step grows the segments to the peak, once;
+         * a later step's calls are what a long run pays every step. */
+        if (r->step == 0)
+            r->vm_calls_setup = vm_calls;
+        else if (vm_calls - r->vm_calls_mark > r->vm_calls_max_step)
+            r->vm_calls_max_step = vm_calls - r->vm_calls_mark;
+        r->vm_calls_mark = vm_calls;
         if (r->step_peak_frag > r->worst_step_frag) {
             r->worst_step_frag = r->step_peak_frag;
             r->worst_step = r->step;
@@ -203,7 +210,7 @@ void replay_checked(const replay_env_t *env, const replay_allocator_t *A, replay
         }
         replay_sample_t s;
         A->sample(a, &s);
-        sample(r, t, i, s.allocated, s.capacity, s.fragmentation);
+        sample(r, t, i, s.allocated, s.capacity, s.fragmentation, s.vm_calls);
         if (s.free_runs > r->max_free_runs)
             r->max_free_runs = s.free_runs;
     }

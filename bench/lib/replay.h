@@ -38,6 +38,7 @@ typedef struct replay_sample {
     uint64_t allocated, capacity;
     double fragmentation;    /* 1 - largest free block / free memory */
     uint64_t free_runs;      /* first-fit: entries in its free list */
+    uint64_t vm_calls;       /* caching, expandable: map + unmap calls so far */
 } replay_sample_t;
 
 /* What one allocator reports after a replay. */
@@ -91,6 +92,9 @@ typedef struct replay_result {
     uint64_t max_free_runs;  /* first-fit: longest free list */
     uint64_t segments;       /* caching: segments obtained from the device */
     uint64_t vm_maps, vm_unmaps, vm_reclaims;   /* caching, expandable segments */
+    uint64_t vm_calls_setup;     /* map + unmap calls up to the first step's end */
+    uint64_t vm_calls_max_step;  /* the most in one later training step */
+    uint64_t vm_calls_mark;      /* calls counted at the last step's end */
     /* timed replays, one entry per repetition */
     double ns_op[100], ns_alloc[100], ns_free[100];
     uint64_t runs_alloc, runs_free;

@@ -44,7 +44,8 @@ static void caching_sample(void *a, replay_sample_t *out)
     cham_alloc_stats_t s;
     cham_allocator_get_stats(a, &s);
     *out = (replay_sample_t){.allocated = s.allocated, .capacity = s.limit,
-                             .fragmentation = s.fragmentation};
+                             .fragmentation = s.fragmentation,
+                             .vm_calls = s.n_vm_maps + s.n_vm_unmaps};
 }
 
 /* The block must report the requested size and stream. */

@@ -129,10 +129,10 @@ static void format_oom(cham_allocator_t *a)
                                           : "pinned host allocation failed";
     /* Expandable segments: what one request can get is physical granules,
      * wherever they are mapped now. */
-    char gran[64] = "";
+    char gran[80] = "", gsz[32];
     if (a->granularity)
         snprintf(gran, sizeof gran, " (in %s granules, expandable segments)",
-                 fmt_bytes(rnd, sizeof rnd, a->granularity));
+                 fmt_bytes(gsz, sizeof gsz, a->granularity));
     int n = snprintf(a->error, sizeof a->error,
                      "%s: requested %s (rounded %s) on stream \"%s\"; limit %s, "
                      "allocated %s, free %s, %s %s%s",
