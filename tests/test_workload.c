@@ -783,6 +783,58 @@ static void test_run_on_finish(void **state)
     assert_false(seen.profile);
 }
 
+typedef struct steps_seen {
+    uint64_t stable, stable_short, trial_short, min_stable_peak;
+    uint64_t genpolicy;       /* steps that ended in GenPolicy */
+} steps_seen_t;
+
+static void on_step(const cham_run_step_t *st, void *user)
+{
+    steps_seen_t *s = user;
+    bool shortfall = st->passive || st->on_demand;
+    if (st->stage == CHAM_STAGE_STABLE) {
+        s->stable++;
+        s->stable_short += shortfall;
+        if (!s->min_stable_peak || st->peak_bytes < s->min_stable_peak)
+            s->min_stable_peak = st->peak_bytes;
+    } else if (st->stage == CHAM_STAGE_GENPOLICY) {
+        /* The stage is the one after the step: the first such step ran in
+         * WarmUp, the second was profiled without a policy; each later one
+         * applied a trial. */
+        s->trial_short += ++s->genpolicy > 2 && shortfall;
+    }
+}
+
+/* Issue 16: on expandable segments a policy can use the whole budget. The
+ * README's example shape (Llama 2 7B, ZeRO-3 over 8, at about half its
+ * unconstrained peak): no trial falls short of memory, so the reserve is
+ * never widened, and the kept policy's steps hold at least 93% of the
+ * budget (the default reserve is 5%) with no unplanned swap. */
+static void test_policy_uses_the_budget(void **state)
+{
+    (void)state;
+    cham_run_config_t c = cham_run_config_default();
+    c.model = preset("llama2-7b");
+    c.model.mbs = 4;
+    c.model.dp = 8;
+    c.model.zero = 3;
+    c.runtime.device.preset = "ascend-910b";
+    c.runtime.device.capacity = 48 * GiB;
+    c.runtime.allocator = CHAM_ALLOCATOR_EXPANDABLE;
+    c.steps = 11;
+    steps_seen_t seen = {0};
+    c.on_step = on_step;
+    c.user = &seen;
+    cham_run_result_t r;
+    assert_int_equal(cham_run(&c, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_OK);
+    assert_int_equal(r.hazards, 0);
+    assert_true(seen.stable >= 2);
+    assert_int_equal(seen.trial_short, 0);
+    assert_int_equal(seen.stable_short, 0);
+    assert_true(seen.min_stable_peak >= c.runtime.device.capacity / 100 * 93);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -803,6 +855,7 @@ int main(void)
         cmocka_unit_test(test_absurd_sizes),
         cmocka_unit_test(test_step_ops_bound),
         cmocka_unit_test(test_run_on_finish),
+        cmocka_unit_test(test_policy_uses_the_budget),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
