@@ -41,6 +41,9 @@ typedef struct cham_profile_op {
     uint32_t n_uses;
     uint64_t mem_before;
     uint64_t mem_after;
+    bool recomputable;       /* declared with cham_op_set_recompute */
+    double recompute_ns;     /* the caller's estimate of running it again
+                                (0: unknown) */
 } cham_profile_op_t;
 
 typedef enum cham_swap_kind {
@@ -56,6 +59,7 @@ typedef struct cham_profile_swap {
     uint64_t bytes;
     uint32_t sample;
     bool passive;            /* forced by an allocation failure, not planned */
+    bool recompute;          /* dropped (OUT) or recomputed (IN), no copy */
 } cham_profile_swap_t;
 
 /* The profile's parts; arrays are owned by the profile. */

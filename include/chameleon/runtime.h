@@ -32,6 +32,8 @@ typedef enum cham_residency {
     CHAM_RESIDENT_MOVING_OUT,/* a swap-out is in flight; the device copy is still valid */
     CHAM_RESIDENT_HOST,      /* data only on the host */
     CHAM_RESIDENT_MOVING_IN, /* a swap-in is in flight */
+    CHAM_RESIDENT_DROPPED,   /* nowhere: the op that made it is run again
+                                before its next use (cham_op_set_recompute) */
 } cham_residency_t;
 
 /* ---- configuration --------------------------------------------------------*/
@@ -225,6 +227,53 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
                             cham_tensor_t *const *outputs, size_t n_outputs);
 cham_status_t cham_op_end(cham_context_t *ctx);
 
+/* ---- recomputation ---------------------------------------------------------
+ * Instead of swapping a tensor out, a policy may drop it after its last
+ * forward use and run the op that made it again before its next use. The
+ * caller says which ops may be run again, and how:
+ *
+ * cham_op_set_recompute, between cham_op_begin and cham_op_end, declares
+ * the op being dispatched recomputable: a pure function of its inputs that
+ * writes exactly one output, all of that output's storage, and no input.
+ * `tag` is the caller's (it says which kernels to launch; it must stay
+ * meaningful as long as the output is alive); `cost_ns` is the caller's
+ * estimate of the op's device time (0: unknown, the planner then takes the
+ * step's mean op time). Managed mode only.
+ *
+ * The recompute hook (cham_context_on_recompute) is called when a dropped
+ * tensor is needed: its block is new, the op's inputs are on the device
+ * (brought back or recomputed first), and the hook launches the op's
+ * kernels on `stream` (the compute stream) with these addresses. It must
+ * not dispatch ops. An error it returns fails the op that needed the
+ * tensor; the tensor stays dropped.
+ *
+ * Never lost: a dropped tensor holds its inputs alive (the caller may
+ * release them; their memory waits for the recomputation), and an op that
+ * is about to write one of those inputs recomputes the tensor first. A
+ * recomputable output that is written again, or one of whose inputs is
+ * written or freed while it is still on the device, is no longer
+ * recomputable and is only ever swapped. */
+typedef struct cham_recompute_call {
+    uint64_t tag;                /* as given to cham_op_set_recompute */
+    cham_stream_t *stream;       /* launch here */
+    void *const *inputs;         /* device addresses of the op's inputs, in */
+    const size_t *input_bytes;   /*   the order given to cham_op_begin */
+    size_t n_inputs;
+    void *output;                /* to write: the dropped tensor's new block */
+    size_t output_bytes;
+} cham_recompute_call_t;
+typedef cham_status_t (*cham_recompute_hook_t)(cham_context_t *ctx,
+                                               const cham_recompute_call_t *call, void *user);
+/* One hook per context; NULL removes it (recomputable ops are then refused). */
+void cham_context_on_recompute(cham_context_t *ctx, cham_recompute_hook_t hook, void *user);
+cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag, double cost_ns);
+/* Managed mode: drops a recomputable tensor's storage now (its block is
+ * reused in stream order); it is recomputed at its next use. A policy does
+ * this itself; callers may too. CHAM_ERR_INVALID_ARG, saying why, when the
+ * storage cannot be recomputed (not declared, written since, not on the
+ * device, an input gone). */
+cham_status_t cham_tensor_drop(cham_tensor_t *t);
+
 /* Ops dispatched since the context was made: the numbering free_after_op
  * of an action uses (the op being dispatched has number cham_context_ops
  * until its cham_op_end). */
@@ -361,6 +410,12 @@ typedef struct cham_runtime_stats {
     uint64_t policy_failures;    /* plans that could not be made */
     uint64_t policy_cache_hits;  /* steps that got a kept policy back */
     uint64_t steps_with_policy;  /* steps run with a policy applied */
+    uint64_t drops;              /* tensors dropped to be recomputed */
+    uint64_t recomputes;         /* ops run again for them (chains count each) */
+    uint64_t on_demand_recomputes; /* of those, before no planned point: an op
+                                    needed the tensor, or was about to write
+                                    one of its inputs */
+    uint64_t bytes_dropped;
 } cham_runtime_stats_t;
 void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *stats);
 /* Starts mem_peak again from the memory in use now (for per-step peaks). */

@@ -102,17 +102,24 @@ bool cham_json_fail_got(cham_json_reader_t *r, const char *expected, const json_
     return cham_json_fail(r, CHAM_ERR_INVALID_ARG, "expected %s, got %s", expected, got);
 }
 
+/* A key of a list; "?name" is the optional key "name". */
+static const char *key_name(const char *k)
+{
+    return k[0] == '?' ? k + 1 : k;
+}
+
 static bool in_list(const char *key, const char *const *keys, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        if (strcmp(key, keys[i]) == 0)
+        if (strcmp(key, key_name(keys[i])) == 0)
             return true;
     }
     return false;
 }
 
-/* v must be an object with exactly keys (all required): unknown keys are
- * reported first, since a misspelt key is also a missing one. */
+/* v must be an object with exactly keys (all required but those written
+ * "?name"): unknown keys are reported first, since a misspelt key is also
+ * a missing one. */
 bool cham_json_check_object(cham_json_reader_t *r, const json_t *v, const char *what,
                          const char *const *keys, size_t n_keys)
 {
@@ -127,7 +134,7 @@ bool cham_json_check_object(cham_json_reader_t *r, const json_t *v, const char *
             known[0] = '\0';
             for (size_t i = 0; i < n_keys && used + 1 < sizeof known; i++) {
                 int w = snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                                 keys[i]);
+                                 key_name(keys[i]));
                 if (w < 0)
                     break;
                 used += (size_t)w;
@@ -138,7 +145,7 @@ bool cham_json_check_object(cham_json_reader_t *r, const json_t *v, const char *
         }
     }
     for (size_t i = 0; i < n_keys; i++) {
-        if (!json_object_get(v, keys[i]))
+        if (keys[i][0] != '?' && !json_object_get(v, keys[i]))
             return cham_json_fail(r, CHAM_ERR_INVALID_ARG, "missing key \"%s\"", keys[i]);
     }
     return true;
@@ -146,6 +153,20 @@ bool cham_json_check_object(cham_json_reader_t *r, const json_t *v, const char *
 
 /* Field readers: each reads obj[key] (present: cham_json_check_object ran) with
  * key on the path, so a failure names the field. */
+
+bool cham_json_read_number(cham_json_reader_t *r, const json_t *obj, const char *key,
+                           double *out)
+{
+    size_t mark = cham_json_push_key(r, key);
+    const json_t *v = json_object_get(obj, key);
+    bool ok = json_is_number(v);
+    if (ok)
+        *out = json_number_value(v);
+    else
+        cham_json_fail_got(r, "a number", v);
+    cham_json_pop(r, mark);
+    return ok;
+}
 
 bool cham_json_read_u53(cham_json_reader_t *r, const json_t *obj, const char *key, uint64_t *out)
 {

@@ -56,10 +56,14 @@ void cham_json_describe(char *buf, size_t n, const json_t *v);
 
 /* v must be an object with exactly keys (all required): unknown keys are
  * reported first, since a misspelt key is also a missing one. */
+/* keys: all required, but those written "?name" (optional "name"). */
 bool cham_json_check_object(cham_json_reader_t *r, const json_t *v, const char *what,
                             const char *const *keys, size_t n_keys);
 
 /* Field readers: each reads obj[key] with key on the path. */
+/* A finite number, integer or real. */
+bool cham_json_read_number(cham_json_reader_t *r, const json_t *obj, const char *key,
+                           double *out);
 bool cham_json_read_u53(cham_json_reader_t *r, const json_t *obj, const char *key,
                         uint64_t *out);
 bool cham_json_read_u32(cham_json_reader_t *r, const json_t *obj, const char *key,

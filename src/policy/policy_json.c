@@ -302,20 +302,6 @@ cham_status_t cham_policy_save_json(const cham_policy_t *p, const char *path, ch
 
 typedef cham_json_reader_t reader_t;
 
-/* obj[key] must be a finite number (integer or real). */
-static bool read_number(reader_t *r, const json_t *obj, const char *key, double *out)
-{
-    size_t mark = cham_json_push_key(r, key);
-    const json_t *v = json_object_get(obj, key);
-    bool ok = json_is_number(v);
-    if (ok)
-        *out = json_number_value(v);
-    else
-        cham_json_fail_got(r, "a number", v);
-    cham_json_pop(r, mark);
-    return ok;
-}
-
 /* obj[key] must be a tensor use object. */
 static bool read_use_at(reader_t *r, const json_t *obj, const char *key, cham_tensor_use_t *u)
 {
@@ -354,7 +340,7 @@ static bool read_item(reader_t *r, const json_t *v, cham_policy_item_t *it)
            cham_json_read_u32(r, v, "swap_in_layer", UINT32_MAX, &it->swap_in_layer) &&
            cham_json_read_u32(r, v, "swap_in_op", UINT32_MAX, &it->swap_in_op) &&
            cham_json_read_u32(r, v, "use_op", UINT32_MAX, &it->use_op) &&
-           read_number(r, v, "score", &it->score) &&
+           cham_json_read_number(r, v, "score", &it->score) &&
            cham_json_read_u53(r, v, "stall_ns", &it->stall_ns);
 }
 

@@ -53,8 +53,10 @@ static const char *const swap_kind_names[] = {
 /* The keys of each object, in the order they are written. */
 static const char *const top_keys[] = {"format", "version", "step", "duration_ns",
                                        "capacity", "tokens", "ops", "swaps"};
-static const char *const op_keys[] = {"token", "phase", "mem_before", "mem_after", "uses"};
-static const char *const swap_keys[] = {"kind", "storage", "bytes", "sample", "passive"};
+static const char *const op_keys[] = {"token", "phase", "mem_before", "mem_after",
+                                      "?recompute_ns", "uses"};
+static const char *const swap_keys[] = {"kind", "storage", "bytes", "sample", "passive",
+                                        "?recompute"};
 #define N_KEYS(a) (sizeof(a) / sizeof((a)[0]))
 
 
@@ -265,6 +267,8 @@ static json_t *op_to_json(const cham_profile_t *p, const cham_profile_op_t *op)
               cham_json_put(o, "phase", json_string(cham_json_phase_names[op->phase])) &&
               cham_json_put(o, "mem_before", json_integer((json_int_t)op->mem_before)) &&
               cham_json_put(o, "mem_after", json_integer((json_int_t)op->mem_after)) &&
+              (!op->recomputable ||
+               cham_json_put(o, "recompute_ns", json_real(op->recompute_ns))) &&
               cham_json_put(o, "uses", uses = json_array());
     for (uint32_t j = 0; ok && j < op->n_uses; j++) {
         const cham_tensor_use_t *u = &p->uses[op->first_use + j];
@@ -285,7 +289,8 @@ static json_t *swap_to_json(const cham_profile_swap_t *s)
               cham_json_put(o, "storage", json_integer((json_int_t)s->storage)) &&
               cham_json_put(o, "bytes", json_integer((json_int_t)s->bytes)) &&
               cham_json_put(o, "sample", json_integer((json_int_t)s->sample)) &&
-              cham_json_put(o, "passive", json_boolean(s->passive));
+              cham_json_put(o, "passive", json_boolean(s->passive)) &&
+              (!s->recompute || cham_json_put(o, "recompute", json_true()));
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -387,6 +392,17 @@ static bool read_op(cham_json_reader_t *r, const json_t *v, cham_profile_t *p)
         return false;
     op.token = (cham_op_token_t)token;
     op.phase = (cham_phase_t)phase;
+    if (json_object_get(v, "recompute_ns")) {
+        if (!cham_json_read_number(r, v, "recompute_ns", &op.recompute_ns))
+            return false;
+        if (!(op.recompute_ns >= 0 && op.recompute_ns < 1e18)) {
+            size_t m = cham_json_push_key(r, "recompute_ns");
+            cham_json_fail(r, CHAM_ERR_INVALID_ARG, "%g is not a time in ns", op.recompute_ns);
+            cham_json_pop(r, m);
+            return false;
+        }
+        op.recomputable = true;
+    }
     op.first_use = (uint32_t)p->n_uses;
 
     size_t mark;
@@ -458,7 +474,9 @@ static bool read_swap(cham_json_reader_t *r, const json_t *v, cham_profile_swap_
               cham_json_read_u53(r, v, "storage", &s->storage) &&
               cham_json_read_u53(r, v, "bytes", &s->bytes) &&
               cham_json_read_u32(r, v, "sample", UINT32_MAX, &s->sample) &&
-              cham_json_read_bool(r, v, "passive", &s->passive);
+              cham_json_read_bool(r, v, "passive", &s->passive) &&
+              (!json_object_get(v, "recompute") ||
+               cham_json_read_bool(r, v, "recompute", &s->recompute));
     s->kind = (cham_swap_kind_t)kind;
     return ok;
 }

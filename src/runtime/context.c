@@ -141,6 +141,7 @@ void cham_context_free(cham_context_t *ctx)
     cham_stage_machine_free(&ctx->stages);
     cham_intern_free(&ctx->tokens);
     free(ctx->seq);
+    free(ctx->op_tensors);
     free(ctx);
 }
 
@@ -167,6 +168,13 @@ void cham_context_on_step(cham_context_t *ctx, cham_step_hook_t hook, void *user
     CHAM_ASSERT(ctx);
     ctx->step_hook = hook;
     ctx->step_hook_user = user;
+}
+
+void cham_context_on_recompute(cham_context_t *ctx, cham_recompute_hook_t hook, void *user)
+{
+    CHAM_ASSERT(ctx);
+    ctx->recompute_hook = hook;
+    ctx->recompute_hook_user = user;
 }
 
 void cham_context_on_swap(cham_context_t *ctx, cham_swap_hook_t hook, void *user)

@@ -31,12 +31,13 @@ static void profile_failed(cham_context_t *ctx)
 }
 
 void cham_dispatch_note_swap(cham_context_t *ctx, cham_swap_kind_t kind,
-                             const cham_storage_t *s, bool passive)
+                             const cham_storage_t *s, bool passive, bool recompute)
 {
     if (!ctx->building || ctx->profile_failed)
         return;
     cham_profile_swap_t sw = {.kind = kind, .storage = s->id, .bytes = s->bytes,
-                              .sample = cham_dispatch_sample(ctx), .passive = passive};
+                              .sample = cham_dispatch_sample(ctx), .passive = passive,
+                              .recompute = recompute};
     if (!cham_profile_add_swap(ctx->building, &sw))
         profile_failed(ctx);
 }
@@ -174,6 +175,11 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
                            cham_op_name(ctx, token), ctx->ops_in_step - 1);
         return CHAM_ERR_INVALID_ARG;
     }
+    if (ctx->in_recompute_hook) {
+        cham_context_error(ctx, "op \"%s\" begun from the recompute hook: the hook launches "
+                           "kernels, it does not dispatch ops", cham_op_name(ctx, token));
+        return CHAM_ERR_INVALID_ARG;
+    }
     if (token < 0 || (uint32_t)token >= ctx->tokens.n) {
         cham_context_error(ctx, "op begin: unknown op token %d", (int)token);
         return CHAM_ERR_INVALID_ARG;
@@ -191,6 +197,13 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
         }
         ctx->seq = seq;
     }
+    cham_tensor_t **ts = cham_grow(ctx->op_tensors, &ctx->cap_op_tensors,
+                                   n_inputs + n_outputs + 1, sizeof *ts, 8);
+    if (!ts) {
+        cham_context_error(ctx, "op begin: out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    ctx->op_tensors = ts;
     ctx->n_actions = 0;
     if (ctx->exec.plan && ctx->exec.plan->positions) {
         cham_status_t st = cham_exec_check_positions(ctx, token, inputs, n_inputs, outputs,
@@ -206,6 +219,10 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
     pin(ctx, outputs, n_outputs, false);
     ctx->in_begin = true;
     cham_status_t st = ctx->exec.plan ? cham_exec_op_begin(ctx) : CHAM_OK;
+    /* Tensors dropped to be recomputed from what this op writes are made
+     * again first. */
+    for (size_t i = 0; i < n_outputs && st == CHAM_OK; i++)
+        st = cham_recompute_before_write(outputs[i]->storage);
     if (st == CHAM_OK)
         st = prepare(inputs, n_inputs);
     if (st == CHAM_OK) {
@@ -226,6 +243,13 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
         return st;
     assert_resident(ctx, inputs, n_inputs);
     assert_resident(ctx, outputs, n_outputs);
+    for (size_t i = 0; i < n_outputs; i++)
+        cham_recompute_written(outputs[i]->storage);    /* its data changes now */
+    for (size_t i = 0; i < n_inputs + n_outputs; i++)
+        ctx->op_tensors[i] = i < n_inputs ? inputs[i] : outputs[i - n_inputs];
+    ctx->op_inputs = n_inputs;
+    ctx->op_outputs = n_outputs;
+    ctx->op_recomputable = false;
     if (ctx->config.profiler)
         ctx->seq[ctx->ops_in_step] = token;
     ctx->ops_in_step++;

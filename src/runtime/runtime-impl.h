@@ -7,6 +7,7 @@
  *   config.c    configuration and its JSON file
  *   executor.c  applying a policy: matching, planned swaps (paper §6)
  *   oom.c       allocation with the out-of-memory path (Algorithm 3)
+ *   recompute.c recomputable ops: records, drops, running them again
  *   loop.c      the stage loop: policies generated, tried, kept, cached */
 #ifndef CHAM_RUNTIME_IMPL_H
 #define CHAM_RUNTIME_IMPL_H
@@ -25,6 +26,30 @@
 #include "profile/stage.h"
 
 typedef struct cham_storage cham_storage_t;
+typedef struct cham_recompute cham_recompute_t;
+
+/* One input of a recomputable op: the bytes of `storage` it read, linked
+ * into that storage's list of dependents. While the output is dropped,
+ * `held` is a view that keeps the storage alive. */
+typedef struct cham_recompute_input {
+    cham_recompute_t *rec;
+    cham_storage_t *storage;
+    size_t offset, bytes;
+    cham_tensor_t *held;
+    struct cham_recompute_input *prev, *next;
+} cham_recompute_input_t;
+
+/* How to make `output`'s data again (cham_op_set_recompute). Invariants:
+ * output->recompute == this; each input is in its storage's dependents;
+ * output DROPPED iff every held is set. */
+struct cham_recompute {
+    cham_storage_t *output;
+    uint64_t tag;
+    double cost_ns;
+    bool releasing, dead;         /* see release_held in recompute.c */
+    size_t n_inputs;
+    cham_recompute_input_t in[];
+};
 
 /* Bytes of one tensor's data, wherever it is.
  * Invariants: residency DEVICE or MOVING_IN iff block (managed) or ptr
@@ -59,6 +84,8 @@ struct cham_storage {
     uint64_t pin;                 /* = ctx->pin while the op being begun uses it */
     uint64_t input_pin;           /* = ctx->pin while the op being begun reads it */
     uint32_t item;                /* policy item matched this step, or CHAM_MATCH_NONE */
+    cham_recompute_t *recompute;  /* how to make its data again, or NULL */
+    cham_recompute_input_t *dependents;  /* recomputable ops that read it */
     cham_storage_t *prev, *next;  /* the context's live storages */
     char label[48];               /* of its first view */
 };
@@ -149,6 +176,12 @@ struct cham_context {
     cham_storage_t *storages;     /* live ones, newest first */
     uint64_t pin;                 /* stamp of the op being begun */
     bool in_begin;                /* inside cham_op_begin */
+    bool in_recompute_hook;       /* the caller's recompute hook is running */
+    /* The op being dispatched: its tensors (cham_op_set_recompute reads
+     * them) and whether it was declared recomputable. */
+    cham_tensor_t **op_tensors;
+    size_t op_inputs, op_outputs, cap_op_tensors;
+    bool op_recomputable;
     bool preparing_outputs;       /* begin-op is bringing its outputs in */
 
     /* Acting (executor.c) and the loop around it (loop.c). */
@@ -170,6 +203,8 @@ struct cham_context {
 
     cham_step_hook_t step_hook;
     void *step_hook_user;
+    cham_recompute_hook_t recompute_hook;
+    void *recompute_hook_user;
     cham_swap_hook_t swap_hook;
     void *swap_hook_user;
     cham_log_hook_t log_hook;
@@ -197,6 +232,10 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause);
  * is taken when an op first uses it. */
 void cham_storage_dematerialize(cham_storage_t *s);
 cham_status_t cham_storage_materialize(cham_storage_t *s);
+/* tensor.c: an internal view of all of s (keeps it alive); NULL on host OOM. */
+cham_tensor_t *cham_storage_new_view(cham_storage_t *s);
+/* tensor.c: device bytes held by tensors change. */
+void cham_context_mem_add(cham_context_t *ctx, int64_t bytes);
 
 /* oom.c: whether the OOM path may move tensors out (passive swaps). */
 bool cham_oom_passive(const cham_context_t *ctx);
@@ -226,6 +265,20 @@ void cham_exec_advise(cham_context_t *ctx, cham_action_kind_t kind, cham_tensor_
 cham_status_t cham_exec_op_end(cham_context_t *ctx);
 void cham_exec_forget(cham_context_t *ctx, cham_storage_t *s);
 
+/* recompute.c: drops a storage that has a record (block reused in stream
+ * order); CHAM_ERR_INVALID_ARG with the reason when it cannot be. */
+cham_status_t cham_storage_drop(cham_storage_t *s);
+/* recompute.c: runs the op of a dropped storage again (its inputs first:
+ * brought back, or recomputed themselves). */
+cham_status_t cham_storage_recompute(cham_storage_t *s, cham_swap_cause_t cause);
+/* recompute.c: before an op writes s: dropped dependents are recomputed
+ * (they need s as it is), the others forgotten. */
+cham_status_t cham_recompute_before_write(cham_storage_t *s);
+/* recompute.c: an op has written s: its own record goes. */
+void cham_recompute_written(cham_storage_t *s);
+/* recompute.c: s is being freed: its record and its dependents' go. */
+void cham_recompute_storage_gone(cham_storage_t *s);
+
 /* loop.c: plans are shared by reference count. */
 cham_plan_t *cham_plan_retain(cham_plan_t *plan);
 void cham_plan_release(cham_plan_t *plan);
@@ -243,6 +296,6 @@ uint32_t cham_dispatch_sample(const cham_context_t *ctx);
 void cham_dispatch_start_profile(cham_context_t *ctx);
 /* dispatch.c: logs a swap for the detailed profile. */
 void cham_dispatch_note_swap(cham_context_t *ctx, cham_swap_kind_t kind,
-                             const cham_storage_t *s, bool passive);
+                             const cham_storage_t *s, bool passive, bool recompute);
 
 #endif

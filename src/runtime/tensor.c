@@ -83,7 +83,7 @@ static void storage_unlink(cham_storage_t *s)
     free(s);
 }
 
-static void mem_add(cham_context_t *ctx, int64_t bytes)
+void cham_context_mem_add(cham_context_t *ctx, int64_t bytes)
 {
     ctx->stats.mem_in_use = (uint64_t)((int64_t)ctx->stats.mem_in_use + bytes);
     if (ctx->stats.mem_in_use > ctx->stats.mem_peak)
@@ -123,7 +123,7 @@ cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dt
         cham_context_error(ctx, "out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
-    mem_add(ctx, (int64_t)bytes);
+    cham_context_mem_add(ctx, (int64_t)bytes);
     *out = t;
     return CHAM_OK;
 }
@@ -153,7 +153,7 @@ cham_status_t cham_tensor_wrap(cham_context_t *ctx, void *ptr, size_t bytes,
         return CHAM_ERR_HOST_OOM;
     }
     s->ptr = ptr;
-    mem_add(ctx, (int64_t)bytes);
+    cham_context_mem_add(ctx, (int64_t)bytes);
     *out = t;
     return CHAM_OK;
 }
@@ -181,6 +181,11 @@ cham_status_t cham_tensor_view(cham_tensor_t *base, size_t offset, size_t bytes,
     return CHAM_OK;
 }
 
+cham_tensor_t *cham_storage_new_view(cham_storage_t *s)
+{
+    return view_new(s, 0, s->bytes, CHAM_DTYPE_U8, s->label);
+}
+
 cham_tensor_t *cham_tensor_retain(cham_tensor_t *t)
 {
     CHAM_ASSERT(t && t->refs > 0 && t->refs < UINT32_MAX);
@@ -194,6 +199,7 @@ cham_tensor_t *cham_tensor_retain(cham_tensor_t *t)
 static void storage_free(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
+    cham_recompute_storage_gone(s);
     if (s->block) {
         if (s->residency == CHAM_RESIDENT_MOVING_IN)
             cham_block_record_stream(ctx->mem, s->block, ctx->swap_in);
@@ -206,7 +212,7 @@ static void storage_free(cham_storage_t *s)
         cham_block_free(ctx->pinned, s->host_block);
     }
     if (s->block || s->ptr)
-        mem_add(ctx, -(int64_t)s->bytes);
+        cham_context_mem_add(ctx, -(int64_t)s->bytes);
     cham_event_free(s->out_event);
     cham_event_free(s->in_event);
     cham_event_free(s->ext_event);
@@ -327,7 +333,7 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
                                     uint64_t free_op)
 {
     cham_context_t *ctx = s->ctx;
-    if (s->residency == CHAM_RESIDENT_HOST)
+    if (s->residency == CHAM_RESIDENT_HOST || s->residency == CHAM_RESIDENT_DROPPED)
         return CHAM_OK;
     CHAM_ASSERT(s->block);
     cham_status_t st = ensure_event(ctx, &s->out_event);
@@ -363,7 +369,7 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
     s->block = NULL;
     s->host_block = host;
     s->residency = CHAM_RESIDENT_HOST;
-    mem_add(ctx, -(int64_t)s->bytes);
+    cham_context_mem_add(ctx, -(int64_t)s->bytes);
     ctx->stats.swaps_out++;
     ctx->stats.bytes_out += s->bytes;
     if (cause == CHAM_SWAP_PASSIVE) {
@@ -372,7 +378,7 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
     } else if (cause == CHAM_SWAP_PLANNED) {
         ctx->stats.planned_swaps_out++;
     }
-    cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, cause == CHAM_SWAP_PASSIVE);
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, cause == CHAM_SWAP_PASSIVE, false);
     notify(s, true, cause, dev_ptr);
     return CHAM_OK;
 fail:
@@ -422,7 +428,7 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
     s->host_block = NULL;
     s->block = block;
     s->residency = CHAM_RESIDENT_MOVING_IN;
-    mem_add(ctx, (int64_t)s->bytes);
+    cham_context_mem_add(ctx, (int64_t)s->bytes);
     ctx->stats.swaps_in++;
     ctx->stats.bytes_in += s->bytes;
     if (cause == CHAM_SWAP_PLANNED) {
@@ -434,7 +440,7 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
                          "back on demand", (unsigned long long)ctx->number, ctx->ops_in_step,
                          s->label, (unsigned long long)s->id);
     }
-    cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false);
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false, false);
     notify(s, false, cause, cham_block_ptr(block));
     return CHAM_OK;
 }
@@ -443,6 +449,8 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t)
 {
     CHAM_ASSERT(t);
     cham_storage_t *s = t->storage;
+    if (s->residency == CHAM_RESIDENT_DROPPED)
+        return cham_storage_recompute(s, CHAM_SWAP_CALLER);
     if (s->residency != CHAM_RESIDENT_HOST)
         return CHAM_OK;
     if (!s->host_block)
@@ -480,7 +488,7 @@ void cham_storage_dematerialize(cham_storage_t *s)
     cham_block_free(ctx->mem, s->block);
     s->block = NULL;
     s->residency = CHAM_RESIDENT_HOST;
-    mem_add(ctx, -(int64_t)s->bytes);
+    cham_context_mem_add(ctx, -(int64_t)s->bytes);
 }
 
 cham_status_t cham_storage_materialize(cham_storage_t *s)
@@ -491,7 +499,7 @@ cham_status_t cham_storage_materialize(cham_storage_t *s)
     if (st != CHAM_OK)
         return st;
     s->residency = CHAM_RESIDENT_DEVICE;
-    mem_add(ctx, (int64_t)s->bytes);
+    cham_context_mem_add(ctx, (int64_t)s->bytes);
     return CHAM_OK;
 }
 
@@ -533,11 +541,11 @@ cham_status_t cham_tensor_swapped_out(cham_tensor_t *t)
     void *old = s->ptr;
     s->ptr = NULL;
     s->residency = CHAM_RESIDENT_HOST;
-    mem_add(ctx, -(int64_t)s->bytes);
+    cham_context_mem_add(ctx, -(int64_t)s->bytes);
     ctx->stats.swaps_out++;
     ctx->stats.bytes_out += s->bytes;
     ctx->stats.planned_swaps_out += cause == CHAM_SWAP_PLANNED;
-    cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, false);
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, false, false);
     notify(s, true, cause, old);
     return CHAM_OK;
 }
@@ -558,11 +566,11 @@ cham_status_t cham_tensor_swapped_in(cham_tensor_t *t, void *device_ptr)
     cham_swap_cause_t cause = reported_cause(s);
     s->ptr = device_ptr;
     s->residency = CHAM_RESIDENT_DEVICE;
-    mem_add(ctx, (int64_t)s->bytes);
+    cham_context_mem_add(ctx, (int64_t)s->bytes);
     ctx->stats.swaps_in++;
     ctx->stats.bytes_in += s->bytes;
     ctx->stats.planned_swaps_in += cause == CHAM_SWAP_PLANNED;
-    cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false);
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false, false);
     notify(s, false, cause, device_ptr);
     return CHAM_OK;
 }
@@ -584,6 +592,8 @@ cham_status_t cham_storage_prepare(cham_storage_t *s)
             advise_on_demand(s);
         return CHAM_OK;
     }
+    if (s->residency == CHAM_RESIDENT_DROPPED)
+        return cham_storage_recompute(s, CHAM_SWAP_ON_DEMAND);
     if (s->residency == CHAM_RESIDENT_HOST && !s->host_block)
         return cham_storage_materialize(s);
     if (s->residency == CHAM_RESIDENT_HOST) {

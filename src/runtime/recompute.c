@@ -1,0 +1,296 @@
+/* Recomputable ops: what the caller declared (cham_op_set_recompute), a
+ * storage dropped instead of swapped out, and the op run again when the
+ * storage is needed.
+ *
+ * Nothing is lost: a record exists only while its output's data is what
+ * the op made from its inputs as they are now. So a record goes when its
+ * output is written again, or when one of its inputs is written or freed
+ * while the output is on the device. Once the output is dropped, the
+ * record holds a view of each input (they stay alive whatever the caller
+ * releases), and an op about to write one of them first recomputes the
+ * output. docs/executor.md, "Recomputation". */
+#include <stdlib.h>
+
+#include "common/assert.h"
+#include "profile/profile-impl.h"
+#include "runtime/runtime-impl.h"
+
+static void unlink_input(cham_recompute_input_t *in)
+{
+    if (in->prev)
+        in->prev->next = in->next;
+    else
+        in->storage->dependents = in->next;
+    if (in->next)
+        in->next->prev = in->prev;
+}
+
+/* Forgets a record: its output is on the device, or being freed. While
+ * its held views are being released (release_held) it is only marked. */
+static void forget(cham_recompute_t *r)
+{
+    CHAM_ASSERT(r->releasing || r->output->residency != CHAM_RESIDENT_DROPPED);
+    if (r->dead)
+        return;
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        CHAM_ASSERT(r->releasing || !r->in[i].held);
+        unlink_input(&r->in[i]);
+    }
+    r->output->recompute = NULL;
+    r->dead = true;
+    if (!r->releasing)
+        free(r);
+}
+
+/* Releases the views a dropped record held. One of them may be the last
+ * of an input, whose going forgets this very record: it is then freed
+ * here, after the loop. Whether the record is still there. */
+static bool release_held(cham_recompute_t *r)
+{
+    r->releasing = true;
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        cham_tensor_t *held = r->in[i].held;
+        r->in[i].held = NULL;
+        cham_tensor_release(held);
+    }
+    r->releasing = false;
+    if (!r->dead)
+        return true;
+    free(r);
+    return false;
+}
+
+cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag, double cost_ns)
+{
+    CHAM_ASSERT(ctx);
+    const char *why = NULL;
+    cham_tensor_t **ts = ctx->op_tensors;
+    size_t n_in = ctx->op_inputs;
+    if (!ctx->in_op)
+        why = "no op is being dispatched (call it between cham_op_begin and cham_op_end)";
+    else if (ctx->config.mode != CHAM_MODE_MANAGED)
+        why = "advisor mode does not recompute yet; the caller owns memory";
+    else if (!ctx->recompute_hook)
+        why = "no recompute hook (cham_context_on_recompute)";
+    else if (!(cost_ns >= 0 && cost_ns < 1e18))
+        why = "cost_ns is not a time";
+    else if (ctx->op_recomputable)
+        why = "the op was declared recomputable already";
+    else if (ctx->op_outputs != 1)
+        why = "only ops that write exactly one tensor can be run again";
+    if (why) {
+        cham_context_error(ctx, "cham_op_set_recompute (step %llu, op %u): %s",
+                           (unsigned long long)ctx->number,
+                           ctx->ops_in_step ? ctx->ops_in_step - 1 : 0, why);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_tensor_t *out = ts[n_in];
+    cham_storage_t *o = out->storage;
+    if (out->offset != 0 || out->bytes != o->bytes)
+        why = "its output is a view of part of a storage; the rest would be lost";
+    for (size_t i = 0; i < n_in && !why; i++)
+        if (ts[i]->storage == o)
+            why = "it reads the tensor it writes";
+    if (why) {
+        cham_context_error(ctx, "cham_op_set_recompute (step %llu, op %u, output \"%s\"): %s",
+                           (unsigned long long)ctx->number, ctx->ops_in_step - 1, out->label,
+                           why);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    size_t n = n_in;              /* each input as passed: the hook gets them in order */
+    cham_recompute_t *r = malloc(sizeof *r + n * sizeof r->in[0]);
+    if (!r) {
+        cham_context_error(ctx, "cham_op_set_recompute: out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
+    if (o->recompute)             /* written by this op: use() forgot it already */
+        forget(o->recompute);
+    *r = (cham_recompute_t){.output = o, .tag = tag, .cost_ns = cost_ns, .n_inputs = n};
+    for (size_t i = 0; i < n_in; i++) {
+        cham_recompute_input_t *in = &r->in[i];
+        *in = (cham_recompute_input_t){.rec = r, .storage = ts[i]->storage,
+                                       .offset = ts[i]->offset, .bytes = ts[i]->bytes};
+        in->next = in->storage->dependents;
+        if (in->next)
+            in->next->prev = in;
+        in->storage->dependents = in;
+    }
+    o->recompute = r;
+    ctx->op_recomputable = true;
+    if (ctx->building && !ctx->profile_failed)
+        cham_profile_set_recompute(ctx->building, cost_ns);
+    return CHAM_OK;
+}
+
+void cham_recompute_storage_gone(cham_storage_t *s)
+{
+    /* A dropped dependent holds a view of s, so none is dropped. */
+    while (s->dependents)
+        forget(s->dependents->rec);
+    cham_recompute_t *r = s->recompute;
+    if (!r)
+        return;
+    if (s->residency != CHAM_RESIDENT_DROPPED) {
+        forget(r);
+        return;
+    }
+    /* Dropped and never needed again: the inputs it held may go. */
+    s->residency = CHAM_RESIDENT_HOST;
+    if (release_held(r))
+        forget(r);
+}
+
+cham_status_t cham_recompute_before_write(cham_storage_t *s)
+{
+    /* Each round recomputes a dropped dependent (it needs s as it is now)
+     * or forgets one that is on the device; a recomputation may forget
+     * others on the way (an input freed), so the list is read afresh. */
+    while (s->dependents) {
+        cham_recompute_t *r = s->dependents->rec;
+        if (r->output->residency == CHAM_RESIDENT_DROPPED) {
+            cham_status_t st = cham_storage_recompute(r->output, CHAM_SWAP_ON_DEMAND);
+            if (st != CHAM_OK)
+                return st;
+        } else {
+            forget(r);
+        }
+    }
+    return CHAM_OK;
+}
+
+void cham_recompute_written(cham_storage_t *s)
+{
+    if (s->recompute)
+        forget(s->recompute);
+}
+
+cham_status_t cham_storage_drop(cham_storage_t *s)
+{
+    cham_context_t *ctx = s->ctx;
+    cham_recompute_t *r = s->recompute;
+    const char *why = !r                                      ? "it was not made by a "
+                                                                "recomputable op, or was "
+                                                                "written since"
+                      : s->residency != CHAM_RESIDENT_DEVICE  ? "it is not on the device"
+                      : s->pin == ctx->pin && ctx->in_op      ? "the op being dispatched uses it"
+                                                              : NULL;
+    if (why) {
+        cham_context_error(ctx, "drop of \"%s\": %s", s->label, why);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        if (!(r->in[i].held = cham_storage_new_view(r->in[i].storage))) {
+            for (size_t j = 0; j < i; j++) {
+                cham_tensor_release(r->in[j].held);
+                r->in[j].held = NULL;
+            }
+            cham_context_error(ctx, "drop of \"%s\": out of host memory", s->label);
+            return CHAM_ERR_HOST_OOM;
+        }
+    }
+    /* The block's readers so far are on the compute stream, where its next
+     * user will be too, and on the caller's stream if it recorded one. */
+    if (s->ext_stream)
+        cham_block_record_stream(ctx->mem, s->block, s->ext_stream);
+    cham_block_free(ctx->mem, s->block);
+    s->block = NULL;
+    s->residency = CHAM_RESIDENT_DROPPED;
+    cham_context_mem_add(ctx, -(int64_t)s->bytes);
+    ctx->stats.drops++;
+    ctx->stats.bytes_dropped += s->bytes;
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, false, true);
+    return CHAM_OK;
+}
+
+cham_status_t cham_tensor_drop(cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    cham_storage_t *s = t->storage;
+    if (s->ctx->config.mode != CHAM_MODE_MANAGED) {
+        cham_context_error(s->ctx, "drop of \"%s\": managed mode only", s->label);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    return cham_storage_drop(s);
+}
+
+/* Recursion bound: a chain longer than this is a cycle (cannot happen:
+ * an op never reads its own output) or a pathological program. */
+#define MAX_CHAIN 64
+
+static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int depth)
+{
+    cham_context_t *ctx = s->ctx;
+    cham_recompute_t *r = s->recompute;
+    CHAM_ASSERT(r && s->residency == CHAM_RESIDENT_DROPPED);
+    if (depth > MAX_CHAIN) {
+        cham_context_error(ctx, "recomputing \"%s\": a chain of more than %d dropped tensors",
+                           s->label, MAX_CHAIN);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    /* Inputs first, each kept where it is while the others come (the OOM
+     * path does not move storages of the op being begun). */
+    s->pin = ctx->pin;
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        cham_storage_t *in = r->in[i].storage;
+        in->pin = in->input_pin = ctx->pin;
+        cham_status_t st = in->residency == CHAM_RESIDENT_DROPPED
+                               ? recompute(in, cause, depth + 1)
+                               : cham_storage_prepare(in);
+        if (st != CHAM_OK)
+            return st;
+    }
+    cham_status_t st = cham_runtime_alloc(ctx, s, "recomputation of", &s->block);
+    if (st != CHAM_OK)
+        return st;
+    void *ptrs[16], **inputs = ptrs;
+    size_t sizes[16], *bytes = sizes;
+    if (r->n_inputs > 16) {
+        inputs = malloc(r->n_inputs * sizeof *inputs);
+        bytes = malloc(r->n_inputs * sizeof *bytes);
+    }
+    if (!inputs || !bytes) {
+        st = CHAM_ERR_HOST_OOM;
+        cham_context_error(ctx, "recomputing \"%s\": out of host memory", s->label);
+    } else {
+        for (size_t i = 0; i < r->n_inputs; i++) {
+            inputs[i] = (char *)cham_block_ptr(r->in[i].storage->block) + r->in[i].offset;
+            bytes[i] = r->in[i].bytes;
+        }
+        cham_recompute_call_t call = {.tag = r->tag, .stream = ctx->compute, .inputs = inputs,
+                                      .input_bytes = bytes, .n_inputs = r->n_inputs,
+                                      .output = cham_block_ptr(s->block),
+                                      .output_bytes = s->bytes};
+        ctx->in_recompute_hook = true;
+        st = ctx->recompute_hook(ctx, &call, ctx->recompute_hook_user);
+        ctx->in_recompute_hook = false;
+        if (st != CHAM_OK && st != CHAM_ERR_HOST_OOM)
+            cham_context_error(ctx, "recomputing \"%s\": the recompute hook failed (%s)",
+                               s->label, cham_status_string(st));
+    }
+    if (inputs != ptrs)
+        free(inputs);
+    if (bytes != sizes)
+        free(bytes);
+    if (st != CHAM_OK) {
+        cham_block_free(ctx->mem, s->block);
+        s->block = NULL;
+        return st;
+    }
+    s->residency = CHAM_RESIDENT_DEVICE;
+    cham_context_mem_add(ctx, (int64_t)s->bytes);
+    ctx->stats.recomputes++;
+    if (cause != CHAM_SWAP_PLANNED) {
+        ctx->stats.on_demand_recomputes++;
+        ctx->step_on_demand++;
+    }
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false, true);
+    /* The inputs may go now: the kernels reading them are queued on the
+     * compute stream, ahead of any reuse of their blocks. */
+    release_held(r);
+    return CHAM_OK;
+}
+
+cham_status_t cham_storage_recompute(cham_storage_t *s, cham_swap_cause_t cause)
+{
+    return recompute(s, cause, 0);
+}

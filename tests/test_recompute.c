@@ -1,0 +1,334 @@
+/* Recomputation in the runtime: a tensor dropped instead of swapped out
+ * comes back bit-exact when the op that made it runs again, whatever
+ * happened to its inputs meanwhile (released, swapped out, dropped
+ * themselves, about to be overwritten); what cannot be recomputed is
+ * refused with a clear error, never lost. Real bytes, the hazard detector
+ * on. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "chameleon/chameleon.h"
+
+#define KiB (UINT64_C(1) << 10)
+#define MiB (UINT64_C(1) << 20)
+#define N (64 * KiB)
+
+enum { TAG_AFFINE = 1, TAG_SUM = 2 };
+
+typedef struct kernel_arg {
+    const unsigned char *in[2];
+    unsigned char *out;
+    size_t bytes;
+    uint64_t tag;
+} kernel_arg_t;
+
+static void run_kernel(void *p)
+{
+    const kernel_arg_t *a = p;
+    for (size_t i = 0; i < a->bytes; i++)
+        a->out[i] = a->tag == TAG_AFFINE ? (unsigned char)(a->in[0][i] * 3 + 1)
+                                         : (unsigned char)(a->in[0][i] + a->in[1][i]);
+}
+
+/* What the caller's framework does: launch the op's kernel with these
+ * addresses. Counts its calls; fails while `refuse` is set. */
+typedef struct hook_state {
+    int calls;
+    bool refuse;
+} hook_state_t;
+
+static cham_status_t launch(cham_stream_t *stream, uint64_t tag, void *const *in,
+                            size_t n_in, void *out, size_t bytes)
+{
+    kernel_arg_t a = {.out = out, .bytes = bytes, .tag = tag};
+    cham_access_t acc[3];
+    for (size_t i = 0; i < n_in; i++) {
+        a.in[i] = in[i];
+        acc[i] = (cham_access_t){in[i], bytes, CHAM_ACCESS_READ};
+    }
+    acc[n_in] = (cham_access_t){out, bytes, CHAM_ACCESS_WRITE};
+    cham_kernel_t k = {.label = tag == TAG_AFFINE ? "affine" : "sum", .bytes = 2.0 * bytes,
+                       .accesses = acc, .n_accesses = n_in + 1, .cpu_fn = run_kernel,
+                       .arg = &a};
+    return cham_kernel_launch(stream, &k);
+}
+
+static cham_status_t hook(cham_context_t *ctx, const cham_recompute_call_t *call, void *user)
+{
+    (void)ctx;
+    hook_state_t *h = user;
+    h->calls++;
+    if (h->refuse)
+        return CHAM_ERR_BACKEND;
+    assert_int_equal(call->n_inputs, call->tag == TAG_AFFINE ? 1 : 2);
+    for (size_t i = 0; i < call->n_inputs; i++)
+        assert_int_equal(call->input_bytes[i], call->output_bytes);
+    return launch(call->stream, call->tag, call->inputs, call->n_inputs, call->output,
+                  call->output_bytes);
+}
+
+typedef struct fixture {
+    cham_context_t *ctx;
+    cham_op_token_t op;
+    hook_state_t hook;
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof *f);
+    cham_config_t c = cham_config_default();
+    c.device.capacity = 64 * MiB;
+    c.device.data = true;
+    c.device.hazard_check = true;
+    c.pinned_budget = 64 * MiB;
+    if (!f || cham_context_new(&c, &f->ctx) != CHAM_OK)
+        return -1;
+    cham_context_on_recompute(f->ctx, hook, &f->hook);
+    if (cham_op_token(f->ctx, "op", &f->op) != CHAM_OK)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    assert_int_equal(cham_device_hazard_count(cham_context_device(f->ctx)), 0);
+    cham_context_free(f->ctx);
+    free(f);
+    return 0;
+}
+
+static cham_tensor_t *new_tensor(fixture_t *f, const char *label)
+{
+    cham_tensor_t *t = NULL;
+    assert_int_equal(cham_tensor_new(f->ctx, N, CHAM_DTYPE_U8, label, &t), CHAM_OK);
+    return t;
+}
+
+/* x = bytes 0, 1, 2, ... + seed, written by an op (not recomputable). */
+static void fill(fixture_t *f, cham_tensor_t *x, unsigned seed)
+{
+    assert_int_equal(cham_op_begin(f->ctx, f->op, NULL, 0, &x, 1), CHAM_OK);
+    unsigned char *p = cham_tensor_data(x);
+    cham_device_synchronize(cham_context_device(f->ctx));
+    for (size_t i = 0; i < N; i++)
+        p[i] = (unsigned char)(i * 7 + seed);
+    assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
+}
+
+/* out = op(ins), declared recomputable. */
+static void compute(fixture_t *f, uint64_t tag, cham_tensor_t **ins, size_t n,
+                    cham_tensor_t *out)
+{
+    assert_int_equal(cham_op_begin(f->ctx, f->op, ins, n, &out, 1), CHAM_OK);
+    void *in[2];
+    for (size_t i = 0; i < n; i++)
+        in[i] = cham_tensor_data(ins[i]);
+    assert_int_equal(launch(cham_context_compute_stream(f->ctx), tag, in, n,
+                            cham_tensor_data(out), N),
+                     CHAM_OK);
+    assert_int_equal(cham_op_set_recompute(f->ctx, tag, 1000.0), CHAM_OK);
+    assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
+}
+
+/* Reads t in an op and copies its bytes out. */
+static void read_back(fixture_t *f, cham_tensor_t *t, unsigned char *buf)
+{
+    assert_int_equal(cham_op_begin(f->ctx, f->op, &t, 1, NULL, 0), CHAM_OK);
+    cham_device_synchronize(cham_context_device(f->ctx));
+    memcpy(buf, cham_tensor_data(t), N);
+    assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
+}
+
+static void expect_affine(const unsigned char *got, unsigned seed)
+{
+    for (size_t i = 0; i < N; i++)
+        if (got[i] != (unsigned char)((unsigned char)(i * 7 + seed) * 3 + 1))
+            fail_msg("byte %zu: %u", i, got[i]);
+}
+
+static cham_runtime_stats_t stats(fixture_t *f)
+{
+    cham_runtime_stats_t s;
+    cham_context_get_stats(f->ctx, &s);
+    return s;
+}
+
+/* Dropped, then needed: the op runs again and the bytes are the same;
+ * meanwhile the input was released by the caller and swapped out. */
+static void test_dropped_tensor_comes_back(void **state)
+{
+    fixture_t *f = *state;
+    cham_tensor_t *x = new_tensor(f, "x"), *y = new_tensor(f, "y");
+    fill(f, x, 5);
+    compute(f, TAG_AFFINE, &x, 1, y);
+    uint64_t before = stats(f).mem_in_use;
+    assert_int_equal(cham_tensor_drop(y), CHAM_OK);
+    assert_int_equal(cham_tensor_residency(y), CHAM_RESIDENT_DROPPED);
+    assert_int_equal(stats(f).mem_in_use, before - N);
+    assert_int_equal(cham_tensor_swap_out(x, false), CHAM_OK);
+    cham_tensor_release(x);              /* the dropped y keeps it */
+    unsigned char buf[N];
+    read_back(f, y, buf);
+    expect_affine(buf, 5);
+    cham_runtime_stats_t s = stats(f);
+    assert_int_equal(s.drops, 1);
+    assert_int_equal(s.recomputes, 1);
+    assert_int_equal(s.on_demand_recomputes, 1);
+    assert_int_equal(f->hook.calls, 1);
+    assert_int_equal(s.mem_in_use, N);  /* x went with the recomputation */
+    cham_tensor_release(y);
+}
+
+/* A chain: z = y + x, y = affine(x); z and y both dropped; z needs y
+ * made again first. */
+static void test_chain(void **state)
+{
+    fixture_t *f = *state;
+    cham_tensor_t *x = new_tensor(f, "x"), *y = new_tensor(f, "y"), *z = new_tensor(f, "z");
+    fill(f, x, 9);
+    compute(f, TAG_AFFINE, &x, 1, y);
+    cham_tensor_t *ins[2] = {y, x};
+    compute(f, TAG_SUM, ins, 2, z);
+    assert_int_equal(cham_tensor_drop(z), CHAM_OK);
+    assert_int_equal(cham_tensor_drop(y), CHAM_OK);
+    cham_tensor_release(y);
+    unsigned char buf[N];
+    read_back(f, z, buf);
+    for (size_t i = 0; i < N; i++) {
+        unsigned char xv = (unsigned char)(i * 7 + 9);
+        assert_int_equal(buf[i], (unsigned char)((unsigned char)(xv * 3 + 1) + xv));
+    }
+    assert_int_equal(stats(f).recomputes, 2);
+    assert_int_equal(f->hook.calls, 2);
+    cham_tensor_release(z);
+    cham_tensor_release(x);
+    assert_int_equal(stats(f).mem_in_use, 0);
+}
+
+/* An op about to overwrite the input of a dropped tensor recomputes the
+ * tensor first: its bytes are those of the old input. */
+static void test_input_overwritten(void **state)
+{
+    fixture_t *f = *state;
+    cham_tensor_t *x = new_tensor(f, "x"), *y = new_tensor(f, "y");
+    fill(f, x, 1);
+    compute(f, TAG_AFFINE, &x, 1, y);
+    assert_int_equal(cham_tensor_drop(y), CHAM_OK);
+    fill(f, x, 2);
+    assert_int_equal(cham_tensor_residency(y), CHAM_RESIDENT_DEVICE);
+    assert_int_equal(stats(f).on_demand_recomputes, 1);
+    unsigned char buf[N];
+    read_back(f, y, buf);
+    expect_affine(buf, 1);
+    /* Now y no longer follows from x: it is only ever swapped. */
+    assert_int_equal(cham_tensor_drop(y), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "not made by a recomputable op"));
+    cham_tensor_release(y);
+    cham_tensor_release(x);
+}
+
+/* What cannot be recomputed is refused, each with its reason. */
+static void test_refusals(void **state)
+{
+    fixture_t *f = *state;
+    cham_tensor_t *x = new_tensor(f, "x"), *y = new_tensor(f, "y");
+    fill(f, x, 3);
+
+    assert_int_equal(cham_op_set_recompute(f->ctx, 1, 0), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "no op is being dispatched"));
+
+    cham_tensor_t *outs[2] = {x, y};
+    assert_int_equal(cham_op_begin(f->ctx, f->op, NULL, 0, outs, 2), CHAM_OK);
+    assert_int_equal(cham_op_set_recompute(f->ctx, 1, 0), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "exactly one tensor"));
+    assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
+
+    assert_int_equal(cham_op_begin(f->ctx, f->op, &x, 1, &x, 1), CHAM_OK);
+    assert_int_equal(cham_op_set_recompute(f->ctx, 1, 0), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "reads the tensor it writes"));
+    assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
+
+    cham_tensor_t *half = NULL;
+    assert_int_equal(cham_tensor_view(y, 0, N / 2, CHAM_DTYPE_U8, "half", &half), CHAM_OK);
+    assert_int_equal(cham_op_begin(f->ctx, f->op, &x, 1, &half, 1), CHAM_OK);
+    assert_int_equal(cham_op_set_recompute(f->ctx, 1, 0), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "part of a storage"));
+    assert_int_equal(cham_op_set_recompute(f->ctx, 1, -1), CHAM_ERR_INVALID_ARG);
+    assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
+    cham_tensor_release(half);
+
+    assert_int_equal(cham_tensor_drop(x), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "drop of \"x\""));
+
+    cham_context_on_recompute(f->ctx, NULL, NULL);
+    assert_int_equal(cham_op_begin(f->ctx, f->op, &x, 1, &y, 1), CHAM_OK);
+    assert_int_equal(cham_op_set_recompute(f->ctx, 1, 0), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "no recompute hook"));
+    assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
+    cham_context_on_recompute(f->ctx, hook, &f->hook);
+
+    /* An input freed while the output is on the device: no longer
+     * recomputable. */
+    compute(f, TAG_AFFINE, &x, 1, y);
+    cham_tensor_release(x);
+    assert_int_equal(cham_tensor_drop(y), CHAM_ERR_INVALID_ARG);
+    cham_tensor_release(y);
+}
+
+/* A failing hook fails the op that needed the tensor; the tensor stays
+ * dropped and comes back once the hook works. */
+static void test_hook_failure(void **state)
+{
+    fixture_t *f = *state;
+    cham_tensor_t *x = new_tensor(f, "x"), *y = new_tensor(f, "y");
+    fill(f, x, 4);
+    compute(f, TAG_AFFINE, &x, 1, y);
+    assert_int_equal(cham_tensor_drop(y), CHAM_OK);
+    f->hook.refuse = true;
+    assert_int_not_equal(cham_op_begin(f->ctx, f->op, &y, 1, NULL, 0), CHAM_OK);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "recompute hook failed"));
+    assert_int_equal(cham_tensor_residency(y), CHAM_RESIDENT_DROPPED);
+    f->hook.refuse = false;
+    unsigned char buf[N];
+    read_back(f, y, buf);
+    expect_affine(buf, 4);
+    cham_tensor_release(x);
+    cham_tensor_release(y);
+}
+
+/* A dropped tensor released unused: its held inputs go too. */
+static void test_release_dropped(void **state)
+{
+    fixture_t *f = *state;
+    cham_tensor_t *x = new_tensor(f, "x"), *y = new_tensor(f, "y");
+    fill(f, x, 6);
+    compute(f, TAG_AFFINE, &x, 1, y);
+    assert_int_equal(cham_tensor_drop(y), CHAM_OK);
+    cham_tensor_release(x);
+    assert_int_equal(stats(f).mem_in_use, N);   /* x, held */
+    cham_tensor_release(y);
+    assert_int_equal(stats(f).mem_in_use, 0);
+    assert_int_equal(f->hook.calls, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_dropped_tensor_comes_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_chain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_input_overwritten, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hook_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_release_dropped, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
