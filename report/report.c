@@ -61,6 +61,8 @@ static const struct summary_key {
     {"swapped_bytes", "Swapped in all (out and in)", V_BYTES},
     {"on_demand_swapins", "On-demand swap-ins", V_COUNT},
     {"passive_swapouts", "Passive swap-outs", V_COUNT},
+    {"dropped_bytes_per_step", "Dropped per step, to be recomputed", V_BYTES},
+    {"recomputes", "Ops run again (recomputation)", V_COUNT},
     {"stage_changes", "Stage changes", V_COUNT},
     {"policy_regenerations", "Policies generated", V_COUNT},
     {"skipped_updates", "Updates skipped on overflow", V_COUNT},

@@ -65,8 +65,9 @@ static void test_strategy_names_and_settings(void **state)
         c.device.capacity = 1u << 30;
         assert_int_equal(cham_strategy_apply(s, &c), CHAM_OK);
         bool managed = s == CHAM_STRATEGY_CHAMELEON || s == CHAM_STRATEGY_CAPUCHIN ||
-                       s == CHAM_STRATEGY_VDNN;
+                       s == CHAM_STRATEGY_VDNN || s == CHAM_STRATEGY_CHAMELEON_SWAP;
         assert_int_equal(c.executor, managed);
+        assert_int_equal(c.recompute, s == CHAM_STRATEGY_CHAMELEON);
         assert_int_equal(c.oom_handling, managed);
         assert_int_equal(c.planner, s == CHAM_STRATEGY_CAPUCHIN ? CHAM_PLANNER_CAPUCHIN
                                     : s == CHAM_STRATEGY_VDNN   ? CHAM_PLANNER_VDNN

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "support/profile_build.h"
 #include "support/rng.h"
 
 #include "chameleon/policy.h"
@@ -28,44 +29,6 @@
 #define SEC UINT64_C(1000000000)
 
 /* ---- building profiles -------------------------------------------------- */
-
-typedef struct use_spec {
-    int op;
-    uint64_t storage, bytes;
-    bool output;
-} use_spec_t;
-
-/* n ops with phases ph ("F", "B", "O", "X" = other), memory samples mem
- * (2 n values, MiB), uses (sorted by op), 1 s per op. */
-static cham_profile_t *build(const char *ph, const uint64_t *mem, const use_spec_t *uses,
-                             size_t n_uses)
-{
-    size_t n = strlen(ph);
-    cham_profile_t *p = cham_profile_new(1, 0);
-    assert_non_null(p);
-    const char *names[] = {"op"};
-    assert_true(cham_profile_set_tokens(p, names, 1));
-    size_t u = 0;
-    for (size_t k = 0; k < n; k++) {
-        cham_phase_t phase = ph[k] == 'F'   ? CHAM_PHASE_FORWARD
-                             : ph[k] == 'B' ? CHAM_PHASE_BACKWARD
-                             : ph[k] == 'O' ? CHAM_PHASE_OPTIMIZER
-                                            : CHAM_PHASE_OTHER;
-        assert_true(cham_profile_begin_op(p, 0, phase, mem[2 * k] * MiB));
-        for (; u < n_uses && uses[u].op == (int)k; u++) {
-            cham_tensor_use_t x = {.storage = uses[u].storage,
-                                   .data_ptr = 0x1000 * uses[u].storage,
-                                   .bytes = uses[u].bytes * MiB,
-                                   .storage_bytes = uses[u].bytes * MiB,
-                                   .dtype = CHAM_DTYPE_F16,
-                                   .output = uses[u].output};
-            assert_true(cham_profile_add_use(p, &x));
-        }
-        cham_profile_end_op(p, mem[2 * k + 1] * MiB);
-    }
-    cham_profile_set_duration(p, n * SEC);
-    return p;
-}
 
 /* One layer per op, no reserve, capacity in MiB, bandwidths in MiB/s. */
 static cham_planner_config_t cfg_for(const char *ph, uint64_t cap_mib, double h2d_mib,
@@ -120,7 +83,7 @@ static const use_spec_t USES1[] = {
 static void test_single_peak(void **state)
 {
     (void)state;
-    cham_profile_t *p = build(PH1, MEM1, USES1, 3);
+    cham_profile_t *p = test_build_profile(PH1, MEM1, USES1, 3);
     cham_planner_config_t c = cfg_for(PH1, 800, 1024, 1024);
     cham_policy_view_t v;
     cham_policy_t *pol = plan_ok(p, &c, &v);
@@ -168,7 +131,7 @@ static const use_spec_t USES2[] = {
 static void test_score_order(void **state)
 {
     (void)state;
-    cham_profile_t *p = build(PH2, MEM2, USES2, 5);
+    cham_profile_t *p = test_build_profile(PH2, MEM2, USES2, 5);
     cham_planner_config_t c = cfg_for(PH2, 800, 1024, 1024);
     cham_policy_view_t v;
     cham_policy_t *pol = plan_ok(p, &c, &v);
@@ -213,7 +176,7 @@ static const use_spec_t USES3[] = {
 static void test_swap_in_moves_earlier(void **state)
 {
     (void)state;
-    cham_profile_t *p = build(PH3, MEM3, USES3, 6);
+    cham_profile_t *p = test_build_profile(PH3, MEM3, USES3, 6);
     cham_planner_config_t c = cfg_for(PH3, 1900, 1024, 1024);
     cham_policy_view_t v;
     cham_policy_t *pol = plan_ok(p, &c, &v);
@@ -241,7 +204,7 @@ static void test_swap_in_moves_earlier(void **state)
 static void test_fallback_stall(void **state)
 {
     (void)state;
-    cham_profile_t *p = build(PH1, MEM1, USES1, 3);
+    cham_profile_t *p = test_build_profile(PH1, MEM1, USES1, 3);
     cham_planner_config_t c = cfg_for(PH1, 800, 160, 1024);
     cham_policy_view_t v;
     cham_policy_t *pol = plan_ok(p, &c, &v);
@@ -272,7 +235,7 @@ static void test_impossible(void **state)
     (void)state;
     static const uint64_t mem[] = {100, 400, 400, 400, 400, 900, 900, 500,
                                    400, 400, 400, 400, 400, 100, 100, 100};
-    cham_profile_t *p = build(PH1, mem, USES1, 3);
+    cham_profile_t *p = test_build_profile(PH1, mem, USES1, 3);
     cham_planner_config_t c = cfg_for(PH1, 450, 1024, 1024);
     cham_policy_t *pol = (cham_policy_t *)&c;   /* must be reset to NULL */
     char err[512] = "";
@@ -309,7 +272,7 @@ static void test_eq1_layers(void **state)
     uint64_t mem[30];
     for (int i = 0; i < 30; i++)
         mem[i] = 10;
-    cham_profile_t *p = build(ph, mem, NULL, 0);
+    cham_profile_t *p = test_build_profile(ph, mem, NULL, 0);
     cham_planner_config_t c = cfg_for(ph, 100, 1024, 1024);
     c.forward_layers = 3;
     c.backward_layers = 2;
@@ -399,7 +362,7 @@ static void test_default_layer_count(void **state)
 static void test_op_costs_move_swap_in(void **state)
 {
     (void)state;
-    cham_profile_t *p = build(PH1, MEM1, USES1, 3);
+    cham_profile_t *p = test_build_profile(PH1, MEM1, USES1, 3);
     cham_planner_config_t c = cfg_for(PH1, 800, 1024, 1024);
     cham_policy_view_t v;
     cham_policy_t *pol = plan_ok(p, &c, &v);

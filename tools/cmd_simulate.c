@@ -62,8 +62,9 @@ static void usage(FILE *f)
         "  --device PRESET     simulated device (`chameleon devices`; ascend-910b)\n"
         "  --capacity SIZE     device memory instead of the preset's (for example 32GiB)\n"
         "  --host-memory SIZE  pinned host memory for swaps (2TiB)\n"
-        "  --strategy NAME     chameleon (default), native, ideal, recompute, capuchin,\n"
-        "                      vdnn (docs/baselines.md)\n"
+        "  --strategy NAME     chameleon (default: swaps and recomputation),\n"
+        "                      chameleon-swap (swaps only), native, ideal, recompute,\n"
+        "                      capuchin, vdnn (docs/baselines.md)\n"
         "  --allocator KIND    auto (the default: expandable where the device has\n"
         "                      virtual memory), classic (PyTorch's segments) or\n"
         "                      expandable (docs/allocator.md)\n"
@@ -241,8 +242,8 @@ static int parse(int argc, char **argv, sim_opts_t *o)
                 return tool_bad_value(CMD, a, "auto, classic or expandable", v);
         } else if (strcmp(a, "--strategy") == 0) {
             if (cham_strategy_parse(v, &o->run.strategy) != CHAM_OK)
-                return tool_bad_value(CMD, a, "chameleon, native, ideal, recompute, capuchin or "
-                                      "vdnn", v);
+                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, native, ideal, "
+                                      "recompute, capuchin or vdnn", v);
         }
     }
     /* A preset whose attention has one kv head per head keeps it so when
@@ -357,6 +358,8 @@ static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_
                         json_integer((json_int_t)r->policy_regenerations));
     json_object_set_new(j, "on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins));
     json_object_set_new(j, "passive_swapouts", json_integer((json_int_t)r->passive_swapouts));
+    json_object_set_new(j, "recomputes", json_integer((json_int_t)r->recomputes));
+    json_object_set_new(j, "dropped_bytes_per_step", json_real(r->dropped_bytes_per_step));
     json_object_set_new(j, "ops_per_step", json_integer((json_int_t)r->ops_per_step));
     json_object_set_new(j, "series", json_incref(o->series));
     report_parts_give(&o->parts, j, "capacity_bytes", r->capacity_bytes);
@@ -387,6 +390,9 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
         printf("\n  swapping            %.2f GiB a step, %llu on-demand swap-ins, %llu passive "
                "swap-outs\n", gib(r->swapped_bytes_per_step),
                (unsigned long long)r->on_demand_swapins, (unsigned long long)r->passive_swapouts);
+        if (r->recomputes)
+            printf("  recomputation       %.2f GiB dropped a step, %llu ops run again\n",
+                   gib(r->dropped_bytes_per_step), (unsigned long long)r->recomputes);
     }
     printf("  runtime             %llu stage changes, %llu policies generated, %llu hazards\n",
            (unsigned long long)r->stage_changes, (unsigned long long)r->policy_regenerations,

@@ -60,8 +60,8 @@ static void usage(FILE *f)
             "  --device PRESET       simulated device (`chameleon devices`)\n"
             "  --capacity B          device memory: bytes (64MiB) or a percentage of the\n"
             "                        run's unconstrained peak (50%%, the default)\n"
-            "  --strategy NAME       chameleon (default), native, recompute, capuchin or\n"
-            "                        vdnn (docs/baselines.md)\n"
+            "  --strategy NAME       chameleon (default), chameleon-swap, native,\n"
+            "                        recompute, capuchin or vdnn (docs/baselines.md)\n"
             "  --min-swap SIZE       smallest tensor worth swapping (16KiB)\n"
             "  --allocator KIND      auto (the default: classic on the trainer's MiB-sized\n"
             "                        devices), classic or expandable (docs/allocator.md)\n"
@@ -259,7 +259,8 @@ static int parse(int argc, char **argv, train_opts_t *o)
         } else if (strcmp(a, "--strategy") == 0) {
             if (cham_strategy_parse(v, &o->c.strategy) != CHAM_OK ||
                 o->c.strategy == CHAM_STRATEGY_IDEAL)
-                return tool_bad_value(CMD, a, "chameleon, native, recompute, capuchin or vdnn", v);
+                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, native, recompute, capuchin "
+                                      "or vdnn", v);
         }
     }
     return check_shape(o);

@@ -43,6 +43,9 @@ typedef struct cham_planner_config {
     uint32_t free_delay_ops;     /* ops a swapped-out block waits past its
                                     predicted copy completion before reuse: a
                                     margin for the timing error of Eq. 1 (0) */
+    bool recompute;              /* may drop and recompute tensors made by
+                                    ops the profile marks recomputable
+                                    (true); false: swaps only */
     /* Optional per-op device time estimates (ns), n_ops of them, in profile
      * op order; NULL = Eq. 1 (step time spread evenly over the ops). */
     const double *op_cost_ns;
@@ -61,7 +64,10 @@ typedef struct cham_logical_layer {
     uint64_t remaining_ns;       /* transfer time not yet assigned */
 } cham_logical_layer_t;
 
-/* One tensor to swap. Ops are indices into the profile's ops. */
+/* One tensor to swap out and back, or to drop and recompute. Ops are
+ * indices into the profile's ops. A recomputed item is dropped right
+ * after swap_out_op (swap_out_done_op = swap_out_op, free_op the op after)
+ * and the op that made it runs again when op swap_in_op begins. */
 typedef struct cham_policy_item {
     uint64_t storage;            /* storage id in the profile */
     uint64_t bytes;              /* bytes moved (the storage's) */
@@ -75,6 +81,8 @@ typedef struct cham_policy_item {
     uint32_t use_op;             /* first backward use: must be back by then */
     double score;                /* Eq. 2 */
     uint64_t stall_ns;           /* predicted wait before use_op (fallback) */
+    bool recompute;              /* dropped and recomputed, not swapped */
+    uint64_t recompute_ns;       /* recompute: the re-run's predicted time */
 } cham_policy_item_t;
 
 typedef struct cham_policy_view {

@@ -42,8 +42,8 @@ typedef struct cham_profile_op {
     uint64_t mem_before;
     uint64_t mem_after;
     bool recomputable;       /* declared with cham_op_set_recompute */
-    double recompute_ns;     /* the caller's estimate of running it again
-                                (0: unknown) */
+    bool has_cost;           /* the caller gave cost_ns (cham_op_set_cost) */
+    double cost_ns;          /* the op's estimated compute-stream time */
 } cham_profile_op_t;
 
 typedef enum cham_swap_kind {

@@ -99,6 +99,9 @@ typedef struct cham_config {
     bool profiler;               /* the lightweight profiler: each step's op sequence
                                     and the stage machine (true; false needs the
                                     executor off: for measuring what it costs) */
+    bool recompute;              /* Chameleon's planner may drop tensors of
+                                    recomputable ops and run the ops again
+                                    (true; false: swaps only) */
 } cham_config_t;
 
 /* The defaults: the sim device's defaults, managed mode, a 16 GiB pinned
@@ -129,13 +132,14 @@ typedef enum cham_strategy {
     CHAM_STRATEGY_RECOMPUTE,     /* native; the caller recomputes every activation */
     CHAM_STRATEGY_CAPUCHIN,      /* one static policy, tensors named by position */
     CHAM_STRATEGY_VDNN,          /* every activation out, one-layer prefetch */
+    CHAM_STRATEGY_CHAMELEON_SWAP,/* CHAMELEON, swapping only (recompute off) */
 } cham_strategy_t;
-#define CHAM_STRATEGY_COUNT 6
+#define CHAM_STRATEGY_COUNT 7
 
 const char *cham_strategy_name(cham_strategy_t strategy);
 /* CHAM_ERR_INVALID_ARG for a name that is not a strategy. */
 cham_status_t cham_strategy_parse(const char *name, cham_strategy_t *out);
-/* Sets executor, oom_handling and planner as the strategy has them, and
+/* Sets executor, oom_handling, planner and recompute as the strategy has them, and
  * for IDEAL the capacity (the largest the config allows). RECOMPUTE is
  * the caller's work: the runtime cannot re-run the caller's ops, so it only
  * turns the runtime's management off. */
@@ -191,6 +195,8 @@ void cham_tensor_release(cham_tensor_t *t);
  * swapped out with a copy. */
 void *cham_tensor_data(const cham_tensor_t *t);
 size_t cham_tensor_bytes(const cham_tensor_t *t);
+/* Bytes of the storage the view belongs to (>= cham_tensor_bytes). */
+size_t cham_tensor_storage_bytes(const cham_tensor_t *t);
 cham_dtype_t cham_tensor_dtype(const cham_tensor_t *t);
 const char *cham_tensor_label(const cham_tensor_t *t);
 cham_residency_t cham_tensor_residency(const cham_tensor_t *t);
@@ -236,9 +242,9 @@ cham_status_t cham_op_end(cham_context_t *ctx);
  * the op being dispatched recomputable: a pure function of its inputs that
  * writes exactly one output, all of that output's storage, and no input.
  * `tag` is the caller's (it says which kernels to launch; it must stay
- * meaningful as long as the output is alive); `cost_ns` is the caller's
- * estimate of the op's device time (0: unknown, the planner then takes the
- * step's mean op time). Managed mode only.
+ * meaningful as long as the output is alive). The planner prices a re-run
+ * at the op's cost (cham_op_set_cost), else at the step's mean op time.
+ * Managed mode only.
  *
  * The recompute hook (cham_context_on_recompute) is called when a dropped
  * tensor is needed: its block is new, the op's inputs are on the device
@@ -266,13 +272,20 @@ typedef cham_status_t (*cham_recompute_hook_t)(cham_context_t *ctx,
                                                const cham_recompute_call_t *call, void *user);
 /* One hook per context; NULL removes it (recomputable ops are then refused). */
 void cham_context_on_recompute(cham_context_t *ctx, cham_recompute_hook_t hook, void *user);
-cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag, double cost_ns);
+cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag);
 /* Managed mode: drops a recomputable tensor's storage now (its block is
  * reused in stream order); it is recomputed at its next use. A policy does
  * this itself; callers may too. CHAM_ERR_INVALID_ARG, saying why, when the
  * storage cannot be recomputed (not declared, written since, not on the
  * device, an input gone). */
 cham_status_t cham_tensor_drop(cham_tensor_t *t);
+
+/* Between cham_op_begin and cham_op_end: the caller's estimate of the op's
+ * time on the compute stream, in ns (a roofline, a measurement). Planners
+ * take the ops with a cost at their word and share what is left of the
+ * measured step time among the others; without any, Eq. 1 spreads the
+ * measured step time evenly (docs/policy.md, "Op costs"). */
+cham_status_t cham_op_set_cost(cham_context_t *ctx, double ns);
 
 /* Ops dispatched since the context was made: the numbering free_after_op
  * of an action uses (the op being dispatched has number cham_context_ops

@@ -191,6 +191,10 @@ typedef struct cham_run_result {
      * block's free and its return to the pool (chameleon/alloc.h). */
     double reuse_interval_mean;
     uint64_t reuse_interval_max;
+    /* Recomputation (chameleon/runtime.h): tensors dropped and ops run
+     * again for them over the run, and the bytes dropped per step. */
+    uint64_t drops, recomputes;
+    double dropped_bytes_per_step;
 } cham_run_result_t;
 
 /* Runs the workload under the strategy on the sim backend. CHAM_OK when the

@@ -135,6 +135,32 @@ bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t,
                          cham_mrl_t *mrl, double score_c, uint64_t max_bytes,
                          cham_gen_cand_t **cl, size_t *cap, size_t *n_cl);
 
+/* ---- recomputation candidates (recompute.c) ----------------------------- */
+
+/* An idle tensor whose producing op may run again at its first backward
+ * use: the op was declared recomputable, the tensor is not written between
+ * it and that use, and the op's inputs are alive then and unchanged. */
+typedef struct cham_gen_recomp {
+    uint32_t tensor;             /* index into the tensors */
+    uint64_t storage, bytes;
+    double cost_ns;              /* the op's re-run time (caller's, else the mean) */
+    uint32_t first_input, n_inputs;   /* the op's input storages in inputs[] */
+} cham_gen_recomp_t;
+
+typedef struct cham_gen_recomp_list {
+    cham_gen_recomp_t *v;        /* cheapest per byte first, no chains */
+    size_t n;
+    uint64_t *inputs;
+} cham_gen_recomp_list_t;
+
+/* The candidates, in the order the planner takes them: by cost per byte,
+ * leaving out any that reads or feeds an earlier one (so no recomputation
+ * waits on another). Empty when the profile has no recomputable op. false
+ * when the host is out of memory. */
+bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor_t *t,
+                             size_t n_t, cham_gen_recomp_list_t *out);
+void cham_gen_recompute_list_free(cham_gen_recomp_list_t *rl);
+
 /* ---- placement model (placement.c) ------------------------------------ */
 
 /* Per-layer free transfer time of one link direction: a max segment tree

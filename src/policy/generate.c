@@ -24,6 +24,7 @@ cham_planner_config_t cham_planner_config_default(void)
         .backward_layers = 0,
         .score_c = 1.0,
         .min_swap_bytes = MiB,
+        .recompute = true,
         .op_cost_ns = NULL,
         .n_op_costs = 0,
     };
@@ -165,7 +166,7 @@ bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_pr
     p->step_ns = v->duration_ns;
     p->predicted_step_ns = v->duration_ns;
     for (size_t i = 0; i < p->n_items; i++)
-        p->predicted_step_ns += p->items[i].stall_ns;
+        p->predicted_step_ns += p->items[i].stall_ns + p->items[i].recompute_ns;
     return true;
 }
 
@@ -179,6 +180,7 @@ typedef struct gen {
     size_t n_t;
     cham_gen_cand_t *cl;
     size_t cap_cl, n_cl;
+    cham_gen_recomp_list_t rl;
     cham_policy_t *pol;
     uint64_t *curve, *actual;
     uint64_t max_bytes;
@@ -191,6 +193,7 @@ static void gen_free(gen_t *g)
     cham_gen_sim_free(&g->sim);
     free(g->t);
     free(g->cl);
+    cham_gen_recompute_list_free(&g->rl);
     free(g->curve);
     free(g->actual);
 }
@@ -234,6 +237,81 @@ static long simulate_pass(gen_t *g, bool allow_stall)
     return placed;
 }
 
+typedef struct storage_index {
+    uint64_t storage;
+    uint32_t tensor;
+} storage_index_t;
+
+static int by_storage(const void *a, const void *b)
+{
+    uint64_t x = ((const storage_index_t *)a)->storage, y = ((const storage_index_t *)b)->storage;
+    return (x > y) - (x < y);
+}
+
+/* The tensor of a storage, from the tensors' index sorted by storage. */
+static cham_gen_tensor_t *tensor_of(gen_t *g, const storage_index_t *idx, uint64_t storage)
+{
+    size_t lo = 0, hi = g->n_t;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (idx[mid].storage < storage)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < g->n_t && idx[lo].storage == storage ? &g->t[idx[lo].tensor] : NULL;
+}
+
+/* The first n_recompute candidates of the list become items: dropped
+ * after their last forward use, recomputed when their first backward use
+ * begins, their bytes off the list in between. Their inputs must then be
+ * on the device by that use: a swapped input's first backward use moves
+ * up to it. false when the host is out of memory. */
+static bool choose_recompute(gen_t *g, size_t n_recompute)
+{
+    size_t k = n_recompute < g->rl.n ? n_recompute : g->rl.n;
+    if (k == 0)
+        return true;
+    storage_index_t *idx = malloc(g->n_t * sizeof *idx);
+    if (!idx)
+        return false;
+    for (size_t i = 0; i < g->n_t; i++)
+        idx[i] = (storage_index_t){g->t[i].storage, (uint32_t)i};
+    qsort(idx, g->n_t, sizeof *idx, by_storage);
+    for (size_t i = 0; i < k; i++) {
+        const cham_gen_recomp_t *c = &g->rl.v[i];
+        cham_gen_tensor_t *t = &g->t[c->tensor];
+        uint32_t f = t->last_fwd, u = t->first_bwd;
+        cham_mrl_subtract(&g->mrl, 2 * ((size_t)f + 1), 2 * (size_t)u, t->bytes);
+        t->chosen = true;
+        cham_policy_item_t it = {
+            .storage = t->storage,
+            .bytes = t->bytes,
+            .out_use = g->v->uses[t->out_use],
+            .in_use = g->v->uses[t->in_use],
+            .swap_out_op = f,
+            .swap_out_done_op = f,
+            .free_op = f + 1,
+            .swap_in_layer = g->layers.layer_of_op[u],
+            .swap_in_op = u,
+            .use_op = u,
+            .recompute = true,
+            .recompute_ns = (uint64_t)(c->cost_ns + 0.5),
+        };
+        if (!cham_policy_add_item(g->pol, &it)) {
+            free(idx);
+            return false;
+        }
+        for (uint32_t j = 0; j < c->n_inputs; j++) {
+            cham_gen_tensor_t *in = tensor_of(g, idx, g->rl.inputs[c->first_input + j]);
+            if (in && u < in->first_bwd && u > in->last_fwd)
+                in->first_bwd = u;
+        }
+    }
+    free(idx);
+    return true;
+}
+
 static cham_status_t oom(gen_t *g, char *err, size_t err_size)
 {
     cham_set_err(err, err_size, "planner: out of host memory (%zu ops)", g->v->n_ops);
@@ -257,8 +335,9 @@ static cham_status_t cannot_remove(gen_t *g, const char *why, char *err, size_t 
 }
 
 static cham_status_t plan_once(const cham_profile_t *profile,
-                               const cham_planner_config_t *config, cham_policy_t **out,
-                               char *err, size_t err_size)
+                               const cham_planner_config_t *config, size_t n_recompute,
+                               size_t *n_recomputable, cham_policy_t **out, char *err,
+                               size_t err_size)
 {
     cham_profile_view_t v;
     uint64_t capacity = 0, usable = 0;
@@ -279,6 +358,11 @@ static cham_status_t plan_once(const cham_profile_t *profile,
         !cham_mrl_init(&g.mrl, g.curve, ns, usable) ||
         !cham_gen_tensors(&v, &g.layers, config->min_swap_bytes, &g.t, &g.n_t) ||
         !cham_gen_sim_init(&g.sim, &g.layers, config->h2d_bandwidth, config->d2h_bandwidth))
+        goto host_oom;
+    if (config->recompute && !cham_gen_recompute_list(&v, g.t, g.n_t, &g.rl))
+        goto host_oom;
+    *n_recomputable = g.rl.n;
+    if (!choose_recompute(&g, n_recompute))
         goto host_oom;
     g.sim.free_delay = config->free_delay_ops;
     for (size_t i = 0; i < g.n_t; i++)
@@ -332,13 +416,15 @@ fail:
  * under the limit at that granularity is planned again with 2, 4 and 8
  * times as many logical layers: a model whose one block holds a large share
  * of the activations needs windows finer than a block (docs/policy.md). */
-cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
-                                  const cham_planner_config_t *config, cham_policy_t **out,
-                                  char *err, size_t err_size)
+static cham_status_t plan_layered(const cham_profile_t *profile,
+                                  const cham_planner_config_t *config, size_t n_recompute,
+                                  size_t *n_recomputable, cham_policy_t **out, char *err,
+                                  size_t err_size)
 {
     cham_planner_config_t whole = *config;
     whole.partial = false;
-    cham_status_t st = plan_once(profile, &whole, out, err, err_size);
+    cham_status_t st = plan_once(profile, &whole, n_recompute, n_recomputable, out, err,
+                                 err_size);
     if (st == CHAM_ERR_OUT_OF_MEMORY && !config->forward_layers && !config->backward_layers) {
         cham_profile_view_t v;
         cham_profile_get(profile, &v);
@@ -347,13 +433,89 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
             if (base > UINT32_MAX / k || base * k > v.n_ops)
                 break;
             whole.forward_layers = whole.backward_layers = base * k;
-            st = plan_once(profile, &whole, out, err, err_size);
+            st = plan_once(profile, &whole, n_recompute, n_recomputable, out, err, err_size);
         }
     }
     /* Still none: what can be placed, at the finest layering tried. */
     if (st == CHAM_ERR_OUT_OF_MEMORY && config->partial) {
         whole.partial = true;
-        st = plan_once(profile, &whole, out, err, err_size);
+        st = plan_once(profile, &whole, n_recompute, n_recomputable, out, err, err_size);
     }
     return st;
+}
+
+/* Whether policy a is better than b: one that fits before one that does
+ * not, less left over before more, then the faster predicted step. */
+static bool better(const cham_policy_t *a, const cham_policy_t *b)
+{
+    cham_policy_view_t x, y;
+    cham_policy_get(a, &x);
+    cham_policy_get(b, &y);
+    uint64_t ox = x.predicted_peak > x.usable ? x.predicted_peak - x.usable : 0;
+    uint64_t oy = y.predicted_peak > y.usable ? y.predicted_peak - y.usable : 0;
+    if (ox != oy)
+        return ox < oy;
+    return x.predicted_step_ns < y.predicted_step_ns;
+}
+
+/* Plans with the k cheapest recomputations; keeps *best (and its k) if
+ * the new one is not better. Errors other than out of memory stop the
+ * search. */
+static cham_status_t try_k(const cham_profile_t *profile, const cham_planner_config_t *config,
+                           size_t k, cham_policy_t **best, size_t *best_k, char *err,
+                           size_t err_size)
+{
+    size_t n = 0;
+    cham_policy_t *p = NULL;
+    char e[400] = "";
+    cham_status_t st = plan_layered(profile, config, k, &n, &p, e, sizeof e);
+    if (st == CHAM_ERR_OUT_OF_MEMORY)
+        return CHAM_OK;
+    if (st != CHAM_OK) {
+        cham_set_err(err, err_size, "%s", e);
+        return st;
+    }
+    if (!*best || better(p, *best)) {
+        cham_policy_free(*best);
+        *best = p;
+        *best_k = k;
+    } else {
+        cham_policy_free(p);
+    }
+    return CHAM_OK;
+}
+
+/* Swaps, and the k cheapest recomputations (cost per byte) for the k that
+ * predicts the best policy (one that fits before one that does not, then
+ * the fastest step, each re-run priced in): a coarse sweep of 16 points
+ * over the candidates, then every k between the best one's neighbours
+ * (docs/policy.md, "Recomputation"). */
+cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
+                                  const cham_planner_config_t *config, cham_policy_t **out,
+                                  char *err, size_t err_size)
+{
+    size_t n = 0;
+    cham_status_t st = plan_layered(profile, config, 0, &n, out, err, err_size);
+    if (!config->recompute || n == 0 || (st != CHAM_OK && st != CHAM_ERR_OUT_OF_MEMORY))
+        return st;
+    cham_policy_t *best = st == CHAM_OK ? *out : NULL;
+    *out = NULL;
+    size_t best_k = 0, step = n / 16 ? n / 16 : 1;
+    for (size_t k = step; st == CHAM_OK || st == CHAM_ERR_OUT_OF_MEMORY; k += step) {
+        st = try_k(profile, config, k < n ? k : n, &best, &best_k, err, err_size);
+        if (k >= n)
+            break;
+    }
+    size_t lo = best_k > step ? best_k - step + 1 : 1, hi = best_k + step - 1;
+    for (size_t k = lo; k <= hi && k <= n && st == CHAM_OK; k++)
+        if (k != best_k && k % step != 0)
+            st = try_k(profile, config, k, &best, &best_k, err, err_size);
+    if (st != CHAM_OK) {
+        cham_policy_free(best);
+        return st;
+    }
+    if (!best)     /* none at any k: the swap-only failure says why */
+        return plan_layered(profile, config, 0, &n, out, err, err_size);
+    *out = best;
+    return CHAM_OK;
 }

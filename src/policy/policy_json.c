@@ -41,7 +41,7 @@ static const char *const layer_keys[] = {"start_op", "n_ops", "phase", "time_ns"
                                          "remaining_ns"};
 static const char *const item_keys[] = {
     "storage", "bytes", "out_use", "in_use", "swap_out_op", "swap_out_done_op", "free_op",
-    "swap_in_layer", "swap_in_op", "use_op", "score", "stall_ns"};
+    "swap_in_layer", "swap_in_op", "use_op", "score", "stall_ns", "?recompute_ns"};
 
 /* ---- the invariants -----------------------------------------------------------*/
 
@@ -244,7 +244,9 @@ static json_t *item_to_json(const cham_policy_item_t *it)
               cham_json_put(o, "swap_in_op", json_integer(it->swap_in_op)) &&
               cham_json_put(o, "use_op", json_integer(it->use_op)) &&
               cham_json_put(o, "score", json_real(it->score)) &&
-              cham_json_put(o, "stall_ns", json_integer((json_int_t)it->stall_ns));
+              cham_json_put(o, "stall_ns", json_integer((json_int_t)it->stall_ns)) &&
+              (!it->recompute ||
+               cham_json_put(o, "recompute_ns", json_integer((json_int_t)it->recompute_ns)));
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -341,7 +343,9 @@ static bool read_item(reader_t *r, const json_t *v, cham_policy_item_t *it)
            cham_json_read_u32(r, v, "swap_in_op", UINT32_MAX, &it->swap_in_op) &&
            cham_json_read_u32(r, v, "use_op", UINT32_MAX, &it->use_op) &&
            cham_json_read_number(r, v, "score", &it->score) &&
-           cham_json_read_u53(r, v, "stall_ns", &it->stall_ns);
+           cham_json_read_u53(r, v, "stall_ns", &it->stall_ns) &&
+           (!(it->recompute = json_object_get(v, "recompute_ns") != NULL) ||
+            cham_json_read_u53(r, v, "recompute_ns", &it->recompute_ns));
 }
 
 static bool read_layers(reader_t *r, const json_t *root, cham_policy_t *p)

@@ -90,11 +90,17 @@ void cham_profile_end_op(cham_profile_t *p, uint64_t mem_after)
     p->op_open = false;
 }
 
-void cham_profile_set_recompute(cham_profile_t *p, double cost_ns)
+void cham_profile_set_recomputable(cham_profile_t *p)
 {
     CHAM_ASSERT(p && p->op_open);
     p->ops[p->n_ops - 1].recomputable = true;
-    p->ops[p->n_ops - 1].recompute_ns = cost_ns;
+}
+
+void cham_profile_set_cost(cham_profile_t *p, double cost_ns)
+{
+    CHAM_ASSERT(p && p->op_open);
+    p->ops[p->n_ops - 1].has_cost = true;
+    p->ops[p->n_ops - 1].cost_ns = cost_ns;
 }
 
 bool cham_profile_add_swap(cham_profile_t *p, const cham_profile_swap_t *swap)

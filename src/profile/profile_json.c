@@ -54,7 +54,7 @@ static const char *const swap_kind_names[] = {
 static const char *const top_keys[] = {"format", "version", "step", "duration_ns",
                                        "capacity", "tokens", "ops", "swaps"};
 static const char *const op_keys[] = {"token", "phase", "mem_before", "mem_after",
-                                      "?recompute_ns", "uses"};
+                                      "?cost_ns", "?recomputable", "uses"};
 static const char *const swap_keys[] = {"kind", "storage", "bytes", "sample", "passive",
                                         "?recompute"};
 #define N_KEYS(a) (sizeof(a) / sizeof((a)[0]))
@@ -267,8 +267,8 @@ static json_t *op_to_json(const cham_profile_t *p, const cham_profile_op_t *op)
               cham_json_put(o, "phase", json_string(cham_json_phase_names[op->phase])) &&
               cham_json_put(o, "mem_before", json_integer((json_int_t)op->mem_before)) &&
               cham_json_put(o, "mem_after", json_integer((json_int_t)op->mem_after)) &&
-              (!op->recomputable ||
-               cham_json_put(o, "recompute_ns", json_real(op->recompute_ns))) &&
+              (!op->has_cost || cham_json_put(o, "cost_ns", json_real(op->cost_ns))) &&
+              (!op->recomputable || cham_json_put(o, "recomputable", json_true())) &&
               cham_json_put(o, "uses", uses = json_array());
     for (uint32_t j = 0; ok && j < op->n_uses; j++) {
         const cham_tensor_use_t *u = &p->uses[op->first_use + j];
@@ -392,17 +392,20 @@ static bool read_op(cham_json_reader_t *r, const json_t *v, cham_profile_t *p)
         return false;
     op.token = (cham_op_token_t)token;
     op.phase = (cham_phase_t)phase;
-    if (json_object_get(v, "recompute_ns")) {
-        if (!cham_json_read_number(r, v, "recompute_ns", &op.recompute_ns))
+    if (json_object_get(v, "cost_ns")) {
+        if (!cham_json_read_number(r, v, "cost_ns", &op.cost_ns))
             return false;
-        if (!(op.recompute_ns >= 0 && op.recompute_ns < 1e18)) {
-            size_t m = cham_json_push_key(r, "recompute_ns");
-            cham_json_fail(r, CHAM_ERR_INVALID_ARG, "%g is not a time in ns", op.recompute_ns);
+        if (!(op.cost_ns >= 0 && op.cost_ns < 1e18)) {
+            size_t m = cham_json_push_key(r, "cost_ns");
+            cham_json_fail(r, CHAM_ERR_INVALID_ARG, "%g is not a time in ns", op.cost_ns);
             cham_json_pop(r, m);
             return false;
         }
-        op.recomputable = true;
+        op.has_cost = true;
     }
+    if (json_object_get(v, "recomputable") &&
+        !cham_json_read_bool(r, v, "recomputable", &op.recomputable))
+        return false;
     op.first_use = (uint32_t)p->n_uses;
 
     size_t mark;

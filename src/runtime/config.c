@@ -47,6 +47,7 @@ cham_config_t cham_config_default(void)
     c.min_swap_bytes = 1 * MiB;
     c.executor = true;
     c.oom_handling = true;
+    c.recompute = true;
     c.policy_cache = 4;
     c.profiler = true;
     return c;
@@ -137,6 +138,7 @@ static const field_t fields[] = {
     INTF("policy_cache", policy_cache, K_U32, 0, 1024, "[0, 1024] entries"),
     PLAINF("planner", planner, K_PLANNER),
     PLAINF("profiler", profiler, K_BOOL),
+    PLAINF("recompute", recompute, K_BOOL),
 };
 
 #define N_FIELDS (sizeof fields / sizeof fields[0])

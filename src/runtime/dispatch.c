@@ -284,6 +284,21 @@ cham_status_t cham_op_end(cham_context_t *ctx)
     return st;
 }
 
+cham_status_t cham_op_set_cost(cham_context_t *ctx, double ns)
+{
+    CHAM_ASSERT(ctx);
+    if (!ctx->in_op || !(ns >= 0 && ns < 1e18)) {
+        cham_context_error(ctx, "cham_op_set_cost: %s", !ctx->in_op
+                               ? "no op is being dispatched (call it between cham_op_begin "
+                                 "and cham_op_end)"
+                               : "the cost is not a time in ns");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (ctx->building && !ctx->profile_failed)
+        cham_profile_set_cost(ctx->building, ns);
+    return CHAM_OK;
+}
+
 size_t cham_op_actions(const cham_context_t *ctx, const cham_action_t **actions)
 {
     CHAM_ASSERT(ctx && actions);

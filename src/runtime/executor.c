@@ -8,6 +8,9 @@
  * policy names for an item's swap-in begins, the storage comes back on the
  * swap-in stream; the op that uses it makes the compute stream wait on it.
  *
+ * An item to recompute is dropped instead of swapped out, and its op runs
+ * again when the op named for its swap-in begins.
+ *
  * Ops are placed by their index in the step, counted from the step's
  * start. When the step drifts from the profiled one (an op more or less),
  * swaps move by as much; a storage still on the host when an op needs it
@@ -148,6 +151,12 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
                                (unsigned long long)ctx->number, pol->items[item].swap_out_op, k);
             return CHAM_ERR_POLICY_MISMATCH;
         }
+        if (s && s->residency == CHAM_RESIDENT_DROPPED) {
+            cham_status_t st = cham_storage_recompute(s, CHAM_SWAP_PLANNED);
+            if (st != CHAM_OK)
+                return st;
+            continue;
+        }
         if (!s || s->residency != CHAM_RESIDENT_HOST)
             continue;     /* not matched, or already back */
         if (ctx->config.mode == CHAM_MODE_ADVISOR) {
@@ -169,6 +178,16 @@ cham_status_t cham_exec_op_end(cham_context_t *ctx)
         cham_storage_t *s = x->storage_of[item];
         if (!s || !s->block || s->residency != CHAM_RESIDENT_DEVICE)
             continue;     /* released by its op, or not on the device */
+        /* A tensor to recompute that cannot be any more (written since,
+         * an input gone) is swapped instead. */
+        if (x->plan->view.items[item].recompute && s->recompute) {
+            cham_status_t st = cham_storage_drop(s);
+            if (st != CHAM_ERR_INVALID_ARG) {
+                if (st != CHAM_OK)
+                    return st;
+                continue;
+            }
+        }
         cham_status_t st = cham_storage_swap_out(s, CHAM_SWAP_PLANNED, release_op(ctx, item));
         if (st == CHAM_ERR_HOST_BUDGET) {
             /* Out of pinned memory: the tensor stays; the OOM path copes. */

@@ -144,6 +144,7 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     pc.d2h_bandwidth = info.d2h_bandwidth;
     pc.score_c = ctx->config.score_c;
     pc.min_swap_bytes = ctx->config.min_swap_bytes;
+    pc.recompute = ctx->config.recompute;
     if (ctx->reserve)
         pc.reserve = ctx->reserve;
     pc.free_delay_ops = *delay;
@@ -179,11 +180,17 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     if (plan->view.predicted_peak > plan->view.usable)
         cham_context_log(ctx, "step %llu: partial policy; passive swaps make up the rest: %s",
                          (unsigned long long)ctx->number, err);
-    cham_context_log(ctx, "step %llu: policy %zu generated: %zu swaps, blocks reused %u ops "
-                     "after their copies, predicted peak %llu of %llu usable bytes",
-                     (unsigned long long)ctx->number, ctx->n_trials + 1, plan->view.n_items, *delay,
+    size_t n_rc = 0;
+    for (size_t i = 0; i < plan->view.n_items; i++)
+        n_rc += plan->view.items[i].recompute;
+    cham_context_log(ctx, "step %llu: policy %zu generated: %zu swaps and %zu recomputations, "
+                     "blocks reused %u ops after their copies, predicted peak %llu of %llu "
+                     "usable bytes, predicted step %.3f ms",
+                     (unsigned long long)ctx->number, ctx->n_trials + 1,
+                     plan->view.n_items - n_rc, n_rc, *delay,
                      (unsigned long long)plan->view.predicted_peak,
-                     (unsigned long long)plan->view.usable);
+                     (unsigned long long)plan->view.usable,
+                     (double)plan->view.predicted_step_ns / 1e6);
     return plan;
 }
 

@@ -60,7 +60,7 @@ static bool release_held(cham_recompute_t *r)
     return false;
 }
 
-cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag, double cost_ns)
+cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag)
 {
     CHAM_ASSERT(ctx);
     const char *why = NULL;
@@ -72,8 +72,6 @@ cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag, double co
         why = "advisor mode does not recompute yet; the caller owns memory";
     else if (!ctx->recompute_hook)
         why = "no recompute hook (cham_context_on_recompute)";
-    else if (!(cost_ns >= 0 && cost_ns < 1e18))
-        why = "cost_ns is not a time";
     else if (ctx->op_recomputable)
         why = "the op was declared recomputable already";
     else if (ctx->op_outputs != 1)
@@ -105,7 +103,7 @@ cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag, double co
     }
     if (o->recompute)             /* written by this op: use() forgot it already */
         forget(o->recompute);
-    *r = (cham_recompute_t){.output = o, .tag = tag, .cost_ns = cost_ns, .n_inputs = n};
+    *r = (cham_recompute_t){.output = o, .tag = tag, .n_inputs = n};
     for (size_t i = 0; i < n_in; i++) {
         cham_recompute_input_t *in = &r->in[i];
         *in = (cham_recompute_input_t){.rec = r, .storage = ts[i]->storage,
@@ -118,7 +116,7 @@ cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag, double co
     o->recompute = r;
     ctx->op_recomputable = true;
     if (ctx->building && !ctx->profile_failed)
-        cham_profile_set_recompute(ctx->building, cost_ns);
+        cham_profile_set_recomputable(ctx->building);
     return CHAM_OK;
 }
 

@@ -45,7 +45,6 @@ typedef struct cham_recompute_input {
 struct cham_recompute {
     cham_storage_t *output;
     uint64_t tag;
-    double cost_ns;
     bool releasing, dead;         /* see release_held in recompute.c */
     size_t n_inputs;
     cham_recompute_input_t in[];

@@ -9,6 +9,7 @@ static const char *const names[CHAM_STRATEGY_COUNT] = {
     [CHAM_STRATEGY_CHAMELEON] = "chameleon", [CHAM_STRATEGY_NATIVE] = "native",
     [CHAM_STRATEGY_IDEAL] = "ideal",         [CHAM_STRATEGY_RECOMPUTE] = "recompute",
     [CHAM_STRATEGY_CAPUCHIN] = "capuchin",   [CHAM_STRATEGY_VDNN] = "vdnn",
+    [CHAM_STRATEGY_CHAMELEON_SWAP] = "chameleon-swap",
 };
 
 const char *cham_strategy_name(cham_strategy_t strategy)
@@ -31,12 +32,13 @@ cham_status_t cham_strategy_apply(cham_strategy_t s, cham_config_t *c)
     if ((unsigned)s >= CHAM_STRATEGY_COUNT || !c)
         return CHAM_ERR_INVALID_ARG;
     bool managed = s == CHAM_STRATEGY_CHAMELEON || s == CHAM_STRATEGY_CAPUCHIN ||
-                   s == CHAM_STRATEGY_VDNN;
+                   s == CHAM_STRATEGY_VDNN || s == CHAM_STRATEGY_CHAMELEON_SWAP;
     c->executor = managed;
     c->oom_handling = managed;
     c->planner = s == CHAM_STRATEGY_CAPUCHIN ? CHAM_PLANNER_CAPUCHIN
                  : s == CHAM_STRATEGY_VDNN   ? CHAM_PLANNER_VDNN
                                              : CHAM_PLANNER_CHAMELEON;
+    c->recompute = s == CHAM_STRATEGY_CHAMELEON;
     if (s == CHAM_STRATEGY_IDEAL)
         c->device.capacity = 64 * TiB;    /* the config's largest: unlimited here */
     return CHAM_OK;

@@ -253,6 +253,12 @@ size_t cham_tensor_bytes(const cham_tensor_t *t)
     return t->bytes;
 }
 
+size_t cham_tensor_storage_bytes(const cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    return t->storage->bytes;
+}
+
 cham_dtype_t cham_tensor_dtype(const cham_tensor_t *t)
 {
     CHAM_ASSERT(t);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/assert.h"
 #include "workload/workload-impl.h"
@@ -212,6 +213,59 @@ static cham_status_t launch(cham_workload_t *w, cham_stream_t *s, wl_op_t op,
     return st;
 }
 
+/* A recomputable op's tag: the op in the high 32 bits, its FLOPs as a
+ * float in the low ones (its bytes follow from its tensors). */
+static uint64_t recompute_tag(wl_op_t op, double flops)
+{
+    float f = (float)flops;
+    uint32_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return (uint64_t)op << 32 | bits;
+}
+
+cham_status_t wl_recompute(cham_context_t *ctx, const cham_recompute_call_t *call, void *user)
+{
+    (void)ctx;
+    cham_workload_t *w = user;
+    wl_op_t op = (wl_op_t)(call->tag >> 32);
+    uint32_t bits = (uint32_t)call->tag;
+    float flops;
+    memcpy(&flops, &bits, sizeof flops);
+    CHAM_ASSERT(op < WL_N_OPS && call->n_inputs < WL_MAX_ARGS);
+    cham_access_t acc[WL_MAX_ARGS];
+    double bytes = (double)call->output_bytes;
+    for (size_t i = 0; i < call->n_inputs; i++) {
+        acc[i] = (cham_access_t){call->inputs[i], call->input_bytes[i], CHAM_ACCESS_READ};
+        bytes += (double)call->input_bytes[i];
+    }
+    acc[call->n_inputs] = (cham_access_t){call->output, call->output_bytes, CHAM_ACCESS_WRITE};
+    cham_kernel_t k = {.label = cham_op_name(w->ctx, w->tok[op]), .flops = flops,
+                       .bytes = bytes, .accesses = acc, .n_accesses = call->n_inputs + 1};
+    return cham_kernel_launch(call->stream, &k);
+}
+
+/* An op that reads tensors and writes one whole tensor, nothing in place,
+ * is a pure function of its inputs: the runtime may drop its output and
+ * call wl_recompute to make it again (docs/workloads.md). */
+static bool recomputable(const wl_arg_t *args, size_t n)
+{
+    size_t reads = 0, writes = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (args[i].mode == CHAM_ACCESS_READ_WRITE)
+            return false;
+        reads += args[i].mode == CHAM_ACCESS_READ;
+        if (args[i].mode == CHAM_ACCESS_WRITE &&
+            (writes++ || cham_tensor_bytes(args[i].t) != cham_tensor_storage_bytes(args[i].t)))
+            return false;
+    }
+    for (size_t i = 0; i < n; i++)      /* nothing it reads is what it writes */
+        for (size_t j = 0; j < n; j++)
+            if (args[i].mode == CHAM_ACCESS_READ && args[j].mode == CHAM_ACCESS_WRITE &&
+                cham_tensor_same_storage(args[i].t, args[j].t))
+                return false;
+    return reads > 0 && writes == 1;
+}
+
 cham_status_t wl_run(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_t n,
                      double flops, double bytes)
 {
@@ -220,8 +274,15 @@ cham_status_t wl_run(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_
     cham_status_t st = begin(w, op, args, n, acc, &moved);
     if (st != CHAM_OK)
         return st;
-    if ((st = launch(w, w->compute, op, acc, n, flops, bytes > 0 ? bytes : moved, 0)) != CHAM_OK)
+    double kernel_bytes = bytes > 0 ? bytes : moved;
+    if ((st = launch(w, w->compute, op, acc, n, flops, kernel_bytes, 0)) != CHAM_OK)
         return st;
+    if ((st = cham_op_set_cost(w->ctx, wl_kernel_ns(w, flops, kernel_bytes))) != CHAM_OK ||
+        (recomputable(args, n) &&
+         (st = cham_op_set_recompute(w->ctx, recompute_tag(op, flops))) != CHAM_OK)) {
+        cham_op_end(w->ctx);
+        return st;
+    }
     if ((st = cham_op_end(w->ctx)) != CHAM_OK || !w->m.sync_every_op)
         return st;
     return cham_stream_synchronize(w->compute);   /* the op's time, as a profiler reads it */
@@ -249,6 +310,13 @@ cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size
         st = cham_tensor_record_stream(args[i].t, w->comm);
     if (st == CHAM_OK && blocking)
         st = wl_comm_join(w);
+    /* What the compute stream spends on it: the collective's time when it
+     * waits for it, else nothing. */
+    if (st == CHAM_OK) {
+        double link_ns = w->info.p2p_bandwidth > 0 ? 1e9 * link_bytes / w->info.p2p_bandwidth : 0;
+        double ns = wl_kernel_ns(w, flops, moved);
+        st = cham_op_set_cost(w->ctx, blocking ? (ns > link_ns ? ns : link_ns) : 0);
+    }
     cham_status_t end = cham_op_end(w->ctx);
     return st != CHAM_OK ? st : end;
 }

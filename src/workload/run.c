@@ -210,6 +210,9 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
     r->policy_regenerations = rs.policies_generated;
     r->on_demand_swapins = rs.on_demand_swaps_in;
     r->passive_swapouts = rs.passive_swaps_out;
+    r->drops = rs.drops;
+    r->recomputes = rs.recomputes;
+    r->dropped_bytes_per_step = r->steps ? (double)rs.bytes_dropped / (double)r->steps : 0;
     r->hazards = hz.n;
     if (hz.n && r->status == CHAM_OK)
         fail(r, CHAM_ERR_HAZARD, r->steps, 0, hz.first);

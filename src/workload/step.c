@@ -116,6 +116,7 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
     }
     w->ctx = ctx;
     w->dev = cham_context_device(ctx);
+    cham_context_on_recompute(ctx, wl_recompute, w);
     cham_device_get_info(w->dev, &w->info);
     w->m = *m;
     w->compute = cham_context_compute_stream(ctx);
@@ -171,6 +172,7 @@ void cham_workload_free(cham_workload_t *w)
 {
     if (!w)
         return;
+    cham_context_on_recompute(w->ctx, NULL, NULL);
     if (w->comm)
         cham_stream_synchronize(w->comm);
     wl_drop_all(w);

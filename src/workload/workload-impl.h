@@ -220,6 +220,9 @@ cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size
 cham_status_t wl_comm_join(cham_workload_t *w);
 /* The roofline time of a kernel on this device, ns. */
 double wl_kernel_ns(const cham_workload_t *w, double flops, double bytes);
+/* The recompute hook (chameleon/runtime.h): launches the op of a dropped
+ * tensor again, from the tag wl_run gave it. */
+cham_status_t wl_recompute(cham_context_t *ctx, const cham_recompute_call_t *call, void *user);
 
 /* Ring collectives: bytes each device sends for `bytes` of data over n. */
 static inline double wl_all_reduce_bytes(uint64_t bytes, uint32_t n)

@@ -1,0 +1,179 @@
+/* Recomputation candidates: idle tensors whose producing op the caller
+ * declared recomputable and can run again at the tensor's first backward
+ * use, ordered cheapest per byte first, without chains (docs/policy.md,
+ * "Recomputation"). */
+#include <stdlib.h>
+
+#include "policy/generate-impl.h"
+
+/* Per storage: where its uses are in the profile. */
+typedef struct storage_uses {
+    uint64_t storage;
+    uint32_t first_use;          /* index of its first use */
+    uint32_t first_op;           /* the op of that use */
+    uint32_t last_op;            /* the op of its last use */
+    uint32_t *write_ops;         /* ops of its output uses after the first use */
+    uint32_t n_writes;
+} storage_uses_t;
+
+typedef struct ref {
+    uint64_t storage;
+    uint32_t use, op;
+} ref_t;
+
+static int cmp_ref(const void *a, const void *b)
+{
+    const ref_t *x = a, *y = b;
+    if (x->storage != y->storage)
+        return x->storage < y->storage ? -1 : 1;
+    return (x->use > y->use) - (x->use < y->use);
+}
+
+static const storage_uses_t *find(const storage_uses_t *s, size_t n, uint64_t storage)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s[mid].storage < storage)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && s[lo].storage == storage ? &s[lo] : NULL;
+}
+
+/* Is the storage written by an op in (after, upto]? */
+static bool written_in(const storage_uses_t *s, uint32_t after, uint32_t upto)
+{
+    for (uint32_t k = 0; k < s->n_writes; k++)
+        if (s->write_ops[k] > after && s->write_ops[k] <= upto)
+            return true;
+    return false;
+}
+
+static int cmp_cost(const void *a, const void *b)
+{
+    const cham_gen_recomp_t *x = a, *y = b;
+    double cx = x->cost_ns / (double)x->bytes, cy = y->cost_ns / (double)y->bytes;
+    if (cx != cy)
+        return cx < cy ? -1 : 1;
+    return (x->tensor > y->tensor) - (x->tensor < y->tensor);
+}
+
+/* Whether storage is among the inputs of the chosen candidates. */
+static bool feeds_chosen(const cham_gen_recomp_list_t *rl, size_t n_chosen, uint64_t storage)
+{
+    for (size_t i = 0; i < n_chosen; i++)
+        for (uint32_t j = 0; j < rl->v[i].n_inputs; j++)
+            if (rl->inputs[rl->v[i].first_input + j] == storage)
+                return true;
+    return false;
+}
+
+static bool input_chosen(const cham_gen_recomp_list_t *rl, size_t n_chosen,
+                         const cham_gen_recomp_t *c)
+{
+    for (uint32_t j = 0; j < c->n_inputs; j++)
+        for (size_t i = 0; i < n_chosen; i++)
+            if (rl->v[i].storage == rl->inputs[c->first_input + j])
+                return true;
+    return false;
+}
+
+bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor_t *t,
+                             size_t n_t, cham_gen_recomp_list_t *out)
+{
+    *out = (cham_gen_recomp_list_t){0};
+    bool any = false;
+    for (size_t k = 0; k < v->n_ops && !any; k++)
+        any = v->ops[k].recomputable;
+    if (!any || n_t == 0)
+        return true;
+
+    size_t nu = v->n_uses;
+    ref_t *refs = malloc(nu * sizeof *refs);
+    storage_uses_t *su = malloc(nu * sizeof *su);
+    uint32_t *writes = malloc(nu * sizeof *writes);
+    out->v = malloc(n_t * sizeof *out->v);
+    out->inputs = malloc(nu * sizeof *out->inputs);
+    bool ok = refs && su && writes && out->v && out->inputs;
+    size_t n_su = 0, n_in = 0;
+    if (ok) {
+        for (size_t k = 0; k < v->n_ops; k++)
+            for (uint32_t j = 0; j < v->ops[k].n_uses; j++) {
+                uint32_t u = v->ops[k].first_use + j;
+                refs[u] = (ref_t){v->uses[u].storage, u, (uint32_t)k};
+            }
+        qsort(refs, nu, sizeof *refs, cmp_ref);
+        size_t n_w = 0;
+        for (size_t i = 0; i < nu; i++) {
+            if (i == 0 || refs[i].storage != refs[i - 1].storage) {
+                su[n_su++] = (storage_uses_t){.storage = refs[i].storage,
+                                              .first_use = refs[i].use,
+                                              .first_op = refs[i].op,
+                                              .write_ops = writes + n_w};
+            } else if (v->uses[refs[i].use].output) {
+                writes[n_w++] = refs[i].op;
+                su[n_su - 1].n_writes++;
+            }
+            su[n_su - 1].last_op = refs[i].op;
+        }
+    }
+    double mean_op_ns = v->n_ops ? (double)v->duration_ns / (double)v->n_ops : 0;
+    for (size_t i = 0; ok && i < n_t; i++) {
+        const cham_gen_tensor_t *x = &t[i];
+        const storage_uses_t *s = find(su, n_su, x->storage);
+        if (!s || !v->uses[s->first_use].output)
+            continue;
+        uint32_t p = s->first_op, f = x->last_fwd, u = x->first_bwd;
+        const cham_profile_op_t *op = &v->ops[p];
+        if (!op->recomputable || p > f || written_in(s, p, u))
+            continue;
+        bool usable = true;
+        size_t mark = n_in;
+        for (uint32_t j = 0; j < op->n_uses && usable; j++) {
+            const cham_tensor_use_t *in = &v->uses[op->first_use + j];
+            if (in->output)
+                continue;
+            const storage_uses_t *is = find(su, n_su, in->storage);
+            /* Alive at u, unchanged since p. */
+            usable = in->storage != x->storage && is && is->last_op >= u &&
+                     !written_in(is, p, u);
+            out->inputs[n_in++] = in->storage;
+        }
+        if (!usable) {
+            n_in = mark;
+            continue;
+        }
+        out->v[out->n++] = (cham_gen_recomp_t){
+            .tensor = (uint32_t)i, .storage = x->storage, .bytes = x->bytes,
+            .cost_ns = op->has_cost ? op->cost_ns : mean_op_ns,
+            .first_input = (uint32_t)mark, .n_inputs = (uint32_t)(n_in - mark)};
+    }
+    free(refs);
+    free(su);
+    free(writes);
+    if (!ok) {
+        cham_gen_recompute_list_free(out);
+        return false;
+    }
+    /* Cheapest per byte first; then, in that order, drop any candidate that
+     * would need a chosen one as input or feed one: no chains. */
+    qsort(out->v, out->n, sizeof *out->v, cmp_cost);
+    size_t kept = 0;
+    for (size_t i = 0; i < out->n; i++) {
+        cham_gen_recomp_t c = out->v[i];
+        if (input_chosen(out, kept, &c) || feeds_chosen(out, kept, c.storage))
+            continue;
+        out->v[kept++] = c;
+    }
+    out->n = kept;
+    return true;
+}
+
+void cham_gen_recompute_list_free(cham_gen_recomp_list_t *rl)
+{
+    free(rl->v);
+    free(rl->inputs);
+    *rl = (cham_gen_recomp_list_t){0};
+}

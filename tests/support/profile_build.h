@@ -1,0 +1,24 @@
+/* Hand-built profiles for the planner tests: ops with phases, memory
+ * samples and tensor uses given in MiB, 1 s per op. */
+#ifndef CHAM_TEST_PROFILE_BUILD_H
+#define CHAM_TEST_PROFILE_BUILD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "chameleon/profile.h"
+
+typedef struct use_spec {
+    int op;
+    uint64_t storage, bytes;     /* bytes in MiB */
+    bool output;
+} use_spec_t;
+
+/* n ops with phases ph ("F", "B", "O", "X" = other), memory samples mem
+ * (2 n values, MiB), uses (sorted by op), 1 s per op. Fails the test on
+ * host OOM. */
+cham_profile_t *test_build_profile(const char *ph, const uint64_t *mem, const use_spec_t *uses,
+                                   size_t n_uses);
+
+#endif

@@ -1,0 +1,194 @@
+/* Chameleon's planner choosing between swapping and recomputation on
+ * hand-built profiles whose answers are worked out in the comments: a
+ * cheap re-run beats a stalled swap-in, a dear one does not, swaps only
+ * when told so, and a tensor is never planned for recomputation when the
+ * op's input would be gone or changed by then; no chains. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support/profile_build.h"
+
+#include "chameleon/policy.h"
+#include "policy/generate-impl.h"
+#include "profile/profile-impl.h"
+
+#define MiB (UINT64_C(1) << 20)
+#define SEC UINT64_C(1000000000)
+
+/* Ops 0-3 forward, 4-7 backward, 1 s each. Op 0 reads X (1 MiB, alive
+ * until op 7) and writes A (400 MiB); A's last forward use is op 1, its
+ * first backward use op 6. Memory peaks at 900 MiB at samples 5 and 6;
+ * capacity 800. The host-to-device link is slow (160 MiB/s: A's swap-in
+ * takes 2.5 s where layers 4 and 5 hold 2 s), so swapping A stalls 1.5 s
+ * (test_policy_gen's fallback case). */
+static const char PH[] = "FFFFBBBB";
+static const uint64_t MEM[] = {100, 500, 500, 500, 500, 900, 900, 500,
+                               500, 500, 500, 500, 500, 100, 100, 100};
+
+static cham_planner_config_t config(void)
+{
+    cham_planner_config_t c = cham_planner_config_default();
+    c.capacity = 800 * MiB;
+    c.reserve = 0;
+    c.forward_layers = 4;
+    c.backward_layers = 4;
+    c.h2d_bandwidth = 160.0 * MiB;
+    c.d2h_bandwidth = 1024.0 * MiB;
+    c.min_swap_bytes = 2 * MiB;     /* X is no candidate */
+    return c;
+}
+
+/* The profile with op 0 recomputable at cost_s seconds; x_last and
+ * x_write: X's last use, and an op writing X (-1: none). */
+static cham_profile_t *profile(double cost_s, int x_last, int x_write)
+{
+    use_spec_t uses[8];
+    size_t n = 0;
+    uses[n++] = (use_spec_t){0, 2, 1, false};
+    uses[n++] = (use_spec_t){0, 1, 400, true};
+    uses[n++] = (use_spec_t){1, 1, 400, false};
+    if (x_write >= 0)
+        uses[n++] = (use_spec_t){x_write, 2, 1, true};
+    uses[n++] = (use_spec_t){6, 1, 400, false};
+    if (x_last != 6)
+        uses[n++] = (use_spec_t){x_last, 2, 1, false};
+    /* by op */
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && uses[j - 1].op > uses[j].op; j--) {
+            use_spec_t t = uses[j];
+            uses[j] = uses[j - 1];
+            uses[j - 1] = t;
+        }
+    cham_profile_t *p = test_build_profile(PH, MEM, uses, n);
+    p->ops[0].recomputable = true;
+    p->ops[0].has_cost = true;
+    p->ops[0].cost_ns = cost_s * SEC;
+    return p;
+}
+
+static cham_policy_view_t plan(const cham_profile_t *p, const cham_planner_config_t *c,
+                               cham_policy_t **pol)
+{
+    char err[512] = "";
+    if (cham_plan_chameleon(p, c, pol, err, sizeof err) != CHAM_OK)
+        fail_msg("plan failed: %s", err);
+    cham_policy_view_t v;
+    cham_policy_get(*pol, &v);
+    assert_int_equal(v.n_items, 1);
+    return v;
+}
+
+/* Re-running op 0 (0.1 s) beats the 1.5 s stall: A is dropped after op 1
+ * (its block free from op 2) and recomputed when op 6 begins; predicted
+ * 8 s + 0.1 s; 400 MiB less over samples [4, 12): peak 500 MiB. */
+static void test_cheap_rerun_beats_stall(void **state)
+{
+    (void)state;
+    cham_profile_t *p = profile(0.1, 7, -1);
+    cham_planner_config_t c = config();
+    cham_policy_t *pol;
+    cham_policy_view_t v = plan(p, &c, &pol);
+    const cham_policy_item_t *it = &v.items[0];
+    assert_true(it->recompute);
+    assert_int_equal(it->storage, 1);
+    assert_int_equal(it->swap_out_op, 1);
+    assert_int_equal(it->free_op, 2);
+    assert_int_equal(it->swap_in_op, 6);
+    assert_int_equal(it->use_op, 6);
+    assert_int_equal(it->recompute_ns, SEC / 10);
+    assert_int_equal(it->stall_ns, 0);
+    assert_int_equal(v.predicted_step_ns, 8 * SEC + SEC / 10);
+    assert_int_equal(v.predicted_peak, 500 * MiB);
+    cham_policy_free(pol);
+
+    /* Swaps only: the stalled swap-in. */
+    c.recompute = false;
+    v = plan(p, &c, &pol);
+    assert_false(v.items[0].recompute);
+    assert_int_equal(v.items[0].stall_ns, 1500000000u);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
+/* A re-run of 2 s costs more than the 1.5 s stall: A is swapped. */
+static void test_dear_rerun_loses(void **state)
+{
+    (void)state;
+    cham_profile_t *p = profile(2.0, 7, -1);
+    cham_planner_config_t c = config();
+    cham_policy_t *pol;
+    cham_policy_view_t v = plan(p, &c, &pol);
+    assert_false(v.items[0].recompute);
+    assert_int_equal(v.predicted_step_ns, 8 * SEC + 1500000000u);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
+/* X last used by op 5, before A is needed (the caller frees it then), or
+ * written by op 3: op 0 cannot run again at op 6; A is swapped. */
+static void test_input_gone_or_changed(void **state)
+{
+    (void)state;
+    cham_planner_config_t c = config();
+    const int cases[][2] = {{5, -1}, {7, 3}};
+    for (size_t i = 0; i < 2; i++) {
+        cham_profile_t *p = profile(0.1, cases[i][0], cases[i][1]);
+        cham_policy_t *pol;
+        cham_policy_view_t v = plan(p, &c, &pol);
+        assert_false(v.items[0].recompute);
+        cham_policy_free(pol);
+        cham_profile_free(p);
+    }
+}
+
+/* B = f(A), A = g(X), both recomputable and idle: only the cheaper per
+ * byte is a candidate; the other would have to wait on it. */
+static void test_no_chains(void **state)
+{
+    (void)state;
+    static const use_spec_t uses[] = {
+        {0, 2, 1, false},   {0, 1, 400, true},  {1, 1, 400, false}, {1, 3, 200, true},
+        {2, 3, 200, false}, {5, 3, 200, false}, {6, 1, 400, false}, {7, 2, 1, false},
+    };
+    cham_profile_t *p = test_build_profile(PH, MEM, uses, sizeof uses / sizeof uses[0]);
+    p->ops[0].recomputable = p->ops[1].recomputable = true;
+    p->ops[0].has_cost = p->ops[1].has_cost = true;
+    p->ops[0].cost_ns = 0.4 * SEC;    /* 1 ms per MiB */
+    p->ops[1].cost_ns = 0.1 * SEC;    /* 0.5 ms per MiB: first */
+    cham_profile_view_t v;
+    cham_profile_get(p, &v);
+    cham_planner_config_t c = config();
+    cham_gen_layers_t l;
+    cham_gen_tensor_t *t;
+    size_t n_t;
+    cham_gen_recomp_list_t rl;
+    assert_true(cham_gen_layers_build(&v, &c, &l));
+    assert_true(cham_gen_tensors(&v, &l, c.min_swap_bytes, &t, &n_t));
+    assert_int_equal(n_t, 2);
+    assert_true(cham_gen_recompute_list(&v, t, n_t, &rl));
+    assert_int_equal(rl.n, 1);
+    assert_int_equal(rl.v[0].storage, 3);
+    assert_int_equal(rl.v[0].n_inputs, 1);
+    assert_int_equal(rl.inputs[rl.v[0].first_input], 1);
+    cham_gen_recompute_list_free(&rl);
+    free(t);
+    cham_gen_layers_free(&l);
+    cham_profile_free(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cheap_rerun_beats_stall),
+        cmocka_unit_test(test_dear_rerun_loses),
+        cmocka_unit_test(test_input_gone_or_changed),
+        cmocka_unit_test(test_no_chains),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
