@@ -1,8 +1,9 @@
 /* Chameleon's planner choosing between swapping and recomputation on
  * hand-built profiles whose answers are worked out in the comments: a
  * cheap re-run beats a stalled swap-in, a dear one does not, swaps only
- * when told so, and a tensor is never planned for recomputation when the
- * op's input would be gone or changed by then; no chains. */
+ * when told so, a tensor is never planned for recomputation when the op's
+ * input would be gone or changed by then, and a chain brings its first
+ * link back early. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -80,7 +81,6 @@ static cham_policy_view_t plan(const cham_profile_t *p, const cham_planner_confi
         fail_msg("plan failed: %s", err);
     cham_policy_view_t v;
     cham_policy_get(*pol, &v);
-    assert_int_equal(v.n_items, 1);
     return v;
 }
 
@@ -94,6 +94,7 @@ static void test_cheap_rerun_beats_stall(void **state)
     cham_planner_config_t c = config();
     cham_policy_t *pol;
     cham_policy_view_t v = plan(p, &c, &pol);
+    assert_int_equal(v.n_items, 1);
     const cham_policy_item_t *it = &v.items[0];
     assert_true(it->recompute);
     assert_int_equal(it->storage, 1);
@@ -124,6 +125,7 @@ static void test_dear_rerun_loses(void **state)
     cham_planner_config_t c = config();
     cham_policy_t *pol;
     cham_policy_view_t v = plan(p, &c, &pol);
+    assert_int_equal(v.n_items, 1);
     assert_false(v.items[0].recompute);
     assert_int_equal(v.predicted_step_ns, 8 * SEC + 1500000000u);
     cham_policy_free(pol);
@@ -147,9 +149,13 @@ static void test_input_gone_or_changed(void **state)
     }
 }
 
-/* B = f(A), A = g(X), both recomputable and idle: only the cheaper per
- * byte is a candidate; the other would have to wait on it. */
-static void test_no_chains(void **state)
+/* A chain: A = g(X) as before (0.4 s), and B = f(A) (200 MiB, op 1, last
+ * forward use op 2, first backward use op 5; 0.1 s). Cheapest per byte: B
+ * (0.5 ms/MiB), then A (1 ms/MiB). B alone frees samples [6, 10) but not
+ * sample 5, so A would still be swapped with its 1.5 s stall (9.6 s in
+ * all); both recomputed: 8.5 s. A must be there when B runs again at op
+ * 5, so A comes back at op 5, not 6, and its 400 MiB leave [4, 10). */
+static void test_chain(void **state)
 {
     (void)state;
     static const use_spec_t uses[] = {
@@ -159,26 +165,22 @@ static void test_no_chains(void **state)
     cham_profile_t *p = test_build_profile(PH, MEM, uses, sizeof uses / sizeof uses[0]);
     p->ops[0].recomputable = p->ops[1].recomputable = true;
     p->ops[0].has_cost = p->ops[1].has_cost = true;
-    p->ops[0].cost_ns = 0.4 * SEC;    /* 1 ms per MiB */
-    p->ops[1].cost_ns = 0.1 * SEC;    /* 0.5 ms per MiB: first */
-    cham_profile_view_t v;
-    cham_profile_get(p, &v);
+    p->ops[0].cost_ns = 0.4 * SEC;
+    p->ops[1].cost_ns = 0.1 * SEC;
     cham_planner_config_t c = config();
-    cham_gen_layers_t l;
-    cham_gen_tensor_t *t;
-    size_t n_t;
-    cham_gen_recomp_list_t rl;
-    assert_true(cham_gen_layers_build(&v, &c, &l));
-    assert_true(cham_gen_tensors(&v, &l, c.min_swap_bytes, &t, &n_t));
-    assert_int_equal(n_t, 2);
-    assert_true(cham_gen_recompute_list(&v, t, n_t, &rl));
-    assert_int_equal(rl.n, 1);
-    assert_int_equal(rl.v[0].storage, 3);
-    assert_int_equal(rl.v[0].n_inputs, 1);
-    assert_int_equal(rl.inputs[rl.v[0].first_input], 1);
-    cham_gen_recompute_list_free(&rl);
-    free(t);
-    cham_gen_layers_free(&l);
+    cham_policy_t *pol;
+    cham_policy_view_t v = plan(p, &c, &pol);
+    assert_int_equal(v.n_items, 2);
+    const cham_policy_item_t *a = &v.items[0], *b = &v.items[1];   /* swap-out order */
+    assert_int_equal(a->storage, 1);
+    assert_true(a->recompute && b->recompute);
+    assert_int_equal(a->swap_in_op, 5);
+    assert_int_equal(a->use_op, 6);
+    assert_int_equal(b->storage, 3);
+    assert_int_equal(b->swap_in_op, 5);
+    assert_int_equal(v.predicted_step_ns, 8 * SEC + SEC / 2);
+    assert_int_equal(v.predicted_peak, 500 * MiB);
+    cham_policy_free(pol);
     cham_profile_free(p);
 }
 
@@ -188,7 +190,7 @@ int main(void)
         cmocka_unit_test(test_cheap_rerun_beats_stall),
         cmocka_unit_test(test_dear_rerun_loses),
         cmocka_unit_test(test_input_gone_or_changed),
-        cmocka_unit_test(test_no_chains),
+        cmocka_unit_test(test_chain),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

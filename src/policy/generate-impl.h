@@ -148,15 +148,14 @@ typedef struct cham_gen_recomp {
 } cham_gen_recomp_t;
 
 typedef struct cham_gen_recomp_list {
-    cham_gen_recomp_t *v;        /* cheapest per byte first, no chains */
+    cham_gen_recomp_t *v;        /* cheapest per byte first */
     size_t n;
     uint64_t *inputs;
 } cham_gen_recomp_list_t;
 
-/* The candidates, in the order the planner takes them: by cost per byte,
- * leaving out any that reads or feeds an earlier one (so no recomputation
- * waits on another). Empty when the profile has no recomputable op. false
- * when the host is out of memory. */
+/* The candidates, in the order the planner takes them: by cost per byte.
+ * Empty when the profile has no recomputable op. false when the host is
+ * out of memory. */
 bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor_t *t,
                              size_t n_t, cham_gen_recomp_list_t *out);
 void cham_gen_recompute_list_free(cham_gen_recomp_list_t *rl);

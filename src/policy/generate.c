@@ -262,27 +262,76 @@ static cham_gen_tensor_t *tensor_of(gen_t *g, const storage_index_t *idx, uint64
     return lo < g->n_t && idx[lo].storage == storage ? &g->t[idx[lo].tensor] : NULL;
 }
 
+/* When each of the first k candidates runs again: at its first backward
+ * use, or earlier when a chosen candidate that reads it runs earlier (the
+ * runtime then makes it first: a chain). One whose point would come before
+ * its block is free is left out, and the points are worked out again.
+ * slot[t]: the candidate index of tensor t, or -1. */
+static void recompute_points(gen_t *g, size_t k, const storage_index_t *idx, const int32_t *slot,
+                             uint32_t *at, bool *in)
+{
+    for (;;) {
+        for (size_t i = 0; i < k; i++)
+            at[i] = g->t[g->rl.v[i].tensor].first_bwd;
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (size_t i = 0; i < k; i++) {
+                const cham_gen_recomp_t *c = &g->rl.v[i];
+                for (uint32_t j = 0; in[i] && j < c->n_inputs; j++) {
+                    cham_gen_tensor_t *x = tensor_of(g, idx, g->rl.inputs[c->first_input + j]);
+                    int32_t s = x ? slot[x - g->t] : -1;
+                    if (s >= 0 && in[s] && at[i] < at[s]) {
+                        at[s] = at[i];
+                        changed = true;
+                    }
+                }
+            }
+        }
+        bool removed = false;
+        for (size_t i = 0; i < k; i++)
+            if (in[i] && at[i] < g->t[g->rl.v[i].tensor].last_fwd + 2) {
+                in[i] = false;
+                removed = true;
+            }
+        if (!removed)
+            return;
+    }
+}
+
 /* The first n_recompute candidates of the list become items: dropped
- * after their last forward use, recomputed when their first backward use
- * begins, their bytes off the list in between. Their inputs must then be
- * on the device by that use: a swapped input's first backward use moves
- * up to it. false when the host is out of memory. */
+ * after their last forward use, made again at their point (above), their
+ * bytes off the list in between. An input that is swapped instead must be
+ * back by then: its first backward use moves up to the point. false when
+ * the host is out of memory. */
 static bool choose_recompute(gen_t *g, size_t n_recompute)
 {
     size_t k = n_recompute < g->rl.n ? n_recompute : g->rl.n;
     if (k == 0)
         return true;
     storage_index_t *idx = malloc(g->n_t * sizeof *idx);
-    if (!idx)
-        return false;
-    for (size_t i = 0; i < g->n_t; i++)
-        idx[i] = (storage_index_t){g->t[i].storage, (uint32_t)i};
-    qsort(idx, g->n_t, sizeof *idx, by_storage);
-    for (size_t i = 0; i < k; i++) {
+    int32_t *slot = malloc(g->n_t * sizeof *slot);
+    uint32_t *at = malloc(k * sizeof *at);
+    bool *in = malloc(k * sizeof *in);
+    bool ok = idx && slot && at && in;
+    if (ok) {
+        for (size_t i = 0; i < g->n_t; i++) {
+            idx[i] = (storage_index_t){g->t[i].storage, (uint32_t)i};
+            slot[i] = -1;
+        }
+        qsort(idx, g->n_t, sizeof *idx, by_storage);
+        for (size_t i = 0; i < k; i++) {
+            slot[g->rl.v[i].tensor] = (int32_t)i;
+            in[i] = true;
+        }
+        recompute_points(g, k, idx, slot, at, in);
+    }
+    for (size_t i = 0; ok && i < k; i++) {
+        if (!in[i])
+            continue;
         const cham_gen_recomp_t *c = &g->rl.v[i];
         cham_gen_tensor_t *t = &g->t[c->tensor];
-        uint32_t f = t->last_fwd, u = t->first_bwd;
-        cham_mrl_subtract(&g->mrl, 2 * ((size_t)f + 1), 2 * (size_t)u, t->bytes);
+        uint32_t f = t->last_fwd;
+        cham_mrl_subtract(&g->mrl, 2 * ((size_t)f + 1), 2 * (size_t)at[i], t->bytes);
         t->chosen = true;
         cham_policy_item_t it = {
             .storage = t->storage,
@@ -292,24 +341,25 @@ static bool choose_recompute(gen_t *g, size_t n_recompute)
             .swap_out_op = f,
             .swap_out_done_op = f,
             .free_op = f + 1,
-            .swap_in_layer = g->layers.layer_of_op[u],
-            .swap_in_op = u,
-            .use_op = u,
+            .swap_in_layer = g->layers.layer_of_op[at[i]],
+            .swap_in_op = at[i],
+            .use_op = t->first_bwd,
             .recompute = true,
             .recompute_ns = (uint64_t)(c->cost_ns + 0.5),
         };
-        if (!cham_policy_add_item(g->pol, &it)) {
-            free(idx);
-            return false;
-        }
-        for (uint32_t j = 0; j < c->n_inputs; j++) {
-            cham_gen_tensor_t *in = tensor_of(g, idx, g->rl.inputs[c->first_input + j]);
-            if (in && u < in->first_bwd && u > in->last_fwd)
-                in->first_bwd = u;
+        ok = cham_policy_add_item(g->pol, &it);
+        for (uint32_t j = 0; ok && j < c->n_inputs; j++) {
+            cham_gen_tensor_t *x = tensor_of(g, idx, g->rl.inputs[c->first_input + j]);
+            if (x && !(slot[x - g->t] >= 0 && in[slot[x - g->t]]) && at[i] < x->first_bwd &&
+                at[i] > x->last_fwd)
+                x->first_bwd = at[i];
         }
     }
     free(idx);
-    return true;
+    free(slot);
+    free(at);
+    free(in);
+    return ok;
 }
 
 static cham_status_t oom(gen_t *g, char *err, size_t err_size)

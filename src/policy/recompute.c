@@ -1,7 +1,6 @@
 /* Recomputation candidates: idle tensors whose producing op the caller
  * declared recomputable and can run again at the tensor's first backward
- * use, ordered cheapest per byte first, without chains (docs/policy.md,
- * "Recomputation"). */
+ * use, ordered cheapest per byte first (docs/policy.md, "Recomputation"). */
 #include <stdlib.h>
 
 #include "policy/generate-impl.h"
@@ -58,26 +57,6 @@ static int cmp_cost(const void *a, const void *b)
     if (cx != cy)
         return cx < cy ? -1 : 1;
     return (x->tensor > y->tensor) - (x->tensor < y->tensor);
-}
-
-/* Whether storage is among the inputs of the chosen candidates. */
-static bool feeds_chosen(const cham_gen_recomp_list_t *rl, size_t n_chosen, uint64_t storage)
-{
-    for (size_t i = 0; i < n_chosen; i++)
-        for (uint32_t j = 0; j < rl->v[i].n_inputs; j++)
-            if (rl->inputs[rl->v[i].first_input + j] == storage)
-                return true;
-    return false;
-}
-
-static bool input_chosen(const cham_gen_recomp_list_t *rl, size_t n_chosen,
-                         const cham_gen_recomp_t *c)
-{
-    for (uint32_t j = 0; j < c->n_inputs; j++)
-        for (size_t i = 0; i < n_chosen; i++)
-            if (rl->v[i].storage == rl->inputs[c->first_input + j])
-                return true;
-    return false;
 }
 
 bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor_t *t,
@@ -157,17 +136,7 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
         cham_gen_recompute_list_free(out);
         return false;
     }
-    /* Cheapest per byte first; then, in that order, drop any candidate that
-     * would need a chosen one as input or feed one: no chains. */
-    qsort(out->v, out->n, sizeof *out->v, cmp_cost);
-    size_t kept = 0;
-    for (size_t i = 0; i < out->n; i++) {
-        cham_gen_recomp_t c = out->v[i];
-        if (input_chosen(out, kept, &c) || feeds_chosen(out, kept, c.storage))
-            continue;
-        out->v[kept++] = c;
-    }
-    out->n = kept;
+    qsort(out->v, out->n, sizeof *out->v, cmp_cost);   /* cheapest per byte first */
     return true;
 }
 
