@@ -55,6 +55,7 @@ static const struct summary_key {
     {"mean_step_time_s", "Step time (mean over all steps)", V_TIME},
     {"sim_step_time_s", "Step time (mean, simulated)", V_TIME},
     {"ideal_step_time_s", "Step time with unlimited memory", V_TIME},
+    {"lower_bound_step_time_s", "Lower bound on the step time at this capacity", V_TIME},
     {"overhead_vs_ideal", "Slowdown against unlimited memory", V_CHANGE},
     {"host_overhead_ratio", "Host CPU time in Chameleon's calls", V_RATIO},
     {"swapped_bytes_per_step", "Swapped per step (out and in)", V_BYTES},

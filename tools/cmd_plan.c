@@ -27,6 +27,8 @@ typedef struct plan_opts {
     const char *json;        /* where to save the policy, or NULL */
     uint32_t free_delay;     /* planner's free_delay_ops */
     uint64_t min_swap;       /* planner's min_swap_bytes (default: train's) */
+    bool bound;              /* --bound: also the lower bound on the step time */
+    bool swap_only;          /* --swap-only: no recomputation */
 } plan_opts_t;
 
 static void usage(FILE *f)
@@ -34,10 +36,11 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: chameleon plan PROFILE.json [--device PRESET] [--capacity SIZE]\n"
             "                      [--reserve SIZE] [--layers N] [--free-delay N]\n"
-            "                      [--min-swap SIZE] [--json OUT]\n"
+            "                      [--min-swap SIZE] [--swap-only] [--bound] [--json OUT]\n"
             "Runs Chameleon's policy generator on a saved profile and prints the\n"
             "policy: what it predicts and, per swapped tensor, when it goes out,\n"
-            "when its block is reused and when it comes back.\n"
+            "when its block is reused and when it comes back (per recomputed tensor,\n"
+            "when it is dropped and when its op runs again).\n"
             "  --device PRESET   device preset for the transfer bandwidths (and the\n"
             "                    capacity when neither --capacity nor the profile\n"
             "                    gives one); `chameleon devices` lists them\n"
@@ -48,6 +51,10 @@ static void usage(FILE *f)
             "                    end before reuse (default 0)\n"
             "  --min-swap SIZE   smallest tensor worth swapping (default 16KiB, as in\n"
             "                    `chameleon train`)\n"
+            "  --swap-only       swaps only, no recomputation\n"
+            "  --bound           also the lower bound on the step time at this capacity\n"
+            "                    for any mix of keeping, swapping and recomputing\n"
+            "                    (docs/policy.md, \"The lower bound\")\n"
             "  --json OUT        also save the policy as JSON\n"
             "SIZE is a number with a unit: 512MiB, 1.5GiB, 64GB (docs/cli.md, \"Sizes\").\n");
 }
@@ -56,7 +63,8 @@ static void usage(FILE *f)
 
 static const tool_opt_t opts[] = {
     {"--device", true}, {"--capacity", true}, {"--reserve", true}, {"--layers", true},
-    {"--free-delay", true}, {"--min-swap", true}, {"--json", true},
+    {"--free-delay", true}, {"--min-swap", true}, {"--json", true}, {"--bound", false},
+    {"--swap-only", false},
 };
 
 /* 0 on success, 2 for bad usage (message printed); -1 after --help. */
@@ -84,7 +92,11 @@ static int parse(int argc, char **argv, plan_opts_t *o)
             return 2;
         a = opt->name;
         uint64_t n;
-        if (strcmp(a, "--device") == 0) {
+        if (strcmp(a, "--bound") == 0) {
+            o->bound = true;
+        } else if (strcmp(a, "--swap-only") == 0) {
+            o->swap_only = true;
+        } else if (strcmp(a, "--device") == 0) {
             if (!tool_check_preset(CMD, a, v))
                 return 2;
             o->preset = v;
@@ -142,9 +154,13 @@ static const char *size_str(char *buf, size_t n, uint64_t bytes)
 static void print_policy(const cham_policy_view_t *v, const cham_profile_view_t *pv,
                          const char *preset)
 {
-    uint64_t swapped = 0;
-    for (size_t i = 0; i < v->n_items; i++)
-        swapped += v->items[i].bytes;
+    uint64_t swapped = 0, dropped = 0;
+    size_t n_rc = 0;
+    for (size_t i = 0; i < v->n_items; i++) {
+        bool rc = v->items[i].recompute;
+        n_rc += rc;
+        *(rc ? &dropped : &swapped) += v->items[i].bytes;
+    }
     printf("planner:            %s (device %s, %zu ops, %zu logical layers)\n", v->planner,
            preset, v->n_ops, v->n_layers);
     char cap[32], usable[32];
@@ -155,8 +171,8 @@ static void print_policy(const cham_policy_view_t *v, const cham_profile_view_t 
            (double)v->peak_without_swaps / MiB, (double)v->predicted_peak / MiB);
     printf("step time:          %.3f ms -> %.3f ms predicted\n", (double)v->step_ns / 1e6,
            (double)v->predicted_step_ns / 1e6);
-    printf("items:              %zu swapped, %.1f MiB in all\n", v->n_items,
-           (double)swapped / MiB);
+    printf("items:              %zu swapped, %.1f MiB in all; %zu recomputed, %.1f MiB\n",
+           v->n_items - n_rc, (double)swapped / MiB, n_rc, (double)dropped / MiB);
     if (v->n_items == 0)
         return;
     /* Op columns as wide as their longest entry ("66 attention_backward"):
@@ -173,9 +189,9 @@ static void print_policy(const cham_policy_view_t *v, const cham_profile_view_t 
                 w = (int)strlen(buf);
         }
     }
-    printf("\n%8s %10s  %-*s %-*s %-*s %5s %-*s %-*s %9s %10s\n", "storage", "MiB", w,
+    printf("\n%8s %10s  %-*s %-*s %-*s %5s %-*s %-*s %9s %10s %s\n", "storage", "MiB", w,
            "swap out after", w, "copy done at", w, "free at", "layer", w, "swap in before", w,
-           "used by", "score", "stall us");
+           "used by", "score", "stall us", "recompute us");
     for (size_t i = 0; i < v->n_items; i++) {
         const cham_policy_item_t *it = &v->items[i];
         char out[96], done[96], fr[96], in[96], use[96];
@@ -184,10 +200,12 @@ static void print_policy(const cham_policy_view_t *v, const cham_profile_view_t 
         op_name(fr, sizeof fr, pv, it->free_op);
         op_name(in, sizeof in, pv, it->swap_in_op);
         op_name(use, sizeof use, pv, it->use_op);
-        printf("%8" PRIu64 " %10.1f  %-*s %-*s %-*s %5" PRIu32 " %-*s %-*s %9.3g %10.1f\n",
+        char rc[32] = "-";
+        if (it->recompute)
+            snprintf(rc, sizeof rc, "%.1f", (double)it->recompute_ns / 1e3);
+        printf("%8" PRIu64 " %10.1f  %-*s %-*s %-*s %5" PRIu32 " %-*s %-*s %9.3g %10.1f %s\n",
                it->storage, (double)it->bytes / MiB, w, out, w, done, w, fr, it->swap_in_layer,
-               w, in, w, use, it->score,
-               (double)it->stall_ns / 1e3);
+               w, in, w, use, it->score, (double)it->stall_ns / 1e3, rc);
     }
 }
 
@@ -226,6 +244,25 @@ int cmd_plan(int argc, char **argv)
     cfg.backward_layers = o.layers;
     cfg.free_delay_ops = o.free_delay;
     cfg.min_swap_bytes = o.min_swap;
+    cfg.recompute = !o.swap_only;
+
+    if (o.bound) {
+        cham_step_bound_t b;
+        if (cham_plan_bound(prof, &cfg, &b, err, sizeof err) != CHAM_OK) {
+            fprintf(stderr, "chameleon plan: %s\n", err);
+            cham_profile_free(prof);
+            return 1;
+        }
+        if (b.feasible)
+            printf("lower bound:        %.3f ms a step (the ops alone: %.3f ms; binding at "
+                   "memory sample %" PRIu32 ", %.1f MiB above the capacity)\n",
+                   (double)b.bound_ns / 1e6, (double)b.compute_ns / 1e6, b.sample,
+                   (double)b.excess_bytes / MiB);
+        else
+            printf("lower bound:        none: at memory sample %" PRIu32 " %.1f MiB above the "
+                   "capacity cannot leave the device under any policy\n", b.sample,
+                   (double)b.excess_bytes / MiB);
+    }
 
     cham_policy_t *pol;
     cham_status_t st = cham_plan_chameleon(prof, &cfg, &pol, err, sizeof err);

@@ -70,6 +70,9 @@ static void usage(FILE *f)
         "                      expandable (docs/allocator.md)\n"
         "  --steps N           steps to run (50)\n"
         "output:\n"
+        "  --bound             also the lower bound on the step time at this capacity\n"
+        "                      (any mix of keeping, swapping and recomputing; docs/\n"
+        "                      policy.md, \"The lower bound\"); --json has it always\n"
         "  --json              one JSON object with the summary\n"
         "  --quiet             no progress lines\n"
         "  --log               the runtime's log (stages, policies) on stderr\n"
@@ -125,7 +128,8 @@ static uint32_t *dim_of(const char *a, cham_model_config_t *m)
 }
 
 static const tool_opt_t opts[] = {
-    {"--json", false}, {"--quiet", false}, {"--log", false}, {"--model", true},
+    {"--json", false}, {"--quiet", false}, {"--log", false}, {"--bound", false},
+    {"--model", true},
     {"--layers", true}, {"--hidden", true}, {"--ffn", true}, {"--heads", true},
     {"--kv-heads", true}, {"--vocab", true}, {"--experts", true}, {"--topk", true},
     {"--seq", true}, {"--mbs", true}, {"--gbs", true}, {"--tp", true}, {"--pp", true},
@@ -177,6 +181,7 @@ static int parse(int argc, char **argv, sim_opts_t *o)
         if (!v) {                            /* --log: read by cmd_simulate */
             o->json = o->json || strcmp(a, "--json") == 0;
             o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
+            o->run.lower_bound = o->run.lower_bound || strcmp(a, "--bound") == 0;
         } else if (dim) {
             bool zero_ok = strcmp(a, "--zero") == 0 || strcmp(a, "--experts") == 0 ||
                            strcmp(a, "--gbs") == 0 || strcmp(a, "--topk") == 0 ||
@@ -359,6 +364,10 @@ static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_
     json_object_set_new(j, "on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins));
     json_object_set_new(j, "passive_swapouts", json_integer((json_int_t)r->passive_swapouts));
     json_object_set_new(j, "recomputes", json_integer((json_int_t)r->recomputes));
+    if (r->has_bound)
+        json_object_set_new(j, "lower_bound_step_time_s",
+                            r->bound_feasible ? json_real(r->lower_bound_step_time_s)
+                                              : json_null());
     json_object_set_new(j, "dropped_bytes_per_step", json_real(r->dropped_bytes_per_step));
     json_object_set_new(j, "ops_per_step", json_integer((json_int_t)r->ops_per_step));
     json_object_set_new(j, "series", json_incref(o->series));
@@ -393,6 +402,12 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
         if (r->recomputes)
             printf("  recomputation       %.2f GiB dropped a step, %llu ops run again\n",
                    gib(r->dropped_bytes_per_step), (unsigned long long)r->recomputes);
+        if (r->has_bound && r->bound_feasible)
+            printf("  lower bound         %.4f s a step: no mix of keeping, swapping and "
+                   "recomputing is faster here\n", r->lower_bound_step_time_s);
+        else if (r->has_bound)
+            printf("  lower bound         none: no mix of keeping, swapping and recomputing "
+                   "fits this capacity\n");
     }
     printf("  runtime             %llu stage changes, %llu policies generated, %llu hazards\n",
            (unsigned long long)r->stage_changes, (unsigned long long)r->policy_regenerations,
@@ -419,6 +434,7 @@ int cmd_simulate(int argc, char **argv)
         o.series = json_object();
     if (o.json || o.report || o.curve_dir)
         o.run.on_finish = on_finish;
+    o.run.lower_bound = o.run.lower_bound || o.json || o.report;
 
     /* The limit every time is compared with: the same job, unlimited memory
      * (not run when the job itself cannot start: its run says why at once). */

@@ -122,6 +122,25 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
 cham_status_t cham_plan_vdnn(const cham_profile_t *profile, const cham_planner_config_t *config,
                              cham_policy_t **out, char *err, size_t err_size);
 
+/* A lower bound on the step time of any policy that keeps, swaps and
+ * recomputes (the ops the profile marks recomputable) on a device of the
+ * config's capacity (the whole capacity: no reserve) and bandwidths, from
+ * the profile's op costs (cham_op_set_cost; ops without one count 0) and
+ * its memory curve without swaps. docs/policy.md, "The lower bound", has the
+ * argument. */
+typedef struct cham_step_bound {
+    bool feasible;               /* false: at `sample` more bytes exceed the
+                                    capacity than any policy could move */
+    uint64_t bound_ns;           /* no policy's step is faster (UINT64_MAX
+                                    when not feasible) */
+    uint64_t compute_ns;         /* the ops' own time: the sum of the costs */
+    uint32_t sample;             /* the memory sample that binds (2 op + 0|1) */
+    uint64_t excess_bytes;       /* the curve above the capacity there */
+} cham_step_bound_t;
+
+cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_config_t *config,
+                              cham_step_bound_t *out, char *err, size_t err_size);
+
 /* JSON (docs/policy-format.md). Loading checks everything; errors name the
  * file and the position or field. */
 cham_status_t cham_policy_save_json(const cham_policy_t *policy, const char *path, char *err,

@@ -162,6 +162,10 @@ typedef struct cham_run_config {
      * their places. */
     void (*on_finish)(const cham_profile_t *last_profile, const cham_policy_t *policy,
                       void *user);
+    /* Work out the lower bound on the step time (chameleon/policy.h,
+     * cham_plan_bound) from the last step's detailed profile: profiles the
+     * last step, as on_finish does. */
+    bool lower_bound;
 } cham_run_config_t;
 
 /* 50 steps, Chameleon, the runtime's defaults with 2 TiB of pinned host
@@ -195,6 +199,11 @@ typedef struct cham_run_result {
      * again for them over the run, and the bytes dropped per step. */
     uint64_t drops, recomputes;
     double dropped_bytes_per_step;
+    /* With config.lower_bound and a step profiled: no policy's step at this
+     * capacity is faster than lower_bound_step_time_s; bound_feasible
+     * false when no policy could fit at all (the bound is then infinite). */
+    bool has_bound, bound_feasible;
+    double lower_bound_step_time_s;
 } cham_run_result_t;
 
 /* Runs the workload under the strategy on the sim backend. CHAM_OK when the

@@ -1,6 +1,7 @@
 /* Running a workload under a memory policy, step by step, and summing up
  * what happened: the engine behind `chameleon simulate`, the experiments
  * and the baselines' tests (docs/baselines.md). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,7 +71,8 @@ static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_work
         cham_context_get_stats(ctx, &before);
         uint64_t ops0 = cham_context_ops(ctx);
         cham_context_reset_peak(ctx);
-        if (c->profile_every_step || ((c->profile_path || c->on_finish) && s + 1 == c->steps))
+        if (c->profile_every_step ||
+            ((c->profile_path || c->on_finish || c->lower_bound) && s + 1 == c->steps))
             cham_context_request_profile(ctx);
         cham_step_info_t info;
         cham_status_t st = cham_workload_step(w, s, &info);
@@ -144,6 +146,26 @@ cham_status_t cham_run_check(const cham_run_config_t *c, char *err, size_t err_s
     return CHAM_OK;
 }
 
+/* The lower bound at the capacity policies plan for, from the last
+ * step's profile. */
+static void bound(const cham_config_t *rc, const cham_device_info_t *info,
+                  const cham_profile_t *last, cham_run_result_t *r)
+{
+    cham_planner_config_t pc = cham_planner_config_default();
+    pc.capacity = rc->memory_budget && rc->memory_budget < info->capacity ? rc->memory_budget
+                                                                          : info->capacity;
+    pc.h2d_bandwidth = info->h2d_bandwidth;
+    pc.d2h_bandwidth = info->d2h_bandwidth;
+    pc.recompute = true;       /* any mix, whatever this run's strategy */
+    cham_step_bound_t b;
+    char err[300];
+    if (cham_plan_bound(last, &pc, &b, err, sizeof err) != CHAM_OK)
+        return;                /* host memory: no bound, nothing else lost */
+    r->has_bound = true;
+    r->bound_feasible = b.feasible;
+    r->lower_bound_step_time_s = b.feasible ? (double)b.bound_ns / 1e9 : INFINITY;
+}
+
 cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
 {
     memset(r, 0, sizeof *r);
@@ -191,6 +213,8 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
         fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, err);
     if (c->on_finish)
         c->on_finish(r->status == CHAM_OK ? last : NULL, pol, c->user);
+    if (c->lower_bound && last && r->status == CHAM_OK)
+        bound(&rc, &info, last, r);
     cham_device_synchronize(dev);          /* the last tasks reach the trace */
     if (cham_trace_close(trace, err, sizeof err) != CHAM_OK && r->status == CHAM_OK)
         fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, err);

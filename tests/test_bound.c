@@ -1,0 +1,167 @@
+/* The lower bound on the step time (cham_plan_bound): a case worked by
+ * hand, the infeasible case, and never above a policy's simulated step
+ * time over a seeded sweep of models, capacities and strategies. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "support/profile_build.h"
+#include "support/rng.h"
+
+#include "chameleon/chameleon.h"
+#include "chameleon/policy.h"
+#include "chameleon/workload.h"
+#include "profile/profile-impl.h"
+
+#define MiB (UINT64_C(1) << 20)
+#define GiB (UINT64_C(1) << 30)
+#define SEC 1e9
+
+/* test_policy_recompute's profile: 8 ops of 1 s (costs given), A (400 MiB,
+ * made by op 0 from X, recomputable at 0.1 s) idle from op 2 to op 6,
+ * 100 MiB too many at samples 5 and 6 (capacity 800 MiB). */
+static const char PH[] = "FFFFBBBB";
+static const uint64_t MEM[] = {100, 500, 500, 500, 500, 900, 900, 500,
+                               500, 500, 500, 500, 500, 100, 100, 100};
+static const use_spec_t USES[] = {
+    {0, 2, 1, false}, {0, 1, 400, true}, {1, 1, 400, false}, {6, 1, 400, false},
+    {7, 2, 1, false},
+};
+
+static cham_profile_t *profile(void)
+{
+    cham_profile_t *p = test_build_profile(PH, MEM, USES, sizeof USES / sizeof USES[0]);
+    for (size_t k = 0; k < 8; k++) {
+        p->ops[k].has_cost = true;
+        p->ops[k].cost_ns = SEC;
+    }
+    p->ops[0].recomputable = true;
+    p->ops[0].cost_ns = 0.1 * SEC;      /* op 0 itself is cheap */
+    return p;
+}
+
+static cham_planner_config_t config(uint64_t cap_mib, double h2d_mib)
+{
+    cham_planner_config_t c = cham_planner_config_default();
+    c.capacity = cap_mib * MiB;
+    c.h2d_bandwidth = h2d_mib * (double)MiB;
+    c.d2h_bandwidth = 1024.0 * MiB;
+    return c;
+}
+
+/* Ops cost 7.1 s in all. At samples 5 and 6: 2.1 s of ops before (ops
+ * 0-2), 5 s after, E = 100 MiB; with h2d 10 MiB/s, swapping S MiB back
+ * takes S/10 s, recomputing R MiB of A costs 0.25 ms/MiB:
+ *   T(R) = max(7.1 + 0.00025 R, (100-R)/1024 + 5 + 0.00025 R,
+ *              2.1 + (100-R)/10).
+ * The first and last cross at 0.10025 R = 5, R = 49.88 MiB: T = 7.11247 s.
+ * Swaps only: R = 0, T = max(7.1, 5.1, 12.1) = 12.1 s. */
+static void test_worked_case(void **state)
+{
+    (void)state;
+    cham_profile_t *p = profile();
+    cham_planner_config_t c = config(800, 10);
+    cham_step_bound_t b;
+    char err[300];
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_true(b.feasible);
+    assert_int_equal(b.compute_ns, (uint64_t)(7.1 * SEC));
+    double r = 5.0 / 0.10025;
+    double want = 7.1 + 0.00025 * r;
+    assert_true(fabs((double)b.bound_ns / SEC - want) < 1e-6);
+    assert_true(b.sample == 5 || b.sample == 6);
+    assert_int_equal(b.excess_bytes, 100 * MiB);
+
+    c.recompute = false;
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_true(fabs((double)b.bound_ns / SEC - 12.1) < 1e-6);
+
+    /* A fast link: nothing but the ops themselves. */
+    c = config(800, 1024);
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_int_equal(b.bound_ns, (uint64_t)(7.1 * SEC));
+    cham_profile_free(p);
+}
+
+/* At 300 MiB, sample 1 (op 0's end) has 200 MiB too many and no tensor
+ * the profile shows is between two uses there: no policy fits. */
+static void test_infeasible(void **state)
+{
+    (void)state;
+    cham_profile_t *p = profile();
+    cham_planner_config_t c = config(300, 1024);
+    cham_step_bound_t b;
+    char err[300];
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_false(b.feasible);
+    assert_int_equal(b.bound_ns, UINT64_MAX);
+    cham_profile_free(p);
+}
+
+/* Seeded sweep: small Llama and GPT-2 shapes, capacities from the
+ * unconstrained peak down, each planner strategy: every run's median
+ * step time is at least the bound its own last profile gives. */
+static void test_never_above_a_policy(void **state)
+{
+    (void)state;
+    static const cham_strategy_t strategies[] = {
+        CHAM_STRATEGY_CHAMELEON, CHAM_STRATEGY_CHAMELEON_SWAP, CHAM_STRATEGY_VDNN,
+        CHAM_STRATEGY_CAPUCHIN};
+    static const char *const models[] = {"llama2-7b", "gpt2-1.5b"};
+    test_rng_t rng = {17};
+    int checked = 0;
+    for (size_t mi = 0; mi < 2; mi++) {
+        cham_model_config_t m;
+        assert_int_equal(cham_model_preset(models[mi], &m), CHAM_OK);
+        m.layers = 4;
+        m.seq = 2048;
+        m.mbs = 2 + (uint32_t)test_rng_below(&rng, 3);
+        m.dp = 8;
+        m.zero = 3;           /* the state is small: activations decide */
+        cham_run_config_t c = cham_run_config_default();
+        c.model = m;
+        c.runtime.device.preset = test_rng_below(&rng, 2) ? "h100-80g" : "ascend-910b";
+        c.steps = 10;
+        c.strategy = CHAM_STRATEGY_IDEAL;
+        c.lower_bound = true;
+        cham_run_result_t r;
+        assert_int_equal(cham_run(&c, &r), CHAM_OK);
+        assert_int_equal(r.status, CHAM_OK);
+        uint64_t peak = r.peak_device_bytes;
+        for (int f = 0; f < 3; f++) {
+            double frac = 0.35 + 0.6 * (double)test_rng_below(&rng, 1000) / 1000;
+            c.runtime.device.capacity = (uint64_t)((double)peak * frac) & ~(MiB - 1);
+            for (size_t si = 0; si < 4; si++) {
+                c.strategy = strategies[si];
+                assert_int_equal(cham_run(&c, &r), CHAM_OK);
+                if (r.status != CHAM_OK || !r.has_bound)
+                    continue;          /* out of memory (vDNN): no step time to compare */
+                assert_true(r.bound_feasible);
+                if (r.step_time_s < r.lower_bound_step_time_s)
+                    fail_msg("%s on %s at %.0f%% (%llu bytes), %s: step %.6f s below the "
+                             "bound %.6f s", models[mi], c.runtime.device.preset, 100 * frac,
+                             (unsigned long long)c.runtime.device.capacity,
+                             cham_strategy_name(c.strategy), r.step_time_s,
+                             r.lower_bound_step_time_s);
+                checked++;
+            }
+        }
+    }
+    assert_true(checked >= 12);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_worked_case),
+        cmocka_unit_test(test_infeasible),
+        cmocka_unit_test(test_never_above_a_policy),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
