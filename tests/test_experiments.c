@@ -123,7 +123,7 @@ static void test_policy_cache(void **state)
 /* The experiments whose results the tests above check in detail. */
 static const char *const checked_elsewhere[] = {
     "max-size", "scaling", "stability", "record-stream", "policy-cache",
-    "profiling-overhead", "parallelism",
+    "profiling-overhead", "parallelism", "budget-sweep",
 };
 
 /* Every experiment, reduced, gives a non-empty table, a plot and a
@@ -156,6 +156,41 @@ static void test_every_experiment_runs(void **state)
     assert_int_equal(run_here + n_checked, exp_count());
     assert_true(run_here >= 1);
     assert_null(exp_find("no-such-experiment"));
+}
+
+/* budget-sweep: four set-ups of four budgets each; at every budget the
+ * lower bound is below every run of the profiled program's policies
+ * (recomputation runs another program); where native fits, Chameleon is
+ * native; at the tightest budget something still runs on Llama. */
+static void test_budget_sweep(void **state)
+{
+    (void)state;
+    exp_result_t r;
+    run("budget-sweep", &r);
+    const exp_table_t *t = &r.tables[0];
+    assert_int_equal(t->n_rows, 16);
+    assert_int_equal(r.n_plots, 4);
+    const char *policies[] = {"vdnn s", "capuchin s", "chameleon-swap s", "chameleon s"};
+    int bounded = 0;
+    for (size_t i = 0; i < t->n_rows; i++) {
+        const char *row = t->cells[i * t->n_cols].text;
+        double bound = exp_table_get(t, row, "lower bound s");
+        double native = exp_table_get(t, row, "native s");
+        double cham = exp_table_get(t, row, "chameleon s");
+        for (size_t k = 0; k < 4; k++) {
+            double v = exp_table_get(t, row, policies[k]);
+            if (!isnan(v) && !isnan(bound)) {
+                if (v < bound)
+                    fail_msg("%s: %s %.6f below the bound %.6f", row, policies[k], v, bound);
+                bounded++;
+            }
+        }
+        if (!isnan(native))
+            assert_true(fabs(cham - native) <= 1e-9 * native);
+    }
+    assert_true(bounded >= 30);
+    assert_false(isnan(exp_table_get(t, "llama2-7b h100-80g 25%", "chameleon s")));
+    exp_result_free(&r);
 }
 
 /* The modes' order in the table holds (a profiler that waits after every
@@ -501,6 +536,7 @@ int main(void)
         cmocka_unit_test(test_profiling_overhead),
         cmocka_unit_test(test_lightweight_profiler_runs),
         cmocka_unit_test(test_parallelism),
+        cmocka_unit_test(test_budget_sweep),
         cmocka_unit_test(test_every_experiment_runs),
         cmocka_unit_test(test_svg_plot),
         cmocka_unit_test(test_files_written),
