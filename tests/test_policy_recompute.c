@@ -45,6 +45,15 @@ static cham_planner_config_t config(void)
     return c;
 }
 
+/* Every op costs its 1 s (cham_op_set_cost). */
+static void costs(cham_profile_t *p)
+{
+    for (size_t k = 0; k < p->n_ops; k++) {
+        p->ops[k].has_cost = true;
+        p->ops[k].cost_ns = SEC;
+    }
+}
+
 /* The profile with op 0 recomputable at cost_s seconds; x_last and
  * x_write: X's last use, and an op writing X (-1: none). */
 static cham_profile_t *profile(double cost_s, int x_last, int x_write)
@@ -67,8 +76,8 @@ static cham_profile_t *profile(double cost_s, int x_last, int x_write)
             uses[j - 1] = t;
         }
     cham_profile_t *p = test_build_profile(PH, MEM, uses, n);
+    costs(p);
     p->ops[0].recomputable = true;
-    p->ops[0].has_cost = true;
     p->ops[0].cost_ns = cost_s * SEC;
     return p;
 }
@@ -163,8 +172,8 @@ static void test_chain(void **state)
         {2, 3, 200, false}, {5, 3, 200, false}, {6, 1, 400, false}, {7, 2, 1, false},
     };
     cham_profile_t *p = test_build_profile(PH, MEM, uses, sizeof uses / sizeof uses[0]);
+    costs(p);
     p->ops[0].recomputable = p->ops[1].recomputable = true;
-    p->ops[0].has_cost = p->ops[1].has_cost = true;
     p->ops[0].cost_ns = 0.4 * SEC;
     p->ops[1].cost_ns = 0.1 * SEC;
     cham_planner_config_t c = config();
@@ -184,6 +193,40 @@ static void test_chain(void **state)
     cham_profile_free(p);
 }
 
+/* A's op reads W, which op 0 gathers from P (P existed before the step and
+ * lives on; W is freed after op 1, gone when A is needed): W can be made
+ * again first, so A is still a candidate, its re-run priced at both ops
+ * (0.2 s + 0.1 s), still below the 1.5 s stall. With P written by op 3, W
+ * could not be made as it was: A is swapped. */
+static void test_rebuilt_input(void **state)
+{
+    (void)state;
+    for (int written = 0; written < 2; written++) {
+        use_spec_t uses[] = {
+            {0, 2, 1, false}, {0, 3, 1, true},  {1, 3, 1, false}, {1, 1, 400, true},
+            {3, 2, 1, true},  {6, 1, 400, false}, {7, 2, 1, false},
+        };
+        size_t n = sizeof uses / sizeof uses[0];
+        uses[4].output = written;       /* else op 3 only reads P */
+        cham_profile_t *p = test_build_profile(PH, MEM, uses, n);
+        costs(p);
+        p->ops[0].recomputable = p->ops[1].recomputable = true;
+        p->ops[0].cost_ns = 0.2 * SEC;
+        p->ops[1].cost_ns = 0.1 * SEC;
+        cham_planner_config_t c = config();
+        c.d2h_bandwidth = 8192.0 * MiB;   /* A's copy out fits op 1's 0.1 s */
+        cham_policy_t *pol;
+        cham_policy_view_t v = plan(p, &c, &pol);
+        assert_int_equal(v.n_items, 1);
+        assert_int_equal(v.items[0].storage, 1);
+        assert_int_equal(v.items[0].recompute, !written);
+        if (!written)
+            assert_int_equal(v.items[0].recompute_ns, 3 * SEC / 10);
+        cham_policy_free(pol);
+        cham_profile_free(p);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -191,6 +234,7 @@ int main(void)
         cmocka_unit_test(test_dear_rerun_loses),
         cmocka_unit_test(test_input_gone_or_changed),
         cmocka_unit_test(test_chain),
+        cmocka_unit_test(test_rebuilt_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

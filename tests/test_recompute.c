@@ -320,6 +320,62 @@ static void test_release_dropped(void **state)
     assert_int_equal(f->hook.calls, 0);
 }
 
+/* A weight gathered from persistent state (W = affine(P), P from an earlier
+ * step) read by a dropped Y = W + X: when the caller releases W its memory
+ * goes too (W is kept, dropped), and Y's re-run makes W first. When P is
+ * about to be overwritten while W is kept, W is made from the old P first,
+ * so Y still comes back as it was. */
+static void test_kept_input(void **state)
+{
+    fixture_t *f = *state;
+    cham_tensor_t *p = new_tensor(f, "P");
+    fill(f, p, 11);
+    assert_int_equal(cham_step_end(f->ctx), CHAM_OK);
+
+    cham_tensor_t *w = new_tensor(f, "W"), *x = new_tensor(f, "X"), *y = new_tensor(f, "Y");
+    compute(f, TAG_AFFINE, &p, 1, w);
+    fill(f, x, 3);
+    cham_tensor_t *ins[2] = {w, x};
+    compute(f, TAG_SUM, ins, 2, y);
+    assert_int_equal(cham_tensor_drop(y), CHAM_OK);
+    uint64_t before = stats(f).mem_in_use;
+    cham_tensor_release(w);                       /* kept, and its memory goes */
+    assert_int_equal(stats(f).mem_in_use, before - N);
+    unsigned char buf[N];
+    read_back(f, y, buf);
+    for (size_t i = 0; i < N; i++) {
+        unsigned char pv = (unsigned char)(i * 7 + 11), xv = (unsigned char)(i * 7 + 3);
+        assert_int_equal(buf[i], (unsigned char)((unsigned char)(pv * 3 + 1) + xv));
+    }
+    cham_runtime_stats_t st = stats(f);
+    assert_int_equal(st.recomputes, 2);            /* W, then Y */
+    assert_int_equal(st.on_demand_recomputes, 1);  /* W is Y's cost */
+    assert_int_equal(st.mem_in_use, before);       /* P, X, Y: W went again */
+
+    /* Again, and P is overwritten while W is kept: W is made from the old P
+     * first and then stays (it no longer follows from P) until Y needs it. */
+    cham_tensor_release(y);
+    w = new_tensor(f, "W2");
+    y = new_tensor(f, "Y2");
+    compute(f, TAG_AFFINE, &p, 1, w);
+    ins[0] = w;
+    compute(f, TAG_SUM, ins, 2, y);
+    assert_int_equal(cham_tensor_drop(y), CHAM_OK);
+    cham_tensor_release(w);
+    before = stats(f).mem_in_use;
+    fill(f, p, 12);
+    assert_int_equal(stats(f).mem_in_use, before + N);
+    read_back(f, y, buf);
+    for (size_t i = 0; i < N; i++) {
+        unsigned char pv = (unsigned char)(i * 7 + 11), xv = (unsigned char)(i * 7 + 3);
+        assert_int_equal(buf[i], (unsigned char)((unsigned char)(pv * 3 + 1) + xv));
+    }
+    cham_tensor_release(y);
+    cham_tensor_release(x);
+    cham_tensor_release(p);
+    assert_int_equal(stats(f).mem_in_use, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -329,6 +385,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hook_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_dropped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kept_input, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

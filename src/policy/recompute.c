@@ -1,6 +1,7 @@
 /* Recomputation candidates: idle tensors whose producing op the caller
  * declared recomputable and can run again at the tensor's first backward
- * use, ordered cheapest per byte first (docs/policy.md, "Recomputation"). */
+ * use (its inputs there, or made again from state older than the step),
+ * ordered cheapest per byte first (docs/policy.md, "Recomputation"). */
 #include <stdlib.h>
 
 #include "policy/generate-impl.h"
@@ -59,6 +60,30 @@ static int cmp_cost(const void *a, const void *b)
     return (x->tensor > y->tensor) - (x->tensor < y->tensor);
 }
 
+/* The cost of making storage s again at op u when it is gone by then (its
+ * last use is before u): its first use is the output of a recomputable op
+ * q no later than `by`, nothing writes it after, and every input of q
+ * existed before the step (its first use reads it), is alive at u and
+ * unchanged since q: a weight gathered from its shard. -1 when it cannot
+ * be made again. */
+static double rebuild_cost(const cham_profile_view_t *v, const storage_uses_t *su, size_t n_su,
+                           const storage_uses_t *s, uint32_t by, uint32_t u, double mean_op_ns)
+{
+    uint32_t q = s->first_op;
+    const cham_profile_op_t *op = &v->ops[q];
+    if (!v->uses[s->first_use].output || !op->recomputable || q > by || written_in(s, q, u))
+        return -1;
+    for (uint32_t j = 0; j < op->n_uses; j++) {
+        const cham_tensor_use_t *in = &v->uses[op->first_use + j];
+        if (in->output)
+            continue;
+        const storage_uses_t *is = find(su, n_su, in->storage);
+        if (!is || v->uses[is->first_use].output || is->last_op < u || written_in(is, q, u))
+            return -1;
+    }
+    return op->has_cost ? op->cost_ns : mean_op_ns;
+}
+
 bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor_t *t,
                              size_t n_t, cham_gen_recomp_list_t *out)
 {
@@ -110,14 +135,19 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
             continue;
         bool usable = true;
         size_t mark = n_in;
+        double cost = op->has_cost ? op->cost_ns : mean_op_ns;
         for (uint32_t j = 0; j < op->n_uses && usable; j++) {
             const cham_tensor_use_t *in = &v->uses[op->first_use + j];
             if (in->output)
                 continue;
             const storage_uses_t *is = find(su, n_su, in->storage);
-            /* Alive at u, unchanged since p. */
-            usable = in->storage != x->storage && is && is->last_op >= u &&
-                     !written_in(is, p, u);
+            /* Alive at u and unchanged since p, or made again first. */
+            usable = in->storage != x->storage && is && !written_in(is, p, u);
+            if (usable && is->last_op < u) {
+                double extra = rebuild_cost(v, su, n_su, is, p, u, mean_op_ns);
+                usable = extra >= 0;
+                cost += extra;
+            }
             out->inputs[n_in++] = in->storage;
         }
         if (!usable) {
@@ -126,7 +156,7 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
         }
         out->v[out->n++] = (cham_gen_recomp_t){
             .tensor = (uint32_t)i, .storage = x->storage, .bytes = x->bytes,
-            .cost_ns = op->has_cost ? op->cost_ns : mean_op_ns,
+            .cost_ns = cost,
             .first_input = (uint32_t)mark, .n_inputs = (uint32_t)(n_in - mark)};
     }
     free(refs);

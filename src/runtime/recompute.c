@@ -8,7 +8,13 @@
  * while the output is on the device. Once the output is dropped, the
  * record holds a view of each input (they stay alive whatever the caller
  * releases), and an op about to write one of them first recomputes the
- * output. docs/executor.md, "Recomputation". */
+ * output.
+ *
+ * A held input the caller has released keeps its storage alive; if it can
+ * itself be made again from state older than the step (rebuildable: a
+ * ZeRO-3 weight gathered from its shard), it keeps no memory either: it is
+ * dropped, and made again when a record that reads it runs. docs/
+ * executor.md, "Recomputation". */
 #include <stdlib.h>
 
 #include "common/assert.h"
@@ -23,6 +29,19 @@ static void unlink_input(cham_recompute_input_t *in)
         in->storage->dependents = in->next;
     if (in->next)
         in->next->prev = in->prev;
+}
+
+/* Can s be made again from state that outlives the step? Its op is
+ * recorded, and each of the op's inputs existed before this step began. */
+static bool rebuildable(const cham_storage_t *s)
+{
+    const cham_recompute_t *r = s->recompute;
+    if (!r || r->dead)
+        return false;
+    for (size_t i = 0; i < r->n_inputs; i++)
+        if (r->in[i].storage->born_step >= s->ctx->step || r->in[i].storage->freeing)
+            return false;
+    return true;
 }
 
 /* Forgets a record: its output is on the device, or being freed. While
@@ -58,6 +77,54 @@ static bool release_held(cham_recompute_t *r)
         return true;
     free(r);
     return false;
+}
+
+/* Holds a view of each input; false (none held) when the host is out of
+ * memory. */
+static bool hold_inputs(cham_recompute_t *r)
+{
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        if (!(r->in[i].held = cham_storage_new_view(r->in[i].storage))) {
+            for (size_t j = 0; j < i; j++) {
+                cham_tensor_release(r->in[j].held);
+                r->in[j].held = NULL;
+            }
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Gives s's memory back, device or pinned, in stream order: a kept or
+ * dropped storage holds none. */
+static void give_back(cham_storage_t *s)
+{
+    cham_context_t *ctx = s->ctx;
+    if (s->block) {
+        if (s->residency == CHAM_RESIDENT_MOVING_IN)
+            cham_block_record_stream(ctx->mem, s->block, ctx->swap_in);
+        if (s->ext_stream)
+            cham_block_record_stream(ctx->mem, s->block, s->ext_stream);
+        cham_block_free(ctx->mem, s->block);
+        s->block = NULL;
+        cham_context_mem_add(ctx, -(int64_t)s->bytes);
+    }
+    if (s->host_block) {
+        cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_in);
+        cham_block_free(ctx->pinned, s->host_block);
+        s->host_block = NULL;
+    }
+    s->residency = CHAM_RESIDENT_DROPPED;
+}
+
+void cham_recompute_unviewed(cham_storage_t *s)
+{
+    /* An op's own tensors have the caller's views, so are never taken. */
+    if (s->views == 0 || s->views != s->internal_views ||
+        s->residency == CHAM_RESIDENT_DROPPED || !rebuildable(s))
+        return;
+    if (hold_inputs(s->recompute))
+        give_back(s);          /* else (host OOM) it stays where it is */
 }
 
 cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag)
@@ -176,24 +243,13 @@ cham_status_t cham_storage_drop(cham_storage_t *s)
         cham_context_error(ctx, "drop of \"%s\": %s", s->label, why);
         return CHAM_ERR_INVALID_ARG;
     }
-    for (size_t i = 0; i < r->n_inputs; i++) {
-        if (!(r->in[i].held = cham_storage_new_view(r->in[i].storage))) {
-            for (size_t j = 0; j < i; j++) {
-                cham_tensor_release(r->in[j].held);
-                r->in[j].held = NULL;
-            }
-            cham_context_error(ctx, "drop of \"%s\": out of host memory", s->label);
-            return CHAM_ERR_HOST_OOM;
-        }
+    if (!hold_inputs(r)) {
+        cham_context_error(ctx, "drop of \"%s\": out of host memory", s->label);
+        return CHAM_ERR_HOST_OOM;
     }
     /* The block's readers so far are on the compute stream, where its next
      * user will be too, and on the caller's stream if it recorded one. */
-    if (s->ext_stream)
-        cham_block_record_stream(ctx->mem, s->block, s->ext_stream);
-    cham_block_free(ctx->mem, s->block);
-    s->block = NULL;
-    s->residency = CHAM_RESIDENT_DROPPED;
-    cham_context_mem_add(ctx, -(int64_t)s->bytes);
+    give_back(s);
     ctx->stats.drops++;
     ctx->stats.bytes_dropped += s->bytes;
     cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, false, true);
@@ -277,11 +333,15 @@ static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int d
     s->residency = CHAM_RESIDENT_DEVICE;
     cham_context_mem_add(ctx, (int64_t)s->bytes);
     ctx->stats.recomputes++;
-    if (cause != CHAM_SWAP_PLANNED) {
+    /* A kept input made again for a reader is the reader's cost, not an
+     * event of its own (the caller released it: no profile sees it). */
+    bool kept = s->views == s->internal_views;
+    if (cause != CHAM_SWAP_PLANNED && !kept) {
         ctx->stats.on_demand_recomputes++;
         ctx->step_on_demand++;
     }
-    cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false, true);
+    if (!kept)
+        cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false, true);
     /* The inputs may go now: the kernels reading them are queued on the
      * compute stream, ahead of any reuse of their blocks. */
     release_held(r);

@@ -85,6 +85,9 @@ struct cham_storage {
     uint32_t item;                /* policy item matched this step, or CHAM_MATCH_NONE */
     cham_recompute_t *recompute;  /* how to make its data again, or NULL */
     cham_recompute_input_t *dependents;  /* recomputable ops that read it */
+    uint64_t born_step;           /* ctx->step when it was made */
+    uint32_t internal_views;      /* of views, the runtime's own (recompute.c) */
+    bool freeing;                 /* storage_free is under way */
     cham_storage_t *prev, *next;  /* the context's live storages */
     char label[48];               /* of its first view */
 };
@@ -97,6 +100,7 @@ struct cham_tensor {
     size_t offset, bytes;
     cham_dtype_t dtype;
     uint32_t refs;
+    bool internal;                /* the runtime's own view (recompute.c) */
     char label[48];
 };
 
@@ -231,7 +235,8 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause);
  * is taken when an op first uses it. */
 void cham_storage_dematerialize(cham_storage_t *s);
 cham_status_t cham_storage_materialize(cham_storage_t *s);
-/* tensor.c: an internal view of all of s (keeps it alive); NULL on host OOM. */
+/* tensor.c: an internal view of all of s (keeps it alive; internal_views
+ * counts it); NULL on host OOM. */
 cham_tensor_t *cham_storage_new_view(cham_storage_t *s);
 /* tensor.c: device bytes held by tensors change. */
 void cham_context_mem_add(cham_context_t *ctx, int64_t bytes);
@@ -275,6 +280,10 @@ cham_status_t cham_storage_recompute(cham_storage_t *s, cham_swap_cause_t cause)
 cham_status_t cham_recompute_before_write(cham_storage_t *s);
 /* recompute.c: an op has written s: its own record goes. */
 void cham_recompute_written(cham_storage_t *s);
+/* recompute.c: a view of s went, and s is still alive: if only the
+ * runtime's own views are left and s can be made again from state that
+ * outlives the step (a ZeRO-3 gathered weight), its memory goes. */
+void cham_recompute_unviewed(cham_storage_t *s);
 /* recompute.c: s is being freed: its record and its dependents' go. */
 void cham_recompute_storage_gone(cham_storage_t *s);
 

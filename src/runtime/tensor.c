@@ -59,6 +59,7 @@ static cham_storage_t *storage_new(cham_context_t *ctx, size_t bytes, const char
     s->bytes = bytes;
     s->residency = CHAM_RESIDENT_DEVICE;
     s->item = CHAM_MATCH_NONE;
+    s->born_step = ctx->step;
     cham_copy_str(s->label, sizeof s->label, label);
     s->next = ctx->storages;
     if (s->next)
@@ -183,7 +184,12 @@ cham_status_t cham_tensor_view(cham_tensor_t *base, size_t offset, size_t bytes,
 
 cham_tensor_t *cham_storage_new_view(cham_storage_t *s)
 {
-    return view_new(s, 0, s->bytes, CHAM_DTYPE_U8, s->label);
+    cham_tensor_t *t = view_new(s, 0, s->bytes, CHAM_DTYPE_U8, s->label);
+    if (t) {
+        t->internal = true;
+        s->internal_views++;
+    }
+    return t;
 }
 
 cham_tensor_t *cham_tensor_retain(cham_tensor_t *t)
@@ -199,6 +205,7 @@ cham_tensor_t *cham_tensor_retain(cham_tensor_t *t)
 static void storage_free(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
+    s->freeing = true;
     cham_recompute_storage_gone(s);
     if (s->block) {
         if (s->residency == CHAM_RESIDENT_MOVING_IN)
@@ -233,9 +240,12 @@ void cham_tensor_release(cham_tensor_t *t)
         s->view_list = t->next_view;
     if (t->next_view)
         t->next_view->prev_view = t->prev_view;
+    s->internal_views -= t->internal;
     free(t);
     if (--s->views == 0)
         storage_free(s);
+    else
+        cham_recompute_unviewed(s);
 }
 
 void *cham_tensor_data(const cham_tensor_t *t)

@@ -239,8 +239,11 @@ cham_status_t wl_recompute(cham_context_t *ctx, const cham_recompute_call_t *cal
         bytes += (double)call->input_bytes[i];
     }
     acc[call->n_inputs] = (cham_access_t){call->output, call->output_bytes, CHAM_ACCESS_WRITE};
+    /* A gathered weight (ZeRO-3) is gathered again: the link's time. */
+    double link = op == OP_ALL_GATHER ? wl_gather_bytes(call->output_bytes, w->m.dp) : 0;
     cham_kernel_t k = {.label = cham_op_name(w->ctx, w->tok[op]), .flops = flops,
-                       .bytes = bytes, .accesses = acc, .n_accesses = call->n_inputs + 1};
+                       .bytes = bytes, .link_bytes = link, .accesses = acc,
+                       .n_accesses = call->n_inputs + 1};
     return cham_kernel_launch(call->stream, &k);
 }
 
@@ -317,6 +320,10 @@ cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size
         double ns = wl_kernel_ns(w, flops, moved);
         st = cham_op_set_cost(w->ctx, blocking ? (ns > link_ns ? ns : link_ns) : 0);
     }
+    /* A gather from a shard is a pure function of it: a gathered weight a
+     * dropped tensor's op reads can be gathered again instead of kept. */
+    if (st == CHAM_OK && recomputable(args, n))
+        st = cham_op_set_recompute(w->ctx, recompute_tag(op, flops));
     cham_status_t end = cham_op_end(w->ctx);
     return st != CHAM_OK ? st : end;
 }
