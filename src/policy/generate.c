@@ -512,13 +512,12 @@ static bool better(const cham_policy_t *a, const cham_policy_t *b)
  * the new one is not better. Errors other than out of memory stop the
  * search. */
 static cham_status_t try_k(const cham_profile_t *profile, const cham_planner_config_t *config,
-                           size_t k, cham_policy_t **best, size_t *best_k, char *err,
-                           size_t err_size)
+                           size_t k, cham_policy_t **best, size_t *best_k, size_t *n,
+                           char *err, size_t err_size)
 {
-    size_t n = 0;
     cham_policy_t *p = NULL;
     char e[400] = "";
-    cham_status_t st = plan_layered(profile, config, k, &n, &p, e, sizeof e);
+    cham_status_t st = plan_layered(profile, config, k, n, &p, e, sizeof e);
     if (st == CHAM_ERR_OUT_OF_MEMORY)
         return CHAM_OK;
     if (st != CHAM_OK) {
@@ -537,29 +536,33 @@ static cham_status_t try_k(const cham_profile_t *profile, const cham_planner_con
 
 /* Swaps, and the k cheapest recomputations (cost per byte) for the k that
  * predicts the best policy (one that fits before one that does not, then
- * the fastest step, each re-run priced in): a coarse sweep of 16 points
- * over the candidates, then every k between the best one's neighbours
+ * the fastest step, each re-run priced in), planned against the link
+ * budgets of the ops' costs: a coarse sweep of 16 points over the
+ * candidates, then every k between the best one's neighbours
  * (docs/policy.md, "Recomputation"). */
 cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
                                   const cham_planner_config_t *config, cham_policy_t **out,
                                   char *err, size_t err_size)
 {
+    /* Swaps only: as the paper plans them (Eq. 1's link budgets). */
+    cham_planner_config_t swaps = *config;
+    swaps.recompute = false;
     size_t n = 0;
-    cham_status_t st = plan_layered(profile, config, 0, &n, out, err, err_size);
-    if (!config->recompute || n == 0 || (st != CHAM_OK && st != CHAM_ERR_OUT_OF_MEMORY))
-        return st;
-    cham_policy_t *best = st == CHAM_OK ? *out : NULL;
-    *out = NULL;
-    size_t best_k = 0, step = n / 16 ? n / 16 : 1;
-    for (size_t k = step; st == CHAM_OK || st == CHAM_ERR_OUT_OF_MEMORY; k += step) {
-        st = try_k(profile, config, k < n ? k : n, &best, &best_k, err, err_size);
+    if (!config->recompute)
+        return plan_layered(profile, &swaps, 0, &n, out, err, err_size);
+    cham_policy_t *best = NULL;
+    size_t best_k = 0, m;
+    cham_status_t st = try_k(profile, config, 0, &best, &best_k, &n, err, err_size);
+    size_t step = n / 16 ? n / 16 : 1;
+    for (size_t k = step; n && st == CHAM_OK; k += step) {
+        st = try_k(profile, config, k < n ? k : n, &best, &best_k, &m, err, err_size);
         if (k >= n)
             break;
     }
     size_t lo = best_k > step ? best_k - step + 1 : 1, hi = best_k + step - 1;
-    for (size_t k = lo; k <= hi && k <= n && st == CHAM_OK; k++)
+    for (size_t k = lo; n && k <= hi && k <= n && st == CHAM_OK; k++)
         if (k != best_k && k % step != 0)
-            st = try_k(profile, config, k, &best, &best_k, err, err_size);
+            st = try_k(profile, config, k, &best, &best_k, &m, err, err_size);
     if (st != CHAM_OK) {
         cham_policy_free(best);
         return st;

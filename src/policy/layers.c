@@ -109,26 +109,47 @@ bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_conf
         split_run(out, (uint32_t)a, (uint32_t)len, (uint32_t)k, ph);
         a = b;
     }
-    /* Eq. 1: T_group = T_iter / N_iter * N_group, or the caller's costs as
-     * weights of the same T_iter. */
-    double dur = (double)v->duration_ns, total = (double)n;
-    if (cfg->op_cost_ns) {
-        total = 0;
+    /* Eq. 1: T_group = T_iter / N_iter * N_group; or the config's costs as
+     * weights of the same T_iter; or, when recomputation may be planned,
+     * the profile's: ops with a cost take it, the others share what is left
+     * of T_iter (docs/policy.md, "Op costs": the choice between swapping
+     * and recomputing needs the link's real budget, which a profiled step
+     * slowed by passive swaps overstates). */
+    double dur = (double)v->duration_ns;
+    double *t = malloc((n ? n : 1) * sizeof *t);
+    if (!t) {
+        cham_gen_layers_free(out);
+        return false;
+    }
+    bool costs = false;
+    for (size_t k = 0; k < n && cfg->recompute && !costs; k++)
+        costs = v->ops[k].has_cost;
+    if (cfg->op_cost_ns || !costs) {
+        double total = 0;
         for (size_t k = 0; k < n; k++)
-            total += cfg->op_cost_ns[k];
+            total += cfg->op_cost_ns ? cfg->op_cost_ns[k] : 1;
+        for (size_t k = 0; k < n; k++)
+            t[k] = total > 0 ? dur * (cfg->op_cost_ns ? cfg->op_cost_ns[k] : 1) / total : 0;
+    } else {
+        double known = 0;
+        size_t unknown = 0;
+        for (size_t k = 0; k < n; k++) {
+            known += v->ops[k].has_cost ? v->ops[k].cost_ns : 0;
+            unknown += !v->ops[k].has_cost;
+        }
+        double share = unknown && dur > known ? (dur - known) / (double)unknown : 0;
+        for (size_t k = 0; k < n; k++)
+            t[k] = v->ops[k].has_cost ? v->ops[k].cost_ns : share;
     }
     for (size_t i = 0; i < out->n; i++) {
         cham_logical_layer_t *ly = &out->v[i];
-        double w = ly->n_ops;
-        if (cfg->op_cost_ns) {
-            w = 0;
-            for (uint32_t k = ly->start_op; k < ly->start_op + ly->n_ops; k++)
-                w += cfg->op_cost_ns[k];
-        }
-        double t = total > 0 ? dur * w / total : 0;
-        ly->time_ns = t >= 1.8e19 ? UINT64_MAX : (uint64_t)(t + 0.5);
+        double sum = 0;
+        for (uint32_t k = ly->start_op; k < ly->start_op + ly->n_ops; k++)
+            sum += t[k];
+        ly->time_ns = sum >= 1.8e19 ? UINT64_MAX : (uint64_t)(sum + 0.5);
         ly->remaining_ns = ly->time_ns;
     }
+    free(t);
     return true;
 }
 

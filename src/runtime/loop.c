@@ -144,7 +144,10 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     pc.d2h_bandwidth = info.d2h_bandwidth;
     pc.score_c = ctx->config.score_c;
     pc.min_swap_bytes = ctx->config.min_swap_bytes;
-    pc.recompute = ctx->config.recompute;
+    /* Trials alternate: recomputation planned against the ops' costs (the
+     * first, third, fifth), and swaps alone as the paper plans them; the
+     * step time decides (docs/executor.md). */
+    pc.recompute = ctx->config.recompute && ctx->n_trials % 2 == 0;
     if (ctx->reserve)
         pc.reserve = ctx->reserve;
     pc.free_delay_ops = *delay;
