@@ -49,6 +49,7 @@ typedef struct batch {
 typedef struct summary {
     uint64_t runs, by_verdict[PT_VERDICT_COUNT_], by_mode[2];
     uint64_t ops, swaps_out, planned, passive, on_demand, policies, cache_hits;
+    uint64_t drops, recomputes, runs_recomputed;
     uint64_t steps, steps_stable, runs_stable, runs_swapped, runs_planned, corrupted;
     double seconds, slowest;
     uint64_t slowest_seed;
@@ -167,6 +168,9 @@ static void account(summary_t *s, const batch_t *b, const pt_options_t *o, const
     s->planned += r->planned_swaps_out;
     s->passive += r->passive_swaps_out;
     s->on_demand += r->on_demand_swaps_in;
+    s->drops += r->drops;
+    s->recomputes += r->recomputes;
+    s->runs_recomputed += r->recomputes > 0;
     s->policies += r->policies_generated;
     s->cache_hits += r->policy_cache_hits;
     s->steps += (uint64_t)r->steps_run;
@@ -279,13 +283,16 @@ static void print_summary(const summary_t *s, const batch_t *b)
                    pt_verdict_name((pt_verdict_t)v));
     printf("\n  coverage: %llu steps (%llu in Stable; %llu runs reached Stable), %llu ops, %llu "
            "swap-outs (%llu planned in %llu runs, %llu passive), %llu on-demand swap-ins, %llu "
-           "policies generated, %llu cache hits; %llu runs swapped\n",
+           "policies generated, %llu cache hits; %llu runs swapped; %llu drops and %llu re-runs "
+           "in %llu runs\n",
            (unsigned long long)s->steps, (unsigned long long)s->steps_stable,
            (unsigned long long)s->runs_stable, (unsigned long long)s->ops,
            (unsigned long long)s->swaps_out, (unsigned long long)s->planned,
            (unsigned long long)s->runs_planned, (unsigned long long)s->passive,
            (unsigned long long)s->on_demand, (unsigned long long)s->policies,
-           (unsigned long long)s->cache_hits, (unsigned long long)s->runs_swapped);
+           (unsigned long long)s->cache_hits, (unsigned long long)s->runs_swapped,
+           (unsigned long long)s->drops, (unsigned long long)s->recomputes,
+           (unsigned long long)s->runs_recomputed);
     if (failures(s)) {
         printf("  FAILED: %llu of %llu runs:", (unsigned long long)failures(s),
                (unsigned long long)s->runs);

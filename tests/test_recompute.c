@@ -135,6 +135,7 @@ static void compute(fixture_t *f, uint64_t tag, cham_tensor_t **ins, size_t n,
     assert_int_equal(launch(cham_context_compute_stream(f->ctx), tag, in, n,
                             cham_tensor_data(out), N),
                      CHAM_OK);
+    assert_int_equal(cham_op_set_cost(f->ctx, 0), CHAM_OK);
     assert_int_equal(cham_op_set_recompute(f->ctx, tag), CHAM_OK);
     assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
 }
@@ -376,6 +377,44 @@ static void test_kept_input(void **state)
     assert_int_equal(stats(f).mem_in_use, 0);
 }
 
+/* Out of memory with a recomputable tensor that costs less to run again
+ * than to copy out and back: the out-of-memory path drops it instead of a
+ * passive swap-out, and it comes back bit-exact. */
+static void test_oom_drops(void **state)
+{
+    (void)state;
+    cham_config_t c = cham_config_default();
+    c.device.capacity = 3 * N + N / 2;     /* x, y and one more */
+    c.device.data = true;
+    c.device.hazard_check = true;
+    c.allocator_shift = 10;
+    c.pinned_budget = 64 * MiB;
+    fixture_t f = {0};
+    assert_int_equal(cham_context_new(&c, &f.ctx), CHAM_OK);
+    cham_context_on_recompute(f.ctx, hook, &f.hook);
+    assert_int_equal(cham_op_token(f.ctx, "op", &f.op), CHAM_OK);
+    cham_tensor_t *x = new_tensor(&f, "x"), *a = new_tensor(&f, "a"), *y = new_tensor(&f, "y");
+    fill(&f, x, 8);
+    fill(&f, a, 9);
+    compute(&f, TAG_AFFINE, &x, 1, y);       /* cost 0: cheaper than any copy */
+    /* A fourth block: the victim is the newest storage of the size, y. */
+    cham_tensor_t *z = NULL;
+    assert_int_equal(cham_tensor_new(f.ctx, N, CHAM_DTYPE_U8, "z", &z), CHAM_OK);
+    cham_runtime_stats_t st = stats(&f);
+    assert_int_equal(st.passive_drops, 1);
+    assert_int_equal(st.passive_swaps_out, 0);
+    assert_int_equal(cham_tensor_residency(y), CHAM_RESIDENT_DROPPED);
+    cham_tensor_release(z);
+    unsigned char buf[N];
+    read_back(&f, y, buf);
+    expect_affine(buf, 8);
+    cham_tensor_release(a);
+    cham_tensor_release(y);
+    cham_tensor_release(x);
+    assert_int_equal(cham_device_hazard_count(cham_context_device(f.ctx)), 0);
+    cham_context_free(f.ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -386,6 +425,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_hook_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_dropped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kept_input, setup, teardown),
+        cmocka_unit_test(test_oom_drops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -429,6 +429,8 @@ typedef struct cham_runtime_stats {
                                     needed the tensor, or was about to write
                                     one of its inputs */
     uint64_t bytes_dropped;
+    uint64_t passive_drops;      /* of drops, made by the out-of-memory path
+                                    instead of a passive swap-out */
 } cham_runtime_stats_t;
 void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *stats);
 /* Starts mem_peak again from the memory in use now (for per-step peaks). */

@@ -250,6 +250,7 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
     ctx->op_inputs = n_inputs;
     ctx->op_outputs = n_outputs;
     ctx->op_recomputable = false;
+    ctx->op_cost_ns = -1;
     if (ctx->config.profiler)
         ctx->seq[ctx->ops_in_step] = token;
     ctx->ops_in_step++;
@@ -296,6 +297,9 @@ cham_status_t cham_op_set_cost(cham_context_t *ctx, double ns)
     }
     if (ctx->building && !ctx->profile_failed)
         cham_profile_set_cost(ctx->building, ns);
+    ctx->op_cost_ns = ns;
+    if (ctx->op_recomputable && ctx->op_tensors[ctx->op_inputs]->storage->recompute)
+        ctx->op_tensors[ctx->op_inputs]->storage->recompute->cost_ns = ns;
     return CHAM_OK;
 }
 

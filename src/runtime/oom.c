@@ -52,13 +52,27 @@ static cham_storage_t *closest_victim(const cham_context_t *ctx, size_t bytes, b
 #define MAX_WINDOW 32
 
 /* Moves a storage out passively: its block is reusable at once, behind
- * the compute stream's wait on the copy. */
+ * the compute stream's wait on the copy. Or drops it, when its op can run
+ * again for less than the copies out and back would take on the links
+ * (the caller gave the op a cost; config recompute on): Capuchin's
+ * choice, made per tensor. */
 static cham_status_t move_out(cham_context_t *ctx, cham_storage_t *s, uint64_t *n_moved,
                               uint64_t *moved)
 {
     uint64_t now = ctx->ops_total ? ctx->ops_total - 1 : 0;
     (*n_moved)++;
     *moved += s->bytes;
+    double rerun = ctx->config.recompute ? cham_recompute_cost(s) : -1;
+    if (rerun >= 0 && s->residency == CHAM_RESIDENT_DEVICE) {
+        cham_device_info_t info;
+        cham_device_get_info(ctx->dev, &info);
+        double copies = 1e9 * (double)s->bytes * (1 / info.d2h_bandwidth + 1 / info.h2d_bandwidth);
+        if (rerun < copies && cham_storage_drop(s) == CHAM_OK) {
+            ctx->stats.passive_drops++;
+            ctx->step_passive++;
+            return CHAM_OK;
+        }
+    }
     return cham_storage_swap_out(s, CHAM_SWAP_PASSIVE, now);
 }
 

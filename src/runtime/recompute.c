@@ -170,7 +170,7 @@ cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag)
     }
     if (o->recompute)             /* written by this op: use() forgot it already */
         forget(o->recompute);
-    *r = (cham_recompute_t){.output = o, .tag = tag, .n_inputs = n};
+    *r = (cham_recompute_t){.output = o, .tag = tag, .cost_ns = ctx->op_cost_ns, .n_inputs = n};
     for (size_t i = 0; i < n_in; i++) {
         cham_recompute_input_t *in = &r->in[i];
         *in = (cham_recompute_input_t){.rec = r, .storage = ts[i]->storage,
@@ -221,6 +221,12 @@ cham_status_t cham_recompute_before_write(cham_storage_t *s)
         }
     }
     return CHAM_OK;
+}
+
+double cham_recompute_cost(const cham_storage_t *s)
+{
+    const cham_recompute_t *r = s->recompute;
+    return r && !r->dead ? r->cost_ns : -1;
 }
 
 void cham_recompute_written(cham_storage_t *s)

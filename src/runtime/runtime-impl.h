@@ -45,6 +45,7 @@ typedef struct cham_recompute_input {
 struct cham_recompute {
     cham_storage_t *output;
     uint64_t tag;
+    double cost_ns;               /* the op's cost (cham_op_set_cost), < 0 unknown */
     bool releasing, dead;         /* see release_held in recompute.c */
     size_t n_inputs;
     cham_recompute_input_t in[];
@@ -185,6 +186,7 @@ struct cham_context {
     cham_tensor_t **op_tensors;
     size_t op_inputs, op_outputs, cap_op_tensors;
     bool op_recomputable;
+    double op_cost_ns;            /* cham_op_set_cost's, < 0 when none */
     bool preparing_outputs;       /* begin-op is bringing its outputs in */
 
     /* Acting (executor.c) and the loop around it (loop.c). */
@@ -278,6 +280,9 @@ cham_status_t cham_storage_recompute(cham_storage_t *s, cham_swap_cause_t cause)
 /* recompute.c: before an op writes s: dropped dependents are recomputed
  * (they need s as it is), the others forgotten. */
 cham_status_t cham_recompute_before_write(cham_storage_t *s);
+/* recompute.c: the cost of making s again, if it can be and the caller
+ * gave its op a cost, else a negative number. */
+double cham_recompute_cost(const cham_storage_t *s);
 /* recompute.c: an op has written s: its own record goes. */
 void cham_recompute_written(cham_storage_t *s);
 /* recompute.c: a view of s went, and s is still alive: if only the

@@ -156,6 +156,7 @@ typedef struct gen {
     int n_layers;
     uint32_t next_id;
     bool init_op;                /* step 0 begins with an op that uses no tensor */
+    bool recompute;              /* single-output ops are declared recomputable */
 } gen_t;
 
 static size_t dtype_size(int dtype)
@@ -806,6 +807,9 @@ static gen_t *gen_new(uint64_t seed, pt_mode_t mode)
      * devices (auto would choose classic), from the seed rather than the
      * generator, so that the other knobs of every seed stay as they were. */
     c.allocator = seed % 3 == 0 ? CHAM_ALLOCATOR_EXPANDABLE : CHAM_ALLOCATOR_AUTO;
+    /* Two seeds in three declare their single-output ops recomputable, so
+     * policies drop and re-run tensors (from the seed, as above). */
+    g->recompute = seed % 3 != 1;
     g->budget_share = chance(&r, 0.15) ? 0.7 + 0.3 * unit(&r) : 0;
     g->init_op = chance(&r, 0.5);
     g->knobs = c;
@@ -1079,6 +1083,46 @@ static void kernel_fn(void *arg)
         }
     }
     k->h = h;
+}
+
+/* Runs an op again for the runtime (a dropped tensor is needed): the
+ * kernel is a pure function of its inputs and the salt the tag carries,
+ * so the bytes are those of the first run. */
+static cham_status_t rerun(cham_context_t *ctx, const cham_recompute_call_t *call, void *user)
+{
+    (void)ctx;
+    (void)user;
+    if (call->n_inputs > MAX_IN)
+        return CHAM_ERR_INVALID_ARG;
+    kern_t k = {.n_in = (int)call->n_inputs, .n_out = 1, .ws_ok = true, .salt = call->tag};
+    cham_access_t acc[MAX_IN + 1];
+    double bytes = (double)call->output_bytes;
+    for (size_t i = 0; i < call->n_inputs; i++) {
+        k.in[i] = call->inputs[i];
+        k.in_bytes[i] = call->input_bytes[i];
+        acc[i] = (cham_access_t){call->inputs[i], call->input_bytes[i], CHAM_ACCESS_READ};
+        bytes += (double)call->input_bytes[i];
+    }
+    k.out[0] = call->output;
+    k.out_bytes[0] = call->output_bytes;
+    acc[call->n_inputs] = (cham_access_t){call->output, call->output_bytes, CHAM_ACCESS_WRITE};
+    cham_kernel_t kern = {.label = "recompute", .bytes = bytes, .accesses = acc,
+                          .n_accesses = call->n_inputs + 1, .cpu_fn = kernel_fn, .arg = &k};
+    return cham_kernel_launch(call->stream, &kern);
+}
+
+/* May the runtime drop this op's output and run it again? One whole
+ * output, read from other storages, on the compute stream. */
+static bool rerunnable(cham_tensor_t *const *ins, int n_in, cham_tensor_t *const *outs, int n_out,
+                       bool send)
+{
+    if (send || n_in < 1 || n_out != 1 ||
+        cham_tensor_bytes(outs[0]) != cham_tensor_storage_bytes(outs[0]))
+        return false;
+    for (int i = 0; i < n_in; i++)
+        if (cham_tensor_same_storage(ins[i], outs[0]))
+            return false;
+    return true;
 }
 
 /* ---- running a program -----------------------------------------------------------*/
@@ -1539,6 +1583,25 @@ static void run_op(run_t *r, const prog_t *p, const entry_t *e, int pos)
     if (!k.ws_ok)
         fail(r, PT_FAIL_MISMATCH, "step %d op %d \"%s\": the workspace made inside the op "
              "overlaps one of its tensors", r->step, pos, name);
+    /* The op's roofline time, so the planner and the out-of-memory path
+     * can price re-running it. */
+    cham_device_info_t info;
+    cham_device_get_info(cham_context_device(r->ctx), &info);
+    double t_flops = kern.flops / info.peak_flops, t_bytes = bytes / info.hbm_bandwidth;
+    if (r->g->recompute && !send &&
+        cham_op_set_cost(r->ctx, 1e9 * (t_flops > t_bytes ? t_flops : t_bytes)) != CHAM_OK) {
+        fail(r, PT_FAIL_ERROR, "step %d op %d \"%s\": cham_op_set_cost: %s", r->step, pos, name,
+             cham_context_last_error(r->ctx));
+        cham_op_end(r->ctx);
+        goto out;
+    }
+    if (r->g->recompute && rerunnable(ins, n_in, outs, n_out, send) &&
+        cham_op_set_recompute(r->ctx, k.salt) != CHAM_OK) {
+        fail(r, PT_FAIL_ERROR, "step %d op %d \"%s\": cham_op_set_recompute: %s", r->step, pos,
+             name, cham_context_last_error(r->ctx));
+        cham_op_end(r->ctx);
+        goto out;
+    }
     st = cham_op_end(r->ctx);
     if (st != CHAM_OK) {
         runtime_failed(r, st, "end", name);
@@ -1675,6 +1738,7 @@ static void run_program(run_t *r, uint64_t capacity, cham_runtime_stats_t *stats
         return;
     }
     cham_context_set_log(r->ctx, on_log, r);
+    cham_context_on_recompute(r->ctx, rerun, r);
     cham_device_set_hazard_hook(cham_context_device(r->ctx), on_hazard, r);
     if (!r->reference)
         cham_context_on_swap(r->ctx, on_swap, r);
@@ -1801,6 +1865,8 @@ void pt_run_seed(const pt_options_t *o, pt_result_t *res)
     res->planned_swaps_out = cs.planned_swaps_out;
     res->passive_swaps_out = cs.passive_swaps_out;
     res->on_demand_swaps_in = cs.on_demand_swaps_in;
+    res->drops = cs.drops;
+    res->recomputes = cs.recomputes;
     res->policies_generated = cs.policies_generated;
     res->policy_cache_hits = cs.policy_cache_hits;
     res->steps_stable = run->steps_stable;

@@ -72,6 +72,7 @@ typedef struct pt_result {
     uint64_t hazards;
     uint64_t swaps_out, swaps_in, planned_swaps_out, passive_swaps_out;
     uint64_t on_demand_swaps_in, policies_generated, policy_cache_hits;
+    uint64_t drops, recomputes;  /* tensors dropped, ops run again */
     int steps_stable;            /* steps run with the stage Stable */
     bool corrupted;              /* the negative control did flip a byte */
     double seconds;              /* wall clock of both runs */
