@@ -73,6 +73,15 @@ check train-native-oom 1 'step 0 \(training\): .*out of device memory' -- \
 check train-help 0 '^usage: chameleon train' -- train --help
 check train-json 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
   "${small[@]}" --verify --json --capacity 50%
+# Recomputation (issue 17): at a quarter of the peak the kept policies and
+# the out-of-memory path drop tensors and run their ops again, and every
+# loss and parameter byte still equals the unconstrained run's.
+check train-recompute 0 'recomputation +[1-9][0-9]* tensors dropped, [1-9][0-9]* ops run again' -- \
+  train --steps 12 --quiet --verify --capacity 25%
+check train-recompute-exact 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
+  train --steps 12 --quiet --verify --capacity 25% --json
+check train-swap-only 0 '"recomputes": 0' -- \
+  train --steps 12 --quiet --strategy chameleon-swap --capacity 25% --json
 printf 'The quick brown fox jumps over the lazy dog. %.0s' {1..40} >"$dir/text.txt"
 check train-data-file 0 '"steps": 3' -- "${small[@]}" --data "$dir/text.txt" --json
 check train-pictures 0 'memory curve +.*/memory_curve.svg' -- \

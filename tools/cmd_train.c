@@ -447,6 +447,7 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
         {"stage_changes", json_integer((json_int_t)r->stage_changes), false},
         {"policy_regenerations", json_integer((json_int_t)r->policy_regenerations), false},
         {"on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins), false},
+        {"recomputes", json_integer((json_int_t)r->recomputes), false},
         {"sim_step_time_s", plot_json_number(r->steps ? r->sim_step_time_s : NAN), false},
         {"ideal_step_time_s", plot_json_number(r->steps ? r->ideal_step_time_s : NAN), true},
         {"overhead_vs_ideal", plot_json_number(r->overhead_vs_ideal), true},
@@ -508,6 +509,9 @@ static void print_summary(const gpt_train_result_t *r, bool verify)
            "changes, %llu policies generated\n", mib(r->swapped_bytes),
            (unsigned long long)r->on_demand_swapins, (unsigned long long)r->stage_changes,
            (unsigned long long)r->policy_regenerations);
+    if (r->recomputes)
+        printf("  recomputation         %llu tensors dropped, %llu ops run again\n",
+               (unsigned long long)r->drops, (unsigned long long)r->recomputes);
     printf("  step time             %.3f ms simulated", r->sim_step_time_s * 1e3);
     if (verify && isfinite(r->overhead_vs_ideal))
         printf(", unconstrained %.3f ms: overhead %+.1f%%", r->ideal_step_time_s * 1e3,

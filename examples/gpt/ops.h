@@ -55,10 +55,17 @@ typedef struct gpt_args {
 typedef struct gpt_ops {
     cham_context_t *ctx;
     cham_op_token_t tok[GPT_KINDS];
-    uint64_t hook_ns;            /* CPU time inside cham_* calls */
+    uint64_t hook_ns;            /* CPU time inside cham_* calls, less kernel_ns */
+    uint64_t kernel_ns;          /* of which: re-run kernels (data mode runs them
+                                    on the host, inside cham_op_begin) */
+    bool recompute;              /* forward matmul, GELU and add are declared
+                                    recomputable (gpt_ops_enable_recompute) */
 } gpt_ops_t;
 
 cham_status_t gpt_ops_init(gpt_ops_t *o, cham_context_t *ctx);
+/* Declares the forward's single-output ops recomputable (with their
+ * roofline costs), so policies may drop their outputs and run them again. */
+void gpt_ops_enable_recompute(gpt_ops_t *o);
 
 /* One op: begin with the tensors, one kernel of (flops, bytes) whose CPU
  * function is the kernel of a->kind over the tensors' data, end. Outputs

@@ -76,8 +76,8 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
     if (st == CHAM_OK && c->strategy == CHAM_STRATEGY_IDEAL)
         st = CHAM_ERR_INVALID_ARG;    /* the budget is the point of training here */
     if (st != CHAM_OK) {
-        snprintf(err, err_size, "strategy %s cannot train (chameleon, native, recompute, "
-                 "capuchin or vdnn can)", cham_strategy_name(c->strategy));
+        snprintf(err, err_size, "strategy %s cannot train (chameleon, chameleon-swap, native, "
+                 "recompute, capuchin or vdnn can)", cham_strategy_name(c->strategy));
         return st;
     }
     st = cham_context_new(&cfg, &r->ctx);
@@ -96,6 +96,8 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
     }
     uint64_t t0 = gpt_cpu_ns();
     st = gpt_ops_init(&r->ops, r->ctx);
+    if (st == CHAM_OK && cfg.recompute && cfg.mode == CHAM_MODE_MANAGED && cfg.executor)
+        gpt_ops_enable_recompute(&r->ops);
     if (st == CHAM_OK && !(r->model = gpt_model_new(&r->ops, &c->shape, c->seed)))
         st = CHAM_ERR_OUT_OF_MEMORY;
     if (st == CHAM_OK)
@@ -459,6 +461,8 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
     res->stage_changes = s.stage_changes;
     res->policy_regenerations = s.policies_generated;
     res->on_demand_swapins = s.on_demand_swaps_in;
+    res->drops = s.drops;
+    res->recomputes = s.recomputes;
     res->swapped_bytes = s.bytes_out + s.bytes_in;
     res->sim_time_s = sim_now_s(&a) - sim0;
     res->sim_step_time_s = res->steps ? train_sim / res->steps : 0;

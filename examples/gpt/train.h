@@ -89,6 +89,7 @@ typedef struct gpt_train_result {
     uint64_t hazards, oom, stage_changes, policy_regenerations, on_demand_swapins;
     uint64_t skipped_updates, validations, layers_skipped;
     uint64_t swapped_bytes;
+    uint64_t drops, recomputes;                /* tensors dropped, ops run again */
     double sim_time_s, ideal_time_s;           /* all steps, simulated */
     double sim_step_time_s, ideal_step_time_s; /* per training step */
     double overhead_vs_ideal;                  /* sim / ideal - 1 (NaN without ideal) */
