@@ -95,25 +95,10 @@ static bool hold_inputs(cham_recompute_t *r)
     return true;
 }
 
-/* Gives s's memory back, device or pinned, in stream order: a kept or
- * dropped storage holds none. */
+/* A kept or dropped storage holds no memory. */
 static void give_back(cham_storage_t *s)
 {
-    cham_context_t *ctx = s->ctx;
-    if (s->block) {
-        if (s->residency == CHAM_RESIDENT_MOVING_IN)
-            cham_block_record_stream(ctx->mem, s->block, ctx->swap_in);
-        if (s->ext_stream)
-            cham_block_record_stream(ctx->mem, s->block, s->ext_stream);
-        cham_block_free(ctx->mem, s->block);
-        s->block = NULL;
-        cham_context_mem_add(ctx, -(int64_t)s->bytes);
-    }
-    if (s->host_block) {
-        cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_in);
-        cham_block_free(ctx->pinned, s->host_block);
-        s->host_block = NULL;
-    }
+    cham_storage_give_back(s);
     s->residency = CHAM_RESIDENT_DROPPED;
 }
 

@@ -237,6 +237,10 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause);
  * is taken when an op first uses it. */
 void cham_storage_dematerialize(cham_storage_t *s);
 cham_status_t cham_storage_materialize(cham_storage_t *s);
+/* tensor.c: gives s's device block and pinned copy back, each in stream
+ * order (a swap-in still writing the block, a copy still using the pinned
+ * one, the caller's recorded stream). */
+void cham_storage_give_back(cham_storage_t *s);
 /* tensor.c: an internal view of all of s (keeps it alive; internal_views
  * counts it); NULL on host OOM. */
 cham_tensor_t *cham_storage_new_view(cham_storage_t *s);

@@ -199,26 +199,33 @@ cham_tensor_t *cham_tensor_retain(cham_tensor_t *t)
     return t;
 }
 
-/* The last view is gone: the storage's memory goes back. A device block a
- * swap-in may still be writing is first recorded on the swap-in stream; a
- * pinned block a swap may still be reading or writing likewise. */
-static void storage_free(cham_storage_t *s)
+void cham_storage_give_back(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
-    s->freeing = true;
-    cham_recompute_storage_gone(s);
     if (s->block) {
         if (s->residency == CHAM_RESIDENT_MOVING_IN)
             cham_block_record_stream(ctx->mem, s->block, ctx->swap_in);
         if (s->ext_stream)
             cham_block_record_stream(ctx->mem, s->block, s->ext_stream);
         cham_block_free(ctx->mem, s->block);
+        s->block = NULL;
+        cham_context_mem_add(ctx, -(int64_t)s->bytes);
     }
     if (s->host_block) {
         cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_in);
         cham_block_free(ctx->pinned, s->host_block);
+        s->host_block = NULL;
     }
-    if (s->block || s->ptr)
+}
+
+/* The last view is gone: the storage's memory goes back. */
+static void storage_free(cham_storage_t *s)
+{
+    cham_context_t *ctx = s->ctx;
+    s->freeing = true;
+    cham_recompute_storage_gone(s);
+    cham_storage_give_back(s);
+    if (s->ptr)
         cham_context_mem_add(ctx, -(int64_t)s->bytes);
     cham_event_free(s->out_event);
     cham_event_free(s->in_event);
