@@ -44,8 +44,11 @@ typedef struct cham_planner_config {
                                     predicted copy completion before reuse: a
                                     margin for the timing error of Eq. 1 (0) */
     bool recompute;              /* may drop and recompute tensors made by
-                                    ops the profile marks recomputable
-                                    (true); false: swaps only */
+                                    ops the profile marks recomputable, and
+                                    then takes the logical layers' times
+                                    from the profile's op costs where it has
+                                    them (true); false: swaps only, Eq. 1
+                                    (docs/policy.md, "Recomputation") */
     /* Optional per-op device time estimates (ns), n_ops of them, in profile
      * op order; NULL = Eq. 1 (step time spread evenly over the ops). */
     const double *op_cost_ns;
