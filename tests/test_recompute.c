@@ -20,11 +20,11 @@
 #define MiB (UINT64_C(1) << 20)
 #define N (64 * KiB)
 
-enum { TAG_AFFINE = 1, TAG_SUM = 2 };
+enum { TAG_AFFINE = 1, TAG_SUM = 2, TAG_PAIR = 3 };
 
 typedef struct kernel_arg {
     const unsigned char *in[2];
-    unsigned char *out;
+    unsigned char *out, *out2;   /* out2: TAG_PAIR's second output */
     size_t bytes;
     uint64_t tag;
 } kernel_arg_t;
@@ -32,31 +32,37 @@ typedef struct kernel_arg {
 static void run_kernel(void *p)
 {
     const kernel_arg_t *a = p;
-    for (size_t i = 0; i < a->bytes; i++)
-        a->out[i] = a->tag == TAG_AFFINE ? (unsigned char)(a->in[0][i] * 3 + 1)
-                                         : (unsigned char)(a->in[0][i] + a->in[1][i]);
+    for (size_t i = 0; i < a->bytes; i++) {
+        a->out[i] = a->tag != TAG_SUM ? (unsigned char)(a->in[0][i] * 3 + 1)
+                                      : (unsigned char)(a->in[0][i] + a->in[1][i]);
+        if (a->out2)
+            a->out2[i] = (unsigned char)(a->out[i] + 1);
+    }
 }
 
 /* What the caller's framework does: launch the op's kernel with these
  * addresses. Counts its calls; fails while `refuse` is set. */
 typedef struct hook_state {
     int calls;
+    size_t last_which;
     bool refuse;
 } hook_state_t;
 
 static cham_status_t launch(cham_stream_t *stream, uint64_t tag, void *const *in,
-                            size_t n_in, void *out, size_t bytes)
+                            size_t n_in, void *out, void *out2, size_t bytes)
 {
-    kernel_arg_t a = {.out = out, .bytes = bytes, .tag = tag};
-    cham_access_t acc[3];
+    kernel_arg_t a = {.out = out, .out2 = out2, .bytes = bytes, .tag = tag};
+    cham_access_t acc[4];
+    size_t n = 0;
     for (size_t i = 0; i < n_in; i++) {
         a.in[i] = in[i];
-        acc[i] = (cham_access_t){in[i], bytes, CHAM_ACCESS_READ};
+        acc[n++] = (cham_access_t){in[i], bytes, CHAM_ACCESS_READ};
     }
-    acc[n_in] = (cham_access_t){out, bytes, CHAM_ACCESS_WRITE};
-    cham_kernel_t k = {.label = tag == TAG_AFFINE ? "affine" : "sum", .bytes = 2.0 * bytes,
-                       .accesses = acc, .n_accesses = n_in + 1, .cpu_fn = run_kernel,
-                       .arg = &a};
+    acc[n++] = (cham_access_t){out, bytes, CHAM_ACCESS_WRITE};
+    if (out2)
+        acc[n++] = (cham_access_t){out2, bytes, CHAM_ACCESS_WRITE};
+    cham_kernel_t k = {.label = tag == TAG_SUM ? "sum" : "affine", .bytes = 2.0 * bytes,
+                       .accesses = acc, .n_accesses = n, .cpu_fn = run_kernel, .arg = &a};
     return cham_kernel_launch(stream, &k);
 }
 
@@ -67,11 +73,13 @@ static cham_status_t hook(cham_context_t *ctx, const cham_recompute_call_t *call
     h->calls++;
     if (h->refuse)
         return CHAM_ERR_BACKEND;
-    assert_int_equal(call->n_inputs, call->tag == TAG_AFFINE ? 1 : 2);
+    assert_int_equal(call->n_inputs, call->tag == TAG_SUM ? 2 : 1);
+    assert_int_equal(call->n_outputs, call->tag == TAG_PAIR ? 2 : 1);
     for (size_t i = 0; i < call->n_inputs; i++)
-        assert_int_equal(call->input_bytes[i], call->output_bytes);
-    return launch(call->stream, call->tag, call->inputs, call->n_inputs, call->output,
-                  call->output_bytes);
+        assert_int_equal(call->input_bytes[i], call->output_bytes[0]);
+    h->last_which = call->which;
+    return launch(call->stream, call->tag, call->inputs, call->n_inputs, call->outputs[0],
+                  call->n_outputs > 1 ? call->outputs[1] : NULL, call->output_bytes[0]);
 }
 
 typedef struct fixture {
@@ -133,7 +141,7 @@ static void compute(fixture_t *f, uint64_t tag, cham_tensor_t **ins, size_t n,
     for (size_t i = 0; i < n; i++)
         in[i] = cham_tensor_data(ins[i]);
     assert_int_equal(launch(cham_context_compute_stream(f->ctx), tag, in, n,
-                            cham_tensor_data(out), N),
+                            cham_tensor_data(out), NULL, N),
                      CHAM_OK);
     assert_int_equal(cham_op_set_cost(f->ctx, 0), CHAM_OK);
     assert_int_equal(cham_op_set_recompute(f->ctx, tag), CHAM_OK);
@@ -247,15 +255,20 @@ static void test_refusals(void **state)
     assert_int_equal(cham_op_set_recompute(f->ctx, 1), CHAM_ERR_INVALID_ARG);
     assert_non_null(strstr(cham_context_last_error(f->ctx), "no op is being dispatched"));
 
-    cham_tensor_t *outs[2] = {x, y};
-    assert_int_equal(cham_op_begin(f->ctx, f->op, NULL, 0, outs, 2), CHAM_OK);
+    cham_tensor_t *outs[2] = {y, y};
+    assert_int_equal(cham_op_begin(f->ctx, f->op, &x, 1, outs, 2), CHAM_OK);
     assert_int_equal(cham_op_set_recompute(f->ctx, 1), CHAM_ERR_INVALID_ARG);
-    assert_non_null(strstr(cham_context_last_error(f->ctx), "exactly one tensor"));
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "writes one storage twice"));
+    assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
+
+    assert_int_equal(cham_op_begin(f->ctx, f->op, &x, 1, NULL, 0), CHAM_OK);
+    assert_int_equal(cham_op_set_recompute(f->ctx, 1), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "writes no tensor"));
     assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
 
     assert_int_equal(cham_op_begin(f->ctx, f->op, &x, 1, &x, 1), CHAM_OK);
     assert_int_equal(cham_op_set_recompute(f->ctx, 1), CHAM_ERR_INVALID_ARG);
-    assert_non_null(strstr(cham_context_last_error(f->ctx), "reads the tensor it writes"));
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "reads a tensor it writes"));
     assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
 
     cham_tensor_t *half = NULL;
@@ -377,6 +390,45 @@ static void test_kept_input(void **state)
     assert_int_equal(stats(f).mem_in_use, 0);
 }
 
+/* An op with two outputs (y = affine(x), z = y + 1): dropping y alone
+ * re-runs the op with scratch for z, whose bytes stay as they are; with
+ * both dropped each comes back on its own use, the other's slot scratch. */
+static void test_two_outputs(void **state)
+{
+    fixture_t *f = *state;
+    cham_tensor_t *x = new_tensor(f, "x"), *y = new_tensor(f, "y"), *z = new_tensor(f, "z");
+    fill(f, x, 2);
+    cham_tensor_t *outs[2] = {y, z};
+    assert_int_equal(cham_op_begin(f->ctx, f->op, &x, 1, outs, 2), CHAM_OK);
+    void *in = cham_tensor_data(x);
+    assert_int_equal(launch(cham_context_compute_stream(f->ctx), TAG_PAIR, &in, 1,
+                            cham_tensor_data(y), cham_tensor_data(z), N),
+                     CHAM_OK);
+    assert_int_equal(cham_op_set_recompute(f->ctx, TAG_PAIR), CHAM_OK);
+    assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
+    uint64_t before = stats(f).mem_in_use;
+    assert_int_equal(cham_tensor_drop(y), CHAM_OK);
+    unsigned char buf[N];
+    read_back(f, y, buf);
+    expect_affine(buf, 2);
+    assert_int_equal(f->hook.last_which, 0);
+    assert_int_equal(stats(f).mem_in_use, before);     /* the scratch went */
+    assert_int_equal(cham_tensor_drop(y), CHAM_OK);
+    assert_int_equal(cham_tensor_drop(z), CHAM_OK);
+    read_back(f, z, buf);
+    assert_int_equal(f->hook.last_which, 1);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(buf[i], (unsigned char)((unsigned char)((unsigned char)(i * 7 + 2) * 3 + 1) + 1));
+    assert_int_equal(cham_tensor_residency(y), CHAM_RESIDENT_DROPPED);
+    read_back(f, y, buf);
+    expect_affine(buf, 2);
+    assert_int_equal(stats(f).recomputes, 3);
+    cham_tensor_release(x);                       /* held until y and z are back */
+    cham_tensor_release(y);
+    cham_tensor_release(z);
+    assert_int_equal(stats(f).mem_in_use, 0);
+}
+
 /* Out of memory with a recomputable tensor that costs less to run again
  * than to copy out and back: the out-of-memory path drops it instead of a
  * passive swap-out, and it comes back bit-exact. */
@@ -426,6 +478,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_release_dropped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kept_input, setup, teardown),
         cmocka_unit_test(test_oom_drops),
+        cmocka_unit_test_setup_teardown(test_two_outputs, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -525,8 +525,12 @@ static void print_summary(const gpt_train_result_t *r, bool verify)
                "adds is not hidden", r->ideal_kernels_per_step,
                r->ideal_dispatch_s_per_step * 1e6 / r->ideal_kernels_per_step,
                r->ideal_step_time_s * 1e3, r->ideal_busy_s_per_step * 1e3);
-    printf("\n  host overhead         %.2f%% of the CPU time in Chameleon's calls\n",
-           100 * r->host_overhead_ratio);
+    if (isnan(r->host_overhead_ratio))
+        printf("\n  host overhead         below this measurement (the sim's byte copies and the "
+               "trace took more CPU inside Chameleon's calls than all the rest)\n");
+    else
+        printf("\n  host overhead         %.2f%% of the CPU time in Chameleon's calls\n",
+               100 * r->host_overhead_ratio);
     printf("  hazards               %llu\n", (unsigned long long)r->hazards);
     if (verify)
         printf("  verification          %s\n", r->bit_exact

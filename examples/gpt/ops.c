@@ -140,68 +140,107 @@ static void run(void *p)
 }
 
 /* ---- recomputation -------------------------------------------------------------
- * The forward's single-output ops (matmul, GELU, add) are pure functions of
- * their inputs: the runtime may drop their outputs and call rerun() to make
- * them again. The tag packs what run() needs besides the tensors: the kind,
- * whether the matmul has a bias, and the shape. An op whose shape does not
- * fit the tag is not declared (it is only ever swapped). */
-enum { TAG_KIND_BITS = 5, TAG_N_BITS = 18, TAG_C_BITS = 20, TAG_OC_BITS = 20 };
+ * The forward's ops (matmul, layer norm, attention, GELU, add) are pure
+ * functions of their inputs: the runtime may drop an output and call
+ * rerun() to make it again. The tag packs what run() needs besides the
+ * tensors: the kind, whether the matmul has a bias, and the shape. An op
+ * whose shape does not fit the tag is not declared (it is only swapped). */
+enum { KIND_BITS = 5 };
+
+static bool fits(uint64_t v, int bits)
+{
+    return v < (UINT64_C(1) << bits);
+}
 
 static bool make_tag(const gpt_args_t *a, uint64_t *tag)
 {
-    uint64_t kind = (uint64_t)a->kind;
-    if (a->kind == GPT_GELU || a->kind == GPT_ADD) {
-        if (a->n >= (UINT64_C(1) << (64 - TAG_KIND_BITS)))
+    uint64_t k = (uint64_t)a->kind, N = (uint64_t)a->N, C = (uint64_t)a->C, OC = (uint64_t)a->OC;
+    uint64_t B = (uint64_t)a->B, T = (uint64_t)a->T, NH = (uint64_t)a->NH;
+    switch (a->kind) {
+    case GPT_GELU:
+    case GPT_ADD:
+        if (!fits(a->n, 64 - KIND_BITS))
             return false;
-        *tag = kind | (uint64_t)a->n << TAG_KIND_BITS;
+        *tag = k | (uint64_t)a->n << KIND_BITS;
         return true;
-    }
-    if (a->kind != GPT_MATMUL || a->N <= 0 || a->C <= 0 || a->OC <= 0 ||
-        a->N >= 1 << TAG_N_BITS || a->C >= 1 << TAG_C_BITS || a->OC >= 1 << TAG_OC_BITS)
+    case GPT_MATMUL:           /* bias 1, N 18, C 20, OC 20 */
+        if (!fits(N, 18) || !fits(C, 20) || !fits(OC, 20))
+            return false;
+        *tag = k | (uint64_t)(a->null_f >> 2 & 1) << 5 | N << 6 | C << 24 | OC << 44;
+        return true;
+    case GPT_LAYERNORM:        /* N 29, C 30 */
+        if (!fits(N, 29) || !fits(C, 30))
+            return false;
+        *tag = k | N << 5 | C << 34;
+        return true;
+    case GPT_ATTENTION:        /* B 12, T 16, C 20, NH 11 */
+        if (!fits(B, 12) || !fits(T, 16) || !fits(C, 20) || !fits(NH, 11))
+            return false;
+        *tag = k | B << 5 | T << 17 | C << 33 | NH << 53;
+        return true;
+    default:
         return false;
-    uint64_t bias = (a->null_f >> 2) & 1;      /* f[2], the bias, absent */
-    *tag = kind | bias << TAG_KIND_BITS | (uint64_t)a->N << (TAG_KIND_BITS + 1) |
-           (uint64_t)a->C << (TAG_KIND_BITS + 1 + TAG_N_BITS) |
-           (uint64_t)a->OC << (TAG_KIND_BITS + 1 + TAG_N_BITS + TAG_C_BITS);
-    return true;
+    }
+}
+
+/* The kernel's arguments and FLOPs from a tag (as model.c counts them). */
+static bool from_tag(uint64_t tag, gpt_args_t *a, double *flops)
+{
+    *a = (gpt_args_t){.kind = (gpt_kind_t)(tag & ((1u << KIND_BITS) - 1))};
+    switch (a->kind) {
+    case GPT_GELU:
+    case GPT_ADD:
+        a->n = (size_t)(tag >> KIND_BITS);
+        *flops = (double)a->n;
+        return true;
+    case GPT_MATMUL:
+        a->null_f = (uint32_t)(tag >> 5 & 1) << 2;
+        a->N = (int)(tag >> 6 & 0x3ffff);
+        a->C = (int)(tag >> 24 & 0xfffff);
+        a->OC = (int)(tag >> 44 & 0xfffff);
+        *flops = 2.0 * a->N * a->C * a->OC;
+        return true;
+    case GPT_LAYERNORM:
+        a->N = (int)(tag >> 5 & 0x1fffffff);
+        a->C = (int)(tag >> 34 & 0x3fffffff);
+        *flops = 8.0 * a->N * a->C;
+        return true;
+    case GPT_ATTENTION:
+        a->B = (int)(tag >> 5 & 0xfff);
+        a->T = (int)(tag >> 17 & 0xffff);
+        a->C = (int)(tag >> 33 & 0xfffff);
+        a->NH = (int)(tag >> 53 & 0x7ff);
+        *flops = 4.0 * a->B * a->T * a->T * a->C;
+        return true;
+    default:
+        return false;
+    }
 }
 
 static cham_status_t rerun(cham_context_t *ctx, const cham_recompute_call_t *call, void *user)
 {
     (void)ctx;
     gpt_ops_t *o = user;
-    gpt_args_t a = {.kind = (gpt_kind_t)(call->tag & ((1u << TAG_KIND_BITS) - 1))};
-    uint64_t rest = call->tag >> TAG_KIND_BITS;
-    if (a.kind == GPT_MATMUL) {
-        a.null_f = (uint32_t)(rest & 1) << 2;
-        rest >>= 1;
-        a.N = (int)(rest & ((1u << TAG_N_BITS) - 1));
-        a.C = (int)(rest >> TAG_N_BITS & ((1u << TAG_C_BITS) - 1));
-        a.OC = (int)(rest >> (TAG_N_BITS + TAG_C_BITS) & ((1u << TAG_OC_BITS) - 1));
-    } else if (a.kind == GPT_GELU || a.kind == GPT_ADD) {
-        a.n = (size_t)rest;
-    } else {
+    gpt_args_t a;
+    double flops;
+    size_t n = call->n_inputs + call->n_outputs;
+    if (!from_tag(call->tag, &a, &flops) || n > 8)
         return CHAM_ERR_INVALID_ARG;
-    }
-    if (call->n_inputs + 1 > 8)
-        return CHAM_ERR_INVALID_ARG;
-    cham_access_t acc[9];
+    cham_access_t acc[8];
+    double bytes = 0;
     size_t k = 0;
-    double bytes = (double)call->output_bytes;
-    for (size_t i = 0; i <= call->n_inputs; i++) {
-        bool out = i == call->n_inputs;
-        void *p = out ? call->output : call->inputs[i];
-        size_t b = out ? call->output_bytes : call->input_bytes[i];
+    for (size_t i = 0; i < n; i++) {
+        bool out = i >= call->n_inputs;
+        void *p = out ? call->outputs[i - call->n_inputs] : call->inputs[i];
+        size_t b = out ? call->output_bytes[i - call->n_inputs] : call->input_bytes[i];
         acc[i] = (cham_access_t){p, b, out ? CHAM_ACCESS_WRITE : CHAM_ACCESS_READ};
-        bytes += out ? 0 : (double)b;
+        bytes += (double)b;
         while (k < 8 && (a.null_f >> k & 1))
             k++;
         a.f[k++] = p;
     }
-    double flops = a.kind == GPT_MATMUL ? 2.0 * a.N * a.C * a.OC : (double)a.n;
     cham_kernel_t kern = {.label = names[a.kind], .flops = flops, .bytes = bytes,
-                          .accesses = acc, .n_accesses = call->n_inputs + 1, .cpu_fn = run,
-                          .arg = &a};
+                          .accesses = acc, .n_accesses = n, .cpu_fn = run, .arg = &a};
     /* In data mode the sim runs the kernel on the host inside this call,
      * itself inside cham_op_begin: that time is the kernel's, not
      * Chameleon's, and is not counted as its overhead. */
@@ -248,7 +287,7 @@ cham_status_t gpt_op(gpt_ops_t *o, gpt_args_t *a, cham_tensor_t *const *in, size
                           .accesses = acc, .n_accesses = n, .cpu_fn = run, .arg = a};
     st = cham_kernel_launch(cham_context_compute_stream(o->ctx), &kern);
     uint64_t tag;
-    if (st == CHAM_OK && o->recompute && n_out == 1 && !rw_mask && make_tag(a, &tag)) {
+    if (st == CHAM_OK && o->recompute && !rw_mask && make_tag(a, &tag)) {
         cham_device_info_t info;
         cham_device_get_info(cham_context_device(o->ctx), &info);
         double tf = flops / info.peak_flops, tb = bytes / info.hbm_bandwidth;

@@ -58,7 +58,8 @@ typedef struct gpt_ops {
     uint64_t hook_ns;            /* CPU time inside cham_* calls, less kernel_ns */
     uint64_t kernel_ns;          /* of which: re-run kernels (data mode runs them
                                     on the host, inside cham_op_begin) */
-    bool recompute;              /* forward matmul, GELU and add are declared
+    bool recompute;              /* the forward's ops (matmul, layer norm, attention,
+                                    GELU, add) are declared
                                     recomputable (gpt_ops_enable_recompute) */
 } gpt_ops_t;
 

@@ -475,7 +475,11 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
     copies += cham_trace_cpu_ns(a.trace);  /* writing the trace is not Chameleon's work */
     uint64_t hooks = a.ops.hook_ns > copies ? a.ops.hook_ns - copies : 0;
     uint64_t total = a.cpu_ns > copies ? a.cpu_ns - copies : 0;
-    res->host_overhead_ratio = total ? (double)hooks / (double)total : 0;
+    /* When the copies and the trace took more than all the time inside the
+     * calls, what is left is below what this measures: NaN, said so. */
+    res->host_overhead_ratio = !total                            ? 0
+                               : a.ops.hook_ns && hooks == 0 ? NAN
+                                                             : (double)hooks / (double)total;
     if (c->verify) {
         res->ideal_time_s = sim_now_s(&b) - ideal0;
         res->ideal_step_time_s = res->steps ? train_ideal / res->steps : 0;

@@ -240,7 +240,7 @@ cham_status_t cham_op_end(cham_context_t *ctx);
  *
  * cham_op_set_recompute, between cham_op_begin and cham_op_end, declares
  * the op being dispatched recomputable: a pure function of its inputs that
- * writes exactly one output, all of that output's storage, and no input.
+ * writes each of its outputs whole (all of its storage) and no input.
  * `tag` is the caller's (it says which kernels to launch; it must stay
  * meaningful as long as the output is alive). The planner prices a re-run
  * at the op's cost (cham_op_set_cost), else at the step's mean op time.
@@ -248,9 +248,10 @@ cham_status_t cham_op_end(cham_context_t *ctx);
  *
  * The recompute hook (cham_context_on_recompute) is called when a dropped
  * tensor is needed: its block is new, the op's inputs are on the device
- * (brought back or recomputed first), and the hook launches the op's
- * kernels on `stream` (the compute stream) with these addresses. It must
- * not dispatch ops. An error it returns fails the op that needed the
+ * (brought back or recomputed first), the op's other outputs get scratch
+ * blocks (theirs are left alone), and the hook launches the op's kernels
+ * on `stream` (the compute stream) with these addresses. It must not
+ * dispatch ops. An error it returns fails the op that needed the
  * tensor; the tensor stays dropped.
  *
  * Never lost: a dropped tensor holds its inputs alive (the caller may
@@ -265,8 +266,10 @@ typedef struct cham_recompute_call {
     void *const *inputs;         /* device addresses of the op's inputs, in */
     const size_t *input_bytes;   /*   the order given to cham_op_begin */
     size_t n_inputs;
-    void *output;                /* to write: the dropped tensor's new block */
-    size_t output_bytes;
+    void *const *outputs;        /* where to write each output, in the op's */
+    const size_t *output_bytes;  /*   order: the dropped one's new block, and */
+    size_t n_outputs;            /*   scratch for the others (their data stays) */
+    size_t which;                /* the output being made again */
 } cham_recompute_call_t;
 typedef cham_status_t (*cham_recompute_hook_t)(cham_context_t *ctx,
                                                const cham_recompute_call_t *call, void *user);

@@ -44,21 +44,38 @@ static bool rebuildable(const cham_storage_t *s)
     return true;
 }
 
-/* Forgets a record: its output is on the device, or being freed. While
- * its held views are being released (release_held) it is only marked. */
+/* Forgets a record: none of its outputs is dropped. While its held views
+ * are being released (release_held) it is only marked. */
 static void forget(cham_recompute_t *r)
 {
-    CHAM_ASSERT(r->releasing || r->output->residency != CHAM_RESIDENT_DROPPED);
+    CHAM_ASSERT(r->releasing || r->n_dropped == 0);
     if (r->dead)
         return;
     for (size_t i = 0; i < r->n_inputs; i++) {
         CHAM_ASSERT(r->releasing || !r->in[i].held);
         unlink_input(&r->in[i]);
     }
-    r->output->recompute = NULL;
+    for (size_t j = 0; j < r->n_outputs; j++)
+        if (r->out[j])
+            r->out[j]->recompute = NULL;
     r->dead = true;
     if (!r->releasing)
         free(r);
+}
+
+/* s is no longer one of its record's outputs (written again, or freed);
+ * whether any output is left. */
+static bool detach(cham_storage_t *s)
+{
+    cham_recompute_t *r = s->recompute;
+    bool left = false;
+    for (size_t j = 0; j < r->n_outputs; j++) {
+        if (r->out[j] == s)
+            r->out[j] = NULL;
+        left = left || r->out[j];
+    }
+    s->recompute = NULL;
+    return left;
 }
 
 /* Releases the views a dropped record held. One of them may be the last
@@ -108,8 +125,11 @@ void cham_recompute_unviewed(cham_storage_t *s)
     if (s->views == 0 || s->views != s->internal_views ||
         s->residency == CHAM_RESIDENT_DROPPED || !rebuildable(s))
         return;
-    if (hold_inputs(s->recompute))
-        give_back(s);          /* else (host OOM) it stays where it is */
+    cham_recompute_t *r = s->recompute;
+    if (r->n_dropped == 0 && !hold_inputs(r))
+        return;                /* host OOM: it stays where it is */
+    r->n_dropped++;
+    give_back(s);
 }
 
 cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag)
@@ -126,36 +146,47 @@ cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag)
         why = "no recompute hook (cham_context_on_recompute)";
     else if (ctx->op_recomputable)
         why = "the op was declared recomputable already";
-    else if (ctx->op_outputs != 1)
-        why = "only ops that write exactly one tensor can be run again";
+    else if (ctx->op_outputs == 0)
+        why = "the op writes no tensor";
     if (why) {
         cham_context_error(ctx, "cham_op_set_recompute (step %llu, op %u): %s",
                            (unsigned long long)ctx->number,
                            ctx->ops_in_step ? ctx->ops_in_step - 1 : 0, why);
         return CHAM_ERR_INVALID_ARG;
     }
-    cham_tensor_t *out = ts[n_in];
-    cham_storage_t *o = out->storage;
-    if (out->offset != 0 || out->bytes != o->bytes)
-        why = "its output is a view of part of a storage; the rest would be lost";
-    for (size_t i = 0; i < n_in && !why; i++)
-        if (ts[i]->storage == o)
-            why = "it reads the tensor it writes";
+    size_t n_out = ctx->op_outputs;
+    cham_tensor_t *const *outs = ts + n_in;
+    const cham_tensor_t *bad = NULL;
+    for (size_t j = 0; j < n_out && !why; j++) {
+        cham_storage_t *o = outs[j]->storage;
+        bad = outs[j];
+        if (outs[j]->offset != 0 || outs[j]->bytes != o->bytes)
+            why = "an output is a view of part of a storage; the rest would be lost";
+        for (size_t i = 0; i < n_in && !why; i++)
+            if (ts[i]->storage == o)
+                why = "it reads a tensor it writes";
+        for (size_t k = 0; k < j && !why; k++)
+            if (outs[k]->storage == o)
+                why = "it writes one storage twice";
+    }
     if (why) {
         cham_context_error(ctx, "cham_op_set_recompute (step %llu, op %u, output \"%s\"): %s",
-                           (unsigned long long)ctx->number, ctx->ops_in_step - 1, out->label,
+                           (unsigned long long)ctx->number, ctx->ops_in_step - 1, bad->label,
                            why);
         return CHAM_ERR_INVALID_ARG;
     }
-    size_t n = n_in;              /* each input as passed: the hook gets them in order */
-    cham_recompute_t *r = malloc(sizeof *r + n * sizeof r->in[0]);
+    /* Each input as passed (the hook gets them in order), then the
+     * outputs' storages and sizes. */
+    cham_recompute_t *r = malloc(sizeof *r + n_in * sizeof r->in[0] +
+                                 n_out * (sizeof *r->out + sizeof *r->out_bytes));
     if (!r) {
         cham_context_error(ctx, "cham_op_set_recompute: out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
-    if (o->recompute)             /* written by this op: use() forgot it already */
-        forget(o->recompute);
-    *r = (cham_recompute_t){.output = o, .tag = tag, .cost_ns = ctx->op_cost_ns, .n_inputs = n};
+    *r = (cham_recompute_t){.tag = tag, .cost_ns = ctx->op_cost_ns, .n_outputs = n_out,
+                            .n_inputs = n_in};
+    r->out = (cham_storage_t **)(void *)&r->in[n_in];
+    r->out_bytes = (size_t *)(void *)&r->out[n_out];
     for (size_t i = 0; i < n_in; i++) {
         cham_recompute_input_t *in = &r->in[i];
         *in = (cham_recompute_input_t){.rec = r, .storage = ts[i]->storage,
@@ -165,7 +196,13 @@ cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag)
             in->next->prev = in;
         in->storage->dependents = in;
     }
-    o->recompute = r;
+    for (size_t j = 0; j < n_out; j++) {
+        cham_storage_t *o = outs[j]->storage;
+        CHAM_ASSERT(!o->recompute);    /* written by this op: its record went */
+        r->out[j] = o;
+        r->out_bytes[j] = o->bytes;
+        o->recompute = r;
+    }
     ctx->op_recomputable = true;
     if (ctx->building && !ctx->profile_failed)
         cham_profile_set_recomputable(ctx->building);
@@ -174,19 +211,21 @@ cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag)
 
 void cham_recompute_storage_gone(cham_storage_t *s)
 {
-    /* A dropped dependent holds a view of s, so none is dropped. */
+    /* A record with a dropped output holds a view of s, so none is. */
     while (s->dependents)
         forget(s->dependents->rec);
     cham_recompute_t *r = s->recompute;
     if (!r)
         return;
-    if (s->residency != CHAM_RESIDENT_DROPPED) {
-        forget(r);
-        return;
+    if (s->residency == CHAM_RESIDENT_DROPPED) {   /* never needed again */
+        s->residency = CHAM_RESIDENT_HOST;
+        r->n_dropped--;
     }
-    /* Dropped and never needed again: the inputs it held may go. */
-    s->residency = CHAM_RESIDENT_HOST;
-    if (release_held(r))
+    bool left = detach(s);
+    /* With no output dropped any more, the inputs it held may go. */
+    if (r->n_dropped == 0 && r->n_inputs && r->in[0].held && !release_held(r))
+        return;                /* released, it was forgotten on the way */
+    if (!left)
         forget(r);
 }
 
@@ -197,13 +236,16 @@ cham_status_t cham_recompute_before_write(cham_storage_t *s)
      * others on the way (an input freed), so the list is read afresh. */
     while (s->dependents) {
         cham_recompute_t *r = s->dependents->rec;
-        if (r->output->residency == CHAM_RESIDENT_DROPPED) {
-            cham_status_t st = cham_storage_recompute(r->output, CHAM_SWAP_ON_DEMAND);
-            if (st != CHAM_OK)
-                return st;
-        } else {
+        if (r->n_dropped == 0) {
             forget(r);
+            continue;
         }
+        size_t j = 0;
+        while (!r->out[j] || r->out[j]->residency != CHAM_RESIDENT_DROPPED)
+            j++;               /* n_dropped > 0: one is */
+        cham_status_t st = cham_storage_recompute(r->out[j], CHAM_SWAP_ON_DEMAND);
+        if (st != CHAM_OK)
+            return st;         /* r may be gone now: the list is read again */
     }
     return CHAM_OK;
 }
@@ -216,8 +258,9 @@ double cham_recompute_cost(const cham_storage_t *s)
 
 void cham_recompute_written(cham_storage_t *s)
 {
-    if (s->recompute)
-        forget(s->recompute);
+    cham_recompute_t *r = s->recompute;
+    if (r && !detach(s) && r->n_dropped == 0)
+        forget(r);
 }
 
 cham_status_t cham_storage_drop(cham_storage_t *s)
@@ -234,10 +277,11 @@ cham_status_t cham_storage_drop(cham_storage_t *s)
         cham_context_error(ctx, "drop of \"%s\": %s", s->label, why);
         return CHAM_ERR_INVALID_ARG;
     }
-    if (!hold_inputs(r)) {
+    if (r->n_dropped == 0 && !hold_inputs(r)) {
         cham_context_error(ctx, "drop of \"%s\": out of host memory", s->label);
         return CHAM_ERR_HOST_OOM;
     }
+    r->n_dropped++;
     /* The block's readers so far are on the compute stream, where its next
      * user will be too, and on the caller's stream if it recorded one. */
     give_back(s);
@@ -287,24 +331,42 @@ static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int d
     cham_status_t st = cham_runtime_alloc(ctx, s, "recomputation of", &s->block);
     if (st != CHAM_OK)
         return st;
-    void *ptrs[16], **inputs = ptrs;
-    size_t sizes[16], *bytes = sizes;
-    if (r->n_inputs > 16) {
-        inputs = malloc(r->n_inputs * sizeof *inputs);
-        bytes = malloc(r->n_inputs * sizeof *bytes);
-    }
-    if (!inputs || !bytes) {
+    /* Addresses: the inputs, then each output: s's new block, scratch for
+     * the others (their own data, wherever it is, stays as it is). */
+    size_t n = r->n_inputs + r->n_outputs;
+    void *ptrs[32], **addr = n <= 32 ? ptrs : malloc(n * sizeof *addr);
+    size_t sizes[32], *bytes = n <= 32 ? sizes : malloc(n * sizeof *bytes);
+    cham_tensor_t *made_here[16];
+    cham_tensor_t **scratch = r->n_outputs <= 16 ? made_here
+                                                 : malloc(r->n_outputs * sizeof *scratch);
+    size_t which = 0, made = 0;
+    if (!addr || !bytes || !scratch) {
         st = CHAM_ERR_HOST_OOM;
         cham_context_error(ctx, "recomputing \"%s\": out of host memory", s->label);
-    } else {
-        for (size_t i = 0; i < r->n_inputs; i++) {
-            inputs[i] = (char *)cham_block_ptr(r->in[i].storage->block) + r->in[i].offset;
-            bytes[i] = r->in[i].bytes;
+    }
+    for (size_t i = 0; st == CHAM_OK && i < r->n_inputs; i++) {
+        addr[i] = (char *)cham_block_ptr(r->in[i].storage->block) + r->in[i].offset;
+        bytes[i] = r->in[i].bytes;
+    }
+    for (size_t j = 0; st == CHAM_OK && j < r->n_outputs; j++) {
+        void **a = &addr[r->n_inputs + j];
+        bytes[r->n_inputs + j] = r->out_bytes[j];
+        if (r->out[j] == s) {
+            which = j;
+            *a = cham_block_ptr(s->block);
+            continue;
         }
-        cham_recompute_call_t call = {.tag = r->tag, .stream = ctx->compute, .inputs = inputs,
+        st = cham_tensor_new(ctx, r->out_bytes[j], CHAM_DTYPE_U8, "recompute scratch",
+                             &scratch[made]);
+        if (st == CHAM_OK)
+            *a = cham_tensor_data(scratch[made++]);
+    }
+    if (st == CHAM_OK) {
+        cham_recompute_call_t call = {.tag = r->tag, .stream = ctx->compute, .inputs = addr,
                                       .input_bytes = bytes, .n_inputs = r->n_inputs,
-                                      .output = cham_block_ptr(s->block),
-                                      .output_bytes = s->bytes};
+                                      .outputs = addr + r->n_inputs,
+                                      .output_bytes = bytes + r->n_inputs,
+                                      .n_outputs = r->n_outputs, .which = which};
         ctx->in_recompute_hook = true;
         st = ctx->recompute_hook(ctx, &call, ctx->recompute_hook_user);
         ctx->in_recompute_hook = false;
@@ -312,10 +374,15 @@ static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int d
             cham_context_error(ctx, "recomputing \"%s\": the recompute hook failed (%s)",
                                s->label, cham_status_string(st));
     }
-    if (inputs != ptrs)
-        free(inputs);
+    /* Scratch goes in stream order, after the kernels that wrote it. */
+    for (size_t k = 0; k < made; k++)
+        cham_tensor_release(scratch[k]);
+    if (addr != ptrs)
+        free(addr);
     if (bytes != sizes)
         free(bytes);
+    if (scratch != made_here)
+        free(scratch);
     if (st != CHAM_OK) {
         cham_block_free(ctx->mem, s->block);
         s->block = NULL;
@@ -333,9 +400,11 @@ static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int d
     }
     if (!kept)
         cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false, true);
-    /* The inputs may go now: the kernels reading them are queued on the
-     * compute stream, ahead of any reuse of their blocks. */
-    release_held(r);
+    /* With no output dropped any more, the inputs may go: the kernels
+     * reading them are queued on the compute stream, ahead of any reuse of
+     * their blocks. */
+    if (--r->n_dropped == 0)
+        release_held(r);
     return CHAM_OK;
 }
 

@@ -39,14 +39,19 @@ typedef struct cham_recompute_input {
     struct cham_recompute_input *prev, *next;
 } cham_recompute_input_t;
 
-/* How to make `output`'s data again (cham_op_set_recompute). Invariants:
- * output->recompute == this; each input is in its storage's dependents;
- * output DROPPED iff every held is set. */
+/* How to make the outputs' data again (cham_op_set_recompute).
+ * Invariants: out[j]->recompute == this for each out[j] still part of it
+ * (NULL once written again or freed); each input is in its storage's
+ * dependents; n_dropped counts the outputs DROPPED, and while it is above
+ * 0 every input has `held` set. */
 struct cham_recompute {
-    cham_storage_t *output;
     uint64_t tag;
     double cost_ns;               /* the op's cost (cham_op_set_cost), < 0 unknown */
     bool releasing, dead;         /* see release_held in recompute.c */
+    uint32_t n_dropped;
+    size_t n_outputs;
+    cham_storage_t **out;         /* n_outputs, in the op's order */
+    size_t *out_bytes;            /* each output's bytes */
     size_t n_inputs;
     cham_recompute_input_t in[];
 };

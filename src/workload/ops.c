@@ -231,25 +231,28 @@ cham_status_t wl_recompute(cham_context_t *ctx, const cham_recompute_call_t *cal
     uint32_t bits = (uint32_t)call->tag;
     float flops;
     memcpy(&flops, &bits, sizeof flops);
-    CHAM_ASSERT(op < WL_N_OPS && call->n_inputs < WL_MAX_ARGS);
+    CHAM_ASSERT(op < WL_N_OPS && call->n_inputs + call->n_outputs <= WL_MAX_ARGS);
     cham_access_t acc[WL_MAX_ARGS];
-    double bytes = (double)call->output_bytes;
-    for (size_t i = 0; i < call->n_inputs; i++) {
-        acc[i] = (cham_access_t){call->inputs[i], call->input_bytes[i], CHAM_ACCESS_READ};
+    double bytes = 0;
+    size_t n = 0;
+    for (size_t i = 0; i < call->n_inputs; i++, n++) {
+        acc[n] = (cham_access_t){call->inputs[i], call->input_bytes[i], CHAM_ACCESS_READ};
         bytes += (double)call->input_bytes[i];
     }
-    acc[call->n_inputs] = (cham_access_t){call->output, call->output_bytes, CHAM_ACCESS_WRITE};
+    for (size_t j = 0; j < call->n_outputs; j++, n++) {
+        acc[n] = (cham_access_t){call->outputs[j], call->output_bytes[j], CHAM_ACCESS_WRITE};
+        bytes += (double)call->output_bytes[j];
+    }
     /* A gathered weight (ZeRO-3) is gathered again: the link's time. */
-    double link = op == OP_ALL_GATHER ? wl_gather_bytes(call->output_bytes, w->m.dp) : 0;
+    double link = op == OP_ALL_GATHER ? wl_gather_bytes(call->output_bytes[0], w->m.dp) : 0;
     cham_kernel_t k = {.label = cham_op_name(w->ctx, w->tok[op]), .flops = flops,
-                       .bytes = bytes, .link_bytes = link, .accesses = acc,
-                       .n_accesses = call->n_inputs + 1};
+                       .bytes = bytes, .link_bytes = link, .accesses = acc, .n_accesses = n};
     return cham_kernel_launch(call->stream, &k);
 }
 
-/* An op that reads tensors and writes one whole tensor, nothing in place,
- * is a pure function of its inputs: the runtime may drop its output and
- * call wl_recompute to make it again (docs/workloads.md). */
+/* An op that reads tensors and writes whole tensors, nothing in place, is
+ * a pure function of its inputs: the runtime may drop an output and call
+ * wl_recompute to make it again (docs/workloads.md). */
 static bool recomputable(const wl_arg_t *args, size_t n)
 {
     size_t reads = 0, writes = 0;
@@ -257,16 +260,18 @@ static bool recomputable(const wl_arg_t *args, size_t n)
         if (args[i].mode == CHAM_ACCESS_READ_WRITE)
             return false;
         reads += args[i].mode == CHAM_ACCESS_READ;
-        if (args[i].mode == CHAM_ACCESS_WRITE &&
-            (writes++ || cham_tensor_bytes(args[i].t) != cham_tensor_storage_bytes(args[i].t)))
+        if (args[i].mode != CHAM_ACCESS_WRITE)
+            continue;
+        writes++;
+        if (cham_tensor_bytes(args[i].t) != cham_tensor_storage_bytes(args[i].t))
             return false;
     }
     for (size_t i = 0; i < n; i++)      /* nothing it reads is what it writes */
         for (size_t j = 0; j < n; j++)
-            if (args[i].mode == CHAM_ACCESS_READ && args[j].mode == CHAM_ACCESS_WRITE &&
+            if (i != j && args[j].mode == CHAM_ACCESS_WRITE &&
                 cham_tensor_same_storage(args[i].t, args[j].t))
                 return false;
-    return reads > 0 && writes == 1;
+    return reads > 0 && writes > 0;
 }
 
 cham_status_t wl_run(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_t n,

@@ -1092,36 +1092,47 @@ static cham_status_t rerun(cham_context_t *ctx, const cham_recompute_call_t *cal
 {
     (void)ctx;
     (void)user;
-    if (call->n_inputs > MAX_IN)
+    if (call->n_inputs > MAX_IN || call->n_outputs > MAX_OUT)
         return CHAM_ERR_INVALID_ARG;
-    kern_t k = {.n_in = (int)call->n_inputs, .n_out = 1, .ws_ok = true, .salt = call->tag};
-    cham_access_t acc[MAX_IN + 1];
-    double bytes = (double)call->output_bytes;
-    for (size_t i = 0; i < call->n_inputs; i++) {
+    kern_t k = {.n_in = (int)call->n_inputs, .n_out = (int)call->n_outputs, .ws_ok = true,
+                .salt = call->tag};
+    cham_access_t acc[MAX_IN + MAX_OUT];
+    size_t n = 0;
+    double bytes = 0;
+    for (size_t i = 0; i < call->n_inputs; i++, n++) {
         k.in[i] = call->inputs[i];
         k.in_bytes[i] = call->input_bytes[i];
-        acc[i] = (cham_access_t){call->inputs[i], call->input_bytes[i], CHAM_ACCESS_READ};
+        acc[n] = (cham_access_t){call->inputs[i], call->input_bytes[i], CHAM_ACCESS_READ};
         bytes += (double)call->input_bytes[i];
     }
-    k.out[0] = call->output;
-    k.out_bytes[0] = call->output_bytes;
-    acc[call->n_inputs] = (cham_access_t){call->output, call->output_bytes, CHAM_ACCESS_WRITE};
-    cham_kernel_t kern = {.label = "recompute", .bytes = bytes, .accesses = acc,
-                          .n_accesses = call->n_inputs + 1, .cpu_fn = kernel_fn, .arg = &k};
+    for (size_t o = 0; o < call->n_outputs; o++, n++) {
+        k.out[o] = call->outputs[o];
+        k.out_bytes[o] = call->output_bytes[o];
+        acc[n] = (cham_access_t){call->outputs[o], call->output_bytes[o], CHAM_ACCESS_WRITE};
+        bytes += (double)call->output_bytes[o];
+    }
+    cham_kernel_t kern = {.label = "recompute", .bytes = bytes, .accesses = acc, .n_accesses = n,
+                          .cpu_fn = kernel_fn, .arg = &k};
     return cham_kernel_launch(call->stream, &kern);
 }
 
-/* May the runtime drop this op's output and run it again? One whole
- * output, read from other storages, on the compute stream. */
+/* May the runtime drop this op's outputs and run it again? Whole outputs,
+ * none of them read or written twice, on the compute stream. */
 static bool rerunnable(cham_tensor_t *const *ins, int n_in, cham_tensor_t *const *outs, int n_out,
                        bool send)
 {
-    if (send || n_in < 1 || n_out != 1 ||
-        cham_tensor_bytes(outs[0]) != cham_tensor_storage_bytes(outs[0]))
+    if (send || n_in < 1 || n_out < 1)
         return false;
-    for (int i = 0; i < n_in; i++)
-        if (cham_tensor_same_storage(ins[i], outs[0]))
+    for (int j = 0; j < n_out; j++) {
+        if (cham_tensor_bytes(outs[j]) != cham_tensor_storage_bytes(outs[j]))
             return false;
+        for (int i = 0; i < n_in; i++)
+            if (cham_tensor_same_storage(ins[i], outs[j]))
+                return false;
+        for (int i = 0; i < j; i++)
+            if (cham_tensor_same_storage(outs[i], outs[j]))
+                return false;
+    }
     return true;
 }
 
