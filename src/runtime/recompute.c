@@ -243,9 +243,13 @@ cham_status_t cham_recompute_before_write(cham_storage_t *s)
         size_t j = 0;
         while (!r->out[j] || r->out[j]->residency != CHAM_RESIDENT_DROPPED)
             j++;               /* n_dropped > 0: one is */
-        cham_status_t st = cham_storage_recompute(r->out[j], CHAM_SWAP_ON_DEMAND);
+        cham_storage_t *o = r->out[j];
+        cham_status_t st = cham_storage_recompute(o, CHAM_SWAP_ON_DEMAND);
         if (st != CHAM_OK)
-            return st;         /* r may be gone now: the list is read again */
+            return st;
+        /* Kept through the op being begun: making room for the next one
+         * must not drop it again. r may be gone: the list is read again. */
+        o->pin = s->ctx->pin;
     }
     return CHAM_OK;
 }
@@ -306,6 +310,50 @@ cham_status_t cham_tensor_drop(cham_tensor_t *t)
  * an op never reads its own output) or a pathological program. */
 #define MAX_CHAIN 64
 
+static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int depth);
+
+/* Runs s's op again with s and the op's inputs pinned (the out-of-memory
+ * path moves none of them) for the time it takes, and only that: pins the
+ * op being begun did not set are taken back after. */
+static cham_status_t recompute_pinned(cham_storage_t *s, cham_swap_cause_t cause, int depth)
+{
+    cham_context_t *ctx = s->ctx;
+    cham_recompute_t *r = s->recompute;
+    size_t n = r->n_inputs + 1;
+    uint64_t saved[2 * 17], *old = n <= 17 ? saved : malloc(2 * n * sizeof *old);
+    if (!old) {
+        cham_context_error(ctx, "recomputing \"%s\": out of host memory", s->label);
+        return CHAM_ERR_HOST_OOM;
+    }
+    cham_storage_t *pinned[17], **who = n <= 17 ? pinned : malloc(n * sizeof *who);
+    if (!who) {
+        if (old != saved)
+            free(old);
+        cham_context_error(ctx, "recomputing \"%s\": out of host memory", s->label);
+        return CHAM_ERR_HOST_OOM;
+    }
+    who[0] = s;
+    for (size_t i = 0; i < r->n_inputs; i++)
+        who[i + 1] = r->in[i].storage;
+    for (size_t i = 0; i < n; i++) {
+        old[2 * i] = who[i]->pin;
+        old[2 * i + 1] = who[i]->input_pin;
+        who[i]->pin = ctx->pin;
+        if (i > 0)
+            who[i]->input_pin = ctx->pin;
+    }
+    cham_status_t st = recompute(s, cause, depth);
+    for (size_t i = n; i-- > 0;) {     /* the same storage twice: the first's */
+        who[i]->pin = old[2 * i];
+        who[i]->input_pin = old[2 * i + 1];
+    }
+    if (old != saved)
+        free(old);
+    if (who != pinned)
+        free(who);
+    return st;
+}
+
 static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int depth)
 {
     cham_context_t *ctx = s->ctx;
@@ -316,14 +364,12 @@ static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int d
                            s->label, MAX_CHAIN);
         return CHAM_ERR_INVALID_ARG;
     }
-    /* Inputs first, each kept where it is while the others come (the OOM
-     * path does not move storages of the op being begun). */
-    s->pin = ctx->pin;
+    /* Inputs first, each kept where it is while the others come
+     * (recompute_pinned pinned them). */
     for (size_t i = 0; i < r->n_inputs; i++) {
         cham_storage_t *in = r->in[i].storage;
-        in->pin = in->input_pin = ctx->pin;
         cham_status_t st = in->residency == CHAM_RESIDENT_DROPPED
-                               ? recompute(in, cause, depth + 1)
+                               ? recompute_pinned(in, cause, depth + 1)
                                : cham_storage_prepare(in);
         if (st != CHAM_OK)
             return st;
@@ -410,5 +456,5 @@ static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int d
 
 cham_status_t cham_storage_recompute(cham_storage_t *s, cham_swap_cause_t cause)
 {
-    return recompute(s, cause, 0);
+    return recompute_pinned(s, cause, 0);
 }
