@@ -85,6 +85,11 @@ static void child_main(const pt_options_t *o, int fd)
     int sigs[] = {SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL};
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         signal(sigs[i], SIG_DFL);
+    /* A seed takes under a second (ten under the sanitizers): one that
+     * runs for minutes is stuck, and ends as a failure naming it (signal
+     * SIGALRM) instead of holding the whole run up. */
+    signal(SIGALRM, SIG_DFL);
+    alarm(120);
     pt_result_t r;
     pt_run_seed(o, &r);
     const char *p = (const char *)&r;
