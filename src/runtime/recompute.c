@@ -310,7 +310,8 @@ cham_status_t cham_tensor_drop(cham_tensor_t *t)
  * an op never reads its own output) or a pathological program. */
 #define MAX_CHAIN 64
 
-static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int depth);
+static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int depth,
+                               cham_recompute_t **release);
 
 /* Runs s's op again with s and the op's inputs pinned (the out-of-memory
  * path moves none of them) for the time it takes, and only that: pins the
@@ -342,11 +343,17 @@ static cham_status_t recompute_pinned(cham_storage_t *s, cham_swap_cause_t cause
         if (i > 0)
             who[i]->input_pin = ctx->pin;
     }
-    cham_status_t st = recompute(s, cause, depth);
+    cham_recompute_t *release = NULL;
+    cham_status_t st = recompute(s, cause, depth, &release);
     for (size_t i = n; i-- > 0;) {     /* the same storage twice: the first's */
         who[i]->pin = old[2 * i];
         who[i]->input_pin = old[2 * i + 1];
     }
+    /* Only now may the inputs go (releasing the last view frees one): the
+     * kernels reading them are queued on the compute stream, ahead of any
+     * reuse of their blocks. */
+    if (release)
+        release_held(release);
     if (old != saved)
         free(old);
     if (who != pinned)
@@ -354,7 +361,10 @@ static cham_status_t recompute_pinned(cham_storage_t *s, cham_swap_cause_t cause
     return st;
 }
 
-static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int depth)
+/* *release: the record whose held views may go once the pins are back
+ * (no output of it dropped any more), or NULL. */
+static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int depth,
+                               cham_recompute_t **release)
 {
     cham_context_t *ctx = s->ctx;
     cham_recompute_t *r = s->recompute;
@@ -446,11 +456,8 @@ static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int d
     }
     if (!kept)
         cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false, true);
-    /* With no output dropped any more, the inputs may go: the kernels
-     * reading them are queued on the compute stream, ahead of any reuse of
-     * their blocks. */
     if (--r->n_dropped == 0)
-        release_held(r);
+        *release = r;          /* no output dropped any more */
     return CHAM_OK;
 }
 
