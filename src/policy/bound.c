@@ -16,19 +16,6 @@
 #include "common/message.h"
 #include "policy/generate-impl.h"
 
-typedef struct ref {
-    uint64_t storage, bytes;
-    uint32_t op;
-} ref_t;
-
-static int cmp_ref(const void *a, const void *b)
-{
-    const ref_t *x = a, *y = b;
-    if (x->storage != y->storage)
-        return x->storage < y->storage ? -1 : 1;
-    return (x->op > y->op) - (x->op < y->op);
-}
-
 /* removable[s]: bytes of storages not used at sample s's op, between two of
  * their uses (or before the first, after the last: a storage that lives
  * across steps may be away then; counting one that does not only weakens
@@ -36,20 +23,14 @@ static int cmp_ref(const void *a, const void *b)
 static bool removable_bytes(const cham_profile_view_t *v, int64_t *diff)
 {
     size_t nu = v->n_uses, ns = 2 * v->n_ops;
-    ref_t *r = malloc((nu ? nu : 1) * sizeof *r);
+    cham_gen_use_ref_t *r = cham_gen_uses_by_storage(v);
     if (!r)
         return false;
-    for (size_t k = 0; k < v->n_ops; k++)
-        for (uint32_t j = 0; j < v->ops[k].n_uses; j++) {
-            const cham_tensor_use_t *u = &v->uses[v->ops[k].first_use + j];
-            r[v->ops[k].first_use + j] = (ref_t){u->storage, u->storage_bytes, (uint32_t)k};
-        }
-    qsort(r, nu, sizeof *r, cmp_ref);
     for (size_t a = 0; a < nu;) {
         size_t b = a;
         while (b < nu && r[b].storage == r[a].storage)
             b++;
-        int64_t bytes = (int64_t)r[a].bytes;
+        int64_t bytes = (int64_t)v->uses[r[a].use].storage_bytes;
         size_t from = 0;           /* the gap starts at this sample */
         for (size_t i = a; i <= b; i++) {
             size_t to = i < b ? 2 * (size_t)r[i].op : ns;   /* ends before the use */

@@ -3,14 +3,12 @@
  * those whose idle window still holds memory reduction entries, scored
  * with Eq. 2. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/grow.h"
 #include "policy/generate-impl.h"
 
-typedef struct use_ref {
-    uint64_t storage;
-    uint32_t op, use;
-} use_ref_t;
+typedef cham_gen_use_ref_t use_ref_t;
 
 static int cmp_use_ref(const void *a, const void *b)
 {
@@ -69,19 +67,12 @@ static bool sort_by_last_fwd(const cham_gen_tensor_t *t, size_t n, size_t n_ops,
     return true;
 }
 
-bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
-                      uint64_t min_bytes, cham_gen_tensor_t **out, size_t *n_out)
+cham_gen_use_ref_t *cham_gen_uses_by_storage(const cham_profile_view_t *v)
 {
-    *out = NULL;
-    *n_out = 0;
     size_t n = v->n_uses;
     use_ref_t *buf = malloc((n ? 2 * n : 1) * sizeof *buf), *r = buf;
-    cham_gen_tensor_t *t = malloc((n ? n : 1) * sizeof *t);
-    if (!buf || !t) {
-        free(buf);
-        free(t);
-        return false;
-    }
+    if (!buf)
+        return NULL;
     bool op_order = true;   /* uses numbered in op order, as the builder does */
     size_t next = 0;
     for (size_t k = 0; k < v->n_ops; k++)
@@ -96,6 +87,24 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
         r = radix_by_storage(r, buf + n, n);
     else
         qsort(r, n, sizeof *r, cmp_use_ref);
+    if (r != buf)
+        memcpy(buf, r, n * sizeof *buf);
+    return buf;
+}
+
+bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
+                      uint64_t min_bytes, cham_gen_tensor_t **out, size_t *n_out)
+{
+    *out = NULL;
+    *n_out = 0;
+    size_t n = v->n_uses;
+    use_ref_t *r = cham_gen_uses_by_storage(v);
+    cham_gen_tensor_t *t = malloc((n ? n : 1) * sizeof *t);
+    if (!r || !t) {
+        free(r);
+        free(t);
+        return false;
+    }
     size_t nt = 0;
     for (size_t a = 0; a < n;) {
         size_t b = a;
@@ -124,7 +133,7 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
         }
         a = b;
     }
-    free(buf);
+    free(r);
     /* The groups come in storage order: tensors sorted by (last_fwd,
      * storage) after a stable sort by last_fwd. */
     cham_gen_tensor_t *sorted = malloc((nt ? nt : 1) * sizeof *sorted);

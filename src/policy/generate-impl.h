@@ -102,6 +102,16 @@ uint64_t cham_mrl_max(cham_mrl_t *m, size_t *at);
 
 /* ---- candidates (candidates.c) ------------------------------------------ */
 
+/* One use of a storage: its op and its index in the profile's uses. */
+typedef struct cham_gen_use_ref {
+    uint64_t storage;
+    uint32_t op, use;
+} cham_gen_use_ref_t;
+
+/* The profile's uses sorted by (storage, op, use), n_uses of them in a new
+ * array (free it); NULL when the host is out of memory. */
+cham_gen_use_ref_t *cham_gen_uses_by_storage(const cham_profile_view_t *v);
+
 /* A tensor idle from its last forward use to its first backward use. */
 typedef struct cham_gen_tensor {
     uint64_t storage, bytes;     /* bytes: storage_bytes at the last forward use */

@@ -544,12 +544,9 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
                                   const cham_planner_config_t *config, cham_policy_t **out,
                                   char *err, size_t err_size)
 {
-    /* Swaps only: as the paper plans them (Eq. 1's link budgets). */
-    cham_planner_config_t swaps = *config;
-    swaps.recompute = false;
     size_t n = 0;
-    if (!config->recompute)
-        return plan_layered(profile, &swaps, 0, &n, out, err, err_size);
+    if (!config->recompute)   /* swaps only, as the paper plans them */
+        return plan_layered(profile, config, 0, &n, out, err, err_size);
     cham_policy_t *best = NULL;
     size_t best_k = 0, m;
     cham_status_t st = try_k(profile, config, 0, &best, &best_k, &n, err, err_size);

@@ -16,19 +16,6 @@ typedef struct storage_uses {
     uint32_t n_writes;
 } storage_uses_t;
 
-typedef struct ref {
-    uint64_t storage;
-    uint32_t use, op;
-} ref_t;
-
-static int cmp_ref(const void *a, const void *b)
-{
-    const ref_t *x = a, *y = b;
-    if (x->storage != y->storage)
-        return x->storage < y->storage ? -1 : 1;
-    return (x->use > y->use) - (x->use < y->use);
-}
-
 static const storage_uses_t *find(const storage_uses_t *s, size_t n, uint64_t storage)
 {
     size_t lo = 0, hi = n;
@@ -95,7 +82,7 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
         return true;
 
     size_t nu = v->n_uses;
-    ref_t *refs = malloc(nu * sizeof *refs);
+    cham_gen_use_ref_t *refs = cham_gen_uses_by_storage(v);
     storage_uses_t *su = malloc(nu * sizeof *su);
     uint32_t *writes = malloc(nu * sizeof *writes);
     out->v = malloc(n_t * sizeof *out->v);
@@ -103,12 +90,6 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
     bool ok = refs && su && writes && out->v && out->inputs;
     size_t n_su = 0, n_in = 0;
     if (ok) {
-        for (size_t k = 0; k < v->n_ops; k++)
-            for (uint32_t j = 0; j < v->ops[k].n_uses; j++) {
-                uint32_t u = v->ops[k].first_use + j;
-                refs[u] = (ref_t){v->uses[u].storage, u, (uint32_t)k};
-            }
-        qsort(refs, nu, sizeof *refs, cmp_ref);
         size_t n_w = 0;
         for (size_t i = 0; i < nu; i++) {
             if (i == 0 || refs[i].storage != refs[i - 1].storage) {
