@@ -386,6 +386,8 @@ cham_status_t cham_step_end(cham_context_t *ctx)
         cham_context_log(ctx, "step %llu: out of host memory keeping the op sequence; the "
                          "stage stays %s", (unsigned long long)ctx->number, cham_stage_name(to));
     cham_loop_step_end(ctx, from, &to);
+    if (sync)   /* a new policy's pinned memory is the loop's, not the next step's */
+        ctx->last_sync_ns = cham_device_host_time(ctx->dev);
     if (to != from) {
         ctx->stats.stage_changes++;
         cham_context_log(ctx, "step %llu: stage %s -> %s (%u ops, length change %.1f%%, "

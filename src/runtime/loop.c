@@ -31,17 +31,21 @@ static int cmp_u64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* Item indices by swap_in_op, then index: sorted as (op << 32 | index). */
+/* Item indices by swap_in_op, swaps before recomputations at one op (a
+ * re-run may read a tensor swapped in at that op), then index: sorted as
+ * (op << 32 | recompute << 31 | index). */
 static bool sort_by_swap_in(const cham_policy_view_t *v, uint32_t *out)
 {
+    CHAM_ASSERT(v->n_items <= INT32_MAX);
     uint64_t *keys = malloc((v->n_items ? v->n_items : 1) * sizeof *keys);
     if (!keys)
         return false;
     for (size_t i = 0; i < v->n_items; i++)
-        keys[i] = (uint64_t)v->items[i].swap_in_op << 32 | i;
+        keys[i] = (uint64_t)v->items[i].swap_in_op << 32 |
+                  (uint64_t)v->items[i].recompute << 31 | i;
     qsort(keys, v->n_items, sizeof *keys, cmp_u64);
     for (size_t i = 0; i < v->n_items; i++)
-        out[i] = (uint32_t)keys[i];
+        out[i] = (uint32_t)(keys[i] & INT32_MAX);
     free(keys);
     return true;
 }
@@ -93,6 +97,31 @@ void cham_plan_release(cham_plan_t *plan)
 }
 
 /* Applies plan from the next step on (NULL: none). */
+/* Grows the pinned pool, before a new policy's first step, until it holds
+ * every swapped item at once (in training nearly all are on the host
+ * together, at the turn from forward to backward), or up to the pinned
+ * budget. Pinning costs host time (milliseconds per hundred MiB); paid
+ * inside a step it would stall that step and make a trial look slower
+ * than the policy is (docs/executor.md, "Pinned memory before a trial"). */
+static void reserve_pinned(cham_context_t *ctx, const cham_plan_t *plan)
+{
+    size_t n = plan->view.n_items, got = 0;
+    cham_block_t **held = malloc((n ? n : 1) * sizeof *held);
+    if (!held)
+        return;   /* best effort: swap-outs pin what they need */
+    for (size_t i = 0; i < n; i++) {
+        const cham_policy_item_t *it = &plan->view.items[i];
+        if (it->recompute || it->bytes == 0)
+            continue;
+        if (cham_block_alloc(ctx->pinned, it->bytes, ctx->swap_out, &held[got]) != CHAM_OK)
+            break;
+        got++;
+    }
+    for (size_t i = 0; i < got; i++)
+        cham_block_free(ctx->pinned, held[i]);
+    free(held);
+}
+
 static void apply(cham_context_t *ctx, cham_plan_t *plan)
 {
     cham_exec_t *x = &ctx->exec;
@@ -110,6 +139,8 @@ static void apply(cham_context_t *ctx, cham_plan_t *plan)
     }
     for (cham_storage_t *s = ctx->storages; s; s = s->next)
         s->item = CHAM_MATCH_NONE;
+    if (plan && ctx->pinned)
+        reserve_pinned(ctx, plan);
     cham_plan_release(x->plan);
     x->plan = cham_plan_retain(plan);
 }
