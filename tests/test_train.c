@@ -258,6 +258,7 @@ static gpt_train_result_t tampered_run(tamper_t *t, tamper_kind_t kind)
     c.verify = true;
     c.validate_every = 0;
     c.drop_prob = 0;
+    c.strategy = CHAM_STRATEGY_CHAMELEON_SWAP;   /* the activation is swapped, not recomputed */
     c.on_context = tamper_install;
     c.on_context_user = t;
     gpt_train_result_t r;

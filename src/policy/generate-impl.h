@@ -25,6 +25,7 @@ typedef struct cham_gen_layers {
     size_t n;
     uint32_t *layer_of_op;       /* n_ops */
     cham_phase_t *phase_of_op;   /* n_ops */
+    double *op_ns;               /* n_ops: each op's estimated time */
 } cham_gen_layers_t;
 
 /* The default layer count: the most common occurrence count among forward
@@ -61,6 +62,12 @@ cham_status_t cham_gen_start(const char *who, const cham_profile_t *profile,
  * host is out of memory. */
 bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_profile_view_t *v,
                      const uint64_t *curve, uint64_t capacity, uint64_t usable);
+
+/* replay.c: sets each item's stall_ns to what replaying the policy in op
+ * order, with FIFO link queues, predicts it waits for (docs/policy.md,
+ * "The replay"); false when the host is out of memory. */
+bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
+                     double h2d_bw, double d2h_bw);
 
 /* ---- memory reduction list (mrl.c) -------------------------------------- */
 

@@ -447,7 +447,8 @@ static cham_status_t plan_once(const cham_profile_t *profile,
     cham_gen_sim_report(&g.sim);
     if (p->n_items > 1)
         qsort(p->items, p->n_items, sizeof *p->items, cmp_item);
-    if (!cham_gen_finish(p, &g.layers, &v, g.curve, capacity, usable))
+    if (!cham_gen_replay(p, &g.layers, v.n_ops, config->h2d_bandwidth, config->d2h_bandwidth) ||
+        !cham_gen_finish(p, &g.layers, &v, g.curve, capacity, usable))
         goto host_oom;
     *out = p;
     g.pol = NULL;

@@ -64,6 +64,29 @@ static void split_run(cham_gen_layers_t *l, uint32_t start, uint32_t len, uint32
     }
 }
 
+/* Each op's time: the config's costs as weights of the step's duration;
+ * else the profile's costs where it has them, the other ops sharing what
+ * is left of the duration; else equal shares (Eq. 1). */
+static void op_times(const cham_profile_view_t *v, const cham_planner_config_t *cfg, double *t)
+{
+    size_t n = v->n_ops;
+    double dur = (double)v->duration_ns, known = 0, total = 0;
+    size_t unknown = 0;
+    for (size_t k = 0; k < n; k++) {
+        total += cfg->op_cost_ns ? cfg->op_cost_ns[k] : 1;
+        known += v->ops[k].has_cost ? v->ops[k].cost_ns : 0;
+        unknown += !v->ops[k].has_cost;
+    }
+    if (cfg->op_cost_ns || unknown == n) {
+        for (size_t k = 0; k < n; k++)
+            t[k] = total > 0 ? dur * (cfg->op_cost_ns ? cfg->op_cost_ns[k] : 1) / total : 0;
+        return;
+    }
+    double share = unknown && dur > known ? (dur - known) / (double)unknown : 0;
+    for (size_t k = 0; k < n; k++)
+        t[k] = v->ops[k].has_cost ? v->ops[k].cost_ns : share;
+}
+
 bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_config_t *cfg,
                            cham_gen_layers_t *out)
 {
@@ -72,7 +95,8 @@ bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_conf
     out->v = malloc((n ? n : 1) * sizeof *out->v);
     out->layer_of_op = malloc((n ? n : 1) * sizeof *out->layer_of_op);
     out->phase_of_op = malloc((n ? n : 1) * sizeof *out->phase_of_op);
-    if (!out->v || !out->layer_of_op || !out->phase_of_op) {
+    out->op_ns = malloc((n ? n : 1) * sizeof *out->op_ns);
+    if (!out->v || !out->layer_of_op || !out->phase_of_op || !out->op_ns) {
         cham_gen_layers_free(out);
         return false;
     }
@@ -114,42 +138,21 @@ bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_conf
      * the profile's: ops with a cost take it, the others share what is left
      * of T_iter (docs/policy.md, "Op costs": the choice between swapping
      * and recomputing needs the link's real budget, which a profiled step
-     * slowed by passive swaps overstates). */
-    double dur = (double)v->duration_ns;
-    double *t = malloc((n ? n : 1) * sizeof *t);
-    if (!t) {
-        cham_gen_layers_free(out);
-        return false;
-    }
-    bool costs = false;
-    for (size_t k = 0; k < n && cfg->recompute && !costs; k++)
-        costs = v->ops[k].has_cost;
-    if (cfg->op_cost_ns || !costs) {
-        double total = 0;
-        for (size_t k = 0; k < n; k++)
-            total += cfg->op_cost_ns ? cfg->op_cost_ns[k] : 1;
-        for (size_t k = 0; k < n; k++)
-            t[k] = total > 0 ? dur * (cfg->op_cost_ns ? cfg->op_cost_ns[k] : 1) / total : 0;
-    } else {
-        double known = 0;
-        size_t unknown = 0;
-        for (size_t k = 0; k < n; k++) {
-            known += v->ops[k].has_cost ? v->ops[k].cost_ns : 0;
-            unknown += !v->ops[k].has_cost;
-        }
-        double share = unknown && dur > known ? (dur - known) / (double)unknown : 0;
-        for (size_t k = 0; k < n; k++)
-            t[k] = v->ops[k].has_cost ? v->ops[k].cost_ns : share;
-    }
+     * slowed by passive swaps overstates). The replay (replay.c) takes the
+     * ops' own times the same way, the profile's costs whenever there are
+     * some: it predicts, where the layers' budgets follow the paper. */
+    op_times(v, cfg, out->op_ns);
+    bool eq1 = !cfg->op_cost_ns && !cfg->recompute;
     for (size_t i = 0; i < out->n; i++) {
         cham_logical_layer_t *ly = &out->v[i];
         double sum = 0;
         for (uint32_t k = ly->start_op; k < ly->start_op + ly->n_ops; k++)
-            sum += t[k];
+            sum += out->op_ns[k];
+        if (eq1)
+            sum = (double)v->duration_ns * ly->n_ops / (double)n;
         ly->time_ns = sum >= 1.8e19 ? UINT64_MAX : (uint64_t)(sum + 0.5);
         ly->remaining_ns = ly->time_ns;
     }
-    free(t);
     return true;
 }
 
@@ -158,5 +161,6 @@ void cham_gen_layers_free(cham_gen_layers_t *l)
     free(l->v);
     free(l->layer_of_op);
     free(l->phase_of_op);
+    free(l->op_ns);
     *l = (cham_gen_layers_t){0};
 }

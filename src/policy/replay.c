@@ -1,0 +1,114 @@
+/* The policy replayed in op order, the way the executor runs it: the ops
+ * one after another on the compute stream at their estimated times, each
+ * direction of the link a FIFO queue of copies. A swap-out is queued when
+ * its op ends and starts when the copies before it are done; the compute
+ * stream waits for it when its block comes back (after free_op). A
+ * swap-in is queued when swap_in_op begins, after its own swap-out; the
+ * first backward use waits for it. A recomputation runs on the compute
+ * stream when swap_in_op begins.
+ *
+ * The placement model books transfer time per logical layer in the order
+ * the candidates are chosen (by score), so a copy chosen late can take
+ * link time that, in the queue, belongs to copies issued before it; its
+ * predictions are then too hopeful where the link is the bottleneck, which
+ * is exactly where recomputation should win. The replay's waits are what
+ * the policy predicts (docs/policy.md, "The replay"). */
+#include <stdlib.h>
+
+#include "common/assert.h"
+#include "policy/generate-impl.h"
+#include "policy/policy-impl.h"
+
+typedef struct event {
+    uint32_t op;
+    uint32_t item;
+} event_t;
+
+static int by_op(const void *a, const void *b)
+{
+    const event_t *x = a, *y = b;
+    if (x->op != y->op)
+        return x->op < y->op ? -1 : 1;
+    return (x->item > y->item) - (x->item < y->item);
+}
+
+/* Items keyed by one op field, sorted by (op, item). */
+static event_t *events_by(const cham_policy_t *p, size_t which)
+{
+    event_t *e = malloc((p->n_items ? p->n_items : 1) * sizeof *e);
+    if (!e)
+        return NULL;
+    for (size_t i = 0; i < p->n_items; i++) {
+        const cham_policy_item_t *it = &p->items[i];
+        uint32_t op = which == 0 ? it->swap_out_op : which == 1 ? it->free_op
+                    : which == 2 ? it->swap_in_op : it->use_op;
+        e[i] = (event_t){.op = op, .item = (uint32_t)i};
+    }
+    qsort(e, p->n_items, sizeof *e, by_op);
+    return e;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
+                     double h2d_bw, double d2h_bw)
+{
+    size_t n = p->n_items;
+    event_t *out = events_by(p, 0), *freed = events_by(p, 1), *in = events_by(p, 2),
+            *use = events_by(p, 3);
+    uint64_t *out_done = calloc(n ? n : 1, sizeof *out_done);
+    uint64_t *in_done = calloc(n ? n : 1, sizeof *in_done);
+    bool ok = out && freed && in && use && out_done && in_done;
+    if (ok) {
+        for (size_t i = 0; i < n; i++)
+            p->items[i].stall_ns = 0;
+        uint64_t now = 0, d2h = 0, h2d = 0;   /* compute clock, queues' ends */
+        size_t a = 0, b = 0, c = 0, d = 0;
+        for (uint32_t k = 0; k < n_ops; k++) {
+            /* Blocks given back after op k - 1: compute waits for the copy. */
+            for (; b < n && freed[b].op < k; b++) {
+                cham_policy_item_t *it = &p->items[freed[b].item];
+                if (!it->recompute && out_done[freed[b].item] > now) {
+                    it->stall_ns += out_done[freed[b].item] - now;
+                    now = out_done[freed[b].item];
+                }
+            }
+            for (; c < n && in[c].op == k; c++) {
+                cham_policy_item_t *it = &p->items[in[c].item];
+                if (it->recompute) {
+                    now += it->recompute_ns;
+                    in_done[in[c].item] = now;
+                } else {
+                    h2d = max_u64(max_u64(now, h2d), out_done[in[c].item]) +
+                          cham_gen_transfer_ns(it->bytes, h2d_bw);
+                    in_done[in[c].item] = h2d;
+                }
+            }
+            for (; d < n && use[d].op == k; d++) {
+                cham_policy_item_t *it = &p->items[use[d].item];
+                if (in_done[use[d].item] > now) {
+                    it->stall_ns += in_done[use[d].item] - now;
+                    now = in_done[use[d].item];
+                }
+            }
+            now += (uint64_t)(l->op_ns[k] + 0.5);
+            for (; a < n && out[a].op == k; a++) {
+                const cham_policy_item_t *it = &p->items[out[a].item];
+                if (it->recompute)
+                    continue;
+                d2h = max_u64(now, d2h) + cham_gen_transfer_ns(it->bytes, d2h_bw);
+                out_done[out[a].item] = d2h;
+            }
+        }
+    }
+    free(out);
+    free(freed);
+    free(in);
+    free(use);
+    free(out_done);
+    free(in_done);
+    return ok;
+}
