@@ -122,11 +122,14 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
             if (in->output)
                 continue;
             const storage_uses_t *is = find(su, n_su, in->storage);
-            /* Alive at u and unchanged since p, or made again first. */
+            /* Alive at u and unchanged since p, or made again first: then
+             * alive when x is dropped (after f), for the runtime keeps an
+             * op's record, and holds its inputs, only from a drop on. */
             usable = in->storage != x->storage && is && !written_in(is, p, u);
             if (usable && is->last_op < u) {
+                usable = is->last_op >= f;
                 double extra = rebuild_cost(v, su, n_su, is, p, u, mean_op_ns);
-                usable = extra >= 0;
+                usable = usable && extra >= 0;
                 cost += extra;
             }
             out->inputs[n_in++] = in->storage;
