@@ -531,6 +531,8 @@ typedef struct advisor {
     int n;
     uint64_t bytes, step_max;    /* device bytes the caller holds */
     uint64_t needed_swaps_in;    /* this step: on-demand advice */
+    bool recompute;              /* the forward's ops are declared recomputable */
+    uint64_t needed_recomputes;  /* this step: on-demand advice */
 } advisor_t;
 
 static adv_tensor_t *adv_find(advisor_t *a, const cham_tensor_t *t)
@@ -580,36 +582,6 @@ static void adv_free(advisor_t *a, cham_tensor_t *t)
     *x = a->ts[--a->n];
 }
 
-/* Carries out the actions of the op just begun: swap-ins now, swap-outs
- * after the kernel (synchronous copies: the caller keeps it simple). */
-static void adv_actions(advisor_t *a, bool after_kernel)
-{
-    const cham_action_t *act;
-    size_t n = cham_op_actions(a->ctx, &act);
-    cham_stream_t *s = cham_context_compute_stream(a->ctx);
-    for (size_t i = 0; i < n; i++) {
-        adv_tensor_t *x = adv_find(a, act[i].tensor);
-        if (act[i].kind == CHAM_ACTION_SWAP_IN && !after_kernel) {
-            a->needed_swaps_in += act[i].needed;
-            x->dev = adv_alloc(a);
-            assert_int_equal(cham_copy_async(s, x->dev, x->host, ADV_BYTES, CHAM_COPY_H2D, "in"),
-                             CHAM_OK);
-            assert_int_equal(cham_stream_synchronize(s), CHAM_OK);
-            cham_device_host_free(cham_context_device(a->ctx), x->host), x->host = NULL;
-            assert_int_equal(cham_tensor_swapped_in(x->t, x->dev), CHAM_OK);
-        } else if (act[i].kind == CHAM_ACTION_SWAP_OUT && after_kernel) {
-            assert_true(act[i].free_after_op > cham_context_ops(a->ctx));
-            assert_int_equal(cham_device_host_alloc(cham_context_device(a->ctx), ADV_BYTES,
-                                                    &x->host), CHAM_OK);
-            assert_int_equal(cham_copy_async(s, x->host, x->dev, ADV_BYTES, CHAM_COPY_D2H, "out"),
-                             CHAM_OK);
-            assert_int_equal(cham_stream_synchronize(s), CHAM_OK);
-            adv_release(a, x->dev), x->dev = NULL;
-            assert_int_equal(cham_tensor_swapped_out(x->t), CHAM_OK);
-        }
-    }
-}
-
 typedef struct adv_args {
     uint32_t *out;
     const uint32_t *in[2];
@@ -632,6 +604,77 @@ static void adv_kernel(void *p)
     }
 }
 
+/* Launches the op's kernel: out from up to two inputs and a seed. */
+static void adv_launch(advisor_t *a, uint32_t *out, const uint32_t *in0, const uint32_t *in1,
+                       uint32_t seed, uint64_t *sum)
+{
+    adv_args_t k = {.out = out, .in = {in0, in1}, .seed = seed, .sum = sum};
+    cham_access_t acc[3] = {{out, ADV_BYTES, CHAM_ACCESS_WRITE}};
+    size_t n = 1;
+    for (size_t i = 0; i < 2; i++)
+        if (k.in[i])
+            acc[n++] = (cham_access_t){(void *)(uintptr_t)k.in[i], ADV_BYTES, CHAM_ACCESS_READ};
+    cham_kernel_t kern = {.label = "adv", .flops = 4e10, .bytes = 3.0 * ADV_BYTES,
+                          .accesses = acc, .n_accesses = n, .cpu_fn = adv_kernel, .arg = &k};
+    assert_int_equal(cham_kernel_launch(cham_context_compute_stream(a->ctx), &kern), CHAM_OK);
+}
+
+/* Makes a dropped tensor again: its op (the tag is its seed) on the inputs
+ * Chameleon names, which the actions before this one put on the device. */
+static void adv_recompute(advisor_t *a, adv_tensor_t *x, const cham_action_t *act)
+{
+    cham_tensor_t *ins[2] = {NULL, NULL};
+    size_t n = cham_tensor_recompute_inputs(x->t, ins, 2);
+    assert_true(n >= 1 && n <= 2);
+    const uint32_t *in[2] = {NULL, NULL};
+    for (size_t i = 0; i < n; i++) {
+        assert_non_null(ins[i]);
+        in[i] = adv_find(a, ins[i])->dev;
+        assert_non_null(in[i]);
+    }
+    assert_int_equal(act->which, 0);
+    x->dev = adv_alloc(a);
+    adv_launch(a, x->dev, in[0], in[1], (uint32_t)act->tag, NULL);
+    assert_int_equal(cham_tensor_recomputed(x->t, x->dev), CHAM_OK);
+}
+
+/* Carries out the actions of the op just begun: swap-ins and re-runs now,
+ * swap-outs and drops after the kernel (synchronous copies: the caller
+ * keeps it simple). */
+static void adv_actions(advisor_t *a, bool after_kernel)
+{
+    const cham_action_t *act;
+    size_t n = cham_op_actions(a->ctx, &act);
+    cham_stream_t *s = cham_context_compute_stream(a->ctx);
+    for (size_t i = 0; i < n; i++) {
+        adv_tensor_t *x = adv_find(a, act[i].tensor);
+        if (act[i].kind == CHAM_ACTION_RECOMPUTE && !after_kernel) {
+            a->needed_recomputes += act[i].needed;
+            adv_recompute(a, x, &act[i]);
+        } else if (act[i].kind == CHAM_ACTION_DROP && after_kernel) {
+            adv_release(a, x->dev), x->dev = NULL;   /* the kernel ran: stream order */
+            assert_int_equal(cham_tensor_dropped(x->t), CHAM_OK);
+        } else if (act[i].kind == CHAM_ACTION_SWAP_IN && !after_kernel) {
+            a->needed_swaps_in += act[i].needed;
+            x->dev = adv_alloc(a);
+            assert_int_equal(cham_copy_async(s, x->dev, x->host, ADV_BYTES, CHAM_COPY_H2D, "in"),
+                             CHAM_OK);
+            assert_int_equal(cham_stream_synchronize(s), CHAM_OK);
+            cham_device_host_free(cham_context_device(a->ctx), x->host), x->host = NULL;
+            assert_int_equal(cham_tensor_swapped_in(x->t, x->dev), CHAM_OK);
+        } else if (act[i].kind == CHAM_ACTION_SWAP_OUT && after_kernel) {
+            assert_true(act[i].free_after_op > cham_context_ops(a->ctx));
+            assert_int_equal(cham_device_host_alloc(cham_context_device(a->ctx), ADV_BYTES,
+                                                    &x->host), CHAM_OK);
+            assert_int_equal(cham_copy_async(s, x->host, x->dev, ADV_BYTES, CHAM_COPY_D2H, "out"),
+                             CHAM_OK);
+            assert_int_equal(cham_stream_synchronize(s), CHAM_OK);
+            adv_release(a, x->dev), x->dev = NULL;
+            assert_int_equal(cham_tensor_swapped_out(x->t), CHAM_OK);
+        }
+    }
+}
+
 static void adv_op(advisor_t *a, cham_op_token_t tok, cham_tensor_t *in0, cham_tensor_t *in1,
                    cham_tensor_t *out, uint32_t seed, uint64_t *sum)
 {
@@ -639,17 +682,18 @@ static void adv_op(advisor_t *a, cham_op_token_t tok, cham_tensor_t *in0, cham_t
     size_t n_in = in1 ? 2 : in0 ? 1 : 0;
     assert_int_equal(cham_op_begin(a->ctx, tok, ins, n_in, &out, 1), CHAM_OK);
     adv_actions(a, false);
-    adv_args_t k = {.out = cham_tensor_data(out), .seed = seed, .sum = sum};
-    cham_access_t acc[3] = {{k.out, ADV_BYTES, CHAM_ACCESS_WRITE}};
-    size_t n = 1;
+    const uint32_t *in[2] = {NULL, NULL};
     for (size_t i = 0; i < n_in; i++) {
-        k.in[i] = cham_tensor_data(ins[i]);
-        assert_non_null(k.in[i]);
-        acc[n++] = (cham_access_t){k.in[i], ADV_BYTES, CHAM_ACCESS_READ};
+        in[i] = cham_tensor_data(ins[i]);
+        assert_non_null(in[i]);
     }
-    cham_kernel_t kern = {.label = "adv", .flops = 4e10, .bytes = 3.0 * ADV_BYTES,
-                          .accesses = acc, .n_accesses = n, .cpu_fn = adv_kernel, .arg = &k};
-    assert_int_equal(cham_kernel_launch(cham_context_compute_stream(a->ctx), &kern), CHAM_OK);
+    adv_launch(a, cham_tensor_data(out), in[0], in[1], seed, sum);
+    /* A forward op is cheap to run again (a tenth of its roofline time):
+     * the planner prefers re-running it to a copy. */
+    if (a->recompute && n_in && !sum) {
+        assert_int_equal(cham_op_set_cost(a->ctx, 1e4), CHAM_OK);
+        assert_int_equal(cham_op_set_recompute(a->ctx, seed), CHAM_OK);
+    }
     adv_actions(a, true);
     assert_int_equal(cham_op_end(a->ctx), CHAM_OK);
 }
@@ -661,16 +705,18 @@ static uint64_t adv_step(advisor_t *a, int step)
     assert_int_equal(cham_op_token(a->ctx, "bwd", &bwd), CHAM_OK);
     cham_tensor_t *x[ADV_L + 1];
     uint64_t sum = 0;
-    a->needed_swaps_in = 0;
+    a->needed_swaps_in = a->needed_recomputes = 0;
     cham_phase(a->ctx, CHAM_PHASE_FORWARD);
     x[0] = adv_new(a, "x0");
     adv_op(a, fwd, NULL, NULL, x[0], (uint32_t)step, NULL);
+    bool recompute = a->recompute;
     for (int i = 0; i < ADV_L; i++) {
         char label[8];
         snprintf(label, sizeof label, "x%d", i + 1);
         x[i + 1] = adv_new(a, label);
-        adv_op(a, fwd, x[i], NULL, x[i + 1], 0, NULL);
+        adv_op(a, fwd, x[i], NULL, x[i + 1], (uint32_t)i + 1, NULL);
     }
+    a->recompute = false;              /* the backward's ops are not */
     cham_phase(a->ctx, CHAM_PHASE_BACKWARD);
     cham_tensor_t *g = x[ADV_L];           /* the loss gradient, say */
     for (int i = ADV_L - 1; i >= 0; i--) {
@@ -681,24 +727,27 @@ static uint64_t adv_step(advisor_t *a, int step)
         g = g2;
     }
     adv_free(a, g);
+    a->recompute = recompute;
     assert_int_equal(cham_step_end(a->ctx), CHAM_OK);
     return sum;
 }
 
 typedef struct adv_result {
-    uint64_t sum[MAX_STEPS], step_max[MAX_STEPS], needed[MAX_STEPS];
+    uint64_t sum[MAX_STEPS], step_max[MAX_STEPS], needed[MAX_STEPS], needed_rc[MAX_STEPS];
     cham_stage_t stage[MAX_STEPS];
     cham_runtime_stats_t after[MAX_STEPS];
     uint64_t hazards;
 } adv_result_t;
 
 /* Runs the caller on a roomy device, with policies planned for budget. */
-static void adv_run(uint64_t budget, int steps, adv_result_t *r)
+static void adv_run(uint64_t budget, int steps, bool recompute, adv_result_t *r)
 {
     cham_config_t c = config(1024 * MiB);
     c.mode = CHAM_MODE_ADVISOR;
     c.memory_budget = budget;
-    advisor_t a = {0};
+    if (recompute)   /* a link too slow to hide the copies: re-runs win */
+        c.device.h2d_bandwidth = c.device.d2h_bandwidth = 1e9;
+    advisor_t a = {.recompute = recompute};
     assert_int_equal(cham_context_new(&c, &a.ctx), CHAM_OK);
     run_t quiet_log = {0};
     cham_context_set_log(a.ctx, on_log, &quiet_log);
@@ -707,6 +756,7 @@ static void adv_run(uint64_t budget, int steps, adv_result_t *r)
         r->sum[s] = adv_step(&a, s);
         r->step_max[s] = a.step_max;
         r->needed[s] = a.needed_swaps_in;
+        r->needed_rc[s] = a.needed_recomputes;
         r->stage[s] = cham_context_stage(a.ctx);
         cham_context_get_stats(a.ctx, &r->after[s]);
     }
@@ -722,12 +772,12 @@ static void test_advisor_mode_actions(void **state)
     (void)state;
     enum { STEPS = 24 };
     static adv_result_t all, some;
-    adv_run(0, STEPS, &all);
+    adv_run(0, STEPS, false, &all);
     uint64_t need = all.step_max[STEPS - 1];
     assert_int_equal(need, (ADV_L + 2) * (uint64_t)ADV_BYTES);
     assert_int_equal(all.after[STEPS - 1].swaps_out, 0);
     uint64_t budget = need * 6 / 10;
-    adv_run(budget, STEPS, &some);
+    adv_run(budget, STEPS, false, &some);
     assert_int_equal(some.hazards, 0);
     int s0 = -1;
     for (int s = 0; s < STEPS; s++) {
@@ -749,6 +799,82 @@ static void test_advisor_mode_actions(void **state)
     }
 }
 
+/* Issue 17: with the forward's ops declared recomputable, the kept policy
+ * drops tensors instead of swapping them; the caller frees them
+ * (CHAM_ACTION_DROP) and runs their ops again where told
+ * (CHAM_ACTION_RECOMPUTE, inputs from cham_tensor_recompute_inputs): the
+ * same bytes as with unlimited memory, within the budget, nothing on
+ * demand, no hazard. */
+static void test_advisor_mode_recomputes(void **state)
+{
+    (void)state;
+    enum { STEPS = 24 };
+    static adv_result_t all, some;
+    adv_run(0, STEPS, true, &all);
+    uint64_t need = all.step_max[STEPS - 1];
+    uint64_t budget = need * 6 / 10;
+    adv_run(budget, STEPS, true, &some);
+    assert_int_equal(some.hazards, 0);
+    int s0 = -1;
+    for (int s = 0; s < STEPS; s++) {
+        assert_true(some.sum[s] == all.sum[s]);
+        if (s0 < 0 && s > 0 && some.stage[s - 1] == CHAM_STAGE_STABLE)
+            s0 = s;
+    }
+    assert_true(s0 > 0);
+    for (int s = s0; s < STEPS; s++) {
+        if (some.step_max[s] > budget)
+            fail_msg("step %d: the caller held %llu bytes, budget %llu", s,
+                     (unsigned long long)some.step_max[s], (unsigned long long)budget);
+        assert_int_equal(some.needed[s], 0);
+        assert_int_equal(some.needed_rc[s], 0);
+        cham_runtime_stats_t d0 = some.after[s - 1], d1 = some.after[s];
+        assert_true(d1.drops > d0.drops);
+        assert_int_equal(d1.drops - d0.drops, d1.recomputes - d0.recomputes);
+        assert_int_equal(d1.on_demand_recomputes, d0.on_demand_recomputes);
+    }
+}
+
+/* Reports that do not fit what happened are refused, naming why: a tensor
+ * no recomputable op made, one not dropped, and a dropped tensor whose
+ * input the caller released (its next use fails, naming it). */
+static void test_advisor_recompute_misuse(void **state)
+{
+    (void)state;
+    cham_config_t c = config(1024 * MiB);
+    c.mode = CHAM_MODE_ADVISOR;
+    advisor_t a = {0};
+    assert_int_equal(cham_context_new(&c, &a.ctx), CHAM_OK);
+    cham_op_token_t tok;
+    assert_int_equal(cham_op_token(a.ctx, "f", &tok), CHAM_OK);
+    cham_tensor_t *x = adv_new(&a, "x"), *y = adv_new(&a, "y"), *z = adv_new(&a, "z");
+    adv_op(&a, tok, NULL, NULL, x, 1, NULL);
+    assert_int_equal(cham_tensor_dropped(x), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(a.ctx), "no op declared recomputable"));
+    assert_int_equal(cham_tensor_recomputed(x, adv_find(&a, x)->dev), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(a.ctx), "\"x\""));
+    a.recompute = true;
+    adv_op(&a, tok, x, NULL, y, 2, NULL);
+    assert_int_equal(cham_tensor_recomputed(y, adv_find(&a, y)->dev), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(a.ctx), "not dropped"));
+    cham_tensor_t *in[2];
+    assert_int_equal(cham_tensor_recompute_inputs(y, in, 2), 1);
+    assert_ptr_equal(in[0], x);
+    /* The caller drops y, then frees x, the input y is made from. */
+    adv_release(&a, adv_find(&a, y)->dev), adv_find(&a, y)->dev = NULL;
+    assert_int_equal(cham_tensor_dropped(y), CHAM_OK);
+    adv_free(&a, x);
+    a.recompute = false;
+    cham_tensor_t *ins[1] = {y};
+    assert_int_equal(cham_op_begin(a.ctx, tok, ins, 1, &z, 1), CHAM_ERR_INVALID_ARG);
+    const char *e = cham_context_last_error(a.ctx);
+    assert_non_null(strstr(e, "\"y\" was dropped"));
+    assert_non_null(strstr(e, "released"));
+    adv_free(&a, y);
+    adv_free(&a, z);
+    cham_context_free(a.ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -766,6 +892,8 @@ int main(void)
         cmocka_unit_test(test_oom_path_defragments),
         cmocka_unit_test(test_pytorch_record_stream_mode),
         cmocka_unit_test(test_advisor_mode_actions),
+        cmocka_unit_test(test_advisor_mode_recomputes),
+        cmocka_unit_test(test_advisor_recompute_misuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -244,7 +244,8 @@ cham_status_t cham_op_end(cham_context_t *ctx);
  * `tag` is the caller's (it says which kernels to launch; it must stay
  * meaningful as long as the output is alive). The planner prices a re-run
  * at the op's cost (cham_op_set_cost), else at the step's mean op time.
- * Managed mode only.
+ * In advisor mode the caller runs the op again itself when an action says
+ * so (CHAM_ACTION_RECOMPUTE below); no hook is needed there.
  *
  * The recompute hook (cham_context_on_recompute) is called when a dropped
  * tensor is needed: its block is new, the op's inputs are on the device
@@ -259,7 +260,9 @@ cham_status_t cham_op_end(cham_context_t *ctx);
  * is about to write one of those inputs recomputes the tensor first. A
  * recomputable output that is written again, or one of whose inputs is
  * written or freed while it is still on the device, is no longer
- * recomputable and is only ever swapped. */
+ * recomputable and is only ever swapped. In advisor mode the caller owns
+ * the inputs' memory and keeps them: an input released while a tensor made
+ * from it is dropped makes that tensor's next use fail, naming both. */
 typedef struct cham_recompute_call {
     uint64_t tag;                /* as given to cham_op_set_recompute */
     cham_stream_t *stream;       /* launch here */
@@ -308,18 +311,37 @@ uint64_t cham_context_ops(const cham_context_t *ctx);
  *                         cham_tensor_swapped_out; its device memory may be
  *                         reused once op number free_after_op has begun,
  *                         the copy being ordered before that reuse.
+ *   CHAM_ACTION_DROP      after this op's kernels, the storage of `tensor`
+ *                         (made by an op declared recomputable) is not
+ *                         needed until it is made again: free its device
+ *                         memory in stream order and report
+ *                         cham_tensor_dropped. Keep a view of each input
+ *                         of its op (cham_tensor_recompute_inputs) until
+ *                         it is made again: they are what it is made from.
+ *   CHAM_ACTION_RECOMPUTE before this op's kernels, make the storage of
+ *                         `tensor` again: run the op declared with `tag`
+ *                         on its inputs (on the device by then: actions
+ *                         earlier in the list bring them back or make them
+ *                         again), writing its output number `which` into
+ *                         new memory (scratch for the op's other outputs),
+ *                         and report cham_tensor_recomputed. With `needed`
+ *                         this op uses it; without, it is planned ahead.
  * `tensor` is a view the caller already holds (valid while it is alive).
  * The list is valid until the next cham_op_begin. */
 typedef enum cham_action_kind {
     CHAM_ACTION_SWAP_OUT,
     CHAM_ACTION_SWAP_IN,
+    CHAM_ACTION_DROP,
+    CHAM_ACTION_RECOMPUTE,
 } cham_action_kind_t;
 
 typedef struct cham_action {
     cham_action_kind_t kind;
     cham_tensor_t *tensor;
-    bool needed;                 /* SWAP_IN: this op uses it */
+    bool needed;                 /* SWAP_IN, RECOMPUTE: this op uses it */
     uint64_t free_after_op;      /* SWAP_OUT: see above */
+    uint64_t tag;                /* RECOMPUTE: as given to cham_op_set_recompute */
+    size_t which;                /* RECOMPUTE: its place among the op's outputs */
 } cham_action_t;
 
 /* The actions of the op begun last; their number (0 in managed mode). */
@@ -329,6 +351,19 @@ size_t cham_op_actions(const cham_context_t *ctx, const cham_action_t **actions)
  * device copy is no longer used) / back to the device at device_ptr. */
 cham_status_t cham_tensor_swapped_out(cham_tensor_t *t);
 cham_status_t cham_tensor_swapped_in(cham_tensor_t *t, void *device_ptr);
+/* Advisor mode: the caller freed the device memory of t's storage, which
+ * an op declared recomputable made (CHAM_ACTION_DROP) / made it again at
+ * device_ptr (CHAM_ACTION_RECOMPUTE). CHAM_ERR_INVALID_ARG, saying why, for
+ * a storage no recomputable op made, one written since, or one not in the
+ * state the report implies. */
+cham_status_t cham_tensor_dropped(cham_tensor_t *t);
+cham_status_t cham_tensor_recomputed(cham_tensor_t *t, void *device_ptr);
+/* The inputs of the op that made t's storage, in the order given to
+ * cham_op_begin: views the caller holds (NULL for an input it holds no view
+ * of any more); up to max of them; returns their number, 0 when no
+ * recomputable op made it. */
+size_t cham_tensor_recompute_inputs(const cham_tensor_t *t, cham_tensor_t **inputs,
+                                    size_t max);
 
 /* Marks the phase of the ops that follow (forward at the start of a step). */
 cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase);

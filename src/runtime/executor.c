@@ -87,7 +87,10 @@ void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token,
     x->storage_of[item] = s;
     s->item = item;
     if (ctx->config.mode == CHAM_MODE_ADVISOR) {
-        cham_exec_advise(ctx, CHAM_ACTION_SWAP_OUT, t, false, release_op(ctx, item));
+        bool drop = x->plan->view.items[item].recompute && s->recompute &&
+                    !s->recompute->stale;
+        cham_exec_advise(ctx, drop ? CHAM_ACTION_DROP : CHAM_ACTION_SWAP_OUT, t, false,
+                         drop ? 0 : release_op(ctx, item));
         return;
     }
     uint32_t *p = cham_grow(x->pending, &x->cap_pending, x->n_pending + 1, sizeof *p, 16);
@@ -152,7 +155,9 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
             return CHAM_ERR_POLICY_MISMATCH;
         }
         if (s && s->residency == CHAM_RESIDENT_DROPPED) {
-            cham_status_t st = cham_storage_recompute(s, CHAM_SWAP_PLANNED);
+            cham_status_t st = ctx->config.mode == CHAM_MODE_ADVISOR
+                                   ? cham_recompute_advise(s, false)
+                                   : cham_storage_recompute(s, CHAM_SWAP_PLANNED);
             if (st != CHAM_OK)
                 return st;
             continue;

@@ -21,6 +21,10 @@
 #include "profile/profile-impl.h"
 #include "runtime/runtime-impl.h"
 
+/* Recursion bound: a chain longer than this is a cycle (cannot happen:
+ * an op never reads its own output) or a pathological program. */
+#define MAX_CHAIN 64
+
 static void unlink_input(cham_recompute_input_t *in)
 {
     if (in->prev)
@@ -48,16 +52,22 @@ static bool rebuildable(const cham_storage_t *s)
  * are being released (release_held) it is only marked. */
 static void forget(cham_recompute_t *r)
 {
-    CHAM_ASSERT(r->releasing || r->n_dropped == 0);
     if (r->dead)
         return;
     for (size_t i = 0; i < r->n_inputs; i++) {
         CHAM_ASSERT(r->releasing || !r->in[i].held);
         unlink_input(&r->in[i]);
     }
-    for (size_t j = 0; j < r->n_outputs; j++)
-        if (r->out[j])
-            r->out[j]->recompute = NULL;
+    /* Managed mode holds the inputs while an output is dropped, so only an
+     * advisor's caller can take one away then: the output is lost. */
+    for (size_t j = 0; j < r->n_outputs; j++) {
+        if (!r->out[j])
+            continue;
+        CHAM_ASSERT(r->releasing || r->out[j]->residency != CHAM_RESIDENT_DROPPED ||
+                    r->out[j]->ctx->config.mode == CHAM_MODE_ADVISOR);
+        r->out[j]->lost = r->out[j]->residency == CHAM_RESIDENT_DROPPED && !r->releasing;
+        r->out[j]->recompute = NULL;
+    }
     r->dead = true;
     if (!r->releasing)
         free(r);
@@ -140,9 +150,7 @@ cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag)
     size_t n_in = ctx->op_inputs;
     if (!ctx->in_op)
         why = "no op is being dispatched (call it between cham_op_begin and cham_op_end)";
-    else if (ctx->config.mode != CHAM_MODE_MANAGED)
-        why = "advisor mode does not recompute yet; the caller owns memory";
-    else if (!ctx->recompute_hook)
+    else if (ctx->config.mode == CHAM_MODE_MANAGED && !ctx->recompute_hook)
         why = "no recompute hook (cham_context_on_recompute)";
     else if (ctx->op_recomputable)
         why = "the op was declared recomputable already";
@@ -229,11 +237,186 @@ void cham_recompute_storage_gone(cham_storage_t *s)
         forget(r);
 }
 
+/* Advisor mode: a view of s the caller holds, as the op saw it if there
+ * is one (same offset and length), else any; NULL when it holds none. */
+static cham_tensor_t *caller_view(cham_storage_t *s, size_t offset, size_t bytes)
+{
+    cham_tensor_t *any = NULL;
+    for (cham_tensor_t *v = s->view_list; v; v = v->next_view) {
+        if (v->internal)
+            continue;
+        if (v->offset == offset && v->bytes == bytes)
+            return v;
+        any = any ? any : v;
+    }
+    return any;
+}
+
+static cham_status_t advise(cham_storage_t *s, bool needed, int depth)
+{
+    cham_context_t *ctx = s->ctx;
+    cham_recompute_t *r = s->recompute;
+    if (s->advice_pin == ctx->pin)
+        return CHAM_OK;          /* already in this op's list */
+    if (!r) {
+        cham_context_error(ctx, "step %llu, op %u: \"%s\" was dropped, and an input of the op "
+                           "that made it was released before it was made again: it cannot "
+                           "be (advisor mode: keep the inputs of a dropped tensor, "
+                           "cham_tensor_recompute_inputs)", (unsigned long long)ctx->number,
+                           ctx->ops_in_step ? ctx->ops_in_step - 1 : 0, s->label);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (depth > MAX_CHAIN) {
+        cham_context_error(ctx, "recomputing \"%s\": a chain of more than %d dropped tensors",
+                           s->label, MAX_CHAIN);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        cham_storage_t *in = r->in[i].storage;
+        if (in->residency == CHAM_RESIDENT_DROPPED) {
+            cham_status_t st = advise(in, true, depth + 1);
+            if (st != CHAM_OK)
+                return st;
+        } else if (in->residency == CHAM_RESIDENT_HOST && in->advice_pin != ctx->pin) {
+            in->advice_pin = ctx->pin;
+            ctx->stats.on_demand_swaps_in++;
+            ctx->step_on_demand++;
+            cham_exec_advise(ctx, CHAM_ACTION_SWAP_IN, in->view_list, true, 0);
+        }
+    }
+    size_t n = ctx->n_actions, which = 0;
+    while (r->out[which] != s)
+        which++;
+    cham_exec_advise(ctx, CHAM_ACTION_RECOMPUTE, s->view_list, needed, 0);
+    if (ctx->n_actions == n + 1) {
+        ctx->actions[n].tag = r->tag;
+        ctx->actions[n].which = which;
+    }
+    s->advice_pin = ctx->pin;
+    return CHAM_OK;
+}
+
+cham_status_t cham_recompute_advise(cham_storage_t *s, bool needed)
+{
+    CHAM_ASSERT(s->ctx->config.mode == CHAM_MODE_ADVISOR && s->residency == CHAM_RESIDENT_DROPPED);
+    return advise(s, needed, 0);
+}
+
+static cham_status_t advisor_report(cham_tensor_t *t, const char *what, const char **why)
+{
+    cham_storage_t *s = t->storage;
+    if (s->ctx->config.mode != CHAM_MODE_ADVISOR)
+        *why = "only in advisor mode; in managed mode Chameleon drops and recomputes itself";
+    else if (s->lost)
+        *why = "it was dropped and an input of its op was released: it cannot be made again";
+    else if (!s->recompute)
+        *why = "no op declared recomputable (cham_op_set_recompute) made it, or it was "
+               "written since";
+    else if (s->recompute->stale && s->residency == CHAM_RESIDENT_DEVICE)
+        *why = "an input of its op was written since: it can only be swapped";
+    if (!*why)
+        return CHAM_OK;
+    cham_context_error(s->ctx, "%s \"%s\": %s", what, t->label, *why);
+    return CHAM_ERR_INVALID_ARG;
+}
+
+cham_status_t cham_tensor_dropped(cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    const char *why = NULL;
+    cham_status_t st = advisor_report(t, "cham_tensor_dropped of", &why);
+    if (st != CHAM_OK)
+        return st;
+    cham_storage_t *s = t->storage;
+    cham_context_t *ctx = s->ctx;
+    if (s->residency != CHAM_RESIDENT_DEVICE) {
+        cham_context_error(ctx, "cham_tensor_dropped of \"%s\": it is not on the device",
+                           t->label);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    s->advised = false;
+    s->ptr = NULL;
+    s->residency = CHAM_RESIDENT_DROPPED;
+    s->recompute->n_dropped++;
+    cham_context_mem_add(ctx, -(int64_t)s->bytes);
+    ctx->stats.drops++;
+    ctx->stats.bytes_dropped += s->bytes;
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, false, true);
+    return CHAM_OK;
+}
+
+cham_status_t cham_tensor_recomputed(cham_tensor_t *t, void *device_ptr)
+{
+    CHAM_ASSERT(t);
+    const char *why = NULL;
+    cham_status_t st = advisor_report(t, "cham_tensor_recomputed of", &why);
+    if (st != CHAM_OK)
+        return st;
+    cham_storage_t *s = t->storage;
+    cham_context_t *ctx = s->ctx;
+    if (s->residency != CHAM_RESIDENT_DROPPED || !device_ptr) {
+        cham_context_error(ctx, "cham_tensor_recomputed of \"%s\": %s", t->label,
+                           device_ptr ? "it was not dropped (cham_tensor_dropped)"
+                                      : "device_ptr is NULL");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_recompute_t *r = s->recompute;
+    s->ptr = device_ptr;
+    s->residency = CHAM_RESIDENT_DEVICE;
+    cham_context_mem_add(ctx, (int64_t)s->bytes);
+    ctx->stats.recomputes++;
+    /* Advised ahead of its use (advice_pin of an earlier op) or for this
+     * op's use: the action said which; the planned ones are not needed. */
+    bool planned = s->advised;
+    s->advised = false;
+    if (!planned) {
+        ctx->stats.on_demand_recomputes++;
+        ctx->step_on_demand++;
+    }
+    cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false, true);
+    if (--r->n_dropped == 0 && r->stale)
+        forget(r);
+    return CHAM_OK;
+}
+
+size_t cham_tensor_recompute_inputs(const cham_tensor_t *t, cham_tensor_t **inputs, size_t max)
+{
+    CHAM_ASSERT(t && (inputs || max == 0));
+    const cham_recompute_t *r = t->storage->recompute;
+    if (!r)
+        return 0;
+    for (size_t i = 0; i < r->n_inputs && i < max; i++)
+        inputs[i] = caller_view(r->in[i].storage, r->in[i].offset, r->in[i].bytes);
+    return r->n_inputs;
+}
+
 cham_status_t cham_recompute_before_write(cham_storage_t *s)
 {
     /* Each round recomputes a dropped dependent (it needs s as it is now)
      * or forgets one that is on the device; a recomputation may forget
      * others on the way (an input freed), so the list is read afresh. */
+    if (s->ctx->config.mode == CHAM_MODE_ADVISOR) {
+        /* The caller makes them again before this op's kernels; each
+         * record goes once nothing of it is dropped any more. */
+        for (cham_recompute_input_t *in = s->dependents; in;) {
+            cham_recompute_t *r = in->rec;
+            for (size_t j = 0; j < r->n_outputs; j++) {
+                if (!r->out[j] || r->out[j]->residency != CHAM_RESIDENT_DROPPED)
+                    continue;
+                cham_status_t st = advise(r->out[j], true, 0);
+                if (st != CHAM_OK)
+                    return st;
+            }
+            r->stale = true;
+            if (r->n_dropped > 0) {
+                in = in->next;
+                continue;
+            }
+            forget(r);         /* may unlink more than `in`: from the top */
+            in = s->dependents;
+        }
+        return CHAM_OK;
+    }
     while (s->dependents) {
         cham_recompute_t *r = s->dependents->rec;
         if (r->n_dropped == 0) {
@@ -306,9 +489,6 @@ cham_status_t cham_tensor_drop(cham_tensor_t *t)
     return cham_storage_drop(s);
 }
 
-/* Recursion bound: a chain longer than this is a cycle (cannot happen:
- * an op never reads its own output) or a pathological program. */
-#define MAX_CHAIN 64
 
 static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int depth,
                                cham_recompute_t **release);

@@ -49,6 +49,8 @@ struct cham_recompute {
     double cost_ns;               /* the op's cost (cham_op_set_cost), < 0 unknown */
     bool releasing, dead;         /* see release_held in recompute.c */
     uint32_t n_dropped;
+    bool stale;                   /* advisor: an input was written after a re-run
+                                     was advised; forgotten once none is dropped */
     size_t n_outputs;
     cham_storage_t **out;         /* n_outputs, in the op's order */
     size_t *out_bytes;            /* each output's bytes */
@@ -94,6 +96,10 @@ struct cham_storage {
     uint64_t born_step;           /* ctx->step when it was made */
     uint32_t internal_views;      /* of views, the runtime's own (recompute.c) */
     bool freeing;                 /* storage_free is under way */
+    bool lost;                    /* advisor: dropped, and an input of its op
+                                     was released before it was made again */
+    uint64_t advice_pin;          /* advisor: = ctx->pin once a re-run is advised
+                                     in the op being begun's list */
     cham_storage_t *prev, *next;  /* the context's live storages */
     char label[48];               /* of its first view */
 };
@@ -286,6 +292,10 @@ cham_status_t cham_storage_drop(cham_storage_t *s);
 /* recompute.c: runs the op of a dropped storage again (its inputs first:
  * brought back, or recomputed themselves). */
 cham_status_t cham_storage_recompute(cham_storage_t *s, cham_swap_cause_t cause);
+/* recompute.c, advisor mode: advises making dropped s again before the
+ * op being begun (its inputs first: swapped in or made again); `needed`:
+ * that op uses it. CHAM_ERR_INVALID_ARG, naming the input, when s is lost. */
+cham_status_t cham_recompute_advise(cham_storage_t *s, bool needed);
 /* recompute.c: before an op writes s: dropped dependents are recomputed
  * (they need s as it is), the others forgotten. */
 cham_status_t cham_recompute_before_write(cham_storage_t *s);

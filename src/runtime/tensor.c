@@ -611,7 +611,9 @@ cham_status_t cham_storage_prepare(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
     if (ctx->config.mode == CHAM_MODE_ADVISOR) {
-        if (s->residency == CHAM_RESIDENT_HOST)
+        if (s->residency == CHAM_RESIDENT_DROPPED)
+            return cham_recompute_advise(s, true);
+        if (s->residency == CHAM_RESIDENT_HOST && s->advice_pin != ctx->pin)
             advise_on_demand(s);
         return CHAM_OK;
     }
