@@ -227,6 +227,44 @@ static void test_rebuilt_input(void **state)
     }
 }
 
+/* As above, but A is read again by op 2, so it is dropped only after op
+ * 2 (memory peaks at op 3 here). When W is read by op 2 too, it is alive at
+ * the drop and A is a candidate; when W's last use is op 1, the runtime's
+ * record of A's op is gone with W before A is dropped (it keeps a record,
+ * and holds the inputs, only from a drop on), so A is swapped. */
+static void test_rebuilt_input_freed_before_the_drop(void **state)
+{
+    (void)state;
+    static const uint64_t mem[] = {100, 500, 500, 500, 500, 500, 900, 900,
+                                   500, 500, 500, 500, 500, 100, 100, 100};
+    for (int w_last = 1; w_last <= 2; w_last++) {
+        use_spec_t uses[] = {
+            {0, 2, 1, false}, {0, 3, 1, true},  {1, 3, 1, false}, {1, 1, 400, true},
+            {2, 1, 400, false}, {2, 3, 1, false}, {6, 1, 400, false}, {7, 2, 1, false},
+        };
+        size_t n = sizeof uses / sizeof uses[0];
+        if (w_last == 1) {           /* drop W's read by op 2 */
+            uses[5] = uses[6];
+            uses[6] = uses[7];
+            n--;
+        }
+        cham_profile_t *p = test_build_profile(PH, mem, uses, n);
+        costs(p);
+        p->ops[0].recomputable = p->ops[1].recomputable = true;
+        p->ops[0].cost_ns = 0.2 * SEC;
+        p->ops[1].cost_ns = 0.1 * SEC;
+        cham_planner_config_t c = config();
+        c.d2h_bandwidth = 8192.0 * MiB;
+        cham_policy_t *pol;
+        cham_policy_view_t v = plan(p, &c, &pol);
+        assert_int_equal(v.n_items, 1);
+        assert_int_equal(v.items[0].storage, 1);
+        assert_int_equal(v.items[0].recompute, w_last == 2);
+        cham_policy_free(pol);
+        cham_profile_free(p);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -235,6 +273,7 @@ int main(void)
         cmocka_unit_test(test_input_gone_or_changed),
         cmocka_unit_test(test_chain),
         cmocka_unit_test(test_rebuilt_input),
+        cmocka_unit_test(test_rebuilt_input_freed_before_the_drop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
