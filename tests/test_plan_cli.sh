@@ -75,10 +75,18 @@ fi
 check plan-items 0 '^items: +1 swapped, 64\.0 MiB' -- "${plan[@]}"
 # The swapped tensor is A (storage 1): out after op 1, back for op 10.
 check plan-table 0 '^ +1 +64\.0 +1 linear .* 10 linear_backward ' -- "${plan[@]}"
-# A reuse delay of one op hands A's block back at op 3 instead of op 2; two
-# would miss op 3, where the memory must be down, and leave no policy.
-check plan-free-delay 0 '^ +1 +64\.0 +1 linear +1 linear +3 matmul ' -- "${plan[@]}" --free-delay 1
-check plan-free-delay-too-late 1 'could not be removed at op 3' -- "${plan[@]}" --free-delay 2
+# The copy queue: A's copy starts when op 1 ends and is done in op 2, so its
+# block is back for op 3; a reuse delay of one op misses op 3, where the
+# memory must be down, and leaves no policy.
+check plan-queue 0 '^ +1 +64\.0 +1 linear +2 gelu +3 matmul ' -- "${plan[@]}"
+check plan-queue-too-late 1 'could not be removed at op 3' -- "${plan[@]}" --free-delay 1
+# The paper's placement (--swap-only) books the copy into op 1's layer, done
+# there: one op of delay hands the block back at op 3 instead of op 2; two
+# miss op 3.
+check plan-free-delay 0 '^ +1 +64\.0 +1 linear +1 linear +3 matmul ' -- "${plan[@]}" --swap-only \
+  --free-delay 1
+check plan-free-delay-too-late 1 'could not be removed at op 3' -- "${plan[@]}" --swap-only \
+  --free-delay 2
 check plan-bad-free-delay 2 '--free-delay must be 0\.\.1000000, got "-1"' -- \
   "${plan[@]}" --free-delay -1
 check plan-bytes 0 'capacity: +136\.0 MiB \(142606336 bytes\)' -- \

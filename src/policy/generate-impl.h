@@ -188,11 +188,25 @@ typedef struct cham_budget {
     uint64_t *fw;                /* n + 1, Fenwick over the leaves */
 } cham_budget_t;
 
+/* A chosen swap-out in the copy stream's queue: issued when op f ends,
+ * done at `done`; its block's reuse needs it done by `deadline`. */
+typedef struct cham_gen_copy {
+    uint32_t f;
+    uint64_t t, done, deadline;  /* ns from the step's start, ops back to back */
+} cham_gen_copy_t;
+
 typedef struct cham_gen_sim {
     cham_gen_layers_t *layers;
     cham_budget_t h2d, d2h;      /* swap-ins and swap-outs: separate directions */
     double h2d_bw, d2h_bw;       /* bytes/s */
     uint32_t free_delay;         /* ops past the predicted completion */
+    /* With a queue (cham_gen_sim_queue), swap-outs are placed in the order
+     * the executor issues them, one after another, not into the layers'
+     * free time (docs/policy.md, "The copy queue"). */
+    uint64_t *op_end;            /* n_ops: when each op ends; NULL: no queue */
+    size_t n_ops;
+    cham_gen_copy_t *q;          /* by f, then the order chosen */
+    size_t n_q, cap_q;
 } cham_gen_sim_t;
 
 /* Where one candidate's swaps go. A transfer takes its time from the
@@ -201,6 +215,8 @@ typedef struct cham_gen_sim {
  * of layers otherwise (ours). */
 typedef struct cham_gen_place {
     uint32_t out_first, out_layer, done_op, free_op;
+    size_t q_at;                 /* queue: where the swap-out goes */
+    uint64_t done_ns;            /* queue: when it completes */
     uint32_t in_layer, in_last, in_op;
     uint64_t t_out, t_in;
     uint64_t stall_out_ns, stall_in_ns;   /* fallback waits */
@@ -208,6 +224,9 @@ typedef struct cham_gen_place {
 
 bool cham_gen_sim_init(cham_gen_sim_t *s, cham_gen_layers_t *l, double h2d_bw, double d2h_bw);
 void cham_gen_sim_free(cham_gen_sim_t *s);
+/* Places swap-outs in the copy queue from now on, timed by the layers'
+ * op_ns; false when the host is out of memory. */
+bool cham_gen_sim_queue(cham_gen_sim_t *s, size_t n_ops);
 /* Finds a placement for t that removes at least one entry: true and *pl,
  * false when there is none. With allow_stall, a swap-in that fits no layer
  * goes into the layer before the use's with a predicted stall (§5.4.1), and
@@ -215,11 +234,12 @@ void cham_gen_sim_free(cham_gen_sim_t *s);
  * the block's reuse waiting for it. */
 bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
                     bool allow_stall, cham_gen_place_t *pl);
-/* Takes the placement's time from its layers and its bytes off the MRL over
- * samples [2 free_op, 2 in_op). The layers' remaining_ns are left alone:
+/* Takes the placement's time from its layers (or its place in the queue)
+ * and its bytes off the MRL over samples [2 free_op, 2 in_op); false when
+ * the host is out of memory. The layers' remaining_ns are left alone:
  * cham_gen_sim_report writes them once, at the end (a swap-in spanning a
  * run of layers would otherwise cost one write per layer of the run). */
-void cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
+bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
                      const cham_gen_place_t *pl);
 /* Sets every layer's remaining_ns to its free host-to-device time. */
 void cham_gen_sim_report(cham_gen_sim_t *s);

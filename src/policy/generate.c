@@ -214,7 +214,8 @@ static long simulate_pass(gen_t *g, bool allow_stall)
         if (!cham_gen_place(&g->sim, &g->mrl, t, false, &pl) &&
             !(allow_stall && cham_gen_place(&g->sim, &g->mrl, t, true, &pl)))
             continue;
-        cham_gen_commit(&g->sim, &g->mrl, t, &pl);
+        if (!cham_gen_commit(&g->sim, &g->mrl, t, &pl))
+            return -1;
         t->chosen = true;
         cham_policy_item_t it = {
             .storage = t->storage,
@@ -409,7 +410,8 @@ static cham_status_t plan_once(const cham_profile_t *profile,
         !cham_gen_tensors(&v, &g.layers, config->min_swap_bytes, &g.t, &g.n_t) ||
         !cham_gen_sim_init(&g.sim, &g.layers, config->h2d_bandwidth, config->d2h_bandwidth))
         goto host_oom;
-    if (config->recompute && !cham_gen_recompute_list(&v, g.t, g.n_t, &g.rl))
+    if (config->recompute && (!cham_gen_recompute_list(&v, g.t, g.n_t, &g.rl) ||
+                              !cham_gen_sim_queue(&g.sim, v.n_ops)))
         goto host_oom;
     *n_recomputable = g.rl.n;
     if (!choose_recompute(&g, n_recompute))

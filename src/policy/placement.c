@@ -6,6 +6,7 @@
  * layers and the memory reduction list. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/assert.h"
 #include "policy/generate-impl.h"
@@ -153,7 +154,108 @@ void cham_gen_sim_free(cham_gen_sim_t *s)
     free(s->h2d.fw);
     free(s->d2h.t);
     free(s->d2h.fw);
+    free(s->op_end);
+    free(s->q);
     s->h2d = s->d2h = (cham_budget_t){0};
+    s->op_end = NULL;
+    s->q = NULL;
+    s->n_q = s->cap_q = 0;
+}
+
+bool cham_gen_sim_queue(cham_gen_sim_t *s, size_t n_ops)
+{
+    s->op_end = malloc((n_ops ? n_ops : 1) * sizeof *s->op_end);
+    if (!s->op_end)
+        return false;
+    double t = 0;
+    for (size_t k = 0; k < n_ops; k++) {
+        t += s->layers->op_ns[k];
+        s->op_end[k] = t >= 1.8e19 ? UINT64_MAX : (uint64_t)(t + 0.5);
+    }
+    s->n_ops = n_ops;
+    return true;
+}
+
+static uint64_t max_u64(uint64_t a, uint64_t b)
+{
+    return a > b ? a : b;
+}
+
+/* The queue's way (§5.4.2 made exact): the swap-out issued after op f goes
+ * behind every chosen one issued no later, and must not push any issued
+ * after it past its deadline. It completes in the op whose end first
+ * reaches its done time, at most `last_op`. With stall its block comes back
+ * after f whatever the copy's progress, the compute stream waiting. */
+static bool place_out_queued(cham_gen_sim_t *s, uint32_t f, uint32_t last_op, bool stall,
+                             cham_gen_place_t *pl)
+{
+    size_t lo = 0, hi = s->n_q;
+    while (lo < hi) {          /* the first issued after f */
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->q[mid].f <= f)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    uint64_t done = max_u64(s->op_end[f], lo ? s->q[lo - 1].done : 0) + pl->t_out;
+    for (size_t j = lo, d = done; j < s->n_q; j++) {
+        uint64_t dj = max_u64(s->op_end[s->q[j].f], d) + s->q[j].t;
+        if (dj == s->q[j].done)
+            break;             /* from here on nothing moves */
+        if (dj > s->q[j].deadline)
+            return false;
+        d = dj;
+    }
+    uint32_t k = f;
+    if (!stall) {
+        size_t a = f, b = s->n_ops;   /* the first op ending at or after done */
+        while (a < b) {
+            size_t mid = a + (b - a) / 2;
+            if (s->op_end[mid] < done)
+                a = mid + 1;
+            else
+                b = mid;
+        }
+        if (a > last_op)
+            return false;
+        k = (uint32_t)a;
+    } else {
+        pl->stall_out_ns = done - s->op_end[f];
+    }
+    pl->q_at = lo;
+    pl->done_ns = done;
+    pl->done_op = k;
+    pl->out_first = s->layers->layer_of_op[f];
+    pl->out_layer = s->layers->layer_of_op[k];
+    return true;
+}
+
+/* Takes the swap-out into the queue: the ones after it move as it said. */
+static bool queue_commit(cham_gen_sim_t *s, const cham_gen_tensor_t *t,
+                         const cham_gen_place_t *pl)
+{
+    if (s->n_q == s->cap_q) {
+        size_t cap = s->cap_q ? 2 * s->cap_q : 64;
+        cham_gen_copy_t *q = realloc(s->q, cap * sizeof *q);
+        if (!q)
+            return false;
+        s->q = q;
+        s->cap_q = cap;
+    }
+    size_t at = pl->q_at;
+    memmove(&s->q[at + 1], &s->q[at], (s->n_q - at) * sizeof *s->q);
+    s->n_q++;
+    s->q[at] = (cham_gen_copy_t){.f = t->last_fwd, .t = pl->t_out, .done = pl->done_ns,
+                                 .deadline = pl->stall_out_ns ? pl->done_ns
+                                                              : s->op_end[pl->done_op]};
+    for (size_t j = at + 1, d = pl->done_ns; j < s->n_q; j++) {
+        uint64_t dj = max_u64(s->op_end[s->q[j].f], d) + s->q[j].t;
+        if (dj == s->q[j].done)
+            break;
+        CHAM_ASSERT(dj <= s->q[j].deadline);
+        s->q[j].done = d = dj;
+    }
+    return true;
 }
 
 /* §5.4.2: the swap-out starts after op f; it completes in the first layer
@@ -243,10 +345,16 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
     for (int stall = 0; stall <= 1 && !covers; stall++) {
         if (stall && !allow_stall)
             break;
-        if (!place_out(s, lf, last_in, stall, pl))
-            continue;
-        const cham_logical_layer_t *ol = &l->v[pl->out_layer];
-        pl->done_op = ol->start_op + ol->n_ops - 1;
+        if (s->op_end) {
+            const cham_logical_layer_t *il = &l->v[last_in];
+            if (!place_out_queued(s, t->last_fwd, il->start_op + il->n_ops - 1, stall, pl))
+                continue;
+        } else {
+            if (!place_out(s, lf, last_in, stall, pl))
+                continue;
+            const cham_logical_layer_t *ol = &l->v[pl->out_layer];
+            pl->done_op = ol->start_op + ol->n_ops - 1;
+        }
         pl->free_op = pl->done_op + 1 + s->free_delay;
         /* m_last is also the last entry in [2 free_op, hi) if there is one. */
         covers = m_last >= 2 * (size_t)pl->free_op;
@@ -264,12 +372,18 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
     return true;
 }
 
-void cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
+bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
                      const cham_gen_place_t *pl)
 {
-    budget_take(&s->d2h, pl->out_first, pl->out_layer, pl->out_layer, pl->t_out);
+    if (s->op_end) {
+        if (!queue_commit(s, t, pl))
+            return false;
+    } else {
+        budget_take(&s->d2h, pl->out_first, pl->out_layer, pl->out_layer, pl->t_out);
+    }
     budget_take(&s->h2d, pl->in_layer, pl->in_last, pl->in_layer, pl->t_in);
     cham_mrl_subtract(mrl, 2 * (size_t)pl->free_op, 2 * (size_t)pl->in_op, t->bytes);
+    return true;
 }
 
 void cham_gen_sim_report(cham_gen_sim_t *s)

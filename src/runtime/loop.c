@@ -237,6 +237,11 @@ static void measure_trial(cham_context_t *ctx, uint64_t step_ns)
     t->step_ns = step_ns;
     t->passive = ctx->step_passive;
     t->on_demand = ctx->step_on_demand;
+    cham_context_log(ctx, "step %llu: policy %zu took %.3f ms (predicted %.3f ms from its "
+                     "profile), %llu passive and %llu on-demand swaps",
+                     (unsigned long long)ctx->number, ctx->n_trials, (double)step_ns / 1e6,
+                     (double)t->plan->view.predicted_step_ns / 1e6,
+                     (unsigned long long)t->passive, (unsigned long long)t->on_demand);
     if (t->passive) {
         const cham_policy_view_t *p = &t->plan->view;
         uint64_t reserve = p->capacity - p->usable;
