@@ -75,18 +75,25 @@ fi
 check plan-items 0 '^items: +1 swapped, 64\.0 MiB' -- "${plan[@]}"
 # The swapped tensor is A (storage 1): out after op 1, back for op 10.
 check plan-table 0 '^ +1 +64\.0 +1 linear .* 10 linear_backward ' -- "${plan[@]}"
-# The copy queue: A's copy starts when op 1 ends and is done in op 2, so its
-# block is back for op 3; a reuse delay of one op misses op 3, where the
-# memory must be down, and leaves no policy.
-check plan-queue 0 '^ +1 +64\.0 +1 linear +2 gelu +3 matmul ' -- "${plan[@]}"
-check plan-queue-too-late 1 'could not be removed at op 3' -- "${plan[@]}" --free-delay 1
-# The paper's placement (--swap-only) books the copy into op 1's layer, done
-# there: one op of delay hands the block back at op 3 instead of op 2; two
-# miss op 3.
-check plan-free-delay 0 '^ +1 +64\.0 +1 linear +1 linear +3 matmul ' -- "${plan[@]}" --swap-only \
-  --free-delay 1
-check plan-free-delay-too-late 1 'could not be removed at op 3' -- "${plan[@]}" --swap-only \
-  --free-delay 2
+# The paper's placement books A's copy into op 1's layer, done there: one
+# op of delay hands the block back at op 3 instead of op 2; two miss op 3,
+# where the memory must be down, and leave no policy.
+check plan-free-delay 0 '^ +1 +64\.0 +1 linear +1 linear +3 matmul ' -- "${plan[@]}" --free-delay 1
+check plan-free-delay-too-late 1 'could not be removed at op 3' -- "${plan[@]}" --free-delay 2
+# With the ops' costs (10 ms each) the copy queue places it: A's copy starts
+# when op 1 ends and is done in op 2, so its block is back for op 3. With
+# one op of delay that would be op 4, too late: the fallback gives the
+# block back after op 1 plus the delay, the compute stream waiting for the
+# copy if it must (here it need not); two ops of delay miss op 3 either way.
+# Swaps alone keep the paper's placement.
+sed 's/"phase":/"cost_ns":10000000,"phase":/' "$prof" >"$dir/costed.json"
+costed=(plan "$dir/costed.json" --device a100-80g --capacity 136MiB --reserve 0)
+check plan-queue 0 '^ +1 +64\.0 +1 linear +2 gelu +3 matmul ' -- "${costed[@]}"
+check plan-queue-delay 0 '^ +1 +64\.0 +1 linear +1 linear +3 matmul .* 0\.0 -$' -- \
+  "${costed[@]}" --free-delay 1
+check plan-queue-too-late 1 'could not be removed at op 3' -- "${costed[@]}" --free-delay 2
+check plan-queue-swap-only 0 '^ +1 +64\.0 +1 linear +1 linear +3 matmul ' -- "${costed[@]}" \
+  --swap-only --free-delay 1
 check plan-bad-free-delay 2 '--free-delay must be 0\.\.1000000, got "-1"' -- \
   "${plan[@]}" --free-delay -1
 check plan-bytes 0 'capacity: +136\.0 MiB \(142606336 bytes\)' -- \

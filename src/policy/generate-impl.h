@@ -26,6 +26,7 @@ typedef struct cham_gen_layers {
     uint32_t *layer_of_op;       /* n_ops */
     cham_phase_t *phase_of_op;   /* n_ops */
     double *op_ns;               /* n_ops: each op's estimated time */
+    bool timed;                  /* the layers' times are the ops' costs */
 } cham_gen_layers_t;
 
 /* The default layer count: the most common occurrence count among forward

@@ -410,8 +410,10 @@ static cham_status_t plan_once(const cham_profile_t *profile,
         !cham_gen_tensors(&v, &g.layers, config->min_swap_bytes, &g.t, &g.n_t) ||
         !cham_gen_sim_init(&g.sim, &g.layers, config->h2d_bandwidth, config->d2h_bandwidth))
         goto host_oom;
+    /* The copy queue needs the ops' real times; with Eq. 1's even shares
+     * the paper's layer budgets stay (docs/policy.md, "The copy queue"). */
     if (config->recompute && (!cham_gen_recompute_list(&v, g.t, g.n_t, &g.rl) ||
-                              !cham_gen_sim_queue(&g.sim, v.n_ops)))
+                              (g.layers.timed && !cham_gen_sim_queue(&g.sim, v.n_ops))))
         goto host_oom;
     *n_recomputable = g.rl.n;
     if (!choose_recompute(&g, n_recompute))

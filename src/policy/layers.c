@@ -143,6 +143,10 @@ bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_conf
      * some: it predicts, where the layers' budgets follow the paper. */
     op_times(v, cfg, out->op_ns);
     bool eq1 = !cfg->op_cost_ns && !cfg->recompute;
+    bool any_cost = false;
+    for (size_t k = 0; k < n && !any_cost; k++)
+        any_cost = v->ops[k].has_cost;
+    out->timed = cfg->op_cost_ns || (cfg->recompute && any_cost);
     for (size_t i = 0; i < out->n; i++) {
         cham_logical_layer_t *ly = &out->v[i];
         double sum = 0;

@@ -358,6 +358,15 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
         pl->free_op = pl->done_op + 1 + s->free_delay;
         /* m_last is also the last entry in [2 free_op, hi) if there is one. */
         covers = m_last >= 2 * (size_t)pl->free_op;
+        /* Queue: a copy that frees its block only ops after f leaves the
+         * entries in between uncovered; the block given back right after f,
+         * the compute stream waiting for the copy, covers them. That is a
+         * stall: the fallback pass's to choose, when no other candidate
+         * has covered them by then. */
+        size_t early = 2 * ((size_t)t->last_fwd + 1 + s->free_delay);
+        if (covers && s->op_end && !stall && early < 2 * (size_t)pl->free_op &&
+            cham_mrl_count(mrl, early, 2 * (size_t)pl->free_op) > 0)
+            covers = false;
     }
     if (!covers)
         return false;
