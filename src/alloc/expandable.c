@@ -78,14 +78,21 @@ static bool spare_room(cham_allocator_t *a)
 }
 
 /* Takes the physical chunks of every granule wholly inside a free block
- * (after waiting for the device: unmapping does not, and a free block may
- * still be read or written by work queued before it was freed) and keeps
- * them as spares, until `need` spares exist or none is left to take. */
+ * and keeps them as spares, until `need` spares exist or none is left to
+ * take. Unmapping does not wait, and a free block may still be read or
+ * written by work queued before it was freed: on its segment's stream
+ * only, since a block other streams use is not free until their events
+ * are done (record_stream) and one handed back after an op has that
+ * stream wait for the copy (free_after_op). So each segment's stream is
+ * waited for, once, before its first granule goes; not the device, whose
+ * copy queues may run far ahead of the compute stream (docs/allocator.md,
+ * "Expandable segments"). */
 static void reclaim(cham_allocator_t *a, size_t need)
 {
     size_t g = a->granularity;
-    bool synced = false;
+    bool counted = false;
     for (cham_segment_t *seg = a->segments; seg && a->n_spare < need; seg = seg->next) {
+        bool synced = false;
         for (cham_block_t *b = seg->first; b && a->n_spare < need; b = b->next) {
             if (b->state != CHAM_BLOCK_FREE)
                 continue;
@@ -95,9 +102,9 @@ static void reclaim(cham_allocator_t *a, size_t need)
                 if (!seg->chunks[i])
                     continue;
                 if (!synced) {
-                    cham_device_synchronize(a->dev);
-                    a->stats.n_vm_reclaims++;
-                    synced = true;
+                    cham_stream_synchronize(seg->stream);
+                    a->stats.n_vm_reclaims += !counted;
+                    synced = counted = true;
                 }
                 if (!spare_room(a))
                     return;                 /* out of host memory: take no more */
