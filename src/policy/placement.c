@@ -181,6 +181,25 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
     return a > b ? a : b;
 }
 
+/* Runs the queue on from position j, the copy before it done at d: false
+ * when one would miss its deadline; with apply, the new times are kept.
+ * (Adding a copy only delays the ones after it: a copy that keeps its time
+ * ends the run.) */
+static bool queue_follow(cham_gen_sim_t *s, size_t j, uint64_t d, bool apply)
+{
+    for (; j < s->n_q; j++) {
+        uint64_t dj = max_u64(s->op_end[s->q[j].f], d) + s->q[j].t;
+        if (dj == s->q[j].done)
+            return true;
+        if (dj > s->q[j].deadline)
+            return false;
+        if (apply)
+            s->q[j].done = dj;
+        d = dj;
+    }
+    return true;
+}
+
 /* The queue's way (§5.4.2 made exact): the swap-out issued after op f goes
  * behind every chosen one issued no later, and must not push any issued
  * after it past its deadline. It completes in the op whose end first
@@ -198,14 +217,8 @@ static bool place_out_queued(cham_gen_sim_t *s, uint32_t f, uint32_t last_op, bo
             hi = mid;
     }
     uint64_t done = max_u64(s->op_end[f], lo ? s->q[lo - 1].done : 0) + pl->t_out;
-    for (size_t j = lo, d = done; j < s->n_q; j++) {
-        uint64_t dj = max_u64(s->op_end[s->q[j].f], d) + s->q[j].t;
-        if (dj == s->q[j].done)
-            break;             /* from here on nothing moves */
-        if (dj > s->q[j].deadline)
-            return false;
-        d = dj;
-    }
+    if (!queue_follow(s, lo, done, false))
+        return false;
     uint32_t k = f;
     if (!stall) {
         size_t a = f, b = s->n_ops;   /* the first op ending at or after done */
@@ -248,13 +261,9 @@ static bool queue_commit(cham_gen_sim_t *s, const cham_gen_tensor_t *t,
     s->q[at] = (cham_gen_copy_t){.f = t->last_fwd, .t = pl->t_out, .done = pl->done_ns,
                                  .deadline = pl->stall_out_ns ? pl->done_ns
                                                               : s->op_end[pl->done_op]};
-    for (size_t j = at + 1, d = pl->done_ns; j < s->n_q; j++) {
-        uint64_t dj = max_u64(s->op_end[s->q[j].f], d) + s->q[j].t;
-        if (dj == s->q[j].done)
-            break;
-        CHAM_ASSERT(dj <= s->q[j].deadline);
-        s->q[j].done = d = dj;
-    }
+    bool kept = queue_follow(s, at + 1, pl->done_ns, true);
+    CHAM_ASSERT(kept && "place_out_queued checked every deadline");
+    (void)kept;
     return true;
 }
 
