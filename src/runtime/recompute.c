@@ -271,18 +271,13 @@ static cham_status_t advise(cham_storage_t *s, bool needed, int depth)
                            s->label, MAX_CHAIN);
         return CHAM_ERR_INVALID_ARG;
     }
+    /* Inputs first, as the caller will carry the actions out in order. */
     for (size_t i = 0; i < r->n_inputs; i++) {
         cham_storage_t *in = r->in[i].storage;
-        if (in->residency == CHAM_RESIDENT_DROPPED) {
-            cham_status_t st = advise(in, true, depth + 1);
-            if (st != CHAM_OK)
-                return st;
-        } else if (in->residency == CHAM_RESIDENT_HOST && in->advice_pin != ctx->pin) {
-            in->advice_pin = ctx->pin;
-            ctx->stats.on_demand_swaps_in++;
-            ctx->step_on_demand++;
-            cham_exec_advise(ctx, CHAM_ACTION_SWAP_IN, in->view_list, true, 0);
-        }
+        cham_status_t st = in->residency == CHAM_RESIDENT_DROPPED ? advise(in, true, depth + 1)
+                                                                  : cham_storage_prepare(in);
+        if (st != CHAM_OK)
+            return st;
     }
     size_t n = ctx->n_actions, which = 0;
     while (r->out[which] != s)

@@ -98,8 +98,9 @@ struct cham_storage {
     bool freeing;                 /* storage_free is under way */
     bool lost;                    /* advisor: dropped, and an input of its op
                                      was released before it was made again */
-    uint64_t advice_pin;          /* advisor: = ctx->pin once a re-run is advised
-                                     in the op being begun's list */
+    uint64_t advice_pin;          /* advisor: = ctx->pin once a re-run or an
+                                     on-demand swap-in of it is in the list of
+                                     the op being begun */
     cham_storage_t *prev, *next;  /* the context's live storages */
     char label[48];               /* of its first view */
 };

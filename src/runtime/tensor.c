@@ -602,6 +602,7 @@ cham_status_t cham_tensor_swapped_in(cham_tensor_t *t, void *device_ptr)
 static void advise_on_demand(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
+    s->advice_pin = ctx->pin;     /* once in the op's list */
     ctx->stats.on_demand_swaps_in++;
     ctx->step_on_demand++;
     cham_exec_advise(ctx, CHAM_ACTION_SWAP_IN, s->view_list, true, 0);
