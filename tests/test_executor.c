@@ -764,6 +764,34 @@ static void adv_run(uint64_t budget, int steps, bool recompute, adv_result_t *r)
     cham_context_free(a.ctx);
 }
 
+/* Runs the caller unconstrained and at 60% of its need; both compute the
+ * same bytes, hazard-free; from the first step after Stable on, the caller
+ * stays within the budget and is never told to move anything on demand.
+ * Returns that first step. */
+static int adv_run_both(bool recompute, int steps, adv_result_t *all, adv_result_t *some,
+                        uint64_t *budget)
+{
+    adv_run(0, steps, recompute, all);
+    *budget = all->step_max[steps - 1] * 6 / 10;
+    adv_run(*budget, steps, recompute, some);
+    assert_int_equal(some->hazards, 0);
+    int s0 = -1;
+    for (int s = 0; s < steps; s++) {
+        assert_true(some->sum[s] == all->sum[s]);
+        if (s0 < 0 && s > 0 && some->stage[s - 1] == CHAM_STAGE_STABLE)
+            s0 = s;
+    }
+    assert_true(s0 > 0);
+    for (int s = s0; s < steps; s++) {
+        if (some->step_max[s] > *budget)
+            fail_msg("step %d: the caller held %llu bytes, budget %llu", s,
+                     (unsigned long long)some->step_max[s], (unsigned long long)*budget);
+        assert_int_equal(some->needed[s], 0);
+        assert_int_equal(some->needed_rc[s], 0);
+    }
+    return s0;
+}
+
 /* The actions come out of begin-op; a caller that follows them, with its
  * own memory and copies, stays within the budget once the policy is kept,
  * never needs an unplanned swap-in there, and computes the same bytes. */
@@ -772,25 +800,11 @@ static void test_advisor_mode_actions(void **state)
     (void)state;
     enum { STEPS = 24 };
     static adv_result_t all, some;
-    adv_run(0, STEPS, false, &all);
-    uint64_t need = all.step_max[STEPS - 1];
-    assert_int_equal(need, (ADV_L + 2) * (uint64_t)ADV_BYTES);
+    uint64_t budget;
+    int s0 = adv_run_both(false, STEPS, &all, &some, &budget);
+    assert_int_equal(all.step_max[STEPS - 1], (ADV_L + 2) * (uint64_t)ADV_BYTES);
     assert_int_equal(all.after[STEPS - 1].swaps_out, 0);
-    uint64_t budget = need * 6 / 10;
-    adv_run(budget, STEPS, false, &some);
-    assert_int_equal(some.hazards, 0);
-    int s0 = -1;
-    for (int s = 0; s < STEPS; s++) {
-        assert_true(some.sum[s] == all.sum[s]);
-        if (s0 < 0 && s > 0 && some.stage[s - 1] == CHAM_STAGE_STABLE)
-            s0 = s;
-    }
-    assert_true(s0 > 0);
     for (int s = s0; s < STEPS; s++) {
-        if (some.step_max[s] > budget)
-            fail_msg("step %d: the caller held %llu bytes, budget %llu", s,
-                     (unsigned long long)some.step_max[s], (unsigned long long)budget);
-        assert_int_equal(some.needed[s], 0);
         cham_runtime_stats_t d0 = some.after[s - 1], d1 = some.after[s];
         assert_true(d1.planned_swaps_out > d0.planned_swaps_out);
         assert_int_equal(d1.planned_swaps_out - d0.planned_swaps_out,
@@ -804,30 +818,15 @@ static void test_advisor_mode_actions(void **state)
  * (CHAM_ACTION_DROP) and runs their ops again where told
  * (CHAM_ACTION_RECOMPUTE, inputs from cham_tensor_recompute_inputs): the
  * same bytes as with unlimited memory, within the budget, nothing on
- * demand, no hazard. */
+ * demand, no hazard, and a drop and a re-run for each other every step. */
 static void test_advisor_mode_recomputes(void **state)
 {
     (void)state;
     enum { STEPS = 24 };
     static adv_result_t all, some;
-    adv_run(0, STEPS, true, &all);
-    uint64_t need = all.step_max[STEPS - 1];
-    uint64_t budget = need * 6 / 10;
-    adv_run(budget, STEPS, true, &some);
-    assert_int_equal(some.hazards, 0);
-    int s0 = -1;
-    for (int s = 0; s < STEPS; s++) {
-        assert_true(some.sum[s] == all.sum[s]);
-        if (s0 < 0 && s > 0 && some.stage[s - 1] == CHAM_STAGE_STABLE)
-            s0 = s;
-    }
-    assert_true(s0 > 0);
+    uint64_t budget;
+    int s0 = adv_run_both(true, STEPS, &all, &some, &budget);
     for (int s = s0; s < STEPS; s++) {
-        if (some.step_max[s] > budget)
-            fail_msg("step %d: the caller held %llu bytes, budget %llu", s,
-                     (unsigned long long)some.step_max[s], (unsigned long long)budget);
-        assert_int_equal(some.needed[s], 0);
-        assert_int_equal(some.needed_rc[s], 0);
         cham_runtime_stats_t d0 = some.after[s - 1], d1 = some.after[s];
         assert_true(d1.drops > d0.drops);
         assert_int_equal(d1.drops - d0.drops, d1.recomputes - d0.recomputes);

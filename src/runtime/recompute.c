@@ -25,6 +25,16 @@
  * an op never reads its own output) or a pathological program. */
 #define MAX_CHAIN 64
 
+/* A chain of dropped tensors deeper than MAX_CHAIN: an error naming s. */
+static cham_status_t too_deep(cham_storage_t *s, int depth)
+{
+    if (depth <= MAX_CHAIN)
+        return CHAM_OK;
+    cham_context_error(s->ctx, "recomputing \"%s\": a chain of more than %d dropped tensors",
+                       s->label, MAX_CHAIN);
+    return CHAM_ERR_INVALID_ARG;
+}
+
 static void unlink_input(cham_recompute_input_t *in)
 {
     if (in->prev)
@@ -266,11 +276,8 @@ static cham_status_t advise(cham_storage_t *s, bool needed, int depth)
                            ctx->ops_in_step ? ctx->ops_in_step - 1 : 0, s->label);
         return CHAM_ERR_INVALID_ARG;
     }
-    if (depth > MAX_CHAIN) {
-        cham_context_error(ctx, "recomputing \"%s\": a chain of more than %d dropped tensors",
-                           s->label, MAX_CHAIN);
+    if (too_deep(s, depth) != CHAM_OK)
         return CHAM_ERR_INVALID_ARG;
-    }
     /* Inputs first, as the caller will carry the actions out in order. */
     for (size_t i = 0; i < r->n_inputs; i++) {
         cham_storage_t *in = r->in[i].storage;
@@ -544,11 +551,8 @@ static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int d
     cham_context_t *ctx = s->ctx;
     cham_recompute_t *r = s->recompute;
     CHAM_ASSERT(r && s->residency == CHAM_RESIDENT_DROPPED);
-    if (depth > MAX_CHAIN) {
-        cham_context_error(ctx, "recomputing \"%s\": a chain of more than %d dropped tensors",
-                           s->label, MAX_CHAIN);
+    if (too_deep(s, depth) != CHAM_OK)
         return CHAM_ERR_INVALID_ARG;
-    }
     /* Inputs first, each kept where it is while the others come
      * (recompute_pinned pinned them). */
     for (size_t i = 0; i < r->n_inputs; i++) {
