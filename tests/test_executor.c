@@ -532,7 +532,7 @@ typedef struct advisor {
     uint64_t bytes, step_max;    /* device bytes the caller holds */
     uint64_t needed_swaps_in;    /* this step: on-demand advice */
     bool recompute;              /* the forward's ops are declared recomputable */
-    uint64_t needed_recomputes;  /* this step: on-demand advice */
+    bool dynamic;                /* validation and changed-op steps now and then */
 } advisor_t;
 
 static adv_tensor_t *adv_find(advisor_t *a, const cham_tensor_t *t)
@@ -649,7 +649,6 @@ static void adv_actions(advisor_t *a, bool after_kernel)
     for (size_t i = 0; i < n; i++) {
         adv_tensor_t *x = adv_find(a, act[i].tensor);
         if (act[i].kind == CHAM_ACTION_RECOMPUTE && !after_kernel) {
-            a->needed_recomputes += act[i].needed;
             adv_recompute(a, x, &act[i]);
         } else if (act[i].kind == CHAM_ACTION_DROP && after_kernel) {
             adv_release(a, x->dev), x->dev = NULL;   /* the kernel ran: stream order */
@@ -698,14 +697,20 @@ static void adv_op(advisor_t *a, cham_op_token_t tok, cham_tensor_t *in0, cham_t
     assert_int_equal(cham_op_end(a->ctx), CHAM_OK);
 }
 
+/* One step. With `dynamic`, every eleventh step (10, 21, ...) is a
+ * validation pass, the forward alone, and every thirteenth (12, 25, ...)
+ * runs one layer as another op: the sequence changes under a kept policy. */
 static uint64_t adv_step(advisor_t *a, int step)
 {
-    cham_op_token_t fwd, bwd;
+    cham_op_token_t fwd, bwd, alt;
     assert_int_equal(cham_op_token(a->ctx, "fwd", &fwd), CHAM_OK);
     assert_int_equal(cham_op_token(a->ctx, "bwd", &bwd), CHAM_OK);
+    assert_int_equal(cham_op_token(a->ctx, "alt", &alt), CHAM_OK);
+    bool validation = a->dynamic && step % 11 == 10;
+    int changed = a->dynamic && step % 13 == 12 ? step % ADV_L : -1;
     cham_tensor_t *x[ADV_L + 1];
     uint64_t sum = 0;
-    a->needed_swaps_in = a->needed_recomputes = 0;
+    a->needed_swaps_in = 0;
     cham_phase(a->ctx, CHAM_PHASE_FORWARD);
     x[0] = adv_new(a, "x0");
     adv_op(a, fwd, NULL, NULL, x[0], (uint32_t)step, NULL);
@@ -714,7 +719,15 @@ static uint64_t adv_step(advisor_t *a, int step)
         char label[8];
         snprintf(label, sizeof label, "x%d", i + 1);
         x[i + 1] = adv_new(a, label);
-        adv_op(a, fwd, x[i], NULL, x[i + 1], (uint32_t)i + 1, NULL);
+        adv_op(a, i == changed ? alt : fwd, x[i], NULL, x[i + 1],
+               (uint32_t)i + 1 + 100u * (i == changed), validation && i == ADV_L - 1 ? &sum
+                                                                                 : NULL);
+    }
+    if (validation) {
+        for (int i = 0; i <= ADV_L; i++)
+            adv_free(a, x[i]);
+        assert_int_equal(cham_step_end(a->ctx), CHAM_OK);
+        return sum;
     }
     a->recompute = false;              /* the backward's ops are not */
     cham_phase(a->ctx, CHAM_PHASE_BACKWARD);
@@ -733,21 +746,21 @@ static uint64_t adv_step(advisor_t *a, int step)
 }
 
 typedef struct adv_result {
-    uint64_t sum[MAX_STEPS], step_max[MAX_STEPS], needed[MAX_STEPS], needed_rc[MAX_STEPS];
+    uint64_t sum[MAX_STEPS], step_max[MAX_STEPS], needed[MAX_STEPS];
     cham_stage_t stage[MAX_STEPS];
     cham_runtime_stats_t after[MAX_STEPS];
     uint64_t hazards;
 } adv_result_t;
 
 /* Runs the caller on a roomy device, with policies planned for budget. */
-static void adv_run(uint64_t budget, int steps, bool recompute, adv_result_t *r)
+static void adv_run(uint64_t budget, int steps, bool recompute, bool dynamic, adv_result_t *r)
 {
     cham_config_t c = config(1024 * MiB);
     c.mode = CHAM_MODE_ADVISOR;
     c.memory_budget = budget;
     if (recompute)   /* a link too slow to hide the copies: re-runs win */
         c.device.h2d_bandwidth = c.device.d2h_bandwidth = 1e9;
-    advisor_t a = {.recompute = recompute};
+    advisor_t a = {.recompute = recompute, .dynamic = dynamic};
     assert_int_equal(cham_context_new(&c, &a.ctx), CHAM_OK);
     run_t quiet_log = {0};
     cham_context_set_log(a.ctx, on_log, &quiet_log);
@@ -756,7 +769,6 @@ static void adv_run(uint64_t budget, int steps, bool recompute, adv_result_t *r)
         r->sum[s] = adv_step(&a, s);
         r->step_max[s] = a.step_max;
         r->needed[s] = a.needed_swaps_in;
-        r->needed_rc[s] = a.needed_recomputes;
         r->stage[s] = cham_context_stage(a.ctx);
         cham_context_get_stats(a.ctx, &r->after[s]);
     }
@@ -771,9 +783,9 @@ static void adv_run(uint64_t budget, int steps, bool recompute, adv_result_t *r)
 static int adv_run_both(bool recompute, int steps, adv_result_t *all, adv_result_t *some,
                         uint64_t *budget)
 {
-    adv_run(0, steps, recompute, all);
+    adv_run(0, steps, recompute, false, all);
     *budget = all->step_max[steps - 1] * 6 / 10;
-    adv_run(*budget, steps, recompute, some);
+    adv_run(*budget, steps, recompute, false, some);
     assert_int_equal(some->hazards, 0);
     int s0 = -1;
     for (int s = 0; s < steps; s++) {
@@ -787,7 +799,6 @@ static int adv_run_both(bool recompute, int steps, adv_result_t *all, adv_result
             fail_msg("step %d: the caller held %llu bytes, budget %llu", s,
                      (unsigned long long)some->step_max[s], (unsigned long long)*budget);
         assert_int_equal(some->needed[s], 0);
-        assert_int_equal(some->needed_rc[s], 0);
     }
     return s0;
 }
@@ -832,6 +843,25 @@ static void test_advisor_mode_recomputes(void **state)
         assert_int_equal(d1.drops - d0.drops, d1.recomputes - d0.recomputes);
         assert_int_equal(d1.on_demand_recomputes, d0.on_demand_recomputes);
     }
+}
+
+/* The same caller with validation passes and changed ops among the
+ * steps: the kept policy's drops and re-runs no longer match every step,
+ * and what it misses is advised on demand; every step computes the
+ * unconstrained run's bytes, hazard-free, and tensors are dropped. */
+static void test_advisor_recomputes_dynamic(void **state)
+{
+    (void)state;
+    enum { STEPS = 40 };
+    static adv_result_t all, some;
+    adv_run(0, STEPS, true, true, &all);
+    adv_run(all.step_max[1] * 6 / 10, STEPS, true, true, &some);
+    assert_int_equal(some.hazards, 0);
+    for (int s = 0; s < STEPS; s++)
+        assert_true(some.sum[s] == all.sum[s]);
+    const cham_runtime_stats_t *end = &some.after[STEPS - 1];
+    assert_true(end->drops > 0);
+    assert_true(end->recomputes <= end->drops);   /* some go dropped, unread */
 }
 
 /* Reports that do not fit what happened are refused, naming why: a tensor
@@ -892,6 +922,7 @@ int main(void)
         cmocka_unit_test(test_pytorch_record_stream_mode),
         cmocka_unit_test(test_advisor_mode_actions),
         cmocka_unit_test(test_advisor_mode_recomputes),
+        cmocka_unit_test(test_advisor_recomputes_dynamic),
         cmocka_unit_test(test_advisor_recompute_misuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -37,18 +37,31 @@ void cham_exec_step_start(cham_context_t *ctx)
     }
 }
 
-void cham_exec_advise(cham_context_t *ctx, cham_action_kind_t kind, cham_tensor_t *t,
+bool cham_exec_advise(cham_context_t *ctx, cham_action_kind_t kind, cham_tensor_t *t,
                       bool needed, uint64_t free_after_op)
 {
+    cham_storage_t *s = t->storage;
+    bool before = kind == CHAM_ACTION_SWAP_IN || kind == CHAM_ACTION_RECOMPUTE;
+    if (before && s->advice_pin == ctx->pin) {
+        /* Already in this op's list (planned here, and the op uses it):
+         * one action, which the op's kernels now wait for. */
+        for (size_t i = 0; needed && i < ctx->n_actions; i++)
+            if (ctx->actions[i].tensor->storage == s && ctx->actions[i].kind == kind)
+                ctx->actions[i].needed = true;
+        return false;
+    }
     cham_action_t *a = cham_grow(ctx->actions, &ctx->cap_actions, ctx->n_actions + 1, sizeof *a,
                                  8);
     if (!a)
-        return;           /* host OOM: advice lost; on-demand advice follows later */
+        return false;     /* host OOM: advice lost; on-demand advice follows later */
     ctx->actions = a;
     ctx->actions[ctx->n_actions++] = (cham_action_t){.kind = kind, .tensor = t, .needed = needed,
                                                      .free_after_op = free_after_op};
+    if (before)
+        s->advice_pin = ctx->pin;
     if (!needed)
-        t->storage->advised = true;
+        s->advised = true;
+    return true;
 }
 
 /* The op after which item's block may be reused: the planned one, but

@@ -266,8 +266,10 @@ static cham_status_t advise(cham_storage_t *s, bool needed, int depth)
 {
     cham_context_t *ctx = s->ctx;
     cham_recompute_t *r = s->recompute;
-    if (s->advice_pin == ctx->pin)
-        return CHAM_OK;          /* already in this op's list */
+    if (s->advice_pin == ctx->pin) {   /* already in this op's list */
+        cham_exec_advise(ctx, CHAM_ACTION_RECOMPUTE, s->view_list, needed, 0);
+        return CHAM_OK;
+    }
     if (!r) {
         cham_context_error(ctx, "step %llu, op %u: \"%s\" was dropped, and an input of the op "
                            "that made it was released before it was made again: it cannot "
@@ -286,15 +288,13 @@ static cham_status_t advise(cham_storage_t *s, bool needed, int depth)
         if (st != CHAM_OK)
             return st;
     }
-    size_t n = ctx->n_actions, which = 0;
+    size_t which = 0;
     while (r->out[which] != s)
         which++;
-    cham_exec_advise(ctx, CHAM_ACTION_RECOMPUTE, s->view_list, needed, 0);
-    if (ctx->n_actions == n + 1) {
-        ctx->actions[n].tag = r->tag;
-        ctx->actions[n].which = which;
+    if (cham_exec_advise(ctx, CHAM_ACTION_RECOMPUTE, s->view_list, needed, 0)) {
+        ctx->actions[ctx->n_actions - 1].tag = r->tag;
+        ctx->actions[ctx->n_actions - 1].which = which;
     }
-    s->advice_pin = ctx->pin;
     return CHAM_OK;
 }
 

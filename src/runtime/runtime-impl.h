@@ -98,9 +98,9 @@ struct cham_storage {
     bool freeing;                 /* storage_free is under way */
     bool lost;                    /* advisor: dropped, and an input of its op
                                      was released before it was made again */
-    uint64_t advice_pin;          /* advisor: = ctx->pin once a re-run or an
-                                     on-demand swap-in of it is in the list of
-                                     the op being begun */
+    uint64_t advice_pin;          /* advisor: = ctx->pin once a swap-in or a
+                                     re-run of it is in the list of the op
+                                     being begun */
     cham_storage_t *prev, *next;  /* the context's live storages */
     char label[48];               /* of its first view */
 };
@@ -281,8 +281,10 @@ void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token,
 cham_status_t cham_exec_check_positions(cham_context_t *ctx, cham_op_token_t token,
                                         cham_tensor_t *const *inputs, size_t n_inputs,
                                         cham_tensor_t *const *outputs, size_t n_outputs);
-/* executor.c: advisor mode: adds an action for the caller. */
-void cham_exec_advise(cham_context_t *ctx, cham_action_kind_t kind, cham_tensor_t *t,
+/* executor.c: advisor mode: adds an action for the caller; a swap-in or a
+ * re-run already listed for the op being begun is not listed twice (with
+ * `needed` the listed one becomes needed). Whether it was added. */
+bool cham_exec_advise(cham_context_t *ctx, cham_action_kind_t kind, cham_tensor_t *t,
                       bool needed, uint64_t free_after_op);
 cham_status_t cham_exec_op_end(cham_context_t *ctx);
 void cham_exec_forget(cham_context_t *ctx, cham_storage_t *s);

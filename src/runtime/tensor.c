@@ -602,10 +602,10 @@ cham_status_t cham_tensor_swapped_in(cham_tensor_t *t, void *device_ptr)
 static void advise_on_demand(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
-    s->advice_pin = ctx->pin;     /* once in the op's list */
-    ctx->stats.on_demand_swaps_in++;
-    ctx->step_on_demand++;
-    cham_exec_advise(ctx, CHAM_ACTION_SWAP_IN, s->view_list, true, 0);
+    if (cham_exec_advise(ctx, CHAM_ACTION_SWAP_IN, s->view_list, true, 0)) {
+        ctx->stats.on_demand_swaps_in++;
+        ctx->step_on_demand++;
+    }
 }
 
 cham_status_t cham_storage_prepare(cham_storage_t *s)
@@ -614,7 +614,7 @@ cham_status_t cham_storage_prepare(cham_storage_t *s)
     if (ctx->config.mode == CHAM_MODE_ADVISOR) {
         if (s->residency == CHAM_RESIDENT_DROPPED)
             return cham_recompute_advise(s, true);
-        if (s->residency == CHAM_RESIDENT_HOST && s->advice_pin != ctx->pin)
+        if (s->residency == CHAM_RESIDENT_HOST)
             advise_on_demand(s);
         return CHAM_OK;
     }
