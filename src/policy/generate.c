@@ -205,6 +205,20 @@ static void gen_free(gen_t *g)
  * first: the paper takes one candidate per fallback, we go on down the
  * list in the same order so that a slow link costs one round, not one per
  * item. */
+/* The fields every item of t shares; t is chosen from now on. */
+static cham_policy_item_t choose(gen_t *g, cham_gen_tensor_t *t)
+{
+    t->chosen = true;
+    return (cham_policy_item_t){
+        .storage = t->storage,
+        .bytes = t->bytes,
+        .out_use = g->v->uses[t->out_use],
+        .in_use = g->v->uses[t->in_use],
+        .swap_out_op = t->last_fwd,
+        .use_op = t->first_bwd,
+    };
+}
+
 static long simulate_pass(gen_t *g, bool allow_stall)
 {
     long placed = 0;
@@ -216,21 +230,13 @@ static long simulate_pass(gen_t *g, bool allow_stall)
             continue;
         if (!cham_gen_commit(&g->sim, &g->mrl, t, &pl))
             return -1;
-        t->chosen = true;
-        cham_policy_item_t it = {
-            .storage = t->storage,
-            .bytes = t->bytes,
-            .out_use = g->v->uses[t->out_use],
-            .in_use = g->v->uses[t->in_use],
-            .swap_out_op = t->last_fwd,
-            .swap_out_done_op = pl.done_op,
-            .free_op = pl.free_op,
-            .swap_in_layer = pl.in_layer,
-            .swap_in_op = pl.in_op,
-            .use_op = t->first_bwd,
-            .score = g->cl[c].score,
-            .stall_ns = pl.stall_out_ns + pl.stall_in_ns,
-        };
+        cham_policy_item_t it = choose(g, t);
+        it.swap_out_done_op = pl.done_op;
+        it.free_op = pl.free_op;
+        it.swap_in_layer = pl.in_layer;
+        it.swap_in_op = pl.in_op;
+        it.score = g->cl[c].score;
+        it.stall_ns = pl.stall_out_ns + pl.stall_in_ns;
         if (!cham_policy_add_item(g->pol, &it))
             return -1;
         placed++;
@@ -333,21 +339,13 @@ static bool choose_recompute(gen_t *g, size_t n_recompute)
         cham_gen_tensor_t *t = &g->t[c->tensor];
         uint32_t f = t->last_fwd;
         cham_mrl_subtract(&g->mrl, 2 * ((size_t)f + 1), 2 * (size_t)at[i], t->bytes);
-        t->chosen = true;
-        cham_policy_item_t it = {
-            .storage = t->storage,
-            .bytes = t->bytes,
-            .out_use = g->v->uses[t->out_use],
-            .in_use = g->v->uses[t->in_use],
-            .swap_out_op = f,
-            .swap_out_done_op = f,
-            .free_op = f + 1,
-            .swap_in_layer = g->layers.layer_of_op[at[i]],
-            .swap_in_op = at[i],
-            .use_op = t->first_bwd,
-            .recompute = true,
-            .recompute_ns = (uint64_t)(c->cost_ns + 0.5),
-        };
+        cham_policy_item_t it = choose(g, t);
+        it.swap_out_done_op = f;
+        it.free_op = f + 1;
+        it.swap_in_layer = g->layers.layer_of_op[at[i]];
+        it.swap_in_op = at[i];
+        it.recompute = true;
+        it.recompute_ns = (uint64_t)(c->cost_ns + 0.5);
         ok = cham_policy_add_item(g->pol, &it);
         for (uint32_t j = 0; ok && j < c->n_inputs; j++) {
             cham_gen_tensor_t *x = tensor_of(g, idx, g->rl.inputs[c->first_input + j]);
