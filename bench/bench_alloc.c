@@ -395,8 +395,8 @@ static void print_notes(int repeat, const bench_trace_t *t, const replay_result_
     printf("  first-fit's free list held up to %" PRIu64 " runs (its O(n) scans).\n",
            rf->max_free_runs);
     if (rc->vm_maps)
-        printf("  expandable segments: %" PRIu64 " granule maps and %" PRIu64 " unmaps in %"
-               PRIu64 " device waits to take granules from free blocks; %" PRIu64 " of the "
+        printf("  expandable segments: %" PRIu64 " page maps and %" PRIu64 " unmaps in %"
+               PRIu64 " stream waits to take pages from free blocks; %" PRIu64 " of the "
                "calls by the end of the first training step (the segments growing to the "
                "peak, once), at most %" PRIu64 " in any later step. Peak reserved counts the "
                "chunks held, mapped or spare.\n",
@@ -460,7 +460,8 @@ int main(int argc, char **argv)
            gib(env.capacity), o.capacity ? "" : " (peak live / 0.8, rounded up to 256 MiB)",
            REPLAY_ALIGN);
     printf("caching:  %s\n", o.expandable ? "expandable segments (--expandable): one address "
-           "reservation per stream and pool, 2 MiB granules mapped under blocks in use"
+           "reservation per stream and pool, pages (20 MiB, at most a thousandth of the limit) "
+           "mapped under blocks in use"
            : "classic segments (PyTorch's rules); --expandable for expandable segments");
     fflush(stdout);
 
