@@ -26,8 +26,11 @@
  * until op 7) and writes A (400 MiB); A's last forward use is op 1, its
  * first backward use op 6. Memory peaks at 900 MiB at samples 5 and 6;
  * capacity 800. The host-to-device link is slow (160 MiB/s: A's swap-in
- * takes 2.5 s where layers 4 and 5 hold 2 s), so swapping A stalls 1.5 s
- * (test_policy_gen's fallback case). */
+ * takes 2.5 s), so swapping A stalls: 1.5 s with swaps alone, where
+ * layers 4 and 5 hold 2 s of it (test_policy_gen's fallback case); 0.5 s
+ * when recomputation is planned with the ops' costs, whose copy queue
+ * starts the swap-in when op 4 begins, the first op after the peak, and
+ * the use at 6 s waits for it to end at 6.5 s. */
 static const char PH[] = "FFFFBBBB";
 static const uint64_t MEM[] = {100, 500, 500, 500, 500, 900, 900, 500,
                                500, 500, 500, 500, 500, 100, 100, 100};
@@ -93,7 +96,7 @@ static cham_policy_view_t plan(const cham_profile_t *p, const cham_planner_confi
     return v;
 }
 
-/* Re-running op 0 (0.1 s) beats the 1.5 s stall: A is dropped after op 1
+/* Re-running op 0 (0.1 s) beats the 0.5 s stall: A is dropped after op 1
  * (its block free from op 2) and recomputed when op 6 begins; predicted
  * 8 s + 0.1 s; 400 MiB less over samples [4, 12): peak 500 MiB. */
 static void test_cheap_rerun_beats_stall(void **state)
@@ -126,7 +129,7 @@ static void test_cheap_rerun_beats_stall(void **state)
     cham_profile_free(p);
 }
 
-/* A re-run of 2 s costs more than the 1.5 s stall: A is swapped. */
+/* A re-run of 2 s costs more than the 0.5 s stall: A is swapped. */
 static void test_dear_rerun_loses(void **state)
 {
     (void)state;
@@ -136,8 +139,33 @@ static void test_dear_rerun_loses(void **state)
     cham_policy_view_t v = plan(p, &c, &pol);
     assert_int_equal(v.n_items, 1);
     assert_false(v.items[0].recompute);
-    assert_int_equal(v.predicted_step_ns, 8 * SEC + 1500000000u);
+    assert_int_equal(v.items[0].swap_in_op, 4);
+    assert_int_equal(v.predicted_step_ns, 8 * SEC + SEC / 2);
     cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
+/* With a fast link (1 GiB/s: A's swap-in takes 0.39 s) and a dear re-run,
+ * A is swapped without a stall either way; the copy queue issues its
+ * swap-in as late as it is still done when the use at op 6 begins (op 5),
+ * or with early_swap_in as early as memory allows (op 4, the first op
+ * after the peak). */
+static void test_swap_in_late_or_early(void **state)
+{
+    (void)state;
+    cham_profile_t *p = profile(2.0, 7, -1);
+    for (int early = 0; early <= 1; early++) {
+        cham_planner_config_t c = config();
+        c.h2d_bandwidth = 1024.0 * MiB;
+        c.early_swap_in = early;
+        cham_policy_t *pol;
+        cham_policy_view_t v = plan(p, &c, &pol);
+        assert_int_equal(v.n_items, 1);
+        assert_false(v.items[0].recompute);
+        assert_int_equal(v.items[0].swap_in_op, early ? 4 : 5);
+        assert_int_equal(v.items[0].stall_ns, 0);
+        cham_policy_free(pol);
+    }
     cham_profile_free(p);
 }
 
@@ -160,10 +188,12 @@ static void test_input_gone_or_changed(void **state)
 
 /* A chain: A = g(X) as before (0.4 s), and B = f(A) (200 MiB, op 1, last
  * forward use op 2, first backward use op 5; 0.1 s). Cheapest per byte: B
- * (0.5 ms/MiB), then A (1 ms/MiB). B alone frees samples [6, 10) but not
- * sample 5, so A would still be swapped with its 1.5 s stall (9.6 s in
- * all); both recomputed: 8.5 s. A must be there when B runs again at op
- * 5, so A comes back at op 5, not 6, and its 400 MiB leave [4, 10). */
+ * (0.5 ms/MiB), then A (1 ms/MiB). The link here is slower still (100
+ * MiB/s: A's swap-in, from op 4, ends at 8 s, 2 s after its use begins).
+ * B alone frees samples [6, 10) but not sample 5, so A would still be
+ * swapped with its stall (10.1 s in all); both recomputed: 8.5 s. A must
+ * be there when B runs again at op 5, so A comes back at op 5, not 6, and
+ * its 400 MiB leave [4, 10). */
 static void test_chain(void **state)
 {
     (void)state;
@@ -177,6 +207,7 @@ static void test_chain(void **state)
     p->ops[0].cost_ns = 0.4 * SEC;
     p->ops[1].cost_ns = 0.1 * SEC;
     cham_planner_config_t c = config();
+    c.h2d_bandwidth = 100.0 * MiB;
     cham_policy_t *pol;
     cham_policy_view_t v = plan(p, &c, &pol);
     assert_int_equal(v.n_items, 2);
@@ -196,7 +227,7 @@ static void test_chain(void **state)
 /* A's op reads W, which op 0 gathers from P (P existed before the step and
  * lives on; W is freed after op 1, gone when A is needed): W can be made
  * again first, so A is still a candidate, its re-run priced at both ops
- * (0.2 s + 0.1 s), still below the 1.5 s stall. With P written by op 3, W
+ * (0.2 s + 0.1 s), still below the 0.5 s stall. With P written by op 3, W
  * could not be made as it was: A is swapped. */
 static void test_rebuilt_input(void **state)
 {
@@ -270,6 +301,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cheap_rerun_beats_stall),
         cmocka_unit_test(test_dear_rerun_loses),
+        cmocka_unit_test(test_swap_in_late_or_early),
         cmocka_unit_test(test_input_gone_or_changed),
         cmocka_unit_test(test_chain),
         cmocka_unit_test(test_rebuilt_input),

@@ -49,6 +49,11 @@ typedef struct cham_planner_config {
                                     from the profile's op costs where it has
                                     them (true); false: swaps only, Eq. 1
                                     (docs/policy.md, "Recomputation") */
+    bool early_swap_in;          /* with the copy queues: each swap-in as
+                                    early as memory allows, not as late as
+                                    it can still be done in time; a margin
+                                    for the queues' timing (false;
+                                    docs/policy.md, "The copy queues") */
     /* Optional per-op device time estimates (ns), n_ops of them, in profile
      * op order; NULL = Eq. 1 (step time spread evenly over the ops). */
     const double *op_cost_ns;

@@ -189,25 +189,33 @@ typedef struct cham_budget {
     uint64_t *fw;                /* n + 1, Fenwick over the leaves */
 } cham_budget_t;
 
-/* A chosen swap-out in the copy stream's queue: issued when op f ends,
- * done at `done`; its block's reuse needs it done by `deadline`. */
+/* A chosen copy in one direction's queue: issued at op `at` (a swap-out
+ * when it ends, a swap-in when it begins), able to start at `ready`,
+ * taking `t`, done at `done`; what follows it needs it done by `deadline`
+ * (ns from the step's start, ops back to back). */
 typedef struct cham_gen_copy {
-    uint32_t f;
-    uint64_t t, done, deadline;  /* ns from the step's start, ops back to back */
+    uint32_t at;
+    uint64_t ready, t, done, deadline;
 } cham_gen_copy_t;
+
+/* Chosen copies by issue op, then the order chosen. */
+typedef struct cham_gen_queue {
+    cham_gen_copy_t *q;
+    size_t n, cap;
+} cham_gen_queue_t;
 
 typedef struct cham_gen_sim {
     cham_gen_layers_t *layers;
     cham_budget_t h2d, d2h;      /* swap-ins and swap-outs: separate directions */
     double h2d_bw, d2h_bw;       /* bytes/s */
     uint32_t free_delay;         /* ops past the predicted completion */
-    /* With a queue (cham_gen_sim_queue), swap-outs are placed in the order
-     * the executor issues them, one after another, not into the layers'
-     * free time (docs/policy.md, "The copy queue"). */
+    /* With queues (cham_gen_sim_queue), copies are placed in the order the
+     * executor issues them, one after another in each direction, not into
+     * the layers' free time (docs/policy.md, "The copy queues"). */
     uint64_t *op_end;            /* n_ops: when each op ends; NULL: no queue */
+    bool early_in;               /* swap-ins as early as memory allows */
     size_t n_ops;
-    cham_gen_copy_t *q;          /* by f, then the order chosen */
-    size_t n_q, cap_q;
+    cham_gen_queue_t out, in;
 } cham_gen_sim_t;
 
 /* Where one candidate's swaps go. A transfer takes its time from the
@@ -216,8 +224,8 @@ typedef struct cham_gen_sim {
  * of layers otherwise (ours). */
 typedef struct cham_gen_place {
     uint32_t out_first, out_layer, done_op, free_op;
-    size_t q_at;                 /* queue: where the swap-out goes */
-    uint64_t done_ns;            /* queue: when it completes */
+    size_t q_out, q_in;          /* queues: where the swap-out and the swap-in go */
+    uint64_t done_ns, in_done_ns;   /* queues: when they complete */
     uint32_t in_layer, in_last, in_op;
     uint64_t t_out, t_in;
     uint64_t stall_out_ns, stall_in_ns;   /* fallback waits */

@@ -409,7 +409,7 @@ static cham_status_t plan_once(const cham_profile_t *profile,
         !cham_gen_sim_init(&g.sim, &g.layers, config->h2d_bandwidth, config->d2h_bandwidth))
         goto host_oom;
     /* The copy queue needs the ops' real times; with Eq. 1's even shares
-     * the paper's layer budgets stay (docs/policy.md, "The copy queue"). */
+     * the paper's layer budgets stay (docs/policy.md, "The copy queues"). */
     if (config->recompute && (!cham_gen_recompute_list(&v, g.t, g.n_t, &g.rl) ||
                               (g.layers.timed && !cham_gen_sim_queue(&g.sim, v.n_ops))))
         goto host_oom;
@@ -417,6 +417,7 @@ static cham_status_t plan_once(const cham_profile_t *profile,
     if (!choose_recompute(&g, n_recompute))
         goto host_oom;
     g.sim.free_delay = config->free_delay_ops;
+    g.sim.early_in = config->early_swap_in;
     for (size_t i = 0; i < g.n_t; i++)
         g.max_bytes = g.t[i].bytes > g.max_bytes ? g.t[i].bytes : g.max_bytes;
 

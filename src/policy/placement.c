@@ -155,11 +155,11 @@ void cham_gen_sim_free(cham_gen_sim_t *s)
     free(s->d2h.t);
     free(s->d2h.fw);
     free(s->op_end);
-    free(s->q);
+    free(s->out.q);
+    free(s->in.q);
     s->h2d = s->d2h = (cham_budget_t){0};
     s->op_end = NULL;
-    s->q = NULL;
-    s->n_q = s->cap_q = 0;
+    s->out = s->in = (cham_gen_queue_t){0};
 }
 
 bool cham_gen_sim_queue(cham_gen_sim_t *s, size_t n_ops)
@@ -181,22 +181,72 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
     return a > b ? a : b;
 }
 
+/* When op k begins, ops back to back. */
+static uint64_t op_start(const cham_gen_sim_t *s, uint32_t k)
+{
+    return k ? s->op_end[k - 1] : 0;
+}
+
+/* The position after every copy issued at op `at` or earlier. */
+static size_t queue_after(const cham_gen_queue_t *q, uint32_t at)
+{
+    size_t lo = 0, hi = q->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (q->q[mid].at <= at)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 /* Runs the queue on from position j, the copy before it done at d: false
  * when one would miss its deadline; with apply, the new times are kept.
  * (Adding a copy only delays the ones after it: a copy that keeps its time
  * ends the run.) */
-static bool queue_follow(cham_gen_sim_t *s, size_t j, uint64_t d, bool apply)
+static bool queue_follow(cham_gen_queue_t *q, size_t j, uint64_t d, bool apply)
 {
-    for (; j < s->n_q; j++) {
-        uint64_t dj = max_u64(s->op_end[s->q[j].f], d) + s->q[j].t;
-        if (dj == s->q[j].done)
+    for (; j < q->n; j++) {
+        uint64_t dj = max_u64(q->q[j].ready, d) + q->q[j].t;
+        if (dj == q->q[j].done)
             return true;
-        if (dj > s->q[j].deadline)
+        if (dj > q->q[j].deadline)
             return false;
         if (apply)
-            s->q[j].done = dj;
+            q->q[j].done = dj;
         d = dj;
     }
+    return true;
+}
+
+/* When a copy issued at `at`, able to start at `ready`, taking t, would be
+ * done; false when it would push a later one past its deadline. */
+static bool queue_try(cham_gen_queue_t *q, uint32_t at, uint64_t ready, uint64_t t,
+                      size_t *pos, uint64_t *done)
+{
+    *pos = queue_after(q, at);
+    *done = max_u64(ready, *pos ? q->q[*pos - 1].done : 0) + t;
+    return queue_follow(q, *pos, *done, false);
+}
+
+/* Inserts the copy queue_try placed; false when the host is out of memory. */
+static bool queue_insert(cham_gen_queue_t *q, size_t pos, cham_gen_copy_t c)
+{
+    if (q->n == q->cap) {
+        size_t cap = q->cap ? 2 * q->cap : 64;
+        cham_gen_copy_t *v = realloc(q->q, cap * sizeof *v);
+        if (!v)
+            return false;
+        q->q = v;
+        q->cap = cap;
+    }
+    memmove(&q->q[pos + 1], &q->q[pos], (q->n - pos) * sizeof *q->q);
+    q->n++;
+    q->q[pos] = c;
+    bool kept = queue_follow(q, pos + 1, c.done, true);
+    CHAM_ASSERT(kept && "queue_try checked every deadline");
+    (void)kept;
     return true;
 }
 
@@ -208,16 +258,8 @@ static bool queue_follow(cham_gen_sim_t *s, size_t j, uint64_t d, bool apply)
 static bool place_out_queued(cham_gen_sim_t *s, uint32_t f, uint32_t last_op, bool stall,
                              cham_gen_place_t *pl)
 {
-    size_t lo = 0, hi = s->n_q;
-    while (lo < hi) {          /* the first issued after f */
-        size_t mid = lo + (hi - lo) / 2;
-        if (s->q[mid].f <= f)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    uint64_t done = max_u64(s->op_end[f], lo ? s->q[lo - 1].done : 0) + pl->t_out;
-    if (!queue_follow(s, lo, done, false))
+    uint64_t done;
+    if (!queue_try(&s->out, f, s->op_end[f], pl->t_out, &pl->q_out, &done))
         return false;
     uint32_t k = f;
     if (!stall) {
@@ -235,7 +277,6 @@ static bool place_out_queued(cham_gen_sim_t *s, uint32_t f, uint32_t last_op, bo
     } else {
         pl->stall_out_ns = done - s->op_end[f];
     }
-    pl->q_at = lo;
     pl->done_ns = done;
     pl->done_op = k;
     pl->out_first = s->layers->layer_of_op[f];
@@ -243,27 +284,47 @@ static bool place_out_queued(cham_gen_sim_t *s, uint32_t f, uint32_t last_op, bo
     return true;
 }
 
-/* Takes the swap-out into the queue: the ones after it move as it said. */
-static bool queue_commit(cham_gen_sim_t *s, const cham_gen_tensor_t *t,
-                         const cham_gen_place_t *pl)
+/* §5.4.1 with the queue: the swap-in issued when op i begins, i in
+ * [first, use - 1], goes behind every chosen one issued no later and after
+ * its own swap-out; the latest i whose copy is done when the use begins
+ * (with early_in the earliest), without pushing a later one past its
+ * deadline. With allow_stall and none such, the earliest i, the use
+ * waiting for what is left. */
+static bool place_in_queued(cham_gen_sim_t *s, uint32_t first, uint32_t use, bool allow_stall,
+                            cham_gen_place_t *pl)
 {
-    if (s->n_q == s->cap_q) {
-        size_t cap = s->cap_q ? 2 * s->cap_q : 64;
-        cham_gen_copy_t *q = realloc(s->q, cap * sizeof *q);
-        if (!q)
-            return false;
-        s->q = q;
-        s->cap_q = cap;
+    uint64_t need = op_start(s, use);
+    /* done(i) grows with i: the latest i done in time, by bisection. */
+    uint32_t lo = first, hi = use;    /* answer in [first, use - 1], or none */
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        size_t pos = queue_after(&s->in, mid);
+        uint64_t done = max_u64(max_u64(op_start(s, mid), pl->done_ns),
+                                pos ? s->in.q[pos - 1].done : 0) + pl->t_in;
+        if (done <= need)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    size_t at = pl->q_at;
-    memmove(&s->q[at + 1], &s->q[at], (s->n_q - at) * sizeof *s->q);
-    s->n_q++;
-    s->q[at] = (cham_gen_copy_t){.f = t->last_fwd, .t = pl->t_out, .done = pl->done_ns,
-                                 .deadline = pl->stall_out_ns ? pl->done_ns
-                                                              : s->op_end[pl->done_op]};
-    bool kept = queue_follow(s, at + 1, pl->done_ns, true);
-    CHAM_ASSERT(kept && "place_out_queued checked every deadline");
-    (void)kept;
+    for (uint32_t n = first; n < lo; n++) {   /* the latest (earliest) that keeps the others */
+        uint32_t i = s->early_in ? n : lo - 1 - (n - first);
+        uint64_t done;
+        if (queue_try(&s->in, i, max_u64(op_start(s, i), pl->done_ns), pl->t_in, &pl->q_in,
+                      &done)) {
+            pl->in_op = i;
+            pl->in_done_ns = done;
+            return true;
+        }
+    }
+    if (!allow_stall)
+        return false;
+    uint64_t done;
+    if (!queue_try(&s->in, first, max_u64(op_start(s, first), pl->done_ns), pl->t_in,
+                   &pl->q_in, &done))
+        return false;
+    pl->in_op = first;
+    pl->in_done_ns = done;
+    pl->stall_in_ns = done > need ? done - need : 0;
     return true;
 }
 
@@ -380,6 +441,12 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
     if (!covers)
         return false;
     size_t k = m_last / 2 + 1;   /* the swap-in must begin at op k or later */
+    if (s->op_end) {
+        if (!place_in_queued(s, (uint32_t)k, t->first_bwd, allow_stall, pl))
+            return false;
+        pl->in_layer = pl->in_last = l->layer_of_op[pl->in_op];
+        return true;
+    }
     uint32_t lo = l->layer_of_op[k];
     if (l->v[lo].start_op < k)
         lo++;
@@ -394,12 +461,23 @@ bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t
                      const cham_gen_place_t *pl)
 {
     if (s->op_end) {
-        if (!queue_commit(s, t, pl))
+        uint64_t out_deadline = pl->stall_out_ns ? pl->done_ns : s->op_end[pl->done_op];
+        uint64_t need = op_start(s, t->first_bwd);
+        if (!queue_insert(&s->out, pl->q_out,
+                          (cham_gen_copy_t){.at = t->last_fwd, .ready = s->op_end[t->last_fwd],
+                                            .t = pl->t_out, .done = pl->done_ns,
+                                            .deadline = out_deadline}) ||
+            !queue_insert(&s->in, pl->q_in,
+                          (cham_gen_copy_t){.at = pl->in_op,
+                                            .ready = max_u64(op_start(s, pl->in_op),
+                                                             pl->done_ns),
+                                            .t = pl->t_in, .done = pl->in_done_ns,
+                                            .deadline = max_u64(need, pl->in_done_ns)}))
             return false;
     } else {
         budget_take(&s->d2h, pl->out_first, pl->out_layer, pl->out_layer, pl->t_out);
+        budget_take(&s->h2d, pl->in_layer, pl->in_last, pl->in_layer, pl->t_in);
     }
-    budget_take(&s->h2d, pl->in_layer, pl->in_last, pl->in_layer, pl->t_in);
     cham_mrl_subtract(mrl, 2 * (size_t)pl->free_op, 2 * (size_t)pl->in_op, t->bytes);
     return true;
 }

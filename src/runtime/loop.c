@@ -179,6 +179,12 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
      * first, third, fifth), and swaps alone as the paper plans them; the
      * step time decides (docs/executor.md). */
     pc.recompute = ctx->config.recompute && ctx->n_trials % 2 == 0;
+    /* Among those, the first, fifth, ninth, ... issue their swap-ins as
+     * early as memory allows, the third, seventh, ... as late as they can
+     * still be done: the queues time the ops by their costs, and where the
+     * step runs late of them only early copies stay hidden, while late ones
+     * keep memory free longer (policy.md, "The copy queues"). */
+    pc.early_swap_in = pc.recompute && ctx->n_trials % 4 == 0;
     if (ctx->reserve)
         pc.reserve = ctx->reserve;
     pc.free_delay_ops = *delay;
