@@ -53,6 +53,13 @@ static uint64_t max_u64(uint64_t a, uint64_t b)
     return a > b ? a : b;
 }
 
+/* a + b, saturated: a profile's times may be absurd, never undefined. */
+static uint64_t add_ns(uint64_t a, double b)
+{
+    double t = (double)a + b + 0.5;
+    return t >= 1.8e19 ? UINT64_MAX : (uint64_t)t;
+}
+
 bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
                      double h2d_bw, double d2h_bw)
 {
@@ -79,11 +86,11 @@ bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
             for (; c < n && in[c].op == k; c++) {
                 cham_policy_item_t *it = &p->items[in[c].item];
                 if (it->recompute) {
-                    now += it->recompute_ns;
+                    now = add_ns(now, (double)it->recompute_ns);
                     in_done[in[c].item] = now;
                 } else {
-                    h2d = max_u64(max_u64(now, h2d), out_done[in[c].item]) +
-                          cham_gen_transfer_ns(it->bytes, h2d_bw);
+                    h2d = add_ns(max_u64(max_u64(now, h2d), out_done[in[c].item]),
+                                 (double)cham_gen_transfer_ns(it->bytes, h2d_bw));
                     in_done[in[c].item] = h2d;
                 }
             }
@@ -94,12 +101,13 @@ bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
                     now = in_done[use[d].item];
                 }
             }
-            now += (uint64_t)(l->op_ns[k] + 0.5);
+            now = add_ns(now, l->op_ns[k]);
             for (; a < n && out[a].op == k; a++) {
                 const cham_policy_item_t *it = &p->items[out[a].item];
                 if (it->recompute)
                     continue;
-                d2h = max_u64(now, d2h) + cham_gen_transfer_ns(it->bytes, d2h_bw);
+                d2h = add_ns(max_u64(now, d2h),
+                             (double)cham_gen_transfer_ns(it->bytes, d2h_bw));
                 out_done[out[a].item] = d2h;
             }
         }
