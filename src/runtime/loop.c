@@ -99,7 +99,7 @@ void cham_plan_release(cham_plan_t *plan)
 /* Applies plan from the next step on (NULL: none). */
 /* Grows the pinned pool, before a new policy's first step, until it holds
  * every swapped item at once (in training nearly all are on the host
- * together, at the turn from forward to backward), or up to the pinned
+ * together, at the turn from forward to backward), or nearly the pinned
  * budget. Pinning costs host time (milliseconds per hundred MiB); paid
  * inside a step it would stall that step and make a trial look slower
  * than the policy is (docs/executor.md, "Pinned memory before a trial"). */
@@ -109,12 +109,18 @@ static void reserve_pinned(cham_context_t *ctx, const cham_plan_t *plan)
     cham_block_t **held = malloc((n ? n : 1) * sizeof *held);
     if (!held)
         return;   /* best effort: swap-outs pin what they need */
+    /* Short of the budget by a sixteenth (blocks round up): a request the
+     * budget refuses would first give every cached free segment back, a
+     * device wait, on each policy applied. */
+    uint64_t room = ctx->config.pinned_budget - ctx->config.pinned_budget / 16, taken = 0;
     for (size_t i = 0; i < n; i++) {
         const cham_policy_item_t *it = &plan->view.items[i];
         if (it->recompute || it->bytes == 0)
             continue;
-        if (cham_block_alloc(ctx->pinned, it->bytes, ctx->swap_out, &held[got]) != CHAM_OK)
+        if (it->bytes > room - taken ||
+            cham_block_alloc(ctx->pinned, it->bytes, ctx->swap_out, &held[got]) != CHAM_OK)
             break;
+        taken += it->bytes;
         got++;
     }
     for (size_t i = 0; i < got; i++)
