@@ -94,6 +94,13 @@ check plan-queue-delay 0 '^ +1 +64\.0 +1 linear +1 linear +3 matmul .* 0\.0 -$' 
 check plan-queue-too-late 1 'could not be removed at op 3' -- "${costed[@]}" --free-delay 2
 check plan-queue-swap-only 0 '^ +1 +64\.0 +1 linear +1 linear +3 matmul ' -- "${costed[@]}" \
   --swap-only --free-delay 1
+# A's swap-in: as late as it is still done for op 10 (before op 9), or
+# with --early-swap-in as early as memory allows (before op 6: the memory
+# is over the capacity until the loss, op 5, frees C).
+check plan-swap-in-late 0 '^ +1 +64\.0 +1 linear +2 gelu +3 matmul +[0-9]+ +9 ' -- \
+  "${costed[@]}"
+check plan-swap-in-early 0 '^ +1 +64\.0 +1 linear +2 gelu +3 matmul +[0-9]+ +6 ' -- \
+  "${costed[@]}" --early-swap-in
 check plan-bad-free-delay 2 '--free-delay must be 0\.\.1000000, got "-1"' -- \
   "${plan[@]}" --free-delay -1
 check plan-bytes 0 'capacity: +136\.0 MiB \(142606336 bytes\)' -- \

@@ -29,6 +29,7 @@ typedef struct plan_opts {
     uint64_t min_swap;       /* planner's min_swap_bytes (default: train's) */
     bool bound;              /* --bound: also the lower bound on the step time */
     bool swap_only;          /* --swap-only: no recomputation */
+    bool early_swap_in;      /* --early-swap-in: the planner's early_swap_in */
 } plan_opts_t;
 
 static void usage(FILE *f)
@@ -36,7 +37,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: chameleon plan PROFILE.json [--device PRESET] [--capacity SIZE]\n"
             "                      [--reserve SIZE] [--layers N] [--free-delay N]\n"
-            "                      [--min-swap SIZE] [--swap-only] [--bound] [--json OUT]\n"
+            "                      [--min-swap SIZE] [--swap-only] [--early-swap-in]\n"
+            "                      [--bound] [--json OUT]\n"
             "Runs Chameleon's policy generator on a saved profile and prints the\n"
             "policy: what it predicts and, per swapped tensor, when it goes out,\n"
             "when its block is reused and when it comes back (per recomputed tensor,\n"
@@ -52,6 +54,10 @@ static void usage(FILE *f)
             "  --min-swap SIZE   smallest tensor worth swapping (default 16KiB, as in\n"
             "                    `chameleon train`)\n"
             "  --swap-only       swaps only, no recomputation\n"
+            "  --early-swap-in   with recomputation and op costs: each swap-in as early\n"
+            "                    as memory allows, not as late as it is still done in\n"
+            "                    time (what GenPolicy's first and fifth trials plan;\n"
+            "                    docs/policy.md, \"The copy queues\")\n"
             "  --bound           also the lower bound on the step time at this capacity\n"
             "                    for any mix of keeping, swapping and recomputing\n"
             "                    (docs/policy.md, \"The lower bound\")\n"
@@ -64,7 +70,7 @@ static void usage(FILE *f)
 static const tool_opt_t opts[] = {
     {"--device", true}, {"--capacity", true}, {"--reserve", true}, {"--layers", true},
     {"--free-delay", true}, {"--min-swap", true}, {"--json", true}, {"--bound", false},
-    {"--swap-only", false},
+    {"--swap-only", false}, {"--early-swap-in", false},
 };
 
 /* 0 on success, 2 for bad usage (message printed); -1 after --help. */
@@ -96,6 +102,8 @@ static int parse(int argc, char **argv, plan_opts_t *o)
             o->bound = true;
         } else if (strcmp(a, "--swap-only") == 0) {
             o->swap_only = true;
+        } else if (strcmp(a, "--early-swap-in") == 0) {
+            o->early_swap_in = true;
         } else if (strcmp(a, "--device") == 0) {
             if (!tool_check_preset(CMD, a, v))
                 return 2;
@@ -245,6 +253,7 @@ int cmd_plan(int argc, char **argv)
     cfg.free_delay_ops = o.free_delay;
     cfg.min_swap_bytes = o.min_swap;
     cfg.recompute = !o.swap_only;
+    cfg.early_swap_in = o.early_swap_in;
 
     if (o.bound) {
         cham_step_bound_t b;
