@@ -233,7 +233,7 @@ typedef struct cham_gen_place {
 
 bool cham_gen_sim_init(cham_gen_sim_t *s, cham_gen_layers_t *l, double h2d_bw, double d2h_bw);
 void cham_gen_sim_free(cham_gen_sim_t *s);
-/* Places swap-outs in the copy queue from now on, timed by the layers'
+/* Places copies in the two queues from now on, timed by the layers'
  * op_ns; false when the host is out of memory. */
 bool cham_gen_sim_queue(cham_gen_sim_t *s, size_t n_ops);
 /* Finds a placement for t that removes at least one entry: true and *pl,

@@ -198,13 +198,6 @@ static void gen_free(gen_t *g)
     free(g->actual);
 }
 
-/* One pass of the placement model over the candidate list (§5.4.1): places, in
- * score order, every candidate that still covers an entry; -1 when the host
- * is out of memory, else how many were placed. The fallback pass
- * (allow_stall) does the same, trying each candidate without a stall
- * first: the paper takes one candidate per fallback, we go on down the
- * list in the same order so that a slow link costs one round, not one per
- * item. */
 /* The fields every item of t shares; t is chosen from now on. */
 static cham_policy_item_t choose(gen_t *g, cham_gen_tensor_t *t)
 {
@@ -219,6 +212,13 @@ static cham_policy_item_t choose(gen_t *g, cham_gen_tensor_t *t)
     };
 }
 
+/* One pass of the placement model over the candidate list (§5.4.1): places, in
+ * score order, every candidate that still covers an entry; -1 when the host
+ * is out of memory, else how many were placed. The fallback pass
+ * (allow_stall) does the same, trying each candidate without a stall
+ * first: the paper takes one candidate per fallback, we go on down the
+ * list in the same order so that a slow link costs one round, not one per
+ * item. */
 static long simulate_pass(gen_t *g, bool allow_stall)
 {
     long placed = 0;

@@ -96,7 +96,6 @@ void cham_plan_release(cham_plan_t *plan)
     free(plan);
 }
 
-/* Applies plan from the next step on (NULL: none). */
 /* Grows the pinned pool, before a new policy's first step, until it holds
  * every swapped item at once (in training nearly all are on the host
  * together, at the turn from forward to backward), or nearly the pinned
@@ -128,6 +127,7 @@ static void reserve_pinned(cham_context_t *ctx, const cham_plan_t *plan)
     free(held);
 }
 
+/* Applies plan from the next step on (NULL: none). */
 static void apply(cham_context_t *ctx, cham_plan_t *plan)
 {
     cham_exec_t *x = &ctx->exec;

@@ -394,9 +394,6 @@ size_t cham_tensor_recompute_inputs(const cham_tensor_t *t, cham_tensor_t **inpu
 
 cham_status_t cham_recompute_before_write(cham_storage_t *s)
 {
-    /* Each round recomputes a dropped dependent (it needs s as it is now)
-     * or forgets one that is on the device; a recomputation may forget
-     * others on the way (an input freed), so the list is read afresh. */
     if (s->ctx->config.mode == CHAM_MODE_ADVISOR) {
         /* The caller makes them again before this op's kernels; each
          * record goes once nothing of it is dropped any more. */
@@ -419,6 +416,9 @@ cham_status_t cham_recompute_before_write(cham_storage_t *s)
         }
         return CHAM_OK;
     }
+    /* Each round recomputes a dropped dependent (it needs s as it is now)
+     * or forgets one that is on the device; a recomputation may forget
+     * others on the way (an input freed), so the list is read afresh. */
     while (s->dependents) {
         cham_recompute_t *r = s->dependents->rec;
         if (r->n_dropped == 0) {
@@ -490,7 +490,6 @@ cham_status_t cham_tensor_drop(cham_tensor_t *t)
     }
     return cham_storage_drop(s);
 }
-
 
 static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int depth,
                                cham_recompute_t **release);
