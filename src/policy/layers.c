@@ -66,8 +66,9 @@ static void split_run(cham_gen_layers_t *l, uint32_t start, uint32_t len, uint32
 
 /* Each op's time: the config's costs as weights of the step's duration;
  * else the profile's costs where it has them, the other ops sharing what
- * is left of the duration; else equal shares (Eq. 1). */
-static void op_times(const cham_profile_view_t *v, const cham_planner_config_t *cfg, double *t)
+ * is left of the duration; else equal shares (Eq. 1). Whether the profile
+ * has any cost. */
+static bool op_times(const cham_profile_view_t *v, const cham_planner_config_t *cfg, double *t)
 {
     size_t n = v->n_ops;
     double dur = (double)v->duration_ns, known = 0, total = 0;
@@ -80,11 +81,12 @@ static void op_times(const cham_profile_view_t *v, const cham_planner_config_t *
     if (cfg->op_cost_ns || unknown == n) {
         for (size_t k = 0; k < n; k++)
             t[k] = total > 0 ? dur * (cfg->op_cost_ns ? cfg->op_cost_ns[k] : 1) / total : 0;
-        return;
+        return unknown < n;
     }
     double share = unknown && dur > known ? (dur - known) / (double)unknown : 0;
     for (size_t k = 0; k < n; k++)
         t[k] = v->ops[k].has_cost ? v->ops[k].cost_ns : share;
+    return true;
 }
 
 bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_config_t *cfg,
@@ -141,11 +143,8 @@ bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_conf
      * slowed by passive swaps overstates). The replay (replay.c) takes the
      * ops' own times the same way, the profile's costs whenever there are
      * some: it predicts, where the layers' budgets follow the paper. */
-    op_times(v, cfg, out->op_ns);
+    bool any_cost = op_times(v, cfg, out->op_ns);
     bool eq1 = !cfg->op_cost_ns && !cfg->recompute;
-    bool any_cost = false;
-    for (size_t k = 0; k < n && !any_cost; k++)
-        any_cost = v->ops[k].has_cost;
     out->timed = cfg->op_cost_ns || (cfg->recompute && any_cost);
     for (size_t i = 0; i < out->n; i++) {
         cham_logical_layer_t *ly = &out->v[i];

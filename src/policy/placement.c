@@ -221,12 +221,19 @@ static bool queue_follow(cham_gen_queue_t *q, size_t j, uint64_t d, bool apply)
 }
 
 /* When a copy issued at `at`, able to start at `ready`, taking t, would be
- * done; false when it would push a later one past its deadline. */
+ * done, behind the ones before it (at *pos). */
+static uint64_t queue_done(const cham_gen_queue_t *q, uint32_t at, uint64_t ready, uint64_t t,
+                           size_t *pos)
+{
+    *pos = queue_after(q, at);
+    return max_u64(ready, *pos ? q->q[*pos - 1].done : 0) + t;
+}
+
+/* queue_done; false when the copy would push a later one past its deadline. */
 static bool queue_try(cham_gen_queue_t *q, uint32_t at, uint64_t ready, uint64_t t,
                       size_t *pos, uint64_t *done)
 {
-    *pos = queue_after(q, at);
-    *done = max_u64(ready, *pos ? q->q[*pos - 1].done : 0) + t;
+    *done = queue_done(q, at, ready, t, pos);
     return queue_follow(q, *pos, *done, false);
 }
 
@@ -284,6 +291,12 @@ static bool place_out_queued(cham_gen_sim_t *s, uint32_t f, uint32_t last_op, bo
     return true;
 }
 
+/* When a swap-in issued at op i may start: when i begins, its swap-out done. */
+static uint64_t in_ready(const cham_gen_sim_t *s, uint32_t i, const cham_gen_place_t *pl)
+{
+    return max_u64(op_start(s, i), pl->done_ns);
+}
+
 /* §5.4.1 with the queue: the swap-in issued when op i begins, i in
  * [first, use - 1], goes behind every chosen one issued no later and after
  * its own swap-out; the latest i whose copy is done when the use begins
@@ -298,10 +311,8 @@ static bool place_in_queued(cham_gen_sim_t *s, uint32_t first, uint32_t use, boo
     uint32_t lo = first, hi = use;    /* answer in [first, use - 1], or none */
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        size_t pos = queue_after(&s->in, mid);
-        uint64_t done = max_u64(max_u64(op_start(s, mid), pl->done_ns),
-                                pos ? s->in.q[pos - 1].done : 0) + pl->t_in;
-        if (done <= need)
+        size_t pos;
+        if (queue_done(&s->in, mid, in_ready(s, mid, pl), pl->t_in, &pos) <= need)
             lo = mid + 1;
         else
             hi = mid;
@@ -309,8 +320,7 @@ static bool place_in_queued(cham_gen_sim_t *s, uint32_t first, uint32_t use, boo
     for (uint32_t n = first; n < lo; n++) {   /* the latest (earliest) that keeps the others */
         uint32_t i = s->early_in ? n : lo - 1 - (n - first);
         uint64_t done;
-        if (queue_try(&s->in, i, max_u64(op_start(s, i), pl->done_ns), pl->t_in, &pl->q_in,
-                      &done)) {
+        if (queue_try(&s->in, i, in_ready(s, i, pl), pl->t_in, &pl->q_in, &done)) {
             pl->in_op = i;
             pl->in_done_ns = done;
             return true;
@@ -319,8 +329,7 @@ static bool place_in_queued(cham_gen_sim_t *s, uint32_t first, uint32_t use, boo
     if (!allow_stall)
         return false;
     uint64_t done;
-    if (!queue_try(&s->in, first, max_u64(op_start(s, first), pl->done_ns), pl->t_in,
-                   &pl->q_in, &done))
+    if (!queue_try(&s->in, first, in_ready(s, first, pl), pl->t_in, &pl->q_in, &done))
         return false;
     pl->in_op = first;
     pl->in_done_ns = done;
@@ -469,8 +478,7 @@ bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t
                                             .deadline = out_deadline}) ||
             !queue_insert(&s->in, pl->q_in,
                           (cham_gen_copy_t){.at = pl->in_op,
-                                            .ready = max_u64(op_start(s, pl->in_op),
-                                                             pl->done_ns),
+                                            .ready = in_ready(s, pl->in_op, pl),
                                             .t = pl->t_in, .done = pl->in_done_ns,
                                             .deadline = max_u64(need, pl->in_done_ns)}))
             return false;

@@ -32,16 +32,19 @@ static int by_op(const void *a, const void *b)
     return (x->item > y->item) - (x->item < y->item);
 }
 
+/* The op fields of an item the replay orders events by. */
+typedef enum { AT_SWAP_OUT, AT_FREE, AT_SWAP_IN, AT_USE } event_kind_t;
+
 /* Items keyed by one op field, sorted by (op, item). */
-static event_t *events_by(const cham_policy_t *p, size_t which)
+static event_t *events_by(const cham_policy_t *p, event_kind_t which)
 {
     event_t *e = malloc((p->n_items ? p->n_items : 1) * sizeof *e);
     if (!e)
         return NULL;
     for (size_t i = 0; i < p->n_items; i++) {
         const cham_policy_item_t *it = &p->items[i];
-        uint32_t op = which == 0 ? it->swap_out_op : which == 1 ? it->free_op
-                    : which == 2 ? it->swap_in_op : it->use_op;
+        uint32_t op = which == AT_SWAP_OUT ? it->swap_out_op : which == AT_FREE ? it->free_op
+                    : which == AT_SWAP_IN  ? it->swap_in_op  : it->use_op;
         e[i] = (event_t){.op = op, .item = (uint32_t)i};
     }
     qsort(e, p->n_items, sizeof *e, by_op);
@@ -64,8 +67,8 @@ bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
                      double h2d_bw, double d2h_bw)
 {
     size_t n = p->n_items;
-    event_t *out = events_by(p, 0), *freed = events_by(p, 1), *in = events_by(p, 2),
-            *use = events_by(p, 3);
+    event_t *out = events_by(p, AT_SWAP_OUT), *freed = events_by(p, AT_FREE),
+            *in = events_by(p, AT_SWAP_IN), *use = events_by(p, AT_USE);
     uint64_t *out_done = calloc(n ? n : 1, sizeof *out_done);
     uint64_t *in_done = calloc(n ? n : 1, sizeof *in_done);
     bool ok = out && freed && in && use && out_done && in_done;
