@@ -224,6 +224,28 @@ static void test_chain(void **state)
     cham_profile_free(p);
 }
 
+/* Plans the rebuilt-input cases below: op 0 makes W (0.2 s), op 1 makes
+ * A from it (0.1 s), both recomputable; A's copy out fits op 1's 0.1 s.
+ * The one item, which must be A's. */
+static cham_policy_item_t plan_rebuilt(const uint64_t *mem, const use_spec_t *uses, size_t n)
+{
+    cham_profile_t *p = test_build_profile(PH, mem, uses, n);
+    costs(p);
+    p->ops[0].recomputable = p->ops[1].recomputable = true;
+    p->ops[0].cost_ns = 0.2 * SEC;
+    p->ops[1].cost_ns = 0.1 * SEC;
+    cham_planner_config_t c = config();
+    c.d2h_bandwidth = 8192.0 * MiB;
+    cham_policy_t *pol;
+    cham_policy_view_t v = plan(p, &c, &pol);
+    assert_int_equal(v.n_items, 1);
+    assert_int_equal(v.items[0].storage, 1);
+    cham_policy_item_t it = v.items[0];
+    cham_policy_free(pol);
+    cham_profile_free(p);
+    return it;
+}
+
 /* A's op reads W, which op 0 gathers from P (P existed before the step and
  * lives on; W is freed after op 1, gone when A is needed): W can be made
  * again first, so A is still a candidate, its re-run priced at both ops
@@ -239,22 +261,10 @@ static void test_rebuilt_input(void **state)
         };
         size_t n = sizeof uses / sizeof uses[0];
         uses[4].output = written;       /* else op 3 only reads P */
-        cham_profile_t *p = test_build_profile(PH, MEM, uses, n);
-        costs(p);
-        p->ops[0].recomputable = p->ops[1].recomputable = true;
-        p->ops[0].cost_ns = 0.2 * SEC;
-        p->ops[1].cost_ns = 0.1 * SEC;
-        cham_planner_config_t c = config();
-        c.d2h_bandwidth = 8192.0 * MiB;   /* A's copy out fits op 1's 0.1 s */
-        cham_policy_t *pol;
-        cham_policy_view_t v = plan(p, &c, &pol);
-        assert_int_equal(v.n_items, 1);
-        assert_int_equal(v.items[0].storage, 1);
-        assert_int_equal(v.items[0].recompute, !written);
+        cham_policy_item_t it = plan_rebuilt(MEM, uses, n);
+        assert_int_equal(it.recompute, !written);
         if (!written)
-            assert_int_equal(v.items[0].recompute_ns, 3 * SEC / 10);
-        cham_policy_free(pol);
-        cham_profile_free(p);
+            assert_int_equal(it.recompute_ns, 3 * SEC / 10);
     }
 }
 
@@ -279,20 +289,7 @@ static void test_rebuilt_input_freed_before_the_drop(void **state)
             uses[6] = uses[7];
             n--;
         }
-        cham_profile_t *p = test_build_profile(PH, mem, uses, n);
-        costs(p);
-        p->ops[0].recomputable = p->ops[1].recomputable = true;
-        p->ops[0].cost_ns = 0.2 * SEC;
-        p->ops[1].cost_ns = 0.1 * SEC;
-        cham_planner_config_t c = config();
-        c.d2h_bandwidth = 8192.0 * MiB;
-        cham_policy_t *pol;
-        cham_policy_view_t v = plan(p, &c, &pol);
-        assert_int_equal(v.n_items, 1);
-        assert_int_equal(v.items[0].storage, 1);
-        assert_int_equal(v.items[0].recompute, w_last == 2);
-        cham_policy_free(pol);
-        cham_profile_free(p);
+        assert_int_equal(plan_rebuilt(mem, uses, n).recompute, w_last == 2);
     }
 }
 
