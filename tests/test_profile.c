@@ -47,7 +47,7 @@ static int group_teardown(void **state)
 
 static const char *const sample_tokens[] = {"matmul", "add", "relu \"fused\" \xC3\xA9"};
 
-/* Three ops (the last with no uses), four uses, three swaps, the last at
+/* Three ops (the last with no uses), four uses, four swaps (one carried), the last at
  * sample 2 * n_ops (after the last op, before the step ended). */
 static cham_profile_t *make_sample(void)
 {
@@ -61,7 +61,7 @@ static cham_profile_t *make_sample(void)
                             .history = 0, .output = false};
     cham_tensor_use_t u1 = {.storage = 2, .data_ptr = ODD_PTR, .bytes = 512,
                             .storage_bytes = 512, .dtype = CHAM_DTYPE_F32, .use_count = 3,
-                            .history = HISTORY, .output = true};
+                            .history = HISTORY, .output = true, .persistent = true};
     assert_true(cham_profile_add_use(p, &u0));
     assert_true(cham_profile_add_use(p, &u1));
     cham_profile_end_op(p, 1500);
@@ -81,7 +81,10 @@ static cham_profile_t *make_sample(void)
     cham_profile_end_op(p, 1200);
     cham_profile_swap_t s1 = {.kind = CHAM_SWAP_IN, .storage = 1, .bytes = 512, .sample = 4,
                               .passive = true};
+    cham_profile_swap_t s1c = {.kind = CHAM_SWAP_IN, .storage = 5, .bytes = 0, .sample = 4,
+                               .carried = true};
     assert_true(cham_profile_add_swap(p, &s1));
+    assert_true(cham_profile_add_swap(p, &s1c));
 
     assert_true(cham_profile_begin_op(p, 2, CHAM_PHASE_OPTIMIZER, 1712));
     cham_profile_end_op(p, 1712);
@@ -104,7 +107,8 @@ static void test_builder(void **state)
     assert_int_equal(v.duration_ns, 123456789);
     assert_int_equal(v.n_ops, 3);
     assert_int_equal(v.n_uses, 4);
-    assert_int_equal(v.n_swaps, 3);
+    assert_int_equal(v.n_swaps, 4);
+    assert_true(v.swaps[2].carried && v.uses[1].persistent);
     assert_int_equal(v.n_tokens, 3);
     assert_string_equal(v.token_names[2], sample_tokens[2]);
     assert_int_equal(v.ops[0].first_use, 0);
@@ -244,7 +248,21 @@ static void test_memory_curve(void **state)
     assert_int_equal(without[1], 7);
     cham_profile_free(p);
 
-    /* A swap-in of a tensor swapped out before the step: subtracted; a
+    /* A swap-in the step did not swap out, marked carried (model state
+     * that left in the step before): without swaps it would have been on
+     * the device from the start, so it counts before its swap-in. */
+    p = cham_profile_new(1, 0);
+    add_op(p, 100, 100);                     /* 0, 1: 160 without swaps */
+    cham_profile_swap_t carried = {.kind = CHAM_SWAP_IN, .storage = 4, .bytes = 60,
+                                   .sample = 2, .carried = true};
+    assert_true(cham_profile_add_swap(p, &carried));
+    add_op(p, 160, 160);                     /* 2, 3 */
+    cham_profile_memory_curve(p, actual, without);
+    for (int s = 0; s < 4; s++)
+        assert_int_equal(without[s], 160);
+    cham_profile_free(p);
+
+    /* Unmarked, as in files from before the mark: subtracted; a
      * profile inconsistent enough to go below zero is clamped at 0. */
     p = cham_profile_new(1, 0);
     add_swap(p, CHAM_SWAP_IN, 60, 0);
@@ -299,6 +317,7 @@ static void assert_same_profile(const cham_profile_t *a, const cham_profile_t *b
         assert_int_equal(u->use_count, w->use_count);
         assert_true(u->history == w->history);
         assert_int_equal(u->output, w->output);
+        assert_int_equal(u->persistent, w->persistent);
     }
     assert_int_equal(x.n_swaps, y.n_swaps);
     for (size_t k = 0; k < x.n_swaps; k++) {
@@ -307,6 +326,8 @@ static void assert_same_profile(const cham_profile_t *a, const cham_profile_t *b
         assert_true(x.swaps[k].bytes == y.swaps[k].bytes);
         assert_int_equal(x.swaps[k].sample, y.swaps[k].sample);
         assert_int_equal(x.swaps[k].passive, y.swaps[k].passive);
+        assert_int_equal(x.swaps[k].recompute, y.swaps[k].recompute);
+        assert_int_equal(x.swaps[k].carried, y.swaps[k].carried);
     }
 }
 
@@ -572,6 +593,9 @@ static const bad_case_t bad_cases[] = {
      "\"passive\": false},\n {\"kind\": \"in\", \"storage\": 1, \"bytes\": 64, \"sample\": 2, "
      "\"passive\": false}]}\n", NULL, NULL, 0, CHAM_ERR_INVALID_ARG,
      {"swaps[1].sample: 2 is before swaps[0]'s 3"}},
+    {"carried_out", NULL, "\"kind\": \"out\"", "\"kind\": \"out\", \"carried\": true", 0,
+     CHAM_ERR_INVALID_ARG,
+     {"swaps[0].carried: only a swap-in (\"in\") comes back from before the step"}},
     {"bad_swap_kind", NULL, "\"kind\": \"out\"", "\"kind\": \"evict\"", 0, CHAM_ERR_INVALID_ARG,
      {"swaps[0].kind: unknown swap kind \"evict\" (expected out or in)"}},
     {"ops_not_array", HEAD TOKENS " \"ops\": {},\n" SWAPS "}", NULL, NULL, 0,

@@ -427,6 +427,24 @@ static void test_recorded_profile_plans(void **state)
         assert_true(v.items[i].use_op >= L && v.items[i].use_op < 2 * L);
     }
     cham_policy_free(pol);
+
+    /* The weights were made before the first step: persistent from the
+     * second step on (made before it began, alive when it ended); the
+     * activations, made and freed within the step, never. */
+    for (size_t u = 0; u < pv.n_uses; u++)
+        assert_false(pv.uses[u].persistent);
+    cham_context_request_profile(ctx);
+    run_step(ctx, w, false, &bad);
+    cham_profile_get(cham_context_last_profile(ctx), &pv);
+    size_t n_persistent = 0;
+    for (size_t u = 0; u < pv.n_uses; u++) {
+        assert_true(!pv.uses[u].persistent || pv.uses[u].storage_bytes == MiB);
+        n_persistent += pv.uses[u].persistent;
+    }
+    /* run_step's weight uses: L + 1 forward (w[0] twice), L backward, 2 L
+     * in the update (read and written); its 1 MiB gradients die young. */
+    assert_int_equal(n_persistent, 4 * L + 1);
+    assert_int_equal(bad, 0);
     for (int i = 0; i < L; i++)
         cham_tensor_release(w[i]);
     cham_context_free(ctx);

@@ -30,6 +30,10 @@ typedef struct cham_tensor_use {
     uint64_t history;        /* indices (mod 256) of the ops of the last 8
                                 uses, 8 bits each, newest in the low byte */
     bool output;             /* written by the op (else read) */
+    bool persistent;         /* the storage existed before the step began and
+                                still did when it ended (model state): it
+                                may leave after its last use and come back
+                                in the next step */
 } cham_tensor_use_t;
 
 /* One op. Its uses are uses[first_use .. first_use + n_uses). Memory is
@@ -60,6 +64,8 @@ typedef struct cham_profile_swap {
     uint32_t sample;
     bool passive;            /* forced by an allocation failure, not planned */
     bool recompute;          /* dropped (OUT) or recomputed (IN), no copy */
+    bool carried;            /* IN: the storage was already away when the
+                                step began (it left in an earlier step) */
 } cham_profile_swap_t;
 
 /* The profile's parts; arrays are owned by the profile. */

@@ -21,7 +21,8 @@
 
 /* The keys of a tensor use, in the order they are written. */
 static const char *const use_keys[] = {"storage", "data_ptr", "bytes", "storage_bytes",
-                                       "dtype", "use_count", "history", "output"};
+                                       "dtype", "use_count", "history", "output",
+                                       "?persistent"};
 
 size_t cham_json_push_key(cham_json_reader_t *r, const char *key)
 {
@@ -309,7 +310,9 @@ bool cham_json_read_use(cham_json_reader_t *r, const json_t *v, cham_tensor_use_
                                   CHAM_JSON_N_DTYPES, &dtype) &&
               cham_json_read_u32(r, v, "use_count", UINT32_MAX, &u->use_count) &&
               cham_json_read_hex64(r, v, "history", &u->history) &&
-              cham_json_read_bool(r, v, "output", &u->output);
+              cham_json_read_bool(r, v, "output", &u->output) &&
+              (!json_object_get(v, "persistent") ||
+               cham_json_read_bool(r, v, "persistent", &u->persistent));
     u->dtype = (cham_dtype_t)dtype;
     return ok;
 }

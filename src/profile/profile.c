@@ -172,10 +172,11 @@ void cham_profile_get(const cham_profile_t *p, cham_profile_view_t *view)
 }
 
 /* Sample s of the reconstruction (Fig. 3): what was measured, plus the
- * bytes swapped out at samples <= s (they would still be on the device),
+ * bytes swapped out at samples <= s (they would still be on the device)
+ * and those away since before the step and not yet back (carried swap-ins
+ * after s: model state that left in the previous step would have stayed),
  * minus the bytes swapped in at samples <= s (without the swap-out they
- * were there already and are counted in the first sum, or were on the host
- * before the step and are counted in the measurement). The running sums
+ * were there already and are counted in the sums above). The running sums
  * are kept apart so no step goes below zero; a profile whose swap-ins
  * exceed what was measured plus swapped out (not one a step can produce)
  * is clamped at 0, and sums saturate at UINT64_MAX. */
@@ -189,6 +190,10 @@ void cham_profile_memory_curve(const cham_profile_t *p, uint64_t *actual,
     CHAM_ASSERT(actual && without_swaps);
     size_t n_samples = 2 * p->n_ops;
     uint64_t out_sum = 0, in_sum = 0;
+    for (size_t i = 0; i < p->n_swaps; i++)
+        if (p->swaps[i].kind == CHAM_SWAP_IN && p->swaps[i].carried)
+            out_sum = out_sum > UINT64_MAX - p->swaps[i].bytes ? UINT64_MAX
+                                                               : out_sum + p->swaps[i].bytes;
     size_t k = 0;
     for (size_t s = 0; s < n_samples; s++) {
         const cham_profile_op_t *op = &p->ops[s / 2];

@@ -56,7 +56,7 @@ static const char *const top_keys[] = {"format", "version", "step", "duration_ns
 static const char *const op_keys[] = {"token", "phase", "mem_before", "mem_after",
                                       "?cost_ns", "?recomputable", "uses"};
 static const char *const swap_keys[] = {"kind", "storage", "bytes", "sample", "passive",
-                                        "?recompute"};
+                                        "?recompute", "?carried"};
 #define N_KEYS(a) (sizeof(a) / sizeof((a)[0]))
 
 
@@ -243,6 +243,11 @@ static cham_status_t check_profile(const cham_profile_t *p, char *msg, size_t ms
                     "2 * %zu ops = %" PRIu64, k, s->sample, p->n_ops, last_sample);
             return CHAM_ERR_INVALID_ARG;
         }
+        if (s->carried && s->kind != CHAM_SWAP_IN) {
+            cham_set_err(msg, msg_size, "swaps[%zu].carried: only a swap-in (\"in\") comes "
+                         "back from before the step", k);
+            return CHAM_ERR_INVALID_ARG;
+        }
         if (k > 0 && s->sample < p->swaps[k - 1].sample) {
             cham_set_err(msg, msg_size, "swaps[%zu].sample: %" PRIu32 " is before swaps[%zu]'s %"
                     PRIu32 " (swaps are in the order they happened)", k, s->sample, k - 1,
@@ -290,7 +295,8 @@ static json_t *swap_to_json(const cham_profile_swap_t *s)
               cham_json_put(o, "bytes", json_integer((json_int_t)s->bytes)) &&
               cham_json_put(o, "sample", json_integer((json_int_t)s->sample)) &&
               cham_json_put(o, "passive", json_boolean(s->passive)) &&
-              (!s->recompute || cham_json_put(o, "recompute", json_true()));
+              (!s->recompute || cham_json_put(o, "recompute", json_true())) &&
+              (!s->carried || cham_json_put(o, "carried", json_true()));
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -479,7 +485,9 @@ static bool read_swap(cham_json_reader_t *r, const json_t *v, cham_profile_swap_
               cham_json_read_u32(r, v, "sample", UINT32_MAX, &s->sample) &&
               cham_json_read_bool(r, v, "passive", &s->passive) &&
               (!json_object_get(v, "recompute") ||
-               cham_json_read_bool(r, v, "recompute", &s->recompute));
+               cham_json_read_bool(r, v, "recompute", &s->recompute)) &&
+              (!json_object_get(v, "carried") ||
+               cham_json_read_bool(r, v, "carried", &s->carried));
     s->kind = (cham_swap_kind_t)kind;
     return ok;
 }

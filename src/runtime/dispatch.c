@@ -30,14 +30,17 @@ static void profile_failed(cham_context_t *ctx)
     ctx->profile_failed = true;
 }
 
-void cham_dispatch_note_swap(cham_context_t *ctx, cham_swap_kind_t kind,
-                             const cham_storage_t *s, bool passive, bool recompute)
+void cham_dispatch_note_swap(cham_context_t *ctx, cham_swap_kind_t kind, cham_storage_t *s,
+                             bool passive, bool recompute)
 {
+    bool carried = kind == CHAM_SWAP_IN && s->away_step < ctx->step;
+    if (kind == CHAM_SWAP_OUT)
+        s->away_step = ctx->step;
     if (!ctx->building || ctx->profile_failed)
         return;
     cham_profile_swap_t sw = {.kind = kind, .storage = s->id, .bytes = s->bytes,
                               .sample = cham_dispatch_sample(ctx), .passive = passive,
-                              .recompute = recompute};
+                              .recompute = recompute, .carried = carried};
     if (!cham_profile_add_swap(ctx->building, &sw))
         profile_failed(ctx);
 }
@@ -54,6 +57,7 @@ static void record_use(cham_context_t *ctx, const cham_tensor_t *t, bool output)
         .use_count = s->feat.use_count,
         .history = s->feat.history,
         .output = output,
+        .persistent = s->born_step < ctx->step,   /* and alive at the end: finish_profile */
     };
     if (!cham_profile_add_use(ctx->building, &u))
         profile_failed(ctx);
@@ -328,11 +332,42 @@ cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase)
     return CHAM_OK;
 }
 
+static int cmp_id(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A use is persistent when its storage was made before the step (marked
+ * as it happens) and is still alive now; false when the host is out of
+ * memory. */
+static bool mark_persistent(cham_context_t *ctx, cham_profile_t *p)
+{
+    size_t n = 0;
+    for (cham_storage_t *s = ctx->storages; s; s = s->next)
+        n++;
+    uint64_t *alive = malloc((n ? n : 1) * sizeof *alive);
+    if (!alive)
+        return false;
+    n = 0;
+    for (cham_storage_t *s = ctx->storages; s; s = s->next)
+        alive[n++] = s->id;
+    qsort(alive, n, sizeof *alive, cmp_id);
+    for (size_t u = 0; u < p->n_uses; u++)
+        if (p->uses[u].persistent)
+            p->uses[u].persistent = bsearch(&p->uses[u].storage, alive, n, sizeof *alive,
+                                            cmp_id) != NULL;
+    free(alive);
+    return true;
+}
+
 /* Finishes the detailed profile of the step that ends. */
 static void finish_profile(cham_context_t *ctx, uint64_t now)
 {
     cham_profile_t *p = ctx->building;
     ctx->building = NULL;
+    if (!ctx->profile_failed && !mark_persistent(ctx, p))
+        profile_failed(ctx);
     if (!ctx->profile_failed) {
         const char **names = malloc((ctx->tokens.n ? ctx->tokens.n : 1) * sizeof *names);
         if (names) {

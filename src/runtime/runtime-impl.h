@@ -94,6 +94,7 @@ struct cham_storage {
     cham_recompute_t *recompute;  /* how to make its data again, or NULL */
     cham_recompute_input_t *dependents;  /* recomputable ops that read it */
     uint64_t born_step;           /* ctx->step when it was made */
+    uint64_t away_step;           /* ctx->step when it last left the device */
     uint32_t internal_views;      /* of views, the runtime's own (recompute.c) */
     bool freeing;                 /* storage_free is under way */
     bool lost;                    /* advisor: dropped, and an input of its op
@@ -330,7 +331,7 @@ uint32_t cham_dispatch_sample(const cham_context_t *ctx);
 /* dispatch.c: profiles the step that is starting in detail. */
 void cham_dispatch_start_profile(cham_context_t *ctx);
 /* dispatch.c: logs a swap for the detailed profile. */
-void cham_dispatch_note_swap(cham_context_t *ctx, cham_swap_kind_t kind,
-                             const cham_storage_t *s, bool passive, bool recompute);
+void cham_dispatch_note_swap(cham_context_t *ctx, cham_swap_kind_t kind, cham_storage_t *s,
+                             bool passive, bool recompute);
 
 #endif

@@ -60,6 +60,7 @@ static cham_storage_t *storage_new(cham_context_t *ctx, size_t bytes, const char
     s->residency = CHAM_RESIDENT_DEVICE;
     s->item = CHAM_MATCH_NONE;
     s->born_step = ctx->step;
+    s->away_step = ctx->step;
     cham_copy_str(s->label, sizeof s->label, label);
     s->next = ctx->storages;
     if (s->next)
