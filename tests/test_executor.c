@@ -33,6 +33,7 @@ typedef struct run {
     int n_out[MAX_STEPS];
     int log_lines;
     bool log_cache_hit;
+    size_t wrap_items;                      /* of the policy applied at the end */
 } run_t;
 
 /* The negative control's corruption: in step `step` (-1: never), one bit
@@ -106,6 +107,13 @@ static void run(const cham_config_t *cfg, const ts_config_t *tc, int steps, run_
         cham_context_get_stats(ctx, &r->after[s]);
     }
     r->hazards = cham_device_hazard_count(cham_context_device(ctx));
+    const cham_policy_t *pol = cham_context_policy(ctx);
+    if (pol) {
+        cham_policy_view_t v;
+        cham_policy_get(pol, &v);
+        for (size_t i = 0; i < v.n_items; i++)
+            r->wrap_items += v.items[i].wraps;
+    }
     ts_model_free(m);
     cham_context_free(ctx);
 }
@@ -220,6 +228,50 @@ static void test_four_times(void **state)
  * planned swap-in brings back for the backward must change the checksum
  * of that step (it folds the weights after the update) and of every step
  * after it, while the steps before stay equal. */
+/* Issue 18: weights and gradients dominate (512 KiB each a layer against
+ * 64 KiB activations): at half the unconstrained peak no policy of
+ * activations alone fits, so model state must leave between its uses and
+ * across the step's end, a weight swapped out after its update and brought
+ * back in the next step. Bit-exact every step, no hazard, and once Stable
+ * nothing unplanned. */
+static void test_model_state_moves(void **state)
+{
+    (void)state;
+    ts_config_t tc = ts_config_default();
+    tc.layers = 8;
+    tc.act_bytes = 64 << 10;
+    tc.weight_bytes = 512 << 10;
+    static run_t big, half;
+    cham_config_t c = config(1024 * MiB);
+    run(&c, &tc, 30, &big);
+    assert_int_equal(big.hazards, 0);
+    c = config(fraction_of(&big, 2.0));
+    run(&c, &tc, 30, &half);
+    assert_same_data(&half, &big);
+    assert_int_equal(half.hazards, 0);
+    assert_true(half.wrap_items > 0);
+    int s0 = first_stable(&half);
+    for (int s = s0; s < 30; s++) {
+        if (DELTA(&half, s, passive_swaps_out) || DELTA(&half, s, on_demand_swaps_in))
+            fail_msg("step %d (Stable from %d): %llu passive, %llu on-demand swaps", s, s0,
+                     (unsigned long long)DELTA(&half, s, passive_swaps_out),
+                     (unsigned long long)DELTA(&half, s, on_demand_swaps_in));
+        /* Each step brings back what the step before sent away (the first
+         * Stable step, what the kept policy sent away between steps). */
+        if (s > s0 && DELTA(&half, s, planned_swaps_out) != DELTA(&half, s, planned_swaps_in))
+            fail_msg("step %d (Stable from %d): %llu planned swap-outs, %llu swap-ins", s, s0,
+                     (unsigned long long)DELTA(&half, s, planned_swaps_out),
+                     (unsigned long long)DELTA(&half, s, planned_swaps_in));
+    }
+    /* Without model state the same budget cannot be met by a plan: the
+     * steps lean on passive swaps (and stay bit-exact). */
+    c.model_state = false;
+    run(&c, &tc, 30, &got);
+    assert_same_data(&got, &big);
+    assert_int_equal(got.wrap_items, 0);
+    assert_true(DELTA(&got, 29, passive_swaps_out) > 0);
+}
+
 static void test_corrupted_swap_changes_the_checksum(void **state)
 {
     (void)state;
@@ -910,6 +962,7 @@ int main(void)
         cmocka_unit_test(test_one_and_a_half_times),
         cmocka_unit_test(test_twice),
         cmocka_unit_test(test_four_times),
+        cmocka_unit_test(test_model_state_moves),
         cmocka_unit_test(test_corrupted_swap_changes_the_checksum),
         cmocka_unit_test(test_matching_follows_tensors_not_addresses),
         cmocka_unit_test(test_extra_op_still_matches),

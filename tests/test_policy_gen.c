@@ -111,6 +111,51 @@ static void test_single_peak(void **state)
     cham_profile_free(p);
 }
 
+/* ---- model state across the step's end --------------------------------- */
+
+/* Issue 18. Ops 0-3 forward, 4-7 backward, 8 the optimizer, 1 s each. S
+ * (300 MiB) is optimizer state: persistent, used by op 8 alone. Memory is
+ * 400 MiB (S and 100 of other state) but 600 over ops 3-5, where nothing
+ * else can move; capacity 450. Only S, away from its update to just
+ * before the next one, covers ops 3-5: out after op 8 (its copy done in
+ * op 8's layer, the block given back at the next step's first op, 9), in
+ * before op 7 of the next step (the layer before the use's). Predicted:
+ * 600 - 300 over samples [0, 14), 400 after: peak 400. The copy out ends
+ * 0.29 s after the step's last op: the step waits for it. Without model
+ * state the planner cannot fit. */
+static const char PH_MS[] = "FFFFBBBBO";
+static const uint64_t MEM_MS[] = {400, 400, 400, 400, 400, 400, 600, 600, 600, 600,
+                                  600, 600, 400, 400, 400, 400, 400, 400};
+static const use_spec_t USES_MS[] = {
+    {8, 7, 300, true},
+};
+
+static void test_model_state_wraps(void **state)
+{
+    (void)state;
+    cham_profile_t *p = test_build_profile(PH_MS, MEM_MS, USES_MS, 1);
+    test_mark_persistent(p, 7);
+    cham_planner_config_t c = cfg_for(PH_MS, 450, 1024, 1024);
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 1);
+    const cham_policy_item_t *it = &v.items[0];
+    assert_true(it->wraps);
+    assert_int_equal(it->swap_out_op, 8);
+    assert_int_equal(it->free_op, 9);
+    assert_int_equal(it->swap_in_op, 7);
+    assert_int_equal(it->use_op, 8);
+    assert_int_equal(v.predicted_peak, 400 * MiB);
+    assert_int_equal(v.predicted_step_ns, 9 * SEC + 292968750);
+    cham_policy_free(pol);
+
+    c.model_state = false;
+    char err[512];
+    assert_int_equal(cham_plan_chameleon(p, &c, &pol, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(err, "no tensor left to swap is idle there"));
+    cham_profile_free(p);
+}
+
 /* ---- Eq. 2 decides ----------------------------------------------------- */
 
 /* Entries at samples 3-6 (100 MiB each). B (200 MiB, last forward use op 0,
@@ -554,6 +599,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_peak),
+        cmocka_unit_test(test_model_state_wraps),
         cmocka_unit_test(test_score_order),
         cmocka_unit_test(test_swap_in_moves_earlier),
         cmocka_unit_test(test_fallback_stall),

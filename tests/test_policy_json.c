@@ -87,8 +87,15 @@ static cham_policy_t *sample_policy(void)
          .in_use = use(9, 0x20, 1, CHAM_DTYPE_F64, 4, 0x3020105, false),
          .swap_out_op = 2, .swap_out_done_op = 9, .free_op = 9, .swap_in_layer = 2,
          .swap_in_op = 9, .use_op = 9, .score = 1.0 / 3.0, .stall_ns = MAX_EXACT},
+        /* Model state away across the step's end: back before op 0 of the
+         * next step, its block given back at that step's first op. */
+        {.storage = 10, .bytes = 4096,
+         .out_use = use(10, 0x40, 4096, CHAM_DTYPE_F32, 0, 0, true),
+         .in_use = use(10, 0x40, 4096, CHAM_DTYPE_F32, 0, 0, false),
+         .swap_out_op = 9, .swap_out_done_op = 9, .free_op = 10, .swap_in_layer = 0,
+         .swap_in_op = 0, .use_op = 0, .score = 2, .stall_ns = 3, .wraps = true},
     };
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < 4; i++)
         assert_true(cham_policy_add_item(p, &items[i]));
     return p;
 }
@@ -142,6 +149,7 @@ static void assert_same_policy(const cham_policy_t *x, const cham_policy_t *y)
         assert_int_equal(s->use_op, t->use_op);
         assert_memory_equal(&s->score, &t->score, sizeof s->score);   /* bit for bit */
         assert_true(s->stall_ns == t->stall_ns);
+        assert_int_equal(s->wraps, t->wraps);
     }
 }
 
@@ -350,6 +358,12 @@ static const bad_case_t bad_cases[] = {
     {"free_before_out", NULL, "\"free_op\": 1", "\"free_op\": 0", 0, CHAM_ERR_INVALID_ARG,
      {"bad_free_before_out.json: items[0].free_op: 0 is not after swap_out_op 0",
       "(swap_out_op < free_op <= swap_in_op <= use_op)"}},
+    {"wrap_order", NULL, "\"stall_ns\": 10}", "\"stall_ns\": 10, \"wraps\": true}", 0,
+     CHAM_ERR_INVALID_ARG,
+     {"bad_wrap_order.json: items[1]: ops 1, 2, 2, 3 out of order for an item that wraps",
+      "in the next step swap_in_op <= use_op <= swap_out_op"}},
+    {"wrap_free_late", NULL, "\"stall_ns\": 0}", "\"stall_ns\": 0, \"wraps\": true}", 0,
+     CHAM_ERR_INVALID_ARG, {"items[0]: ops 0, 1, 4, 5 out of order for an item that wraps"}},
     {"swap_in_after_use", NULL, "\"use_op\": 3", "\"use_op\": 1", 0, CHAM_ERR_INVALID_ARG,
      {"bad_swap_in_after_use.json: items[1].use_op: 1 is before swap_in_op 2"}},
     {"done_before_out", NULL, "\"swap_out_done_op\": 2", "\"swap_out_done_op\": 0", 0,

@@ -455,11 +455,12 @@ static void test_state_too_big(void **state)
     assert_null(w);
     const char *parts[] = {
         "the model state alone needs 107814649856 bytes (100.41 GiB) on this device",
-        "more than its capacity of 1073741824 bytes (1.00 GiB)",
+        "more than its capacity of 1073741824 bytes (1.00 GiB) and 16.00 GiB of pinned host "
+        "memory together",
         "weights 12.55 GiB, gradients 12.55 GiB, fp32 master weights and Adam moments 75.31 GiB",
         "for 6738415616 parameters (32 layers, hidden 4096, ffn 11008, vocab 32000;",
         "tp 1, pp 1, dp 1, zero 0)",
-        "no policy can run this",
+        "No policy can run this",
     };
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
         if (!strstr(err, parts[i]))
@@ -467,6 +468,15 @@ static void test_state_too_big(void **state)
     cham_runtime_stats_t st;
     cham_context_get_stats(ctx, &st);
     assert_int_equal(st.mem_peak, 0);          /* not one tensor was made */
+    cham_context_free(ctx);
+
+    /* Model state that may not move: the device alone must hold it. */
+    c.model_state = false;
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    assert_int_equal(cham_workload_new(ctx, &m, &w, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
+    if (!strstr(err, "more than its capacity of 1073741824 bytes (1.00 GiB): ") ||
+        !strstr(err, "moves activations only"))
+        fail_msg("not the message for state that stays: \"%s\"", err);
     cham_context_free(ctx);
 }
 
@@ -590,8 +600,8 @@ static void test_run_refuses_up_front(void **state)
         fail_msg("expected \"%s\" and the layers in \"%s\"", want, r.error);
 
     /* The same from the settings, for every policy that runs on the
-     * device's memory: none moves model states. Ideal's unlimited memory
-     * holds the 12 TiB. */
+     * device's memory: none holds 12 TiB of model state, not even with
+     * the host's 2 TiB. Ideal's unlimited memory does. */
     char err[1024];
     for (int p = 0; p < CHAM_STRATEGY_COUNT; p++) {
         c.strategy = (cham_strategy_t)p;
@@ -600,14 +610,24 @@ static void test_run_refuses_up_front(void **state)
         if (cham_run_check(&c, err, sizeof err) != want_st)
             fail_msg("strategy %s: %s", cham_strategy_name(c.strategy), err);
     }
-    /* At the boundary: exactly the state's bytes pass, one byte less not. */
-    c.strategy = CHAM_STRATEGY_CHAMELEON;
+    /* At the boundary: where model state stays, exactly the state's bytes
+     * pass, one byte less not; where it moves, the device and the pinned
+     * host memory together. */
+    c.strategy = CHAM_STRATEGY_VDNN;
     c.model.layers = 2;
     uint64_t need = 16 * cham_model_device_parameters(&c.model);
     c.runtime.device.capacity = need;
     assert_int_equal(cham_run_check(&c, err, sizeof err), CHAM_OK);
     c.runtime.device.capacity = need - 1;
     assert_int_equal(cham_run_check(&c, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
+    c.strategy = CHAM_STRATEGY_CHAMELEON;
+    c.runtime.pinned_budget = need / 2;
+    c.runtime.device.capacity = need - need / 2;
+    assert_int_equal(cham_run_check(&c, err, sizeof err), CHAM_OK);
+    c.runtime.device.capacity = need - need / 2 - 1;
+    assert_int_equal(cham_run_check(&c, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(err, "pinned host memory together"));
+    c.runtime.pinned_budget = cham_run_config_default().runtime.pinned_budget;
     /* A job whose activations, not its state, exceed the device is
      * Chameleon's to run: no refusal (7B, 8-way ZeRO-3: 12.6 GiB state,
      * 66 GiB peak, on 32 GiB). */
@@ -773,8 +793,10 @@ static void test_run_on_finish(void **state)
     assert_true(seen.policy_items > 0);
     assert_true(r.policy_regenerations > 0);
 
-    /* The run that cannot start: called, with no profile. */
+    /* The run that cannot start (12 TiB of state on one device and 2 TiB
+     * of host memory): called, with no profile. */
     c.model.layers = 4096;
+    c.model.zero = 0;
     c.runtime.device.capacity = 0;
     seen = (finish_seen_t){0};
     assert_int_equal(cham_run(&c, &r), CHAM_OK);

@@ -49,6 +49,11 @@ typedef struct cham_planner_config {
                                     from the profile's op costs where it has
                                     them (true); false: swaps only, Eq. 1
                                     (docs/policy.md, "Recomputation") */
+    bool model_state;            /* may move persistent tensors (the
+                                    profile's persistent uses: model state)
+                                    between any two uses and across the
+                                    step's end (true; docs/policy.md,
+                                    "Model state") */
     bool early_swap_in;          /* with the copy queues: each swap-in as
                                     early as memory allows, not as late as
                                     it can still be done in time; a margin
@@ -75,7 +80,10 @@ typedef struct cham_logical_layer {
 /* One tensor to swap out and back, or to drop and recompute. Ops are
  * indices into the profile's ops. A recomputed item is dropped right
  * after swap_out_op (swap_out_done_op = swap_out_op, free_op the op after)
- * and the op that made it runs again when op swap_in_op begins. */
+ * and the op that made it runs again when op swap_in_op begins. An
+ * activation is away between its last forward and its first backward
+ * use; a persistent tensor (model state) between any two of its uses, or
+ * from its last use to its first in the next step (wraps). */
 typedef struct cham_policy_item {
     uint64_t storage;            /* storage id in the profile */
     uint64_t bytes;              /* bytes moved (the storage's) */
@@ -91,6 +99,11 @@ typedef struct cham_policy_item {
     uint64_t stall_ns;           /* predicted wait before use_op (fallback) */
     bool recompute;              /* dropped and recomputed, not swapped */
     uint64_t recompute_ns;       /* recompute: the re-run's predicted time */
+    bool wraps;                  /* a persistent tensor away across the step's
+                                    end: swap_in_op and use_op are ops of the
+                                    next step (use_op <= swap_out_op), and
+                                    free_op may be n_ops (the next step's
+                                    first op) */
 } cham_policy_item_t;
 
 typedef struct cham_policy_view {

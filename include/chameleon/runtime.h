@@ -102,6 +102,11 @@ typedef struct cham_config {
     bool recompute;              /* Chameleon's planner may drop tensors of
                                     recomputable ops and run the ops again
                                     (true; false: swaps only) */
+    bool model_state;            /* Chameleon's planner may move persistent
+                                    tensors (parameters, gradients, optimizer
+                                    states) between their uses and across
+                                    the step's end (true; false: activations
+                                    only, as the paper) */
 } cham_config_t;
 
 /* The defaults: the sim device's defaults, managed mode, a 16 GiB pinned
@@ -117,6 +122,11 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
 
 /* Checks every field; on failure err names the field and the value. */
 cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_t err_size);
+
+/* Whether a context of this config may move model state off the device
+ * (Chameleon's planner applied, model_state on, the OOM path on): then
+ * model state larger than the device is not by itself a failure. */
+bool cham_config_moves_model_state(const cham_config_t *config);
 
 /* ---- strategies ---------------------------------------------------------*/
 
@@ -156,6 +166,8 @@ void cham_context_free(cham_context_t *ctx);
 const char *cham_context_last_error(const cham_context_t *ctx);
 
 cham_device_t *cham_context_device(const cham_context_t *ctx);
+/* The config the context was made with (validated). */
+const cham_config_t *cham_context_config(const cham_context_t *ctx);
 /* The stream operators run on; kernels are launched there by the caller. */
 cham_stream_t *cham_context_compute_stream(const cham_context_t *ctx);
 

@@ -114,7 +114,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     c.min_swap_bytes = 1;      /* any policy may move any tensor */
     bool ok = curve && actual && diff && prefix && removable_bytes(&v, diff) &&
               cham_gen_layers_build(&v, &c, &layers) &&
-              cham_gen_tensors(&v, &layers, 1, &t, &n_t) &&
+              cham_gen_tensors(&v, &layers, 1, false, &t, &n_t) &&
               (!config->recompute || cham_gen_recompute_list(&v, t, n_t, &rl));
     if (ok) {
         rb = malloc((rl.n ? rl.n : 1) * sizeof *rb);

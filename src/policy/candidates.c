@@ -92,8 +92,43 @@ cham_gen_use_ref_t *cham_gen_uses_by_storage(const cham_profile_view_t *v)
     return buf;
 }
 
+/* The first of the uses r[i..] recorded at r[i]'s op. */
+static size_t first_at_op(const use_ref_t *r, size_t i)
+{
+    while (i > 0 && r[i - 1].storage == r[i].storage && r[i - 1].op == r[i].op)
+        i--;
+    return i;
+}
+
+/* The gaps of the persistent storage of uses r[a, b): between two ops that
+ * use it with another op in between, and from its last op across the
+ * step's end to its first (also when one op is all it has). Appends to t;
+ * at most one per op of the storage. */
+static size_t persistent_gaps(const cham_profile_view_t *v, const use_ref_t *r, size_t a,
+                              size_t b, cham_gen_tensor_t *t)
+{
+    size_t nt = 0, prev = a;      /* prev: the first use at the previous op */
+    for (size_t i = a + 1; i <= b; i++) {
+        if (i < b && r[i].op == r[prev].op)
+            continue;
+        bool wraps = i == b;
+        size_t next = wraps ? a : i;
+        if (wraps || r[next].op > r[prev].op + 1)
+            t[nt++] = (cham_gen_tensor_t){.storage = r[a].storage,
+                                          .bytes = v->uses[r[prev].use].storage_bytes,
+                                          .last_fwd = r[prev].op,
+                                          .first_bwd = r[next].op,
+                                          .out_use = r[prev].use,
+                                          .in_use = r[next].use,
+                                          .wraps = wraps};
+        prev = i;
+    }
+    return nt;
+}
+
 bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
-                      uint64_t min_bytes, cham_gen_tensor_t **out, size_t *n_out)
+                      uint64_t min_bytes, bool persistent, cham_gen_tensor_t **out,
+                      size_t *n_out)
 {
     *out = NULL;
     *n_out = 0;
@@ -110,6 +145,13 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
         size_t b = a;
         while (b < n && r[b].storage == r[a].storage)
             b++;
+        const cham_tensor_use_t *first = &v->uses[r[a].use];
+        if (persistent && first->persistent) {
+            if (first->storage_bytes >= min_bytes && first->storage_bytes > 0)
+                nt += persistent_gaps(v, r, a, b, t + nt);
+            a = b;
+            continue;
+        }
         /* The first backward use, and the use before it on an earlier op. */
         size_t u = a;
         while (u < b && l->phase_of_op[r[u].op] != CHAM_PHASE_BACKWARD)
@@ -118,9 +160,7 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
             size_t f = u - 1;
             while (f > a && r[f].op == r[u].op)
                 f--;
-            /* Take the first use recorded at op f. */
-            while (f > a && r[f - 1].op == r[f].op)
-                f--;
+            f = first_at_op(r, f);
             const cham_tensor_use_t *fu = &v->uses[r[f].use];
             if (r[f].op < r[u].op && l->phase_of_op[r[f].op] == CHAM_PHASE_FORWARD &&
                 fu->storage_bytes >= min_bytes && fu->storage_bytes > 0)
@@ -204,9 +244,12 @@ bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t,
     for (size_t i = 0; i < n_t; i++) {
         if (t[i].chosen)
             continue;
-        size_t lo, hi;
+        size_t lo, hi, c;
         cham_gen_window(l, &t[i], &lo, &hi);
-        size_t c = lo < hi ? cham_mrl_count(mrl, lo, hi) : 0;
+        if (t[i].wraps)
+            c = cham_mrl_count(mrl, lo, mrl->samples) + cham_mrl_count(mrl, 0, hi);
+        else
+            c = lo < hi ? cham_mrl_count(mrl, lo, hi) : 0;
         if (c == 0)
             continue;
         v[(*n_cl)++] = (cham_gen_cand_t){

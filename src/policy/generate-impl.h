@@ -120,18 +120,24 @@ typedef struct cham_gen_use_ref {
  * array (free it); NULL when the host is out of memory. */
 cham_gen_use_ref_t *cham_gen_uses_by_storage(const cham_profile_view_t *v);
 
-/* A tensor idle from its last forward use to its first backward use. */
+/* A tensor idle from one use to the next: an activation from its last
+ * forward use to its first backward use, a persistent storage (model
+ * state) between any two uses, or from its last use across the step's end
+ * to its first use in the next step (wraps: then u <= f). */
 typedef struct cham_gen_tensor {
     uint64_t storage, bytes;     /* bytes: storage_bytes at the last forward use */
-    uint32_t last_fwd, first_bwd;   /* ops f and u: f < u */
+    uint32_t last_fwd, first_bwd;   /* ops f and u: f < u, or u <= f when wraps */
     uint32_t out_use, in_use;    /* indices into the profile's uses */
+    bool wraps;
     bool chosen;
 } cham_gen_tensor_t;
 
 /* Every storage whose use before its first backward use is a forward use,
- * with at least min_bytes. false when the host is out of memory. */
+ * with at least min_bytes; with persistent, also every gap of a persistent
+ * storage of at least min_bytes (docs/policy.md, "Model state"). Several
+ * tensors may share a storage. false when the host is out of memory. */
 bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
-                      uint64_t min_bytes, cham_gen_tensor_t **out, size_t *n);
+                      uint64_t min_bytes, bool persistent, cham_gen_tensor_t **out, size_t *n);
 
 typedef struct cham_gen_cand {
     uint32_t tensor;             /* index into the tensors */
@@ -141,7 +147,8 @@ typedef struct cham_gen_cand {
 
 /* The window of tensor t: samples [2 (f + 1), 2 start(layer(u) - 1)), the
  * samples where a swap could remove it. Empty (lo >= hi) when u's layer
- * is the first or the window closes before it opens. */
+ * is the first or the window closes before it opens. A tensor that wraps
+ * has two: [lo, 2 n_ops) and [0, hi). */
 void cham_gen_window(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, size_t *lo,
                      size_t *hi);
 
@@ -229,6 +236,7 @@ typedef struct cham_gen_place {
     uint32_t in_layer, in_last, in_op;
     uint64_t t_out, t_in;
     uint64_t stall_out_ns, stall_in_ns;   /* fallback waits */
+    bool wraps;                  /* the swap-in is in the next step */
 } cham_gen_place_t;
 
 bool cham_gen_sim_init(cham_gen_sim_t *s, cham_gen_layers_t *l, double h2d_bw, double d2h_bw);

@@ -25,6 +25,7 @@ cham_planner_config_t cham_planner_config_default(void)
         .score_c = 1.0,
         .min_swap_bytes = MiB,
         .recompute = true,
+        .model_state = true,
         .op_cost_ns = NULL,
         .n_op_costs = 0,
     };
@@ -126,14 +127,18 @@ cham_status_t cham_gen_start(const char *who, const cham_profile_t *profile,
 }
 
 /* Predicted peak: max over samples of the curve minus the bytes swapped out
- * there (samples [2 free_op, 2 swap_in_op) of each item). diff: 2 n_ops + 1
+ * there (samples [2 free_op, 2 swap_in_op) of each item, [2 free_op,
+ * 2 n_ops) and [0, 2 swap_in_op) of one that wraps). diff: 2 n_ops + 1
  * zeroes. */
 static uint64_t predicted_peak(const cham_policy_t *p, const uint64_t *curve, int64_t *diff)
 {
     size_t ns = 2 * p->n_ops;
     for (size_t i = 0; i < p->n_items; i++) {
-        diff[2 * (size_t)p->items[i].free_op] += (int64_t)p->items[i].bytes;
-        diff[2 * (size_t)p->items[i].swap_in_op] -= (int64_t)p->items[i].bytes;
+        const cham_policy_item_t *it = &p->items[i];
+        diff[2 * (size_t)it->free_op] += (int64_t)it->bytes;
+        diff[2 * (size_t)it->swap_in_op] -= (int64_t)it->bytes;
+        if (it->wraps)          /* away from the step's start, too */
+            diff[0] += (int64_t)it->bytes;
     }
     uint64_t peak = 0, out = 0;
     for (size_t s = 0; s < ns; s++) {
@@ -209,6 +214,7 @@ static cham_policy_item_t choose(gen_t *g, cham_gen_tensor_t *t)
         .in_use = g->v->uses[t->in_use],
         .swap_out_op = t->last_fwd,
         .use_op = t->first_bwd,
+        .wraps = t->wraps,
     };
 }
 
@@ -255,8 +261,11 @@ static int by_storage(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The tensor of a storage, from the tensors' index sorted by storage. */
-static cham_gen_tensor_t *tensor_of(gen_t *g, const storage_index_t *idx, uint64_t storage)
+/* The tensor of a storage idle at op k (the first of the storage's if
+ * none is: a storage that is not model state has one), from the tensors'
+ * index sorted by storage. */
+static cham_gen_tensor_t *tensor_of(gen_t *g, const storage_index_t *idx, uint64_t storage,
+                                    uint32_t k)
 {
     size_t lo = 0, hi = g->n_t;
     while (lo < hi) {
@@ -266,7 +275,14 @@ static cham_gen_tensor_t *tensor_of(gen_t *g, const storage_index_t *idx, uint64
         else
             hi = mid;
     }
-    return lo < g->n_t && idx[lo].storage == storage ? &g->t[idx[lo].tensor] : NULL;
+    if (lo == g->n_t || idx[lo].storage != storage)
+        return NULL;
+    for (size_t i = lo; i < g->n_t && idx[i].storage == storage; i++) {
+        cham_gen_tensor_t *x = &g->t[idx[i].tensor];
+        if (!x->wraps && x->last_fwd < k && k < x->first_bwd)
+            return x;
+    }
+    return &g->t[idx[lo].tensor];
 }
 
 /* When each of the first k candidates runs again: at its first backward
@@ -285,7 +301,8 @@ static void recompute_points(gen_t *g, size_t k, const storage_index_t *idx, con
             for (size_t i = 0; i < k; i++) {
                 const cham_gen_recomp_t *c = &g->rl.v[i];
                 for (uint32_t j = 0; in[i] && j < c->n_inputs; j++) {
-                    cham_gen_tensor_t *x = tensor_of(g, idx, g->rl.inputs[c->first_input + j]);
+                    cham_gen_tensor_t *x = tensor_of(g, idx, g->rl.inputs[c->first_input + j],
+                                                     at[i]);
                     int32_t s = x ? slot[x - g->t] : -1;
                     if (s >= 0 && in[s] && at[i] < at[s]) {
                         at[s] = at[i];
@@ -348,7 +365,7 @@ static bool choose_recompute(gen_t *g, size_t n_recompute)
         it.recompute_ns = (uint64_t)(c->cost_ns + 0.5);
         ok = cham_policy_add_item(g->pol, &it);
         for (uint32_t j = 0; ok && j < c->n_inputs; j++) {
-            cham_gen_tensor_t *x = tensor_of(g, idx, g->rl.inputs[c->first_input + j]);
+            cham_gen_tensor_t *x = tensor_of(g, idx, g->rl.inputs[c->first_input + j], at[i]);
             if (x && !(slot[x - g->t] >= 0 && in[slot[x - g->t]]) && at[i] < x->first_bwd &&
                 at[i] > x->last_fwd)
                 x->first_bwd = at[i];
@@ -385,8 +402,8 @@ static cham_status_t cannot_remove(gen_t *g, const char *why, char *err, size_t 
 
 static cham_status_t plan_once(const cham_profile_t *profile,
                                const cham_planner_config_t *config, size_t n_recompute,
-                               size_t *n_recomputable, cham_policy_t **out, char *err,
-                               size_t err_size)
+                               bool queue, size_t *n_recomputable, cham_policy_t **out,
+                               char *err, size_t err_size)
 {
     cham_profile_view_t v;
     uint64_t capacity = 0, usable = 0;
@@ -405,13 +422,14 @@ static cham_status_t plan_once(const cham_profile_t *profile,
     cham_profile_memory_curve(profile, g.actual, g.curve);
     if (!cham_gen_layers_build(&v, config, &g.layers) ||
         !cham_mrl_init(&g.mrl, g.curve, ns, usable) ||
-        !cham_gen_tensors(&v, &g.layers, config->min_swap_bytes, &g.t, &g.n_t) ||
+        !cham_gen_tensors(&v, &g.layers, config->min_swap_bytes, config->model_state, &g.t,
+                          &g.n_t) ||
         !cham_gen_sim_init(&g.sim, &g.layers, config->h2d_bandwidth, config->d2h_bandwidth))
         goto host_oom;
     /* The copy queue needs the ops' real times; with Eq. 1's even shares
      * the paper's layer budgets stay (docs/policy.md, "The copy queues"). */
     if (config->recompute && (!cham_gen_recompute_list(&v, g.t, g.n_t, &g.rl) ||
-                              (g.layers.timed && !cham_gen_sim_queue(&g.sim, v.n_ops))))
+                              (queue && g.layers.timed && !cham_gen_sim_queue(&g.sim, v.n_ops))))
         goto host_oom;
     *n_recomputable = g.rl.n;
     if (!choose_recompute(&g, n_recompute))
@@ -469,7 +487,11 @@ fail:
 /* With the default layer count, a profile whose memory cannot be brought
  * under the limit at that granularity is planned again with 2, 4 and 8
  * times as many logical layers: a model whose one block holds a large share
- * of the activations needs windows finer than a block (docs/policy.md). */
+ * of the activations needs windows finer than a block (docs/policy.md).
+ * Then, if the copy queues were used, with the layers' budgets instead:
+ * where the link cannot carry what must move, the queues refuse every copy
+ * that would make a later one late, while the budgets' fallback places it
+ * with a stall (docs/policy.md, "The copy queues"). */
 static cham_status_t plan_layered(const cham_profile_t *profile,
                                   const cham_planner_config_t *config, size_t n_recompute,
                                   size_t *n_recomputable, cham_policy_t **out, char *err,
@@ -477,7 +499,8 @@ static cham_status_t plan_layered(const cham_profile_t *profile,
 {
     cham_planner_config_t whole = *config;
     whole.partial = false;
-    cham_status_t st = plan_once(profile, &whole, n_recompute, n_recomputable, out, err,
+    bool queue = true;
+    cham_status_t st = plan_once(profile, &whole, n_recompute, queue, n_recomputable, out, err,
                                  err_size);
     if (st == CHAM_ERR_OUT_OF_MEMORY && !config->forward_layers && !config->backward_layers) {
         cham_profile_view_t v;
@@ -487,13 +510,18 @@ static cham_status_t plan_layered(const cham_profile_t *profile,
             if (base > UINT32_MAX / k || base * k > v.n_ops)
                 break;
             whole.forward_layers = whole.backward_layers = base * k;
-            st = plan_once(profile, &whole, n_recompute, n_recomputable, out, err, err_size);
+            st = plan_once(profile, &whole, n_recompute, queue, n_recomputable, out, err,
+                           err_size);
         }
+    }
+    if (st == CHAM_ERR_OUT_OF_MEMORY && config->recompute) {
+        queue = false;
+        st = plan_once(profile, &whole, n_recompute, queue, n_recomputable, out, err, err_size);
     }
     /* Still none: what can be placed, at the finest layering tried. */
     if (st == CHAM_ERR_OUT_OF_MEMORY && config->partial) {
         whole.partial = true;
-        st = plan_once(profile, &whole, n_recompute, n_recomputable, out, err, err_size);
+        st = plan_once(profile, &whole, n_recompute, queue, n_recomputable, out, err, err_size);
     }
     return st;
 }

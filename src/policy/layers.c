@@ -1,8 +1,9 @@
 /* Logical layers (paper §5.1): each maximal run of ops of one effective
  * phase is split into equal-size groups, forward runs into about
- * forward_layers groups in all, backward runs likewise, optimizer and
- * "other" runs into one group each; every group's time comes from Eq. 1
- * (or from the caller's per-op cost estimates). docs/policy.md. */
+ * forward_layers groups in all, backward runs likewise, optimizer runs
+ * into one group, or, when model state may move (its uses are mostly
+ * there), into groups as long as the backward's; every group's time comes
+ * from Eq. 1 (or from the caller's per-op cost estimates). docs/policy.md. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -126,7 +127,9 @@ bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_conf
             b++;
         cham_phase_t ph = out->phase_of_op[a];
         uint64_t len = b - a, k = 1;
-        if (ph == CHAM_PHASE_FORWARD || ph == CHAM_PHASE_BACKWARD) {
+        bool split = ph == CHAM_PHASE_FORWARD || ph == CHAM_PHASE_BACKWARD ||
+                     (ph == CHAM_PHASE_OPTIMIZER && cfg->model_state && n_bwd);
+        if (split) {
             uint64_t want = ph == CHAM_PHASE_FORWARD ? want_f : want_b;
             uint64_t tot = ph == CHAM_PHASE_FORWARD ? n_fwd : n_bwd;
             k = (want * len + tot / 2) / tot;

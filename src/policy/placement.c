@@ -291,10 +291,11 @@ static bool place_out_queued(cham_gen_sim_t *s, uint32_t f, uint32_t last_op, bo
     return true;
 }
 
-/* When a swap-in issued at op i may start: when i begins, its swap-out done. */
+/* When a swap-in issued at op i may start: when i begins, its swap-out done
+ * (in the step before, when it wraps: done by the step's end). */
 static uint64_t in_ready(const cham_gen_sim_t *s, uint32_t i, const cham_gen_place_t *pl)
 {
-    return max_u64(op_start(s, i), pl->done_ns);
+    return pl->wraps ? op_start(s, i) : max_u64(op_start(s, i), pl->done_ns);
 }
 
 /* §5.4.1 with the queue: the swap-in issued when op i begins, i in
@@ -404,18 +405,24 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
 {
     const cham_gen_layers_t *l = s->layers;
     uint32_t lf = l->layer_of_op[t->last_fwd], lu = l->layer_of_op[t->first_bwd];
-    if (lu == 0 || lu - 1 < lf)
+    if (lu == 0 || (!t->wraps && lu - 1 < lf))
         return false;
     uint32_t last_in = lu - 1;   /* the latest layer a swap-in may go in */
-    size_t hi = 2 * (size_t)l->v[last_in].start_op, m_last = 0;
+    size_t hi = 2 * (size_t)l->v[last_in].start_op, m_last = 0, ns = mrl->samples;
     /* free_op > f: without an entry after f's end there is none later (the
-     * usual case late in a pass, and cheaper than the searches below). */
-    if (!cham_mrl_last(mrl, 2 * ((size_t)t->last_fwd + 1), hi, &m_last))
+     * usual case late in a pass, and cheaper than the searches below).
+     * Across the step's end the last entry is in the next step's part
+     * (head) if it has one. */
+    bool head = t->wraps && cham_mrl_last(mrl, 0, hi, &m_last);
+    if (!head && !cham_mrl_last(mrl, 2 * ((size_t)t->last_fwd + 1), t->wraps ? ns : hi, &m_last))
         return false;
     *pl = (cham_gen_place_t){
         .t_out = cham_gen_transfer_ns(t->bytes, s->d2h_bw),
         .t_in = cham_gen_transfer_ns(t->bytes, s->h2d_bw),
+        .wraps = t->wraps,
     };
+    /* A copy out across the step's end completes in this step. */
+    uint32_t out_last = t->wraps ? (uint32_t)l->n - 1 : last_in;
     /* The swap must cover an entry: the last one it can reach bounds the
      * backward search ("until the peak memory usage time"). A swap-out that
      * completes too late for that is retried, when stalls are allowed, as
@@ -425,18 +432,21 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
         if (stall && !allow_stall)
             break;
         if (s->op_end) {
-            const cham_logical_layer_t *il = &l->v[last_in];
+            const cham_logical_layer_t *il = &l->v[out_last];
             if (!place_out_queued(s, t->last_fwd, il->start_op + il->n_ops - 1, stall, pl))
                 continue;
         } else {
-            if (!place_out(s, lf, last_in, stall, pl))
+            if (!place_out(s, lf, out_last, stall, pl))
                 continue;
             const cham_logical_layer_t *ol = &l->v[pl->out_layer];
             pl->done_op = ol->start_op + ol->n_ops - 1;
         }
         pl->free_op = pl->done_op + 1 + s->free_delay;
-        /* m_last is also the last entry in [2 free_op, hi) if there is one. */
-        covers = m_last >= 2 * (size_t)pl->free_op;
+        if (t->wraps && 2 * (size_t)pl->free_op > ns)
+            pl->free_op = (uint32_t)(ns / 2);   /* given back in the next step's first op */
+        /* m_last is also the last entry in [2 free_op, hi) if there is one
+         * (a head entry is covered from the step's end on). */
+        covers = head || m_last >= 2 * (size_t)pl->free_op;
         /* Queue: a copy that frees its block only ops after f leaves the
          * entries in between uncovered; the block given back right after f,
          * the compute stream waiting for the copy, covers them. That is a
@@ -449,7 +459,8 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
     }
     if (!covers)
         return false;
-    size_t k = m_last / 2 + 1;   /* the swap-in must begin at op k or later */
+    /* The swap-in must begin at op k or later. */
+    size_t k = t->wraps && !head ? 0 : m_last / 2 + 1;
     if (s->op_end) {
         if (!place_in_queued(s, (uint32_t)k, t->first_bwd, allow_stall, pl))
             return false;
@@ -486,7 +497,12 @@ bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t
         budget_take(&s->d2h, pl->out_first, pl->out_layer, pl->out_layer, pl->t_out);
         budget_take(&s->h2d, pl->in_layer, pl->in_last, pl->in_layer, pl->t_in);
     }
-    cham_mrl_subtract(mrl, 2 * (size_t)pl->free_op, 2 * (size_t)pl->in_op, t->bytes);
+    if (t->wraps) {
+        cham_mrl_subtract(mrl, 2 * (size_t)pl->free_op, mrl->samples, t->bytes);
+        cham_mrl_subtract(mrl, 0, 2 * (size_t)pl->in_op, t->bytes);
+    } else {
+        cham_mrl_subtract(mrl, 2 * (size_t)pl->free_op, 2 * (size_t)pl->in_op, t->bytes);
+    }
     return true;
 }
 

@@ -41,7 +41,7 @@ static const char *const layer_keys[] = {"start_op", "n_ops", "phase", "time_ns"
                                          "remaining_ns"};
 static const char *const item_keys[] = {
     "storage", "bytes", "out_use", "in_use", "swap_out_op", "swap_out_done_op", "free_op",
-    "swap_in_layer", "swap_in_op", "use_op", "score", "stall_ns", "?recompute_ns"};
+    "swap_in_layer", "swap_in_op", "use_op", "score", "stall_ns", "?recompute_ns", "?wraps"};
 
 /* ---- the invariants -----------------------------------------------------------*/
 
@@ -73,14 +73,19 @@ static bool check_use(const cham_tensor_use_t *u, const char *prefix, char *msg,
 static bool check_item_ops(const cham_policy_t *p, size_t i, char *msg, size_t msg_size)
 {
     const cham_policy_item_t *it = &p->items[i];
+    /* Across the step's end the block may come free in the next step's
+     * first op, n_ops. */
     const struct {
         const char *key;
         uint32_t v;
-    } ops[] = {{"swap_out_op", it->swap_out_op}, {"swap_out_done_op", it->swap_out_done_op},
-               {"free_op", it->free_op}, {"swap_in_op", it->swap_in_op},
-               {"use_op", it->use_op}};
+        size_t end;
+    } ops[] = {{"swap_out_op", it->swap_out_op, p->n_ops},
+               {"swap_out_done_op", it->swap_out_done_op, p->n_ops},
+               {"free_op", it->free_op, p->n_ops + it->wraps},
+               {"swap_in_op", it->swap_in_op, p->n_ops},
+               {"use_op", it->use_op, p->n_ops}};
     for (size_t k = 0; k < N_KEYS(ops); k++) {
-        if (ops[k].v >= p->n_ops) {
+        if (ops[k].v >= ops[k].end) {
             cham_set_err(msg, msg_size, "items[%zu].%s: op %" PRIu32 " is out of range: the "
                          "policy plans %zu ops (0 .. n_ops - 1)", i, ops[k].key, ops[k].v,
                          p->n_ops);
@@ -90,6 +95,19 @@ static bool check_item_ops(const cham_policy_t *p, size_t i, char *msg, size_t m
     if (it->swap_in_layer >= p->n_layers) {
         cham_set_err(msg, msg_size, "items[%zu].swap_in_layer: layer %" PRIu32 " is out of "
                      "range: \"layers\" has %zu", i, it->swap_in_layer, p->n_layers);
+        return false;
+    }
+    if (it->wraps && it->recompute) {
+        cham_set_err(msg, msg_size, "items[%zu].wraps: a recomputed item cannot wrap (only "
+                     "model state is away across the step's end)", i);
+        return false;
+    }
+    if (it->wraps && !(it->swap_out_op < it->free_op && it->swap_in_op <= it->use_op &&
+                       it->use_op <= it->swap_out_op)) {
+        cham_set_err(msg, msg_size, "items[%zu]: ops %" PRIu32 ", %" PRIu32 ", %" PRIu32 ", %"
+                     PRIu32 " out of order for an item that wraps (swap_out_op < free_op <= "
+                     "n_ops; in the next step swap_in_op <= use_op <= swap_out_op)", i,
+                     it->swap_out_op, it->free_op, it->swap_in_op, it->use_op);
         return false;
     }
     const char *order = "(swap_out_op < free_op <= swap_in_op <= use_op)";
@@ -104,12 +122,12 @@ static bool check_item_ops(const cham_policy_t *p, size_t i, char *msg, size_t m
                      "swap_out_op %" PRIu32 " %s", i, it->free_op, it->swap_out_op, order);
         return false;
     }
-    if (it->swap_in_op < it->free_op) {
+    if (!it->wraps && it->swap_in_op < it->free_op) {
         cham_set_err(msg, msg_size, "items[%zu].swap_in_op: %" PRIu32 " is before free_op %"
                      PRIu32 " %s", i, it->swap_in_op, it->free_op, order);
         return false;
     }
-    if (it->use_op < it->swap_in_op) {
+    if (!it->wraps && it->use_op < it->swap_in_op) {
         cham_set_err(msg, msg_size, "items[%zu].use_op: %" PRIu32 " is before swap_in_op %"
                      PRIu32 " %s", i, it->use_op, it->swap_in_op, order);
         return false;
@@ -246,7 +264,8 @@ static json_t *item_to_json(const cham_policy_item_t *it)
               cham_json_put(o, "score", json_real(it->score)) &&
               cham_json_put(o, "stall_ns", json_integer((json_int_t)it->stall_ns)) &&
               (!it->recompute ||
-               cham_json_put(o, "recompute_ns", json_integer((json_int_t)it->recompute_ns)));
+               cham_json_put(o, "recompute_ns", json_integer((json_int_t)it->recompute_ns))) &&
+              (!it->wraps || cham_json_put(o, "wraps", json_true()));
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -345,7 +364,8 @@ static bool read_item(reader_t *r, const json_t *v, cham_policy_item_t *it)
            cham_json_read_number(r, v, "score", &it->score) &&
            cham_json_read_u53(r, v, "stall_ns", &it->stall_ns) &&
            (!(it->recompute = json_object_get(v, "recompute_ns") != NULL) ||
-            cham_json_read_u53(r, v, "recompute_ns", &it->recompute_ns));
+            cham_json_read_u53(r, v, "recompute_ns", &it->recompute_ns)) &&
+           (!json_object_get(v, "wraps") || cham_json_read_bool(r, v, "wraps", &it->wraps));
 }
 
 static bool read_layers(reader_t *r, const json_t *root, cham_policy_t *p)

@@ -108,7 +108,8 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
     for (size_t i = 0; ok && i < n_t; i++) {
         const cham_gen_tensor_t *x = &t[i];
         const storage_uses_t *s = find(su, n_su, x->storage);
-        if (!s || !v->uses[s->first_use].output)
+        /* Model state is no op's output of this step: never made again. */
+        if (!s || !v->uses[s->first_use].output || v->uses[x->out_use].persistent)
             continue;
         uint32_t p = s->first_op, f = x->last_fwd, u = x->first_bwd;
         const cham_profile_op_t *op = &v->ops[p];

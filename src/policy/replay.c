@@ -5,7 +5,10 @@
  * stream waits for it when its block comes back (after free_op). A
  * swap-in is queued when swap_in_op begins, after its own swap-out; the
  * first backward use waits for it. A recomputation runs on the compute
- * stream when swap_in_op begins.
+ * stream when swap_in_op begins. An item that wraps is swapped in early in
+ * the step, its copy out done in the step before, and out late: the step
+ * ends when that copy is done (its block is given back in the next step's
+ * first op).
  *
  * The placement model books transfer time per logical layer in the order
  * the candidates are chosen (by score), so a copy chosen late can take
@@ -112,6 +115,15 @@ bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
                 d2h = add_ns(max_u64(now, d2h),
                              (double)cham_gen_transfer_ns(it->bytes, d2h_bw));
                 out_done[out[a].item] = d2h;
+            }
+        }
+        /* Blocks given back at the next step's first op (items that wrap):
+         * the step is not over before their copies are. */
+        for (; b < n; b++) {
+            cham_policy_item_t *it = &p->items[freed[b].item];
+            if (!it->recompute && out_done[freed[b].item] > now) {
+                it->stall_ns += out_done[freed[b].item] - now;
+                now = out_done[freed[b].item];
             }
         }
     }

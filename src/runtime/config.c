@@ -48,6 +48,7 @@ cham_config_t cham_config_default(void)
     c.executor = true;
     c.oom_handling = true;
     c.recompute = true;
+    c.model_state = true;
     c.policy_cache = 4;
     c.profiler = true;
     return c;
@@ -139,6 +140,7 @@ static const field_t fields[] = {
     PLAINF("planner", planner, K_PLANNER),
     PLAINF("profiler", profiler, K_BOOL),
     PLAINF("recompute", recompute, K_BOOL),
+    PLAINF("model_state", model_state, K_BOOL),
 };
 
 #define N_FIELDS (sizeof fields / sizeof fields[0])
@@ -642,4 +644,10 @@ cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_
         return CHAM_ERR_INVALID_ARG;
     }
     return CHAM_OK;
+}
+
+bool cham_config_moves_model_state(const cham_config_t *c)
+{
+    return c->executor && c->oom_handling && c->planner == CHAM_PLANNER_CHAMELEON &&
+           c->model_state;
 }

@@ -151,6 +151,12 @@ cham_device_t *cham_context_device(const cham_context_t *ctx)
     return ctx->dev;
 }
 
+const cham_config_t *cham_context_config(const cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    return &ctx->config;
+}
+
 cham_stream_t *cham_context_compute_stream(const cham_context_t *ctx)
 {
     CHAM_ASSERT(ctx);

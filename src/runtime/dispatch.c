@@ -222,7 +222,7 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
     pin(ctx, inputs, n_inputs, true);
     pin(ctx, outputs, n_outputs, false);
     ctx->in_begin = true;
-    cham_status_t st = ctx->exec.plan ? cham_exec_op_begin(ctx) : CHAM_OK;
+    cham_status_t st = ctx->exec.plan || ctx->exec.n_carried ? cham_exec_op_begin(ctx) : CHAM_OK;
     /* Tensors dropped to be recomputed from what this op writes are made
      * again first. */
     for (size_t i = 0; i < n_outputs && st == CHAM_OK; i++)
@@ -420,6 +420,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     if (!ok)
         cham_context_log(ctx, "step %llu: out of host memory keeping the op sequence; the "
                          "stage stays %s", (unsigned long long)ctx->number, cham_stage_name(to));
+    cham_exec_carry(ctx);
     cham_loop_step_end(ctx, from, &to);
     if (sync)   /* a new policy's pinned memory is the loop's, not the next step's */
         ctx->last_sync_ns = cham_device_host_time(ctx->dev);

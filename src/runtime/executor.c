@@ -37,6 +37,121 @@ void cham_exec_step_start(cham_context_t *ctx)
     }
 }
 
+static int by_carry_op(const void *a, const void *b)
+{
+    uint32_t x = ((const cham_carried_t *)a)->op, y = ((const cham_carried_t *)b)->op;
+    return (x > y) - (x < y);
+}
+
+/* Slot numbers after the carried list changed, and its order by op. */
+static void carried_sort(cham_exec_t *x)
+{
+    qsort(x->carried, x->n_carried, sizeof *x->carried, by_carry_op);
+    for (size_t i = 0; i < x->n_carried; i++)
+        if (x->carried[i].storage)
+            x->carried[i].storage->carry_slot = i + 1;
+}
+
+static bool carried_add(cham_exec_t *x, cham_storage_t *s, uint32_t op)
+{
+    cham_carried_t *c = cham_grow(x->carried, &x->cap_carried, x->n_carried + 1, sizeof *c, 16);
+    if (!c)
+        return false;     /* host OOM: it comes back on demand */
+    x->carried = c;
+    x->carried[x->n_carried++] = (cham_carried_t){.storage = s, .op = op};
+    return true;
+}
+
+void cham_exec_carry(cham_context_t *ctx)
+{
+    cham_exec_t *x = &ctx->exec;
+    for (size_t i = 0; i < x->n_carried; i++)
+        if (x->carried[i].storage)
+            x->carried[i].storage->carry_slot = 0;
+    x->n_carried = x->carry_next = 0;
+    if (!x->plan)
+        return;
+    const cham_policy_view_t *pol = &x->plan->view;
+    for (size_t i = 0; i < pol->n_items; i++) {
+        cham_storage_t *s = x->storage_of[i];
+        if (pol->items[i].wraps && s && s->residency == CHAM_RESIDENT_HOST &&
+            !carried_add(x, s, pol->items[i].swap_in_op))
+            break;
+    }
+    carried_sort(x);
+}
+
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = (*(cham_storage_t *const *)a)->id, y = (*(cham_storage_t *const *)b)->id;
+    return (x > y) - (x < y);
+}
+
+void cham_exec_send_away(cham_context_t *ctx)
+{
+    cham_exec_t *x = &ctx->exec;
+    const cham_policy_view_t *pol = &x->plan->view;
+    if (ctx->config.mode != CHAM_MODE_MANAGED)
+        return;
+    /* What the plan before left away comes back first thing, as this
+     * plan expects, unless this plan wants it away too (below). */
+    size_t n = 0;
+    for (size_t i = 0; i < x->n_carried; i++)
+        x->carried[i].op = 0;
+    for (cham_storage_t *s = ctx->storages; s; s = s->next)
+        n++;
+    cham_storage_t **by = malloc((n ? n : 1) * sizeof *by);
+    if (!by)
+        return;           /* host OOM: the first step runs on passive swaps */
+    n = 0;
+    for (cham_storage_t *s = ctx->storages; s; s = s->next)
+        by[n++] = s;
+    qsort(by, n, sizeof *by, by_id);
+    for (size_t i = 0; i < pol->n_items; i++) {
+        const cham_policy_item_t *it = &pol->items[i];
+        cham_storage_t key = {.id = it->storage}, *k = &key;
+        cham_storage_t **found = it->wraps ? bsearch(&k, by, n, sizeof *by, by_id) : NULL;
+        cham_storage_t *s = found ? *found : NULL;
+        /* Another run's policy names other storages: one of another size
+         * is not the one (moving a wrong one costs time, never data). */
+        if (!s || s->bytes != it->bytes)
+            continue;
+        if (s->carry_slot) {
+            x->carried[s->carry_slot - 1].op = it->swap_in_op;
+            continue;
+        }
+        if (s->residency != CHAM_RESIDENT_DEVICE || !s->block)
+            continue;
+        cham_status_t st = cham_storage_swap_out(s, CHAM_SWAP_PLANNED, ctx->ops_total);
+        if (st != CHAM_OK) {
+            cham_context_log(ctx, "step %llu: \"%s\" not sent away for the new policy: %s",
+                             (unsigned long long)ctx->number, s->label, ctx->error);
+            continue;     /* out of pinned memory: it stays; the OOM path copes */
+        }
+        s->away_step = ctx->step - 1;     /* it left with the step that ended */
+        if (!carried_add(x, s, it->swap_in_op))
+            break;
+    }
+    carried_sort(x);
+    free(by);
+}
+
+/* A planned swap-in (the plan's or a carried one) at the op being begun:
+ * s comes back if it is still away. */
+static cham_status_t bring_back(cham_context_t *ctx, cham_storage_t *s)
+{
+    if (s->residency == CHAM_RESIDENT_DROPPED)
+        return ctx->config.mode == CHAM_MODE_ADVISOR ? cham_recompute_advise(s, false)
+                                                     : cham_storage_recompute(s, CHAM_SWAP_PLANNED);
+    if (s->residency != CHAM_RESIDENT_HOST)
+        return CHAM_OK;   /* already back */
+    if (ctx->config.mode == CHAM_MODE_ADVISOR) {
+        cham_exec_advise(ctx, CHAM_ACTION_SWAP_IN, s->view_list, false, 0);
+        return CHAM_OK;
+    }
+    return cham_storage_swap_in(s, CHAM_SWAP_PLANNED);
+}
+
 bool cham_exec_advise(cham_context_t *ctx, cham_action_kind_t kind, cham_tensor_t *t,
                       bool needed, uint64_t free_after_op)
 {
@@ -120,6 +235,9 @@ void cham_exec_forget(cham_context_t *ctx, cham_storage_t *s)
         x->storage_of[s->item] == s)
         x->storage_of[s->item] = NULL;
     s->item = CHAM_MATCH_NONE;
+    if (s->carry_slot)
+        x->carried[s->carry_slot - 1].storage = NULL;
+    s->carry_slot = 0;
 }
 
 cham_status_t cham_exec_check_positions(cham_context_t *ctx, cham_op_token_t token,
@@ -152,8 +270,16 @@ cham_status_t cham_exec_check_positions(cham_context_t *ctx, cham_op_token_t tok
 cham_status_t cham_exec_op_begin(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
-    const cham_policy_view_t *pol = &x->plan->view;
     uint32_t k = ctx->ops_in_step;               /* the op being begun */
+    for (; x->carry_next < x->n_carried && x->carried[x->carry_next].op <= k; x->carry_next++) {
+        cham_storage_t *s = x->carried[x->carry_next].storage;
+        cham_status_t st = s ? bring_back(ctx, s) : CHAM_OK;
+        if (st != CHAM_OK)
+            return st;
+    }
+    if (!x->plan)
+        return CHAM_OK;
+    const cham_policy_view_t *pol = &x->plan->view;
     while (x->in_next < pol->n_items) {
         uint32_t item = x->plan->in_order[x->in_next];
         if (pol->items[item].swap_in_op > k)
@@ -167,21 +293,7 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
                                (unsigned long long)ctx->number, pol->items[item].swap_out_op, k);
             return CHAM_ERR_POLICY_MISMATCH;
         }
-        if (s && s->residency == CHAM_RESIDENT_DROPPED) {
-            cham_status_t st = ctx->config.mode == CHAM_MODE_ADVISOR
-                                   ? cham_recompute_advise(s, false)
-                                   : cham_storage_recompute(s, CHAM_SWAP_PLANNED);
-            if (st != CHAM_OK)
-                return st;
-            continue;
-        }
-        if (!s || s->residency != CHAM_RESIDENT_HOST)
-            continue;     /* not matched, or already back */
-        if (ctx->config.mode == CHAM_MODE_ADVISOR) {
-            cham_exec_advise(ctx, CHAM_ACTION_SWAP_IN, s->view_list, false, 0);
-            continue;
-        }
-        cham_status_t st = cham_storage_swap_in(s, CHAM_SWAP_PLANNED);
+        cham_status_t st = s ? bring_back(ctx, s) : CHAM_OK;   /* not matched: nothing */
         if (st != CHAM_OK)
             return st;
     }

@@ -149,6 +149,8 @@ static void apply(cham_context_t *ctx, cham_plan_t *plan)
         reserve_pinned(ctx, plan);
     cham_plan_release(x->plan);
     x->plan = cham_plan_retain(plan);
+    if (plan)
+        cham_exec_send_away(ctx);
 }
 
 /* ---- GenPolicy: generate, try, keep -----------------------------------------*/
@@ -191,6 +193,7 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
      * step runs late of them only early copies stay hidden, while late ones
      * keep memory free longer (policy.md, "The copy queues"). */
     pc.early_swap_in = pc.recompute && ctx->n_trials % 4 == 0;
+    pc.model_state = ctx->config.model_state && ctx->config.planner == CHAM_PLANNER_CHAMELEON;
     if (ctx->reserve)
         pc.reserve = ctx->reserve;
     pc.free_delay_ops = *delay;
@@ -240,9 +243,10 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     return plan;
 }
 
-/* Records how the step that applied the newest trial went. A trial that
- * needed passive swaps planned too close to the limit: the next one gets
- * twice the reserve. */
+/* Records how the step that applied the newest trial went. A complete
+ * trial that needed passive swaps planned too close to the limit: the next
+ * one gets twice the reserve (a partial one left them to passive swaps on
+ * purpose). */
 static void measure_trial(cham_context_t *ctx, uint64_t step_ns)
 {
     cham_trial_t *t = &ctx->trials[ctx->n_trials - 1];
@@ -254,8 +258,8 @@ static void measure_trial(cham_context_t *ctx, uint64_t step_ns)
                      (unsigned long long)ctx->number, ctx->n_trials, (double)step_ns / 1e6,
                      (double)t->plan->view.predicted_step_ns / 1e6,
                      (unsigned long long)t->passive, (unsigned long long)t->on_demand);
-    if (t->passive) {
-        const cham_policy_view_t *p = &t->plan->view;
+    const cham_policy_view_t *p = &t->plan->view;
+    if (t->passive && p->predicted_peak <= p->usable) {
         uint64_t reserve = p->capacity - p->usable;
         ctx->reserve = reserve < p->capacity / 4 ? 2 * reserve + 1 : p->capacity / 2;
     }
@@ -460,6 +464,7 @@ void cham_loop_free(cham_context_t *ctx)
     }
     free(ctx->cache);
     free(ctx->exec.storage_of);
+    free(ctx->exec.carried);
     free(ctx->exec.pending);
     free(ctx->actions);
 }

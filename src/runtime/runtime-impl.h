@@ -95,6 +95,7 @@ struct cham_storage {
     cham_recompute_input_t *dependents;  /* recomputable ops that read it */
     uint64_t born_step;           /* ctx->step when it was made */
     uint64_t away_step;           /* ctx->step when it last left the device */
+    size_t carry_slot;            /* 1 + its index in exec.carried, or 0 */
     uint32_t internal_views;      /* of views, the runtime's own (recompute.c) */
     bool freeing;                 /* storage_free is under way */
     bool lost;                    /* advisor: dropped, and an input of its op
@@ -146,8 +147,16 @@ typedef struct cham_cached_plan {
     cham_plan_t *plan;
 } cham_cached_plan_t;
 
+/* A storage away across the step's end (an item that wraps): it comes
+ * back when op `op` of this step begins. */
+typedef struct cham_carried {
+    cham_storage_t *storage;      /* NULL once freed */
+    uint32_t op;
+} cham_carried_t;
+
 /* What the executor does in the step being run. Invariant: storage_of[i]
- * is the live storage item i matched this step, or NULL. */
+ * is the live storage item i matched this step, or NULL; carried[i] is a
+ * live storage whose carry_slot is i + 1, or NULL. */
 typedef struct cham_exec {
     cham_plan_t *plan;            /* applied this step, or NULL */
     cham_storage_t **storage_of;  /* n_items */
@@ -156,6 +165,8 @@ typedef struct cham_exec {
     size_t n_pending, cap_pending;
     size_t in_next;               /* next entry of plan->in_order */
     uint64_t step_base;           /* ops_total at the step's start */
+    cham_carried_t *carried;      /* by op: what comes back this step */
+    size_t n_carried, cap_carried, carry_next;
 } cham_exec_t;
 
 struct cham_context {
@@ -273,6 +284,14 @@ cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, con
 /* executor.c: the step starts / an op begins (planned swap-ins) / a tensor
  * is used (matching) / an op ends (planned swap-outs) / a storage dies. */
 void cham_exec_step_start(cham_context_t *ctx);
+/* The step ends, before the next plan is chosen: the storages of items
+ * that wrap, now away, are kept to come back in the next step whatever
+ * plan it applies. */
+void cham_exec_carry(cham_context_t *ctx);
+/* A new plan applies from the next step on (managed mode): the storages of
+ * its items that wrap, found by the profile's storage ids, leave now, so
+ * the first step under it starts as the plan expects. */
+void cham_exec_send_away(cham_context_t *ctx);
 cham_status_t cham_exec_op_begin(cham_context_t *ctx);
 /* A use of t by the op being begun, the pos-th of its tensors (inputs,
  * then outputs). */

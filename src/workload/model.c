@@ -221,29 +221,40 @@ static const char *human(uint64_t bytes, char *buf, size_t size)
     return buf;
 }
 
-bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, char *err, size_t err_size)
+bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t host, char *err,
+                   size_t err_size)
 {
     wl_state_t s;
     wl_device_state(m, &s);
     uint64_t total = s.weights + s.grads + s.optim;
-    if (total <= capacity)
+    uint64_t room = capacity > UINT64_MAX - host ? UINT64_MAX : capacity + host;
+    if (total <= room)
         return true;
-    char experts[32] = "", h[5][32];
+    char experts[32] = "", h[6][32];
     if (m->arch == CHAM_ARCH_MIXTRAL)
         snprintf(experts, sizeof experts, ", experts %u", m->experts);
+    char where[160];
+    if (host)
+        snprintf(where, sizeof where, "more than its capacity of %llu bytes (%s) and %s of "
+                 "pinned host memory together", (unsigned long long)capacity,
+                 human(capacity, h[1], sizeof h[1]), human(host, h[5], sizeof h[5]));
+    else
+        snprintf(where, sizeof where, "more than its capacity of %llu bytes (%s)",
+                 (unsigned long long)capacity, human(capacity, h[1], sizeof h[1]));
     cham_set_err(err, err_size,
-                 "the model state alone needs %llu bytes (%s) on this device, more than its "
-                 "capacity of %llu bytes (%s): weights %s, gradients %s, fp32 master weights "
-                 "and Adam moments %s for %llu parameters (%u layers, hidden %u, ffn %u, vocab "
-                 "%u%s; tp %u, pp %u, dp %u, zero %u). Only activations are swapped and model "
-                 "states stay on the device, so no policy can run this: shard it more (zero "
-                 "with dp, tp, pp) or use fewer layers",
-                 (unsigned long long)total, human(total, h[0], sizeof h[0]),
-                 (unsigned long long)capacity, human(capacity, h[1], sizeof h[1]),
+                 "the model state alone needs %llu bytes (%s) on this device, %s: weights %s, "
+                 "gradients %s, fp32 master weights and Adam moments %s for %llu parameters "
+                 "(%u layers, hidden %u, ffn %u, vocab %u%s; tp %u, pp %u, dp %u, zero %u). %s",
+                 (unsigned long long)total, human(total, h[0], sizeof h[0]), where,
                  human(s.weights, h[2], sizeof h[2]), human(s.grads, h[3], sizeof h[3]),
                  human(s.optim, h[4], sizeof h[4]),
                  (unsigned long long)cham_model_device_parameters(m), m->layers, m->hidden,
-                 m->ffn, m->vocab, experts, m->tp, m->pp, m->dp, m->zero);
+                 m->ffn, m->vocab, experts, m->tp, m->pp, m->dp, m->zero,
+                 host ? "No policy can run this: shard it more (zero with dp, tp, pp), use fewer "
+                        "layers or give more host memory"
+                      : "This strategy moves activations only and model state stays on the "
+                        "device, so no policy can run this: shard it more (zero with dp, tp, "
+                        "pp), use fewer layers, or use strategy chameleon");
     return false;
 }
 

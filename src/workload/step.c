@@ -100,12 +100,15 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
     cham_status_t st = cham_model_validate(m, err, err_size);
     if (st != CHAM_OK)
         return st;
-    /* Model states never move: if they alone exceed the device, say so now
-     * instead of after allocating as much of them as fits. */
+    /* Where model state cannot move, if it alone exceeds the device, say
+     * so now instead of after allocating as much of it as fits. */
     cham_device_info_t info;
     cham_device_get_info(cham_context_device(ctx), &info);
     char why[1024];
-    if (!wl_state_fits(m, info.capacity, why, sizeof why)) {
+    const cham_config_t *rc = cham_context_config(ctx);
+    if (!wl_state_fits(m, info.capacity,
+                       cham_config_moves_model_state(rc) ? rc->pinned_budget : 0, why,
+                       sizeof why)) {
         cham_set_err(err, err_size, "workload: %s", why);
         return CHAM_ERR_OUT_OF_MEMORY;
     }

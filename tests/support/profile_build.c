@@ -40,3 +40,10 @@ cham_profile_t *test_build_profile(const char *ph, const uint64_t *mem, const us
     cham_profile_set_duration(p, n * SEC);
     return p;
 }
+
+void test_mark_persistent(cham_profile_t *p, uint64_t storage)
+{
+    for (size_t u = 0; u < p->n_uses; u++)
+        if (p->uses[u].storage == storage)
+            p->uses[u].persistent = true;
+}

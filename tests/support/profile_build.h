@@ -20,5 +20,7 @@ typedef struct use_spec {
  * host OOM. */
 cham_profile_t *test_build_profile(const char *ph, const uint64_t *mem, const use_spec_t *uses,
                                    size_t n_uses);
+/* Marks every use of storage as persistent (model state). */
+void test_mark_persistent(cham_profile_t *p, uint64_t storage);
 
 #endif
