@@ -120,6 +120,12 @@ void cham_exec_send_away(cham_context_t *ctx)
             x->carried[s->carry_slot - 1].op = it->swap_in_op;
             continue;
         }
+        if (s->residency == CHAM_RESIDENT_HOST && s->host_block) {   /* a passive swap's */
+            if (!carried_add(x, s, it->swap_in_op))
+                break;
+            s->carry_slot = x->n_carried;
+            continue;
+        }
         if (s->residency != CHAM_RESIDENT_DEVICE || !s->block)
             continue;
         cham_status_t st = cham_storage_swap_out(s, CHAM_SWAP_PLANNED, ctx->ops_total);
@@ -131,7 +137,14 @@ void cham_exec_send_away(cham_context_t *ctx)
         s->away_step = ctx->step - 1;     /* it left with the step that ended */
         if (!carried_add(x, s, it->swap_in_op))
             break;
+        s->carry_slot = x->n_carried;
     }
+    /* So does what passive swaps left on the host: the plan counts it on
+     * the device (on demand, each would stall its first use). */
+    for (size_t i = 0; i < n; i++)
+        if (by[i]->residency == CHAM_RESIDENT_HOST && by[i]->host_block && !by[i]->carry_slot &&
+            !carried_add(x, by[i], 0))
+            break;
     carried_sort(x);
     free(by);
 }
