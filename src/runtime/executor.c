@@ -11,6 +11,12 @@
  * An item to recompute is dropped instead of swapped out, and its op runs
  * again when the op named for its swap-in begins.
  *
+ * An item that wraps (model state) comes back in the next step: its
+ * storage is carried over the step's end with the op of its swap-in,
+ * whatever plan the next step applies; a plan applied anew sends its own
+ * away between the steps (docs/executor.md, "Model state across the
+ * step's end").
+ *
  * Ops are placed by their index in the step, counted from the step's
  * start. When the step drifts from the profiled one (an op more or less),
  * swaps move by as much; a storage still on the host when an op needs it
