@@ -455,8 +455,8 @@ static void test_state_too_big(void **state)
     assert_null(w);
     const char *parts[] = {
         "the model state alone needs 107814649856 bytes (100.41 GiB) on this device",
-        "more than its capacity of 1073741824 bytes (1.00 GiB) and 16.00 GiB of pinned host "
-        "memory together",
+        "more than its capacity of 1073741824 bytes (1.00 GiB) and 16.00 GiB",
+        "of pinned host memory together",
         "weights 12.55 GiB, gradients 12.55 GiB, fp32 master weights and Adam moments 75.31 GiB",
         "for 6738415616 parameters (32 layers, hidden 4096, ffn 11008, vocab 32000;",
         "tp 1, pp 1, dp 1, zero 0)",
