@@ -52,7 +52,8 @@ static int by_carry_op(const void *a, const void *b)
 /* Slot numbers after the carried list changed, and its order by op. */
 static void carried_sort(cham_exec_t *x)
 {
-    qsort(x->carried, x->n_carried, sizeof *x->carried, by_carry_op);
+    if (x->n_carried > 1)         /* carried is NULL until the first */
+        qsort(x->carried, x->n_carried, sizeof *x->carried, by_carry_op);
     for (size_t i = 0; i < x->n_carried; i++)
         if (x->carried[i].storage)
             x->carried[i].storage->carry_slot = i + 1;
