@@ -42,7 +42,8 @@ static void usage(FILE *f)
             "Runs Chameleon's policy generator on a saved profile and prints the\n"
             "policy: what it predicts and, per swapped tensor, when it goes out,\n"
             "when its block is reused and when it comes back (per recomputed tensor,\n"
-            "when it is dropped and when its op runs again).\n"
+            "when it is dropped and when its op runs again). Model state away across\n"
+            "the step's end comes back in the next step: its ops there read \"+N\".\n"
             "  --device PRESET   device preset for the transfer bandwidths (and the\n"
             "                    capacity when neither --capacity nor the profile\n"
             "                    gives one); `chameleon devices` lists them\n"
@@ -138,15 +139,33 @@ static int parse(int argc, char **argv, plan_opts_t *o)
 }
 
 /* "17 relu": op index and name, from the profile's token names. */
-static void op_name(char *buf, size_t n, const cham_profile_view_t *pv, uint32_t op)
+/* "66 attention_backward"; an op of the next step (an item that wraps:
+ * model state back for the next step) as "+3 matmul". */
+static void op_name(char *buf, size_t n, const cham_profile_view_t *pv, uint32_t op,
+                    bool next_step)
 {
+    if (op >= pv->n_ops && pv->n_ops) {      /* free_op n: the next step's first op */
+        op -= (uint32_t)pv->n_ops;
+        next_step = true;
+    }
     const char *name = "?";
     if (op < pv->n_ops) {
         cham_op_token_t t = pv->ops[op].token;
         if (t >= 0 && (size_t)t < pv->n_tokens)
             name = pv->token_names[t];
     }
-    snprintf(buf, n, "%" PRIu32 " %s", op, name);
+    snprintf(buf, n, "%s%" PRIu32 " %s", next_step ? "+" : "", op, name);
+}
+
+/* The op columns of an item: out, done, free, in, use. */
+static void item_ops(const cham_policy_item_t *it, const cham_profile_view_t *pv,
+                     char names[5][96])
+{
+    op_name(names[0], sizeof names[0], pv, it->swap_out_op, false);
+    op_name(names[1], sizeof names[1], pv, it->swap_out_done_op, false);
+    op_name(names[2], sizeof names[2], pv, it->free_op, false);
+    op_name(names[3], sizeof names[3], pv, it->swap_in_op, it->wraps);
+    op_name(names[4], sizeof names[4], pv, it->use_op, it->wraps);
 }
 
 /* "80.00 GiB" or, below 1 GiB, "136.0 MiB". */
@@ -183,37 +202,28 @@ static void print_policy(const cham_policy_view_t *v, const cham_profile_view_t 
            v->n_items - n_rc, (double)swapped / MiB, n_rc, (double)dropped / MiB);
     if (v->n_items == 0)
         return;
-    /* Op columns as wide as their longest entry ("66 attention_backward"):
-     * names are never cut. */
+    /* Op columns as wide as their longest entry: names are never cut. */
     int w = (int)strlen("swap out after");
+    char names[5][96];
     for (size_t i = 0; i < v->n_items; i++) {
-        const cham_policy_item_t *it = &v->items[i];
-        const uint32_t ops[] = {it->swap_out_op, it->swap_out_done_op, it->free_op,
-                                it->swap_in_op, it->use_op};
-        for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
-            char buf[96];
-            op_name(buf, sizeof buf, pv, ops[k]);
-            if ((int)strlen(buf) > w)
-                w = (int)strlen(buf);
-        }
+        item_ops(&v->items[i], pv, names);
+        for (size_t k = 0; k < 5; k++)
+            if ((int)strlen(names[k]) > w)
+                w = (int)strlen(names[k]);
     }
     printf("\n%8s %10s  %-*s %-*s %-*s %5s %-*s %-*s %9s %10s %s\n", "storage", "MiB", w,
            "swap out after", w, "copy done at", w, "free at", "layer", w, "swap in before", w,
            "used by", "score", "stall us", "recompute us");
     for (size_t i = 0; i < v->n_items; i++) {
         const cham_policy_item_t *it = &v->items[i];
-        char out[96], done[96], fr[96], in[96], use[96];
-        op_name(out, sizeof out, pv, it->swap_out_op);
-        op_name(done, sizeof done, pv, it->swap_out_done_op);
-        op_name(fr, sizeof fr, pv, it->free_op);
-        op_name(in, sizeof in, pv, it->swap_in_op);
-        op_name(use, sizeof use, pv, it->use_op);
+        item_ops(it, pv, names);
         char rc[32] = "-";
         if (it->recompute)
             snprintf(rc, sizeof rc, "%.1f", (double)it->recompute_ns / 1e3);
         printf("%8" PRIu64 " %10.1f  %-*s %-*s %-*s %5" PRIu32 " %-*s %-*s %9.3g %10.1f %s\n",
-               it->storage, (double)it->bytes / MiB, w, out, w, done, w, fr, it->swap_in_layer,
-               w, in, w, use, it->score, (double)it->stall_ns / 1e3, rc);
+               it->storage, (double)it->bytes / MiB, w, names[0], w, names[1], w, names[2],
+               it->swap_in_layer, w, names[3], w, names[4], it->score,
+               (double)it->stall_ns / 1e3, rc);
     }
 }
 
