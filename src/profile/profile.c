@@ -180,6 +180,11 @@ void cham_profile_get(const cham_profile_t *p, cham_profile_view_t *view)
  * are kept apart so no step goes below zero; a profile whose swap-ins
  * exceed what was measured plus swapped out (not one a step can produce)
  * is clamped at 0, and sums saturate at UINT64_MAX. */
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
 void cham_profile_memory_curve(const cham_profile_t *p, uint64_t *actual,
                                uint64_t *without_swaps)
 {
@@ -192,19 +197,17 @@ void cham_profile_memory_curve(const cham_profile_t *p, uint64_t *actual,
     uint64_t out_sum = 0, in_sum = 0;
     for (size_t i = 0; i < p->n_swaps; i++)
         if (p->swaps[i].kind == CHAM_SWAP_IN && p->swaps[i].carried)
-            out_sum = out_sum > UINT64_MAX - p->swaps[i].bytes ? UINT64_MAX
-                                                               : out_sum + p->swaps[i].bytes;
+            out_sum = add_sat(out_sum, p->swaps[i].bytes);
     size_t k = 0;
     for (size_t s = 0; s < n_samples; s++) {
         const cham_profile_op_t *op = &p->ops[s / 2];
         uint64_t measured = s % 2 == 0 ? op->mem_before : op->mem_after;
         for (; k < p->n_swaps && p->swaps[k].sample <= s; k++) {
-            uint64_t b = p->swaps[k].bytes;
             uint64_t *sum = p->swaps[k].kind == CHAM_SWAP_OUT ? &out_sum : &in_sum;
-            *sum = *sum > UINT64_MAX - b ? UINT64_MAX : *sum + b;
+            *sum = add_sat(*sum, p->swaps[k].bytes);
         }
         actual[s] = measured;
-        uint64_t up = measured > UINT64_MAX - out_sum ? UINT64_MAX : measured + out_sum;
+        uint64_t up = add_sat(measured, out_sum);
         without_swaps[s] = up > in_sum ? up - in_sum : 0;
     }
     /* Swaps left over are at sample 2 * n_ops (after the last op, before
