@@ -66,6 +66,21 @@ static uint64_t add_ns(uint64_t a, double b)
     return t >= 1.8e19 ? UINT64_MAX : (uint64_t)t;
 }
 
+/* Blocks given back before op `before` (freed[*b] on): the compute stream
+ * waits for each one's copy out; the clock after. */
+static uint64_t wait_freed(cham_policy_t *p, const event_t *freed, size_t n, size_t *b,
+                           uint64_t before, const uint64_t *out_done, uint64_t now)
+{
+    for (; *b < n && freed[*b].op < before; (*b)++) {
+        cham_policy_item_t *it = &p->items[freed[*b].item];
+        if (!it->recompute && out_done[freed[*b].item] > now) {
+            it->stall_ns += out_done[freed[*b].item] - now;
+            now = out_done[freed[*b].item];
+        }
+    }
+    return now;
+}
+
 bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
                      double h2d_bw, double d2h_bw)
 {
@@ -81,14 +96,7 @@ bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
         uint64_t now = 0, d2h = 0, h2d = 0;   /* compute clock, queues' ends */
         size_t a = 0, b = 0, c = 0, d = 0;
         for (uint32_t k = 0; k < n_ops; k++) {
-            /* Blocks given back after op k - 1: compute waits for the copy. */
-            for (; b < n && freed[b].op < k; b++) {
-                cham_policy_item_t *it = &p->items[freed[b].item];
-                if (!it->recompute && out_done[freed[b].item] > now) {
-                    it->stall_ns += out_done[freed[b].item] - now;
-                    now = out_done[freed[b].item];
-                }
-            }
+            now = wait_freed(p, freed, n, &b, k, out_done, now);
             for (; c < n && in[c].op == k; c++) {
                 cham_policy_item_t *it = &p->items[in[c].item];
                 if (it->recompute) {
@@ -119,13 +127,7 @@ bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
         }
         /* Blocks given back at the next step's first op (items that wrap):
          * the step is not over before their copies are. */
-        for (; b < n; b++) {
-            cham_policy_item_t *it = &p->items[freed[b].item];
-            if (!it->recompute && out_done[freed[b].item] > now) {
-                it->stall_ns += out_done[freed[b].item] - now;
-                now = out_done[freed[b].item];
-            }
-        }
+        wait_freed(p, freed, n, &b, UINT64_MAX, out_done, now);
     }
     free(out);
     free(freed);
