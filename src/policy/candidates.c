@@ -244,12 +244,9 @@ bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t,
     for (size_t i = 0; i < n_t; i++) {
         if (t[i].chosen)
             continue;
-        size_t lo, hi, c;
+        size_t lo, hi;
         cham_gen_window(l, &t[i], &lo, &hi);
-        if (t[i].wraps)
-            c = cham_mrl_count(mrl, lo, mrl->samples) + cham_mrl_count(mrl, 0, hi);
-        else
-            c = lo < hi ? cham_mrl_count(mrl, lo, hi) : 0;
+        size_t c = cham_mrl_count_span(mrl, lo, hi, t[i].wraps);
         if (c == 0)
             continue;
         v[(*n_cl)++] = (cham_gen_cand_t){

@@ -101,6 +101,11 @@ void cham_mrl_free(cham_mrl_t *m);
 void cham_mrl_subtract(cham_mrl_t *m, size_t lo, size_t hi, uint64_t bytes);
 /* Entries in samples [lo, hi). */
 size_t cham_mrl_count(cham_mrl_t *m, size_t lo, size_t hi);
+/* The two above over a span of samples that may wrap past the step's end:
+ * [lo, hi), or with wraps [lo, samples) and [0, hi) (model state away
+ * from one step into the next). */
+void cham_mrl_subtract_span(cham_mrl_t *m, size_t lo, size_t hi, bool wraps, uint64_t bytes);
+size_t cham_mrl_count_span(cham_mrl_t *m, size_t lo, size_t hi, bool wraps);
 /* The last entry in [lo, hi): true and *at, or false when there is none. */
 bool cham_mrl_last(cham_mrl_t *m, size_t lo, size_t hi, size_t *at);
 /* Whether the list holds an entry: O(1). */

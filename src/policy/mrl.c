@@ -196,6 +196,18 @@ size_t cham_mrl_count(cham_mrl_t *m, size_t lo, size_t hi)
     return rank(m, b) - rank(m, a);
 }
 
+void cham_mrl_subtract_span(cham_mrl_t *m, size_t lo, size_t hi, bool wraps, uint64_t bytes)
+{
+    cham_mrl_subtract(m, lo, wraps ? m->samples : hi, bytes);
+    if (wraps)
+        cham_mrl_subtract(m, 0, hi, bytes);
+}
+
+size_t cham_mrl_count_span(cham_mrl_t *m, size_t lo, size_t hi, bool wraps)
+{
+    return cham_mrl_count(m, lo, wraps ? m->samples : hi) + (wraps ? cham_mrl_count(m, 0, hi) : 0);
+}
+
 bool cham_mrl_last(cham_mrl_t *m, size_t lo, size_t hi, size_t *at)
 {
     size_t a, b;

@@ -497,12 +497,8 @@ bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t
         budget_take(&s->d2h, pl->out_first, pl->out_layer, pl->out_layer, pl->t_out);
         budget_take(&s->h2d, pl->in_layer, pl->in_last, pl->in_layer, pl->t_in);
     }
-    if (t->wraps) {
-        cham_mrl_subtract(mrl, 2 * (size_t)pl->free_op, mrl->samples, t->bytes);
-        cham_mrl_subtract(mrl, 0, 2 * (size_t)pl->in_op, t->bytes);
-    } else {
-        cham_mrl_subtract(mrl, 2 * (size_t)pl->free_op, 2 * (size_t)pl->in_op, t->bytes);
-    }
+    cham_mrl_subtract_span(mrl, 2 * (size_t)pl->free_op, 2 * (size_t)pl->in_op, t->wraps,
+                           t->bytes);
     return true;
 }
 
