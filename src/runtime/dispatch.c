@@ -332,31 +332,18 @@ cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase)
     return CHAM_OK;
 }
 
-static int cmp_id(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* A use is persistent when its storage was made before the step (marked
  * as it happens) and is still alive now; false when the host is out of
  * memory. */
 static bool mark_persistent(cham_context_t *ctx, cham_profile_t *p)
 {
-    size_t n = 0;
-    for (cham_storage_t *s = ctx->storages; s; s = s->next)
-        n++;
-    uint64_t *alive = malloc((n ? n : 1) * sizeof *alive);
+    size_t n;
+    cham_storage_t **alive = cham_storages_by_id(ctx, &n);
     if (!alive)
         return false;
-    n = 0;
-    for (cham_storage_t *s = ctx->storages; s; s = s->next)
-        alive[n++] = s->id;
-    qsort(alive, n, sizeof *alive, cmp_id);
     for (size_t u = 0; u < p->n_uses; u++)
         if (p->uses[u].persistent)
-            p->uses[u].persistent = bsearch(&p->uses[u].storage, alive, n, sizeof *alive,
-                                            cmp_id) != NULL;
+            p->uses[u].persistent = cham_storage_find(alive, n, p->uses[u].storage) != NULL;
     free(alive);
     return true;
 }

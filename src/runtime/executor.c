@@ -88,12 +88,6 @@ void cham_exec_carry(cham_context_t *ctx)
     carried_sort(x);
 }
 
-static int by_id(const void *a, const void *b)
-{
-    uint64_t x = (*(cham_storage_t *const *)a)->id, y = (*(cham_storage_t *const *)b)->id;
-    return (x > y) - (x < y);
-}
-
 void cham_exec_send_away(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
@@ -102,23 +96,15 @@ void cham_exec_send_away(cham_context_t *ctx)
         return;
     /* What the plan before left away comes back first thing, as this
      * plan expects, unless this plan wants it away too (below). */
-    size_t n = 0;
     for (size_t i = 0; i < x->n_carried; i++)
         x->carried[i].op = 0;
-    for (cham_storage_t *s = ctx->storages; s; s = s->next)
-        n++;
-    cham_storage_t **by = malloc((n ? n : 1) * sizeof *by);
+    size_t n;
+    cham_storage_t **by = cham_storages_by_id(ctx, &n);
     if (!by)
         return;           /* host OOM: the first step runs on passive swaps */
-    n = 0;
-    for (cham_storage_t *s = ctx->storages; s; s = s->next)
-        by[n++] = s;
-    qsort(by, n, sizeof *by, by_id);
     for (size_t i = 0; i < pol->n_items; i++) {
         const cham_policy_item_t *it = &pol->items[i];
-        cham_storage_t key = {.id = it->storage}, *k = &key;
-        cham_storage_t **found = it->wraps ? bsearch(&k, by, n, sizeof *by, by_id) : NULL;
-        cham_storage_t *s = found ? *found : NULL;
+        cham_storage_t *s = it->wraps ? cham_storage_find(by, n, it->storage) : NULL;
         /* Another run's policy names other storages: one of another size
          * is not the one (moving a wrong one costs time, never data). */
         if (!s || s->bytes != it->bytes)

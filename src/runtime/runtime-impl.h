@@ -270,6 +270,11 @@ void cham_storage_give_back(cham_storage_t *s);
 cham_tensor_t *cham_storage_new_view(cham_storage_t *s);
 /* tensor.c: device bytes held by tensors change. */
 void cham_context_mem_add(cham_context_t *ctx, int64_t bytes);
+/* tensor.c: the context's live storages sorted by id, *n of them, in a new
+ * array (free it); NULL when the host is out of memory. */
+cham_storage_t **cham_storages_by_id(cham_context_t *ctx, size_t *n);
+/* tensor.c: the storage with this id in such an array, or NULL. */
+cham_storage_t *cham_storage_find(cham_storage_t *const *by_id, size_t n, uint64_t id);
 
 /* oom.c: whether the OOM path may move tensors out (passive swaps). */
 bool cham_oom_passive(const cham_context_t *ctx);

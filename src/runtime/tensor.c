@@ -306,6 +306,40 @@ cham_residency_t cham_tensor_residency(const cham_tensor_t *t)
     return s->residency;
 }
 
+static int by_id(const void *a, const void *b)
+{
+    uint64_t x = (*(cham_storage_t *const *)a)->id, y = (*(cham_storage_t *const *)b)->id;
+    return (x > y) - (x < y);
+}
+
+cham_storage_t **cham_storages_by_id(cham_context_t *ctx, size_t *n)
+{
+    *n = 0;
+    for (cham_storage_t *s = ctx->storages; s; s = s->next)
+        (*n)++;
+    cham_storage_t **v = malloc((*n ? *n : 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    size_t i = 0;
+    for (cham_storage_t *s = ctx->storages; s; s = s->next)
+        v[i++] = s;
+    qsort(v, i, sizeof *v, by_id);
+    return v;
+}
+
+cham_storage_t *cham_storage_find(cham_storage_t *const *by_id, size_t n, uint64_t id)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (by_id[mid]->id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && by_id[lo]->id == id ? by_id[lo] : NULL;
+}
+
 /* ---- swapping -------------------------------------------------------------*/
 
 static cham_status_t ensure_event(cham_context_t *ctx, cham_event_t **e)
