@@ -39,7 +39,6 @@ cham_status_t cham_strategy_apply(cham_strategy_t s, cham_config_t *c)
                  : s == CHAM_STRATEGY_VDNN   ? CHAM_PLANNER_VDNN
                                              : CHAM_PLANNER_CHAMELEON;
     c->recompute = s == CHAM_STRATEGY_CHAMELEON;
-    c->model_state = c->planner == CHAM_PLANNER_CHAMELEON;
     if (s == CHAM_STRATEGY_IDEAL)
         c->device.capacity = 64 * TiB;    /* the config's largest: unlimited here */
     return CHAM_OK;
