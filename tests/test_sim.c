@@ -442,6 +442,93 @@ static void test_open_errors(void **state)
     cham_device_close(dev);
 }
 
+static void count_hazard(const cham_hazard_t *h, void *user)
+{
+    (void)h;
+    ++*(int *)user;
+}
+
+/* A host stream: its kernels take the host's figures (here 1e11 FLOP/s and
+ * 1e10 B/s) on pinned memory, wait for events like any stream, and a read
+ * of a buffer a copy still writes is a hazard. */
+static void test_host_stream(void **state)
+{
+    (void)state;
+    cham_device_config_t c = cham_device_config_default();
+    c.preset = "rtx3090-24g";            /* a preset with no host */
+    c.capacity = 256 * MiB;
+    c.h2d_bandwidth = c.d2h_bandwidth = 1e10;
+    c.kernel_overhead_ns = c.copy_latency_ns = 1;
+    c.launch_ns = 1000;
+    cham_device_t *dev;
+    assert_int_equal(cham_device_open(&c, &dev), CHAM_OK);
+    cham_stream_t *h;
+    assert_int_equal(cham_stream_new_host(dev, "adam", &h), CHAM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(cham_device_last_error(dev), "rtx3090-24g"));
+    assert_non_null(strstr(cham_device_last_error(dev), "host_flops"));
+    cham_device_close(dev);
+
+    c.host_flops = 1e11;
+    c.host_mem_bandwidth = 1e10;
+    assert_int_equal(cham_device_open(&c, &dev), CHAM_OK);
+    cham_device_info_t info;
+    cham_device_get_info(dev, &info);
+    assert_true(info.host_flops == 1e11 && info.host_mem_bandwidth == 1e10);
+    int hazards = 0;
+    cham_device_set_hazard_hook(dev, count_hazard, &hazards);
+    timeline_t tl = {.n = 0};
+    cham_device_set_task_hook(dev, record_task, &tl);
+    cham_stream_t *copy;
+    assert_int_equal(cham_stream_new_host(dev, "adam", &h), CHAM_OK);
+    assert_int_equal(cham_stream_new(dev, "copy", &copy), CHAM_OK);
+    assert_true(cham_stream_on_host(h) && !cham_stream_on_host(copy));
+    void *d, *p;
+    cham_device_mem_alloc(dev, 4 * MiB, &d);
+    cham_device_host_alloc(dev, 4 * MiB, &p);
+    cham_access_t on_device = {d, MiB, CHAM_ACCESS_READ};
+    cham_kernel_t k = {.label = "bad", .bytes = 1, .accesses = &on_device, .n_accesses = 1};
+    assert_int_equal(cham_kernel_launch(h, &k), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_device_last_error(dev), "pinned host"));
+    assert_int_equal(cham_copy_async(h, p, d, MiB, CHAM_COPY_D2H, "x"), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_device_last_error(dev), "host stream"));
+
+    /* 1e7 bytes at 1e10 B/s: 1 ms; 1e9 FLOP at 1e11 FLOP/s: 10 ms. */
+    cham_access_t acc = {p, MiB, CHAM_ACCESS_READ_WRITE};
+    cham_kernel_t mem = {.label = "mem", .bytes = 1e7, .accesses = &acc, .n_accesses = 1};
+    cham_kernel_t flop = {.label = "flop", .flops = 1e9, .accesses = &acc, .n_accesses = 1};
+    assert_int_equal(cham_kernel_launch(h, &mem), CHAM_OK);
+    assert_int_equal(cham_kernel_launch(h, &flop), CHAM_OK);
+    assert_int_equal(tl.n, 2);
+    assert_int_equal(tl.t[0].end_ns - tl.t[0].start_ns, 1000001);
+    assert_int_equal(tl.t[1].end_ns - tl.t[1].start_ns, 10000001);
+    assert_int_equal(hazards, 0);
+    cham_stream_synchronize(h);
+    tl.n = 0;
+
+    /* A copy into the buffer, then host work on it: ordered by an event,
+     * no hazard; not ordered, one. */
+    cham_event_t *ev;
+    cham_event_new(dev, &ev);
+    assert_int_equal(cham_copy_async(copy, p, d, MiB, CHAM_COPY_D2H, "in"), CHAM_OK);
+    cham_event_record(ev, copy);
+    cham_stream_wait_event(h, ev);
+    assert_int_equal(cham_kernel_launch(h, &mem), CHAM_OK);
+    assert_int_equal(hazards, 0);
+    assert_int_equal(tl.n, 2);
+    assert_true(tl.t[1].start_ns >= tl.t[0].end_ns);
+    cham_device_synchronize(dev);
+    assert_int_equal(cham_copy_async(copy, p, d, MiB, CHAM_COPY_D2H, "in"), CHAM_OK);
+    assert_int_equal(cham_kernel_launch(h, &mem), CHAM_OK);
+    assert_int_equal(hazards, 1);
+    cham_device_synchronize(dev);
+    cham_event_free(ev);
+    cham_device_mem_free(dev, d);
+    cham_device_host_free(dev, p);
+    cham_stream_free(copy);
+    cham_stream_free(h);
+    cham_device_close(dev);
+}
+
 static void test_stream_ids_reused(void **state)
 {
     (void)state;
@@ -475,6 +562,7 @@ int main(void)
         cmocka_unit_test(test_data_mode_round_trip),
         cmocka_unit_test(test_open_errors),
         cmocka_unit_test(test_stream_ids_reused),
+        cmocka_unit_test(test_host_stream),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

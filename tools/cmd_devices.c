@@ -9,14 +9,19 @@
 
 static void list_presets(void)
 {
-    printf("%-12s %9s %11s %10s %9s %9s %9s  %s\n", "preset", "memory", "fp16 dense",
-           "HBM", "H2D", "D2H", "P2P", "device");
+    printf("%-12s %9s %11s %10s %9s %9s %9s %20s  %s\n", "preset", "memory", "fp16 dense",
+           "HBM", "H2D", "D2H", "P2P", "host share", "device");
     for (size_t i = 0; i < cham_preset_count(); i++) {
         const cham_preset_t *p = cham_preset_at(i);
-        printf("%-12s %5.0f GiB %6.0f TF/s %6.0f GB/s %4.0f GB/s %4.0f GB/s %4.0f GB/s  %s%s\n",
+        char host[32] = "none";
+        if (p->host_flops > 0)
+            snprintf(host, sizeof host, "%.2f TF/s %3.0f GB/s", p->host_flops / 1e12,
+                     p->host_mem_bandwidth / 1e9);
+        printf("%-12s %5.0f GiB %6.0f TF/s %6.0f GB/s %4.0f GB/s %4.0f GB/s %4.0f GB/s %20s  "
+               "%s%s\n",
                p->name, (double)p->capacity / (1u << 30), p->peak_flops / 1e12,
                p->hbm_bandwidth / 1e9, p->h2d_bandwidth / 1e9, p->d2h_bandwidth / 1e9,
-               p->p2p_bandwidth / 1e9, p->description,
+               p->p2p_bandwidth / 1e9, host, p->description,
                strcmp(p->name, cham_preset_default_name()) == 0 ? " (default)" : "");
     }
     printf("\nFigures and their sources: docs/devices.md\n");

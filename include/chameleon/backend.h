@@ -15,9 +15,10 @@
 extern "C" {
 #endif
 
-/* 2 added the optional watching slots at the end; tables of version 1 are
- * still accepted (as tables without them). */
-#define CHAM_BACKEND_API_VERSION 2
+/* 2 added the optional watching and virtual memory slots, 3 the host
+ * streams' slot, each at the end; tables of older versions are still
+ * accepted (as tables without those slots). */
+#define CHAM_BACKEND_API_VERSION 3
 
 typedef struct cham_backend_iface {
     int api_version;         /* CHAM_BACKEND_API_VERSION */
@@ -83,6 +84,13 @@ typedef struct cham_backend_iface {
     void (*phys_release)(void *ctx, void *phys);
     cham_status_t (*vm_map)(void *ctx, void *va, void *phys, size_t bytes);
     cham_status_t (*vm_unmap)(void *ctx, void *va, size_t bytes);
+
+    /* Host streams, optional (both NULL: none; chameleon/device.h,
+     * cham_stream_new_host). The device layer refuses copies on them and
+     * launches their kernels through host_launch; stream_free, synchronize,
+     * wait_event and event_record take them as any stream. */
+    cham_status_t (*stream_new_host)(void *ctx, int id, const char *name, void **stream);
+    cham_status_t (*host_launch)(void *ctx, void *stream, const cham_kernel_t *kernel);
 } cham_backend_iface_t;
 
 /* Opens a device over a backend table. On success the device owns ctx and

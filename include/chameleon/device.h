@@ -36,6 +36,8 @@ typedef struct cham_device_config {
     double h2d_bandwidth;    /* host-to-device link, bytes/s */
     double d2h_bandwidth;    /* device-to-host link, bytes/s */
     double p2p_bandwidth;    /* device-to-device link for communication, bytes/s */
+    double host_flops;       /* fp32 FLOP/s of this device's share of the host CPU */
+    double host_mem_bandwidth; /* bytes/s of its share of host DRAM */
 
     /* sim only: the host side of eager dispatch (0 = default). */
     uint64_t launch_ns;      /* host time to dispatch one kernel or copy */
@@ -75,6 +77,11 @@ typedef struct cham_device_info {
     double h2d_bandwidth;
     double d2h_bandwidth;
     double p2p_bandwidth;
+    /* This device's share of the host CPU, for work on host streams
+     * (cham_stream_new_host): fp32 FLOP/s and DRAM bytes/s; 0 when not
+     * known (then the sim offers no host streams). */
+    double host_flops;
+    double host_mem_bandwidth;
     bool data;               /* memory holds real bytes that copies move */
 } cham_device_info_t;
 void cham_device_get_info(const cham_device_t *dev, cham_device_info_t *info);
@@ -133,6 +140,18 @@ cham_status_t cham_stream_new(cham_device_t *dev, const char *name,
                               cham_stream_t **out);
 void cham_stream_free(cham_stream_t *stream);
 /* Small dense id (0, 1, ...) of the stream within its device. */
+/* A host stream: work the host CPU runs in stream order, ordered against
+ * device streams by events (an optimizer on the host, ZeRO-Offload style).
+ * Kernels launched on it read and write pinned host memory only and run
+ * their cpu_fn (on cuda through cudaLaunchHostFunc, so cpu_fn and its arg
+ * must live until it has run; native_fn is never called); the sim times
+ * them by the host figures (cham_device_info_t host_flops,
+ * host_mem_bandwidth) instead of the device's. Copies on it are refused.
+ * CHAM_ERR_UNSUPPORTED when the backend has no host streams or, on sim,
+ * the device has no host figures (err names the preset). */
+cham_status_t cham_stream_new_host(cham_device_t *dev, const char *name,
+                                   cham_stream_t **out);
+bool cham_stream_on_host(const cham_stream_t *stream);
 int cham_stream_id(const cham_stream_t *stream);
 const char *cham_stream_name(const cham_stream_t *stream);
 cham_device_t *cham_stream_device(const cham_stream_t *stream);
@@ -283,6 +302,8 @@ typedef struct cham_preset {
     double h2d_bandwidth;
     double d2h_bandwidth;
     double p2p_bandwidth;
+    double host_flops;       /* 0: the preset names no host */
+    double host_mem_bandwidth;
 } cham_preset_t;
 
 /* Number of built-in presets and the i-th one (NULL past the end). */

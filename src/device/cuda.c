@@ -60,6 +60,7 @@ typedef struct cuda_ctx {
     double h2d_bandwidth;    /* config overrides, 0 = unknown */
     double d2h_bandwidth;
     double p2p_bandwidth;
+    double host_flops, host_mem_bandwidth;   /* the config's (0: not known) */
     cuda_seg_list_t mem;     /* device segments */
     cuda_seg_list_t host;    /* pinned host blocks */
     cham_cuda_vmm_t vmm;     /* the driver's virtual memory functions */
@@ -232,6 +233,8 @@ static void cuda_get_info(void *vctx, cham_device_info_t *info)
     info->h2d_bandwidth = ctx->h2d_bandwidth;
     info->d2h_bandwidth = ctx->d2h_bandwidth;
     info->p2p_bandwidth = ctx->p2p_bandwidth;
+    info->host_flops = ctx->host_flops;
+    info->host_mem_bandwidth = ctx->host_mem_bandwidth;
     info->data = true;
 }
 
@@ -422,6 +425,25 @@ static cham_status_t cuda_kernel_launch(void *vctx, void *stream, const cham_ker
     return CHAM_CUDA_CHECK(ctx, ctx->rt.cudaGetLastError(), "kernel \"%s\"", label);
 }
 
+/* Work on a host stream: the CPU function, queued in stream order. The
+ * caller keeps k->arg alive until it has run (chameleon/device.h). */
+static cham_status_t cuda_host_launch(void *vctx, void *stream, const cham_kernel_t *k)
+{
+    cuda_ctx_t *ctx = vctx;
+    const char *label = k->label ? k->label : "";
+    if (!k->cpu_fn) {
+        cham_device_set_error(ctx->dev, "cuda: host kernel \"%s\" has no cpu_fn: work on a "
+                              "host stream runs through cudaLaunchHostFunc", label);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_status_t st = cuda_enter(ctx);
+    if (st != CHAM_OK)
+        return st;
+    return CHAM_CUDA_CHECK(ctx, ctx->rt.cudaLaunchHostFunc((cudaStream_t)stream, k->cpu_fn,
+                                                           k->arg),
+                           "host kernel \"%s\"", label);
+}
+
 static cham_status_t cuda_device_synchronize(void *vctx)
 {
     cuda_ctx_t *ctx = vctx;
@@ -582,6 +604,10 @@ static const cham_backend_iface_t cuda_iface = {
     /* .stream_new: cudaStreamCreateWithFlags(cudaStreamNonBlocking), so the
      * legacy default stream never serialises our streams. */
     .stream_new = cuda_stream_new,
+    /* .stream_new_host: a stream as above whose kernels host_launch queues
+     * with cudaLaunchHostFunc: the CPU runs them in stream order. */
+    .stream_new_host = cuda_stream_new,
+    .host_launch = cuda_host_launch,
     /* .stream_free: cudaStreamDestroy (queued work still completes). */
     .stream_free = cuda_stream_free,
     /* .stream_synchronize: cudaStreamSynchronize. */
@@ -706,6 +732,8 @@ cham_status_t cham_cuda_open(const cham_device_config_t *config, cham_device_t *
     ctx->h2d_bandwidth = config->h2d_bandwidth;
     ctx->d2h_bandwidth = config->d2h_bandwidth;
     ctx->p2p_bandwidth = config->p2p_bandwidth;
+    ctx->host_flops = config->host_flops;
+    ctx->host_mem_bandwidth = config->host_mem_bandwidth;
     /* Virtual memory when the driver offers it; without, the device still
      * works (allocators use classic segments). */
     size_t g = 0;

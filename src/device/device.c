@@ -20,6 +20,7 @@ struct cham_device {
     const cham_backend_iface_t *iface;
     void *ctx;
     bool watchable;               /* the table has the watching slots */
+    bool host_streams;            /* the table has the host streams' slot */
     uint64_t stream_used;
     int live_events;
     char error[512];
@@ -29,6 +30,7 @@ struct cham_stream {
     cham_device_t *dev;
     void *impl;
     int id;
+    bool host;               /* the host CPU runs its work (cham_stream_new_host) */
     char name[CHAM_NAME_MAX];
 };
 
@@ -92,7 +94,7 @@ cham_status_t cham_device_open_iface(const cham_backend_iface_t *iface, void *ct
 {
     CHAM_ASSERT(iface && out);
     *out = NULL;
-    if (iface->api_version != CHAM_BACKEND_API_VERSION && iface->api_version != 1) {
+    if (iface->api_version < 1 || iface->api_version > CHAM_BACKEND_API_VERSION) {
         cham_device_set_open_error("backend \"%s\" has api_version %d, this library "
                                    "speaks %d", iface->name ? iface->name : "?",
                                    iface->api_version, CHAM_BACKEND_API_VERSION);
@@ -106,6 +108,7 @@ cham_status_t cham_device_open_iface(const cham_backend_iface_t *iface, void *ct
     dev->iface = iface;
     dev->ctx = ctx;
     dev->watchable = iface->api_version >= 2;   /* version 1 tables end before those slots */
+    dev->host_streams = iface->api_version >= 3 && iface->stream_new_host && iface->host_launch;
     if (iface->attach)
         iface->attach(ctx, dev);
     *out = dev;
@@ -175,10 +178,15 @@ void cham_device_host_free(cham_device_t *dev, void *ptr)
 
 /* ---- streams ------------------------------------------------------------*/
 
-cham_status_t cham_stream_new(cham_device_t *dev, const char *name, cham_stream_t **out)
+static cham_status_t stream_new(cham_device_t *dev, const char *name, bool host,
+                                cham_stream_t **out)
 {
     CHAM_ASSERT(dev && out);
     *out = NULL;
+    if (host && !dev->host_streams) {
+        cham_device_set_error(dev, "the %s backend has no host streams", dev->iface->name);
+        return CHAM_ERR_UNSUPPORTED;
+    }
     if (dev->stream_used == UINT64_MAX) {
         cham_device_set_error(dev, "too many streams: at most %d may be live at once",
                               CHAM_MAX_STREAMS);
@@ -194,11 +202,13 @@ cham_status_t cham_stream_new(cham_device_t *dev, const char *name, cham_stream_
     }
     s->dev = dev;
     s->id = id;
+    s->host = host;
     if (name && *name)
         snprintf(s->name, sizeof s->name, "%s", name);
     else
         snprintf(s->name, sizeof s->name, "stream%d", id);
-    cham_status_t st = dev->iface->stream_new(dev->ctx, id, s->name, &s->impl);
+    cham_status_t st = (host ? dev->iface->stream_new_host
+                             : dev->iface->stream_new)(dev->ctx, id, s->name, &s->impl);
     if (st != CHAM_OK) {
         free(s);
         return st;
@@ -206,6 +216,22 @@ cham_status_t cham_stream_new(cham_device_t *dev, const char *name, cham_stream_
     dev->stream_used |= UINT64_C(1) << id;
     *out = s;
     return CHAM_OK;
+}
+
+cham_status_t cham_stream_new(cham_device_t *dev, const char *name, cham_stream_t **out)
+{
+    return stream_new(dev, name, false, out);
+}
+
+cham_status_t cham_stream_new_host(cham_device_t *dev, const char *name, cham_stream_t **out)
+{
+    return stream_new(dev, name, true, out);
+}
+
+bool cham_stream_on_host(const cham_stream_t *s)
+{
+    CHAM_ASSERT(s);
+    return s->host;
 }
 
 void cham_stream_free(cham_stream_t *s)
@@ -307,6 +333,11 @@ cham_status_t cham_copy_async(cham_stream_t *s, void *dst, const void *src, size
         cham_device_set_error(s->dev, "copy kind %d is not one of H2D, D2H, D2D", (int)kind);
         return CHAM_ERR_INVALID_ARG;
     }
+    if (s->host) {
+        cham_device_set_error(s->dev, "copy \"%s\" on host stream \"%s\": copies run on "
+                              "device streams only", label ? label : "", s->name);
+        return CHAM_ERR_INVALID_ARG;
+    }
     if (bytes > 0 && (!dst || !src)) {
         cham_device_set_error(s->dev, "copy \"%s\" of %zu bytes with a NULL %s pointer",
                               label ? label : "", bytes, dst ? "source" : "destination");
@@ -325,7 +356,8 @@ cham_status_t cham_kernel_launch(cham_stream_t *s, const cham_kernel_t *k)
                               k->flops, k->bytes);
         return CHAM_ERR_INVALID_ARG;
     }
-    return s->dev->iface->kernel_launch(s->dev->ctx, s->impl, k);
+    return (s->host ? s->dev->iface->host_launch
+                    : s->dev->iface->kernel_launch)(s->dev->ctx, s->impl, k);
 }
 
 cham_status_t cham_device_synchronize(cham_device_t *dev)

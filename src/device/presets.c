@@ -11,7 +11,11 @@
  *                   bidirectional figure data sheets print (Gen3 16 GB/s,
  *                   Gen4 32 GB/s, Gen5 64 GB/s);
  *   p2p_bandwidth   aggregate device-to-device link bandwidth of one device,
- *                   per direction (NVLink, NVLink bridge or HCCS). */
+ *                   per direction (NVLink, NVLink bridge or HCCS);
+ *   host_flops,     this device's share of its reference server's host:
+ *   host_mem_bandwidth  peak fp32 vector FLOP/s and DRAM bytes/s of all
+ *                   sockets divided by the accelerators per server (0: the
+ *                   preset names no server). */
 #include "chameleon/device.h"
 
 #include <string.h>
@@ -31,6 +35,10 @@ static const cham_preset_t presets[] = {
         .h2d_bandwidth = 32e9,
         .d2h_bandwidth = 32e9,
         .p2p_bandwidth = 196e9,
+        /* Atlas 800T A2: 4 Kunpeng 920 (48 cores, 2.6 GHz, 16 fp32
+         * FLOP/cycle; 8 x DDR4-2933 each) for 8 NPUs (assumed, docs). */
+        .host_flops = 1.0e12,
+        .host_mem_bandwidth = 93.9e9,
     },
     {
         /* A100 SXM4 80GB: 312 TFLOPS, 2,039 GB/s HBM2e, PCIe Gen4 64 GB/s
@@ -43,6 +51,10 @@ static const cham_preset_t presets[] = {
         .h2d_bandwidth = 32e9,
         .d2h_bandwidth = 32e9,
         .p2p_bandwidth = 300e9,
+        /* DGX A100: 2 EPYC 7742 (64 cores, 2.25 GHz, 32 fp32
+         * FLOP/cycle; 8 x DDR4-3200 each) for 8 GPUs. */
+        .host_flops = 1.152e12,
+        .host_mem_bandwidth = 51.2e9,
     },
     {
         /* H100 SXM5 80GB: 1,979 TFLOPS with sparsity -> 989.4 dense,
@@ -56,6 +68,10 @@ static const cham_preset_t presets[] = {
         .h2d_bandwidth = 64e9,
         .d2h_bandwidth = 64e9,
         .p2p_bandwidth = 450e9,
+        /* DGX H100: 2 Xeon 8480C (56 cores, 2.0 GHz, 64 fp32
+         * FLOP/cycle; 8 x DDR5-4800 each) for 8 GPUs. */
+        .host_flops = 1.792e12,
+        .host_mem_bandwidth = 76.8e9,
     },
     {
         /* V100 SXM2 16GB: 125 TFLOPS tensor, 900 GB/s HBM2, PCIe Gen3
@@ -68,6 +84,10 @@ static const cham_preset_t presets[] = {
         .h2d_bandwidth = 16e9,
         .d2h_bandwidth = 16e9,
         .p2p_bandwidth = 150e9,
+        /* DGX-1: 2 Xeon E5-2698 v4 (20 cores, 2.2 GHz, 32 fp32
+         * FLOP/cycle; 4 x DDR4-2400 each) for 8 GPUs. */
+        .host_flops = 0.352e12,
+        .host_mem_bandwidth = 19.2e9,
     },
     {
         /* GeForce RTX 3090: 71 TFLOPS fp16 with fp32 accumulate (and bf16;

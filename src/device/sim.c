@@ -296,9 +296,8 @@ static void sim_host_free_slot(void *ctx, void *ptr)
 
 /* ---- streams and events -------------------------------------------------*/
 
-static cham_status_t sim_stream_new(void *ctx, int id, const char *name, void **out)
+static cham_status_t stream_new(sim_t *s, int id, const char *name, void **out)
 {
-    sim_t *s = ctx;
     if (id >= CHAM_SIM_MAX_STREAMS) {
         cham_device_set_error(s->dev, "sim: at most %d streams", CHAM_SIM_MAX_STREAMS);
         return CHAM_ERR_INVALID_ARG;
@@ -317,6 +316,25 @@ static cham_status_t sim_stream_new(void *ctx, int id, const char *name, void **
         sim_hazard_name_stream(s->hazard, id, name);
     *out = st;
     return CHAM_OK;
+}
+
+static cham_status_t sim_stream_new(void *ctx, int id, const char *name, void **out)
+{
+    return stream_new(ctx, id, name, out);
+}
+
+static cham_status_t sim_stream_new_host(void *ctx, int id, const char *name, void **out)
+{
+    sim_t *s = ctx;
+    if (!(s->preset.host_flops > 0 && s->preset.host_mem_bandwidth > 0)) {
+        cham_device_set_error(s->dev, "sim %s: no host-compute figures (host_flops %g, "
+                              "host_mem_bandwidth %g): the preset names no host, so host "
+                              "stream \"%s\" cannot be timed; set both in the device config",
+                              s->name, s->preset.host_flops, s->preset.host_mem_bandwidth,
+                              name);
+        return CHAM_ERR_UNSUPPORTED;
+    }
+    return stream_new(s, id, name, out);
 }
 
 static void sim_stream_free(void *ctx, void *stream)
@@ -517,19 +535,24 @@ static cham_status_t sim_copy_async(void *ctx, void *stream, void *dst, const vo
     return CHAM_OK;
 }
 
-static cham_status_t sim_kernel_launch(void *ctx, void *stream, const cham_kernel_t *k)
+/* A kernel on a device stream, or on a host stream (host: its accesses are
+ * pinned host memory and the host's figures time it). */
+static cham_status_t launch(sim_t *s, void *stream, const cham_kernel_t *k, bool host)
 {
-    sim_t *s = ctx;
     touch_t *t = cham_grow(s->touch, &s->touch_cap, k->n_accesses, sizeof *t, 16);
     if (!t && k->n_accesses)
         return CHAM_ERR_HOST_OOM;
     s->touch = t;
     for (size_t i = 0; i < k->n_accesses; i++)
         t[i] = (touch_t){(uintptr_t)k->accesses[i].ptr, k->accesses[i].bytes,
-                         (k->accesses[i].mode & CHAM_ACCESS_WRITE) != 0, false};
+                         (k->accesses[i].mode & CHAM_ACCESS_WRITE) != 0, host};
     cham_status_t st = check_ranges(s, t, k->n_accesses, k->label);
     if (st == CHAM_OK) {
-        double secs = fmax(k->flops / s->preset.peak_flops, k->bytes / s->preset.hbm_bandwidth);
+        /* The host's share of CPU and DRAM, or the device's roofline. */
+        double secs = host ? fmax(k->flops / s->preset.host_flops,
+                                  k->bytes / s->preset.host_mem_bandwidth)
+                           : fmax(k->flops / s->preset.peak_flops,
+                                  k->bytes / s->preset.hbm_bandwidth);
         secs = fmax(secs, k->link_bytes / s->preset.p2p_bandwidth);
         uint64_t cost = s->kernel_overhead_ns + ns_ceil(secs * 1e9);
         /* A read-write access is checked as a write: that covers both rules. */
@@ -542,6 +565,16 @@ static cham_status_t sim_kernel_launch(void *ctx, void *stream, const cham_kerne
     if (s->data && k->cpu_fn)
         k->cpu_fn(k->arg);
     return CHAM_OK;
+}
+
+static cham_status_t sim_kernel_launch(void *ctx, void *stream, const cham_kernel_t *k)
+{
+    return launch(ctx, stream, k, false);
+}
+
+static cham_status_t sim_host_launch(void *ctx, void *stream, const cham_kernel_t *k)
+{
+    return launch(ctx, stream, k, true);
 }
 
 /* ---- clock, info, lifetime ---------------------------------------------*/
@@ -567,6 +600,8 @@ static void sim_get_info(void *ctx, cham_device_info_t *info)
     info->h2d_bandwidth = s->preset.h2d_bandwidth;
     info->d2h_bandwidth = s->preset.d2h_bandwidth;
     info->p2p_bandwidth = s->preset.p2p_bandwidth;
+    info->host_flops = s->preset.host_flops;
+    info->host_mem_bandwidth = s->preset.host_mem_bandwidth;
     info->data = s->data;
 }
 
@@ -705,6 +740,8 @@ static const cham_backend_iface_t sim_iface = {
     .host_alloc = sim_host_alloc_slot,          /* pinned: fixed cost + pinning rate */
     .host_free = sim_host_free_slot,            /* syncs like cudaFreeHost */
     .stream_new = sim_stream_new,               /* ready at the current host time */
+    .stream_new_host = sim_stream_new_host,     /* only with the host figures */
+    .host_launch = sim_host_launch,             /* host figures, pinned memory only */
     .stream_free = sim_stream_free,
     .stream_synchronize = sim_stream_synchronize, /* host jumps to the stream's end */
     .stream_wait_event = sim_stream_wait_event, /* later work starts after the event */
@@ -771,7 +808,9 @@ cham_status_t cham_sim_open(const cham_device_config_t *c, cham_device_t **out)
         !override(&s->preset.hbm_bandwidth, c->hbm_bandwidth, "hbm_bandwidth") ||
         !override(&s->preset.h2d_bandwidth, c->h2d_bandwidth, "h2d_bandwidth") ||
         !override(&s->preset.d2h_bandwidth, c->d2h_bandwidth, "d2h_bandwidth") ||
-        !override(&s->preset.p2p_bandwidth, c->p2p_bandwidth, "p2p_bandwidth")) {
+        !override(&s->preset.p2p_bandwidth, c->p2p_bandwidth, "p2p_bandwidth") ||
+        !override(&s->preset.host_flops, c->host_flops, "host_flops") ||
+        !override(&s->preset.host_mem_bandwidth, c->host_mem_bandwidth, "host_mem_bandwidth")) {
         free(s);
         return CHAM_ERR_INVALID_ARG;
     }
