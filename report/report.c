@@ -74,6 +74,7 @@ static const struct summary_key {
     {"oom_step", "Failed at step", V_COUNT},
     {"oom_op", "Failed at op", V_COUNT},
     {"error", "Error", V_TEXT},
+    {"optimizer", "Optimizer runs on the", V_TEXT},
 };
 /* Shown in the page's subtitle, not in the table. */
 static const char *const subtitle_keys[] = {"model", "strategy", "policy", "device"};

@@ -14,9 +14,11 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "data.h"
+#include "model.h"
 #include "train.h"
 
 static gpt_data_t data;
@@ -52,10 +54,11 @@ static void count(const gpt_step_info_t *i, void *user)
         fail_msg("step %d: loss %.9f differs from the unconstrained run's", i->step, i->loss);
 }
 
-static void verified_run(double fraction, int steps)
+static void verified_run(double fraction, int steps, bool host_optimizer)
 {
     gpt_train_config_t c = gpt_train_config_default();
     c.steps = steps;
+    c.host_optimizer = host_optimizer;
     c.budget_fraction = fraction;
     c.verify = true;
     c.validate_every = 20;
@@ -87,13 +90,13 @@ static void verified_run(double fraction, int steps)
 static void test_half_budget(void **state)
 {
     (void)state;
-    verified_run(0.5, 60);
+    verified_run(0.5, 60, false);
 }
 
 static void test_quarter_budget(void **state)
 {
     (void)state;
-    verified_run(0.25, 40);
+    verified_run(0.25, 40, false);
 }
 
 /* The synthetic language is learnable: the loss falls well below ln(64). */
@@ -366,12 +369,99 @@ static void test_seq_longer_than_data(void **state)
     gpt_data_free(&d);
 }
 
+/* AdamW on the host (host_adam.h): bit-exact against the reference's
+ * device optimizer, overflow steps included, under a quarter budget. */
+static void test_host_optimizer(void **state)
+{
+    (void)state;
+    verified_run(0.25, 40, true);
+}
+
+/* The host optimizer's state through the model API: an overflow step
+ * leaves the master weights and the parameters untouched; an update
+ * changes the master weights and brings them to the parameters. */
+static void test_host_optimizer_skips_overflow(void **state)
+{
+    (void)state;
+    cham_config_t cfg = cham_config_default();
+    cfg.device.data = true;
+    cfg.device.capacity = 64u << 20;
+    cham_context_t *ctx;
+    assert_int_equal(cham_context_new(&cfg, &ctx), CHAM_OK);
+    gpt_ops_t ops;
+    assert_int_equal(gpt_ops_init(&ops, ctx), CHAM_OK);
+    gpt_shape_t shape = {.vocab = 64, .seq = 16, .layers = 2, .hidden = 32, .heads = 2,
+                         .batch = 2};
+    gpt_model_t *m;
+    char err[300];
+    assert_int_equal(gpt_model_new(&ops, &shape, 7, true, &m, err, sizeof err), CHAM_OK);
+    size_t n = gpt_param_count(m);
+    float *master = calloc(n, sizeof *master), *params = calloc(n, sizeof *params),
+          *before = calloc(n, sizeof *before);
+    assert_non_null(master && params && before);
+    assert_int_equal(gpt_read_master(m, before), CHAM_OK);
+    assert_int_equal(gpt_read_params(m, params), CHAM_OK);
+    assert_memory_equal(before, params, n * sizeof *params);
+    int32_t tok[32], tgt[32];
+    for (int i = 0; i < 32; i++)
+        tok[i] = i % 64, tgt[i] = (i * 7 + 3) % 64;
+    double loss, sumsq;
+    bool overflow;
+    for (int step = 0; step < 2; step++) {
+        assert_int_equal(gpt_forward(m, tok, tgt, NULL, true, &loss), CHAM_OK);
+        assert_int_equal(gpt_backward(m, 1.0f), CHAM_OK);
+        if (step == 0)
+            assert_int_equal(gpt_inject_overflow(m), CHAM_OK);
+        assert_int_equal(gpt_check_grads(m, &overflow, &sumsq), CHAM_OK);
+        assert_int_equal(overflow, step == 0);
+        if (overflow) {
+            assert_int_equal(gpt_zero_grads(m), CHAM_OK);
+            assert_int_equal(gpt_read_master(m, master), CHAM_OK);
+            assert_memory_equal(master, before, n * sizeof *master);
+        } else {
+            assert_true(sumsq > 0);
+            assert_int_equal(gpt_optimizer_step(m, 1.0f, 1, 1e-2f, 0.01f), CHAM_OK);
+            assert_int_equal(gpt_read_master(m, master), CHAM_OK);
+            assert_memory_not_equal(master, before, n * sizeof *master);
+        }
+        assert_int_equal(gpt_read_params(m, params), CHAM_OK);
+        assert_memory_equal(master, params, n * sizeof *params);
+    }
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
+    free(master);
+    free(params);
+    free(before);
+    gpt_model_free(m);
+    cham_context_free(ctx);
+}
+
+/* A device whose preset names no host cannot time the host's optimizer:
+ * a clear error, before any step. */
+static void test_host_optimizer_needs_host_figures(void **state)
+{
+    (void)state;
+    gpt_train_config_t c = gpt_train_config_default();
+    c.steps = 2;
+    c.preset = "rtx3090-24g";
+    c.host_optimizer = true;
+    gpt_train_result_t r;
+    char err[600] = "";
+    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+                     CHAM_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err, "rtx3090-24g"));
+    assert_non_null(strstr(err, "host_flops"));
+    assert_int_equal(r.steps, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seq_longer_than_data),
         cmocka_unit_test(test_half_budget),
         cmocka_unit_test(test_quarter_budget),
+        cmocka_unit_test(test_host_optimizer),
+        cmocka_unit_test(test_host_optimizer_skips_overflow),
+        cmocka_unit_test(test_host_optimizer_needs_host_figures),
         cmocka_unit_test(test_loss_falls),
         cmocka_unit_test(test_native_fails_clearly),
         cmocka_unit_test(test_corrupted_swap_is_caught),

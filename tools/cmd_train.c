@@ -63,6 +63,9 @@ static void usage(FILE *f)
             "  --strategy NAME       chameleon (default), chameleon-swap, native,\n"
             "                        recompute, capuchin or vdnn (docs/baselines.md)\n"
             "  --min-swap SIZE       smallest tensor worth swapping (16KiB)\n"
+            "  --optimizer WHERE     device (default) or host: AdamW's moments and master\n"
+            "                        weights in pinned host memory, the update on the\n"
+            "                        host (the preset needs host figures: `devices`)\n"
             "  --allocator KIND      auto (the default: classic on the trainer's MiB-sized\n"
             "                        devices), classic or expandable (docs/allocator.md)\n"
             "checking and output:\n"
@@ -118,7 +121,7 @@ static const tool_opt_t opts[] = {
     {"--seq", true}, {"--batch", true}, {"--steps", true}, {"--validate-every", true},
     {"--lr", true}, {"--layer-drop", true}, {"--seed", true}, {"--device", true},
     {"--data", true}, {"--capacity", true}, {"--min-swap", true}, {"--overflow-at", true},
-    {"--strategy", true}, {"--allocator", true}, {"--trace", true}, {"--memory-curve", true}, {"--report", true},
+    {"--strategy", true}, {"--optimizer", true}, {"--allocator", true}, {"--trace", true}, {"--memory-curve", true}, {"--report", true},
 };
 
 /* The model flags that differ from the defaults, for messages:
@@ -256,6 +259,10 @@ static int parse(int argc, char **argv, train_opts_t *o)
             o->curve_dir = v;
         } else if (strcmp(a, "--report") == 0) {
             o->report = v;
+        } else if (strcmp(a, "--optimizer") == 0) {
+            if (strcmp(v, "host") != 0 && strcmp(v, "device") != 0)
+                return tool_bad_value(CMD, a, "device or host", v);
+            o->c.host_optimizer = strcmp(v, "host") == 0;
         } else if (strcmp(a, "--strategy") == 0) {
             if (cham_strategy_parse(v, &o->c.strategy) != CHAM_OK ||
                 o->c.strategy == CHAM_STRATEGY_IDEAL)
@@ -428,6 +435,7 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
     json_t *j = json_object();
     json_object_set_new(j, "model", json_string("gpt (examples/gpt)"));
     json_object_set_new(j, "strategy", json_string(cham_strategy_name(o->c.strategy)));
+    json_object_set_new(j, "optimizer", json_string(o->c.host_optimizer ? "host" : "device"));
     json_object_set_new(j, "device", json_string(o->c.preset ? o->c.preset
                                                              : cham_preset_default_name()));
     const struct {

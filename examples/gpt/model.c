@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_adam.h"
 #include "model.h"
 
 /* Weights of a block, in their order in the flat storages. */
@@ -25,8 +26,10 @@ struct gpt_model {
     size_t n_weights;            /* 2 + 12 L + 2 */
     size_t *offset, *count;      /* per weight, in floats */
     size_t n_params;
-    cham_tensor_t *params, *grads, *m, *v;
+    cham_tensor_t *params, *grads, *m, *v;   /* m, v: NULL with the host's optimizer */
     cham_tensor_t **pv, **gv;    /* views per weight */
+    gpt_host_adam_t *host;       /* the optimizer on the host, or NULL */
+    bool *sent;                  /* per block: its gradients went to the host this step */
     /* The last training forward, for the backward. */
     saved_t *layer;
     bool *skipped;
@@ -267,11 +270,16 @@ static cham_status_t make_flat(gpt_model_t *m, const char *name, cham_tensor_t *
     return CHAM_OK;
 }
 
-gpt_model_t *gpt_model_new(gpt_ops_t *ops, const gpt_shape_t *shape, uint64_t seed)
+cham_status_t gpt_model_new(gpt_ops_t *ops, const gpt_shape_t *shape, uint64_t seed,
+                            bool host_optimizer, gpt_model_t **out, char *err,
+                            size_t err_size)
 {
+    *out = NULL;
     gpt_model_t *m = calloc(1, sizeof *m);
-    if (!m)
-        return NULL;
+    if (!m) {
+        snprintf(err, err_size, "out of host memory");
+        return CHAM_ERR_HOST_OOM;
+    }
     m->ops = ops;
     m->s = *shape;
     m->n_weights = 4 + (size_t)shape->layers * PER_LAYER;
@@ -281,28 +289,35 @@ gpt_model_t *gpt_model_new(gpt_ops_t *ops, const gpt_shape_t *shape, uint64_t se
     m->gv = calloc(m->n_weights, sizeof *m->gv);
     m->layer = calloc((size_t)shape->layers, sizeof *m->layer);
     m->skipped = calloc((size_t)shape->layers, sizeof *m->skipped);
-    if (!m->offset || !m->count || !m->pv || !m->gv || !m->layer || !m->skipped) {
+    m->sent = calloc((size_t)shape->layers, sizeof *m->sent);
+    if (!m->offset || !m->count || !m->pv || !m->gv || !m->layer || !m->skipped || !m->sent) {
         gpt_model_free(m);
-        return NULL;
+        snprintf(err, err_size, "out of host memory");
+        return CHAM_ERR_HOST_OOM;
     }
     layout(m);
     cham_status_t st = make_flat(m, "params", &m->params, m->pv);
     if (st == CHAM_OK)
         st = make_flat(m, "grads", &m->grads, m->gv);
-    if (st == CHAM_OK)
+    if (st == CHAM_OK && !host_optimizer)
         st = make_flat(m, "adam_m", &m->m, NULL);
-    if (st == CHAM_OK)
+    if (st == CHAM_OK && !host_optimizer)
         st = make_flat(m, "adam_v", &m->v, NULL);
     for (size_t w = 0; st == CHAM_OK && w < m->n_weights; w++) {
         gpt_args_t a = {0};
         init_of(m, w, seed, &a);
         st = op(m, &a, NULL, 0, &m->pv[w], 1, 0, (double)m->count[w]);
     }
+    if (st != CHAM_OK)
+        snprintf(err, err_size, "%s", cham_context_last_error(ops->ctx));
+    else if (host_optimizer)
+        st = gpt_host_adam_new(ops, m->params, m->n_params, &m->host, err, err_size);
     if (st != CHAM_OK) {
         gpt_model_free(m);
-        return NULL;
+        return st;
     }
-    return m;
+    *out = m;
+    return CHAM_OK;
 }
 
 static void drop_forward(gpt_model_t *m)
@@ -338,6 +353,8 @@ void gpt_model_free(gpt_model_t *m)
     release(m, &m->grads);
     release(m, &m->m);
     release(m, &m->v);
+    gpt_host_adam_free(m->host);
+    free(m->sent);
     free(m->offset);
     free(m->count);
     free(m->pv);
@@ -566,6 +583,8 @@ static cham_status_t block_backward(gpt_model_t *m, int l, cham_tensor_t *d)
     return st;
 }
 
+static cham_status_t send_block(gpt_model_t *m, int l);
+
 cham_status_t gpt_backward(gpt_model_t *m, float loss_scale)
 {
     cham_status_t st;
@@ -591,9 +610,13 @@ cham_status_t gpt_backward(gpt_model_t *m, float loss_scale)
     release(m, &m->res_final);
     release(m, &m->lnf_mean);
     release(m, &m->lnf_rstd);
-    for (int l = m->s.layers - 1; st == CHAM_OK && l >= 0; l--)
-        if (!m->skipped[l])
-            st = block_backward(m, l, d);
+    for (int l = m->s.layers - 1; st == CHAM_OK && l >= 0; l--) {
+        if (m->skipped[l])
+            continue;
+        st = block_backward(m, l, d);
+        if (st == CHAM_OK && m->host)    /* the block's gradients are final */
+            st = send_block(m, l);
+    }
     if (st == CHAM_OK) {
         gpt_args_t eb = {.kind = GPT_EMBED_BWD, .B = m->s.batch, .T = m->s.seq, .C = C};
         cham_tensor_t *ei[2] = {d, m->tok}, *eo[2] = {m->gv[WTE], m->gv[WPE]};
@@ -606,6 +629,30 @@ cham_status_t gpt_backward(gpt_model_t *m, float loss_scale)
 
 /* ---- optimizer --------------------------------------------------------------------*/
 
+/* The host optimizer's share of the gradients: block l's, or (l < 0) the
+ * embeddings' and the final norm's (the first two and the last two
+ * weights), all final only once the whole backward is done. */
+static cham_status_t send_block(gpt_model_t *m, int l)
+{
+    if (l >= 0) {
+        size_t first = m->offset[lw(l, 0)];
+        m->sent[l] = true;
+        return gpt_host_adam_send(m->host, m->grads, first,
+                                  m->offset[lw(l, PER_LAYER - 1)] + m->count[lw(l, PER_LAYER - 1)] -
+                                      first);
+    }
+    size_t tail = m->offset[m->n_weights - 2];
+    cham_status_t st = gpt_host_adam_send(m->host, m->grads, 0, m->offset[lw(0, 0)]);
+    return st != CHAM_OK ? st : gpt_host_adam_send(m->host, m->grads, tail, m->n_params - tail);
+}
+
+/* AdamW's hyperparameters, the same for the device and the host. */
+static gpt_args_t adamw_args(gpt_model_t *m, int t, float lr, float weight_decay)
+{
+    return (gpt_args_t){.kind = GPT_ADAMW, .n = m->n_params, .t = t, .lr = lr, .beta1 = 0.9f,
+                        .beta2 = 0.95f, .eps = 1e-8f, .wd = weight_decay};
+}
+
 cham_status_t gpt_inject_overflow(gpt_model_t *m)
 {
     gpt_args_t a = {.kind = GPT_INJECT_OVERFLOW};
@@ -616,6 +663,16 @@ cham_status_t gpt_check_grads(gpt_model_t *m, bool *overflow, double *sum_square
 {
     cham_status_t st;
     cham_phase(m->ops->ctx, CHAM_PHASE_OPTIMIZER);
+    if (m->host) {
+        /* Skipped blocks' (zero) gradients too: the host's are last step's. */
+        for (int l = 0; l < m->s.layers; l++) {
+            if (!m->sent[l])
+                TRY(send_block(m, l));
+            m->sent[l] = false;
+        }
+        TRY(send_block(m, -1));
+        return gpt_host_adam_check(m->host, overflow, sum_squares);
+    }
     gpt_args_t a = {.kind = GPT_CHECK_GRADS, .n = m->n_params, .out_flag = overflow,
                     .out_value = sum_squares};
     TRY(op(m, &a, &m->grads, 1, NULL, 0, 0, 2.0 * (double)m->n_params));
@@ -625,6 +682,9 @@ cham_status_t gpt_check_grads(gpt_model_t *m, bool *overflow, double *sum_square
 
 cham_status_t gpt_zero_grads(gpt_model_t *m)
 {
+    cham_status_t st;
+    if (m->host)            /* the copies to the host read them first */
+        TRY(gpt_host_adam_fence(m->host));
     gpt_args_t z = {.kind = GPT_ZERO, .n = m->n_params};
     return op(m, &z, NULL, 0, &m->grads, 1, 0, (double)m->n_params);
 }
@@ -633,13 +693,21 @@ cham_status_t gpt_optimizer_step(gpt_model_t *m, float factor, int t, float lr,
                                  float weight_decay)
 {
     cham_status_t st;
+    gpt_args_t ad = adamw_args(m, t, lr, weight_decay);
+    if (m->host) {
+        TRY(gpt_host_adam_step(m->host, m->params, factor, &ad));
+        return gpt_zero_grads(m);
+    }
     gpt_args_t sc = {.kind = GPT_SCALE, .n = m->n_params, .scale = factor};
     TRY(op(m, &sc, NULL, 0, &m->grads, 1, 0x1, (double)m->n_params));
-    gpt_args_t ad = {.kind = GPT_ADAMW, .n = m->n_params, .t = t, .lr = lr, .beta1 = 0.9f,
-                     .beta2 = 0.95f, .eps = 1e-8f, .wd = weight_decay};
     cham_tensor_t *out[3] = {m->params, m->m, m->v};
     TRY(op(m, &ad, &m->grads, 1, out, 3, 0x7, 12.0 * (double)m->n_params));
     return gpt_zero_grads(m);
+}
+
+cham_status_t gpt_read_master(gpt_model_t *m, float *host)
+{
+    return m->host ? gpt_host_adam_read_master(m->host, host) : CHAM_ERR_INVALID_ARG;
 }
 
 cham_status_t gpt_read_params(gpt_model_t *m, float *host)

@@ -34,9 +34,14 @@ int gpt_shape_check(const gpt_shape_t *s, char *err, size_t err_size);
  * precision: any shape gives a finite number. */
 double gpt_model_bytes(const gpt_shape_t *s);
 
-/* Makes and initialises the parameters from seed (ops on the device). NULL
- * on failure, with the runtime's message in cham_context_last_error. */
-gpt_model_t *gpt_model_new(gpt_ops_t *ops, const gpt_shape_t *shape, uint64_t seed);
+/* Makes and initialises the parameters from seed (ops on the device).
+ * With host_optimizer, AdamW's moments and the master weights live in
+ * pinned host memory and the optimizer step runs on the host
+ * (host_adam.h); the results are bit for bit the same. On failure err
+ * says why. */
+cham_status_t gpt_model_new(gpt_ops_t *ops, const gpt_shape_t *shape, uint64_t seed,
+                            bool host_optimizer, gpt_model_t **out, char *err,
+                            size_t err_size);
 /* Full activation recomputation: a training forward keeps each block's
  * input only; the block's backward first runs its forward again. The
  * kernels are deterministic, so results are bit for bit the same. */
@@ -70,6 +75,10 @@ cham_status_t gpt_optimizer_step(gpt_model_t *m, float factor, int t, float lr,
 
 /* Zeroes the gradients (after a skipped step). */
 cham_status_t gpt_zero_grads(gpt_model_t *m);
+
+/* With the host optimizer: copies its master weights (param_count floats),
+ * after its work so far; CHAM_ERR_INVALID_ARG without. */
+cham_status_t gpt_read_master(gpt_model_t *m, float *host);
 
 /* Copies the parameters to host memory (param_count floats). */
 cham_status_t gpt_read_params(gpt_model_t *m, float *host);

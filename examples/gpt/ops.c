@@ -15,7 +15,8 @@ static const char *const names[GPT_KINDS] = {
     "gelu", "gelu_backward",
     "add", "accumulate",
     "cross_entropy", "cross_entropy_backward", "loss_mean",
-    "check_grads", "inject_overflow", "scale", "adamw", "read"};
+    "check_grads", "inject_overflow", "scale", "adamw", "read",
+    "grads_to_host", "params_from_host"};
 
 uint64_t gpt_cpu_ns(void)
 {
@@ -134,6 +135,8 @@ static void run(void *p)
     case GPT_READ:              /* f: x */
         memcpy(a->host_dst, f[0], a->n * sizeof *f[0]);
         break;
+    case GPT_TO_HOST:           /* copies, never run as kernels */
+    case GPT_FROM_HOST:
     case GPT_KINDS:
         break;
     }
@@ -301,6 +304,14 @@ cham_status_t gpt_op(gpt_ops_t *o, gpt_args_t *a, cham_tensor_t *const *in, size
     cham_status_t end = cham_op_end(o->ctx);
     o->hook_ns += gpt_cpu_ns() - t0;
     return st != CHAM_OK ? st : end;
+}
+
+cham_status_t gpt_launch(cham_stream_t *s, gpt_args_t *a, const cham_access_t *acc, size_t n,
+                         double flops, double bytes)
+{
+    cham_kernel_t kern = {.label = names[a->kind], .flops = flops, .bytes = bytes,
+                          .accesses = acc, .n_accesses = n, .cpu_fn = run, .arg = a};
+    return cham_kernel_launch(s, &kern);
 }
 
 cham_status_t gpt_tensor(gpt_ops_t *o, size_t bytes, cham_dtype_t dtype, const char *label,

@@ -25,6 +25,7 @@ typedef enum gpt_kind {
     GPT_ADD, GPT_ACCUMULATE,
     GPT_CROSSENTROPY, GPT_CROSSENTROPY_BWD, GPT_LOSS_MEAN,
     GPT_CHECK_GRADS, GPT_INJECT_OVERFLOW, GPT_SCALE, GPT_ADAMW, GPT_READ,
+    GPT_TO_HOST, GPT_FROM_HOST,  /* the host optimizer's copies (host_adam.h) */
     GPT_KINDS
 } gpt_kind_t;
 
@@ -76,6 +77,12 @@ void gpt_ops_enable_recompute(gpt_ops_t *o);
 cham_status_t gpt_op(gpt_ops_t *o, gpt_args_t *a, cham_tensor_t *const *in, size_t n_in,
                      cham_tensor_t *const *out, size_t n_out, uint32_t rw_mask, double flops,
                      double bytes);
+
+/* One kernel of a->kind on stream s outside any op: a->f and a->i are
+ * filled by the caller, acc lists the memory it touches. The host
+ * optimizer's work on its host stream (host_adam.h). */
+cham_status_t gpt_launch(cham_stream_t *s, gpt_args_t *a, const cham_access_t *acc, size_t n,
+                         double flops, double bytes);
 
 /* Tensors made and released through here are counted in hook_ns too. */
 cham_status_t gpt_tensor(gpt_ops_t *o, size_t bytes, cham_dtype_t dtype, const char *label,

@@ -98,16 +98,19 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
     st = gpt_ops_init(&r->ops, r->ctx);
     if (st == CHAM_OK && cfg.recompute && cfg.mode == CHAM_MODE_MANAGED && cfg.executor)
         gpt_ops_enable_recompute(&r->ops);
-    if (st == CHAM_OK && !(r->model = gpt_model_new(&r->ops, &c->shape, c->seed)))
-        st = CHAM_ERR_OUT_OF_MEMORY;
+    char why[512] = "";
+    if (st == CHAM_OK)
+        st = gpt_model_new(&r->ops, &c->shape, c->seed, c->host_optimizer, &r->model, why,
+                           sizeof why);
     if (st == CHAM_OK)
         gpt_model_set_recompute(r->model, c->strategy == CHAM_STRATEGY_RECOMPUTE);
     /* Initialisation is a step of its own: training steps start clean. */
-    if (st == CHAM_OK)
-        st = cham_step_end(r->ctx);
+    if (st == CHAM_OK && (st = cham_step_end(r->ctx)) != CHAM_OK)
+        snprintf(why, sizeof why, "%s", cham_context_last_error(r->ctx));
     r->cpu_ns += gpt_cpu_ns() - t0;
     if (st != CHAM_OK)
-        snprintf(err, err_size, "making the model: %s", cham_context_last_error(r->ctx));
+        snprintf(err, err_size, "making the model: %s",
+                 why[0] ? why : cham_context_last_error(r->ctx));
     r->scale = c->loss_scaling ? SCALE_START : 1.0f;
     return st;
 }
@@ -333,6 +336,7 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
     /* The reference: unlimited memory, nothing managed, nothing recomputed. */
     gpt_train_config_t plain = cfg;
     plain.strategy = CHAM_STRATEGY_CHAMELEON;
+    plain.host_optimizer = false;
     if (c->verify && (st = run_open(&b, &plain, 0, err, err_size)) != CHAM_OK) {
         run_close(&a);
         run_close(&b);

@@ -31,6 +31,8 @@ typedef struct gpt_train_config {
     uint64_t budget;             /* device bytes; 0: the preset's capacity */
     double budget_fraction;      /* > 0: budget = this * the unconstrained peak */
     cham_strategy_t strategy;    /* any but CHAM_STRATEGY_IDEAL (CHAMELEON) */
+    bool host_optimizer;         /* AdamW on the host (host_adam.h); the
+                                    reference of verify keeps it on the device */
     bool verify;                 /* run an unconstrained copy alongside and compare */
     int validate_every;          /* 0: never */
     bool loss_scaling;
