@@ -562,6 +562,86 @@ static void test_state_bytes(void **state)
     assert_int_equal(measured_state(&l), want);
 }
 
+typedef struct host_work {
+    uint64_t adamw, checks, adamw_ns;
+    double adamw_bytes;
+} host_work_t;
+
+static void count_host_work(const cham_task_record_t *r, void *user)
+{
+    host_work_t *h = user;
+    if (!r->stream_name || strcmp(r->stream_name, "host_adam") != 0)
+        return;
+    if (strcmp(r->label, "host_adamw") == 0) {
+        h->adamw++;
+        h->adamw_ns += r->end_ns - r->start_ns;
+        h->adamw_bytes += (double)r->bytes;
+    }
+    h->checks += strcmp(r->label, "host_unscale_check") == 0;
+}
+
+/* ZeRO-Offload's optimizer on the host: the device keeps the weights only;
+ * every step each group's gradient goes to the host and is checked there;
+ * AdamW runs on the host stream at the host's memory bandwidth, and not at
+ * all on an overflow step; no hazards. */
+static void test_host_optimizer(void **state)
+{
+    (void)state;
+    cham_model_config_t m = small_llama();
+    m.host_optimizer = true;
+    m.overflow_every = 3;
+    m.dp = 2;
+    m.zero = 1;
+    cham_model_config_t dev_m = m;
+    dev_m.host_optimizer = false;
+    uint64_t P = cham_model_device_parameters(&m);
+    assert_int_equal(cham_model_state_bytes(&m), 2 * P);
+    assert_int_equal(measured_state(&m), 2 * P);
+    assert_true(cham_model_state_bytes(&dev_m) > 4 * P);
+
+    cham_config_t c = cham_config_default();
+    c.device.capacity = 64 * TiB;
+    c.executor = false;
+    cham_context_t *ctx;
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    cham_device_info_t info;
+    cham_device_get_info(cham_context_device(ctx), &info);
+    host_work_t h = {0};
+    assert_int_equal(cham_device_set_task_hook(cham_context_device(ctx), count_host_work, &h),
+                     CHAM_OK);
+    cham_workload_t *w;
+    char err[300];
+    assert_int_equal(cham_workload_new(ctx, &m, &w, err, sizeof err), CHAM_OK);
+    for (uint64_t s = 0; s < 6; s++) {
+        h = (host_work_t){0};
+        cham_step_info_t si;
+        assert_int_equal(cham_workload_step(w, s, &si), CHAM_OK);
+        cham_device_synchronize(cham_context_device(ctx));
+        assert_int_equal(si.overflow, s % 3 == 2);
+        assert_int_equal(h.checks, 6);            /* 4 layers, embedding, head */
+        assert_int_equal(h.adamw, si.overflow ? 0 : 6);
+        if (!si.overflow) {                       /* memory-bound on the host */
+            double ns = h.adamw_bytes / info.host_mem_bandwidth * 1e9;
+            assert_true((double)h.adamw_ns >= ns && (double)h.adamw_ns < ns * 1.01 + 6000);
+        }
+    }
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
+    cham_workload_free(w);
+    cham_context_free(ctx);
+
+    /* A preset with no host: refused before any op, naming the figures. */
+    cham_run_config_t rc = cham_run_config_default();
+    rc.model = m;
+    rc.runtime.device.preset = "rtx3090-24g";
+    char why[600];
+    assert_int_equal(cham_run_check(&rc, why, sizeof why), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(why, "rtx3090-24g"));
+    assert_non_null(strstr(why, "host_flops"));
+    rc.runtime.device.host_flops = 1e12;
+    rc.runtime.device.host_mem_bandwidth = 5e10;
+    assert_int_equal(cham_run_check(&rc, why, sizeof why), CHAM_OK);
+}
+
 static uint32_t steps_seen;
 
 static void count_step(const cham_run_step_t *s, void *user)
@@ -906,6 +986,7 @@ int main(void)
         cmocka_unit_test(test_step_order),
         cmocka_unit_test(test_state_too_big),
         cmocka_unit_test(test_state_bytes),
+        cmocka_unit_test(test_host_optimizer),
         cmocka_unit_test(test_run_refuses_up_front),
         cmocka_unit_test(test_absurd_sizes),
         cmocka_unit_test(test_step_ops_bound),

@@ -48,6 +48,8 @@ static void usage(FILE *f)
         "  --dtype fp16|bf16   compute type, fp32 master weights (bf16; gpt2 fp16)\n"
         "  --flash on|off      fused attention (on)\n"
         "  --recompute on|off  full activation recomputation (off)\n"
+        "  --optimizer WHERE   device (default) or host: ZeRO-Offload's AdamW on the\n"
+        "                      host, master weights and moments in pinned memory\n"
         "parallelism (this device is the first pipeline stage):\n"
         "  --tp N --pp N --dp N  tensor, pipeline, data parallel degree (1 1 1)\n"
         "  --zero 0-3          ZeRO stage over the data-parallel group (0)\n"
@@ -134,7 +136,7 @@ static const tool_opt_t opts[] = {
     {"--kv-heads", true}, {"--vocab", true}, {"--experts", true}, {"--topk", true},
     {"--seq", true}, {"--mbs", true}, {"--gbs", true}, {"--tp", true}, {"--pp", true},
     {"--dp", true}, {"--zero", true}, {"--validate-every", true}, {"--dtype", true},
-    {"--flash", true}, {"--recompute", true}, {"--moe-vary", true}, {"--overflow-every", true},
+    {"--flash", true}, {"--recompute", true}, {"--optimizer", true}, {"--moe-vary", true}, {"--overflow-every", true},
     {"--overflow-prob", true}, {"--layer-drop", true}, {"--seed", true}, {"--steps", true},
     {"--device", true}, {"--capacity", true}, {"--host-memory", true}, {"--trace", true},
     {"--memory-curve", true}, {"--strategy", true}, {"--report", true}, {"--allocator", true},
@@ -207,6 +209,10 @@ static int parse(int argc, char **argv, sim_opts_t *o)
             bool *b = a[2] == 'f' ? &m->flash : a[2] == 'r' ? &m->recompute : &m->moe_vary;
             if (!parse_onoff(v, b))
                 return tool_bad_value(CMD, a, "on or off", v);
+        } else if (strcmp(a, "--optimizer") == 0) {
+            if (strcmp(v, "host") != 0 && strcmp(v, "device") != 0)
+                return tool_bad_value(CMD, a, "device or host", v);
+            m->host_optimizer = strcmp(v, "host") == 0;
         } else if (strcmp(a, "--overflow-every") == 0) {
             if (!tool_parse_uint(v, 0, INT64_MAX, &n))
                 return tool_bad_value(CMD, a, "a whole number of steps (0 = never)", v);

@@ -39,6 +39,10 @@ typedef struct cham_model_config {
     bool flash;                  /* fused attention: no s x s scores kept */
     bool recompute;              /* full recomputation: a layer keeps only its
                                     input and re-runs its forward in backward */
+    bool host_optimizer;         /* ZeRO-Offload: master weights and Adam moments in
+                                    pinned host memory, gradients copied there as the
+                                    backward makes them, AdamW on the host (the
+                                    device preset needs host figures) */
     /* Parallelism, as it changes this device's work. */
     uint32_t tp;                 /* tensor parallel degree */
     uint32_t pp;                 /* pipeline stages (this device: the first) */
@@ -77,12 +81,13 @@ uint64_t cham_model_parameters(const cham_model_config_t *m);
 /* Parameters this device holds (its pipeline stage, its tensor shard),
  * before ZeRO sharding. */
 uint64_t cham_model_device_parameters(const cham_model_config_t *m);
-/* Bytes of model state this device holds: weights and gradients in the
- * compute type, fp32 master weights and two Adam moments, for its
- * parameters (cham_model_device_parameters) with ZeRO's sharding over dp
- * (docs/workloads.md). Only activations are ever swapped: these bytes stay
- * on the device for the whole run, so a job whose model state exceeds the
- * device's capacity cannot run under any strategy. */
+/* Bytes of model state this device holds for the whole run: weights and
+ * gradients in the compute type, fp32 master weights and two Adam moments,
+ * for its parameters (cham_model_device_parameters) with ZeRO's sharding
+ * over dp (docs/workloads.md); with host_optimizer the weights only (the
+ * gradients live during the backward, the rest on the host). A job whose
+ * model state exceeds the device's capacity runs only where Chameleon
+ * moves model state. */
 uint64_t cham_model_state_bytes(const cham_model_config_t *m);
 /* Device bytes one transformer layer keeps for its backward per
  * micro-batch, by the formula of docs/workloads.md (the generator's saved

@@ -185,9 +185,14 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
 void wl_group_state(const cham_model_config_t *m, uint64_t params, wl_state_t *s)
 {
     uint64_t shard = wl_shard_of(m, params), p = cham_dtype_size(m->dtype);
+    uint64_t updated = wl_sharded(m, 1) ? shard : params;
     s->weights += (wl_sharded(m, 3) ? shard : params) * p;
+    if (m->host_optimizer) {     /* the host's: the updated shard's gradients too */
+        s->host += updated * (4 * 3 + p);
+        return;
+    }
     s->grads += (wl_sharded(m, 2) ? shard : params) * p;
-    s->optim += (wl_sharded(m, 1) ? shard : params) * 4 * 3;
+    s->optim += updated * 4 * 3;
 }
 
 void wl_device_state(const cham_model_config_t *m, wl_state_t *s)
@@ -197,7 +202,7 @@ void wl_device_state(const cham_model_config_t *m, wl_state_t *s)
     wl_state_t layer = {0};
     wl_group_state(m, wl_layer_total(&lp), &layer);
     uint64_t n = m->layers / m->pp;
-    *s = (wl_state_t){layer.weights * n, layer.grads * n, layer.optim * n};
+    *s = (wl_state_t){layer.weights * n, layer.grads * n, layer.optim * n, layer.host * n};
     wl_group_state(m, wl_embed_params(m, m->tp), s);
     if (m->pp == 1)                        /* the head lives on the last stage */
         wl_group_state(m, wl_head_params(m, m->tp), s);
@@ -244,12 +249,13 @@ bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t hos
     cham_set_err(err, err_size,
                  "the model state alone needs %llu bytes (%s) on this device, %s: weights %s, "
                  "gradients %s, fp32 master weights and Adam moments %s for %llu parameters "
-                 "(%u layers, hidden %u, ffn %u, vocab %u%s; tp %u, pp %u, dp %u, zero %u). %s",
+                 "(%u layers, hidden %u, ffn %u, vocab %u%s; tp %u, pp %u, dp %u, zero %u%s). %s",
                  (unsigned long long)total, human(total, h[0], sizeof h[0]), where,
                  human(s.weights, h[2], sizeof h[2]), human(s.grads, h[3], sizeof h[3]),
                  human(s.optim, h[4], sizeof h[4]),
                  (unsigned long long)cham_model_device_parameters(m), m->layers, m->hidden,
                  m->ffn, m->vocab, experts, m->tp, m->pp, m->dp, m->zero,
+                 m->host_optimizer ? "; the optimizer on the host" : "",
                  host ? "No policy can run this: shard it more (zero with dp, tp, pp), use fewer "
                         "layers or give more host memory"
                       : "This strategy moves activations only and model state stays on the "

@@ -33,6 +33,7 @@ static const char *const op_names[WL_N_OPS] = {
     [OP_SEND] = "send_activation", [OP_RECV] = "recv_gradient",
     [OP_PIPELINE_WAIT] = "pipeline_wait", [OP_UNSCALE] = "unscale_check_grads",
     [OP_UPDATE_SCALE] = "update_loss_scale", [OP_ADAM] = "adamw_step",
+    [OP_GRAD_TO_HOST] = "grads_to_host", [OP_PARAM_FROM_HOST] = "params_from_host",
 };
 
 bool wl_ops_init(cham_workload_t *w, char *err, size_t err_size)
@@ -335,6 +336,55 @@ cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size
 
 cham_status_t wl_comm_join(cham_workload_t *w)
 {
-    cham_status_t st = cham_event_record(w->ev_comm, w->comm);
-    return st != CHAM_OK ? st : cham_stream_wait_event(w->compute, w->ev_comm);
+    return wl_join(w, w->comm, w->ev_comm);
+}
+
+cham_status_t wl_offload(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void *host,
+                         bool to_host)
+{
+    wl_arg_t a = {t, to_host ? CHAM_ACCESS_READ : CHAM_ACCESS_WRITE};
+    cham_access_t acc;
+    double moved;
+    cham_status_t st = begin(w, op, &a, 1, &acc, &moved);
+    if (st != CHAM_OK)
+        return st;
+    /* After what wrote the source: the backward and the gradient's
+     * reduction, or the host's update (ev_host, recorded by the caller). */
+    if (to_host) {
+        if ((st = cham_event_record(w->ev_compute, w->compute)) == CHAM_OK &&
+            (st = cham_stream_wait_event(w->offload, w->ev_compute)) == CHAM_OK &&
+            (st = cham_event_record(w->ev_comm, w->comm)) == CHAM_OK)
+            st = cham_stream_wait_event(w->offload, w->ev_comm);
+    } else {
+        st = cham_stream_wait_event(w->offload, w->ev_host);
+    }
+    void *dev = cham_tensor_data(t);
+    size_t bytes = cham_tensor_bytes(t);
+    if (st == CHAM_OK)
+        st = cham_copy_async(w->offload, to_host ? host : dev, to_host ? dev : host, bytes,
+                             to_host ? CHAM_COPY_D2H : CHAM_COPY_H2D,
+                             cham_op_name(w->ctx, w->tok[op]));
+    if (st == CHAM_OK)          /* the block stays until the copy is done */
+        st = cham_tensor_record_stream(t, w->offload);
+    if (st == CHAM_OK)          /* the compute stream does not wait for it */
+        st = cham_op_set_cost(w->ctx, 0);
+    cham_status_t end = cham_op_end(w->ctx);
+    return st != CHAM_OK ? st : end;
+}
+
+cham_status_t wl_host_run(cham_workload_t *w, const char *label, const cham_access_t *acc,
+                          size_t n, double flops)
+{
+    double bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += (double)acc[i].bytes * (acc[i].mode == CHAM_ACCESS_READ_WRITE ? 2 : 1);
+    cham_kernel_t k = {.label = label, .flops = flops, .bytes = bytes, .accesses = acc,
+                       .n_accesses = n};
+    return cham_kernel_launch(w->host, &k);
+}
+
+cham_status_t wl_join(cham_workload_t *w, cham_stream_t *s, cham_event_t *ev)
+{
+    cham_status_t st = cham_event_record(ev, s);
+    return st != CHAM_OK ? st : cham_stream_wait_event(w->compute, ev);
 }

@@ -114,7 +114,24 @@ static cham_status_t prepare(const cham_run_config_t *c, cham_config_t *rc,
     }
     m->recompute = m->recompute || c->strategy == CHAM_STRATEGY_RECOMPUTE;
     cham_status_t st = cham_model_validate(m, err, err_size);
-    return st != CHAM_OK ? st : cham_config_validate(rc, err, err_size);
+    if (st == CHAM_OK)
+        st = cham_config_validate(rc, err, err_size);
+    if (st != CHAM_OK || !m->host_optimizer)
+        return st;
+    /* The host's optimizer is timed by the host's figures: say now, not at
+     * the first step, when the device has none. */
+    const char *name = rc->device.preset ? rc->device.preset : cham_preset_default_name();
+    const cham_preset_t *p = cham_preset_find(name);
+    double flops = rc->device.host_flops > 0 ? rc->device.host_flops : p ? p->host_flops : 0;
+    double bw = rc->device.host_mem_bandwidth > 0 ? rc->device.host_mem_bandwidth
+                                                  : p ? p->host_mem_bandwidth : 0;
+    if (flops > 0 && bw > 0)
+        return CHAM_OK;
+    cham_set_err(err, err_size, "run: the optimizer on the host needs the host's figures and "
+                 "device %s lacks them (host_flops %g, host_mem_bandwidth %g): set both in the "
+                 "device config, or use a preset that has them (`chameleon devices`)", name,
+                 flops, bw);
+    return CHAM_ERR_INVALID_ARG;
 }
 
 /* The device memory a run gets, from the settings: the override or the

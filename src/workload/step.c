@@ -31,9 +31,34 @@ static const char *group_name(const cham_workload_t *w, uint32_t g, char *buf, s
     return buf;
 }
 
+/* Bytes of group g's parameters the optimizer updates here: this rank's
+ * shard with ZeRO >= 1. */
+static uint64_t updated_params(const cham_workload_t *w, uint32_t g)
+{
+    uint64_t n = group_params(w, g);
+    return sharded(w, 1) ? wl_shard(w, n) : n;
+}
+
+/* Group g's gradient as the optimizer reads it (the shard with ZeRO >= 2).
+ * With the host's optimizer it lives from the backward's first write to
+ * its copy to the host. */
+static cham_status_t make_grads(cham_workload_t *w, uint32_t g)
+{
+    if (w->grads[g])
+        return CHAM_OK;
+    wl_state_t s = {0};
+    cham_model_config_t m = w->m;
+    m.host_optimizer = false;            /* the device's gradient either way */
+    wl_group_state(&m, group_params(w, g), &s);
+    char buf[16];
+    return wl_new(w, s.grads, w->m.dtype, &w->grads[g], "%s.grads",
+                  group_name(w, g, buf, sizeof buf));
+}
+
 static cham_status_t make_state(cham_workload_t *w)
 {
     const cham_model_config_t *m = &w->m;
+    uint64_t p = cham_dtype_size(m->dtype);
     for (uint32_t g = 0; g < w->n_groups; g++) {
         uint64_t n = group_params(w, g);
         if (n == 0)
@@ -43,7 +68,13 @@ static cham_status_t make_state(cham_workload_t *w)
         char buf[16];
         const char *name = group_name(w, g, buf, sizeof buf);
         TRY(wl_new(w, s.weights, m->dtype, &w->weights[g], "%s.weights", name));
-        TRY(wl_new(w, s.grads, m->dtype, &w->grads[g], "%s.grads", name));
+        if (m->host_optimizer) {
+            uint64_t u = updated_params(w, g);
+            TRY(cham_device_host_alloc(w->dev, u * p, &w->host_grad[g]));
+            TRY(cham_device_host_alloc(w->dev, u * 12, &w->host_optim[g]));
+            continue;
+        }
+        TRY(make_grads(w, g));
         uint64_t opt = s.optim / 3;        /* master weights, then each moment */
         TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->master[g], "%s.master", name));
         TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->adam_m[g], "%s.adam_m", name));
@@ -66,18 +97,23 @@ cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
 
 cham_status_t wl_grad(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
 {
-    if (sharded(w, 2) && !w->grad_temp[g]) {
+    if (!sharded(w, 2))
+        TRY(make_grads(w, g));
+    else if (!w->grad_temp[g]) {
         uint64_t bytes = group_params(w, g) * cham_dtype_size(w->m.dtype);
-        TRY(wl_new(w, bytes, w->m.dtype, &w->grad_temp[g], "%s.bucket",
-                   cham_tensor_label(w->grads[g])));
+        char buf[16];
+        TRY(wl_new(w, bytes, w->m.dtype, &w->grad_temp[g], "%s.grads.bucket",
+                   group_name(w, g, buf, sizeof buf)));
     }
     cham_tensor_t *t = sharded(w, 2) ? w->grad_temp[g] : w->grads[g];
     return wl_view(w, t, 0, cham_tensor_bytes(t), out);
 }
 
-cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
+/* The data-parallel reduction of group g's gradient after micro-batch mb. */
+static cham_status_t reduce(cham_workload_t *w, uint32_t g, uint32_t mb)
 {
     if (sharded(w, 2)) {         /* every micro-batch: into this rank's shard */
+        TRY(make_grads(w, g));
         cham_tensor_t *full = w->grad_temp[g];
         wl_arg_t a[] = {R(full), RW(w->grads[g])};
         TRY(wl_comm(w, OP_REDUCE_SCATTER, a, 2,
@@ -89,6 +125,33 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
                     wl_all_reduce_bytes(cham_tensor_bytes(w->grads[g]), w->m.dp), 0, false));
     }
     return CHAM_OK;
+}
+
+/* host_optimizer: group g's gradient is complete. To the host, which
+ * unscales and checks it as it arrives (the backward goes on meanwhile);
+ * the device lets it go. */
+static cham_status_t grads_to_host(cham_workload_t *w, uint32_t g)
+{
+    uint64_t bytes = updated_params(w, g) * cham_dtype_size(w->m.dtype);
+    cham_tensor_t *grad;
+    TRY(wl_view(w, w->grads[g], 0, bytes, &grad));
+    cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, grad, w->host_grad[g], true);
+    wl_drop(w, &grad);
+    wl_drop(w, &w->grads[g]);
+    TRY(st);
+    TRY(cham_event_record(w->ev_offload, w->offload));
+    TRY(cham_stream_wait_event(w->host, w->ev_offload));
+    cham_access_t a = {w->host_grad[g], (size_t)bytes, CHAM_ACCESS_READ_WRITE};
+    return wl_host_run(w, "host_unscale_check", &a, 1,
+                       3.0 * (double)updated_params(w, g));
+}
+
+cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
+{
+    cham_status_t st = reduce(w, g, mb);
+    if (st != CHAM_OK || !w->m.host_optimizer || mb + 1 != w->n_micro)
+        return st;
+    return grads_to_host(w, g);
 }
 
 /* ---- creation ----------------------------------------------------------------------*/
@@ -134,6 +197,8 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
     bool ok = w->group_params != NULL;
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         ok = ok && (*arrays[i] = calloc(ng, sizeof **arrays[i])) != NULL;
+    ok = ok && (w->host_grad = calloc(ng, sizeof *w->host_grad)) != NULL &&
+         (w->host_optim = calloc(ng, sizeof *w->host_optim)) != NULL;
     if (!ok) {
         cham_workload_free(w);
         cham_set_err(err, err_size, "workload: out of host memory");
@@ -149,7 +214,12 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
     }
     if ((st = cham_stream_new(w->dev, "comm", &w->comm)) != CHAM_OK ||
         (st = cham_event_new(w->dev, &w->ev_compute)) != CHAM_OK ||
-        (st = cham_event_new(w->dev, &w->ev_comm)) != CHAM_OK) {
+        (st = cham_event_new(w->dev, &w->ev_comm)) != CHAM_OK ||
+        (m->host_optimizer &&
+         ((st = cham_stream_new(w->dev, "offload", &w->offload)) != CHAM_OK ||
+          (st = cham_stream_new_host(w->dev, "host_adam", &w->host)) != CHAM_OK ||
+          (st = cham_event_new(w->dev, &w->ev_offload)) != CHAM_OK ||
+          (st = cham_event_new(w->dev, &w->ev_host)) != CHAM_OK))) {
         cham_set_err(err, err_size, "workload: %s", cham_device_last_error(w->dev));
         cham_workload_free(w);
         return st;
@@ -176,12 +246,23 @@ void cham_workload_free(cham_workload_t *w)
     if (!w)
         return;
     cham_context_on_recompute(w->ctx, NULL, NULL);
-    if (w->comm)
-        cham_stream_synchronize(w->comm);
+    cham_stream_t *streams[] = {w->comm, w->offload, w->host};
+    for (size_t i = 0; i < 3; i++)
+        if (streams[i])
+            cham_stream_synchronize(streams[i]);
     wl_drop_all(w);
+    for (uint32_t g = 0; w->host_grad && g < w->n_groups; g++) {
+        cham_device_host_free(w->dev, w->host_grad[g]);
+        cham_device_host_free(w->dev, w->host_optim[g]);
+    }
+    free(w->host_grad);
+    free(w->host_optim);
     cham_event_free(w->ev_compute);
     cham_event_free(w->ev_comm);
-    cham_stream_free(w->comm);
+    cham_event_free(w->ev_offload);
+    cham_event_free(w->ev_host);
+    for (size_t i = 0; i < 3; i++)
+        cham_stream_free(streams[i]);
     free(w->group_params);
     free(w->weights);
     free(w->grads);
@@ -314,14 +395,63 @@ static cham_status_t schedule(cham_workload_t *w, flight_t *f)
     return CHAM_OK;
 }
 
+/* ZeRO 1-2: every rank gathers the others' updated shards of group g. */
+static cham_status_t gather_updated(cham_workload_t *w, uint32_t g)
+{
+    if (!sharded(w, 1) || sharded(w, 3))
+        return CHAM_OK;
+    wl_arg_t b = RW(w->weights[g]);
+    return wl_comm(w, OP_ALL_GATHER, &b, 1,
+                   wl_gather_bytes(cham_tensor_bytes(w->weights[g]), w->m.dp), 0, false);
+}
+
+/* host_optimizer, once the host has every gradient: AdamW per group on
+ * the host in the order the next forward needs them (embedding, layers,
+ * head), each group's updated weights copied back while the host updates
+ * the next. */
+static cham_status_t host_update(cham_workload_t *w)
+{
+    uint64_t p = cham_dtype_size(w->m.dtype);
+    for (uint32_t i = 0; i < w->n_groups; i++) {
+        uint32_t g = i == 0 ? wl_embed_group(w) : i <= w->n_layers ? i - 1 : wl_head_group(w);
+        uint64_t n = updated_params(w, g);
+        if (!group_params(w, g))
+            continue;
+        /* Reads the gradient, writes the weights in the compute type over
+         * it; reads and writes the master weights and moments. */
+        cham_access_t a[] = {{w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_READ_WRITE},
+                             {w->host_optim[g], (size_t)(n * 12), CHAM_ACCESS_READ_WRITE}};
+        TRY(wl_host_run(w, "host_adamw", a, 2, 12.0 * (double)n));
+        TRY(cham_event_record(w->ev_host, w->host));
+        cham_tensor_t *weight;
+        TRY(wl_view(w, w->weights[g], 0, n * p, &weight));
+        cham_status_t st = wl_offload(w, OP_PARAM_FROM_HOST, weight, w->host_grad[g], false);
+        wl_drop(w, &weight);
+        TRY(st);
+        if (sharded(w, 1) && !sharded(w, 3)) {
+            TRY(wl_join(w, w->offload, w->ev_offload));
+            TRY(gather_updated(w, g));
+        }
+    }
+    TRY(wl_join(w, w->offload, w->ev_offload));
+    return wl_comm_join(w);
+}
+
 /* Unscale and check the gradients, update the scale, and unless they
  * overflowed, AdamW on this rank's shard (ZeRO 1-2: then gather the
- * updated weights). */
+ * updated weights). With the host's optimizer the host has unscaled and
+ * checked them as they came; the host waits for its verdict. */
 static cham_status_t optimizer(cham_workload_t *w, bool overflow)
 {
     uint64_t p = cham_dtype_size(w->m.dtype);
     TRY(cham_phase(w->ctx, CHAM_PHASE_OPTIMIZER));
     TRY(wl_comm_join(w));                 /* the gradient reductions */
+    if (w->m.host_optimizer) {
+        TRY(cham_stream_synchronize(w->host));   /* found_inf.item() */
+        wl_arg_t s[] = {R(w->found_inf), RW(w->scale)};
+        TRY(wl_run(w, OP_UPDATE_SCALE, s, 2, 1, 0));
+        return overflow ? CHAM_OK : host_update(w);
+    }
     for (uint32_t g = 0; g < w->n_groups; g++) {
         if (!group_params(w, g))
             continue;
@@ -344,11 +474,7 @@ static cham_status_t optimizer(cham_workload_t *w, bool overflow)
         TRY(wl_run(w, OP_ADAM, a, 5, 12.0 * (double)shard, 0));
         wl_drop(w, &grad);
         wl_drop(w, &weight);
-        if (sharded(w, 1) && !sharded(w, 3)) {
-            wl_arg_t b = RW(w->weights[g]);
-            TRY(wl_comm(w, OP_ALL_GATHER, &b, 1,
-                        wl_gather_bytes(cham_tensor_bytes(w->weights[g]), w->m.dp), 0, false));
-        }
+        TRY(gather_updated(w, g));
     }
     return wl_comm_join(w);
 }

@@ -85,6 +85,8 @@ static inline uint64_t wl_shard_of(const cham_model_config_t *m, uint64_t params
  * with wl_group_state, so the check before it and the tensors agree. */
 typedef struct wl_state {
     uint64_t weights, grads, optim;
+    uint64_t host;               /* host_optimizer: the host's pinned bytes (master
+                                    weights, moments, the gradients it receives) */
 } wl_state_t;
 /* Adds a group of params to *s. */
 void wl_group_state(const cham_model_config_t *m, uint64_t params, wl_state_t *s);
@@ -116,7 +118,7 @@ typedef enum wl_op {
     OP_GELU_BWD, OP_FC2_BWD, OP_GATE_UP_BWD, OP_SWIGLU_BWD, OP_DOWN_BWD, OP_ROUTER_BWD,
     OP_ROUTE_BWD, OP_PERMUTE_BWD, OP_COMBINE_BWD, OP_EMBED_BWD, OP_GRAD_ACC,
     OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_SEND, OP_RECV, OP_PIPELINE_WAIT,
-    OP_UNSCALE, OP_UPDATE_SCALE, OP_ADAM,
+    OP_UNSCALE, OP_UPDATE_SCALE, OP_ADAM, OP_GRAD_TO_HOST, OP_PARAM_FROM_HOST,
     WL_N_OPS
 } wl_op_t;
 
@@ -165,6 +167,12 @@ struct cham_workload {
     cham_tensor_t **grad_temp;   /* per group, ZeRO >= 2: the full gradient
                                     being accumulated before its reduce-scatter */
     cham_tensor_t *scale, *found_inf;
+    /* host_optimizer: per group the host's pinned buffers (the gradients
+     * it receives, then the weights it sends back; master weights and
+     * moments), the copy stream and the host stream. */
+    void **host_grad, **host_optim;
+    cham_stream_t *offload, *host;
+    cham_event_t *ev_offload, *ev_host;
     wl_layer_params_t lp;        /* a layer's groups on this device */
     uint32_t n_micro;            /* micro-batches per step on this device */
     /* Per step. */
@@ -221,6 +229,16 @@ cham_status_t wl_run(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_
 cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_t n,
                       double link_bytes, double wait_ns, bool blocking);
 cham_status_t wl_comm_join(cham_workload_t *w);
+/* host_optimizer: the copy of tensor t to the host buffer (to_host: after
+ * the compute and comm streams' work so far) or from it (after ev_host),
+ * on the offload stream inside op; the compute stream does not wait. */
+cham_status_t wl_offload(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void *host,
+                         bool to_host);
+/* Work on the host stream over pinned host memory (host figures time it). */
+cham_status_t wl_host_run(cham_workload_t *w, const char *label, const cham_access_t *acc,
+                          size_t n, double flops);
+/* The compute stream waits for stream s's work so far (ev: s's event). */
+cham_status_t wl_join(cham_workload_t *w, cham_stream_t *s, cham_event_t *ev);
 /* The roofline time of a kernel on this device, ns. */
 double wl_kernel_ns(const cham_workload_t *w, double flops, double bytes);
 /* The recompute hook (chameleon/runtime.h): launches the op of a dropped
