@@ -14,14 +14,6 @@ struct gpt_host_adam {
     float *grads, *master, *m, *v;         /* pinned, n floats each */
 };
 
-/* The device's message for a failed device call. */
-static cham_status_t failed(gpt_host_adam_t *h, cham_status_t st, char *err, size_t err_size)
-{
-    if (st != CHAM_OK)
-        snprintf(err, err_size, "host optimizer: %s", cham_device_last_error(h->dev));
-    return st;
-}
-
 /* `later` waits for the work queued on `earlier` so far. */
 static cham_status_t order(cham_event_t *ev, cham_stream_t *earlier, cham_stream_t *later)
 {
@@ -48,10 +40,12 @@ static cham_status_t on_host(gpt_host_adam_t *h, gpt_args_t *a, float *const *f,
     return gpt_launch(h->cpu, a, acc, k, flops, bytes);
 }
 
-/* The copy of n floats between params (or grads) and a host buffer inside
- * an op, so that the runtime has the tensor on the device meanwhile. */
+/* The copy of tensor t to the host buffer (GPT_TO_HOST, on the copy
+ * stream after the compute stream's work so far) or from it into t
+ * (GPT_FROM_HOST, on the compute stream after the host's work), inside an
+ * op, so that the runtime has the tensor on the device meanwhile. */
 static cham_status_t copy_op(gpt_host_adam_t *h, gpt_kind_t kind, cham_tensor_t *t,
-                             float *host, cham_stream_t *s)
+                             float *host)
 {
     cham_context_t *ctx = h->ops->ctx;
     bool to_host = kind == GPT_TO_HOST;
@@ -62,31 +56,19 @@ static cham_status_t copy_op(gpt_host_adam_t *h, gpt_kind_t kind, cham_tensor_t 
     void *dev = cham_tensor_data(t);
     size_t bytes = cham_tensor_bytes(t);
     if (to_host) {
-        st = order(h->ev_compute, h->compute, s);
+        st = order(h->ev_compute, h->compute, h->copy);
         if (st == CHAM_OK)
-            st = cham_copy_async(s, host, dev, bytes, CHAM_COPY_D2H, "grads_to_host");
+            st = cham_copy_async(h->copy, host, dev, bytes, CHAM_COPY_D2H, "grads_to_host");
         if (st == CHAM_OK)        /* the block stays until the copy has read it */
-            st = cham_tensor_record_stream(t, s);
+            st = cham_tensor_record_stream(t, h->copy);
     } else {
-        st = order(h->ev_cpu, h->cpu, s);
+        st = order(h->ev_cpu, h->cpu, h->compute);
         if (st == CHAM_OK)
-            st = cham_copy_async(s, dev, host, bytes, CHAM_COPY_H2D, "params_from_host");
+            st = cham_copy_async(h->compute, dev, host, bytes, CHAM_COPY_H2D,
+                                 "params_from_host");
     }
     cham_status_t end = cham_op_end(ctx);
     return st != CHAM_OK ? st : end;
-}
-
-static cham_status_t send_view(gpt_host_adam_t *h, cham_tensor_t *base, size_t first,
-                               size_t count, float *host)
-{
-    cham_tensor_t *view;
-    cham_status_t st = cham_tensor_view(base, first * sizeof(float), count * sizeof(float),
-                                        CHAM_DTYPE_F32, NULL, &view);
-    if (st != CHAM_OK)
-        return st;
-    st = copy_op(h, GPT_TO_HOST, view, host + first, h->copy);
-    cham_tensor_release(view);
-    return st;
 }
 
 cham_status_t gpt_host_adam_new(gpt_ops_t *ops, cham_tensor_t *params, size_t n,
@@ -112,7 +94,7 @@ cham_status_t gpt_host_adam_new(gpt_ops_t *ops, cham_tensor_t *params, size_t n,
     for (size_t i = 0; i < 4 && st == CHAM_OK; i++)
         st = cham_device_host_alloc(h->dev, n * sizeof(float), (void **)buf[i]);
     if (st != CHAM_OK) {
-        failed(h, st, err, err_size);
+        snprintf(err, err_size, "host optimizer: %s", cham_device_last_error(h->dev));
         gpt_host_adam_free(h);
         return st;
     }
@@ -123,7 +105,7 @@ cham_status_t gpt_host_adam_new(gpt_ops_t *ops, cham_tensor_t *params, size_t n,
         st = on_host(h, &z, i ? &h->v : &h->m, &w, 1, (double)n);
     }
     if (st == CHAM_OK)
-        st = copy_op(h, GPT_TO_HOST, params, h->master, h->copy);
+        st = copy_op(h, GPT_TO_HOST, params, h->master);
     if (st != CHAM_OK) {
         snprintf(err, err_size, "host optimizer: %s", cham_context_last_error(ops->ctx));
         gpt_host_adam_free(h);
@@ -156,7 +138,14 @@ void gpt_host_adam_free(gpt_host_adam_t *h)
 cham_status_t gpt_host_adam_send(gpt_host_adam_t *h, cham_tensor_t *grads, size_t first,
                                  size_t count)
 {
-    return send_view(h, grads, first, count, h->grads);
+    cham_tensor_t *view;
+    cham_status_t st = cham_tensor_view(grads, first * sizeof(float), count * sizeof(float),
+                                        CHAM_DTYPE_F32, NULL, &view);
+    if (st != CHAM_OK)
+        return st;
+    st = copy_op(h, GPT_TO_HOST, view, h->grads + first);
+    cham_tensor_release(view);
+    return st;
 }
 
 cham_status_t gpt_host_adam_check(gpt_host_adam_t *h, bool *overflow, double *sum_squares)
@@ -188,7 +177,7 @@ cham_status_t gpt_host_adam_step(gpt_host_adam_t *h, cham_tensor_t *params, floa
     cham_access_mode_t modes[4] = {r, rw, rw, rw};
     if (st == CHAM_OK)
         st = on_host(h, &ad, f, modes, 4, 12.0 * (double)h->n);
-    return st != CHAM_OK ? st : copy_op(h, GPT_FROM_HOST, params, h->master, h->compute);
+    return st != CHAM_OK ? st : copy_op(h, GPT_FROM_HOST, params, h->master);
 }
 
 cham_status_t gpt_host_adam_read_master(gpt_host_adam_t *h, float *host)

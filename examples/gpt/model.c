@@ -29,7 +29,6 @@ struct gpt_model {
     cham_tensor_t *params, *grads, *m, *v;   /* m, v: NULL with the host's optimizer */
     cham_tensor_t **pv, **gv;    /* views per weight */
     gpt_host_adam_t *host;       /* the optimizer on the host, or NULL */
-    bool *sent;                  /* per block: its gradients went to the host this step */
     /* The last training forward, for the backward. */
     saved_t *layer;
     bool *skipped;
@@ -289,8 +288,7 @@ cham_status_t gpt_model_new(gpt_ops_t *ops, const gpt_shape_t *shape, uint64_t s
     m->gv = calloc(m->n_weights, sizeof *m->gv);
     m->layer = calloc((size_t)shape->layers, sizeof *m->layer);
     m->skipped = calloc((size_t)shape->layers, sizeof *m->skipped);
-    m->sent = calloc((size_t)shape->layers, sizeof *m->sent);
-    if (!m->offset || !m->count || !m->pv || !m->gv || !m->layer || !m->skipped || !m->sent) {
+    if (!m->offset || !m->count || !m->pv || !m->gv || !m->layer || !m->skipped) {
         gpt_model_free(m);
         snprintf(err, err_size, "out of host memory");
         return CHAM_ERR_HOST_OOM;
@@ -354,7 +352,6 @@ void gpt_model_free(gpt_model_t *m)
     release(m, &m->m);
     release(m, &m->v);
     gpt_host_adam_free(m->host);
-    free(m->sent);
     free(m->offset);
     free(m->count);
     free(m->pv);
@@ -636,7 +633,6 @@ static cham_status_t send_block(gpt_model_t *m, int l)
 {
     if (l >= 0) {
         size_t first = m->offset[lw(l, 0)];
-        m->sent[l] = true;
         return gpt_host_adam_send(m->host, m->grads, first,
                                   m->offset[lw(l, PER_LAYER - 1)] + m->count[lw(l, PER_LAYER - 1)] -
                                       first);
@@ -664,12 +660,11 @@ cham_status_t gpt_check_grads(gpt_model_t *m, bool *overflow, double *sum_square
     cham_status_t st;
     cham_phase(m->ops->ctx, CHAM_PHASE_OPTIMIZER);
     if (m->host) {
-        /* Skipped blocks' (zero) gradients too: the host's are last step's. */
-        for (int l = 0; l < m->s.layers; l++) {
-            if (!m->sent[l])
+        /* The backward sent the blocks it ran; the skipped blocks' (zero)
+         * gradients go now: the host's are last step's. */
+        for (int l = 0; l < m->s.layers; l++)
+            if (m->skipped[l])
                 TRY(send_block(m, l));
-            m->sent[l] = false;
-        }
         TRY(send_block(m, -1));
         return gpt_host_adam_check(m->host, overflow, sum_squares);
     }
