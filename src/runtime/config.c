@@ -95,6 +95,9 @@ typedef struct field {
 #define BANDWIDTH(key, member) \
     REALF(key, member, 1e3, 1e15, false, false, true, \
           "0 (the preset's) or [1e3, 1e15] bytes/s")
+#define FLOPS(key, member) \
+    REALF(key, member, 1e6, 1e18, false, false, true, \
+          "0 (the preset's) or [1e6, 1e18] FLOP/s")
 #define NANOS(key, member) \
     INTF(key, member, K_U64, 0, UINT64_C(1000000000000), \
          "[0, 1e12] ns (0 = the sim's default)")
@@ -105,14 +108,12 @@ static const field_t fields[] = {
     INTF("ordinal", device.ordinal, K_INT, 0, 1023, "[0, 1023]"),
     INTF("capacity", device.capacity, K_SIZE, 0, 64 * TiB,
          "[0, 64TiB] bytes (0 = the preset's)"),
-    REALF("peak_flops", device.peak_flops, 1e6, 1e18, false, false, true,
-          "0 (the preset's) or [1e6, 1e18] FLOP/s"),
+    FLOPS("peak_flops", device.peak_flops),
     BANDWIDTH("hbm_bandwidth", device.hbm_bandwidth),
     BANDWIDTH("h2d_bandwidth", device.h2d_bandwidth),
     BANDWIDTH("d2h_bandwidth", device.d2h_bandwidth),
     BANDWIDTH("p2p_bandwidth", device.p2p_bandwidth),
-    REALF("host_flops", device.host_flops, 1e6, 1e18, false, false, true,
-          "0 (the preset's) or [1e6, 1e18] FLOP/s"),
+    FLOPS("host_flops", device.host_flops),
     BANDWIDTH("host_mem_bandwidth", device.host_mem_bandwidth),
     NANOS("launch_ns", device.launch_ns),
     NANOS("kernel_overhead_ns", device.kernel_overhead_ns),

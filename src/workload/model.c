@@ -184,14 +184,13 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
 
 void wl_group_state(const cham_model_config_t *m, uint64_t params, wl_state_t *s)
 {
-    uint64_t shard = wl_shard_of(m, params), p = cham_dtype_size(m->dtype);
-    uint64_t updated = wl_sharded(m, 1) ? shard : params;
-    s->weights += (wl_sharded(m, 3) ? shard : params) * p;
+    uint64_t p = cham_dtype_size(m->dtype), updated = wl_updated_of(m, params);
+    s->weights += (wl_sharded(m, 3) ? wl_shard_of(m, params) : params) * p;
     if (m->host_optimizer) {     /* the host's: the updated shard's gradients too */
         s->host += updated * (4 * 3 + p);
         return;
     }
-    s->grads += (wl_sharded(m, 2) ? shard : params) * p;
+    s->grads += wl_grad_bytes_of(m, params);
     s->optim += updated * 4 * 3;
 }
 

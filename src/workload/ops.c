@@ -160,16 +160,20 @@ void wl_drop_all(cham_workload_t *w)
 
 /* ---- dispatch ----------------------------------------------------------------------*/
 
-uint64_t wl_shard(const cham_workload_t *w, uint64_t params)
-{
-    return wl_shard_of(&w->m, params);
-}
-
 double wl_kernel_ns(const cham_workload_t *w, double flops, double bytes)
 {
     double s = flops / w->info.peak_flops;
     double b = bytes / w->info.hbm_bandwidth;
     return 1e9 * (s > b ? s : b);
+}
+
+/* Memory traffic of accesses: a read-write range is read and written. */
+static double moved_bytes(const cham_access_t *acc, size_t n)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += (double)acc[i].bytes * (acc[i].mode == CHAM_ACCESS_READ_WRITE ? 2 : 1);
+    return sum;
 }
 
 /* Begins op with the args split into reads and writes; fills accesses. */
@@ -188,13 +192,10 @@ static cham_status_t begin(cham_workload_t *w, wl_op_t op, const wl_arg_t *args,
     cham_status_t st = cham_op_begin(w->ctx, w->tok[op], in, n_in, out, n_out);
     if (st != CHAM_OK)
         return st;
-    double sum = 0;
-    for (size_t i = 0; i < n; i++) {
-        size_t b = cham_tensor_bytes(args[i].t);
-        acc[i] = (cham_access_t){cham_tensor_data(args[i].t), b, args[i].mode};
-        sum += (double)b * (args[i].mode == CHAM_ACCESS_READ_WRITE ? 2 : 1);
-    }
-    *bytes = sum;
+    for (size_t i = 0; i < n; i++)
+        acc[i] = (cham_access_t){cham_tensor_data(args[i].t), cham_tensor_bytes(args[i].t),
+                                 args[i].mode};
+    *bytes = moved_bytes(acc, n);
     w->ops++;
     return CHAM_OK;
 }
@@ -375,10 +376,8 @@ cham_status_t wl_offload(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void 
 cham_status_t wl_host_run(cham_workload_t *w, const char *label, const cham_access_t *acc,
                           size_t n, double flops)
 {
-    double bytes = 0;
-    for (size_t i = 0; i < n; i++)
-        bytes += (double)acc[i].bytes * (acc[i].mode == CHAM_ACCESS_READ_WRITE ? 2 : 1);
-    cham_kernel_t k = {.label = label, .flops = flops, .bytes = bytes, .accesses = acc,
+    cham_kernel_t k = {.label = label, .flops = flops, .bytes = moved_bytes(acc, n),
+                       .accesses = acc,
                        .n_accesses = n};
     return cham_kernel_launch(w->host, &k);
 }

@@ -101,6 +101,12 @@ static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_work
     }
 }
 
+/* The sim preset the run's device opens with. */
+static const char *preset_name(const cham_config_t *rc)
+{
+    return rc->device.preset ? rc->device.preset : cham_preset_default_name();
+}
+
 /* The run's runtime and model settings: the caller's with the strategy's
  * applied, checked. */
 static cham_status_t prepare(const cham_run_config_t *c, cham_config_t *rc,
@@ -120,7 +126,7 @@ static cham_status_t prepare(const cham_run_config_t *c, cham_config_t *rc,
         return st;
     /* The host's optimizer is timed by the host's figures: say now, not at
      * the first step, when the device has none. */
-    const char *name = rc->device.preset ? rc->device.preset : cham_preset_default_name();
+    const char *name = preset_name(rc);
     const cham_preset_t *p = cham_preset_find(name);
     double flops = rc->device.host_flops > 0 ? rc->device.host_flops : p ? p->host_flops : 0;
     double bw = rc->device.host_mem_bandwidth > 0 ? rc->device.host_mem_bandwidth
@@ -142,8 +148,7 @@ static uint64_t run_capacity(const cham_config_t *rc)
         return rc->device.capacity;
     if (rc->device.backend && strcmp(rc->device.backend, "sim") != 0)
         return 0;
-    const cham_preset_t *p =
-        cham_preset_find(rc->device.preset ? rc->device.preset : cham_preset_default_name());
+    const cham_preset_t *p = cham_preset_find(preset_name(rc));
     return p ? p->capacity : 0;
 }
 

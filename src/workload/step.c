@@ -31,12 +31,17 @@ static const char *group_name(const cham_workload_t *w, uint32_t g, char *buf, s
     return buf;
 }
 
-/* Bytes of group g's parameters the optimizer updates here: this rank's
- * shard with ZeRO >= 1. */
+/* Group g's parameters the optimizer updates here (wl_updated_of). */
 static uint64_t updated_params(const cham_workload_t *w, uint32_t g)
 {
-    uint64_t n = group_params(w, g);
-    return sharded(w, 1) ? wl_shard(w, n) : n;
+    return wl_updated_of(&w->m, group_params(w, g));
+}
+
+/* ZeRO 1-2: the optimizer updates a shard and every rank gathers the
+ * others' (ZeRO-3 keeps only its shard of the weights). */
+static bool gathers_updated(const cham_workload_t *w)
+{
+    return sharded(w, 1) && !sharded(w, 3);
 }
 
 /* Group g's gradient as the optimizer reads it (the shard with ZeRO >= 2).
@@ -46,13 +51,9 @@ static cham_status_t make_grads(cham_workload_t *w, uint32_t g)
 {
     if (w->grads[g])
         return CHAM_OK;
-    wl_state_t s = {0};
-    cham_model_config_t m = w->m;
-    m.host_optimizer = false;            /* the device's gradient either way */
-    wl_group_state(&m, group_params(w, g), &s);
     char buf[16];
-    return wl_new(w, s.grads, w->m.dtype, &w->grads[g], "%s.grads",
-                  group_name(w, g, buf, sizeof buf));
+    return wl_new(w, wl_grad_bytes_of(&w->m, group_params(w, g)), w->m.dtype, &w->grads[g],
+                  "%s.grads", group_name(w, g, buf, sizeof buf));
 }
 
 static cham_status_t make_state(cham_workload_t *w)
@@ -398,7 +399,7 @@ static cham_status_t schedule(cham_workload_t *w, flight_t *f)
 /* ZeRO 1-2: every rank gathers the others' updated shards of group g. */
 static cham_status_t gather_updated(cham_workload_t *w, uint32_t g)
 {
-    if (!sharded(w, 1) || sharded(w, 3))
+    if (!gathers_updated(w))
         return CHAM_OK;
     wl_arg_t b = RW(w->weights[g]);
     return wl_comm(w, OP_ALL_GATHER, &b, 1,
@@ -428,7 +429,7 @@ static cham_status_t host_update(cham_workload_t *w)
         cham_status_t st = wl_offload(w, OP_PARAM_FROM_HOST, weight, w->host_grad[g], false);
         wl_drop(w, &weight);
         TRY(st);
-        if (sharded(w, 1) && !sharded(w, 3)) {
+        if (gathers_updated(w)) {         /* the gather reads what the copy wrote */
             TRY(wl_join(w, w->offload, w->ev_offload));
             TRY(gather_updated(w, g));
         }
@@ -463,7 +464,7 @@ static cham_status_t optimizer(cham_workload_t *w, bool overflow)
     if (overflow)
         return CHAM_OK;
     for (uint32_t g = 0; g < w->n_groups; g++) {
-        uint64_t n = group_params(w, g), shard = sharded(w, 1) ? wl_shard(w, n) : n;
+        uint64_t n = group_params(w, g), shard = updated_params(w, g);
         if (!n)
             continue;
         cham_tensor_t *grad, *weight;

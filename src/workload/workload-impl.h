@@ -78,6 +78,18 @@ static inline uint64_t wl_shard_of(const cham_model_config_t *m, uint64_t params
 {
     return (params + m->dp - 1) / m->dp;
 }
+/* Of a group of params, those the optimizer here updates (and keeps master
+ * weights and moments for): this rank's shard with ZeRO >= 1. */
+static inline uint64_t wl_updated_of(const cham_model_config_t *m, uint64_t params)
+{
+    return wl_sharded(m, 1) ? wl_shard_of(m, params) : params;
+}
+/* Bytes of the gradient of a group of params as the optimizer reads it:
+ * this rank's shard with ZeRO >= 2, in the compute type. */
+static inline uint64_t wl_grad_bytes_of(const cham_model_config_t *m, uint64_t params)
+{
+    return (wl_sharded(m, 2) ? wl_shard_of(m, params) : params) * cham_dtype_size(m->dtype);
+}
 
 /* Model state bytes on this device: weights and gradients in the compute
  * type, fp32 master weights and the two Adam moments (optim: all three),
@@ -186,8 +198,6 @@ struct cham_workload {
     char error[256];             /* the generator's own failures */
 };
 
-/* The size of a parameter group's shard (ZeRO: split over dp ranks). */
-uint64_t wl_shard(const cham_workload_t *w, uint64_t params);
 /* Group indices of the embedding and of the final norm and head. */
 static inline uint32_t wl_embed_group(const cham_workload_t *w)
 {
