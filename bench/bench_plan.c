@@ -63,7 +63,7 @@ static cham_profile_t *make_profile(uint32_t layers, uint64_t *peak)
     uint64_t mem = weights, top = mem;
     /* Forward: op i reads activation i-1 and writes activation i. */
     for (uint32_t i = 0; i < n_act; i++) {
-        check(cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, mem), "op");
+        check(cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, -1, mem), "op");
         if (i > 0) {
             cham_tensor_use_t in = use_of(i - 1, act, 1, false);
             check(cham_profile_add_use(p, &in), "use");
@@ -77,14 +77,14 @@ static cham_profile_t *make_profile(uint32_t layers, uint64_t *peak)
     /* Backward: op j reads activation n_act-1-j and frees it. */
     for (uint32_t j = 0; j < n_act; j++) {
         uint64_t s = n_act - 1 - j;
-        check(cham_profile_begin_op(p, 1, CHAM_PHASE_BACKWARD, mem), "op");
+        check(cham_profile_begin_op(p, 1, CHAM_PHASE_BACKWARD, -1, mem), "op");
         cham_tensor_use_t in = use_of(s, act, 2, false);
         check(cham_profile_add_use(p, &in), "use");
         mem -= act;
         cham_profile_end_op(p, mem);
     }
     for (uint32_t l = 0; l < layers; l++) {
-        check(cham_profile_begin_op(p, 2, CHAM_PHASE_OPTIMIZER, mem), "op");
+        check(cham_profile_begin_op(p, 2, CHAM_PHASE_OPTIMIZER, -1, mem), "op");
         cham_profile_end_op(p, mem);
     }
     cham_profile_view_t v;

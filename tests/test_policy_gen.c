@@ -381,7 +381,7 @@ static void test_default_layer_count(void **state)
     seq[n++] = 1;
     seq[n++] = 4;
     for (int i = 0; i < n; i++) {
-        assert_true(cham_profile_begin_op(p, seq[i], CHAM_PHASE_FORWARD, 0));
+        assert_true(cham_profile_begin_op(p, seq[i], CHAM_PHASE_FORWARD, -1, 0));
         cham_profile_end_op(p, 0);
     }
     cham_profile_view_t pv;
@@ -392,7 +392,7 @@ static void test_default_layer_count(void **state)
     /* All tokens distinct: ceil(sqrt(10)) = 4. */
     p = cham_profile_new(1, 0);
     for (int i = 0; i < 10; i++) {
-        assert_true(cham_profile_begin_op(p, i, CHAM_PHASE_FORWARD, 0));
+        assert_true(cham_profile_begin_op(p, i, CHAM_PHASE_FORWARD, -1, 0));
         cham_profile_end_op(p, 0);
     }
     cham_profile_get(p, &pv);
@@ -449,7 +449,7 @@ static cham_profile_t *random_profile(test_rng_t *r, uint64_t *peak, uint64_t *s
     for (uint32_t i = 0; i < n_act; i++) {
         act[i] = (1 + test_rng_below(r, 128)) * MiB;
         uint64_t spike = test_rng_below(r, 3) == 0 ? test_rng_below(r, 256) * MiB : 0;
-        assert_true(cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, mem + spike));
+        assert_true(cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, -1, mem + spike));
         samples[ns++] = mem + spike;
         if (i > 0) {
             cham_tensor_use_t in = {.storage = i - 1, .bytes = act[i - 1],
@@ -466,7 +466,7 @@ static cham_profile_t *random_profile(test_rng_t *r, uint64_t *peak, uint64_t *s
     }
     for (uint32_t j = 0; j < n_act; j++) {
         uint32_t s = n_act - 1 - j;
-        assert_true(cham_profile_begin_op(p, 1, CHAM_PHASE_BACKWARD, mem));
+        assert_true(cham_profile_begin_op(p, 1, CHAM_PHASE_BACKWARD, -1, mem));
         samples[ns++] = mem;
         cham_tensor_use_t in = {.storage = s, .bytes = act[s], .storage_bytes = act[s],
                                 .use_count = 2};
@@ -476,7 +476,7 @@ static cham_profile_t *random_profile(test_rng_t *r, uint64_t *peak, uint64_t *s
         samples[ns++] = mem;
     }
     for (uint32_t l = 0; l < 1 + test_rng_below(r, 3); l++) {
-        assert_true(cham_profile_begin_op(p, 2, CHAM_PHASE_OPTIMIZER, mem));
+        assert_true(cham_profile_begin_op(p, 2, CHAM_PHASE_OPTIMIZER, -1, mem));
         cham_profile_end_op(p, mem);
         samples[ns++] = mem;
         samples[ns++] = mem;

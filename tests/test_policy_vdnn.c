@@ -117,7 +117,7 @@ static cham_profile_t *hand_profile(void)
                 p, &(cham_profile_swap_t){.kind = CHAM_SWAP_IN, .storage = 1,
                                           .bytes = 300 * MiB, .sample = 24}));
         cham_phase_t ph = PH[k] == 'F' ? CHAM_PHASE_FORWARD : CHAM_PHASE_BACKWARD;
-        assert_true(cham_profile_begin_op(p, 0, ph, mem[0]));
+        assert_true(cham_profile_begin_op(p, 0, ph, -1, mem[0]));
         for (; u < n_uses && USES[u].op == (int)k; u++) {
             cham_tensor_use_t x = {.storage = USES[u].storage,
                                    .data_ptr = 0x100000 * USES[u].storage,
@@ -539,7 +539,7 @@ static cham_profile_t *random_profile(test_rng_t *r, rand_storage_t *st, size_t 
         cham_phase_t ph = k < nf ? CHAM_PHASE_FORWARD : CHAM_PHASE_BACKWARD;
         int token = (int)test_rng_below(r, 3);
         samples[2 * k] = test_rng_below(r, 4096) * MiB;
-        assert_true(cham_profile_begin_op(p, token, ph, samples[2 * k]));
+        assert_true(cham_profile_begin_op(p, token, ph, -1, samples[2 * k]));
         for (size_t s = 0; s < *n_st; s++)
             for (int j = 0; j < st[s].n; j++)
                 if (st[s].ops[j] == k) {

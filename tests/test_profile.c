@@ -55,7 +55,7 @@ static cham_profile_t *make_sample(void)
     assert_non_null(p);
     cham_profile_set_duration(p, 123456789);
 
-    assert_true(cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, 1000));
+    assert_true(cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, -1, 1000));
     cham_tensor_use_t u0 = {.storage = 1, .data_ptr = BIG_PTR, .bytes = 256,
                             .storage_bytes = 512, .dtype = CHAM_DTYPE_F16, .use_count = 0,
                             .history = 0, .output = false};
@@ -69,7 +69,7 @@ static cham_profile_t *make_sample(void)
                               .passive = false};
     assert_true(cham_profile_add_swap(p, &s0));
 
-    assert_true(cham_profile_begin_op(p, 1, CHAM_PHASE_BACKWARD, 988));
+    assert_true(cham_profile_begin_op(p, 1, CHAM_PHASE_BACKWARD, -1, 988));
     cham_tensor_use_t u2 = {.storage = 3, .data_ptr = 0, .bytes = 0, .storage_bytes = 0,
                             .dtype = CHAM_DTYPE_BOOL, .use_count = UINT32_MAX,
                             .history = UINT64_MAX, .output = false};
@@ -86,7 +86,7 @@ static cham_profile_t *make_sample(void)
     assert_true(cham_profile_add_swap(p, &s1));
     assert_true(cham_profile_add_swap(p, &s1c));
 
-    assert_true(cham_profile_begin_op(p, 2, CHAM_PHASE_OPTIMIZER, 1712));
+    assert_true(cham_profile_begin_op(p, 2, CHAM_PHASE_OPTIMIZER, -1, 1712));
     cham_profile_end_op(p, 1712);
     cham_profile_swap_t s2 = {.kind = CHAM_SWAP_OUT, .storage = 2, .bytes = 512, .sample = 6,
                               .passive = false};
@@ -166,8 +166,8 @@ static void expect_abort(void (*fn)(void))
 static void begin_twice(void)
 {
     cham_profile_t *p = cham_profile_new(0, 0);
-    if (p && cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, 0))
-        cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, 0);
+    if (p && cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, -1, 0))
+        cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, -1, 0);
 }
 
 static void end_without_begin(void)
@@ -199,7 +199,7 @@ static void test_builder_misuse_asserts(void **state)
 
 static void add_op(cham_profile_t *p, uint64_t before, uint64_t after)
 {
-    assert_true(cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, before));
+    assert_true(cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, -1, before));
     cham_profile_end_op(p, after);
 }
 

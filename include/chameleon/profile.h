@@ -41,6 +41,7 @@ typedef struct cham_tensor_use {
 typedef struct cham_profile_op {
     cham_op_token_t token;
     cham_phase_t phase;
+    int32_t block;           /* the transformer block (cham_set_block), -1: none */
     uint32_t first_use;
     uint32_t n_uses;
     uint64_t mem_before;

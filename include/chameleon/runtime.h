@@ -143,8 +143,14 @@ typedef enum cham_strategy {
     CHAM_STRATEGY_CAPUCHIN,      /* one static policy, tensors named by position */
     CHAM_STRATEGY_VDNN,          /* every activation out, one-layer prefetch */
     CHAM_STRATEGY_CHAMELEON_SWAP,/* CHAMELEON, swapping only (recompute off) */
+    CHAM_STRATEGY_PROTRAIN,      /* ProTrain's runtime with its searched plan
+                                    (chameleon/protrain.h); the runtime's
+                                    management off, as native */
+    CHAM_STRATEGY_ZERO_OFFLOAD,  /* ProTrain's runtime with every chunk on the host
+                                    and every block checkpointed, unplanned
+                                    (ZeRO-3 offload with full checkpointing) */
 } cham_strategy_t;
-#define CHAM_STRATEGY_COUNT 7
+#define CHAM_STRATEGY_COUNT 9
 
 const char *cham_strategy_name(cham_strategy_t strategy);
 /* CHAM_ERR_INVALID_ARG for a name that is not a strategy. */
@@ -379,6 +385,13 @@ size_t cham_tensor_recompute_inputs(const cham_tensor_t *t, cham_tensor_t **inpu
 
 /* Marks the phase of the ops that follow (forward at the start of a step). */
 cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase);
+
+/* Marks the transformer block (0, 1, ... in the forward's order) the ops
+ * that follow belong to, or -1 for none (the default, and again at each
+ * step's start): what a module hook around each block would say. The
+ * detailed profile records it per op; ProTrain's planner
+ * (chameleon/protrain.h) manages memory per block and needs it. */
+cham_status_t cham_set_block(cham_context_t *ctx, int32_t block);
 
 /* Ends the step: runs the stage machine on the step's op sequence. */
 cham_status_t cham_step_end(cham_context_t *ctx);

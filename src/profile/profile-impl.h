@@ -30,6 +30,7 @@ cham_profile_t *cham_profile_new(uint64_t step, uint64_t capacity);
 
 /* Starts op: returns false when the host is out of memory. */
 bool cham_profile_begin_op(cham_profile_t *p, cham_op_token_t token, cham_phase_t phase,
+                           int32_t block,
                            uint64_t mem_before);
 /* Adds a use to the op begun last. */
 bool cham_profile_add_use(cham_profile_t *p, const cham_tensor_use_t *use);

@@ -40,6 +40,7 @@ void cham_profile_free(cham_profile_t *p)
 }
 
 bool cham_profile_begin_op(cham_profile_t *p, cham_op_token_t token, cham_phase_t phase,
+                           int32_t block,
                            uint64_t mem_before)
 {
     CHAM_ASSERT(p);
@@ -54,6 +55,7 @@ bool cham_profile_begin_op(cham_profile_t *p, cham_op_token_t token, cham_phase_
     ops[p->n_ops++] = (cham_profile_op_t){
         .token = token,
         .phase = phase,
+        .block = block,
         .first_use = (uint32_t)p->n_uses,
         .n_uses = 0,
         .mem_before = mem_before,

@@ -54,7 +54,7 @@ static const char *const swap_kind_names[] = {
 static const char *const top_keys[] = {"format", "version", "step", "duration_ns",
                                        "capacity", "tokens", "ops", "swaps"};
 static const char *const op_keys[] = {"token", "phase", "mem_before", "mem_after",
-                                      "?cost_ns", "?recomputable", "uses"};
+                                      "?cost_ns", "?recomputable", "?block", "uses"};
 static const char *const swap_keys[] = {"kind", "storage", "bytes", "sample", "passive",
                                         "?recompute", "?carried"};
 #define N_KEYS(a) (sizeof(a) / sizeof((a)[0]))
@@ -274,6 +274,7 @@ static json_t *op_to_json(const cham_profile_t *p, const cham_profile_op_t *op)
               cham_json_put(o, "mem_after", json_integer((json_int_t)op->mem_after)) &&
               (!op->has_cost || cham_json_put(o, "cost_ns", json_real(op->cost_ns))) &&
               (!op->recomputable || cham_json_put(o, "recomputable", json_true())) &&
+              (op->block < 0 || cham_json_put(o, "block", json_integer(op->block))) &&
               cham_json_put(o, "uses", uses = json_array());
     for (uint32_t j = 0; ok && j < op->n_uses; j++) {
         const cham_tensor_use_t *u = &p->uses[op->first_use + j];
@@ -412,6 +413,13 @@ static bool read_op(cham_json_reader_t *r, const json_t *v, cham_profile_t *p)
     if (json_object_get(v, "recomputable") &&
         !cham_json_read_bool(r, v, "recomputable", &op.recomputable))
         return false;
+    op.block = -1;
+    if (json_object_get(v, "block")) {
+        uint32_t block;
+        if (!cham_json_read_u32(r, v, "block", INT32_MAX, &block))
+            return false;
+        op.block = (int32_t)block;
+    }
     op.first_use = (uint32_t)p->n_uses;
 
     size_t mark;

@@ -115,6 +115,7 @@ cham_status_t cham_context_new(const cham_config_t *config, cham_context_t **out
         return st;
     }
     ctx->phase = CHAM_PHASE_FORWARD;
+    ctx->block = -1;
     ctx->step_start_ns = cham_device_host_time(ctx->dev);
     if (cham_loop_static(ctx))
         cham_dispatch_start_profile(ctx);   /* the baselines plan from the first step */

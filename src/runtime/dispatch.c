@@ -260,7 +260,8 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
     ctx->ops_in_step++;
     ctx->in_op = true;
     if (ctx->building && !ctx->profile_failed &&
-        !cham_profile_begin_op(ctx->building, token, ctx->phase, ctx->stats.mem_in_use))
+        !cham_profile_begin_op(ctx->building, token, ctx->phase, ctx->block,
+                               ctx->stats.mem_in_use))
         profile_failed(ctx);
     for (size_t i = 0; i < n_inputs; i++)
         use(ctx, inputs[i], false, token, (uint32_t)i);
@@ -329,6 +330,18 @@ cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase)
     }
     ctx->phase = phase;
     ctx->backward = ctx->backward || phase == CHAM_PHASE_BACKWARD;
+    return CHAM_OK;
+}
+
+cham_status_t cham_set_block(cham_context_t *ctx, int32_t block)
+{
+    CHAM_ASSERT(ctx);
+    if (block < -1) {
+        cham_context_error(ctx, "cham_set_block: %d is not a block (0, 1, ... or -1 for none)",
+                           (int)block);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    ctx->block = block;
     return CHAM_OK;
 }
 
@@ -429,6 +442,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     /* The next step: detailed in GenPolicy or when asked for. */
     ctx->ops_in_step = 0;
     ctx->phase = CHAM_PHASE_FORWARD;
+    ctx->block = -1;
     ctx->step_start_ns = cham_device_host_time(ctx->dev);   /* after any sync */
     ctx->profile_failed = false;
     ctx->step_passive = ctx->step_on_demand = 0;

@@ -186,6 +186,7 @@ struct cham_context {
     uint32_t ops_in_step;         /* ops begun in this step */
     bool in_op;
     cham_phase_t phase;
+    int32_t block;                /* cham_set_block's, -1: none */
     uint64_t step_start_ns;
     cham_op_token_t *seq;         /* lightweight profile: this step's tokens */
     size_t seq_cap;

@@ -25,7 +25,7 @@ cham_profile_t *test_build_profile(const char *ph, const uint64_t *mem, const us
                              : ph[k] == 'B' ? CHAM_PHASE_BACKWARD
                              : ph[k] == 'O' ? CHAM_PHASE_OPTIMIZER
                                             : CHAM_PHASE_OTHER;
-        assert_true(cham_profile_begin_op(p, 0, phase, mem[2 * k] * MiB));
+        assert_true(cham_profile_begin_op(p, 0, phase, -1, mem[2 * k] * MiB));
         for (; u < n_uses && uses[u].op == (int)k; u++) {
             cham_tensor_use_t x = {.storage = uses[u].storage,
                                    .data_ptr = 0x1000 * uses[u].storage,
