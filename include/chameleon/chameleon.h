@@ -12,6 +12,7 @@
 #include "chameleon/runtime.h"
 #include "chameleon/profile.h"
 #include "chameleon/policy.h"
+#include "chameleon/protrain.h"
 #include "chameleon/workload.h"
 #include "chameleon/trace.h"
 
