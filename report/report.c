@@ -51,6 +51,7 @@ static const struct summary_key {
     {"budget_bytes", "Device memory budget", V_BYTES},
     {"unconstrained_peak_bytes", "Peak without a budget (unconstrained run)", V_BYTES},
     {"peak_device_bytes", "Peak device memory", V_BYTES},
+    {"peak_tensor_bytes", "Peak device memory held by tensors", V_BYTES},
     {"step_time_s", "Step time (median over Stable steps)", V_TIME},
     {"mean_step_time_s", "Step time (mean over all steps)", V_TIME},
     {"sim_step_time_s", "Step time (mean, simulated)", V_TIME},
@@ -75,6 +76,17 @@ static const struct summary_key {
     {"oom_op", "Failed at op", V_COUNT},
     {"error", "Error", V_TEXT},
     {"optimizer", "Optimizer runs on the", V_TEXT},
+    {"protrain_n_persist", "ProTrain: chunks kept on the device", V_COUNT},
+    {"protrain_n_buffer", "ProTrain: chunk buffers", V_COUNT},
+    {"protrain_n_swap", "ProTrain: blocks swapped", V_COUNT},
+    {"protrain_n_checkpoint", "ProTrain: blocks checkpointed", V_COUNT},
+    {"protrain_swap_interval", "ProTrain: swap interval (blocks)", V_COUNT},
+    {"predicted_step_time_s", "ProTrain: estimated step time", V_TIME},
+    {"step_time_error", "ProTrain: step time estimate against the run", V_CHANGE},
+    {"predicted_peak_bytes", "ProTrain: estimated peak", V_BYTES},
+    {"peak_error", "ProTrain: peak estimate against the tensors' peak", V_CHANGE},
+    {"protrain_evaluated", "ProTrain: configurations estimated", V_COUNT},
+    {"protrain_pruned", "ProTrain: configurations pruned", V_COUNT},
 };
 /* Shown in the page's subtitle, not in the table. */
 static const char *const subtitle_keys[] = {"model", "strategy", "policy", "device"};

@@ -66,7 +66,8 @@ static void usage(FILE *f)
         "  --host-memory SIZE  pinned host memory for swaps (2TiB)\n"
         "  --strategy NAME     chameleon (default: swaps and recomputation),\n"
         "                      chameleon-swap (swaps only), native, ideal, recompute,\n"
-        "                      capuchin, vdnn (docs/baselines.md)\n"
+        "                      capuchin, vdnn, protrain (ProTrain's searched plan),\n"
+        "                      zero-offload (docs/baselines.md, docs/protrain.md)\n"
         "  --allocator KIND    auto (the default: expandable where the device has\n"
         "                      virtual memory), classic (PyTorch's segments) or\n"
         "                      expandable (docs/allocator.md)\n"
@@ -337,6 +338,37 @@ static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy
         o->curve_failed = true;
 }
 
+/* The estimate's error against the simulated run, as a fraction. */
+static double error_of(double predicted, double measured)
+{
+    return measured > 0 ? predicted / measured - 1 : 0;
+}
+
+/* protrain, zero-offload: the configuration and the estimates. */
+static void protrain_json(json_t *j, const cham_run_result_t *r)
+{
+    const cham_protrain_config_t *c = &r->protrain;
+    json_object_set_new(j, "protrain_n_persist", json_integer(c->n_persist));
+    json_object_set_new(j, "protrain_n_buffer", json_integer(c->n_buffer));
+    json_object_set_new(j, "protrain_n_swap", json_integer(c->n_swap));
+    json_object_set_new(j, "protrain_n_checkpoint", json_integer(c->n_checkpoint));
+    json_object_set_new(j, "protrain_swap_interval", json_integer(c->swap_interval));
+    if (!(r->predicted_step_time_s > 0))
+        return;
+    bool ran = r->steps > 0;
+    json_object_set_new(j, "predicted_step_time_s", plot_json_number(r->predicted_step_time_s));
+    json_object_set_new(j, "predicted_peak_bytes", json_integer((json_int_t)r->predicted_peak_bytes));
+    json_object_set_new(j, "step_time_error",
+                        ran ? plot_json_number(error_of(r->predicted_step_time_s, r->step_time_s))
+                            : json_null());
+    json_object_set_new(j, "peak_error",
+                        ran ? plot_json_number(error_of((double)r->predicted_peak_bytes,
+                                                        (double)r->peak_tensor_bytes))
+                            : json_null());
+    json_object_set_new(j, "protrain_evaluated", json_integer((json_int_t)r->protrain_evaluated));
+    json_object_set_new(j, "protrain_pruned", json_integer((json_int_t)r->protrain_pruned));
+}
+
 /* The run as one JSON object (--json, and the report's input). */
 static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
                         bool ideal_ok)
@@ -354,6 +386,9 @@ static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_
     json_object_set_new(j, "oom_op", r->oom ? json_integer((json_int_t)r->fail_op) : json_null());
     json_object_set_new(j, "error", r->status == CHAM_OK ? json_null() : json_string(r->error));
     json_object_set_new(j, "peak_device_bytes", json_integer((json_int_t)r->peak_device_bytes));
+    json_object_set_new(j, "peak_tensor_bytes", json_integer((json_int_t)r->peak_tensor_bytes));
+    if (r->has_protrain)
+        protrain_json(j, r);
     json_object_set_new(j, "capacity_bytes", json_integer((json_int_t)r->capacity_bytes));
     json_object_set_new(j, "step_time_s", plot_json_number(r->step_time_s));
     json_object_set_new(j, "mean_step_time_s", plot_json_number(r->mean_step_time_s));
@@ -414,6 +449,22 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
         else if (r->has_bound)
             printf("  lower bound         none: no mix of keeping, swapping and recomputing "
                    "fits this capacity\n");
+    }
+    if (r->has_protrain) {
+        const cham_protrain_config_t *c = &r->protrain;
+        printf("  protrain            %u of %u chunks on the device, %u buffers; %u blocks "
+               "swapped, %u checkpointed (swap interval %u)\n", c->n_persist, m->layers + 2,
+               c->n_buffer, c->n_swap, c->n_checkpoint, c->swap_interval);
+        if (r->predicted_step_time_s > 0 && r->steps)
+            printf("  estimates           step %.4f s (%+.1f%% against the run), peak %.2f GiB "
+                   "(%+.1f%% against the tensors' peak, %.2f GiB); %llu configurations "
+                   "estimated, %llu pruned\n", r->predicted_step_time_s,
+                   100 * error_of(r->predicted_step_time_s, r->step_time_s),
+                   gib((double)r->predicted_peak_bytes),
+                   100 * error_of((double)r->predicted_peak_bytes, (double)r->peak_tensor_bytes),
+                   gib((double)r->peak_tensor_bytes),
+                   (unsigned long long)r->protrain_evaluated,
+                   (unsigned long long)r->protrain_pruned);
     }
     printf("  runtime             %llu stage changes, %llu policies generated, %llu hazards\n",
            (unsigned long long)r->stage_changes, (unsigned long long)r->policy_regenerations,

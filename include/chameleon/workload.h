@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chameleon/protrain.h"
 #include "chameleon/runtime.h"
 #include "chameleon/status.h"
 
@@ -43,6 +44,14 @@ typedef struct cham_model_config {
                                     pinned host memory, gradients copied there as the
                                     backward makes them, AdamW on the host (the
                                     device preset needs host figures) */
+    bool protrain;               /* ProTrain's runtime (chameleon/protrain.h) with
+                                    protrain_config, the chunks in execution order:
+                                    the embedding, the layers, the final norm and
+                                    head; one device, one micro-batch a step (tp,
+                                    pp, dp 1, gbs 0 or mbs), not with recompute or
+                                    host_optimizer (it decides both); the device
+                                    preset needs host figures */
+    cham_protrain_config_t protrain_config;
     /* Parallelism, as it changes this device's work. */
     uint32_t tp;                 /* tensor parallel degree */
     uint32_t pp;                 /* pipeline stages (this device: the first) */
@@ -209,6 +218,17 @@ typedef struct cham_run_result {
      * false when no policy could fit at all (the bound is then infinite). */
     bool has_bound, bound_feasible;
     double lower_bound_step_time_s;
+    /* The most bytes tensors held on the device in any step (the
+     * allocator's segments, peak_device_bytes, hold more). */
+    uint64_t peak_tensor_bytes;
+    /* protrain, zero-offload: the configuration run; with protrain the
+     * search's estimates for it (from the profile of one step) and the
+     * configurations it estimated and pruned. */
+    bool has_protrain;
+    cham_protrain_config_t protrain;
+    double predicted_step_time_s;
+    uint64_t predicted_peak_bytes;
+    uint64_t protrain_evaluated, protrain_pruned;
 } cham_run_result_t;
 
 /* Runs the workload under the strategy on the sim backend. CHAM_OK when the

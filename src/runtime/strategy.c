@@ -9,7 +9,8 @@ static const char *const names[CHAM_STRATEGY_COUNT] = {
     [CHAM_STRATEGY_CHAMELEON] = "chameleon", [CHAM_STRATEGY_NATIVE] = "native",
     [CHAM_STRATEGY_IDEAL] = "ideal",         [CHAM_STRATEGY_RECOMPUTE] = "recompute",
     [CHAM_STRATEGY_CAPUCHIN] = "capuchin",   [CHAM_STRATEGY_VDNN] = "vdnn",
-    [CHAM_STRATEGY_CHAMELEON_SWAP] = "chameleon-swap",
+    [CHAM_STRATEGY_CHAMELEON_SWAP] = "chameleon-swap", [CHAM_STRATEGY_PROTRAIN] = "protrain",
+    [CHAM_STRATEGY_ZERO_OFFLOAD] = "zero-offload",
 };
 
 const char *cham_strategy_name(cham_strategy_t strategy)
@@ -39,6 +40,10 @@ cham_status_t cham_strategy_apply(cham_strategy_t s, cham_config_t *c)
                  : s == CHAM_STRATEGY_VDNN   ? CHAM_PLANNER_VDNN
                                              : CHAM_PLANNER_CHAMELEON;
     c->recompute = s == CHAM_STRATEGY_CHAMELEON;
+    /* ProTrain runs on PyTorch: a swapped-out block returns to the
+     * allocator once its copy is done, so nothing waits for a copy. */
+    if (s == CHAM_STRATEGY_PROTRAIN || s == CHAM_STRATEGY_ZERO_OFFLOAD)
+        c->pytorch_record_stream = true;
     if (s == CHAM_STRATEGY_IDEAL)
         c->device.capacity = 64 * TiB;    /* the config's largest: unlimited here */
     return CHAM_OK;

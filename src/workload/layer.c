@@ -421,17 +421,16 @@ static cham_status_t forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_t
     return CHAM_OK;
 }
 
-cham_status_t wl_layer_forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_tensor_t *x,
-                               bool keep, wl_saved_t *sv, cham_tensor_t **out)
+static cham_status_t layer_forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_tensor_t *x,
+                                   bool keep, wl_saved_t *sv, cham_tensor_t **out)
 {
-    *sv = (wl_saved_t){0};
     if (keep && dropped(w, l)) {           /* stochastic depth: the identity */
         sv->dropped = true;
         w->dropped++;
         *out = x;
         return CHAM_OK;
     }
-    if (keep && w->m.recompute) {          /* keep the input, run the rest unsaved */
+    if (keep && wl_block_mode(w, l) == CHAM_BLOCK_CHECKPOINT) {   /* keep the input only */
         wl_saved_t tmp = {0};
         TRY(wl_view(w, x, 0, cham_tensor_bytes(x), &sv->x));
         cham_status_t st = forward(w, l, mb, x, false, &tmp, out);
@@ -441,26 +440,48 @@ cham_status_t wl_layer_forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham
     return forward(w, l, mb, x, keep, sv, out);
 }
 
+/* The ops of a layer are its block's (cham_set_block), for ProTrain's
+ * planner. */
+cham_status_t wl_layer_forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_tensor_t *x,
+                               bool keep, wl_saved_t *sv, cham_tensor_t **out)
+{
+    *sv = (wl_saved_t){0};
+    TRY(cham_set_block(w->ctx, (int32_t)l));
+    cham_status_t st = layer_forward(w, l, mb, x, keep, sv, out);
+    cham_status_t un = cham_set_block(w->ctx, -1);
+    return st != CHAM_OK ? st : un;
+}
+
+/* Every handle a layer keeps, in one list. */
+#define SAVED_HANDLES(sv)                                                                     \
+    {&(sv)->x,   &(sv)->st1, &(sv)->n1,  &(sv)->qkv, &(sv)->probs, &(sv)->ctx,                  \
+     &(sv)->lse, &(sv)->x1,  &(sv)->st2, &(sv)->n2,  &(sv)->mid,   &(sv)->act,                  \
+     &(sv)->gates, &(sv)->idx, &(sv)->xp, &(sv)->y}
+
 void wl_saved_drop(cham_workload_t *w, wl_saved_t *sv)
 {
-    cham_tensor_t **all[] = {&sv->x,   &sv->st1, &sv->n1,  &sv->qkv, &sv->probs, &sv->ctx,
-                             &sv->lse, &sv->x1,  &sv->st2, &sv->n2,  &sv->mid,   &sv->act,
-                             &sv->gates, &sv->idx, &sv->xp, &sv->y};
+    cham_tensor_t **all[] = SAVED_HANDLES(sv);
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         wl_drop(w, all[i]);
     free(sv->counts);
     sv->counts = NULL;
 }
 
-cham_status_t wl_layer_backward(cham_workload_t *w, uint32_t l, uint64_t mb, wl_saved_t *sv,
-                                cham_tensor_t *dy, cham_tensor_t **dx)
+cham_status_t wl_saved_swap(cham_workload_t *w, wl_saved_t *sv, bool out)
+{
+    (void)w;
+    cham_tensor_t **all[] = SAVED_HANDLES(sv);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (*all[i])
+            TRY(out ? cham_tensor_swap_out(*all[i], false) : cham_tensor_swap_in(*all[i]));
+    return CHAM_OK;
+}
+
+static cham_status_t layer_backward(cham_workload_t *w, uint32_t l, uint64_t mb, wl_saved_t *sv,
+                                    cham_tensor_t *dy, cham_tensor_t **dx)
 {
     const cham_model_config_t *m = &w->m;
-    if (sv->dropped) {
-        *dx = dy;
-        return CHAM_OK;
-    }
-    if (m->recompute) {                    /* re-run the forward, keeping all */
+    if (wl_block_mode(w, l) == CHAM_BLOCK_CHECKPOINT) {   /* re-run the forward, keeping all */
         cham_tensor_t *x = sv->x, *y;
         sv->x = NULL;
         TRY(forward(w, l, mb, x, true, sv, &y));
@@ -541,6 +562,19 @@ cham_status_t wl_layer_backward(cham_workload_t *w, uint32_t l, uint64_t mb, wl_
     wl_saved_drop(w, sv);
     *dx = dxp;
     return CHAM_OK;
+}
+
+cham_status_t wl_layer_backward(cham_workload_t *w, uint32_t l, uint64_t mb, wl_saved_t *sv,
+                                cham_tensor_t *dy, cham_tensor_t **dx)
+{
+    if (sv->dropped) {
+        *dx = dy;
+        return CHAM_OK;
+    }
+    TRY(cham_set_block(w->ctx, (int32_t)l));
+    cham_status_t st = layer_backward(w, l, mb, sv, dy, dx);
+    cham_status_t un = cham_set_block(w->ctx, -1);
+    return st != CHAM_OK ? st : un;
 }
 
 /* ---- embedding and head ----------------------------------------------------------------*/

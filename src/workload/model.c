@@ -134,6 +134,28 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
     CHECK(m->layers % m->pp == 0, "model: layers (%u) must be a multiple of pp (%u)", m->layers,
           m->pp);
     CHECK(m->zero <= 3, "model: zero must be 0..3, got %u", m->zero);
+    if (m->protrain) {
+        const cham_protrain_config_t *c = &m->protrain_config;
+        uint32_t chunks = m->layers + 2, on_host = chunks - (c->n_persist < chunks ? c->n_persist
+                                                                                   : chunks);
+        /* The head reads the embedding's weights when they are tied. */
+        uint32_t least = !on_host ? 0 : m->arch == CHAM_ARCH_GPT2 && c->n_persist == 0 ? 2 : 1;
+        CHECK(m->tp == 1 && m->pp == 1 && m->dp == 1 && (m->gbs == 0 || m->gbs == m->mbs),
+              "model: protrain runs one device with one micro-batch a step (tp, pp, dp 1 and "
+              "gbs 0 or mbs), got tp %u, pp %u, dp %u, gbs %u", m->tp, m->pp, m->dp, m->gbs);
+        CHECK(!m->recompute && !m->host_optimizer, "model: protrain decides recomputation and "
+              "where the optimizer runs itself: turn recompute and host_optimizer off");
+        CHECK(c->n_persist <= chunks, "model: protrain n_persist %u is more than the %u chunks",
+              c->n_persist, chunks);
+        CHECK(c->n_buffer >= least && c->n_buffer <= on_host,
+              "model: protrain n_buffer must be %u..%u for %u chunks on the host, got %u", least,
+              on_host, on_host, c->n_buffer);
+        CHECK((uint64_t)c->n_swap + c->n_checkpoint <= m->layers,
+              "model: protrain n_swap %u + n_checkpoint %u is more than the %u layers", c->n_swap,
+              c->n_checkpoint, m->layers);
+        CHECK(c->swap_interval >= 1 || !c->n_swap, "model: protrain swap_interval must be at "
+              "least 1 with swap blocks");
+    }
     CHECK(m->gbs % ((uint64_t)m->mbs * m->dp) == 0,
           "model: gbs (%u) must be a multiple of mbs * dp (%u * %u)", m->gbs, m->mbs, m->dp);
     CHECK(m->overflow_every >= 0, "model: overflow_every must be >= 0, got %lld",
@@ -194,17 +216,35 @@ void wl_group_state(const cham_model_config_t *m, uint64_t params, wl_state_t *s
     s->optim += updated * 4 * 3;
 }
 
+/* ProTrain's chunk on the host: weights, master weights and moments
+ * there, nothing on the device between uses. */
+static void host_group_state(const cham_model_config_t *m, uint64_t params, wl_state_t *s)
+{
+    s->host += params * (4 * 3 + cham_dtype_size(m->dtype));
+}
+
 void wl_device_state(const cham_model_config_t *m, wl_state_t *s)
 {
     wl_layer_params_t lp;
     wl_layer_params(m, m->tp, &lp);
-    wl_state_t layer = {0};
+    wl_state_t layer = {0}, off = {0};
+    uint64_t n = m->layers / m->pp, kept = n;
+    /* ProTrain's chunks in execution order: embedding, layers, head. */
+    uint32_t persist = m->protrain ? m->protrain_config.n_persist : UINT32_MAX;
+    if (persist != UINT32_MAX)
+        kept = persist <= 1 ? 0 : persist - 1 < n ? persist - 1 : n;
     wl_group_state(m, wl_layer_total(&lp), &layer);
-    uint64_t n = m->layers / m->pp;
-    *s = (wl_state_t){layer.weights * n, layer.grads * n, layer.optim * n, layer.host * n};
-    wl_group_state(m, wl_embed_params(m, m->tp), s);
-    if (m->pp == 1)                        /* the head lives on the last stage */
+    host_group_state(m, wl_layer_total(&lp), &off);
+    *s = (wl_state_t){layer.weights * kept, layer.grads * kept, layer.optim * kept,
+                      layer.host * kept + off.host * (n - kept)};
+    if (persist > 0)
+        wl_group_state(m, wl_embed_params(m, m->tp), s);
+    else
+        host_group_state(m, wl_embed_params(m, m->tp), s);
+    if (m->pp == 1 && persist > n + 1)     /* the head lives on the last stage */
         wl_group_state(m, wl_head_params(m, m->tp), s);
+    else if (m->pp == 1)
+        host_group_state(m, wl_head_params(m, m->tp), s);
 }
 
 uint64_t cham_model_state_bytes(const cham_model_config_t *m)
@@ -275,7 +315,9 @@ uint64_t wl_step_ops_bound(const cham_model_config_t *m)
     uint64_t e = m->arch == CHAM_ARCH_MIXTRAL ? m->experts : 0;
     uint64_t fwd = 17 + 3 * e, bwd = 19 + 3 * e, layers = m->layers / m->pp;
     /* Embedding, head and loss, pipeline transfers: at most 32 more. */
-    uint64_t per_mb = layers * (fwd * (m->recompute ? 2 : 1) + bwd) + 32;
+    uint64_t per_mb = layers * (fwd * (m->recompute || m->protrain ? 2 : 1) + bwd) + 32;
+    /* ProTrain: each chunk fetched at most twice a step. */
+    per_mb += m->protrain ? 2 * (layers + 2) : 0;
     uint64_t eval = m->validate_every ? layers * fwd + 32 : 0;
     /* The optimizer: unscale, AdamW and a ZeRO all-gather per group, the
      * reductions' joins and the loss scale. */

@@ -341,7 +341,7 @@ cham_status_t wl_comm_join(cham_workload_t *w)
 }
 
 cham_status_t wl_offload(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void *host,
-                         bool to_host)
+                         bool to_host, cham_stream_t *s, cham_event_t *after)
 {
     wl_arg_t a = {t, to_host ? CHAM_ACCESS_READ : CHAM_ACCESS_WRITE};
     cham_access_t acc;
@@ -349,24 +349,25 @@ cham_status_t wl_offload(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void 
     cham_status_t st = begin(w, op, &a, 1, &acc, &moved);
     if (st != CHAM_OK)
         return st;
-    /* After what wrote the source: the backward and the gradient's
-     * reduction, or the host's update (ev_host, recorded by the caller). */
-    if (to_host) {
-        if ((st = cham_event_record(w->ev_compute, w->compute)) == CHAM_OK &&
-            (st = cham_stream_wait_event(w->offload, w->ev_compute)) == CHAM_OK &&
-            (st = cham_event_record(w->ev_comm, w->comm)) == CHAM_OK)
-            st = cham_stream_wait_event(w->offload, w->ev_comm);
-    } else {
-        st = cham_stream_wait_event(w->offload, w->ev_host);
+    /* After the compute stream's work so far (what wrote the source, or
+     * the last reader of the destination's block), and what else wrote the
+     * source: the gradient's reduction, or the host's update (recorded by
+     * the caller). */
+    if ((st = cham_event_record(w->ev_compute, w->compute)) == CHAM_OK &&
+        (st = cham_stream_wait_event(s, w->ev_compute)) == CHAM_OK) {
+        if (to_host && (st = cham_event_record(w->ev_comm, w->comm)) == CHAM_OK)
+            st = cham_stream_wait_event(s, w->ev_comm);
+        else if (!to_host)
+            st = cham_stream_wait_event(s, after);
     }
     void *dev = cham_tensor_data(t);
     size_t bytes = cham_tensor_bytes(t);
     if (st == CHAM_OK)
-        st = cham_copy_async(w->offload, to_host ? host : dev, to_host ? dev : host, bytes,
+        st = cham_copy_async(s, to_host ? host : dev, to_host ? dev : host, bytes,
                              to_host ? CHAM_COPY_D2H : CHAM_COPY_H2D,
                              cham_op_name(w->ctx, w->tok[op]));
     if (st == CHAM_OK)          /* the block stays until the copy is done */
-        st = cham_tensor_record_stream(t, w->offload);
+        st = cham_tensor_record_stream(t, s);
     if (st == CHAM_OK)          /* the compute stream does not wait for it */
         st = cham_op_set_cost(w->ctx, 0);
     cham_status_t end = cham_op_end(w->ctx);

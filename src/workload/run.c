@@ -91,6 +91,8 @@ static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_work
             .on_demand = after.on_demand_swaps_in - before.on_demand_swaps_in,
             .passive = after.passive_swaps_out - before.passive_swaps_out, .info = info};
         t_prev = now;
+        if (rs.peak_bytes > r->peak_tensor_bytes)
+            r->peak_tensor_bytes = rs.peak_bytes;
         times[s] = rs.time_ns;
         stable[s] = rs.stage == CHAM_STAGE_STABLE;
         r->steps = s + 1;
@@ -99,6 +101,18 @@ static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_work
         if (c->on_step)
             c->on_step(&rs, c->user);
     }
+}
+
+static bool is_protrain(cham_strategy_t s)
+{
+    return s == CHAM_STRATEGY_PROTRAIN || s == CHAM_STRATEGY_ZERO_OFFLOAD;
+}
+
+/* Whether model state may leave the device in this run (then the device
+ * and the pinned host memory together must hold it). */
+static bool moves_state(const cham_run_config_t *c, const cham_config_t *rc)
+{
+    return cham_config_moves_model_state(rc) || is_protrain(c->strategy);
 }
 
 /* The sim preset the run's device opens with. */
@@ -119,10 +133,16 @@ static cham_status_t prepare(const cham_run_config_t *c, cham_config_t *rc,
         return CHAM_ERR_INVALID_ARG;
     }
     m->recompute = m->recompute || c->strategy == CHAM_STRATEGY_RECOMPUTE;
+    if (is_protrain(c->strategy) && !m->protrain) {
+        /* Checked with every chunk on the device; the run's configuration
+         * comes from the search (or zero-offload's) once the device is open. */
+        m->protrain = true;
+        m->protrain_config = (cham_protrain_config_t){.n_persist = m->layers + 2};
+    }
     cham_status_t st = cham_model_validate(m, err, err_size);
     if (st == CHAM_OK)
         st = cham_config_validate(rc, err, err_size);
-    if (st != CHAM_OK || !m->host_optimizer)
+    if (st != CHAM_OK || !(m->host_optimizer || m->protrain))
         return st;
     /* The host's optimizer is timed by the host's figures: say now, not at
      * the first step, when the device has none. */
@@ -133,9 +153,10 @@ static cham_status_t prepare(const cham_run_config_t *c, cham_config_t *rc,
                                                   : p ? p->host_mem_bandwidth : 0;
     if (flops > 0 && bw > 0)
         return CHAM_OK;
-    cham_set_err(err, err_size, "run: the optimizer on the host needs the host's figures and "
+    cham_set_err(err, err_size, "run: %s needs the host's figures and "
                  "device %s lacks them (host_flops %g, host_mem_bandwidth %g): set both in the "
-                 "device config, or use a preset that has them (`chameleon devices`)", name,
+                 "device config, or use a preset that has them (`chameleon devices`)",
+                 m->protrain ? cham_strategy_name(c->strategy) : "the optimizer on the host", name,
                  flops, bw);
     return CHAM_ERR_INVALID_ARG;
 }
@@ -161,8 +182,7 @@ cham_status_t cham_run_check(const cham_run_config_t *c, char *err, size_t err_s
         return st;
     uint64_t capacity = run_capacity(&rc);
     char why[1024];
-    if (capacity && !wl_state_fits(&m, capacity,
-                                   cham_config_moves_model_state(&rc) ? rc.pinned_budget : 0,
+    if (capacity && !wl_state_fits(&m, capacity, moves_state(c, &rc) ? rc.pinned_budget : 0,
                                    why, sizeof why)) {
         cham_set_err(err, err_size, "workload: %s", why);   /* as cham_workload_new says it */
         return CHAM_ERR_OUT_OF_MEMORY;
@@ -188,6 +208,91 @@ static void bound(const cham_config_t *rc, const cham_device_info_t *info,
     r->has_bound = true;
     r->bound_feasible = b.feasible;
     r->lower_bound_step_time_s = b.feasible ? (double)b.bound_ns / 1e9 : INFINITY;
+}
+
+/* ProTrain's profile: one training step of the job (the second: the
+ * first allocates) with unlimited memory, every chunk on the device and
+ * every block kept, read into the planner's model. */
+static cham_status_t protrain_profile(const cham_config_t *rc, const cham_model_config_t *m,
+                                      cham_protrain_model_t **out, char *err, size_t err_size)
+{
+    cham_config_t pc = *rc;
+    cham_strategy_apply(CHAM_STRATEGY_IDEAL, &pc);
+    cham_model_config_t pm = *m;
+    pm.protrain_config = (cham_protrain_config_t){.n_persist = m->layers + 2};
+    pm.overflow_every = 0;
+    pm.overflow_prob = 0;
+    pm.validate_every = 0;
+    pm.layer_drop = 0;
+    cham_context_t *ctx;
+    cham_status_t st = cham_context_new(&pc, &ctx);
+    if (st != CHAM_OK) {
+        cham_set_err(err, err_size, "protrain: profiling: %s", cham_context_last_error(NULL));
+        return st;
+    }
+    cham_context_set_log(ctx, silent, NULL);
+    cham_workload_t *w = NULL;
+    char why[1024];
+    if ((st = cham_workload_new(ctx, &pm, &w, why, sizeof why)) == CHAM_OK &&
+        (st = cham_workload_step(w, 0, NULL)) == CHAM_OK) {
+        cham_context_request_profile(ctx);
+        st = cham_workload_step(w, 1, NULL);
+        if (st != CHAM_OK)
+            snprintf(why, sizeof why, "%s", cham_workload_last_error(w));
+    } else if (w) {
+        snprintf(why, sizeof why, "%s", cham_workload_last_error(w));
+    }
+    if (st == CHAM_OK)
+        st = cham_device_synchronize(cham_context_device(ctx));
+    const cham_profile_t *p = cham_context_last_profile(ctx);
+    if (st == CHAM_OK && p)
+        st = cham_protrain_model_new(p, out, err, err_size);
+    else
+        cham_set_err(err, err_size, "protrain: profiling the step: %s",
+                     st != CHAM_OK ? why : "no profile was made");
+    cham_workload_free(w);
+    cham_context_free(ctx);
+    return st != CHAM_OK ? st : p ? CHAM_OK : CHAM_ERR_INVALID_ARG;
+}
+
+/* protrain: the searched configuration for the device opened, or the
+ * caller's (model.protrain set) with its estimates; zero-offload its fixed
+ * one. CHAM_ERR_OUT_OF_MEMORY when none fits (err says why). */
+static cham_status_t protrain_plan(const cham_run_config_t *c, const cham_config_t *rc,
+                                   const cham_device_info_t *info, cham_model_config_t *m,
+                                   cham_run_result_t *r, char *err, size_t err_size)
+{
+    r->has_protrain = true;
+    if (c->strategy == CHAM_STRATEGY_ZERO_OFFLOAD) {
+        m->protrain_config = (cham_protrain_config_t){
+            .n_buffer = 2, .n_checkpoint = m->layers, .swap_interval = 1};
+        r->protrain = m->protrain_config;
+        return CHAM_OK;
+    }
+    cham_protrain_model_t *pm;
+    cham_status_t st = protrain_profile(rc, m, &pm, err, err_size);
+    if (st != CHAM_OK)
+        return st;
+    cham_protrain_device_t dev = {
+        .capacity = rc->memory_budget && rc->memory_budget < info->capacity ? rc->memory_budget
+                                                                            : info->capacity,
+        .reserve = UINT64_MAX, .h2d_bandwidth = info->h2d_bandwidth,
+        .d2h_bandwidth = info->d2h_bandwidth, .host_flops = info->host_flops,
+        .host_mem_bandwidth = info->host_mem_bandwidth};
+    cham_protrain_plan_t plan = {.config = m->protrain_config};
+    if (c->model.protrain)
+        st = cham_protrain_estimate(pm, &dev, &plan.config, &plan.estimate, err, err_size);
+    else
+        st = cham_protrain_search(pm, &dev, &plan, err, err_size);
+    cham_protrain_model_free(pm);
+    r->protrain_evaluated = plan.evaluated;
+    r->protrain_pruned = plan.pruned;
+    if (st != CHAM_OK)
+        return st;
+    m->protrain_config = r->protrain = plan.config;
+    r->predicted_step_time_s = plan.estimate.step_ns * 1e-9;
+    r->predicted_peak_bytes = plan.estimate.peak_bytes;
+    return CHAM_OK;
 }
 
 cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
@@ -220,6 +325,9 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
         fail(r, CHAM_ERR_HOST_OOM, 0, 0, "run: out of host memory");
     } else if (c->trace_path &&
                (st = cham_trace_open(ctx, c->trace_path, &trace, err, sizeof err)) != CHAM_OK) {
+        fail(r, st, 0, 0, err);
+    } else if (is_protrain(c->strategy) &&
+               (st = protrain_plan(c, &rc, &info, &m, r, err, sizeof err)) != CHAM_OK) {
         fail(r, st, 0, 0, err);
     } else if ((st = cham_workload_new(ctx, &m, &w, err, sizeof err)) != CHAM_OK) {
         fail(r, st, 0, 0, err);

@@ -68,6 +68,11 @@ static cham_status_t make_state(cham_workload_t *w)
         wl_group_state(m, n, &s);
         char buf[16];
         const char *name = group_name(w, g, buf, sizeof buf);
+        if (wl_on_host(w, g)) {          /* ProTrain: fetched when used */
+            TRY(cham_device_host_alloc(w->dev, n * p, &w->host_grad[g]));
+            TRY(cham_device_host_alloc(w->dev, n * 12, &w->host_optim[g]));
+            continue;
+        }
         TRY(wl_new(w, s.weights, m->dtype, &w->weights[g], "%s.weights", name));
         if (m->host_optimizer) {
             uint64_t u = updated_params(w, g);
@@ -87,6 +92,7 @@ static cham_status_t make_state(cham_workload_t *w)
 
 cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
 {
+    TRY(wl_chunk_use(w, g));
     cham_tensor_t *shard = w->weights[g];
     if (!sharded(w, 3))
         return wl_view(w, shard, 0, cham_tensor_bytes(shard), out);
@@ -136,7 +142,8 @@ static cham_status_t grads_to_host(cham_workload_t *w, uint32_t g)
     uint64_t bytes = updated_params(w, g) * cham_dtype_size(w->m.dtype);
     cham_tensor_t *grad;
     TRY(wl_view(w, w->grads[g], 0, bytes, &grad));
-    cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, grad, w->host_grad[g], true);
+    cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, grad, w->host_grad[g], true, w->offload,
+                                  NULL);
     wl_drop(w, &grad);
     wl_drop(w, &w->grads[g]);
     TRY(st);
@@ -150,9 +157,11 @@ static cham_status_t grads_to_host(cham_workload_t *w, uint32_t g)
 cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
 {
     cham_status_t st = reduce(w, g, mb);
-    if (st != CHAM_OK || !w->m.host_optimizer || mb + 1 != w->n_micro)
+    if (st != CHAM_OK || mb + 1 != w->n_micro)
         return st;
-    return grads_to_host(w, g);
+    if (wl_on_host(w, g))
+        return wl_chunk_done(w, g);
+    return w->m.host_optimizer ? grads_to_host(w, g) : CHAM_OK;
 }
 
 /* ---- creation ----------------------------------------------------------------------*/
@@ -216,12 +225,15 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
     if ((st = cham_stream_new(w->dev, "comm", &w->comm)) != CHAM_OK ||
         (st = cham_event_new(w->dev, &w->ev_compute)) != CHAM_OK ||
         (st = cham_event_new(w->dev, &w->ev_comm)) != CHAM_OK ||
-        (m->host_optimizer &&
+        ((m->host_optimizer || m->protrain) &&
          ((st = cham_stream_new(w->dev, "offload", &w->offload)) != CHAM_OK ||
           (st = cham_stream_new_host(w->dev, "host_adam", &w->host)) != CHAM_OK ||
           (st = cham_event_new(w->dev, &w->ev_offload)) != CHAM_OK ||
-          (st = cham_event_new(w->dev, &w->ev_host)) != CHAM_OK))) {
-        cham_set_err(err, err_size, "workload: %s", cham_device_last_error(w->dev));
+          (st = cham_event_new(w->dev, &w->ev_host)) != CHAM_OK)) ||
+        (m->protrain && (st = wl_chunks_new(w)) != CHAM_OK)) {
+        cham_set_err(err, err_size, "workload: %s", st == CHAM_ERR_HOST_OOM
+                                                       ? "out of host memory"
+                                                       : cham_device_last_error(w->dev));
         cham_workload_free(w);
         return st;
     }
@@ -252,6 +264,7 @@ void cham_workload_free(cham_workload_t *w)
         if (streams[i])
             cham_stream_synchronize(streams[i]);
     wl_drop_all(w);
+    wl_chunks_free(w);
     for (uint32_t g = 0; w->host_grad && g < w->n_groups; g++) {
         cham_device_host_free(w->dev, w->host_grad[g]);
         cham_device_host_free(w->dev, w->host_optim[g]);
@@ -328,6 +341,13 @@ static cham_status_t evaluate(cham_workload_t *w)
     return w->m.pp == 1 ? wl_head(w, x, false, NULL) : send(w, &x);
 }
 
+/* How many layers ahead of its backward a swapped layer comes back. */
+static uint32_t swap_ahead(const cham_workload_t *w)
+{
+    uint32_t k = w->m.protrain_config.swap_interval;
+    return k ? k : 1;
+}
+
 static cham_status_t forward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
 {
     uint32_t slot = mb % f->n_slots;
@@ -337,10 +357,19 @@ static cham_status_t forward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
     w->timing = mb == 0;
     if (w->timing)
         w->fwd_ns = 0;                 /* measured afresh every step */
+    w->backward = false;
     TRY(wl_embed_forward(w, true, &f->ids[slot], &x));
-    for (uint32_t l = 0; l < w->n_layers; l++)
+    for (uint32_t l = 0; l < w->n_layers; l++) {
         TRY(wl_layer_forward(w, l, mb, x, true, &sv[l], &x));
+        if (wl_block_mode(w, l) == CHAM_BLOCK_SWAP)
+            TRY(wl_saved_swap(w, &sv[l], true));
+    }
     w->timing = false;
+    /* Swapped layers whose backward comes within swap_interval of the
+     * backward's start come back now. */
+    for (uint32_t l = 0; l < w->n_layers; l++)
+        if (l + swap_ahead(w) >= w->n_layers && wl_block_mode(w, l) == CHAM_BLOCK_SWAP)
+            TRY(wl_saved_swap(w, &sv[l], false));
     if (w->m.pp == 1) {                    /* the loss, and its backward starts */
         TRY(wl_head(w, x, true, &f->dy[slot]));
         return wl_grad_done(w, wl_head_group(w), mb);
@@ -367,8 +396,13 @@ static cham_status_t backward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
         TRY(wl_comm(w, mb == 0 ? OP_PIPELINE_WAIT : OP_RECV, &a, 1,
                     (double)activation_bytes(w), wait, true));
     }
-    for (uint32_t l = w->n_layers; l-- > 0;)
+    w->backward = true;
+    for (uint32_t l = w->n_layers; l-- > 0;) {
+        uint32_t k = swap_ahead(w);
+        if (l >= k && wl_block_mode(w, l - k) == CHAM_BLOCK_SWAP)
+            TRY(wl_saved_swap(w, &sv[l - k], false));
         TRY(wl_layer_backward(w, l, mb, &sv[l], dy, &dy));
+    }
     TRY(wl_embed_backward(w, &f->ids[slot], dy));
     return wl_grad_done(w, wl_embed_group(w), mb);
 }
@@ -426,7 +460,8 @@ static cham_status_t host_update(cham_workload_t *w)
         TRY(cham_event_record(w->ev_host, w->host));
         cham_tensor_t *weight;
         TRY(wl_view(w, w->weights[g], 0, n * p, &weight));
-        cham_status_t st = wl_offload(w, OP_PARAM_FROM_HOST, weight, w->host_grad[g], false);
+        cham_status_t st = wl_offload(w, OP_PARAM_FROM_HOST, weight, w->host_grad[g], false,
+                                      w->offload, w->ev_host);
         wl_drop(w, &weight);
         TRY(st);
         if (gathers_updated(w)) {         /* the gather reads what the copy wrote */
@@ -454,7 +489,7 @@ static cham_status_t optimizer(cham_workload_t *w, bool overflow)
         return overflow ? CHAM_OK : host_update(w);
     }
     for (uint32_t g = 0; g < w->n_groups; g++) {
-        if (!group_params(w, g))
+        if (!group_params(w, g) || wl_on_host(w, g))   /* ProTrain: updated in the backward */
             continue;
         wl_arg_t a[] = {RW(w->grads[g]), RW(w->found_inf)};
         TRY(wl_run(w, OP_UNSCALE, a, 2, 3.0 * (double)(cham_tensor_bytes(w->grads[g]) / p), 0));
@@ -465,7 +500,7 @@ static cham_status_t optimizer(cham_workload_t *w, bool overflow)
         return CHAM_OK;
     for (uint32_t g = 0; g < w->n_groups; g++) {
         uint64_t n = group_params(w, g), shard = updated_params(w, g);
-        if (!n)
+        if (!n || wl_on_host(w, g))
             continue;
         cham_tensor_t *grad, *weight;
         TRY(wl_view(w, w->grads[g], 0, shard * p, &grad));
@@ -494,6 +529,8 @@ cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_in
     w->dropped = 0;
     bool val = cham_workload_validates(&w->m, step);
     bool overflow = cham_workload_overflows(&w->m, step);
+    w->skip_update = overflow;
+    w->backward = false;
     flight_t f = {.n_slots = w->m.pp < w->n_micro ? w->m.pp : w->n_micro};
     f.sv = calloc((size_t)f.n_slots * w->n_layers, sizeof *f.sv);
     f.ids = calloc(f.n_slots, sizeof *f.ids);

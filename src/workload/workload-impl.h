@@ -185,6 +185,16 @@ struct cham_workload {
     void **host_grad, **host_optim;
     cham_stream_t *offload, *host;
     cham_event_t *ev_offload, *ev_host;
+    /* protrain (chunks.c): the fetch stream; per group the events of its
+     * last fetch and of its last update on the host, and its use in the
+     * chunk buffers (an LRU clock; 0: not on the device). */
+    cham_stream_t *fetch;
+    cham_event_t **ev_fetch, **ev_update;
+    uint64_t *chunk_used, chunk_clock;
+    uint64_t chunk_buffer;       /* bytes of a buffer: the largest such chunk's */
+    uint32_t chunks_resident;
+    bool backward;               /* the step's backward is running */
+    bool skip_update;            /* this step's gradients overflow */
     wl_layer_params_t lp;        /* a layer's groups on this device */
     uint32_t n_micro;            /* micro-batches per step on this device */
     /* Per step. */
@@ -239,11 +249,12 @@ cham_status_t wl_run(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_
 cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size_t n,
                       double link_bytes, double wait_ns, bool blocking);
 cham_status_t wl_comm_join(cham_workload_t *w);
-/* host_optimizer: the copy of tensor t to the host buffer (to_host: after
- * the compute and comm streams' work so far) or from it (after ev_host),
- * on the offload stream inside op; the compute stream does not wait. */
+/* The copy of tensor t to a pinned host buffer or from it, on stream s
+ * inside op, after the compute stream's work so far and (to_host) the
+ * comm stream's or (from the host) event `after`; the compute stream does
+ * not wait. */
 cham_status_t wl_offload(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void *host,
-                         bool to_host);
+                         bool to_host, cham_stream_t *s, cham_event_t *after);
 /* Work on the host stream over pinned host memory (host figures time it). */
 cham_status_t wl_host_run(cham_workload_t *w, const char *label, const cham_access_t *acc,
                           size_t n, double flops);
@@ -264,6 +275,24 @@ static inline double wl_gather_bytes(uint64_t bytes, uint32_t n)
 {
     return n > 1 ? (double)(n - 1) / n * (double)bytes : 0;
 }
+
+/* ---- ProTrain's runtime (chunks.c) ----------------------------------------------*/
+
+/* Whether group g's chunk lives on the host (not one of the first
+ * n_persist in execution order: embedding, layers, head). */
+bool wl_on_host(const cham_workload_t *w, uint32_t g);
+/* Layer l's activations: kept, checkpointed (the model's recompute, or
+ * ProTrain's layout) or swapped. */
+cham_block_mode_t wl_block_mode(const cham_workload_t *w, uint32_t l);
+cham_status_t wl_chunks_new(cham_workload_t *w);
+void wl_chunks_free(cham_workload_t *w);
+/* Group g's weights are about to be read: on the device, the compute
+ * stream waiting for their fetch; the next chunk's fetch started when a
+ * buffer allows. */
+cham_status_t wl_chunk_use(cham_workload_t *w, uint32_t g);
+/* Group g's gradient is complete: to the host, which checks it and
+ * (unless the step overflows) updates the chunk; its buffer is free. */
+cham_status_t wl_chunk_done(cham_workload_t *w, uint32_t g);
 
 /* ---- layers (layer.c) -----------------------------------------------------------*/
 
@@ -286,6 +315,8 @@ cham_status_t wl_layer_forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham
 cham_status_t wl_layer_backward(cham_workload_t *w, uint32_t l, uint64_t mb, wl_saved_t *sv,
                                 cham_tensor_t *dy, cham_tensor_t **dx);
 void wl_saved_drop(cham_workload_t *w, wl_saved_t *sv);
+/* Sends what a layer keeps to the host (out) or brings it back. */
+cham_status_t wl_saved_swap(cham_workload_t *w, wl_saved_t *sv, bool out);
 
 /* The embedding of a micro-batch: *ids receives the token ids (kept for
  * the backward when keep), *x the hidden states. */

@@ -1,0 +1,167 @@
+/* ProTrain's runtime in the generator (chameleon/protrain.h,
+ * docs/protrain.md): the chunks on the host fetched into at most n_buffer
+ * buffers (least recently used evicted, the next chunk prefetched while
+ * the current one computes), their gradients sent to the host as the
+ * backward completes them and updated there at once; the layers' modes in
+ * the interleaved layout. */
+#include <stdlib.h>
+
+#include "workload/workload-impl.h"
+
+/* Execution order: the embedding, the layers, the final norm and head. */
+static uint32_t chunk_of(const cham_workload_t *w, uint32_t g)
+{
+    return g == wl_embed_group(w) ? 0 : g == wl_head_group(w) ? w->n_layers + 1 : g + 1;
+}
+
+static uint32_t group_of(const cham_workload_t *w, uint32_t c)
+{
+    return c == 0 ? wl_embed_group(w) : c == w->n_layers + 1 ? wl_head_group(w) : c - 1;
+}
+
+bool wl_on_host(const cham_workload_t *w, uint32_t g)
+{
+    return w->m.protrain && chunk_of(w, g) >= w->m.protrain_config.n_persist;
+}
+
+cham_block_mode_t wl_block_mode(const cham_workload_t *w, uint32_t l)
+{
+    if (w->m.recompute)
+        return CHAM_BLOCK_CHECKPOINT;
+    return w->m.protrain ? cham_protrain_block_mode(&w->m.protrain_config, w->n_layers, l)
+                         : CHAM_BLOCK_KEEP;
+}
+
+cham_status_t wl_chunks_new(cham_workload_t *w)
+{
+    size_t n = w->n_groups;
+    w->ev_fetch = calloc(n, sizeof *w->ev_fetch);
+    w->ev_update = calloc(n, sizeof *w->ev_update);
+    w->chunk_used = calloc(n, sizeof *w->chunk_used);
+    if (!w->ev_fetch || !w->ev_update || !w->chunk_used)
+        return CHAM_ERR_HOST_OOM;
+    for (uint32_t g = 0; g < n; g++)
+        if (wl_on_host(w, g) && w->group_params[g] * cham_dtype_size(w->m.dtype) > w->chunk_buffer)
+            w->chunk_buffer = w->group_params[g] * cham_dtype_size(w->m.dtype);
+    cham_status_t st = cham_stream_new(w->dev, "fetch", &w->fetch);
+    for (size_t g = 0; st == CHAM_OK && g < n; g++)
+        if ((st = cham_event_new(w->dev, &w->ev_fetch[g])) == CHAM_OK &&
+            (st = cham_event_new(w->dev, &w->ev_update[g])) == CHAM_OK)
+            st = cham_event_record(w->ev_update[g], w->host);  /* the first fetch waits for nothing */
+    return st;
+}
+
+void wl_chunks_free(cham_workload_t *w)
+{
+    for (size_t g = 0; g < w->n_groups; g++) {
+        if (w->ev_fetch)
+            cham_event_free(w->ev_fetch[g]);
+        if (w->ev_update)
+            cham_event_free(w->ev_update[g]);
+    }
+    free(w->ev_fetch);
+    free(w->ev_update);
+    free(w->chunk_used);
+    if (w->fetch)
+        cham_stream_synchronize(w->fetch);
+    cham_stream_free(w->fetch);
+}
+
+static void release(cham_workload_t *w, uint32_t g)
+{
+    wl_drop(w, &w->weights[g]);
+    w->chunk_used[g] = 0;
+    w->chunks_resident--;
+}
+
+/* A buffer for a chunk: one is free, or the least recently used chunk
+ * other than `keep` leaves (its weights are on the host: nothing to copy).
+ * False when none can. */
+static bool make_room(cham_workload_t *w, uint32_t keep)
+{
+    if (w->chunks_resident < w->m.protrain_config.n_buffer)
+        return true;
+    uint32_t victim = UINT32_MAX;
+    for (uint32_t g = 0; g < w->n_groups; g++)
+        if (w->chunk_used[g] && g != keep &&
+            (victim == UINT32_MAX || w->chunk_used[g] < w->chunk_used[victim]))
+            victim = g;
+    if (victim == UINT32_MAX)
+        return false;
+    release(w, victim);
+    return true;
+}
+
+/* Group g's weights into a buffer (as ProTrain's, the size of the
+ * largest chunk on the host, so that every buffer fits every chunk and
+ * the allocator reuses them whole): copied from the host on the fetch
+ * stream once the host's last update of them is done. */
+static cham_status_t fetch(cham_workload_t *w, uint32_t g)
+{
+    uint64_t bytes = w->group_params[g] * cham_dtype_size(w->m.dtype);
+    cham_tensor_t *buffer;
+    TRY(wl_new(w, w->chunk_buffer, w->m.dtype, &buffer, "chunk_buffer"));
+    cham_status_t st = wl_view(w, buffer, 0, bytes, &w->weights[g]);
+    wl_drop(w, &buffer);
+    TRY(st);
+    w->chunk_used[g] = ++w->chunk_clock;
+    w->chunks_resident++;
+    TRY(wl_offload(w, OP_PARAM_FROM_HOST, w->weights[g], w->host_grad[g], false, w->fetch,
+                   w->ev_update[g]));
+    return cham_event_record(w->ev_fetch[g], w->fetch);
+}
+
+/* The chunk after group g's in the step: forward in execution order, from
+ * the head into the backward, then backward down to the first layer (the
+ * embedding's backward reads no weights). UINT32_MAX: none. */
+static uint32_t next_group(const cham_workload_t *w, uint32_t g)
+{
+    uint32_t c = chunk_of(w, g), L = w->n_layers;
+    if (!w->backward && c <= L)
+        return group_of(w, c + 1);
+    if (!w->backward)
+        return group_of(w, L);               /* the head: the last layer's backward next */
+    return c >= 2 && c <= L ? group_of(w, c - 1) : UINT32_MAX;
+}
+
+cham_status_t wl_chunk_use(cham_workload_t *w, uint32_t g)
+{
+    if (!wl_on_host(w, g))
+        return CHAM_OK;
+    if (!w->weights[g]) {
+        if (!make_room(w, UINT32_MAX))
+            return CHAM_ERR_OUT_OF_MEMORY;   /* n_buffer >= 1 (validated): unreachable */
+        TRY(fetch(w, g));
+    }
+    w->chunk_used[g] = ++w->chunk_clock;
+    TRY(cham_stream_wait_event(w->compute, w->ev_fetch[g]));
+    uint32_t next = next_group(w, g);
+    if (next == UINT32_MAX || !wl_on_host(w, next) || w->weights[next] ||
+        !w->group_params[next] || !make_room(w, g))
+        return CHAM_OK;
+    return fetch(w, next);
+}
+
+cham_status_t wl_chunk_done(cham_workload_t *w, uint32_t g)
+{
+    uint64_t n = w->group_params[g], p = cham_dtype_size(w->m.dtype);
+    cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, w->grads[g], w->host_grad[g], true,
+                                  w->offload, NULL);
+    wl_drop(w, &w->grads[g]);
+    TRY(st);
+    if (w->weights[g])               /* done with this step */
+        release(w, g);
+    TRY(cham_event_record(w->ev_offload, w->offload));
+    TRY(cham_stream_wait_event(w->host, w->ev_offload));
+    cham_access_t check = {w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_READ_WRITE};
+    TRY(wl_host_run(w, "host_unscale_check", &check, 1, 3.0 * (double)n));
+    if (!w->skip_update) {
+        /* ProTrain updates each chunk as its gradient arrives, while the
+         * backward goes on; the weights in the compute type replace the
+         * gradient, for the next fetch. */
+        cham_access_t a[] = {{w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_READ_WRITE},
+                             {w->host_optim[g], (size_t)(n * 12), CHAM_ACCESS_READ_WRITE}};
+        TRY(wl_host_run(w, "host_adamw", a, 2, 12.0 * (double)n));
+    }
+    return cham_event_record(w->ev_update[g], w->host);
+}
