@@ -83,7 +83,21 @@ static void test_interleaved_layout(void **state)
 
 /* ---- the model read from a profile ------------------------------------------------------*/
 
+/* The sim preset's figures, as a run on it sees them. */
+static cham_protrain_device_t device_of(const char *preset)
+{
+    cham_config_t c = cham_config_default();
+    c.device.preset = preset;
+    cham_context_t *ctx;
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    cham_device_info_t info;
+    cham_device_get_info(cham_context_device(ctx), &info);
+    cham_context_free(ctx);
+    return cham_protrain_device_of(&info);
+}
+
 typedef struct grab {
+    cham_protrain_device_t dev;
     cham_protrain_model_t *model;
     char err[512];
     cham_status_t st;
@@ -93,7 +107,7 @@ static void on_finish(const cham_profile_t *p, const cham_policy_t *pol, void *u
 {
     (void)pol;
     grab_t *g = user;
-    g->st = p ? cham_protrain_model_new(p, &g->model, g->err, sizeof g->err)
+    g->st = p ? cham_protrain_model_new(p, &g->dev, &g->model, g->err, sizeof g->err)
               : CHAM_ERR_INVALID_ARG;
 }
 
@@ -101,7 +115,7 @@ static void on_finish(const cham_profile_t *p, const cham_policy_t *pol, void *u
 static cham_protrain_model_t *profile_model(const cham_model_config_t *m, const char *device)
 {
     cham_run_config_t c = run_config(m, device, CHAM_STRATEGY_IDEAL, 0, 2);
-    grab_t g = {0};
+    grab_t g = {.dev = device_of(device)};
     c.on_finish = on_finish;
     c.user = &g;
     cham_run_result_t r;
@@ -296,14 +310,16 @@ static void test_refusals(void **state)
     cham_profile_t *p = cham_profile_new(1, 0);
     assert_non_null(p);
     cham_protrain_model_t *pm = NULL;
-    assert_int_equal(cham_protrain_model_new(p, &pm, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    cham_protrain_device_t dev0 = {0};
+    assert_int_equal(cham_protrain_model_new(p, &dev0, &pm, err, sizeof err),
+                     CHAM_ERR_INVALID_ARG);
     assert_null(pm);
     assert_non_null(strstr(err, "cham_set_block"));
     cham_profile_free(p);
     m = small();
     m.validate_every = 1;
     c = run_config(&m, "a100-80g", CHAM_STRATEGY_IDEAL, 0, 2);
-    grab_t g = {0};
+    grab_t g = {.dev = device_of("a100-80g")};
     c.on_finish = on_finish;
     c.user = &g;
     cham_run_result_t r;

@@ -61,7 +61,8 @@ static void usage(FILE *f)
             "  --capacity B          device memory: bytes (64MiB) or a percentage of the\n"
             "                        run's unconstrained peak (50%%, the default)\n"
             "  --strategy NAME       chameleon (default), chameleon-swap, native,\n"
-            "                        recompute, capuchin or vdnn (docs/baselines.md)\n"
+            "                        recompute, capuchin, vdnn (docs/baselines.md) or\n"
+            "                        protrain (its block plan; docs/protrain.md)\n"
             "  --min-swap SIZE       smallest tensor worth swapping (16KiB)\n"
             "  --optimizer WHERE     device (default) or host: AdamW's moments and master\n"
             "                        weights in pinned host memory, the update on the\n"
@@ -465,6 +466,15 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
         {"layers_skipped", json_integer((json_int_t)r->layers_skipped), false},
         {"swapped_bytes", json_integer((json_int_t)r->swapped_bytes), false},
         {"parameters", json_integer((json_int_t)r->param_count), false},
+        {"protrain_n_swap", r->has_protrain ? json_integer(r->protrain.n_swap) : json_null(),
+         false},
+        {"protrain_n_checkpoint",
+         r->has_protrain ? json_integer(r->protrain.n_checkpoint) : json_null(), false},
+        {"predicted_step_time_s",
+         r->has_protrain ? plot_json_number(r->predicted_step_s) : json_null(), false},
+        {"predicted_peak_bytes",
+         r->has_protrain ? json_integer((json_int_t)r->predicted_peak_bytes) : json_null(),
+         false},
     };
     for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
         if (values[k].verify_only && !verify)
@@ -520,6 +530,11 @@ static void print_summary(const gpt_train_result_t *r, bool verify)
     if (r->recomputes)
         printf("  recomputation         %llu tensors dropped, %llu ops run again\n",
                (unsigned long long)r->drops, (unsigned long long)r->recomputes);
+    if (r->has_protrain)
+        printf("  protrain              %u blocks swapped, %u checkpointed (swap interval %u); "
+               "estimated %.3f ms a step, peak %.2f MiB\n", r->protrain.n_swap,
+               r->protrain.n_checkpoint, r->protrain.swap_interval,
+               r->predicted_step_s * 1e3, (double)r->predicted_peak_bytes / 1048576.0);
     printf("  step time             %.3f ms simulated", r->sim_step_time_s * 1e3);
     if (verify && isfinite(r->overhead_vs_ideal))
         printf(", unconstrained %.3f ms: overhead %+.1f%%", r->ideal_step_time_s * 1e3,

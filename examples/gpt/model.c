@@ -34,7 +34,10 @@ struct gpt_model {
     bool *skipped;
     cham_tensor_t *tok, *tgt, *res_final, *lnf, *lnf_mean, *lnf_rstd, *probs;
     bool have_forward;
-    bool recompute;              /* blocks keep their input only */
+    /* What each block does with what its forward keeps (ProTrain's
+     * layout, or every block checkpointed), and how many blocks before
+     * its backward a swapped block's tensors come back. */
+    cham_protrain_config_t blocks;
 };
 
 double gpt_model_bytes(const gpt_shape_t *s)
@@ -445,7 +448,34 @@ static cham_status_t block_forward(gpt_model_t *m, int l, keep_t keep, cham_tens
 
 void gpt_model_set_recompute(gpt_model_t *m, bool on)
 {
-    m->recompute = on;
+    m->blocks = (cham_protrain_config_t){.n_checkpoint = on ? (uint32_t)m->s.layers : 0};
+}
+
+void gpt_model_set_blocks(gpt_model_t *m, const cham_protrain_config_t *c)
+{
+    m->blocks = *c;
+}
+
+static cham_block_mode_t mode_of(const gpt_model_t *m, int l)
+{
+    return cham_protrain_block_mode(&m->blocks, (uint32_t)m->s.layers, (uint32_t)l);
+}
+
+/* Sends what block l keeps to the host, or brings it back. */
+static cham_status_t swap_saved(gpt_model_t *m, int l, bool out)
+{
+    cham_status_t st;
+    cham_tensor_t **t = (cham_tensor_t **)&m->layer[l];
+    for (size_t k = 0; k < sizeof(saved_t) / sizeof(cham_tensor_t *); k++)
+        if (t[k])
+            TRY(out ? cham_tensor_swap_out(t[k], false) : cham_tensor_swap_in(t[k]));
+    return CHAM_OK;
+}
+
+/* Swapped blocks come back swap_interval blocks before their backward. */
+static uint32_t swap_ahead(const gpt_model_t *m)
+{
+    return m->blocks.swap_interval ? m->blocks.swap_interval : 1;
 }
 
 cham_status_t gpt_forward(gpt_model_t *m, const int32_t *tokens, const int32_t *targets,
@@ -465,10 +495,24 @@ cham_status_t gpt_forward(gpt_model_t *m, const int32_t *tokens, const int32_t *
     st = op(m, &em, ei, 3, &x, 1, 0, (double)NC);
     for (int l = 0; st == CHAM_OK && l < m->s.layers; l++) {
         m->skipped[l] = skip && skip[l];
-        if (!m->skipped[l])
-            st = block_forward(m, l, !training ? KEEP_NONE : m->recompute ? KEEP_INPUT : KEEP_ALL,
+        if (m->skipped[l])
+            continue;
+        cham_block_mode_t mode = mode_of(m, l);
+        if ((st = cham_set_block(m->ops->ctx, l)) == CHAM_OK)
+            st = block_forward(m, l, !training                        ? KEEP_NONE
+                                     : mode == CHAM_BLOCK_CHECKPOINT ? KEEP_INPUT
+                                                                     : KEEP_ALL,
                                &x);
+        if (st == CHAM_OK && training && mode == CHAM_BLOCK_SWAP)
+            st = swap_saved(m, l, true);
+        if (st == CHAM_OK)
+            st = cham_set_block(m->ops->ctx, -1);
     }
+    /* The blocks swapped last come back before the backward starts. */
+    for (int l = 0; st == CHAM_OK && training && l < m->s.layers; l++)
+        if (!m->skipped[l] && (uint32_t)l + swap_ahead(m) >= (uint32_t)m->s.layers &&
+            mode_of(m, l) == CHAM_BLOCK_SWAP)
+            st = swap_saved(m, l, false);
     if (st != CHAM_OK) {
         release(m, &x);
         return st;
@@ -513,7 +557,7 @@ static cham_status_t block_backward(gpt_model_t *m, int l, cham_tensor_t *d)
     int N = m->s.batch * m->s.seq, C = m->s.hidden;
     size_t NC = (size_t)N * (size_t)C;
     cham_tensor_t *dfg = NULL, *dfc = NULL, *dln = NULL, *tmp = NULL;
-    if (m->recompute) {          /* the forward again, from the kept input */
+    if (mode_of(m, l) == CHAM_BLOCK_CHECKPOINT) {   /* the forward again, from the kept input */
         cham_tensor_t *x = sv->in;
         sv->in = NULL;
         st = block_forward(m, l, KEEP_ALL, &x);
@@ -608,9 +652,15 @@ cham_status_t gpt_backward(gpt_model_t *m, float loss_scale)
     release(m, &m->lnf_mean);
     release(m, &m->lnf_rstd);
     for (int l = m->s.layers - 1; st == CHAM_OK && l >= 0; l--) {
-        if (m->skipped[l])
+        int ahead = l - (int)swap_ahead(m);
+        if (ahead >= 0 && !m->skipped[ahead] && mode_of(m, ahead) == CHAM_BLOCK_SWAP)
+            st = swap_saved(m, ahead, false);
+        if (st != CHAM_OK || m->skipped[l])
             continue;
-        st = block_backward(m, l, d);
+        if ((st = cham_set_block(m->ops->ctx, l)) == CHAM_OK)
+            st = block_backward(m, l, d);
+        if (st == CHAM_OK)
+            st = cham_set_block(m->ops->ctx, -1);
         if (st == CHAM_OK && m->host)    /* the block's gradients are final */
             st = send_block(m, l);
     }

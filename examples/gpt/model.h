@@ -46,6 +46,12 @@ cham_status_t gpt_model_new(gpt_ops_t *ops, const gpt_shape_t *shape, uint64_t s
  * input only; the block's backward first runs its forward again. The
  * kernels are deterministic, so results are bit for bit the same. */
 void gpt_model_set_recompute(gpt_model_t *m, bool on);
+/* ProTrain's block layout (chameleon/protrain.h): which blocks keep their
+ * input only and run their forward again, which send what they keep to
+ * the host after their forward and bring it back swap_interval blocks
+ * before their backward. The chunk fields are not the model's: its
+ * parameters are one storage, always on the device. */
+void gpt_model_set_blocks(gpt_model_t *m, const cham_protrain_config_t *c);
 void gpt_model_free(gpt_model_t *m);
 
 size_t gpt_param_count(const gpt_model_t *m);

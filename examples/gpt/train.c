@@ -77,7 +77,7 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
         st = CHAM_ERR_INVALID_ARG;    /* the budget is the point of training here */
     if (st != CHAM_OK) {
         snprintf(err, err_size, "strategy %s cannot train (chameleon, chameleon-swap, native, "
-                 "recompute, capuchin or vdnn can)", cham_strategy_name(c->strategy));
+                 "recompute, capuchin, vdnn or protrain can)", cham_strategy_name(c->strategy));
         return st;
     }
     st = cham_context_new(&cfg, &r->ctx);
@@ -242,8 +242,11 @@ static uint64_t largest_op(const cham_profile_t *p, const char **name)
 
 /* One training step of the whole model, unconstrained and profiled: its
  * peak and its largest op. */
+/* The unconstrained step: its peak, its largest op and (protrain, into
+ * *pt) ProTrain's model of it. */
 static cham_status_t measure(const gpt_train_config_t *c, const gpt_data_t *d,
-                             gpt_train_result_t *res, char *err, size_t err_size)
+                             gpt_train_result_t *res, cham_protrain_model_t **pt, char *err,
+                             size_t err_size)
 {
     run_t r;
     gpt_train_config_t plain = *c;
@@ -264,9 +267,29 @@ static cham_status_t measure(const gpt_train_config_t *c, const gpt_data_t *d,
         const char *name = "?";
         res->largest_op_bytes = p ? largest_op(p, &name) : 0;
         snprintf(res->largest_op, sizeof res->largest_op, "%s", name);
+        if (c->strategy == CHAM_STRATEGY_PROTRAIN) {
+            cham_device_info_t di;
+            cham_device_get_info(cham_context_device(r.ctx), &di);
+            cham_protrain_device_t dev = cham_protrain_device_of(&di);
+            st = p ? cham_protrain_model_new(p, &dev, pt, err, err_size) : CHAM_ERR_INVALID_ARG;
+        }
     }
     run_close(&r);
     return st;
+}
+
+/* ProTrain's search for the trainer: every chunk stays on the device (the
+ * parameters are one storage), the blocks' modes are planned for the
+ * budget (0: the preset's capacity). */
+static cham_status_t protrain_plan(run_t *r, const cham_protrain_model_t *pt, uint64_t budget,
+                                   cham_protrain_plan_t *plan, char *err, size_t err_size)
+{
+    cham_device_info_t info;
+    cham_device_get_info(cham_context_device(r->ctx), &info);
+    cham_protrain_device_t dev = cham_protrain_device_of(&info);
+    dev.capacity = budget ? budget : info.capacity;
+    dev.min_persist = cham_protrain_chunks(pt);
+    return cham_protrain_search(pt, &dev, plan, err, err_size);
 }
 
 /* The step's figures from run r's counters before (s0, t0) and now. */
@@ -310,7 +333,19 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
     }
     cham_status_t st = CHAM_OK;
     uint64_t budget = c->budget;
-    if ((st = measure(&cfg, d, res, err, err_size)) != CHAM_OK)
+    cham_protrain_model_t *pt = NULL;
+    if (c->strategy == CHAM_STRATEGY_ZERO_OFFLOAD) {
+        snprintf(err, err_size, "strategy zero-offload moves every chunk of parameters to the "
+                 "host, and the trainer's parameters are one storage that stays on the device "
+                 "(chameleon simulate runs it)");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (c->strategy == CHAM_STRATEGY_PROTRAIN && c->host_optimizer) {
+        snprintf(err, err_size, "strategy protrain decides where the optimizer runs: drop "
+                 "--optimizer host");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if ((st = measure(&cfg, d, res, &pt, err, err_size)) != CHAM_OK)
         return st;
     if (c->budget_fraction > 0)
         budget = (uint64_t)(c->budget_fraction * (double)res->unconstrained_peak_bytes);
@@ -321,15 +356,27 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
                  (unsigned long long)budget, res->largest_op,
                  (unsigned long long)res->largest_op_bytes,
                  (unsigned long long)res->unconstrained_peak_bytes);
+        cham_protrain_model_free(pt);
         return CHAM_ERR_INVALID_ARG;
     }
     run_t a, b;
     memset(&b, 0, sizeof b);
+    cham_protrain_plan_t plan = {0};
     if ((st = run_open(&a, &cfg, budget, err, err_size)) != CHAM_OK ||
+        (pt && (st = protrain_plan(&a, pt, budget, &plan, err, err_size)) != CHAM_OK) ||
         (c->trace_path &&
          (st = cham_trace_open(a.ctx, c->trace_path, &a.trace, err, err_size)) != CHAM_OK)) {
+        cham_protrain_model_free(pt);
         run_close(&a);
         return st;
+    }
+    if (pt) {
+        cham_protrain_model_free(pt);
+        gpt_model_set_blocks(a.model, &plan.config);
+        res->has_protrain = true;
+        res->protrain = plan.config;
+        res->predicted_step_s = plan.estimate.step_ns * 1e-9;
+        res->predicted_peak_bytes = plan.estimate.peak_bytes;
     }
     if (c->on_context)
         c->on_context(a.ctx, c->on_context_user);

@@ -104,6 +104,12 @@ typedef struct gpt_train_result {
     double host_overhead_ratio;                /* CPU in Chameleon's calls / total,
                                                   both without the sim's byte copies */
     uint64_t param_count;
+    /* protrain: the blocks' plan and its estimates (simulated), with every
+     * chunk on the device. */
+    bool has_protrain;
+    cham_protrain_config_t protrain;
+    double predicted_step_s;
+    uint64_t predicted_peak_bytes;
     uint64_t largest_op_bytes;   /* the largest one op needs at once */
     char largest_op[32];         /* its name */
 } gpt_train_result_t;

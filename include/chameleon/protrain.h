@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chameleon/device.h"
 #include "chameleon/profile.h"
 #include "chameleon/status.h"
 
@@ -58,7 +59,8 @@ cham_block_mode_t cham_protrain_block_mode(const cham_protrain_config_t *c, uint
                                            uint32_t b);
 const char *cham_block_mode_name(cham_block_mode_t mode);
 
-/* What the estimators need beyond the profile: the device and its host. */
+/* What the estimators need beyond the profile: the device and its host;
+ * and what the caller allows the search. */
 typedef struct cham_protrain_device {
     uint64_t capacity;           /* device bytes */
     uint64_t reserve;            /* kept free (fragmentation, workspace);
@@ -66,17 +68,32 @@ typedef struct cham_protrain_device {
                                     (docs/policy.md) */
     double h2d_bandwidth, d2h_bandwidth;    /* bytes/s */
     double host_flops, host_mem_bandwidth;  /* the host's share (AdamW) */
+    /* Per op (0: none): the host's time to dispatch it and the device's
+     * fixed time per kernel beyond the op's cost; a small model's step is
+     * set by the host's dispatch, not its kernels. */
+    uint64_t launch_ns, kernel_ns;
+    uint32_t min_persist;        /* the search keeps at least this many chunks
+                                    on the device (a caller whose parameters
+                                    cannot move: all of them; then the host's
+                                    figures are not needed) */
 } cham_protrain_device_t;
+
+/* A device's figures (chameleon/device.h), the planners' default
+ * reserve, no chunk held on the device. */
+cham_protrain_device_t cham_protrain_device_of(const cham_device_info_t *info);
 
 /* One profile's structure as ProTrain sees it. */
 typedef struct cham_protrain_model cham_protrain_model_t;
 
 /* Reads the blocks, chunks and segments from a detailed profile of one
  * training step with every chunk persistent and every block kept (the
- * profiled job's own step). Needs ops marked with cham_set_block, forward
- * before backward, each block's forward and backward ops contiguous;
- * otherwise CHAM_ERR_INVALID_ARG with err naming the op and what is wrong. */
+ * profiled job's own step), the segments timed on dev (its launch_ns and
+ * kernel_ns; the rest is the search's). Needs ops marked with
+ * cham_set_block, forward before backward, each block's forward and
+ * backward ops contiguous; otherwise CHAM_ERR_INVALID_ARG with err naming
+ * the op and what is wrong. */
 cham_status_t cham_protrain_model_new(const cham_profile_t *profile,
+                                      const cham_protrain_device_t *dev,
                                       cham_protrain_model_t **out, char *err, size_t err_size);
 void cham_protrain_model_free(cham_protrain_model_t *m);
 uint32_t cham_protrain_blocks(const cham_protrain_model_t *m);

@@ -603,6 +603,8 @@ static void sim_get_info(void *ctx, cham_device_info_t *info)
     info->host_flops = s->preset.host_flops;
     info->host_mem_bandwidth = s->preset.host_mem_bandwidth;
     info->data = s->data;
+    info->launch_ns = s->launch_ns;
+    info->kernel_overhead_ns = s->kernel_overhead_ns;
 }
 
 static void sim_attach(void *ctx, cham_device_t *dev)

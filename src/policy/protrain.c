@@ -41,6 +41,15 @@ const char *cham_block_mode_name(cham_block_mode_t mode)
     return (unsigned)mode < 3 ? names[mode] : "?";
 }
 
+cham_protrain_device_t cham_protrain_device_of(const cham_device_info_t *info)
+{
+    return (cham_protrain_device_t){
+        .capacity = info->capacity, .reserve = UINT64_MAX,
+        .h2d_bandwidth = info->h2d_bandwidth, .d2h_bandwidth = info->d2h_bandwidth,
+        .host_flops = info->host_flops, .host_mem_bandwidth = info->host_mem_bandwidth,
+        .launch_ns = info->launch_ns, .kernel_ns = info->kernel_overhead_ns};
+}
+
 uint64_t pt_usable(const cham_protrain_device_t *dev)
 {
     uint64_t r = dev->reserve == UINT64_MAX ? cham_gen_default_reserve(dev->capacity)
@@ -177,7 +186,15 @@ static void seg_ranges(const reader_t *r, const cham_protrain_model_t *m, uint32
     first[m->n_segs] = (uint32_t)r->v.n_ops;
 }
 
-static void fill_segments(const reader_t *r, cham_protrain_model_t *m, const uint32_t *first)
+/* A run of ops' time: their kernels (costs and the device's fixed time
+ * per kernel), or the host's dispatch of them when that is longer. */
+static double run_ns(double costs, double kernels, double ops, const cham_protrain_device_t *dev)
+{
+    return fmax(costs + kernels * (double)dev->kernel_ns, ops * (double)dev->launch_ns);
+}
+
+static void fill_segments(const reader_t *r, const cham_protrain_device_t *dev,
+                          cham_protrain_model_t *m, const uint32_t *first)
 {
     const cham_profile_view_t *v = &r->v;
     /* The ops' costs where the caller gave them; without any, the step's
@@ -187,7 +204,7 @@ static void fill_segments(const reader_t *r, cham_protrain_model_t *m, const uin
     bool costed = false;
     for (size_t k = 0; k < v->n_ops && !costed; k++)
         costed = v->ops[k].has_cost;
-    double gap = costed || !v->n_ops ? 0 : (double)v->duration_ns / (double)v->n_ops;
+    double spread = costed || !v->n_ops ? 0 : (double)v->duration_ns / (double)v->n_ops;
     uint32_t L = m->n_blocks;
     uint64_t held = v->n_ops ? v->ops[0].mem_before : 0;
     for (uint32_t s = 0; s < m->n_segs; s++) {
@@ -198,12 +215,14 @@ static void fill_segments(const reader_t *r, cham_protrain_model_t *m, const uin
         sg->grads_of = sg->kind == PT_BWD ? sg->block + 1 : sg->kind == PT_POST ? L + 1
                        : sg->kind == PT_TAIL ? 0 : UINT32_MAX;
         sg->start = sg->end = sg->peak = held;
+        double all[3] = {0}, opt[3] = {0};        /* costs, kernels, ops */
         for (uint32_t k = first[s]; k < first[s + 1]; k++) {
             const cham_profile_op_t *op = &v->ops[k];
-            double ns = (op->has_cost ? op->cost_ns : 0) + gap;
-            sg->ns += ns;
-            if (op->phase == CHAM_PHASE_OPTIMIZER)
-                sg->opt_ns += ns;
+            double cost = costed ? (op->has_cost ? op->cost_ns : 0) : spread;
+            double *sum = op->phase == CHAM_PHASE_OPTIMIZER ? opt : all;
+            sum[0] += cost;
+            sum[1] += cost > 0;
+            sum[2] += 1;
             if (k == first[s])
                 sg->start = op->mem_before;
             uint64_t most = op->mem_before > op->mem_after ? op->mem_before : op->mem_after;
@@ -211,6 +230,8 @@ static void fill_segments(const reader_t *r, cham_protrain_model_t *m, const uin
                 sg->peak = most > sg->start ? most : sg->start;
             held = sg->end = op->mem_after;
         }
+        sg->opt_ns = run_ns(opt[0], opt[1], opt[2], dev);
+        sg->ns = run_ns(all[0], all[1], all[2], dev) + sg->opt_ns;
     }
     for (uint32_t b = 0; b < L; b++) {
         const pt_seg_t *f = &m->seg[pt_seg_fwd(m, b)];
@@ -412,6 +433,7 @@ static bool suffixes(cham_protrain_model_t *m)
 }
 
 cham_status_t cham_protrain_model_new(const cham_profile_t *profile,
+                                      const cham_protrain_device_t *dev,
                                       cham_protrain_model_t **out, char *err, size_t err_size)
 {
     *out = NULL;
@@ -451,7 +473,7 @@ cham_status_t cham_protrain_model_new(const cham_profile_t *profile,
     if ((st = find_blocks(&r, m)) != CHAM_OK)
         goto done;
     seg_ranges(&r, m, first);
-    fill_segments(&r, m, first);
+    fill_segments(&r, dev, m, first);
     st = CHAM_ERR_HOST_OOM;
     if (!find_chunks(&r, m, first))
         goto done;
@@ -671,6 +693,8 @@ double pt_host_ns(const cham_protrain_model_t *m, const cham_protrain_device_t *
 {
     double n = (double)m->w[chunk] / m->elt, g = (double)m->g[chunk];
     double f = dev->host_flops, bw = dev->host_mem_bandwidth;
+    if (!(f > 0 && bw > 0))
+        return INFINITY;         /* no host to update on */
     return 1e9 * (fmax(3 * n / f, 2 * g / bw) + fmax(12 * n / f, 2 * (g + 12 * n) / bw));
 }
 

@@ -5,6 +5,7 @@
  * spaced, and memory first, so that a configuration that does not fit is
  * never timed. docs/protrain.md, "The search". */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/message.h"
@@ -74,13 +75,25 @@ static double bound(const traffic_t *t, double compute, double swap_in, double s
     return fmax(b, t->host_ns[n_persist]);
 }
 
+/* "12.50 GiB" or "812.3 MiB". */
+static const char *human(uint64_t bytes, char *buf, size_t size)
+{
+    double mib = (double)bytes / 1048576.0;
+    if (mib >= 1024)
+        snprintf(buf, size, "%.2f GiB", mib / 1024);
+    else
+        snprintf(buf, size, "%.2f MiB", mib);
+    return buf;
+}
+
 cham_status_t cham_protrain_search(const cham_protrain_model_t *m,
                                    const cham_protrain_device_t *dev, cham_protrain_plan_t *out,
                                    char *err, size_t err_size)
 {
     *out = (cham_protrain_plan_t){0};
+    bool host = dev->min_persist < m->n_chunks;
     if (!(dev->h2d_bandwidth > 0 && dev->d2h_bandwidth > 0 && dev->capacity > 0 &&
-          dev->host_flops > 0 && dev->host_mem_bandwidth > 0)) {
+          (!host || (dev->host_flops > 0 && dev->host_mem_bandwidth > 0)))) {
         cham_set_err(err, err_size, "protrain: the device needs a capacity, both link "
                      "bandwidths and the host's figures (host_flops %g, host_mem_bandwidth %g)",
                      dev->host_flops, dev->host_mem_bandwidth);
@@ -112,7 +125,7 @@ cham_status_t cham_protrain_search(const cham_protrain_model_t *m,
                 goto oom;
             /* Most chunks on the device first: usually the fastest that
              * fits, so that the bound prunes the rest. */
-            for (uint32_t i = 0; i <= N; i++) {
+            for (uint32_t i = 0; i <= N && N - i >= dev->min_persist; i++) {
                 c.n_persist = N - i;
                 uint32_t n_np = N - c.n_persist, lo = pt_min_buffers(m, c.n_persist);
                 /* The most buffers that fit: the peak grows with each. */
@@ -153,11 +166,12 @@ cham_status_t cham_protrain_search(const cham_protrain_model_t *m,
     pt_layout_mem_free(&lm);
     if (found)
         return CHAM_OK;
+    char a[32], b[32], c[32];
     cham_set_err(err, err_size, "protrain: no configuration fits: the smallest estimated peak, "
-                 "%.2f GiB (n_persist %u, n_buffer %u, n_swap %u, n_checkpoint %u), is above "
-                 "the %.2f GiB usable of %.2f GiB", (double)least / 1073741824.0,
-                 smallest.n_persist, smallest.n_buffer, smallest.n_swap, smallest.n_checkpoint,
-                 (double)usable / 1073741824.0, (double)dev->capacity / 1073741824.0);
+                 "%s (n_persist %u, n_buffer %u, n_swap %u, n_checkpoint %u), is above the %s "
+                 "usable of %s", human(least, a, sizeof a), smallest.n_persist, smallest.n_buffer,
+                 smallest.n_swap, smallest.n_checkpoint, human(usable, b, sizeof b),
+                 human(dev->capacity, c, sizeof c));
     return CHAM_ERR_OUT_OF_MEMORY;
 oom:
     traffic_free(&t);

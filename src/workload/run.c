@@ -214,6 +214,7 @@ static void bound(const cham_config_t *rc, const cham_device_info_t *info,
  * first allocates) with unlimited memory, every chunk on the device and
  * every block kept, read into the planner's model. */
 static cham_status_t protrain_profile(const cham_config_t *rc, const cham_model_config_t *m,
+                                      const cham_protrain_device_t *dev,
                                       cham_protrain_model_t **out, char *err, size_t err_size)
 {
     cham_config_t pc = *rc;
@@ -246,7 +247,7 @@ static cham_status_t protrain_profile(const cham_config_t *rc, const cham_model_
         st = cham_device_synchronize(cham_context_device(ctx));
     const cham_profile_t *p = cham_context_last_profile(ctx);
     if (st == CHAM_OK && p)
-        st = cham_protrain_model_new(p, out, err, err_size);
+        st = cham_protrain_model_new(p, dev, out, err, err_size);
     else
         cham_set_err(err, err_size, "protrain: profiling the step: %s",
                      st != CHAM_OK ? why : "no profile was made");
@@ -269,16 +270,13 @@ static cham_status_t protrain_plan(const cham_run_config_t *c, const cham_config
         r->protrain = m->protrain_config;
         return CHAM_OK;
     }
+    cham_protrain_device_t dev = cham_protrain_device_of(info);
+    if (rc->memory_budget && rc->memory_budget < info->capacity)
+        dev.capacity = rc->memory_budget;
     cham_protrain_model_t *pm;
-    cham_status_t st = protrain_profile(rc, m, &pm, err, err_size);
+    cham_status_t st = protrain_profile(rc, m, &dev, &pm, err, err_size);
     if (st != CHAM_OK)
         return st;
-    cham_protrain_device_t dev = {
-        .capacity = rc->memory_budget && rc->memory_budget < info->capacity ? rc->memory_budget
-                                                                            : info->capacity,
-        .reserve = UINT64_MAX, .h2d_bandwidth = info->h2d_bandwidth,
-        .d2h_bandwidth = info->d2h_bandwidth, .host_flops = info->host_flops,
-        .host_mem_bandwidth = info->host_mem_bandwidth};
     cham_protrain_plan_t plan = {.config = m->protrain_config};
     if (c->model.protrain)
         st = cham_protrain_estimate(pm, &dev, &plan.config, &plan.estimate, err, err_size);
