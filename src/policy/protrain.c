@@ -628,17 +628,19 @@ uint32_t pt_min_buffers(const cham_protrain_model_t *m, uint32_t n_persist)
 /* ---- time -------------------------------------------------------------------------*/
 
 /* The step replayed: one compute stream, a link per direction (FIFO, as
- * the sim's), the host's AdamW; chunk buffers with LRU eviction. */
+ * the sim's), the host's AdamW; chunk buffers with LRU eviction, the
+ * resident chunks in a list from least to most recently used. */
+#define NONE UINT32_MAX
+
 typedef struct replay {
     const cham_protrain_model_t *m;
     const cham_protrain_device_t *dev;
     const cham_protrain_config_t *c;
     double t, h2d, d2h, host;
     double *ready;               /* per chunk: its fetch done */
-    uint64_t *used;              /* per chunk: last use (0: not resident) */
-    uint64_t clock;
-    uint32_t *resident;          /* the chunks in buffers */
-    uint32_t n_resident;
+    uint32_t *prev, *next;       /* per chunk: its neighbours in the list */
+    bool *resident;
+    uint32_t lru, mru, n_resident;
 } replay_t;
 
 static bool is_np(const replay_t *r, uint32_t chunk)
@@ -654,27 +656,51 @@ static bool needed_by(const pt_seg_t *sg, uint32_t chunk)
     return false;
 }
 
-static void drop(replay_t *r, uint32_t i)
+static void unlink_chunk(replay_t *r, uint32_t k)
 {
-    r->used[r->resident[i]] = 0;
-    r->resident[i] = r->resident[--r->n_resident];
+    uint32_t p = r->prev[k], n = r->next[k];
+    if (p != NONE)
+        r->next[p] = n;
+    else
+        r->lru = n;
+    if (n != NONE)
+        r->prev[n] = p;
+    else
+        r->mru = p;
+}
+
+/* Chunk k is used now (it must be resident). */
+static void touch(replay_t *r, uint32_t k)
+{
+    if (r->mru == k)
+        return;
+    unlink_chunk(r, k);
+    r->prev[k] = r->mru;
+    r->next[k] = NONE;
+    if (r->mru != NONE)
+        r->next[r->mru] = k;
+    else
+        r->lru = k;
+    r->mru = k;
+}
+
+static void drop(replay_t *r, uint32_t k)
+{
+    unlink_chunk(r, k);
+    r->resident[k] = false;
+    r->n_resident--;
 }
 
 /* Frees a buffer: the least recently used chunk segment `keep` does not
  * read; false when every resident chunk is needed. */
 static bool evict(replay_t *r, const pt_seg_t *keep)
 {
-    uint32_t victim = UINT32_MAX;
-    for (uint32_t i = 0; i < r->n_resident; i++) {
-        uint32_t k = r->resident[i];
-        if (!needed_by(keep, k) &&
-            (victim == UINT32_MAX || r->used[k] < r->used[r->resident[victim]]))
-            victim = i;
-    }
-    if (victim == UINT32_MAX)
-        return false;
-    drop(r, victim);
-    return true;
+    for (uint32_t k = r->lru; k != NONE; k = r->next[k])
+        if (!needed_by(keep, k)) {
+            drop(r, k);
+            return true;
+        }
+    return false;
 }
 
 static void fetch(replay_t *r, uint32_t chunk, const pt_seg_t *keep)
@@ -684,8 +710,16 @@ static void fetch(replay_t *r, uint32_t chunk, const pt_seg_t *keep)
     double start = r->t > r->h2d ? r->t : r->h2d;
     r->h2d = start + (double)r->m->w[chunk] / r->dev->h2d_bandwidth * 1e9;
     r->ready[chunk] = r->h2d;
-    r->used[chunk] = ++r->clock;
-    r->resident[r->n_resident++] = chunk;
+    r->resident[chunk] = true;
+    r->n_resident++;
+    r->prev[chunk] = r->next[chunk] = NONE;
+    if (r->mru != NONE) {      /* linked as most recent */
+        r->next[r->mru] = chunk;
+        r->prev[chunk] = r->mru;
+    } else {
+        r->lru = chunk;
+    }
+    r->mru = chunk;
 }
 
 double pt_host_ns(const cham_protrain_model_t *m, const cham_protrain_device_t *dev,
@@ -701,15 +735,16 @@ double pt_host_ns(const cham_protrain_model_t *m, const cham_protrain_device_t *
 bool pt_step_ns(const cham_protrain_model_t *m, const cham_protrain_device_t *dev,
                 const cham_protrain_config_t *c, double *out)
 {
-    replay_t r = {.m = m, .dev = dev, .c = c};
+    replay_t r = {.m = m, .dev = dev, .c = c, .lru = NONE, .mru = NONE};
     r.ready = calloc(m->n_chunks, sizeof *r.ready);
-    r.used = calloc(m->n_chunks, sizeof *r.used);
+    r.prev = calloc(2 * (size_t)m->n_chunks, sizeof *r.prev);
+    r.next = r.prev ? r.prev + m->n_chunks : NULL;
     r.resident = calloc(m->n_chunks, sizeof *r.resident);
     double *back = calloc(2 * (size_t)m->n_blocks, sizeof *back);   /* swap-ins done */
     double *sent = back ? back + m->n_blocks : NULL;                 /* swap-outs done */
     cham_block_mode_t *mode = calloc(m->n_blocks, sizeof *mode);
     uint32_t *due = calloc(m->n_blocks, sizeof *due);   /* swap-in's segment */
-    bool ok = r.ready && r.used && r.resident && back && mode && due;
+    bool ok = r.ready && r.prev && r.resident && back && mode && due;
     uint32_t L = m->n_blocks, k = c->swap_interval ? c->swap_interval : 1;
     for (uint32_t b = 0; ok && b < L; b++) {
         mode[b] = cham_protrain_block_mode(c, L, b);
@@ -741,15 +776,16 @@ bool pt_step_ns(const cham_protrain_model_t *m, const cham_protrain_device_t *de
             uint32_t ch = sg->reads[i];
             if (!is_np(&r, ch))
                 continue;
-            if (!r.used[ch])
+            if (!r.resident[ch])
                 fetch(&r, ch, sg);
-            r.used[ch] = ++r.clock;
+            if (r.resident[ch])
+                touch(&r, ch);
             r.t = fmax(r.t, r.ready[ch]);
         }
         if (s + 1 < m->n_segs) {      /* the next segment's chunks, ahead */
             const pt_seg_t *nx = &m->seg[s + 1];
             for (uint32_t i = 0; i < nx->n_reads; i++)
-                if (is_np(&r, nx->reads[i]) && !r.used[nx->reads[i]])
+                if (is_np(&r, nx->reads[i]) && !r.resident[nx->reads[i]])
                     fetch(&r, nx->reads[i], sg);
         }
         double ns = sg->ns;
@@ -767,14 +803,13 @@ bool pt_step_ns(const cham_protrain_model_t *m, const cham_protrain_device_t *de
         if (ch != UINT32_MAX && is_np(&r, ch)) {
             r.d2h = fmax(r.t, r.d2h) + (double)m->g[ch] / dev->d2h_bandwidth * 1e9;
             r.host = fmax(r.d2h, r.host) + pt_host_ns(m, dev, ch);
-            for (uint32_t i = 0; i < r.n_resident; i++)
-                if (r.resident[i] == ch)      /* its weights are done with this step */
-                    drop(&r, i);
+            if (r.resident[ch])               /* its weights are done with this step */
+                drop(&r, ch);
         }
     }
     *out = fmax(r.t, fmax(r.d2h, r.host));
     free(r.ready);
-    free(r.used);
+    free(r.prev);
     free(r.resident);
     free(back);
     free(mode);

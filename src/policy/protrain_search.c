@@ -29,6 +29,8 @@ static uint32_t swap_interval(const cham_protrain_model_t *m, const cham_protrai
  * the device keeps. */
 typedef struct traffic {
     double *in_ns, *out_ns, *host_ns, *opt_ns;
+    double before_bwd_ns;        /* the compute before the first block's backward:
+                                    no gradient reaches the host earlier */
 } traffic_t;
 
 static void traffic_free(traffic_t *t)
@@ -50,8 +52,11 @@ static bool traffic_new(const cham_protrain_model_t *m, const cham_protrain_devi
     if (!t->in_ns || !t->out_ns || !t->host_ns || !t->opt_ns)
         return false;
     double opt = 0, w = 0;
-    for (uint32_t s = 0; s < m->n_segs; s++)
+    for (uint32_t s = 0; s < m->n_segs; s++) {
         opt += m->seg[s].opt_ns;
+        if (s <= pt_seg_post(m))
+            t->before_bwd_ns += m->seg[s].ns;
+    }
     for (uint32_t k = m->n_chunks; k-- > 0;) {
         t->in_ns[k] = t->in_ns[k + 1] + (double)m->w[k] / dev->h2d_bandwidth * 1e9;
         t->out_ns[k] = t->out_ns[k + 1] + (double)m->g[k] / dev->d2h_bandwidth * 1e9;
@@ -72,7 +77,7 @@ static double bound(const traffic_t *t, double compute, double swap_in, double s
     double b = compute + t->opt_ns[n_persist];
     b = fmax(b, t->in_ns[n_persist] + swap_in);
     b = fmax(b, t->out_ns[n_persist] + swap_out);
-    return fmax(b, t->host_ns[n_persist]);
+    return fmax(b, t->before_bwd_ns + t->host_ns[n_persist]);
 }
 
 /* "12.50 GiB" or "812.3 MiB". */
@@ -84,6 +89,68 @@ static const char *human(uint64_t bytes, char *buf, size_t size)
     else
         snprintf(buf, size, "%.2f MiB", mib);
     return buf;
+}
+
+/* One search: its inputs, scratch and best so far. */
+typedef struct search {
+    const cham_protrain_model_t *m;
+    const cham_protrain_device_t *dev;
+    traffic_t t;
+    pt_layout_mem_t lm;
+    uint64_t usable, least;
+    cham_protrain_config_t smallest;
+    bool found;
+    cham_protrain_plan_t *out;
+} search_t;
+
+/* Every n_persist of one layout, most chunks on the device first (usually
+ * the fastest that fits, so that the bound prunes the rest), each with the
+ * most buffers that fit. False when the host is out of memory. */
+static bool try_layout(search_t *s, cham_protrain_config_t c)
+{
+    const cham_protrain_model_t *m = s->m;
+    cham_protrain_plan_t *out = s->out;
+    uint32_t N = m->n_chunks;
+    double compute;
+    uint64_t swapped;
+    pt_layout_work(m, &c, &compute, &swapped);
+    double swap_in = (double)swapped / s->dev->h2d_bandwidth * 1e9;
+    double swap_out = (double)swapped / s->dev->d2h_bandwidth * 1e9;
+    if (!pt_layout_mem(m, s->dev, &c, &s->lm))
+        return false;
+    for (uint32_t i = 0; i <= N && N - i >= s->dev->min_persist; i++) {
+        c.n_persist = N - i;
+        uint32_t n_np = N - c.n_persist, lo = pt_min_buffers(m, c.n_persist);
+        c.n_buffer = lo;
+        uint64_t peak = pt_peak(m, &s->lm, &c);
+        if (peak < s->least) {
+            s->least = peak;
+            s->smallest = c;
+        }
+        /* Memory first; then nothing here can beat the best so far when
+         * one resource's work alone is longer. */
+        if (peak > s->usable ||
+            (s->found && bound(&s->t, compute, swap_in, swap_out, c.n_persist) >=
+                             out->estimate.step_ns)) {
+            out->pruned++;
+            continue;
+        }
+        /* The peak grows by the largest chunk with each buffer. */
+        uint64_t wmax = m->np_wmax[c.n_persist];
+        uint64_t more = wmax ? (s->usable - peak) / wmax : n_np;
+        c.n_buffer = more >= n_np - lo ? n_np : lo + (uint32_t)more;
+        double ns;
+        if (!pt_step_ns(m, s->dev, &c, &ns))
+            return false;
+        out->evaluated++;
+        if (!s->found || ns < out->estimate.step_ns) {
+            s->found = true;
+            out->config = c;
+            out->estimate = (cham_protrain_estimate_t){
+                .step_ns = ns, .peak_bytes = pt_peak(m, &s->lm, &c), .fits = true};
+        }
+    }
+    return true;
 }
 
 cham_status_t cham_protrain_search(const cham_protrain_model_t *m,
@@ -99,83 +166,36 @@ cham_status_t cham_protrain_search(const cham_protrain_model_t *m,
                      dev->host_flops, dev->host_mem_bandwidth);
         return CHAM_ERR_INVALID_ARG;
     }
-    traffic_t t = {0};
-    pt_layout_mem_t lm = {0};
-    if (!traffic_new(m, dev, &t) || !pt_layout_mem_init(m, &lm))
-        goto oom;
+    search_t s = {.m = m, .dev = dev, .usable = pt_usable(dev), .least = UINT64_MAX, .out = out};
+    bool ok = traffic_new(m, dev, &s.t) && pt_layout_mem_init(m, &s.lm);
     uint32_t L = m->n_blocks, N = m->n_chunks, k = swap_interval(m, dev);
-    uint64_t usable = pt_usable(dev), least = UINT64_MAX;
-    cham_protrain_config_t smallest = {0};
-    bool found = false;
-    for (uint32_t n_swap = 0; n_swap * k <= L; n_swap++) {
-        for (uint32_t n_ckpt = 0; n_swap + n_ckpt <= L; n_ckpt++) {
+    /* Every block checkpointed first: where memory is short, usually near
+     * the best, which makes the bound prune early. */
+    ok = ok && try_layout(&s, (cham_protrain_config_t){.n_checkpoint = L, .swap_interval = k});
+    for (uint32_t n_swap = 0; ok && n_swap * k <= L; n_swap++)
+        for (uint32_t n_ckpt = 0; ok && n_swap + n_ckpt <= L; n_ckpt++) {
             /* Swap blocks at least N_interval apart among the managed ones. */
-            if (n_swap && (uint64_t)n_swap * k > (uint64_t)n_swap + n_ckpt) {
+            if ((n_swap && (uint64_t)n_swap * k > (uint64_t)n_swap + n_ckpt) ||
+                (n_swap == 0 && n_ckpt == L)) {
                 out->pruned += N + 1;
                 continue;
             }
-            cham_protrain_config_t c = {.n_swap = n_swap, .n_checkpoint = n_ckpt,
-                                        .swap_interval = k};
-            double compute;
-            uint64_t swapped;
-            pt_layout_work(m, &c, &compute, &swapped);
-            double swap_in = (double)swapped / dev->h2d_bandwidth * 1e9;
-            double swap_out = (double)swapped / dev->d2h_bandwidth * 1e9;
-            if (!pt_layout_mem(m, dev, &c, &lm))
-                goto oom;
-            /* Most chunks on the device first: usually the fastest that
-             * fits, so that the bound prunes the rest. */
-            for (uint32_t i = 0; i <= N && N - i >= dev->min_persist; i++) {
-                c.n_persist = N - i;
-                uint32_t n_np = N - c.n_persist, lo = pt_min_buffers(m, c.n_persist);
-                /* The most buffers that fit: the peak grows with each. */
-                c.n_buffer = lo;
-                uint64_t peak = pt_peak(m, &lm, &c);
-                if (peak < least) {
-                    least = peak;
-                    smallest = c;
-                }
-                if (peak > usable) {
-                    out->pruned++;
-                    continue;
-                }
-                /* Nothing here can beat the best so far: one resource's
-                 * work alone is longer. */
-                if (found && bound(&t, compute, swap_in, swap_out, c.n_persist) >=
-                                 out->estimate.step_ns) {
-                    out->pruned++;
-                    continue;
-                }
-                uint64_t wmax = m->np_wmax[c.n_persist];
-                uint64_t more = wmax ? (usable - peak) / wmax : n_np;
-                c.n_buffer = more >= n_np - lo ? n_np : lo + (uint32_t)more;
-                double ns;
-                if (!pt_step_ns(m, dev, &c, &ns))
-                    goto oom;
-                out->evaluated++;
-                if (!found || ns < out->estimate.step_ns) {
-                    found = true;
-                    out->config = c;
-                    out->estimate = (cham_protrain_estimate_t){
-                        .step_ns = ns, .peak_bytes = pt_peak(m, &lm, &c), .fits = true};
-                }
-            }
+            ok = try_layout(&s, (cham_protrain_config_t){
+                                    .n_swap = n_swap, .n_checkpoint = n_ckpt, .swap_interval = k});
         }
+    traffic_free(&s.t);
+    pt_layout_mem_free(&s.lm);
+    if (!ok) {
+        cham_set_err(err, err_size, "protrain: out of host memory");
+        return CHAM_ERR_HOST_OOM;
     }
-    traffic_free(&t);
-    pt_layout_mem_free(&lm);
-    if (found)
+    if (s.found)
         return CHAM_OK;
     char a[32], b[32], c[32];
     cham_set_err(err, err_size, "protrain: no configuration fits: the smallest estimated peak, "
                  "%s (n_persist %u, n_buffer %u, n_swap %u, n_checkpoint %u), is above the %s "
-                 "usable of %s", human(least, a, sizeof a), smallest.n_persist, smallest.n_buffer,
-                 smallest.n_swap, smallest.n_checkpoint, human(usable, b, sizeof b),
-                 human(dev->capacity, c, sizeof c));
+                 "usable of %s", human(s.least, a, sizeof a), s.smallest.n_persist,
+                 s.smallest.n_buffer, s.smallest.n_swap, s.smallest.n_checkpoint,
+                 human(s.usable, b, sizeof b), human(dev->capacity, c, sizeof c));
     return CHAM_ERR_OUT_OF_MEMORY;
-oom:
-    traffic_free(&t);
-    pt_layout_mem_free(&lm);
-    cham_set_err(err, err_size, "protrain: out of host memory");
-    return CHAM_ERR_HOST_OOM;
 }
