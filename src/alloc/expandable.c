@@ -39,8 +39,10 @@ cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *a, cham_stream_t *stre
 {
     *out = NULL;
     size_t g = a->granularity;
+    /* Whole granules: a granule crossing the reservation's end could not
+     * be mapped (1 TiB is not a multiple of 20 MiB). */
     uint64_t want = a->limit / VA_PER_LIMIT < VA_MAX / VA_PER_LIMIT
-                        ? (a->limit + g - 1) / g * g * VA_PER_LIMIT : VA_MAX;
+                        ? (a->limit + g - 1) / g * g * VA_PER_LIMIT : VA_MAX / g * g;
     size_t need = (rounded + g - 1) / g * g;
     size_t size = want > need ? (size_t)want : need;
     cham_block_t *b = cham_alloc_get_block(a);

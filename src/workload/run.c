@@ -263,11 +263,11 @@ static cham_status_t protrain_plan(const cham_run_config_t *c, const cham_config
                                    const cham_device_info_t *info, cham_model_config_t *m,
                                    cham_run_result_t *r, char *err, size_t err_size)
 {
-    r->has_protrain = true;
     if (c->strategy == CHAM_STRATEGY_ZERO_OFFLOAD) {
         m->protrain_config = (cham_protrain_config_t){
             .n_buffer = 2, .n_checkpoint = m->layers, .swap_interval = 1};
         r->protrain = m->protrain_config;
+        r->has_protrain = true;
         return CHAM_OK;
     }
     cham_protrain_device_t dev = cham_protrain_device_of(info);
@@ -288,6 +288,7 @@ static cham_status_t protrain_plan(const cham_run_config_t *c, const cham_config
     if (st != CHAM_OK)
         return st;
     m->protrain_config = r->protrain = plan.config;
+    r->has_protrain = true;
     r->predicted_step_time_s = plan.estimate.step_ns * 1e-9;
     r->predicted_peak_bytes = plan.estimate.peak_bytes;
     return CHAM_OK;
