@@ -305,6 +305,14 @@ static void test_refusals(void **state)
     m.recompute = true;
     assert_int_equal(cham_model_validate(&m, err, sizeof err), CHAM_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "recompute"));
+    /* The chunks kept on the host must fit its pinned memory. */
+    m = small();
+    c = run_config(&m, "a100-80g", CHAM_STRATEGY_ZERO_OFFLOAD, 0, 2);
+    c.runtime.pinned_budget = 64 * MiB;
+    cham_run_result_t r0;
+    assert_int_equal(cham_run(&c, &r0), CHAM_OK);
+    assert_int_equal(r0.status, CHAM_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(r0.error, "pinned host memory"));
     /* A profile without blocks, or with an evaluation before the step's
      * forward (a block's forward twice), is refused naming the problem. */
     cham_profile_t *p = cham_profile_new(1, 0);

@@ -265,16 +265,28 @@ static const char *human(uint64_t bytes, char *buf, size_t size)
     return buf;
 }
 
-bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t host, char *err,
-                   size_t err_size)
+bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t host, bool moves,
+                   char *err, size_t err_size)
 {
     wl_state_t s;
     wl_device_state(m, &s);
+    char experts[32] = "", h[6][32];
+    if (s.host > host) {
+        cham_set_err(err, err_size, "the state kept on the host (%s: %s) needs %llu bytes (%s) "
+                     "of pinned host memory, more than the %s there is (%u layers, hidden %u, "
+                     "ffn %u, vocab %u): give more host memory or use fewer layers",
+                     m->protrain ? "ProTrain's chunks there" : "the optimizer's",
+                     m->protrain ? "weights, fp32 master weights and Adam moments"
+                                 : "gradients, fp32 master weights and Adam moments",
+                     (unsigned long long)s.host, human(s.host, h[0], sizeof h[0]),
+                     human(host, h[1], sizeof h[1]), m->layers, m->hidden, m->ffn, m->vocab);
+        return false;
+    }
+    host = moves ? host - s.host : 0;
     uint64_t total = s.weights + s.grads + s.optim;
     uint64_t room = capacity > UINT64_MAX - host ? UINT64_MAX : capacity + host;
     if (total <= room)
         return true;
-    char experts[32] = "", h[6][32];
     if (m->arch == CHAM_ARCH_MIXTRAL)
         snprintf(experts, sizeof experts, ", experts %u", m->experts);
     char where[160];

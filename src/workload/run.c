@@ -182,8 +182,8 @@ cham_status_t cham_run_check(const cham_run_config_t *c, char *err, size_t err_s
         return st;
     uint64_t capacity = run_capacity(&rc);
     char why[1024];
-    if (capacity && !wl_state_fits(&m, capacity, moves_state(c, &rc) ? rc.pinned_budget : 0,
-                                   why, sizeof why)) {
+    if (capacity && !wl_state_fits(&m, capacity, rc.pinned_budget, moves_state(c, &rc), why,
+                                   sizeof why)) {
         cham_set_err(err, err_size, "workload: %s", why);   /* as cham_workload_new says it */
         return CHAM_ERR_OUT_OF_MEMORY;
     }

@@ -179,9 +179,8 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
     cham_device_get_info(cham_context_device(ctx), &info);
     char why[1024];
     const cham_config_t *rc = cham_context_config(ctx);
-    if (!wl_state_fits(m, info.capacity,
-                       cham_config_moves_model_state(rc) ? rc->pinned_budget : 0, why,
-                       sizeof why)) {
+    if (!wl_state_fits(m, info.capacity, rc->pinned_budget, cham_config_moves_model_state(rc),
+                       why, sizeof why)) {
         cham_set_err(err, err_size, "workload: %s", why);
         return CHAM_ERR_OUT_OF_MEMORY;
     }

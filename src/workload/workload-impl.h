@@ -104,12 +104,13 @@ typedef struct wl_state {
 void wl_group_state(const cham_model_config_t *m, uint64_t params, wl_state_t *s);
 /* The whole device: its layers, the embedding and (one stage) the head. */
 void wl_device_state(const cham_model_config_t *m, wl_state_t *s);
-/* False when the model state alone exceeds capacity, or, where the runtime
- * moves model state (host: its pinned memory), capacity and host together;
- * err then names the sizes and the settings that drive them. The model
- * must be valid. */
-bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t host, char *err,
-                   size_t err_size);
+/* False when the state kept on the host (the host's optimizer, ProTrain's
+ * chunks) exceeds the pinned host memory `host`, or the device's model
+ * state exceeds capacity, or, where it may move (`moves`), capacity and
+ * the rest of the host's memory together; err then names the sizes and
+ * the settings that drive them. The model must be valid. */
+bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t host, bool moves,
+                   char *err, size_t err_size);
 /* At least as many ops as one step of the model dispatches (the op list
  * of docs/workloads.md, counted generously), from the settings alone. */
 uint64_t wl_step_ops_bound(const cham_model_config_t *m);
