@@ -127,6 +127,12 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                                       12, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
+    plot_t *pl = exp_result_plot(r, "model_size",
+                                 "Largest model relative to native (1 910B layers, 2 910B "
+                                 "hidden, 3 A100 layers, 4 A100 hidden)",
+                                 "device and dimension", "largest size / native's");
+    if (!pl)
+        return CHAM_ERR_HOST_OOM;
     char summary[sizeof r->summary] = "";
     for (size_t dv = 0; dv < 2; dv++) {
         exp_config_t dc = *c;
@@ -145,6 +151,9 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                     return st;
                 exp_table_set(t, (size_t)row, 2 + k, size[k]);
             }
+            for (size_t k = 0; size[0] && k < N_METHODS; k++)
+                plot_add(pl, methods[k].name, (double)(2 * dv + d + 1),
+                         (double)size[k] / size[0]);
             exp_table_set(t, (size_t)row, 7, step[PROTRAIN]);
             exp_table_set(t, (size_t)row, 8, step[3]);
             exp_table_set(t, (size_t)row, 9, step[4]);

@@ -55,6 +55,28 @@ static void test_max_size(void **state)
     exp_result_free(&r);
 }
 
+/* Every method that moves model state trains larger models than native;
+ * ProTrain's plan at least as large as unplanned offload, and Chameleon
+ * (optimizer on the host) at least as large as ProTrain. */
+static void test_model_size(void **state)
+{
+    (void)state;
+    exp_result_t r;
+    run("model-size", &r);
+    const exp_table_t *t = &r.tables[0];
+    assert_int_equal(t->n_rows, 4);
+    for (size_t i = 0; i < t->n_rows; i++) {
+        const exp_cell_t *row = &t->cells[i * t->n_cols];
+        double native = row[2].num, zero = row[3].num, protrain = row[4].num,
+               host = row[6].num;
+        if (!(native > 0 && zero > native && protrain >= zero && host >= protrain))
+            fail_msg("%s %s: native %g, zero-offload %g, protrain %g, chameleon+host %g",
+                     row[0].text, row[1].text, native, zero, protrain, host);
+        assert_true(row[7].num > 0);                  /* ProTrain's step was measured */
+    }
+    exp_result_free(&r);
+}
+
 static void test_scaling(void **state)
 {
     (void)state;
@@ -123,7 +145,7 @@ static void test_policy_cache(void **state)
 /* The experiments whose results the tests above check in detail. */
 static const char *const checked_elsewhere[] = {
     "max-size", "scaling", "stability", "record-stream", "policy-cache",
-    "profiling-overhead", "parallelism", "budget-sweep",
+    "profiling-overhead", "parallelism", "budget-sweep", "model-size",
 };
 
 /* Every experiment, reduced, gives a non-empty table, a plot and a
@@ -529,6 +551,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_max_size),
+        cmocka_unit_test(test_model_size),
         cmocka_unit_test(test_scaling),
         cmocka_unit_test(test_stability),
         cmocka_unit_test(test_record_stream),
