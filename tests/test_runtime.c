@@ -715,6 +715,75 @@ static void test_record_stream(void **state)
     assert_true(record_stream_run(false, true) > 0);
 }
 
+/* A storage whose bytes the caller keeps in pinned host memory leaves
+ * without a copy or the runtime's pinned memory and comes back from there,
+ * bit for bit; an op's write makes that copy stale (the next swap-out
+ * copies); NULL while it is away brings it back first. The hazard
+ * detector checks every copy against the caller's. */
+static void test_host_copy(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 64 * MiB);
+    cham_device_t *dev = cham_context_device(ctx);
+    cham_stream_t *compute = cham_context_compute_stream(ctx);
+    cham_op_token_t fill = token(ctx, "fill"), check = token(ctx, "check");
+    size_t bad = 0;
+    cham_tensor_t *t;
+    assert_int_equal(cham_tensor_new(ctx, ACT, CHAM_DTYPE_F32, "w", &t), CHAM_OK);
+    kargs_t a = {.words = ACT / 4, .seed = 7, .bad = &bad};
+    op(ctx, fill, NULL, 0, &t, 1, fill_fn, &a);
+    void *host;
+    assert_int_equal(cham_device_host_alloc(dev, ACT, &host), CHAM_OK);
+    assert_int_equal(cham_copy_async(compute, host, cham_tensor_data(t), ACT, CHAM_COPY_D2H,
+                                     "keep"), CHAM_OK);
+    assert_int_equal(cham_stream_synchronize(compute), CHAM_OK);
+    assert_int_equal(cham_tensor_set_host_copy(t, host), CHAM_OK);
+
+    cham_runtime_stats_t s0, s1;
+    cham_context_get_stats(ctx, &s0);
+    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
+    cham_context_get_stats(ctx, &s1);
+    assert_int_equal(s1.swaps_out, s0.swaps_out + 1);
+    assert_int_equal(s1.bytes_out, s0.bytes_out);          /* nothing copied */
+    assert_int_equal(s1.mem_in_use, s0.mem_in_use - ACT);  /* the device block is free */
+    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);          /* back on demand, from host */
+    assert_int_equal(bad, 0);
+
+    /* Written again: the host's copy is stale and a swap-out copies. */
+    a.seed = 8;
+    op(ctx, fill, NULL, 0, &t, 1, fill_fn, &a);
+    cham_context_get_stats(ctx, &s0);
+    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
+    cham_context_get_stats(ctx, &s1);
+    assert_int_equal(s1.bytes_out, s0.bytes_out + ACT);
+    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
+    assert_int_equal(bad, 0);
+
+    /* Away on the host's copy, then that copy is to change: back first. */
+    assert_int_equal(cham_copy_async(compute, host, cham_tensor_data(t), ACT, CHAM_COPY_D2H,
+                                     "keep"), CHAM_OK);
+    assert_int_equal(cham_stream_synchronize(compute), CHAM_OK);
+    assert_int_equal(cham_tensor_set_host_copy(t, host), CHAM_OK);
+    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
+    assert_int_equal(cham_tensor_set_host_copy(t, NULL), CHAM_OK);
+    memset(host, 0, ACT);                                   /* the caller's to change now */
+    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
+    assert_int_equal(bad, 0);
+    assert_int_equal(cham_device_hazard_count(dev), 0);
+    cham_tensor_release(t);
+    cham_device_host_free(dev, host);
+    cham_context_free(ctx);
+
+    /* Advisor mode: the caller moves memory itself. */
+    ctx = open_ctx(CHAM_MODE_ADVISOR, false, 64 * MiB);
+    assert_int_equal(cham_tensor_wrap(ctx, (void *)0x10000, 4096, CHAM_DTYPE_F32, "w", &t),
+                     CHAM_OK);
+    assert_int_equal(cham_tensor_set_host_copy(t, (void *)&a), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(ctx), "advisor"));
+    cham_tensor_release(t);
+    cham_context_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -730,6 +799,7 @@ int main(void)
         cmocka_unit_test(test_allocator_mode),
         cmocka_unit_test(test_advisor_mode),
         cmocka_unit_test(test_record_stream),
+        cmocka_unit_test(test_host_copy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

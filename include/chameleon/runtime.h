@@ -232,6 +232,18 @@ bool cham_tensor_same_storage(const cham_tensor_t *a, const cham_tensor_t *b);
 cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive);
 cham_status_t cham_tensor_swap_in(cham_tensor_t *t);
 
+/* Managed mode: `host`, pinned memory of at least the storage's bytes
+ * (cham_device_host_alloc), holds the same bytes as t's storage from now
+ * until an op writes the storage or the caller calls this again. While it
+ * does, sending the storage away copies nothing and takes none of the
+ * runtime's pinned memory, and bringing it back copies from `host`, after
+ * the work of the caller's stream recorded on it (cham_tensor_record_stream).
+ * An optimizer on the host that keeps the weights there is the use: the
+ * device's weights need no copy of their own. NULL: `host` is about to
+ * change; a storage away on it comes back first, and the call waits for
+ * that copy. CHAM_ERR_INVALID_ARG in advisor mode or for a dropped storage. */
+cham_status_t cham_tensor_set_host_copy(cham_tensor_t *t, void *host);
+
 /* Work queued on `stream` so far (a stream the caller made, for example
  * for communication) uses t, as PyTorch's Tensor.record_stream says: its
  * swap-outs wait for that work, and its device block is not reused before

@@ -247,8 +247,10 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
         return st;
     assert_resident(ctx, inputs, n_inputs);
     assert_resident(ctx, outputs, n_outputs);
-    for (size_t i = 0; i < n_outputs; i++)
+    for (size_t i = 0; i < n_outputs; i++) {
         cham_recompute_written(outputs[i]->storage);    /* its data changes now */
+        outputs[i]->storage->host_valid = false;        /* its host copy is stale */
+    }
     for (size_t i = 0; i < n_inputs + n_outputs; i++)
         ctx->op_tensors[i] = i < n_inputs ? inputs[i] : outputs[i - n_inputs];
     ctx->op_inputs = n_inputs;

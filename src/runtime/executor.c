@@ -113,7 +113,7 @@ void cham_exec_send_away(cham_context_t *ctx)
             x->carried[s->carry_slot - 1].op = it->swap_in_op;
             continue;
         }
-        if (s->residency == CHAM_RESIDENT_HOST && s->host_block) {   /* a passive swap's */
+        if (cham_storage_on_host(s)) {   /* a passive swap's */
             if (!carried_add(x, s, it->swap_in_op))
                 break;
             s->carry_slot = x->n_carried;
@@ -135,7 +135,7 @@ void cham_exec_send_away(cham_context_t *ctx)
     /* So does what passive swaps left on the host: the plan counts it on
      * the device (on demand, each would stall its first use). */
     for (size_t i = 0; i < n; i++)
-        if (by[i]->residency == CHAM_RESIDENT_HOST && by[i]->host_block && !by[i]->carry_slot &&
+        if (cham_storage_on_host(by[i]) && !by[i]->carry_slot &&
             !carried_add(x, by[i], 0))
             break;
     carried_sort(x);

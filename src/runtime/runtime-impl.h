@@ -73,6 +73,9 @@ struct cham_storage {
     cham_block_t *block;          /* managed: device memory */
     void *ptr;                    /* advisor: the caller's device memory */
     cham_block_t *host_block;     /* pinned copy while swapped out */
+    void *host_copy;              /* the caller's pinned copy (cham_tensor_set_host_copy) */
+    bool host_valid;              /* host_copy holds its bytes (not written since) */
+    bool backed;                  /* away with its bytes in host_copy only */
     cham_event_t *out_event;      /* completion of the last swap-out copy */
     cham_event_t *in_event;       /* completion of the last swap-in */
     cham_stream_t *ext_stream;    /* a caller's stream that used it, or NULL */
@@ -106,6 +109,13 @@ struct cham_storage {
     cham_storage_t *prev, *next;  /* the context's live storages */
     char label[48];               /* of its first view */
 };
+
+/* Whether a storage's bytes are on the host while it is away: in the
+ * runtime's pinned copy or in the caller's (no copy: it holds no data). */
+static inline bool cham_storage_on_host(const cham_storage_t *s)
+{
+    return s->residency == CHAM_RESIDENT_HOST && (s->host_block || s->backed);
+}
 
 /* Invariant: refs > 0 while the handle is alive; [offset, offset + bytes)
  * lies inside the storage. */

@@ -397,8 +397,10 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
     cham_status_t st = ensure_event(ctx, &s->out_event);
     if (st != CHAM_OK)
         return st;
-    cham_block_t *host;
-    st = cham_block_alloc(ctx->pinned, s->bytes, ctx->swap_out, &host);
+    /* The caller's host copy holds its bytes: nothing to copy. */
+    bool backed = s->host_copy && s->host_valid;
+    cham_block_t *host = NULL;
+    st = backed ? CHAM_OK : cham_block_alloc(ctx->pinned, s->bytes, ctx->swap_out, &host);
     if (st != CHAM_OK) {
         cham_context_error(ctx, "swap-out of \"%s\": %s", s->label,
                            cham_allocator_last_error(ctx->pinned));
@@ -414,22 +416,24 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
         goto fail;
     if ((st = cham_event_record(s->out_event, ctx->compute)) != CHAM_OK ||
         (st = cham_stream_wait_event(ctx->swap_out, s->out_event)) != CHAM_OK ||
-        (st = cham_copy_async(ctx->swap_out, cham_block_ptr(host), dev_ptr, s->bytes,
-                              CHAM_COPY_D2H, s->label)) != CHAM_OK ||
+        (!backed && (st = cham_copy_async(ctx->swap_out, cham_block_ptr(host), dev_ptr, s->bytes,
+                                          CHAM_COPY_D2H, s->label)) != CHAM_OK) ||
         (st = cham_event_record(s->out_event, ctx->swap_out)) != CHAM_OK)
         goto fail;
     if ((st = release_swapped_block(s, free_op)) != CHAM_OK) {
         cham_context_error(ctx, "swap-out of \"%s\": %s", s->label,
                            cham_allocator_last_error(ctx->mem));
-        cham_block_free(ctx->pinned, host);
+        if (host)
+            cham_block_free(ctx->pinned, host);
         return st;
     }
     s->block = NULL;
     s->host_block = host;
+    s->backed = backed;
     s->residency = CHAM_RESIDENT_HOST;
     cham_context_mem_add(ctx, -(int64_t)s->bytes);
     ctx->stats.swaps_out++;
-    ctx->stats.bytes_out += s->bytes;
+    ctx->stats.bytes_out += backed ? 0 : s->bytes;
     if (cause == CHAM_SWAP_PASSIVE) {
         ctx->stats.passive_swaps_out++;
         ctx->step_passive++;
@@ -440,7 +444,8 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
     notify(s, true, cause, dev_ptr);
     return CHAM_OK;
 fail:
-    cham_block_free(ctx->pinned, host);
+    if (host)
+        cham_block_free(ctx->pinned, host);
     return device_error(ctx, st, "swap-out", s->label);
 }
 
@@ -471,19 +476,26 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
         return st;
     CHAM_ASSERT(s->residency == CHAM_RESIDENT_HOST);
     /* The block's previous user ran on compute; the pinned copy was written
-     * by the swap-out stream. */
+     * by the swap-out stream, the caller's host copy by what the caller's
+     * stream (cham_tensor_record_stream) ordered before its last use. */
+    const void *from = s->backed ? s->host_copy : cham_block_ptr(s->host_block);
     if ((st = cham_event_record(s->in_event, ctx->compute)) != CHAM_OK ||
         (st = cham_stream_wait_event(ctx->swap_in, s->in_event)) != CHAM_OK ||
         (st = cham_stream_wait_event(ctx->swap_in, s->out_event)) != CHAM_OK ||
-        (st = cham_copy_async(ctx->swap_in, cham_block_ptr(block), cham_block_ptr(s->host_block),
-                              s->bytes, CHAM_COPY_H2D, s->label)) != CHAM_OK ||
+        (s->backed && s->ext_stream &&
+         (st = cham_stream_wait_event(ctx->swap_in, s->ext_event)) != CHAM_OK) ||
+        (st = cham_copy_async(ctx->swap_in, cham_block_ptr(block), from, s->bytes,
+                              CHAM_COPY_H2D, s->label)) != CHAM_OK ||
         (st = cham_event_record(s->in_event, ctx->swap_in)) != CHAM_OK) {
         cham_block_free(ctx->mem, block);
         return device_error(ctx, st, "swap-in", s->label);
     }
-    cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_in);
-    cham_block_free(ctx->pinned, s->host_block);
-    s->host_block = NULL;
+    if (s->host_block) {
+        cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_in);
+        cham_block_free(ctx->pinned, s->host_block);
+        s->host_block = NULL;
+    }
+    s->backed = false;
     s->block = block;
     s->residency = CHAM_RESIDENT_MOVING_IN;
     cham_context_mem_add(ctx, (int64_t)s->bytes);
@@ -511,9 +523,35 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t)
         return cham_storage_recompute(s, CHAM_SWAP_CALLER);
     if (s->residency != CHAM_RESIDENT_HOST)
         return CHAM_OK;
-    if (!s->host_block)
+    if (!cham_storage_on_host(s))
         return cham_storage_materialize(s);
     return cham_storage_swap_in(s, CHAM_SWAP_CALLER);
+}
+
+cham_status_t cham_tensor_set_host_copy(cham_tensor_t *t, void *host)
+{
+    CHAM_ASSERT(t);
+    cham_storage_t *s = t->storage;
+    cham_context_t *ctx = s->ctx;
+    if (ctx->config.mode != CHAM_MODE_MANAGED || s->residency == CHAM_RESIDENT_DROPPED) {
+        cham_context_error(ctx, "host copy of \"%s\": %s", s->label,
+                           ctx->config.mode != CHAM_MODE_MANAGED
+                               ? "advisor mode; the caller moves memory"
+                               : "it is dropped, to be recomputed");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (!host && (s->backed || s->residency == CHAM_RESIDENT_MOVING_IN)) {
+        /* The bytes about to change may be its only ones, or a swap-in may
+         * still be reading them: back first, the copy done. */
+        cham_status_t st = s->backed ? cham_storage_swap_in(s, CHAM_SWAP_CALLER) : CHAM_OK;
+        if (st == CHAM_OK && (st = cham_event_synchronize(s->in_event)) != CHAM_OK)
+            return device_error(ctx, st, "waiting for the swap-in", s->label);
+        if (st != CHAM_OK)
+            return st;
+    }
+    s->host_copy = host;
+    s->host_valid = host != NULL;
+    return CHAM_OK;
 }
 
 cham_status_t cham_tensor_record_stream(cham_tensor_t *t, cham_stream_t *stream)
@@ -655,7 +693,7 @@ cham_status_t cham_storage_prepare(cham_storage_t *s)
     }
     if (s->residency == CHAM_RESIDENT_DROPPED)
         return cham_storage_recompute(s, CHAM_SWAP_ON_DEMAND);
-    if (s->residency == CHAM_RESIDENT_HOST && !s->host_block)
+    if (s->residency == CHAM_RESIDENT_HOST && !cham_storage_on_host(s))
         return cham_storage_materialize(s);
     if (s->residency == CHAM_RESIDENT_HOST) {
         cham_status_t st = cham_storage_swap_in(s, CHAM_SWAP_ON_DEMAND);

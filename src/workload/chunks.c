@@ -43,7 +43,7 @@ cham_status_t wl_chunks_new(cham_workload_t *w)
     for (uint32_t g = 0; g < n; g++)
         if (wl_on_host(w, g) && w->group_params[g] * cham_dtype_size(w->m.dtype) > w->chunk_buffer)
             w->chunk_buffer = w->group_params[g] * cham_dtype_size(w->m.dtype);
-    cham_status_t st = cham_stream_new(w->dev, "fetch", &w->fetch);
+    cham_status_t st = CHAM_OK;
     for (size_t g = 0; st == CHAM_OK && g < n; g++)
         if ((st = cham_event_new(w->dev, &w->ev_fetch[g])) == CHAM_OK &&
             (st = cham_event_new(w->dev, &w->ev_update[g])) == CHAM_OK)
@@ -62,9 +62,6 @@ void wl_chunks_free(cham_workload_t *w)
     free(w->ev_fetch);
     free(w->ev_update);
     free(w->chunk_used);
-    if (w->fetch)
-        cham_stream_synchronize(w->fetch);
-    cham_stream_free(w->fetch);
 }
 
 static void release(cham_workload_t *w, uint32_t g)

@@ -141,6 +141,8 @@ static cham_status_t grads_to_host(cham_workload_t *w, uint32_t g)
 {
     uint64_t bytes = updated_params(w, g) * cham_dtype_size(w->m.dtype);
     cham_tensor_t *grad;
+    /* The gradient takes the weights' place in the host's buffer. */
+    TRY(cham_tensor_set_host_copy(w->weights[g], NULL));
     TRY(wl_view(w, w->grads[g], 0, bytes, &grad));
     cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, grad, w->host_grad[g], true, w->offload,
                                   NULL);
@@ -150,8 +152,7 @@ static cham_status_t grads_to_host(cham_workload_t *w, uint32_t g)
     TRY(cham_event_record(w->ev_offload, w->offload));
     TRY(cham_stream_wait_event(w->host, w->ev_offload));
     cham_access_t a = {w->host_grad[g], (size_t)bytes, CHAM_ACCESS_READ_WRITE};
-    return wl_host_run(w, "host_unscale_check", &a, 1,
-                       3.0 * (double)updated_params(w, g));
+    return wl_host_run(w, "host_unscale_check", &a, 1, 3.0 * (double)updated_params(w, g));
 }
 
 cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
@@ -226,6 +227,7 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
         (st = cham_event_new(w->dev, &w->ev_comm)) != CHAM_OK ||
         ((m->host_optimizer || m->protrain) &&
          ((st = cham_stream_new(w->dev, "offload", &w->offload)) != CHAM_OK ||
+          (st = cham_stream_new(w->dev, "fetch", &w->fetch)) != CHAM_OK ||
           (st = cham_stream_new_host(w->dev, "host_adam", &w->host)) != CHAM_OK ||
           (st = cham_event_new(w->dev, &w->ev_offload)) != CHAM_OK ||
           (st = cham_event_new(w->dev, &w->ev_host)) != CHAM_OK)) ||
@@ -258,8 +260,8 @@ void cham_workload_free(cham_workload_t *w)
     if (!w)
         return;
     cham_context_on_recompute(w->ctx, NULL, NULL);
-    cham_stream_t *streams[] = {w->comm, w->offload, w->host};
-    for (size_t i = 0; i < 3; i++)
+    cham_stream_t *streams[] = {w->comm, w->offload, w->host, w->fetch};
+    for (size_t i = 0; i < 4; i++)
         if (streams[i])
             cham_stream_synchronize(streams[i]);
     wl_drop_all(w);
@@ -274,7 +276,7 @@ void cham_workload_free(cham_workload_t *w)
     cham_event_free(w->ev_comm);
     cham_event_free(w->ev_offload);
     cham_event_free(w->ev_host);
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < 4; i++)
         cham_stream_free(streams[i]);
     free(w->group_params);
     free(w->weights);
@@ -439,36 +441,47 @@ static cham_status_t gather_updated(cham_workload_t *w, uint32_t g)
                    wl_gather_bytes(cham_tensor_bytes(w->weights[g]), w->m.dp), 0, false);
 }
 
+/* host_optimizer: AdamW on group g on the host, then its updated weights
+ * copied back on the fetch stream while the host goes on. */
+static cham_status_t host_update_group(cham_workload_t *w, uint32_t g)
+{
+    uint64_t p = cham_dtype_size(w->m.dtype), n = updated_params(w, g);
+    /* Reads the gradient, writes the weights in the compute type over it;
+     * reads and writes the master weights and moments. */
+    cham_access_t a[] = {{w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_READ_WRITE},
+                         {w->host_optim[g], (size_t)(n * 12), CHAM_ACCESS_READ_WRITE}};
+    TRY(wl_host_run(w, "host_adamw", a, 2, 12.0 * (double)n));
+    TRY(cham_event_record(w->ev_host, w->host));
+    cham_tensor_t *weight;
+    TRY(wl_view(w, w->weights[g], 0, n * p, &weight));
+    cham_status_t st = wl_offload(w, OP_PARAM_FROM_HOST, weight, w->host_grad[g], false,
+                                  w->fetch, w->ev_host);
+    wl_drop(w, &weight);
+    TRY(st);
+    if (gathers_updated(w)) {             /* the gather reads what the copy wrote */
+        TRY(cham_event_record(w->ev_offload, w->fetch));
+        TRY(wl_join(w, w->fetch, w->ev_offload));
+        return gather_updated(w, g);
+    }
+    /* The host's buffer now holds the weights the device has (all of them
+     * but with ZeRO 1-2, where the gather writes the others'): sending them
+     * away costs no copy until the next gradient arrives. */
+    return cham_tensor_set_host_copy(w->weights[g], w->host_grad[g]);
+}
+
 /* host_optimizer, once the host has every gradient: AdamW per group on
  * the host in the order the next forward needs them (embedding, layers,
  * head), each group's updated weights copied back while the host updates
  * the next. */
 static cham_status_t host_update(cham_workload_t *w)
 {
-    uint64_t p = cham_dtype_size(w->m.dtype);
     for (uint32_t i = 0; i < w->n_groups; i++) {
         uint32_t g = i == 0 ? wl_embed_group(w) : i <= w->n_layers ? i - 1 : wl_head_group(w);
-        uint64_t n = updated_params(w, g);
-        if (!group_params(w, g))
-            continue;
-        /* Reads the gradient, writes the weights in the compute type over
-         * it; reads and writes the master weights and moments. */
-        cham_access_t a[] = {{w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_READ_WRITE},
-                             {w->host_optim[g], (size_t)(n * 12), CHAM_ACCESS_READ_WRITE}};
-        TRY(wl_host_run(w, "host_adamw", a, 2, 12.0 * (double)n));
-        TRY(cham_event_record(w->ev_host, w->host));
-        cham_tensor_t *weight;
-        TRY(wl_view(w, w->weights[g], 0, n * p, &weight));
-        cham_status_t st = wl_offload(w, OP_PARAM_FROM_HOST, weight, w->host_grad[g], false,
-                                      w->offload, w->ev_host);
-        wl_drop(w, &weight);
-        TRY(st);
-        if (gathers_updated(w)) {         /* the gather reads what the copy wrote */
-            TRY(wl_join(w, w->offload, w->ev_offload));
-            TRY(gather_updated(w, g));
-        }
+        if (group_params(w, g))
+            TRY(host_update_group(w, g));
     }
-    TRY(wl_join(w, w->offload, w->ev_offload));
+    TRY(cham_event_record(w->ev_offload, w->fetch));
+    TRY(wl_join(w, w->fetch, w->ev_offload));
     return wl_comm_join(w);
 }
 

@@ -186,9 +186,10 @@ struct cham_workload {
     void **host_grad, **host_optim;
     cham_stream_t *offload, *host;
     cham_event_t *ev_offload, *ev_host;
-    /* protrain (chunks.c): the fetch stream; per group the events of its
-     * last fetch and of its last update on the host, and its use in the
-     * chunk buffers (an LRU clock; 0: not on the device). */
+    /* host_optimizer, protrain: weights from the host on their own stream.
+     * protrain (chunks.c): per group the events of its last fetch and of
+     * its last update on the host, and its use in the chunk buffers (an
+     * LRU clock; 0: not on the device). */
     cham_stream_t *fetch;
     cham_event_t **ev_fetch, **ev_update;
     uint64_t *chunk_used, chunk_clock;
