@@ -113,7 +113,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     setup_t s = c->reduced
                     ? (setup_t){512, 4, 512, {{"layers", 4, 4}, {"hidden", 512, 128}}, 24,
                                 2ull << 30}
-                    : (setup_t){4096, 32, 1024, {{"layers", 8, 16}, {"hidden", 4096, 512}}, 200,
+                    : (setup_t){4096, 32, 1024, {{"layers", 8, 32}, {"hidden", 4096, 1024}}, 100,
                                 0};
     static const char *const devices[] = {"ascend-910b", "a100-80g"};
     const char *cols[] = {"device",         "dimension",        "native",
