@@ -34,63 +34,41 @@ static cham_model_config_t model_of(const setup_t *s, size_t d, uint32_t v)
     return exp_llama(x.hidden, x.layers, x.seq, x.batch);
 }
 
-/* Does the strategy run the model of dimension d at size v? */
-static cham_status_t fits(const exp_config_t *c, const setup_t *s, size_t d, uint32_t v,
-                          cham_strategy_t p, bool *ok, double *step_s, char *err,
+/* One probe of exp_largest: the strategy on dimension d at k units. */
+typedef struct probe {
+    const exp_config_t *c;
+    const setup_t *s;
+    size_t d;
+    cham_strategy_t p;
+} probe_t;
+
+static uint32_t base_of(const setup_t *s, size_t d)
+{
+    return d == 0 ? s->batch : d == 1 ? s->layers : d == 2 ? s->seq : s->hidden;
+}
+
+static cham_status_t fits(void *user, uint32_t k, bool *ok, double *step_s, char *err,
                           size_t err_size)
 {
-    cham_model_config_t m = model_of(s, d, v);
+    const probe_t *q = user;
+    cham_model_config_t m = model_of(q->s, q->d, base_of(q->s, q->d) + k * dims[q->d].unit);
     cham_run_result_t r;
-    cham_status_t st = exp_run(c, &m, p, s->capacity, 0, &r, err, err_size);
+    cham_status_t st = exp_run(q->c, &m, q->p, q->s->capacity, 0, &r, err, err_size);
     *ok = st == CHAM_OK && r.status == CHAM_OK;
     *step_s = r.step_time_s;
     return st;
 }
 
-/* The largest size that runs: doubling the steps above the base until a
- * failure, then bisecting. 0 when even the base fails. */
+/* The largest size that runs, 0 when even the base fails. */
 static cham_status_t largest(const exp_config_t *c, const setup_t *s, size_t d,
                              cham_strategy_t p, uint32_t limit_k, uint32_t *out,
                              double *step_s, char *err, size_t err_size)
 {
-    const dim_t *dm = &dims[d];
-    uint32_t base = d == 0 ? s->batch : d == 1 ? s->layers : d == 2 ? s->seq : s->hidden;
-    bool ok;
-    double t;
-    cham_status_t st = fits(c, s, d, base, p, &ok, &t, err, err_size);
-    if (st != CHAM_OK)
-        return st;
-    if (!ok) {
-        *out = 0;
-        *step_s = NAN;
-        return CHAM_OK;
-    }
-    uint32_t good = 0, bad = 1;            /* in units above the base */
-    *step_s = t;
-    while (bad <= limit_k) {
-        if ((st = fits(c, s, d, base + bad * dm->unit, p, &ok, &t, err, err_size)) != CHAM_OK)
-            return st;
-        if (!ok)
-            break;
-        good = bad;
-        *step_s = t;
-        bad *= 2;
-    }
-    if (bad > limit_k)                      /* never failed within the limit */
-        bad = limit_k + 1;
-    while (bad - good > 1) {
-        uint32_t mid = good + (bad - good) / 2;
-        if ((st = fits(c, s, d, base + mid * dm->unit, p, &ok, &t, err, err_size)) != CHAM_OK)
-            return st;
-        if (ok) {
-            good = mid;
-            *step_s = t;
-        } else {
-            bad = mid;
-        }
-    }
-    *out = base + good * dm->unit;
-    return CHAM_OK;
+    probe_t q = {c, s, d, p};
+    int64_t k;
+    cham_status_t st = exp_largest(fits, &q, limit_k, &k, step_s, err, err_size);
+    *out = k < 0 ? 0 : base_of(s, d) + (uint32_t)k * dims[d].unit;
+    return st;
 }
 
 static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size_t err_size)

@@ -63,48 +63,31 @@ static cham_status_t try_size(const exp_config_t *c, const setup_t *s, size_t d,
     return st;
 }
 
-/* The largest size that runs: doubling the units above the base until a
- * failure, then bisecting; 0 when even the base fails. */
+/* One probe of exp_largest: method k on dimension d at u units. */
+typedef struct probe {
+    const exp_config_t *c;
+    const setup_t *s;
+    size_t d, k;
+} probe_t;
+
+static cham_status_t fits(void *user, uint32_t u, bool *ok, double *step_s, char *err,
+                          size_t err_size)
+{
+    const probe_t *q = user;
+    const dim_t *dm = &q->s->dims[q->d];
+    return try_size(q->c, q->s, q->d, dm->base + u * dm->unit, q->k, ok, step_s, err,
+                    err_size);
+}
+
+/* The largest size that runs, 0 when even the base fails. */
 static cham_status_t largest(const exp_config_t *c, const setup_t *s, size_t d, size_t k,
                              uint32_t *out, double *step_s, char *err, size_t err_size)
 {
-    const dim_t *dm = &s->dims[d];
-    bool ok;
-    double t;
-    cham_status_t st = try_size(c, s, d, dm->base, k, &ok, &t, err, err_size);
-    if (st != CHAM_OK || !ok) {
-        *out = 0;
-        *step_s = NAN;
-        return st;
-    }
-    uint32_t good = 0, bad = 1;
-    *step_s = t;
-    while (bad <= s->limit_k) {
-        if ((st = try_size(c, s, d, dm->base + bad * dm->unit, k, &ok, &t, err, err_size)) !=
-            CHAM_OK)
-            return st;
-        if (!ok)
-            break;
-        good = bad;
-        *step_s = t;
-        bad *= 2;
-    }
-    if (bad > s->limit_k)
-        bad = s->limit_k + 1;
-    while (bad - good > 1) {
-        uint32_t mid = good + (bad - good) / 2;
-        if ((st = try_size(c, s, d, dm->base + mid * dm->unit, k, &ok, &t, err, err_size)) !=
-            CHAM_OK)
-            return st;
-        if (ok) {
-            good = mid;
-            *step_s = t;
-        } else {
-            bad = mid;
-        }
-    }
-    *out = dm->base + good * dm->unit;
-    return CHAM_OK;
+    probe_t q = {c, s, d, k};
+    int64_t u;
+    cham_status_t st = exp_largest(fits, &q, s->limit_k, &u, step_s, err, err_size);
+    *out = u < 0 ? 0 : s->dims[d].base + (uint32_t)u * s->dims[d].unit;
+    return st;
 }
 
 static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size_t err_size)

@@ -103,6 +103,44 @@ cham_status_t exp_run(const exp_config_t *c, const cham_model_config_t *m,
     return CHAM_OK;
 }
 
+cham_status_t exp_largest(exp_fits_fn fits, void *user, uint32_t limit_k, int64_t *k_out,
+                          double *step_s, char *err, size_t err_size)
+{
+    bool ok;
+    double t;
+    *k_out = -1;
+    *step_s = NAN;
+    cham_status_t st = fits(user, 0, &ok, &t, err, err_size);
+    if (st != CHAM_OK || !ok)
+        return st;
+    uint32_t good = 0, bad = 1;
+    *step_s = t;
+    while (bad <= limit_k) {
+        if ((st = fits(user, bad, &ok, &t, err, err_size)) != CHAM_OK)
+            return st;
+        if (!ok)
+            break;
+        good = bad;
+        *step_s = t;
+        bad *= 2;
+    }
+    if (bad > limit_k)                      /* never failed within the limit */
+        bad = limit_k + 1;
+    while (bad - good > 1) {
+        uint32_t mid = good + (bad - good) / 2;
+        if ((st = fits(user, mid, &ok, &t, err, err_size)) != CHAM_OK)
+            return st;
+        if (ok) {
+            good = mid;
+            *step_s = t;
+        } else {
+            bad = mid;
+        }
+    }
+    *k_out = good;
+    return CHAM_OK;
+}
+
 static void record_step(const cham_run_step_t *st, void *user)
 {
     exp_steps_t *s = user;

@@ -102,6 +102,15 @@ cham_model_config_t exp_llama(uint32_t hidden, uint32_t layers, uint32_t seq, ui
 cham_status_t exp_run(const exp_config_t *c, const cham_model_config_t *m,
                       cham_strategy_t strategy, uint64_t capacity, uint64_t steps,
                       cham_run_result_t *r, char *err, size_t err_size);
+/* The largest number of units k in [0, limit_k] whose size runs (fits(user,
+ * k) sets *ok): k = 0 first, then doubling until a failure, then
+ * bisecting. *k_out is -1 when even k = 0 fails; *step_s the step time of
+ * the run at *k_out (NAN then). */
+typedef cham_status_t (*exp_fits_fn)(void *user, uint32_t k, bool *ok, double *step_s,
+                                     char *err, size_t err_size);
+cham_status_t exp_largest(exp_fits_fn fits, void *user, uint32_t limit_k, int64_t *k_out,
+                          double *step_s, char *err, size_t err_size);
+
 /* Steps that reach Stable and a few more with the default stage machine. */
 #define EXP_STABLE_STEPS 12
 
