@@ -377,24 +377,39 @@ static void test_host_optimizer(void **state)
     verified_run(0.25, 40, true);
 }
 
+/* A small model (vocab 64, seq 16, hidden 32, batch 2) on a fresh 64 MiB
+ * data-mode context set up for strategy s, and its token batch. */
+static gpt_model_t *small_model(cham_strategy_t s, int layers, bool host_optimizer,
+                                cham_context_t **ctx, gpt_ops_t *ops, int32_t *tok,
+                                int32_t *tgt)
+{
+    cham_config_t cfg = cham_config_default();
+    cfg.device.data = true;
+    cfg.device.capacity = 64u << 20;
+    assert_int_equal(cham_strategy_apply(s, &cfg), CHAM_OK);
+    assert_int_equal(cham_context_new(&cfg, ctx), CHAM_OK);
+    assert_int_equal(gpt_ops_init(ops, *ctx), CHAM_OK);
+    gpt_shape_t shape = {.vocab = 64, .seq = 16, .layers = layers, .hidden = 32, .heads = 2,
+                         .batch = 2};
+    gpt_model_t *m;
+    char err[300];
+    assert_int_equal(gpt_model_new(ops, &shape, 7, host_optimizer, &m, err, sizeof err),
+                     CHAM_OK);
+    for (int i = 0; i < 32; i++)
+        tok[i] = i % 64, tgt[i] = (i * 7 + 3) % 64;
+    return m;
+}
+
 /* The host optimizer's state through the model API: an overflow step
  * leaves the master weights and the parameters untouched; an update
  * changes the master weights and brings them to the parameters. */
 static void test_host_optimizer_skips_overflow(void **state)
 {
     (void)state;
-    cham_config_t cfg = cham_config_default();
-    cfg.device.data = true;
-    cfg.device.capacity = 64u << 20;
     cham_context_t *ctx;
-    assert_int_equal(cham_context_new(&cfg, &ctx), CHAM_OK);
     gpt_ops_t ops;
-    assert_int_equal(gpt_ops_init(&ops, ctx), CHAM_OK);
-    gpt_shape_t shape = {.vocab = 64, .seq = 16, .layers = 2, .hidden = 32, .heads = 2,
-                         .batch = 2};
-    gpt_model_t *m;
-    char err[300];
-    assert_int_equal(gpt_model_new(&ops, &shape, 7, true, &m, err, sizeof err), CHAM_OK);
+    int32_t tok[32], tgt[32];
+    gpt_model_t *m = small_model(CHAM_STRATEGY_CHAMELEON, 2, true, &ctx, &ops, tok, tgt);
     size_t n = gpt_param_count(m);
     float *master = calloc(n, sizeof *master), *params = calloc(n, sizeof *params),
           *before = calloc(n, sizeof *before);
@@ -402,9 +417,6 @@ static void test_host_optimizer_skips_overflow(void **state)
     assert_int_equal(gpt_read_master(m, before), CHAM_OK);
     assert_int_equal(gpt_read_params(m, params), CHAM_OK);
     assert_memory_equal(before, params, n * sizeof *params);
-    int32_t tok[32], tgt[32];
-    for (int i = 0; i < 32; i++)
-        tok[i] = i % 64, tgt[i] = (i * 7 + 3) % 64;
     double loss, sumsq;
     bool overflow;
     for (int step = 0; step < 2; step++) {
@@ -439,24 +451,12 @@ static void test_host_optimizer_skips_overflow(void **state)
  * layout c (NULL: every block keeps what it saves), on a fresh context. */
 static float *train_blocks(const cham_protrain_config_t *c, int steps, size_t *n)
 {
-    cham_config_t cfg = cham_config_default();
-    cfg.device.data = true;
-    cfg.device.capacity = 64u << 20;
-    cham_strategy_apply(CHAM_STRATEGY_PROTRAIN, &cfg);
     cham_context_t *ctx;
-    assert_int_equal(cham_context_new(&cfg, &ctx), CHAM_OK);
     gpt_ops_t ops;
-    assert_int_equal(gpt_ops_init(&ops, ctx), CHAM_OK);
-    gpt_shape_t shape = {.vocab = 64, .seq = 16, .layers = 5, .hidden = 32, .heads = 2,
-                         .batch = 2};
-    gpt_model_t *m;
-    char err[300];
-    assert_int_equal(gpt_model_new(&ops, &shape, 7, false, &m, err, sizeof err), CHAM_OK);
+    int32_t tok[32], tgt[32];
+    gpt_model_t *m = small_model(CHAM_STRATEGY_PROTRAIN, 5, false, &ctx, &ops, tok, tgt);
     if (c)
         gpt_model_set_blocks(m, c);
-    int32_t tok[32], tgt[32];
-    for (int i = 0; i < 32; i++)
-        tok[i] = i % 64, tgt[i] = (i * 7 + 3) % 64;
     double loss, sumsq;
     bool overflow;
     for (int step = 0; step < steps; step++) {
