@@ -357,7 +357,8 @@ static void protrain_json(json_t *j, const cham_run_result_t *r)
         return;
     bool ran = r->steps > 0;
     json_object_set_new(j, "predicted_step_time_s", plot_json_number(r->predicted_step_time_s));
-    json_object_set_new(j, "predicted_peak_bytes", json_integer((json_int_t)r->predicted_peak_bytes));
+    json_object_set_new(j, "predicted_peak_bytes",
+                        json_integer((json_int_t)r->predicted_peak_bytes));
     json_object_set_new(j, "step_time_error",
                         ran ? plot_json_number(error_of(r->predicted_step_time_s, r->step_time_s))
                             : json_null());

@@ -40,14 +40,17 @@ cham_status_t wl_chunks_new(cham_workload_t *w)
     w->chunk_used = calloc(n, sizeof *w->chunk_used);
     if (!w->ev_fetch || !w->ev_update || !w->chunk_used)
         return CHAM_ERR_HOST_OOM;
-    for (uint32_t g = 0; g < n; g++)
-        if (wl_on_host(w, g) && w->group_params[g] * cham_dtype_size(w->m.dtype) > w->chunk_buffer)
-            w->chunk_buffer = w->group_params[g] * cham_dtype_size(w->m.dtype);
+    for (uint32_t g = 0; g < n; g++) {
+        uint64_t bytes = w->group_params[g] * cham_dtype_size(w->m.dtype);
+        if (wl_on_host(w, g) && bytes > w->chunk_buffer)
+            w->chunk_buffer = bytes;
+    }
+    /* Recorded once at the start, so that the first fetch waits for nothing. */
     cham_status_t st = CHAM_OK;
     for (size_t g = 0; st == CHAM_OK && g < n; g++)
         if ((st = cham_event_new(w->dev, &w->ev_fetch[g])) == CHAM_OK &&
             (st = cham_event_new(w->dev, &w->ev_update[g])) == CHAM_OK)
-            st = cham_event_record(w->ev_update[g], w->host);  /* the first fetch waits for nothing */
+            st = cham_event_record(w->ev_update[g], w->host);
     return st;
 }
 

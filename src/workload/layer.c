@@ -467,9 +467,8 @@ void wl_saved_drop(cham_workload_t *w, wl_saved_t *sv)
     sv->counts = NULL;
 }
 
-cham_status_t wl_saved_swap(cham_workload_t *w, wl_saved_t *sv, bool out)
+cham_status_t wl_saved_swap(wl_saved_t *sv, bool out)
 {
-    (void)w;
     cham_tensor_t **all[] = SAVED_HANDLES(sv);
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (*all[i])

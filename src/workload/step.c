@@ -363,14 +363,14 @@ static cham_status_t forward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
     for (uint32_t l = 0; l < w->n_layers; l++) {
         TRY(wl_layer_forward(w, l, mb, x, true, &sv[l], &x));
         if (wl_block_mode(w, l) == CHAM_BLOCK_SWAP)
-            TRY(wl_saved_swap(w, &sv[l], true));
+            TRY(wl_saved_swap(&sv[l], true));
     }
     w->timing = false;
     /* Swapped layers whose backward comes within swap_interval of the
      * backward's start come back now. */
     for (uint32_t l = 0; l < w->n_layers; l++)
         if (l + swap_ahead(w) >= w->n_layers && wl_block_mode(w, l) == CHAM_BLOCK_SWAP)
-            TRY(wl_saved_swap(w, &sv[l], false));
+            TRY(wl_saved_swap(&sv[l], false));
     if (w->m.pp == 1) {                    /* the loss, and its backward starts */
         TRY(wl_head(w, x, true, &f->dy[slot]));
         return wl_grad_done(w, wl_head_group(w), mb);
@@ -401,7 +401,7 @@ static cham_status_t backward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
     for (uint32_t l = w->n_layers; l-- > 0;) {
         uint32_t k = swap_ahead(w);
         if (l >= k && wl_block_mode(w, l - k) == CHAM_BLOCK_SWAP)
-            TRY(wl_saved_swap(w, &sv[l - k], false));
+            TRY(wl_saved_swap(&sv[l - k], false));
         TRY(wl_layer_backward(w, l, mb, &sv[l], dy, &dy));
     }
     TRY(wl_embed_backward(w, &f->ids[slot], dy));

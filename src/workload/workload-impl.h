@@ -318,7 +318,7 @@ cham_status_t wl_layer_backward(cham_workload_t *w, uint32_t l, uint64_t mb, wl_
                                 cham_tensor_t *dy, cham_tensor_t **dx);
 void wl_saved_drop(cham_workload_t *w, wl_saved_t *sv);
 /* Sends what a layer keeps to the host (out) or brings it back. */
-cham_status_t wl_saved_swap(cham_workload_t *w, wl_saved_t *sv, bool out);
+cham_status_t wl_saved_swap(wl_saved_t *sv, bool out);
 
 /* The embedding of a micro-batch: *ids receives the token ids (kept for
  * the backward when keep), *x the hidden states. */
