@@ -121,8 +121,9 @@ typedef struct cham_protrain_plan {
     cham_protrain_config_t config;
     cham_protrain_estimate_t estimate;
     uint64_t evaluated;          /* configurations whose step was estimated */
-    uint64_t pruned;             /* configurations discarded by memory or
-                                    by the spacing of swap blocks */
+    uint64_t pruned;             /* configurations discarded: by memory, by
+                                    the spacing of swap blocks, or by a bound
+                                    above the best step found */
 } cham_protrain_plan_t;
 
 cham_status_t cham_protrain_search(const cham_protrain_model_t *m,
