@@ -283,6 +283,11 @@ bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t hos
         return false;
     }
     host = moves ? host - s.host : 0;
+    /* An optimizer on the host keeps the weights there too (but with ZeRO
+     * 1-2, whose gather writes the others' shards): they leave without
+     * taking pinned memory of the runtime's (cham_tensor_set_host_copy). */
+    if (moves && m->host_optimizer && !(wl_sharded(m, 1) && !wl_sharded(m, 3)))
+        host = host > UINT64_MAX - s.weights ? UINT64_MAX : host + s.weights;
     uint64_t total = s.weights + s.grads + s.optim;
     uint64_t room = capacity > UINT64_MAX - host ? UINT64_MAX : capacity + host;
     if (total <= room)
