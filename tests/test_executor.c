@@ -34,6 +34,7 @@ typedef struct run {
     int log_lines;
     bool log_cache_hit;
     size_t wrap_items;                      /* of the policy applied at the end */
+    bool policy_whole;                      /* its predicted peak within the usable memory */
 } run_t;
 
 /* The negative control's corruption: in step `step` (-1: never), one bit
@@ -113,6 +114,7 @@ static void run(const cham_config_t *cfg, const ts_config_t *tc, int steps, run_
         cham_policy_get(pol, &v);
         for (size_t i = 0; i < v.n_items; i++)
             r->wrap_items += v.items[i].wraps;
+        r->policy_whole = v.predicted_peak <= v.usable;
     }
     ts_model_free(m);
     cham_context_free(ctx);
@@ -270,6 +272,42 @@ static void test_model_state_moves(void **state)
     assert_same_data(&got, &big);
     assert_int_equal(got.wrap_items, 0);
     assert_true(DELTA(&got, 29, passive_swaps_out) > 0);
+}
+
+/* Issue 18's framework stream: parameters, gradients and both AdamW
+ * moments as long-lived tensors of their own, a transformer-like op
+ * stream of 8 layers whose model state (4 MiB a layer) outweighs its
+ * activations. At 60% and 40% of the unconstrained peak the kept policy
+ * is whole (it predicts a peak within the usable memory, not a partial
+ * plan that passive swaps complete) and, once Stable, no swap is
+ * unplanned; bit-exact, no hazard. */
+static void test_adamw_states_at_60_and_40_percent(void **state)
+{
+    (void)state;
+    ts_config_t tc = ts_config_default();
+    tc.weight_bytes = 256 << 10;
+    tc.adamw = true;
+    static run_t big, small;
+    cham_config_t c = config(1024 * MiB);
+    run(&c, &tc, 30, &big);
+    assert_int_equal(big.hazards, 0);
+    const double factors[] = {1 / 0.6, 1 / 0.4};
+    for (size_t f = 0; f < 2; f++) {
+        c = config(fraction_of(&big, factors[f]));
+        run(&c, &tc, 30, &small);
+        assert_same_data(&small, &big);
+        assert_int_equal(small.hazards, 0);
+        assert_true(small.wrap_items > 0);
+        if (!small.policy_whole)
+            fail_msg("%.0f%%: the kept policy is partial", 100 / factors[f]);
+        int s0 = first_stable(&small);
+        for (int s = s0; s < 30; s++)
+            if (DELTA(&small, s, passive_swaps_out) || DELTA(&small, s, on_demand_swaps_in))
+                fail_msg("%.0f%% step %d (Stable from %d): %llu passive, %llu on-demand swaps",
+                         100 / factors[f], s, s0,
+                         (unsigned long long)DELTA(&small, s, passive_swaps_out),
+                         (unsigned long long)DELTA(&small, s, on_demand_swaps_in));
+    }
 }
 
 static void test_corrupted_swap_changes_the_checksum(void **state)
@@ -963,6 +1001,7 @@ int main(void)
         cmocka_unit_test(test_twice),
         cmocka_unit_test(test_four_times),
         cmocka_unit_test(test_model_state_moves),
+        cmocka_unit_test(test_adamw_states_at_60_and_40_percent),
         cmocka_unit_test(test_corrupted_swap_changes_the_checksum),
         cmocka_unit_test(test_matching_follows_tensors_not_addresses),
         cmocka_unit_test(test_extra_op_still_matches),

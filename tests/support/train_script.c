@@ -15,12 +15,13 @@
 
 typedef enum op_kind {
     EMBED, LN, MATMUL, ATTN, ADD, GELU, PROBE, LOSS, SUM, SGD,
-    LN_BWD, MATMUL_BWD, ATTN_BWD, ADD_BWD, GELU_BWD, ACC, N_KINDS
+    LN_BWD, MATMUL_BWD, ATTN_BWD, ADD_BWD, GELU_BWD, ACC, ADAMW, N_KINDS
 } op_kind_t;
 
 static const char *const op_names[N_KINDS] = {
     "embed", "layer_norm", "matmul", "attention", "add", "gelu", "probe", "loss", "sum", "sgd",
-    "layer_norm_bwd", "matmul_bwd", "attention_bwd", "add_bwd", "gelu_bwd", "grad_acc"};
+    "layer_norm_bwd", "matmul_bwd", "attention_bwd", "add_bwd", "gelu_bwd", "grad_acc",
+    "adamw"};
 
 /* Which forward ops keep their first input for the backward. */
 static bool saves_input(op_kind_t k)
@@ -63,6 +64,7 @@ struct ts_model {
     cham_op_token_t tok[N_KINDS];
     int n_w;
     cham_tensor_t **w, **gw;
+    cham_tensor_t **mom;         /* adamw: per weight its two moments */
     entry_t *tape;               /* 1 + layers * ENTRIES_PER_LAYER */
     int n_tape;
     slot_t *slots;
@@ -83,8 +85,8 @@ typedef struct kargs {
     op_kind_t kind;
     const uint32_t *in[3];
     size_t n_in[3];
-    uint32_t *out[2];
-    size_t n_out[2];
+    uint32_t *out[4];
+    size_t n_out[4];
     uint64_t seed;
     uint64_t *sum;
 } kargs_t;
@@ -142,6 +144,15 @@ static void run_kernel(void *p)
     case SUM:
         for (size_t i = 0; i < a->n_in[0]; i++)
             *a->sum = fold(*a->sum, at(a, 0, i));
+        break;
+    case ADAMW:           /* in: gW; out: W, gW, m, v (integer stand-ins) */
+        for (size_t j = 0; j < n; j++) {
+            uint32_t g = at(a, 0, j);
+            a->out[2][j] = a->out[2][j] - (a->out[2][j] >> 3) + (g >> 3);
+            a->out[3][j] = a->out[3][j] - (a->out[3][j] >> 4) + ((g * g) >> 4);
+            a->out[0][j] -= (a->out[2][j] >> 3) ^ (a->out[3][j] >> 11);
+            a->out[1][j] = 0;
+        }
         break;
     case SGD:             /* in: gW; out: W, gW */
         for (size_t j = 0; j < n; j++) {
@@ -269,9 +280,10 @@ ts_model_t *ts_model_new(cham_context_t *ctx, const ts_config_t *c)
     m->n_w = c->layers * WEIGHTS_PER_LAYER;
     m->w = calloc((size_t)m->n_w, sizeof *m->w);
     m->gw = calloc((size_t)m->n_w, sizeof *m->gw);
+    m->mom = calloc(2 * (size_t)m->n_w, sizeof *m->mom);
     m->tape = calloc(1 + (size_t)c->layers * ENTRIES_PER_LAYER, sizeof *m->tape);
     m->slots = calloc(1 + (size_t)c->layers * ENTRIES_PER_LAYER, sizeof *m->slots);
-    bool ok = m->w && m->gw && m->tape && m->slots;
+    bool ok = m->w && m->gw && m->mom && m->tape && m->slots;
     if (ok)
         build_tape(m);
     for (int k = 0; ok && k < N_KINDS; k++)
@@ -286,6 +298,12 @@ ts_model_t *ts_model_new(cham_context_t *ctx, const ts_config_t *c)
         /* Initialised by ops, as a framework would. */
         ok = ok && op(m, EMBED, NULL, 0, &m->w[i], 1, 0, 1000 + (uint64_t)i) == CHAM_OK;
         ok = ok && op(m, EMBED, NULL, 0, &m->gw[i], 1, 0, 0) == CHAM_OK;
+        for (int k = 0; ok && c->adamw && k < 2; k++) {
+            cham_tensor_t **t = &m->mom[2 * i + k];
+            snprintf(label, sizeof label, "%s%d", k ? "v" : "m", i);
+            ok = cham_tensor_new(ctx, c->weight_bytes, CHAM_DTYPE_F32, label, t) == CHAM_OK &&
+                 op(m, EMBED, NULL, 0, t, 1, 0, 0) == CHAM_OK;
+        }
     }
     if (!ok) {
         ts_model_free(m);
@@ -303,9 +321,14 @@ void ts_model_free(ts_model_t *m)
             cham_tensor_release(m->w[i]);
         if (m->gw)
             cham_tensor_release(m->gw[i]);
+        if (m->mom) {
+            cham_tensor_release(m->mom[2 * i]);
+            cham_tensor_release(m->mom[2 * i + 1]);
+        }
     }
     free(m->w);
     free(m->gw);
+    free(m->mom);
     free(m->tape);
     free(m->slots);
     free(m);
@@ -476,8 +499,9 @@ cham_status_t ts_step(ts_model_t *m, int64_t step, uint64_t *checksum)
         TRY(backward(m, step == c->reorder_step));
         cham_phase(m->ctx, CHAM_PHASE_OPTIMIZER);
         for (int i = 0; i < m->n_w; i++) {
-            cham_tensor_t *out[2] = {m->w[i], m->gw[i]};
-            TRY(op(m, SGD, &m->gw[i], 1, out, 2, cost(m, c->weight_bytes), 0));
+            cham_tensor_t *out[4] = {m->w[i], m->gw[i], m->mom[2 * i], m->mom[2 * i + 1]};
+            TRY(c->adamw ? op(m, ADAMW, &m->gw[i], 1, out, 4, 3 * cost(m, c->weight_bytes), 0)
+                         : op(m, SGD, &m->gw[i], 1, out, 2, cost(m, c->weight_bytes), 0));
         }
     }
     for (int i = 0; i < m->n_w; i++)

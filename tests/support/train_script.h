@@ -36,6 +36,8 @@ typedef struct ts_config {
     int64_t forward_only_step;   /* this step is forward only */
     int64_t reorder_step;        /* the backward visits layers 0 .. L-1 */
     bool shift_addresses;        /* a scratch tensor of 1-3 halves of an activation */
+    bool adamw;                  /* AdamW, not SGD: two moments per weight, long-lived
+                                    tensors of their own that only the update uses */
 } ts_config_t;
 
 /* 8 layers, 256 KiB activations, 64 KiB weights, no variation. */
