@@ -6,6 +6,7 @@
 
 #include "alloc/alloc-impl.h"
 #include "common/assert.h"
+#include "common/size.h"
 
 uint64_t cham_alloc_largest_cached(const cham_allocator_t *a)
 {
@@ -65,24 +66,6 @@ void cham_allocator_reset_peaks(cham_allocator_t *a)
     a->stats.peak_reserved = a->stats.reserved;
 }
 
-/* "1.50 GiB", "20.00 MiB", "512 B". */
-static const char *fmt_bytes(char *buf, size_t size, uint64_t n)
-{
-    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
-    if (n < 1024) {
-        snprintf(buf, size, "%ju B", (uintmax_t)n);
-        return buf;
-    }
-    double v = (double)n / 1024.0;
-    int u = 0;
-    while (v >= 1023.995 && u < 3) {   /* so 1023.999 MiB prints as 1.00 GiB */
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, size, "%.2f %s", v, units[u]);
-    return buf;
-}
-
 void cham_alloc_record_oom(cham_allocator_t *a, size_t bytes, size_t rounded,
                            cham_stream_t *stream, cham_status_t status,
                            const char *device_error)
@@ -132,22 +115,22 @@ static void format_oom(cham_allocator_t *a)
     char gran[80] = "", gsz[32];
     if (a->granularity)
         snprintf(gran, sizeof gran, " (in %s granules, expandable segments)",
-                 fmt_bytes(gsz, sizeof gsz, a->granularity));
+                 cham_size_format(gsz, sizeof gsz, a->granularity));
     int n = snprintf(a->error, sizeof a->error,
                      "%s: requested %s (rounded %s) on stream \"%s\"; limit %s, "
                      "allocated %s, free %s, %s %s%s",
-                     what, fmt_bytes(req, sizeof req, o->requested),
-                     o->rounded ? fmt_bytes(rnd, sizeof rnd, o->rounded) : "too large",
-                     a->oom_stream, fmt_bytes(lim, sizeof lim, o->limit),
-                     fmt_bytes(alc, sizeof alc, o->allocated),
-                     fmt_bytes(fre, sizeof fre, o->free_bytes),
+                     what, cham_size_format(req, sizeof req, o->requested),
+                     o->rounded ? cham_size_format(rnd, sizeof rnd, o->rounded) : "too large",
+                     a->oom_stream, cham_size_format(lim, sizeof lim, o->limit),
+                     cham_size_format(alc, sizeof alc, o->allocated),
+                     cham_size_format(fre, sizeof fre, o->free_bytes),
                      a->granularity ? "obtainable" : "largest free block",
-                     fmt_bytes(lrg, sizeof lrg, o->largest_free), gran);
+                     cham_size_format(lrg, sizeof lrg, o->largest_free), gran);
     size_t used = n > 0 ? (size_t)n : 0;
     if (a->oom_pending_free && used < sizeof a->error) {
         n = snprintf(a->error + used, sizeof a->error - used,
                      "; %s held by deferred frees",
-                     fmt_bytes(pnd, sizeof pnd, a->oom_pending_free));
+                     cham_size_format(pnd, sizeof pnd, a->oom_pending_free));
         used += n > 0 ? (size_t)n : 0;
     }
     if (a->oom_device_error[0] && used < sizeof a->error)

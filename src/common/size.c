@@ -108,3 +108,20 @@ bool cham_size_parse(const char *s, uint64_t *out, bool *has_unit, char *why, si
     *out = bytes;
     return true;
 }
+
+const char *cham_size_format(char *buf, size_t size, uint64_t n)
+{
+    static const char *const names[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (n < 1024) {
+        snprintf(buf, size, "%ju B", (uintmax_t)n);
+        return buf;
+    }
+    double v = (double)n / 1024.0;
+    int u = 0;
+    while (v >= 1023.995 && u < 3) {   /* so 1023.999 MiB prints as 1.00 GiB */
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, size, "%.2f %s", v, names[u]);
+    return buf;
+}

@@ -17,4 +17,8 @@
  * On failure writes why to why (without the value) and returns false. */
 bool cham_size_parse(const char *s, uint64_t *out, bool *unit, char *why, size_t why_size);
 
+/* Writes n for people into buf and returns buf: "1.50 GiB", "20.00 MiB",
+ * "512 B" (binary units up to TiB, two decimals). */
+const char *cham_size_format(char *buf, size_t size, uint64_t n);
+
 #endif

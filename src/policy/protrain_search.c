@@ -5,10 +5,10 @@
  * spaced, and memory first, so that a configuration that does not fit is
  * never timed. docs/protrain.md, "The search". */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "common/message.h"
+#include "common/size.h"
 #include "policy/protrain-impl.h"
 
 /* N_interval: how many blocks' forward a block's swap-out takes (the
@@ -78,17 +78,6 @@ static double bound(const traffic_t *t, double compute, double swap_in, double s
     b = fmax(b, t->in_ns[n_persist] + swap_in);
     b = fmax(b, t->out_ns[n_persist] + swap_out);
     return fmax(b, t->before_bwd_ns + t->host_ns[n_persist]);
-}
-
-/* "12.50 GiB" or "812.3 MiB". */
-static const char *human(uint64_t bytes, char *buf, size_t size)
-{
-    double mib = (double)bytes / 1048576.0;
-    if (mib >= 1024)
-        snprintf(buf, size, "%.2f GiB", mib / 1024);
-    else
-        snprintf(buf, size, "%.2f MiB", mib);
-    return buf;
 }
 
 /* One search: its inputs, scratch and best so far. */
@@ -194,8 +183,9 @@ cham_status_t cham_protrain_search(const cham_protrain_model_t *m,
     char a[32], b[32], c[32];
     cham_set_err(err, err_size, "protrain: no configuration fits: the smallest estimated peak, "
                  "%s (n_persist %u, n_buffer %u, n_swap %u, n_checkpoint %u), is above the %s "
-                 "usable of %s", human(s.least, a, sizeof a), s.smallest.n_persist,
+                 "usable of %s", cham_size_format(a, sizeof a, s.least), s.smallest.n_persist,
                  s.smallest.n_buffer, s.smallest.n_swap, s.smallest.n_checkpoint,
-                 human(s.usable, b, sizeof b), human(dev->capacity, c, sizeof c));
+                 cham_size_format(b, sizeof b, s.usable),
+                 cham_size_format(c, sizeof c, dev->capacity));
     return CHAM_ERR_OUT_OF_MEMORY;
 }
