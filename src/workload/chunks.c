@@ -145,16 +145,9 @@ cham_status_t wl_chunk_use(cham_workload_t *w, uint32_t g)
 cham_status_t wl_chunk_done(cham_workload_t *w, uint32_t g)
 {
     uint64_t n = w->group_params[g], p = cham_dtype_size(w->m.dtype);
-    cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, w->grads[g], w->host_grad[g], true,
-                                  w->offload, NULL);
-    wl_drop(w, &w->grads[g]);
-    TRY(st);
+    TRY(wl_grads_to_host(w, g));
     if (w->weights[g])               /* done with this step */
         release(w, g);
-    TRY(cham_event_record(w->ev_offload, w->offload));
-    TRY(cham_stream_wait_event(w->host, w->ev_offload));
-    cham_access_t check = {w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_READ_WRITE};
-    TRY(wl_host_run(w, "host_unscale_check", &check, 1, 3.0 * (double)n));
     if (!w->skip_update) {
         /* ProTrain updates each chunk as its gradient arrives, while the
          * backward goes on; the weights in the compute type replace the

@@ -68,13 +68,9 @@ static cham_status_t make_state(cham_workload_t *w)
         wl_group_state(m, n, &s);
         char buf[16];
         const char *name = group_name(w, g, buf, sizeof buf);
-        if (wl_on_host(w, g)) {          /* ProTrain: fetched when used */
-            TRY(cham_device_host_alloc(w->dev, n * p, &w->host_grad[g]));
-            TRY(cham_device_host_alloc(w->dev, n * 12, &w->host_optim[g]));
-            continue;
-        }
-        TRY(wl_new(w, s.weights, m->dtype, &w->weights[g], "%s.weights", name));
-        if (m->host_optimizer) {
+        if (!wl_on_host(w, g))   /* ProTrain's chunks on the host are fetched when used */
+            TRY(wl_new(w, s.weights, m->dtype, &w->weights[g], "%s.weights", name));
+        if (m->host_optimizer || wl_on_host(w, g)) {   /* the host updates them */
             uint64_t u = updated_params(w, g);
             TRY(cham_device_host_alloc(w->dev, u * p, &w->host_grad[g]));
             TRY(cham_device_host_alloc(w->dev, u * 12, &w->host_optim[g]));
@@ -134,15 +130,10 @@ static cham_status_t reduce(cham_workload_t *w, uint32_t g, uint32_t mb)
     return CHAM_OK;
 }
 
-/* host_optimizer: group g's gradient is complete. To the host, which
- * unscales and checks it as it arrives (the backward goes on meanwhile);
- * the device lets it go. */
-static cham_status_t grads_to_host(cham_workload_t *w, uint32_t g)
+cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
 {
     uint64_t bytes = updated_params(w, g) * cham_dtype_size(w->m.dtype);
     cham_tensor_t *grad;
-    /* The gradient takes the weights' place in the host's buffer. */
-    TRY(cham_tensor_set_host_copy(w->weights[g], NULL));
     TRY(wl_view(w, w->grads[g], 0, bytes, &grad));
     cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, grad, w->host_grad[g], true, w->offload,
                                   NULL);
@@ -162,7 +153,11 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
         return st;
     if (wl_on_host(w, g))
         return wl_chunk_done(w, g);
-    return w->m.host_optimizer ? grads_to_host(w, g) : CHAM_OK;
+    if (!w->m.host_optimizer)
+        return CHAM_OK;
+    /* The gradient takes the weights' place in the host's buffer. */
+    TRY(cham_tensor_set_host_copy(w->weights[g], NULL));
+    return wl_grads_to_host(w, g);
 }
 
 /* ---- creation ----------------------------------------------------------------------*/

@@ -224,6 +224,11 @@ static inline uint32_t wl_head_group(const cham_workload_t *w)
  * micro-batch mb: the data-parallel reduction it starts. */
 cham_status_t wl_grad(cham_workload_t *w, uint32_t g, cham_tensor_t **out);
 cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb);
+/* The host's optimizer (host_optimizer, ProTrain's chunks on the host):
+ * group g's complete gradient to the host's buffer on the offload stream,
+ * then released; the host unscales and checks it while the backward goes
+ * on. */
+cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g);
 /* The weights of group g as the forward or backward reads them: a new
  * handle (ZeRO-3 gathers the full weights first). */
 cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out);
