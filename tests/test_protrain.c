@@ -19,22 +19,29 @@
 
 #define MiB (UINT64_C(1) << 20)
 
+/* An architecture's preset at a small size: 8 heads, vocab 8192. */
+static cham_model_config_t shaped(const char *arch, uint32_t layers, uint32_t hidden,
+                                  uint32_t ffn, uint32_t seq, uint32_t mbs)
+{
+    cham_model_config_t m;
+    assert_int_equal(cham_model_preset(arch, &m), CHAM_OK);
+    m.layers = layers;
+    m.hidden = hidden;
+    m.ffn = ffn;
+    m.heads = m.kv_heads = 8;
+    m.vocab = 8192;
+    m.seq = seq;
+    m.mbs = mbs;
+    return m;
+}
+
 /* A small Llama: 6 layers of hidden 1024 (about 90M parameters, 1.4 GiB
  * of model state, 0.5 GiB of activations a layer), large enough that its
  * kernels, not the host's dispatch, set the pace: the estimators take the
  * ops' costs as the profile gives them (docs/protrain.md). */
 static cham_model_config_t small(void)
 {
-    cham_model_config_t m;
-    assert_int_equal(cham_model_preset("llama2", &m), CHAM_OK);
-    m.layers = 6;
-    m.hidden = 1024;
-    m.ffn = 2816;
-    m.heads = m.kv_heads = 8;
-    m.vocab = 8192;
-    m.seq = 4096;
-    m.mbs = 2;
-    return m;
+    return shaped("llama2", 6, 1024, 2816, 4096, 2);
 }
 
 static cham_run_config_t run_config(const cham_model_config_t *m, const char *device,
@@ -204,14 +211,7 @@ static void test_estimates_match_the_simulation(void **state)
         for (size_t i = 0; i < sizeof configs / sizeof configs[0]; i++)
             check_estimate(&m, devices[d], configs[i]);
     /* GPT-2's head reads the embedding's weights: two chunks at once. */
-    cham_model_config_t g;
-    assert_int_equal(cham_model_preset("gpt2", &g), CHAM_OK);
-    g.layers = 4;
-    g.hidden = 512;
-    g.ffn = 2048;
-    g.heads = g.kv_heads = 8;
-    g.vocab = 8192;
-    g.seq = 512;
+    cham_model_config_t g = shaped("gpt2", 4, 512, 2048, 512, 1);
     check_estimate(&g, "a100-80g", (cham_protrain_config_t){.n_buffer = 2, .n_checkpoint = 2,
                                                             .swap_interval = 1});
 }
