@@ -475,7 +475,7 @@ static cham_status_t swap_saved(gpt_model_t *m, int l, bool out)
 /* Swapped blocks come back swap_interval blocks before their backward. */
 static uint32_t swap_ahead(const gpt_model_t *m)
 {
-    return m->blocks.swap_interval ? m->blocks.swap_interval : 1;
+    return cham_protrain_swap_ahead(&m->blocks);
 }
 
 cham_status_t gpt_forward(gpt_model_t *m, const int32_t *tokens, const int32_t *targets,

@@ -58,6 +58,10 @@ typedef enum cham_block_mode {
 cham_block_mode_t cham_protrain_block_mode(const cham_protrain_config_t *c, uint32_t n_blocks,
                                            uint32_t b);
 const char *cham_block_mode_name(cham_block_mode_t mode);
+/* How many blocks before its backward a swapped block's activations come
+ * back (and how many blocks' forward its swap-out is given): swap_interval,
+ * at least 1. The estimators and every runtime use this one rule. */
+uint32_t cham_protrain_swap_ahead(const cham_protrain_config_t *c);
 
 /* What the estimators need beyond the profile: the device and its host;
  * and what the caller allows the search. */

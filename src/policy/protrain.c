@@ -35,6 +35,11 @@ cham_block_mode_t cham_protrain_block_mode(const cham_protrain_config_t *c, uint
     return i < s && i * managed / s == b ? CHAM_BLOCK_SWAP : CHAM_BLOCK_CHECKPOINT;
 }
 
+uint32_t cham_protrain_swap_ahead(const cham_protrain_config_t *c)
+{
+    return c->swap_interval ? c->swap_interval : 1;
+}
+
 const char *cham_block_mode_name(cham_block_mode_t mode)
 {
     static const char *const names[] = {"keep", "checkpoint", "swap"};
@@ -504,7 +509,7 @@ done:
 static void away(const cham_protrain_model_t *m, const cham_protrain_config_t *c, uint32_t b,
                  cham_block_mode_t mode, uint32_t *from, uint32_t *to)
 {
-    uint32_t L = m->n_blocks, k = c->swap_interval ? c->swap_interval : 1;
+    uint32_t L = m->n_blocks, k = cham_protrain_swap_ahead(c);
     if (mode == CHAM_BLOCK_CHECKPOINT) {       /* from its forward's end to its backward */
         *from = pt_seg_fwd(m, b) + 1;
         *to = pt_seg_bwd(m, b);
@@ -745,7 +750,7 @@ bool pt_step_ns(const cham_protrain_model_t *m, const cham_protrain_device_t *de
     cham_block_mode_t *mode = calloc(m->n_blocks, sizeof *mode);
     uint32_t *due = calloc(m->n_blocks, sizeof *due);   /* swap-in's segment */
     bool ok = r.ready && r.prev && r.resident && back && mode && due;
-    uint32_t L = m->n_blocks, k = c->swap_interval ? c->swap_interval : 1;
+    uint32_t L = m->n_blocks, k = cham_protrain_swap_ahead(c);
     for (uint32_t b = 0; ok && b < L; b++) {
         mode[b] = cham_protrain_block_mode(c, L, b);
         /* The backward reaching block b + k brings block b's activations

@@ -340,8 +340,7 @@ static cham_status_t evaluate(cham_workload_t *w)
 /* How many layers ahead of its backward a swapped layer comes back. */
 static uint32_t swap_ahead(const cham_workload_t *w)
 {
-    uint32_t k = w->m.protrain_config.swap_interval;
-    return k ? k : 1;
+    return cham_protrain_swap_ahead(&w->m.protrain_config);
 }
 
 static cham_status_t forward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
