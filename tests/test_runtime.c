@@ -784,6 +784,68 @@ static void test_host_copy(void **state)
     cham_context_free(ctx);
 }
 
+/* An update on the host (cham_tensor_host_update, cham_tensor_host_ready):
+ * the device's bytes leave without a copy, nothing brings them back before
+ * the update is queued, and the next use reads the host's new bytes after
+ * the host's work (the hazard detector watches the order). */
+static void test_host_update(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 64 * MiB);
+    cham_device_t *dev = cham_context_device(ctx);
+    cham_stream_t *adam;
+    assert_int_equal(cham_stream_new_host(dev, "adam", &adam), CHAM_OK);
+    cham_op_token_t fill = token(ctx, "fill"), check = token(ctx, "check");
+    size_t bad = 0;
+    cham_tensor_t *t;
+    assert_int_equal(cham_tensor_new(ctx, ACT, CHAM_DTYPE_F32, "w", &t), CHAM_OK);
+    kargs_t a = {.words = ACT / 4, .seed = 7, .bad = &bad};
+    op(ctx, fill, NULL, 0, &t, 1, fill_fn, &a);
+    void *host;
+    assert_int_equal(cham_device_host_alloc(dev, ACT, &host), CHAM_OK);
+    assert_int_equal(cham_tensor_host_ready(t, adam), CHAM_ERR_INVALID_ARG);   /* none yet */
+
+    cham_runtime_stats_t s0, s1;
+    cham_context_get_stats(ctx, &s0);
+    assert_int_equal(cham_tensor_host_update(t, host), CHAM_OK);
+    cham_context_get_stats(ctx, &s1);
+    assert_int_equal(s1.swaps_out, s0.swaps_out + 1);
+    assert_int_equal(s1.bytes_out, s0.bytes_out);          /* nothing copied */
+    assert_int_equal(s1.mem_in_use, s0.mem_in_use - ACT);  /* the device block is free */
+    assert_int_equal(cham_tensor_residency(t), CHAM_RESIDENT_HOST);
+    /* Neither the caller nor a use brings it back before the update is
+     * queued: an error naming it, never the old bytes. */
+    assert_int_equal(cham_tensor_swap_in(t), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(ctx), "\"w\""));
+    assert_non_null(strstr(cham_context_last_error(ctx), "cham_tensor_host_ready"));
+    assert_int_equal(cham_op_begin(ctx, check, &t, 1, NULL, 0), CHAM_ERR_INVALID_ARG);
+
+    /* The host writes the new bytes on its stream (10 ms of FLOPs at the
+     * preset's host rate), and the use reads them after. */
+    kargs_t b = {.words = ACT / 4, .seed = 9, .out = host};
+    cham_access_t acc = {host, ACT, CHAM_ACCESS_WRITE};
+    cham_kernel_t k = {.label = "host_adamw", .flops = 1e10, .accesses = &acc, .n_accesses = 1,
+                       .cpu_fn = fill_fn, .arg = &b};
+    assert_int_equal(cham_kernel_launch(adam, &k), CHAM_OK);
+    assert_int_equal(cham_tensor_host_ready(t, adam), CHAM_OK);
+    a.seed = 9;
+    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
+    assert_int_equal(bad, 0);
+    /* Sent away again without a write: still no copy. */
+    cham_context_get_stats(ctx, &s0);
+    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
+    cham_context_get_stats(ctx, &s1);
+    assert_int_equal(s1.bytes_out, s0.bytes_out);
+    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
+    assert_int_equal(bad, 0);
+    assert_int_equal(cham_device_hazard_count(dev), 0);
+    cham_tensor_release(t);
+    cham_stream_synchronize(adam);
+    cham_stream_free(adam);
+    cham_device_host_free(dev, host);
+    cham_context_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -800,6 +862,7 @@ int main(void)
         cmocka_unit_test(test_advisor_mode),
         cmocka_unit_test(test_record_stream),
         cmocka_unit_test(test_host_copy),
+        cmocka_unit_test(test_host_update),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

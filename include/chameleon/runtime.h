@@ -243,6 +243,24 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t);
  * change; a storage away on it comes back first, and the call waits for
  * that copy. CHAM_ERR_INVALID_ARG in advisor mode or for a dropped storage. */
 cham_status_t cham_tensor_set_host_copy(cham_tensor_t *t, void *host);
+/* Managed mode: the caller is about to write t's next contents into
+ * `host` (pinned, at least the storage's bytes): an optimizer on the host
+ * that updates the weights in place while the backward goes on. The
+ * device's bytes are stale from now on and are released without a copy;
+ * `host` becomes t's host copy, and it comes back from there once the
+ * caller says where the update is queued (cham_tensor_host_ready). Until
+ * then the runtime does not bring it back (a planned swap-in waits for the
+ * use), and a use is an error (CHAM_ERR_INVALID_ARG, naming the tensor),
+ * never stale bytes. A swap-in still reading the old bytes is waited for
+ * first. Like a swap-out by the caller, it is counted and profiled.
+ * CHAM_ERR_INVALID_ARG in advisor mode or for a dropped storage. */
+cham_status_t cham_tensor_host_update(cham_tensor_t *t, void *host);
+/* The update announced by cham_tensor_host_update is queued on `stream`
+ * (a host stream, cham_stream_new_host): t comes back after that stream's
+ * work so far. Unlike cham_tensor_record_stream, the stream never touches
+ * t's device memory, so the block's reuse does not wait for it.
+ * CHAM_ERR_INVALID_ARG when no update was announced. */
+cham_status_t cham_tensor_host_ready(cham_tensor_t *t, cham_stream_t *stream);
 
 /* Work queued on `stream` so far (a stream the caller made, for example
  * for communication) uses t, as PyTorch's Tensor.record_stream says: its

@@ -149,8 +149,8 @@ static cham_status_t bring_back(cham_context_t *ctx, cham_storage_t *s)
     if (s->residency == CHAM_RESIDENT_DROPPED)
         return ctx->config.mode == CHAM_MODE_ADVISOR ? cham_recompute_advise(s, false)
                                                      : cham_storage_recompute(s, CHAM_SWAP_PLANNED);
-    if (s->residency != CHAM_RESIDENT_HOST)
-        return CHAM_OK;   /* already back */
+    if (s->residency != CHAM_RESIDENT_HOST || s->host_pending)
+        return CHAM_OK;   /* already back, or the caller's update is still to come */
     if (ctx->config.mode == CHAM_MODE_ADVISOR) {
         cham_exec_advise(ctx, CHAM_ACTION_SWAP_IN, s->view_list, false, 0);
         return CHAM_OK;

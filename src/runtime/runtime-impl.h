@@ -76,10 +76,13 @@ struct cham_storage {
     void *host_copy;              /* the caller's pinned copy (cham_tensor_set_host_copy) */
     bool host_valid;              /* host_copy holds its bytes (not written since) */
     bool backed;                  /* away with its bytes in host_copy only */
+    bool host_pending;            /* cham_tensor_host_update: not back before
+                                     cham_tensor_host_ready */
     cham_event_t *out_event;      /* completion of the last swap-out copy */
     cham_event_t *in_event;       /* completion of the last swap-in */
     cham_stream_t *ext_stream;    /* a caller's stream that used it, or NULL */
     cham_event_t *ext_event;      /* that stream's work on it */
+    cham_event_t *host_event;     /* cham_tensor_host_ready: the update's end */
     cham_tensor_t *view_list;     /* its live views */
     uint32_t views;
     bool advised;                 /* advisor mode: a planned move was advised */

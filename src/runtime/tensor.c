@@ -231,6 +231,7 @@ static void storage_free(cham_storage_t *s)
     cham_event_free(s->out_event);
     cham_event_free(s->in_event);
     cham_event_free(s->ext_event);
+    cham_event_free(s->host_event);
     storage_unlink(s);
 }
 
@@ -363,9 +364,17 @@ static cham_status_t device_error(cham_context_t *ctx, cham_status_t st, const c
 /* Hands the device block of a storage being swapped out back to the
  * allocator: after op free_op is dispatched, behind an event wait (ours),
  * or when host queries find the copy done (PyTorch's recordStream). */
-static cham_status_t release_swapped_block(cham_storage_t *s, uint64_t free_op)
+static cham_status_t release_swapped_block(cham_storage_t *s, bool backed, uint64_t free_op)
 {
     cham_context_t *ctx = s->ctx;
+    if (backed) {                /* no copy: back in compute order, as a free */
+        if (s->residency == CHAM_RESIDENT_MOVING_IN)
+            cham_block_record_stream(ctx->mem, s->block, ctx->swap_in);
+        if (s->ext_stream)
+            cham_block_record_stream(ctx->mem, s->block, s->ext_stream);
+        cham_block_free(ctx->mem, s->block);
+        return CHAM_OK;
+    }
     if (ctx->config.pytorch_record_stream) {
         cham_status_t st = cham_block_record_stream(ctx->mem, s->block, ctx->swap_out);
         if (st == CHAM_OK)
@@ -407,20 +416,26 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
         return st;
     }
     void *dev_ptr = cham_block_ptr(s->block);
-    /* After the producer, any swap-in still writing the block and the
-     * caller's own streams' work on it. */
-    if (s->residency == CHAM_RESIDENT_MOVING_IN &&
-        (st = cham_stream_wait_event(ctx->swap_out, s->in_event)) != CHAM_OK)
+    if (backed) {
+        /* Nothing moves, so none of the runtime's streams is involved (a
+         * copy queued there would make the block wait for unrelated
+         * swap-outs); a later swap-in orders itself after the last use. */
+        if ((st = cham_event_record(s->out_event, ctx->compute)) != CHAM_OK)
+            goto fail;
+    } else if (/* the copy: after the producer, any swap-in still writing the
+                * block and the caller's own streams' work on it */
+               (s->residency == CHAM_RESIDENT_MOVING_IN &&
+                (st = cham_stream_wait_event(ctx->swap_out, s->in_event)) != CHAM_OK) ||
+               (s->ext_stream &&
+                (st = cham_stream_wait_event(ctx->swap_out, s->ext_event)) != CHAM_OK) ||
+               (st = cham_event_record(s->out_event, ctx->compute)) != CHAM_OK ||
+               (st = cham_stream_wait_event(ctx->swap_out, s->out_event)) != CHAM_OK ||
+               (st = cham_copy_async(ctx->swap_out, cham_block_ptr(host), dev_ptr, s->bytes,
+                                     CHAM_COPY_D2H, s->label)) != CHAM_OK ||
+               (st = cham_event_record(s->out_event, ctx->swap_out)) != CHAM_OK) {
         goto fail;
-    if (s->ext_stream && (st = cham_stream_wait_event(ctx->swap_out, s->ext_event)) != CHAM_OK)
-        goto fail;
-    if ((st = cham_event_record(s->out_event, ctx->compute)) != CHAM_OK ||
-        (st = cham_stream_wait_event(ctx->swap_out, s->out_event)) != CHAM_OK ||
-        (!backed && (st = cham_copy_async(ctx->swap_out, cham_block_ptr(host), dev_ptr, s->bytes,
-                                          CHAM_COPY_D2H, s->label)) != CHAM_OK) ||
-        (st = cham_event_record(s->out_event, ctx->swap_out)) != CHAM_OK)
-        goto fail;
-    if ((st = release_swapped_block(s, free_op)) != CHAM_OK) {
+    }
+    if ((st = release_swapped_block(s, backed, free_op)) != CHAM_OK) {
         cham_context_error(ctx, "swap-out of \"%s\": %s", s->label,
                            cham_allocator_last_error(ctx->mem));
         if (host)
@@ -467,6 +482,12 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
 {
     cham_context_t *ctx = s->ctx;
     CHAM_ASSERT(s->residency == CHAM_RESIDENT_HOST);
+    if (s->host_pending) {
+        cham_context_error(ctx, "swap-in of \"%s\": its update on the host was not said to be "
+                           "queued (cham_tensor_host_ready after cham_tensor_host_update) before "
+                           "this use: its bytes on the host are not known to be ready", s->label);
+        return CHAM_ERR_INVALID_ARG;
+    }
     cham_status_t st = ensure_event(ctx, &s->in_event);
     if (st != CHAM_OK)
         return st;
@@ -484,6 +505,8 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
         (st = cham_stream_wait_event(ctx->swap_in, s->out_event)) != CHAM_OK ||
         (s->backed && s->ext_stream &&
          (st = cham_stream_wait_event(ctx->swap_in, s->ext_event)) != CHAM_OK) ||
+        (s->backed && s->host_event &&
+         (st = cham_stream_wait_event(ctx->swap_in, s->host_event)) != CHAM_OK) ||
         (st = cham_copy_async(ctx->swap_in, cham_block_ptr(block), from, s->bytes,
                               CHAM_COPY_H2D, s->label)) != CHAM_OK ||
         (st = cham_event_record(s->in_event, ctx->swap_in)) != CHAM_OK) {
@@ -551,6 +574,56 @@ cham_status_t cham_tensor_set_host_copy(cham_tensor_t *t, void *host)
     }
     s->host_copy = host;
     s->host_valid = host != NULL;
+    return CHAM_OK;
+}
+
+cham_status_t cham_tensor_host_update(cham_tensor_t *t, void *host)
+{
+    CHAM_ASSERT(t && host);
+    cham_storage_t *s = t->storage;
+    cham_context_t *ctx = s->ctx;
+    if (ctx->config.mode != CHAM_MODE_MANAGED || s->residency == CHAM_RESIDENT_DROPPED) {
+        cham_context_error(ctx, "host update of \"%s\": %s", s->label,
+                           ctx->config.mode != CHAM_MODE_MANAGED
+                               ? "advisor mode; the caller moves memory"
+                               : "it is dropped, to be recomputed");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_status_t st;
+    if (s->residency == CHAM_RESIDENT_MOVING_IN &&
+        (st = cham_event_synchronize(s->in_event)) != CHAM_OK)
+        return device_error(ctx, st, "waiting for the swap-in", s->label);
+    if (s->host_block) {         /* away in the runtime's pinned memory: not needed */
+        cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_out);
+        cham_block_free(ctx->pinned, s->host_block);
+        s->host_block = NULL;
+    }
+    s->host_copy = host;
+    s->host_valid = true;
+    s->host_pending = true;
+    if (s->residency == CHAM_RESIDENT_HOST) {
+        s->backed = true;
+        return CHAM_OK;
+    }
+    return cham_storage_swap_out(s, CHAM_SWAP_CALLER, ctx->ops_total);
+}
+
+cham_status_t cham_tensor_host_ready(cham_tensor_t *t, cham_stream_t *stream)
+{
+    CHAM_ASSERT(t && stream);
+    cham_storage_t *s = t->storage;
+    cham_context_t *ctx = s->ctx;
+    if (!s->host_pending) {
+        cham_context_error(ctx, "host ready of \"%s\": no update on the host was announced "
+                           "(cham_tensor_host_update)", s->label);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_status_t st = ensure_event(ctx, &s->host_event);
+    if (st != CHAM_OK)
+        return st;
+    if ((st = cham_event_record(s->host_event, stream)) != CHAM_OK)
+        return device_error(ctx, st, "host ready", s->label);
+    s->host_pending = false;
     return CHAM_OK;
 }
 
