@@ -156,6 +156,53 @@ static void test_model_state_wraps(void **state)
     cham_profile_free(p);
 }
 
+/* ---- a host copy the caller keeps -------------------------------------- */
+
+/* W (300 MiB) is read by op 0 and op 6; the other tensors peak at ops 2-4
+ * (700 MiB with W, capacity 450). The link out carries 100 MiB/s: a copy
+ * of W takes 3 s and ends too late for the peak, so no plan fits, and the
+ * bound (its ops have no costs given, so the copies alone count) is the
+ * 2.5 s of copies the peak needs. When the caller keeps W's bytes on the
+ * host (weights under an optimizer on the host), W leaves at once: no
+ * stall, 8 s, and the bound counts no copy. */
+static const char PH_B[] = "FFFFBBBB";
+static const uint64_t MEM_B[] = {400, 400, 400, 400, 700, 700, 700, 700,
+                                 700, 700, 400, 400, 400, 400, 400, 400};
+static const use_spec_t USES_B[] = {
+    {0, 1, 300, false},
+    {6, 1, 300, false},
+};
+
+static void test_backed_leaves_free(void **state)
+{
+    (void)state;
+    cham_profile_t *p = test_build_profile(PH_B, MEM_B, USES_B, 2);
+    cham_planner_config_t c = cfg_for(PH_B, 450, 1024, 100);
+    cham_step_bound_t b;
+    char err[512];
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_int_equal(b.bound_ns, 2 * SEC + SEC / 2);
+    cham_policy_t *pol;
+    assert_int_equal(cham_plan_chameleon(p, &c, &pol, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
+
+    test_mark_backed(p, 1);
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_int_equal(b.bound_ns, 0);
+    cham_policy_view_t v;
+    pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 1);
+    const cham_policy_item_t *it = &v.items[0];
+    assert_true(it->out_use.host_backed);
+    assert_int_equal(it->swap_out_op, 0);
+    assert_int_equal(it->swap_out_done_op, 0);
+    assert_int_equal(it->free_op, 1);
+    assert_int_equal(it->stall_ns, 0);
+    assert_int_equal(v.predicted_peak, 400 * MiB);
+    assert_int_equal(v.predicted_step_ns, 8 * SEC);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
 /* ---- Eq. 2 decides ----------------------------------------------------- */
 
 /* Entries at samples 3-6 (100 MiB each). B (200 MiB, last forward use op 0,
@@ -600,6 +647,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_peak),
         cmocka_unit_test(test_model_state_wraps),
+        cmocka_unit_test(test_backed_leaves_free),
         cmocka_unit_test(test_score_order),
         cmocka_unit_test(test_swap_in_moves_earlier),
         cmocka_unit_test(test_fallback_stall),

@@ -58,7 +58,7 @@ static cham_profile_t *make_sample(void)
     assert_true(cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, -1, 1000));
     cham_tensor_use_t u0 = {.storage = 1, .data_ptr = BIG_PTR, .bytes = 256,
                             .storage_bytes = 512, .dtype = CHAM_DTYPE_F16, .use_count = 0,
-                            .history = 0, .output = false};
+                            .history = 0, .output = false, .host_backed = true};
     cham_tensor_use_t u1 = {.storage = 2, .data_ptr = ODD_PTR, .bytes = 512,
                             .storage_bytes = 512, .dtype = CHAM_DTYPE_F32, .use_count = 3,
                             .history = HISTORY, .output = true, .persistent = true};
@@ -109,6 +109,7 @@ static void test_builder(void **state)
     assert_int_equal(v.n_uses, 4);
     assert_int_equal(v.n_swaps, 4);
     assert_true(v.swaps[2].carried && v.uses[1].persistent);
+    assert_true(v.uses[0].host_backed && !v.uses[1].host_backed);
     assert_int_equal(v.n_tokens, 3);
     assert_string_equal(v.token_names[2], sample_tokens[2]);
     assert_int_equal(v.ops[0].first_use, 0);
@@ -318,6 +319,7 @@ static void assert_same_profile(const cham_profile_t *a, const cham_profile_t *b
         assert_true(u->history == w->history);
         assert_int_equal(u->output, w->output);
         assert_int_equal(u->persistent, w->persistent);
+        assert_int_equal(u->host_backed, w->host_backed);
     }
     assert_int_equal(x.n_swaps, y.n_swaps);
     for (size_t k = 0; k < x.n_swaps; k++) {

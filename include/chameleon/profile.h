@@ -34,6 +34,9 @@ typedef struct cham_tensor_use {
                                 still did when it ended (model state): it
                                 may leave after its last use and come back
                                 in the next step */
+    bool host_backed;        /* after this use the caller's host copy holds the
+                                storage's bytes (cham_tensor_set_host_copy):
+                                sending it away copies nothing */
 } cham_tensor_use_t;
 
 /* One op. Its uses are uses[first_use .. first_use + n_uses). Memory is

@@ -22,7 +22,7 @@
 /* The keys of a tensor use, in the order they are written. */
 static const char *const use_keys[] = {"storage", "data_ptr", "bytes", "storage_bytes",
                                        "dtype", "use_count", "history", "output",
-                                       "?persistent"};
+                                       "?persistent", "?host_backed"};
 
 size_t cham_json_push_key(cham_json_reader_t *r, const char *key)
 {
@@ -312,7 +312,9 @@ bool cham_json_read_use(cham_json_reader_t *r, const json_t *v, cham_tensor_use_
               cham_json_read_hex64(r, v, "history", &u->history) &&
               cham_json_read_bool(r, v, "output", &u->output) &&
               (!json_object_get(v, "persistent") ||
-               cham_json_read_bool(r, v, "persistent", &u->persistent));
+               cham_json_read_bool(r, v, "persistent", &u->persistent)) &&
+              (!json_object_get(v, "host_backed") ||
+               cham_json_read_bool(r, v, "host_backed", &u->host_backed));
     u->dtype = (cham_dtype_t)dtype;
     return ok;
 }

@@ -9,18 +9,35 @@
  *   T >= C_b + S / h2d        the copies back start after s
  * The smallest max over R is exact: the terms are linear between the
  * re-run list's breakpoints, so it lies at a breakpoint or where two terms
- * cross. The bound is the largest over samples, and at least C_b + C_a. */
+ * cross. The bound is the largest over samples, and at least C_b + C_a.
+ * Bytes whose host copy the caller keeps (host_backed) leave without a
+ * copy: E is reduced by those that may be away at s, which keeps it a
+ * bound (a weaker one: their copies back are not counted either). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "common/message.h"
 #include "policy/generate-impl.h"
 
+/* After the storage's uses at r[i]'s op its bytes are in the caller's host
+ * copy. */
+static bool backed_at(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t i)
+{
+    size_t j = i;
+    while (j > 0 && r[j - 1].storage == r[i].storage && r[j - 1].op == r[i].op)
+        j--;
+    for (; j < v->n_uses && r[j].storage == r[i].storage && r[j].op == r[i].op; j++)
+        if (!v->uses[r[j].use].host_backed)
+            return false;
+    return true;
+}
+
 /* removable[s]: bytes of storages not used at sample s's op, between two of
  * their uses (or before the first, after the last: a storage that lives
  * across steps may be away then; counting one that does not only weakens
- * the bound). */
-static bool removable_bytes(const cham_profile_view_t *v, int64_t *diff)
+ * the bound); in backed, those whose host copy is kept over the gap (the
+ * use before it, around the step's end for the first gap). */
+static bool removable_bytes(const cham_profile_view_t *v, int64_t *diff, int64_t *backed)
 {
     size_t nu = v->n_uses, ns = 2 * v->n_ops;
     cham_gen_use_ref_t *r = cham_gen_uses_by_storage(v);
@@ -37,6 +54,10 @@ static bool removable_bytes(const cham_profile_view_t *v, int64_t *diff)
             if (to > from) {
                 diff[from] += bytes;
                 diff[to] -= bytes;
+                if (backed_at(v, r, i > a ? i - 1 : b - 1)) {
+                    backed[from] += bytes;
+                    backed[to] -= bytes;
+                }
             }
             if (i < b)
                 from = 2 * ((size_t)r[i].op + 1);
@@ -103,7 +124,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     size_t n = v.n_ops, ns = 2 * n;
     uint64_t *curve = malloc((ns ? ns : 1) * sizeof *curve);
     uint64_t *actual = malloc((ns ? ns : 1) * sizeof *actual);
-    int64_t *diff = calloc(ns + 1, sizeof *diff);
+    int64_t *diff = calloc(ns + 1, sizeof *diff), *backed = calloc(ns + 1, sizeof *backed);
     double *prefix = malloc((n + 1) * sizeof *prefix);
     double *rb = NULL, *rcost = NULL;
     cham_gen_layers_t layers = {0};
@@ -112,7 +133,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     cham_gen_recomp_list_t rl = {0};
     cham_planner_config_t c = *config;
     c.min_swap_bytes = 1;      /* any policy may move any tensor */
-    bool ok = curve && actual && diff && prefix && removable_bytes(&v, diff) &&
+    bool ok = curve && actual && diff && backed && prefix && removable_bytes(&v, diff, backed) &&
               cham_gen_layers_build(&v, &c, &layers) &&
               cham_gen_tensors(&v, &layers, 1, false, &t, &n_t) &&
               (!config->recompute || cham_gen_recompute_list(&v, t, n_t, &rl));
@@ -128,9 +149,10 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
             prefix[k + 1] = prefix[k] + (v.ops[k].has_cost ? v.ops[k].cost_ns : 0);
         double d2h = config->d2h_bandwidth / 1e9, h2d = config->h2d_bandwidth / 1e9;
         double best = prefix[n];
-        int64_t away = 0;
+        int64_t away = 0, free_away = 0;
         for (size_t s = 0; s < ns; s++) {
             away += diff[s];
+            free_away += backed[s];
             if (curve[s] <= capacity)
                 continue;
             double e = (double)(curve[s] - capacity);
@@ -140,6 +162,9 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
                 out->excess_bytes = curve[s] - capacity;
                 break;
             }
+            e -= fmin(e, (double)free_away);
+            if (e <= 0)
+                continue;
             /* Ops before the sample (through op k for its end sample 2k+1)
              * and after it. */
             size_t k = (s + 1) / 2;
@@ -165,6 +190,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     free(curve);
     free(actual);
     free(diff);
+    free(backed);
     free(prefix);
     free(rb);
     free(rcost);

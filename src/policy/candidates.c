@@ -100,6 +100,16 @@ static size_t first_at_op(const use_ref_t *r, size_t i)
     return i;
 }
 
+/* After its uses at r[i]'s op (r[i] the first of them), the storage's bytes
+ * are in the caller's host copy: its swap-out copies nothing. */
+static bool backed_after(const cham_profile_view_t *v, const use_ref_t *r, size_t n, size_t i)
+{
+    for (size_t j = i; j < n && r[j].storage == r[i].storage && r[j].op == r[i].op; j++)
+        if (!v->uses[r[j].use].host_backed)
+            return false;
+    return true;
+}
+
 /* The gaps of the persistent storage of uses r[a, b): between two ops that
  * use it with another op in between, and from its last op across the
  * step's end to its first (also when one op is all it has). Appends to t;
@@ -120,7 +130,8 @@ static size_t persistent_gaps(const cham_profile_view_t *v, const use_ref_t *r, 
                                           .first_bwd = r[next].op,
                                           .out_use = r[prev].use,
                                           .in_use = r[next].use,
-                                          .wraps = wraps};
+                                          .wraps = wraps,
+                                          .backed = backed_after(v, r, b, prev)};
         prev = i;
     }
     return nt;
@@ -169,7 +180,8 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
                                               .last_fwd = r[f].op,
                                               .first_bwd = r[u].op,
                                               .out_use = r[f].use,
-                                              .in_use = r[u].use};
+                                              .in_use = r[u].use,
+                                              .backed = backed_after(v, r, b, f)};
         }
         a = b;
     }

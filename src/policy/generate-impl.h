@@ -137,6 +137,7 @@ typedef struct cham_gen_tensor {
     uint32_t last_fwd, first_bwd;   /* ops f and u: f < u, or u <= f when wraps */
     uint32_t out_use, in_use;    /* indices into the profile's uses */
     bool wraps;
+    bool backed;                 /* the caller's host copy holds it: no copy out */
     bool chosen;
 } cham_gen_tensor_t;
 

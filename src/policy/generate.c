@@ -206,7 +206,7 @@ static void gen_free(gen_t *g)
 static cham_policy_item_t choose(gen_t *g, cham_gen_tensor_t *t)
 {
     t->chosen = true;
-    return (cham_policy_item_t){
+    cham_policy_item_t it = {
         .storage = t->storage,
         .bytes = t->bytes,
         .out_use = g->v->uses[t->out_use],
@@ -215,6 +215,8 @@ static cham_policy_item_t choose(gen_t *g, cham_gen_tensor_t *t)
         .use_op = t->first_bwd,
         .wraps = t->wraps,
     };
+    it.out_use.host_backed = t->backed;   /* every use at its op, not the first only */
+    return it;
 }
 
 /* One pass of the placement model over the candidate list (§5.4.1): places, in

@@ -417,7 +417,7 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
     if (!head && !cham_mrl_last(mrl, 2 * ((size_t)t->last_fwd + 1), t->wraps ? ns : hi, &m_last))
         return false;
     *pl = (cham_gen_place_t){
-        .t_out = cham_gen_transfer_ns(t->bytes, s->d2h_bw),
+        .t_out = t->backed ? 0 : cham_gen_transfer_ns(t->bytes, s->d2h_bw),
         .t_in = cham_gen_transfer_ns(t->bytes, s->h2d_bw),
         .wraps = t->wraps,
     };
@@ -431,7 +431,11 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
     for (int stall = 0; stall <= 1 && !covers; stall++) {
         if (stall && !allow_stall)
             break;
-        if (s->op_end) {
+        if (t->backed) {         /* nothing to copy: the block is free after f */
+            pl->out_first = pl->out_layer = lf;
+            pl->done_op = t->last_fwd;
+            pl->done_ns = s->op_end ? s->op_end[t->last_fwd] : 0;
+        } else if (s->op_end) {
             const cham_logical_layer_t *il = &l->v[out_last];
             if (!place_out_queued(s, t->last_fwd, il->start_op + il->n_ops - 1, stall, pl))
                 continue;
@@ -483,10 +487,11 @@ bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t
     if (s->op_end) {
         uint64_t out_deadline = pl->stall_out_ns ? pl->done_ns : s->op_end[pl->done_op];
         uint64_t need = op_start(s, t->first_bwd);
-        if (!queue_insert(&s->out, pl->q_out,
-                          (cham_gen_copy_t){.at = t->last_fwd, .ready = s->op_end[t->last_fwd],
-                                            .t = pl->t_out, .done = pl->done_ns,
-                                            .deadline = out_deadline}) ||
+        if ((!t->backed &&
+             !queue_insert(&s->out, pl->q_out,
+                           (cham_gen_copy_t){.at = t->last_fwd, .ready = s->op_end[t->last_fwd],
+                                             .t = pl->t_out, .done = pl->done_ns,
+                                             .deadline = out_deadline})) ||
             !queue_insert(&s->in, pl->q_in,
                           (cham_gen_copy_t){.at = pl->in_op,
                                             .ready = in_ready(s, pl->in_op, pl),

@@ -118,7 +118,9 @@ bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
             now = add_ns(now, l->op_ns[k]);
             for (; a < n && out[a].op == k; a++) {
                 const cham_policy_item_t *it = &p->items[out[a].item];
-                if (it->recompute)
+                if (it->out_use.host_backed)     /* no copy: free once op k is done */
+                    out_done[out[a].item] = now;
+                if (it->recompute || it->out_use.host_backed)
                     continue;
                 d2h = add_ns(max_u64(now, d2h),
                              (double)cham_gen_transfer_ns(it->bytes, d2h_bw));

@@ -58,6 +58,7 @@ static void record_use(cham_context_t *ctx, const cham_tensor_t *t, bool output)
         .history = s->feat.history,
         .output = output,
         .persistent = s->born_step < ctx->step,   /* and alive at the end: finish_profile */
+        .host_backed = s->host_copy && s->host_valid && !output,
     };
     if (!cham_profile_add_use(ctx->building, &u))
         profile_failed(ctx);

@@ -47,3 +47,10 @@ void test_mark_persistent(cham_profile_t *p, uint64_t storage)
         if (p->uses[u].storage == storage)
             p->uses[u].persistent = true;
 }
+
+void test_mark_backed(cham_profile_t *p, uint64_t storage)
+{
+    for (size_t u = 0; u < p->n_uses; u++)
+        if (p->uses[u].storage == storage && !p->uses[u].output)
+            p->uses[u].host_backed = true;
+}

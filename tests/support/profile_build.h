@@ -22,5 +22,8 @@ cham_profile_t *test_build_profile(const char *ph, const uint64_t *mem, const us
                                    size_t n_uses);
 /* Marks every use of storage as persistent (model state). */
 void test_mark_persistent(cham_profile_t *p, uint64_t storage);
+/* Marks every read of storage as host-backed (the caller keeps its bytes
+ * on the host, cham_tensor_set_host_copy). */
+void test_mark_backed(cham_profile_t *p, uint64_t storage);
 
 #endif
