@@ -37,6 +37,18 @@ check sim-bad-capacity 2 '--capacity must be a size from 1 byte to 64TiB .* got 
 check sim-no-value 2 'option --steps needs a value' -- simulate --steps
 check sim-unknown-option 2 'unknown option --warp' -- "${small[@]}" --warp 9
 check sim-zero-layers 2 '--layers must be a whole number' -- "${small[@]}" --layers 0
+check sim-bad-optimizer 2 '--optimizer must be device, host, host:N .* or auto, got "gpu"' -- \
+  "${small[@]}" --optimizer gpu
+# The optimizer on the host, the first groups updated on the device: the
+# summary says how many; auto lets ProTrain's cost model choose them.
+check sim-host-groups 0 'optimizer +on the host; 2 of 6 groups updated on the device$' -- \
+  simulate --model llama2 --layers 4 --seq 1024 --optimizer host:2 --steps 6 --quiet
+check sim-host-groups-bad 2 'device_groups 9 is more than the 6 parameter groups' -- \
+  simulate --model llama2 --layers 4 --seq 1024 --optimizer host:9 --steps 6 --quiet
+auto=(simulate --model llama2 --layers 4 --seq 1024 --optimizer auto --capacity 4GiB --steps 6
+      --json)
+check sim-host-auto 0 '"device_groups": [0-6],' -- "${auto[@]}"
+check sim-host-auto-safe 0 '"hazards": 0,' -- "${auto[@]}"
 
 keys='"strategy".*"device".*"steps".*"oom".*"error".*"peak_device_bytes".*"capacity_bytes".*"step_time_s".*"ideal_step_time_s".*"overhead_vs_ideal".*"swapped_bytes_per_step".*"hazards": 0.*"stage_changes"'
 for p in ideal native recompute chameleon capuchin vdnn; do

@@ -642,6 +642,97 @@ static void test_host_optimizer(void **state)
     assert_int_equal(cham_run_check(&rc, why, sizeof why), CHAM_OK);
 }
 
+/* The host's optimizer updating in the backward, the first two groups
+ * (embedding, L0) on the device: they keep their whole state there; each
+ * of the other four groups' gradients goes to the host every step and is
+ * updated there unless the step overflows, every update done by the end
+ * of an overflow step; the weights come back from the host without a
+ * hazard. Bad settings are refused, naming the field. */
+static void test_host_optimizer_in_backward(void **state)
+{
+    (void)state;
+    cham_model_config_t m = small_llama();
+    m.host_optimizer = true;
+    m.overflow_every = 3;
+    cham_model_config_t more = m;
+    more.layers++;
+    uint64_t layer = cham_model_device_parameters(&more) - cham_model_device_parameters(&m);
+    uint64_t embed = (uint64_t)m.vocab * m.hidden;
+    uint64_t all_host = cham_model_state_bytes(&m);
+    m.device_groups = 2;
+    assert_int_equal(cham_model_state_bytes(&m), all_host + 14 * (embed + layer));
+    assert_int_equal(measured_state(&m), cham_model_state_bytes(&m));
+
+    cham_config_t c = cham_config_default();
+    c.device.capacity = 64 * TiB;
+    cham_context_t *ctx;
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    cham_context_set_log(ctx, NULL, NULL);
+    host_work_t h = {0};
+    assert_int_equal(cham_device_set_task_hook(cham_context_device(ctx), count_host_work, &h),
+                     CHAM_OK);
+    cham_workload_t *w;
+    char err[300];
+    assert_int_equal(cham_workload_new(ctx, &m, &w, err, sizeof err), CHAM_OK);
+    uint64_t updates = 0;
+    for (uint64_t s = 0; s < 6; s++) {
+        cham_step_info_t si;
+        assert_int_equal(cham_workload_step(w, s, &si), CHAM_OK);
+        cham_device_synchronize(cham_context_device(ctx));
+        updates += si.overflow ? 0 : 4;
+        assert_int_equal(h.checks, 4 * (s + 1));
+        if (si.overflow)
+            assert_int_equal(h.adamw, updates);
+        else
+            assert_true(h.adamw <= updates);
+    }
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
+    cham_workload_free(w);
+
+    m.device_groups = CHAM_DEVICE_GROUPS_AUTO;   /* cham_run's to choose */
+    assert_int_equal(cham_workload_new(ctx, &m, &w, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "auto"));
+    cham_context_free(ctx);
+
+    cham_model_config_t b = m;
+    b.device_groups = 7;
+    expect_invalid(b, "device_groups 7 is more than the 6 parameter groups");
+    b.host_optimizer = false;
+    b.device_groups = 1;
+    expect_invalid(b, "device_groups (1) is for the optimizer on the host");
+    b = m;
+    b.device_groups = 1;
+    b.dp = 2;
+    b.zero = 1;
+    expect_invalid(b, "device_groups needs zero 0 or 3");
+}
+
+/* device_groups auto: at least as many groups on the device as the pinned
+ * host memory needs (a budget that cannot hold every group's state), the
+ * rest as ProTrain's cost model finds best; the run says how many. */
+static void test_device_groups_auto(void **state)
+{
+    (void)state;
+    cham_run_config_t rc = cham_run_config_default();
+    rc.model = small_llama();
+    rc.model.host_optimizer = true;
+    rc.steps = 4;
+    uint64_t host_state = 14 * cham_model_device_parameters(&rc.model);
+    rc.runtime.pinned_budget = host_state / 2;
+    char why[600];
+    assert_int_equal(cham_run_check(&rc, why, sizeof why), CHAM_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(why, "pinned host memory"));
+    rc.model.device_groups = CHAM_DEVICE_GROUPS_AUTO;
+    assert_int_equal(cham_run_check(&rc, why, sizeof why), CHAM_OK);
+    cham_run_result_t r;
+    assert_int_equal(cham_run(&rc, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_OK);
+    assert_int_equal(r.hazards, 0);
+    /* Half the state on the host: the embedding (a sixth of the model's
+     * parameters here) and at least two layers stay on the device. */
+    assert_true(r.device_groups >= 3 && r.device_groups <= 6);
+}
+
 static uint32_t steps_seen;
 
 static void count_step(const cham_run_step_t *s, void *user)
@@ -987,6 +1078,8 @@ int main(void)
         cmocka_unit_test(test_state_too_big),
         cmocka_unit_test(test_state_bytes),
         cmocka_unit_test(test_host_optimizer),
+        cmocka_unit_test(test_host_optimizer_in_backward),
+        cmocka_unit_test(test_device_groups_auto),
         cmocka_unit_test(test_run_refuses_up_front),
         cmocka_unit_test(test_absurd_sizes),
         cmocka_unit_test(test_step_ops_bound),

@@ -48,8 +48,12 @@ static void usage(FILE *f)
         "  --dtype fp16|bf16   compute type, fp32 master weights (bf16; gpt2 fp16)\n"
         "  --flash on|off      fused attention (on)\n"
         "  --recompute on|off  full activation recomputation (off)\n"
-        "  --optimizer WHERE   device (default) or host: ZeRO-Offload's AdamW on the\n"
-        "                      host, master weights and moments in pinned memory\n"
+        "  --optimizer WHERE   device (default); host: ZeRO-Offload's AdamW on the\n"
+        "                      host, master weights and moments in pinned memory,\n"
+        "                      each group updated as the backward completes it;\n"
+        "                      host:N the first N groups (embedding, layers, head)\n"
+        "                      updated on the device; auto: N chosen by ProTrain's\n"
+        "                      cost model (docs/workloads.md)\n"
         "parallelism (this device is the first pipeline stage):\n"
         "  --tp N --pp N --dp N  tensor, pipeline, data parallel degree (1 1 1)\n"
         "  --zero 0-3          ZeRO stage over the data-parallel group (0)\n"
@@ -211,9 +215,13 @@ static int parse(int argc, char **argv, sim_opts_t *o)
             if (!parse_onoff(v, b))
                 return tool_bad_value(CMD, a, "on or off", v);
         } else if (strcmp(a, "--optimizer") == 0) {
-            if (strcmp(v, "host") != 0 && strcmp(v, "device") != 0)
-                return tool_bad_value(CMD, a, "device or host", v);
-            m->host_optimizer = strcmp(v, "host") == 0;
+            m->host_optimizer = strcmp(v, "device") != 0;
+            m->device_groups = strcmp(v, "auto") == 0 ? CHAM_DEVICE_GROUPS_AUTO : 0;
+            if (strncmp(v, "host:", 5) == 0 && tool_parse_uint(v + 5, 0, UINT32_MAX - 1, &n))
+                m->device_groups = (uint32_t)n;
+            else if (strcmp(v, "host") != 0 && strcmp(v, "device") != 0 && strcmp(v, "auto") != 0)
+                return tool_bad_value(CMD, a, "device, host, host:N (N groups on the device) or "
+                                      "auto", v);
         } else if (strcmp(a, "--overflow-every") == 0) {
             if (!tool_parse_uint(v, 0, INT64_MAX, &n))
                 return tool_bad_value(CMD, a, "a whole number of steps (0 = never)", v);
@@ -390,6 +398,8 @@ static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_
     json_object_set_new(j, "peak_tensor_bytes", json_integer((json_int_t)r->peak_tensor_bytes));
     if (r->has_protrain)
         protrain_json(j, r);
+    if (m->host_optimizer)
+        json_object_set_new(j, "device_groups", json_integer(r->device_groups));
     json_object_set_new(j, "capacity_bytes", json_integer((json_int_t)r->capacity_bytes));
     json_object_set_new(j, "step_time_s", plot_json_number(r->step_time_s));
     json_object_set_new(j, "mean_step_time_s", plot_json_number(r->mean_step_time_s));
@@ -426,6 +436,10 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
            "tp %u pp %u dp %u zero %u\n", o->model, (double)cham_model_parameters(m) * 1e-9,
            m->layers, m->seq, m->mbs, m->gbs ? m->gbs : m->mbs * m->dp, m->tp, m->pp, m->dp, m->zero);
     printf("  strategy            %s\n", cham_strategy_name(o->run.strategy));
+    if (m->host_optimizer)
+        printf("  optimizer           on the host; %u of %u groups updated on the device%s\n",
+               r->device_groups, m->layers / m->pp + 2,
+               m->device_groups == CHAM_DEVICE_GROUPS_AUTO ? " (auto)" : "");
     printf("  steps               %llu of %llu\n", (unsigned long long)r->steps,
            (unsigned long long)o->run.steps);
     if (r->status != CHAM_OK)

@@ -26,6 +26,10 @@ typedef enum cham_arch {
     CHAM_ARCH_MIXTRAL,           /* Llama with a top-k routed mixture of SwiGLU experts */
 } cham_arch_t;
 
+/* model.device_groups: cham_run chooses with ProTrain's cost model (at
+ * least as many as the pinned host memory needs; docs/workloads.md). */
+#define CHAM_DEVICE_GROUPS_AUTO UINT32_MAX
+
 typedef struct cham_model_config {
     cham_arch_t arch;
     /* Model. */
@@ -44,6 +48,13 @@ typedef struct cham_model_config {
                                     pinned host memory, gradients copied there as the
                                     backward makes them, AdamW on the host (the
                                     device preset needs host figures) */
+    uint32_t device_groups;      /* host_optimizer: the first this many parameter
+                                    groups in execution order (the embedding, the
+                                    layers, the head) keep gradients, master
+                                    weights and moments on the device and are
+                                    updated there, as ProTrain's persistent
+                                    chunks (0: every group on the host);
+                                    CHAM_DEVICE_GROUPS_AUTO: cham_run chooses */
     bool protrain;               /* ProTrain's runtime (chameleon/protrain.h) with
                                     protrain_config, the chunks in execution order:
                                     the embedding, the layers, the final norm and
@@ -229,6 +240,9 @@ typedef struct cham_run_result {
     double predicted_step_time_s;
     uint64_t predicted_peak_bytes;
     uint64_t protrain_evaluated, protrain_pruned;
+    /* host_optimizer: the groups updated on the device (the model's
+     * device_groups, or what auto chose). */
+    uint32_t device_groups;
 } cham_run_result_t;
 
 /* Runs the workload under the strategy on the sim backend. CHAM_OK when the

@@ -8,8 +8,7 @@
 
 #include "workload/workload-impl.h"
 
-/* Execution order: the embedding, the layers, the final norm and head. */
-static uint32_t chunk_of(const cham_workload_t *w, uint32_t g)
+uint32_t wl_exec_index(const cham_workload_t *w, uint32_t g)
 {
     return g == wl_embed_group(w) ? 0 : g == wl_head_group(w) ? w->n_layers + 1 : g + 1;
 }
@@ -19,9 +18,14 @@ static uint32_t group_of(const cham_workload_t *w, uint32_t c)
     return c == 0 ? wl_embed_group(w) : c == w->n_layers + 1 ? wl_head_group(w) : c - 1;
 }
 
+bool wl_host_updates(const cham_workload_t *w, uint32_t g)
+{
+    return wl_exec_index(w, g) >= wl_device_groups(&w->m);
+}
+
 bool wl_on_host(const cham_workload_t *w, uint32_t g)
 {
-    return w->m.protrain && chunk_of(w, g) >= w->m.protrain_config.n_persist;
+    return w->m.protrain && wl_host_updates(w, g);
 }
 
 cham_block_mode_t wl_block_mode(const cham_workload_t *w, uint32_t l)
@@ -111,12 +115,9 @@ static cham_status_t fetch(cham_workload_t *w, uint32_t g)
     return cham_event_record(w->ev_fetch[g], w->fetch);
 }
 
-/* The chunk after group g's in the step: forward in execution order, from
- * the head into the backward, then backward down to the first layer (the
- * embedding's backward reads no weights). UINT32_MAX: none. */
-static uint32_t next_group(const cham_workload_t *w, uint32_t g)
+uint32_t wl_next_group(const cham_workload_t *w, uint32_t g)
 {
-    uint32_t c = chunk_of(w, g), L = w->n_layers;
+    uint32_t c = wl_exec_index(w, g), L = w->n_layers;
     if (!w->backward && c <= L)
         return group_of(w, c + 1);
     if (!w->backward)
@@ -135,7 +136,7 @@ cham_status_t wl_chunk_use(cham_workload_t *w, uint32_t g)
     }
     w->chunk_used[g] = ++w->chunk_clock;
     TRY(cham_stream_wait_event(w->compute, w->ev_fetch[g]));
-    uint32_t next = next_group(w, g);
+    uint32_t next = wl_next_group(w, g);
     if (next == UINT32_MAX || !wl_on_host(w, next) || w->weights[next] ||
         !w->group_params[next] || !make_room(w, g))
         return CHAM_OK;
@@ -144,17 +145,13 @@ cham_status_t wl_chunk_use(cham_workload_t *w, uint32_t g)
 
 cham_status_t wl_chunk_done(cham_workload_t *w, uint32_t g)
 {
-    uint64_t n = w->group_params[g], p = cham_dtype_size(w->m.dtype);
     TRY(wl_grads_to_host(w, g));
     if (w->weights[g])               /* done with this step */
         release(w, g);
-    if (!w->skip_update) {
-        /* ProTrain updates each chunk as its gradient arrives, while the
-         * backward goes on; the weights in the compute type replace the
-         * gradient, for the next fetch. */
-        cham_access_t a[] = {{w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_READ_WRITE},
-                             {w->host_optim[g], (size_t)(n * 12), CHAM_ACCESS_READ_WRITE}};
-        TRY(wl_host_run(w, "host_adamw", a, 2, 12.0 * (double)n));
-    }
+    /* ProTrain updates each chunk as its gradient arrives, while the
+     * backward goes on; the weights in the compute type replace the
+     * gradient, for the next fetch. */
+    if (!w->skip_update)
+        TRY(wl_host_adamw(w, g));
     return cham_event_record(w->ev_update[g], w->host);
 }

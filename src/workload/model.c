@@ -156,6 +156,15 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
         CHECK(c->swap_interval >= 1 || !c->n_swap, "model: protrain swap_interval must be at "
               "least 1 with swap blocks");
     }
+    CHECK(!m->device_groups || m->host_optimizer,
+          "model: device_groups (%u) is for the optimizer on the host (host_optimizer)",
+          m->device_groups);
+    CHECK(m->device_groups == CHAM_DEVICE_GROUPS_AUTO || m->device_groups <= m->layers / m->pp + 2,
+          "model: device_groups %u is more than the %u parameter groups (the embedding, %u "
+          "layers, the head)", m->device_groups, m->layers / m->pp + 2, m->layers / m->pp);
+    CHECK(m->device_groups == 0 || !(wl_sharded(m, 1) && !wl_sharded(m, 3)),
+          "model: device_groups needs zero 0 or 3 with the optimizer on the host (zero %u "
+          "gathers every rank's updated shard after the host's whole step)", m->zero);
     CHECK(m->gbs % ((uint64_t)m->mbs * m->dp) == 0,
           "model: gbs (%u) must be a multiple of mbs * dp (%u * %u)", m->gbs, m->mbs, m->dp);
     CHECK(m->overflow_every >= 0, "model: overflow_every must be >= 0, got %lld",
@@ -204,23 +213,29 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
 
 /* ---- model state and step size -----------------------------------------------*/
 
-void wl_group_state(const cham_model_config_t *m, uint64_t params, wl_state_t *s)
+void wl_group_state(const cham_model_config_t *m, uint64_t params, bool host, wl_state_t *s)
 {
     uint64_t p = cham_dtype_size(m->dtype), updated = wl_updated_of(m, params);
-    s->weights += (wl_sharded(m, 3) ? wl_shard_of(m, params) : params) * p;
-    if (m->host_optimizer) {     /* the host's: the updated shard's gradients too */
+    if (host && m->protrain) {   /* ProTrain's chunk: nothing on the device between uses */
+        s->host += params * (4 * 3 + p);
+        return;
+    }
+    uint64_t weights = (wl_sharded(m, 3) ? wl_shard_of(m, params) : params) * p;
+    s->weights += weights;
+    if (host) {                  /* the host's: the updated shard's gradients too */
         s->host += updated * (4 * 3 + p);
+        s->backed += weights;
         return;
     }
     s->grads += wl_grad_bytes_of(m, params);
     s->optim += updated * 4 * 3;
 }
 
-/* ProTrain's chunk on the host: weights, master weights and moments
- * there, nothing on the device between uses. */
-static void host_group_state(const cham_model_config_t *m, uint64_t params, wl_state_t *s)
+uint32_t wl_device_groups(const cham_model_config_t *m)
 {
-    s->host += params * (4 * 3 + cham_dtype_size(m->dtype));
+    if (m->protrain)
+        return m->protrain_config.n_persist;
+    return m->host_optimizer ? m->device_groups : UINT32_MAX;
 }
 
 void wl_device_state(const cham_model_config_t *m, wl_state_t *s)
@@ -228,23 +243,31 @@ void wl_device_state(const cham_model_config_t *m, wl_state_t *s)
     wl_layer_params_t lp;
     wl_layer_params(m, m->tp, &lp);
     wl_state_t layer = {0}, off = {0};
-    uint64_t n = m->layers / m->pp, kept = n;
-    /* ProTrain's chunks in execution order: embedding, layers, head. */
-    uint32_t persist = m->protrain ? m->protrain_config.n_persist : UINT32_MAX;
-    if (persist != UINT32_MAX)
-        kept = persist <= 1 ? 0 : persist - 1 < n ? persist - 1 : n;
-    wl_group_state(m, wl_layer_total(&lp), &layer);
-    host_group_state(m, wl_layer_total(&lp), &off);
-    *s = (wl_state_t){layer.weights * kept, layer.grads * kept, layer.optim * kept,
-                      layer.host * kept + off.host * (n - kept)};
-    if (persist > 0)
-        wl_group_state(m, wl_embed_params(m, m->tp), s);
-    else
-        host_group_state(m, wl_embed_params(m, m->tp), s);
-    if (m->pp == 1 && persist > n + 1)     /* the head lives on the last stage */
-        wl_group_state(m, wl_head_params(m, m->tp), s);
-    else if (m->pp == 1)
-        host_group_state(m, wl_head_params(m, m->tp), s);
+    uint64_t n = m->layers / m->pp;
+    /* Groups in execution order: embedding, layers, head. */
+    uint32_t k = wl_device_groups(m);
+    uint64_t kept = k <= 1 ? 0 : k - 1 < n ? k - 1 : n;
+    wl_group_state(m, wl_layer_total(&lp), false, &layer);
+    wl_group_state(m, wl_layer_total(&lp), true, &off);
+    *s = (wl_state_t){layer.weights * kept + off.weights * (n - kept), layer.grads * kept,
+                      layer.optim * kept, off.host * (n - kept), off.backed * (n - kept)};
+    wl_group_state(m, wl_embed_params(m, m->tp), k == 0, s);
+    if (m->pp == 1)              /* the head lives on the last stage */
+        wl_group_state(m, wl_head_params(m, m->tp), k <= n + 1, s);
+}
+
+uint32_t wl_least_device_groups(const cham_model_config_t *m, uint64_t host)
+{
+    cham_model_config_t c = *m;
+    uint32_t n = m->layers / m->pp + 2;
+    for (uint32_t k = 0; k < n; k++) {
+        *(c.protrain ? &c.protrain_config.n_persist : &c.device_groups) = k;
+        wl_state_t s;
+        wl_device_state(&c, &s);
+        if (s.host <= host)
+            return k;
+    }
+    return n;
 }
 
 uint64_t cham_model_state_bytes(const cham_model_config_t *m)
@@ -268,6 +291,12 @@ static const char *human(uint64_t bytes, char *buf, size_t size)
 bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t host, bool moves,
                    char *err, size_t err_size)
 {
+    if (m->host_optimizer && m->device_groups == CHAM_DEVICE_GROUPS_AUTO) {
+        /* The run keeps at least as many on the device as the host needs. */
+        cham_model_config_t c = *m;
+        c.device_groups = wl_least_device_groups(m, host);
+        return wl_state_fits(&c, capacity, host, moves, err, err_size);
+    }
     wl_state_t s;
     wl_device_state(m, &s);
     char experts[32] = "", h[6][32];
@@ -286,8 +315,8 @@ bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t hos
     /* An optimizer on the host keeps the weights there too (but with ZeRO
      * 1-2, whose gather writes the others' shards): they leave without
      * taking pinned memory of the runtime's (cham_tensor_set_host_copy). */
-    if (moves && m->host_optimizer && !(wl_sharded(m, 1) && !wl_sharded(m, 3)))
-        host = host > UINT64_MAX - s.weights ? UINT64_MAX : host + s.weights;
+    if (moves && !(wl_sharded(m, 1) && !wl_sharded(m, 3)))
+        host = host > UINT64_MAX - s.backed ? UINT64_MAX : host + s.backed;
     uint64_t total = s.weights + s.grads + s.optim;
     uint64_t room = capacity > UINT64_MAX - host ? UINT64_MAX : capacity + host;
     if (total <= room)

@@ -256,6 +256,58 @@ static cham_status_t protrain_profile(const cham_config_t *rc, const cham_model_
     return st != CHAM_OK ? st : p ? CHAM_OK : CHAM_ERR_INVALID_ARG;
 }
 
+/* ProTrain's planner on the job (m, with protrain set) for the device
+ * opened: with search, its searched plan, keeping on the device at least
+ * the chunks the pinned host memory cannot hold; else plan->config's
+ * estimates. */
+static cham_status_t protrain_run(const cham_config_t *rc, const cham_device_info_t *info,
+                                  const cham_model_config_t *m, bool search,
+                                  cham_protrain_plan_t *plan, char *err, size_t err_size)
+{
+    cham_protrain_device_t dev = cham_protrain_device_of(info);
+    if (rc->memory_budget && rc->memory_budget < info->capacity)
+        dev.capacity = rc->memory_budget;
+    dev.min_persist = wl_least_device_groups(m, rc->pinned_budget);
+    cham_protrain_model_t *pm;
+    cham_status_t st = protrain_profile(rc, m, &dev, &pm, err, err_size);
+    if (st != CHAM_OK)
+        return st;
+    if (search)
+        st = cham_protrain_search(pm, &dev, plan, err, err_size);
+    else
+        st = cham_protrain_estimate(pm, &dev, &plan->config, &plan->estimate, err, err_size);
+    cham_protrain_model_free(pm);
+    return st;
+}
+
+/* host_optimizer with device_groups auto: the groups on the device are
+ * the chunks ProTrain's search keeps there (its cost models weigh the
+ * host's updates against the device's memory; Chameleon then plans the
+ * activations itself). */
+static cham_status_t choose_device_groups(const cham_config_t *rc,
+                                          const cham_device_info_t *info,
+                                          cham_model_config_t *m, char *err, size_t err_size)
+{
+    cham_model_config_t pm = *m;
+    pm.host_optimizer = false;
+    pm.device_groups = 0;
+    pm.recompute = false;
+    pm.protrain = true;
+    pm.protrain_config = (cham_protrain_config_t){.n_persist = m->layers + 2};
+    char why[512];
+    if (cham_model_validate(&pm, why, sizeof why) != CHAM_OK) {
+        cham_set_err(err, err_size, "optimizer auto: ProTrain's cost model chooses the groups "
+                     "on the device and cannot model this job (%s); give their number instead "
+                     "(host:N)", why);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_protrain_plan_t plan = {0};
+    cham_status_t st = protrain_run(rc, info, &pm, true, &plan, err, err_size);
+    if (st == CHAM_OK)
+        m->device_groups = plan.config.n_persist;
+    return st;
+}
+
 /* protrain: the searched configuration for the device opened, or the
  * caller's (model.protrain set) with its estimates; zero-offload its fixed
  * one. CHAM_ERR_OUT_OF_MEMORY when none fits (err says why). */
@@ -270,19 +322,8 @@ static cham_status_t protrain_plan(const cham_run_config_t *c, const cham_config
         r->has_protrain = true;
         return CHAM_OK;
     }
-    cham_protrain_device_t dev = cham_protrain_device_of(info);
-    if (rc->memory_budget && rc->memory_budget < info->capacity)
-        dev.capacity = rc->memory_budget;
-    cham_protrain_model_t *pm;
-    cham_status_t st = protrain_profile(rc, m, &dev, &pm, err, err_size);
-    if (st != CHAM_OK)
-        return st;
     cham_protrain_plan_t plan = {.config = m->protrain_config};
-    if (c->model.protrain)
-        st = cham_protrain_estimate(pm, &dev, &plan.config, &plan.estimate, err, err_size);
-    else
-        st = cham_protrain_search(pm, &dev, &plan, err, err_size);
-    cham_protrain_model_free(pm);
+    cham_status_t st = protrain_run(rc, info, m, !c->model.protrain, &plan, err, err_size);
     r->protrain_evaluated = plan.evaluated;
     r->protrain_pruned = plan.pruned;
     if (st != CHAM_OK)
@@ -328,9 +369,13 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
     } else if (is_protrain(c->strategy) &&
                (st = protrain_plan(c, &rc, &info, &m, r, err, sizeof err)) != CHAM_OK) {
         fail(r, st, 0, 0, err);
+    } else if (m.host_optimizer && m.device_groups == CHAM_DEVICE_GROUPS_AUTO &&
+               (st = choose_device_groups(&rc, &info, &m, err, sizeof err)) != CHAM_OK) {
+        fail(r, st, 0, 0, err);
     } else if ((st = cham_workload_new(ctx, &m, &w, err, sizeof err)) != CHAM_OK) {
         fail(r, st, 0, 0, err);
     } else {
+        r->device_groups = m.host_optimizer ? m.device_groups : 0;
         run_steps(c, ctx, w, r, times, stable);
     }
     cham_workload_free(w);

@@ -65,12 +65,12 @@ static cham_status_t make_state(cham_workload_t *w)
         if (n == 0)
             continue;
         wl_state_t s = {0};
-        wl_group_state(m, n, &s);
+        wl_group_state(m, n, wl_host_updates(w, g), &s);
         char buf[16];
         const char *name = group_name(w, g, buf, sizeof buf);
         if (!wl_on_host(w, g))   /* ProTrain's chunks on the host are fetched when used */
             TRY(wl_new(w, s.weights, m->dtype, &w->weights[g], "%s.weights", name));
-        if (m->host_optimizer || wl_on_host(w, g)) {   /* the host updates them */
+        if (wl_host_updates(w, g)) {
             uint64_t u = updated_params(w, g);
             TRY(cham_device_host_alloc(w->dev, u * p, &w->host_grad[g]));
             TRY(cham_device_host_alloc(w->dev, u * 12, &w->host_optim[g]));
@@ -86,9 +86,35 @@ static cham_status_t make_state(cham_workload_t *w)
     return wl_new(w, 4, CHAM_DTYPE_F32, &w->found_inf, "found_inf");
 }
 
+/* host_optimizer: whether the host updates each group as its gradient
+ * arrives (but with ZeRO 1-2, whose gather of the updated shards waits for
+ * the whole step's update). */
+static bool updates_in_backward(const cham_workload_t *w)
+{
+    return w->m.host_optimizer && !gathers_updated(w);
+}
+
+/* host_optimizer, updated in the backward: in the forward, group g's
+ * weights come back from the host ahead of their use, the next group's
+ * while one computes (the runtime's planner cannot know they are away:
+ * its profile counts them on the device). UINT32_MAX: none. */
+static cham_status_t prefetch(cham_workload_t *w, uint32_t g)
+{
+    if (!updates_in_backward(w) || w->backward || g == UINT32_MAX || !w->weights[g] ||
+        !wl_host_updates(w, g))
+        return CHAM_OK;
+    TRY(wl_host_queue_need(w, g));
+    return cham_tensor_swap_in(w->weights[g]);
+}
+
 cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
 {
     TRY(wl_chunk_use(w, g));
+    if (updates_in_backward(w)) {
+        TRY(wl_host_queue_need(w, g));
+        TRY(wl_host_queue_pump(w));
+    }
+    TRY(prefetch(w, wl_next_group(w, g)));
     cham_tensor_t *shard = w->weights[g];
     if (!sharded(w, 3))
         return wl_view(w, shard, 0, cham_tensor_bytes(shard), out);
@@ -146,6 +172,16 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
     return wl_host_run(w, "host_unscale_check", &a, 1, 3.0 * (double)updated_params(w, g));
 }
 
+cham_status_t wl_host_adamw(cham_workload_t *w, uint32_t g)
+{
+    uint64_t p = cham_dtype_size(w->m.dtype), n = updated_params(w, g);
+    /* Reads the gradient, writes the weights in the compute type over it;
+     * reads and writes the master weights and moments. */
+    cham_access_t a[] = {{w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_READ_WRITE},
+                         {w->host_optim[g], (size_t)(n * 12), CHAM_ACCESS_READ_WRITE}};
+    return wl_host_run(w, "host_adamw", a, 2, 12.0 * (double)n);
+}
+
 cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
 {
     cham_status_t st = reduce(w, g, mb);
@@ -153,12 +189,26 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
         return st;
     if (wl_on_host(w, g))
         return wl_chunk_done(w, g);
-    if (!w->m.host_optimizer)
+    if (!wl_host_updates(w, g))
         return CHAM_OK;
-    /* The gradient takes the weights' place in the host's buffer. */
-    TRY(cham_tensor_set_host_copy(w->weights[g], NULL));
-    return wl_grads_to_host(w, g);
+    if (updates_in_backward(w))      /* a group's last update is done before its next */
+        TRY(wl_host_queue_need(w, g));
+    if (!updates_in_backward(w) || w->skip_update) {
+        /* The gradient takes the weights' place in the host's buffer: the
+         * device's are the only ones until the host's update. */
+        TRY(cham_tensor_set_host_copy(w->weights[g], NULL));
+        return wl_grads_to_host(w, g);
+    }
+    /* Updated on the host during the backward (the generator knows whether
+     * the step overflows; a real runtime checks each gradient first): the
+     * device's weights are stale and leave without a copy; the next
+     * forward reads the host's, brought back after the update, which
+     * host_queue.c orders. */
+    TRY(cham_tensor_host_update(w->weights[g], w->host_grad[g]));
+    TRY(wl_grads_to_host(w, g));
+    return wl_host_queue_sent(w, g);
 }
+
 
 /* ---- creation ----------------------------------------------------------------------*/
 
@@ -169,6 +219,11 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
     cham_status_t st = cham_model_validate(m, err, err_size);
     if (st != CHAM_OK)
         return st;
+    if (m->host_optimizer && m->device_groups == CHAM_DEVICE_GROUPS_AUTO) {
+        cham_set_err(err, err_size, "workload: device_groups is auto: cham_run chooses it; "
+                     "give the generator a number");
+        return CHAM_ERR_INVALID_ARG;
+    }
     /* Where model state cannot move, if it alone exceeds the device, say
      * so now instead of after allocating as much of it as fits. */
     cham_device_info_t info;
@@ -226,7 +281,8 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
           (st = cham_stream_new_host(w->dev, "host_adam", &w->host)) != CHAM_OK ||
           (st = cham_event_new(w->dev, &w->ev_offload)) != CHAM_OK ||
           (st = cham_event_new(w->dev, &w->ev_host)) != CHAM_OK)) ||
-        (m->protrain && (st = wl_chunks_new(w)) != CHAM_OK)) {
+        (m->protrain && (st = wl_chunks_new(w)) != CHAM_OK) ||
+        (updates_in_backward(w) && (st = wl_host_queue_new(w)) != CHAM_OK)) {
         cham_set_err(err, err_size, "workload: %s", st == CHAM_ERR_HOST_OOM
                                                        ? "out of host memory"
                                                        : cham_device_last_error(w->dev));
@@ -261,6 +317,7 @@ void cham_workload_free(cham_workload_t *w)
             cham_stream_synchronize(streams[i]);
     wl_drop_all(w);
     wl_chunks_free(w);
+    wl_host_queue_free(w);
     for (uint32_t g = 0; w->host_grad && g < w->n_groups; g++) {
         cham_device_host_free(w->dev, w->host_grad[g]);
         cham_device_host_free(w->dev, w->host_optim[g]);
@@ -353,6 +410,7 @@ static cham_status_t forward_mb(cham_workload_t *w, flight_t *f, uint32_t mb)
     if (w->timing)
         w->fwd_ns = 0;                 /* measured afresh every step */
     w->backward = false;
+    TRY(prefetch(w, wl_embed_group(w)));
     TRY(wl_embed_forward(w, true, &f->ids[slot], &x));
     for (uint32_t l = 0; l < w->n_layers; l++) {
         TRY(wl_layer_forward(w, l, mb, x, true, &sv[l], &x));
@@ -435,16 +493,12 @@ static cham_status_t gather_updated(cham_workload_t *w, uint32_t g)
                    wl_gather_bytes(cham_tensor_bytes(w->weights[g]), w->m.dp), 0, false);
 }
 
-/* host_optimizer: AdamW on group g on the host, then its updated weights
- * copied back on the fetch stream while the host goes on. */
+/* host_optimizer with ZeRO 1-2: AdamW on group g on the host, then its
+ * updated weights copied back on the fetch stream while the host goes on. */
 static cham_status_t host_update_group(cham_workload_t *w, uint32_t g)
 {
     uint64_t p = cham_dtype_size(w->m.dtype), n = updated_params(w, g);
-    /* Reads the gradient, writes the weights in the compute type over it;
-     * reads and writes the master weights and moments. */
-    cham_access_t a[] = {{w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_READ_WRITE},
-                         {w->host_optim[g], (size_t)(n * 12), CHAM_ACCESS_READ_WRITE}};
-    TRY(wl_host_run(w, "host_adamw", a, 2, 12.0 * (double)n));
+    TRY(wl_host_adamw(w, g));
     TRY(cham_event_record(w->ev_host, w->host));
     cham_tensor_t *weight;
     TRY(wl_view(w, w->weights[g], 0, n * p, &weight));
@@ -452,21 +506,16 @@ static cham_status_t host_update_group(cham_workload_t *w, uint32_t g)
                                   w->fetch, w->ev_host);
     wl_drop(w, &weight);
     TRY(st);
-    if (gathers_updated(w)) {             /* the gather reads what the copy wrote */
-        TRY(cham_event_record(w->ev_offload, w->fetch));
-        TRY(wl_join(w, w->fetch, w->ev_offload));
-        return gather_updated(w, g);
-    }
-    /* The host's buffer now holds the weights the device has (all of them
-     * but with ZeRO 1-2, where the gather writes the others'): sending them
-     * away costs no copy until the next gradient arrives. */
-    return cham_tensor_set_host_copy(w->weights[g], w->host_grad[g]);
+    /* The gather reads what the copy wrote. */
+    TRY(cham_event_record(w->ev_offload, w->fetch));
+    TRY(wl_join(w, w->fetch, w->ev_offload));
+    return gather_updated(w, g);
 }
 
-/* host_optimizer, once the host has every gradient: AdamW per group on
- * the host in the order the next forward needs them (embedding, layers,
- * head), each group's updated weights copied back while the host updates
- * the next. */
+/* host_optimizer with ZeRO 1-2, once the host has every gradient: AdamW
+ * per group on the host in the order the next forward needs them
+ * (embedding, layers, head), each group's updated weights copied back
+ * while the host updates the next. */
 static cham_status_t host_update(cham_workload_t *w)
 {
     for (uint32_t i = 0; i < w->n_groups; i++) {
@@ -481,21 +530,21 @@ static cham_status_t host_update(cham_workload_t *w)
 
 /* Unscale and check the gradients, update the scale, and unless they
  * overflowed, AdamW on this rank's shard (ZeRO 1-2: then gather the
- * updated weights). With the host's optimizer the host has unscaled and
- * checked them as they came; the host waits for its verdict. */
+ * updated weights), for the groups the device updates. The host has
+ * unscaled and checked its groups' as they came and updated them (ZeRO
+ * 1-2: waits for its verdict, then updates them). */
 static cham_status_t optimizer(cham_workload_t *w, bool overflow)
 {
     uint64_t p = cham_dtype_size(w->m.dtype);
     TRY(cham_phase(w->ctx, CHAM_PHASE_OPTIMIZER));
     TRY(wl_comm_join(w));                 /* the gradient reductions */
-    if (w->m.host_optimizer) {
+    bool host_after = w->m.host_optimizer && !updates_in_backward(w);
+    if (host_after)
         TRY(cham_stream_synchronize(w->host));   /* found_inf.item() */
-        wl_arg_t s[] = {R(w->found_inf), RW(w->scale)};
-        TRY(wl_run(w, OP_UPDATE_SCALE, s, 2, 1, 0));
-        return overflow ? CHAM_OK : host_update(w);
-    }
+    else if (updates_in_backward(w))
+        TRY(wl_host_queue_pump(w));
     for (uint32_t g = 0; g < w->n_groups; g++) {
-        if (!group_params(w, g) || wl_on_host(w, g))   /* ProTrain: updated in the backward */
+        if (!group_params(w, g) || wl_host_updates(w, g))
             continue;
         wl_arg_t a[] = {RW(w->grads[g]), RW(w->found_inf)};
         TRY(wl_run(w, OP_UNSCALE, a, 2, 3.0 * (double)(cham_tensor_bytes(w->grads[g]) / p), 0));
@@ -504,9 +553,11 @@ static cham_status_t optimizer(cham_workload_t *w, bool overflow)
     TRY(wl_run(w, OP_UPDATE_SCALE, s, 2, 1, 0));
     if (overflow)
         return CHAM_OK;
+    if (host_after)
+        return host_update(w);
     for (uint32_t g = 0; g < w->n_groups; g++) {
         uint64_t n = group_params(w, g), shard = updated_params(w, g);
-        if (!n || wl_on_host(w, g))
+        if (!n || wl_host_updates(w, g))
             continue;
         cham_tensor_t *grad, *weight;
         TRY(wl_view(w, w->grads[g], 0, shard * p, &grad));

@@ -99,11 +99,21 @@ typedef struct wl_state {
     uint64_t weights, grads, optim;
     uint64_t host;               /* host_optimizer: the host's pinned bytes (master
                                     weights, moments, the gradients it receives) */
+    uint64_t backed;             /* weights the host keeps a copy of (of those) */
 } wl_state_t;
-/* Adds a group of params to *s. */
-void wl_group_state(const cham_model_config_t *m, uint64_t params, wl_state_t *s);
+/* Adds a group of params to *s, updated on the host (host_optimizer's, or
+ * ProTrain's chunk there) or on the device. */
+void wl_group_state(const cham_model_config_t *m, uint64_t params, bool host, wl_state_t *s);
+/* How many groups in execution order (the embedding, the layers, the head)
+ * keep their whole state on the device: ProTrain's n_persist,
+ * host_optimizer's device_groups, else all (UINT32_MAX). */
+uint32_t wl_device_groups(const cham_model_config_t *m);
 /* The whole device: its layers, the embedding and (one stage) the head. */
 void wl_device_state(const cham_model_config_t *m, wl_state_t *s);
+/* The fewest groups on the device (device_groups, or with protrain
+ * n_persist) whose host state fits `host` bytes (every group when none
+ * does). */
+uint32_t wl_least_device_groups(const cham_model_config_t *m, uint64_t host);
 /* False when the state kept on the host (the host's optimizer, ProTrain's
  * chunks) exceeds the pinned host memory `host`, or the device's model
  * state exceeds capacity, or, where it may move (`moves`), capacity and
@@ -195,6 +205,16 @@ struct cham_workload {
     uint64_t *chunk_used, chunk_clock;
     uint64_t chunk_buffer;       /* bytes of a buffer: the largest such chunk's */
     uint32_t chunks_resident;
+    /* host_optimizer updating in the backward (host_queue.c): the groups
+     * whose gradient went to the host and whose AdamW is not queued yet, in
+     * the order sent (the first n_arrived are there), per group whether it
+     * is such and the events of its gradient's arrival and its update; the
+     * last updates queued on the host stream. */
+    uint32_t *sent;
+    size_t n_sent, n_arrived;
+    bool *pending;
+    cham_event_t **ev_grad, **ev_adam;
+    uint32_t queued[2], n_queued;
     bool backward;               /* the step's backward is running */
     bool skip_update;            /* this step's gradients overflow */
     wl_layer_params_t lp;        /* a layer's groups on this device */
@@ -229,6 +249,9 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb);
  * then released; the host unscales and checks it while the backward goes
  * on. */
 cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g);
+/* AdamW on group g's state in the host's buffers, on the host stream; the
+ * weights in the compute type replace the gradient there. */
+cham_status_t wl_host_adamw(cham_workload_t *w, uint32_t g);
 /* The weights of group g as the forward or backward reads them: a new
  * handle (ZeRO-3 gathers the full weights first). */
 cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out);
@@ -285,9 +308,19 @@ static inline double wl_gather_bytes(uint64_t bytes, uint32_t n)
 
 /* ---- ProTrain's runtime (chunks.c) ----------------------------------------------*/
 
-/* Whether group g's chunk lives on the host (not one of the first
- * n_persist in execution order: embedding, layers, head). */
+/* Whether the host updates group g (not one of the first
+ * wl_device_groups in execution order: embedding, layers, head). */
+bool wl_host_updates(const cham_workload_t *w, uint32_t g);
+/* Group g's place in execution order: the embedding 0, the layers, the
+ * head n_layers + 1. */
+uint32_t wl_exec_index(const cham_workload_t *w, uint32_t g);
+/* Whether group g is ProTrain's chunk on the host (fetched when used). */
 bool wl_on_host(const cham_workload_t *w, uint32_t g);
+/* The group whose weights the step reads after group g's: forward in
+ * execution order, from the head into the backward, then backward down to
+ * the first layer (the embedding's backward reads no weights).
+ * UINT32_MAX: none. */
+uint32_t wl_next_group(const cham_workload_t *w, uint32_t g);
 /* Layer l's activations: kept, checkpointed (the model's recompute, or
  * ProTrain's layout) or swapped. */
 cham_block_mode_t wl_block_mode(const cham_workload_t *w, uint32_t l);
@@ -300,6 +333,20 @@ cham_status_t wl_chunk_use(cham_workload_t *w, uint32_t g);
 /* Group g's gradient is complete: to the host, which checks it and
  * (unless the step overflows) updates the chunk; its buffer is free. */
 cham_status_t wl_chunk_done(cham_workload_t *w, uint32_t g);
+
+/* ---- the host's updates in the backward (host_queue.c) ---------------------------*/
+
+cham_status_t wl_host_queue_new(cham_workload_t *w);
+void wl_host_queue_free(cham_workload_t *w);
+/* Group g's gradient is on its way to the host (its copy queued on the
+ * offload stream): its update waits in the queue. Then pumps. */
+cham_status_t wl_host_queue_sent(cham_workload_t *w, uint32_t g);
+/* Queues updates of arrived gradients, the group needed first first, while
+ * fewer than two are queued on the host stream. */
+cham_status_t wl_host_queue_pump(cham_workload_t *w);
+/* Group g's weights are needed (or its next gradient comes): its update,
+ * if still waiting, is queued now. */
+cham_status_t wl_host_queue_need(cham_workload_t *w, uint32_t g);
 
 /* ---- layers (layer.c) -----------------------------------------------------------*/
 
