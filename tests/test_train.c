@@ -85,6 +85,15 @@ static void verified_run(double fraction, int steps, bool host_optimizer)
     assert_int_equal(s.validations, steps / 20);
     assert_true(s.skipping_steps > 0);
     assert_true(r.stage_changes > 1);
+    /* Once Stable the kept policies cover every step: no passive swaps,
+     * nothing brought back on demand (issue 18). Not yet with the optimizer
+     * on the host: the first Stable steps after a stage change still bring
+     * the gradients back on demand a few times (issue 18's note). */
+    assert_true(r.stable_steps > 0);
+    if (!host_optimizer) {
+        assert_int_equal(r.stable_passive, 0);
+        assert_int_equal(r.stable_on_demand, 0);
+    }
 }
 
 static void test_half_budget(void **state)
@@ -96,7 +105,7 @@ static void test_half_budget(void **state)
 static void test_quarter_budget(void **state)
 {
     (void)state;
-    verified_run(0.25, 40, false);
+    verified_run(0.25, 60, false);
 }
 
 /* The synthetic language is learnable: the loss falls well below ln(64). */
@@ -374,7 +383,7 @@ static void test_seq_longer_than_data(void **state)
 static void test_host_optimizer(void **state)
 {
     (void)state;
-    verified_run(0.25, 40, true);
+    verified_run(0.25, 60, true);
 }
 
 /* A small model (vocab 64, seq 16, hidden 32, batch 2) on a fresh 64 MiB

@@ -456,6 +456,10 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
         {"stage_changes", json_integer((json_int_t)r->stage_changes), false},
         {"policy_regenerations", json_integer((json_int_t)r->policy_regenerations), false},
         {"on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins), false},
+        {"passive_swapouts", json_integer((json_int_t)r->passive_swapouts), false},
+        {"stable_steps", json_integer((json_int_t)r->stable_steps), false},
+        {"stable_passive_swapouts", json_integer((json_int_t)r->stable_passive), false},
+        {"stable_on_demand_swapins", json_integer((json_int_t)r->stable_on_demand), false},
         {"recomputes", json_integer((json_int_t)r->recomputes), false},
         {"sim_step_time_s", plot_json_number(r->steps ? r->sim_step_time_s : NAN), false},
         {"ideal_step_time_s", plot_json_number(r->steps ? r->ideal_step_time_s : NAN), true},
@@ -523,10 +527,14 @@ static void print_summary(const gpt_train_result_t *r, bool verify)
         printf("  hazards               %llu\n", (unsigned long long)r->hazards);
         return;
     }
-    printf("  swapping              %.1f MiB moved, %llu on-demand swap-ins, %llu stage "
-           "changes, %llu policies generated\n", mib(r->swapped_bytes),
-           (unsigned long long)r->on_demand_swapins, (unsigned long long)r->stage_changes,
-           (unsigned long long)r->policy_regenerations);
+    printf("  swapping              %.1f MiB moved, %llu on-demand swap-ins, %llu passive "
+           "swap-outs, %llu stage changes, %llu policies generated\n", mib(r->swapped_bytes),
+           (unsigned long long)r->on_demand_swapins, (unsigned long long)r->passive_swapouts,
+           (unsigned long long)r->stage_changes, (unsigned long long)r->policy_regenerations);
+    if (r->stable_steps)
+        printf("  once Stable           %llu steps: %llu passive swap-outs, %llu on-demand "
+               "swap-ins\n", (unsigned long long)r->stable_steps,
+               (unsigned long long)r->stable_passive, (unsigned long long)r->stable_on_demand);
     if (r->recomputes)
         printf("  recomputation         %llu tensors dropped, %llu ops run again\n",
                (unsigned long long)r->drops, (unsigned long long)r->recomputes);

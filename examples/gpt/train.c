@@ -300,9 +300,20 @@ static void step_figures(run_t *r, const cham_runtime_stats_t *s0, double t0,
     cham_context_get_stats(r->ctx, &s);
     info->peak_bytes = s.mem_peak;
     info->swapped_bytes = s.bytes_out + s.bytes_in - s0->bytes_out - s0->bytes_in;
+    info->passive = s.passive_swaps_out - s0->passive_swaps_out;
+    info->on_demand = s.on_demand_swaps_in - s0->on_demand_swaps_in;
     info->sim_step_s = sim_now_s(r) - t0;
     info->stage = cham_context_stage(r->ctx);
+    info->stable = info->stage == CHAM_STAGE_STABLE && s.stage_changes == s0->stage_changes;
     cham_context_reset_peak(r->ctx);
+}
+
+/* A step's misses count when it ran Stable throughout. */
+static void count_stable(gpt_train_result_t *res, const gpt_step_info_t *info)
+{
+    res->stable_steps += info->stable;
+    res->stable_passive += info->stable ? info->passive : 0;
+    res->stable_on_demand += info->stable ? info->on_demand : 0;
 }
 
 static cham_status_t fail(run_t *r, int step, const char *what, cham_status_t st, char *err,
@@ -414,6 +425,7 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
             break;
         }
         step_figures(&a, &s0, t0, &info);
+        count_stable(res, &info);
         res->peak_device_bytes = info.peak_bytes > res->peak_device_bytes ? info.peak_bytes
                                                                           : res->peak_device_bytes;
         train_sim += info.sim_step_s;
@@ -459,6 +471,7 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
                 break;
             }
             step_figures(&a, &s0, t0, &v);
+            count_stable(res, &v);
             res->peak_device_bytes = v.peak_bytes > res->peak_device_bytes
                                          ? v.peak_bytes : res->peak_device_bytes;
             if (c->verify) {
@@ -512,6 +525,7 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
     res->stage_changes = s.stage_changes;
     res->policy_regenerations = s.policies_generated;
     res->on_demand_swapins = s.on_demand_swaps_in;
+    res->passive_swapouts = s.passive_swaps_out;
     res->drops = s.drops;
     res->recomputes = s.recomputes;
     res->swapped_bytes = s.bytes_out + s.bytes_in;

@@ -76,6 +76,8 @@ typedef struct gpt_step_info {
     uint64_t peak_bytes;         /* device bytes held by tensors, at most, in the step */
     uint64_t budget;
     uint64_t swapped_bytes;      /* out and in, this step */
+    uint64_t passive, on_demand; /* passive swap-outs, on-demand swap-ins, this step */
+    bool stable;                 /* Stable before and after it */
     double sim_step_s;           /* simulated device time of the step */
     bool verified;               /* with verify: the loss equals the reference's */
 } gpt_step_info_t;
@@ -89,6 +91,10 @@ typedef struct gpt_train_result {
     uint64_t budget_bytes, unconstrained_peak_bytes, peak_device_bytes;
     bool verified, bit_exact;
     uint64_t hazards, oom, stage_changes, policy_regenerations, on_demand_swapins;
+    uint64_t passive_swapouts;
+    /* In the steps (training and validation) that ran Stable throughout:
+     * the policy's misses. */
+    uint64_t stable_steps, stable_passive, stable_on_demand;
     uint64_t skipped_updates, validations, layers_skipped;
     uint64_t swapped_bytes;
     uint64_t drops, recomputes;                /* tensors dropped, ops run again */
