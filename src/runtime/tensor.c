@@ -608,42 +608,46 @@ cham_status_t cham_tensor_host_update(cham_tensor_t *t, void *host)
     return cham_storage_swap_out(s, CHAM_SWAP_CALLER, ctx->ops_total);
 }
 
+/* Records the work queued so far on the caller's stream in *ev (`what`
+ * names the call in errors). */
+static cham_status_t record_caller(cham_storage_t *s, cham_stream_t *stream, const char *what,
+                                   cham_event_t **ev)
+{
+    cham_context_t *ctx = s->ctx;
+    if (cham_stream_device(stream) != ctx->dev) {
+        cham_context_error(ctx, "%s of \"%s\": stream \"%s\" is on another device", what,
+                           s->label, cham_stream_name(stream));
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_status_t st = ensure_event(ctx, ev);
+    if (st == CHAM_OK && (st = cham_event_record(*ev, stream)) != CHAM_OK)
+        return device_error(ctx, st, what, s->label);
+    return st;
+}
+
 cham_status_t cham_tensor_host_ready(cham_tensor_t *t, cham_stream_t *stream)
 {
     CHAM_ASSERT(t && stream);
     cham_storage_t *s = t->storage;
-    cham_context_t *ctx = s->ctx;
     if (!s->host_pending) {
-        cham_context_error(ctx, "host ready of \"%s\": no update on the host was announced "
-                           "(cham_tensor_host_update)", s->label);
+        cham_context_error(s->ctx, "host ready of \"%s\": no update on the host was "
+                           "announced (cham_tensor_host_update)", s->label);
         return CHAM_ERR_INVALID_ARG;
     }
-    cham_status_t st = ensure_event(ctx, &s->host_event);
-    if (st != CHAM_OK)
-        return st;
-    if ((st = cham_event_record(s->host_event, stream)) != CHAM_OK)
-        return device_error(ctx, st, "host ready", s->label);
-    s->host_pending = false;
-    return CHAM_OK;
+    cham_status_t st = record_caller(s, stream, "host ready", &s->host_event);
+    if (st == CHAM_OK)
+        s->host_pending = false;
+    return st;
 }
 
 cham_status_t cham_tensor_record_stream(cham_tensor_t *t, cham_stream_t *stream)
 {
     CHAM_ASSERT(t && stream);
     cham_storage_t *s = t->storage;
-    cham_context_t *ctx = s->ctx;
-    if (cham_stream_device(stream) != ctx->dev) {
-        cham_context_error(ctx, "record_stream of \"%s\": stream \"%s\" is on another device",
-                           s->label, cham_stream_name(stream));
-        return CHAM_ERR_INVALID_ARG;
-    }
-    cham_status_t st = ensure_event(ctx, &s->ext_event);
-    if (st != CHAM_OK)
-        return st;
-    if ((st = cham_event_record(s->ext_event, stream)) != CHAM_OK)
-        return device_error(ctx, st, "record_stream", s->label);
-    s->ext_stream = stream;
-    return CHAM_OK;
+    cham_status_t st = record_caller(s, stream, "record_stream", &s->ext_event);
+    if (st == CHAM_OK)
+        s->ext_stream = stream;
+    return st;
 }
 
 /* ---- storages without data ---------------------------------------------------*/
