@@ -5,8 +5,10 @@
  * 80 GiB A100 whatever --device says. For native, ZeRO-3 offload with
  * full checkpointing (zero-offload: every chunk on the host, no
  * planning), ProTrain's planned runtime, and Chameleon with the optimizer
- * on the device and on the host; the step time of each at its largest,
- * and ProTrain's and Chameleon's at ProTrain's largest. */
+ * on the device and on the host (device_groups auto: the first groups
+ * updated on the device, as many as ProTrain's cost model keeps there);
+ * the step time of each at its largest, and ProTrain's and Chameleon's at
+ * ProTrain's largest. */
 #include <math.h>
 #include <string.h>
 
@@ -47,6 +49,7 @@ static cham_model_config_t model_of(const setup_t *s, size_t d, uint32_t v, bool
     cham_model_config_t m = d == 0 ? exp_llama(s->hidden, v, s->seq, 1)
                                    : exp_llama(v, s->layers, s->seq, 1);
     m.host_optimizer = host;
+    m.device_groups = host ? CHAM_DEVICE_GROUPS_AUTO : 0;
     return m;
 }
 

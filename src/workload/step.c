@@ -209,7 +209,6 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
     return wl_host_queue_sent(w, g);
 }
 
-
 /* ---- creation ----------------------------------------------------------------------*/
 
 cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *m,
