@@ -85,16 +85,6 @@ static void verified_run(double fraction, int steps, bool host_optimizer)
     assert_int_equal(s.validations, steps / 20);
     assert_true(s.skipping_steps > 0);
     assert_true(r.stage_changes > 1);
-    /* Once Stable the kept policies cover the steps: at most one passive
-     * swap or on-demand swap-in in ten Stable steps (issue 18; 0 in 158 at
-     * 25% over 200 steps in the release build, but the trials' timings, and
-     * so which policy is kept, move with the compiler's floating point:
-     * the sanitizer build sees one). Not yet with the optimizer on the host:
-     * the first Stable steps after a stage change still bring the gradients
-     * back on demand a few times (issue 18's note). */
-    assert_true(r.stable_steps > 0);
-    if (!host_optimizer)
-        assert_true(10 * (r.stable_passive + r.stable_on_demand) <= r.stable_steps);
 }
 
 static void test_half_budget(void **state)
@@ -106,7 +96,33 @@ static void test_half_budget(void **state)
 static void test_quarter_budget(void **state)
 {
     (void)state;
-    verified_run(0.25, 60, false);
+    verified_run(0.25, 40, false);
+}
+
+/* Issue 18: at a quarter of the peak, once Stable the kept policy covers
+ * every step of a loop whose sequence does not change: no passive swap, no
+ * on-demand swap-in, bit-exact. (With validations, skipped blocks and
+ * overflows the steps that run Stable, and so this count, move with the
+ * compiler's floating point through the trials' timings: issue 19.) */
+static void test_quarter_budget_stable_is_clean(void **state)
+{
+    (void)state;
+    gpt_train_config_t c = gpt_train_config_default();
+    c.steps = 40;
+    c.budget_fraction = 0.25;
+    c.verify = true;
+    c.validate_every = 0;
+    c.drop_prob = 0;
+    gpt_train_result_t r;
+    char err[600] = "";
+    if (gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
+        fail_msg("%s", err);
+    assert_true(r.bit_exact);
+    assert_int_equal(r.hazards, 0);
+    assert_true(r.stable_steps >= 20);
+    assert_int_equal(r.stable_passive, 0);
+    assert_int_equal(r.stable_on_demand, 0);
+    assert_true(r.passive_swapouts > 0);       /* the budget was tight before Stable */
 }
 
 /* The synthetic language is learnable: the loss falls well below ln(64). */
@@ -384,7 +400,7 @@ static void test_seq_longer_than_data(void **state)
 static void test_host_optimizer(void **state)
 {
     (void)state;
-    verified_run(0.25, 60, true);
+    verified_run(0.25, 40, true);
 }
 
 /* A small model (vocab 64, seq 16, hidden 32, batch 2) on a fresh 64 MiB
@@ -571,6 +587,7 @@ int main(void)
         cmocka_unit_test(test_seq_longer_than_data),
         cmocka_unit_test(test_half_budget),
         cmocka_unit_test(test_quarter_budget),
+        cmocka_unit_test(test_quarter_budget_stable_is_clean),
         cmocka_unit_test(test_host_optimizer),
         cmocka_unit_test(test_host_optimizer_skips_overflow),
         cmocka_unit_test(test_protrain_blocks_bit_exact),
