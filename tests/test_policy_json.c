@@ -388,8 +388,8 @@ static const bad_case_t bad_cases[] = {
     {"layers_past_end", NULL, "\"n_ops\": 6,", "\"n_ops\": 5,", 0, CHAM_ERR_INVALID_ARG,
      {"layers[1].n_ops: 3 ops from op 3 go past n_ops"}},
     {"layer_phase", NULL, "\"backward\"", "\"bwd\"", 0, CHAM_ERR_INVALID_ARG,
-     {"layers[1].phase: unknown phase \"bwd\" (expected forward, backward, optimizer or "
-      "other)"}},
+     {"layers[1].phase: unknown phase \"bwd\" (expected forward, backward, optimizer, "
+      "other or eval)"}},
     {"hex_number", NULL, "\"data_ptr\": \"0x2000\"", "\"data_ptr\": 8192", 0,
      CHAM_ERR_INVALID_ARG,
      {"items[1].out_use.data_ptr: expected a hex string \"0x\" + 1 to 16 hex digits, got 8192"}},

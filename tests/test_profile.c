@@ -547,7 +547,7 @@ static const bad_case_t bad_cases[] = {
       "got \"x\""}},
     {"unknown_phase", NULL, "\"backward\"", "\"bwd\"", 0, CHAM_ERR_INVALID_ARG,
      {"bad_unknown_phase.json: ops[1].phase: unknown phase \"bwd\" (expected forward, "
-      "backward, optimizer or other)"}},
+      "backward, optimizer, other or eval)"}},
     {"unknown_dtype", NULL, "\"bf16\"", "\"fp8\"", 0, CHAM_ERR_INVALID_ARG,
      {"ops[1].uses[1].dtype: unknown dtype \"fp8\"", "f32, f16, bf16"}},
     {"token_out_of_range", NULL, "\"token\": 1", "\"token\": 2", 0, CHAM_ERR_INVALID_ARG,

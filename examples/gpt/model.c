@@ -485,7 +485,7 @@ cham_status_t gpt_forward(gpt_model_t *m, const int32_t *tokens, const int32_t *
     drop_forward(m);
     int N = m->s.batch * m->s.seq, C = m->s.hidden, V = m->s.vocab;
     size_t NC = (size_t)N * (size_t)C;
-    cham_phase(m->ops->ctx, CHAM_PHASE_FORWARD);
+    cham_phase(m->ops->ctx, training ? CHAM_PHASE_FORWARD : CHAM_PHASE_EVAL);
     TRY(load_tokens(m, tokens, "tokens", &m->tok));
     TRY(load_tokens(m, targets, "targets", &m->tgt));
     cham_tensor_t *x = NULL;

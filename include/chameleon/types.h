@@ -24,6 +24,8 @@ typedef enum cham_phase {
     CHAM_PHASE_BACKWARD,
     CHAM_PHASE_OPTIMIZER,
     CHAM_PHASE_OTHER,
+    CHAM_PHASE_EVAL,         /* a forward no backward follows (evaluation,
+                                torch.no_grad): its uses match no policy item */
 } cham_phase_t;
 
 typedef enum cham_stage {

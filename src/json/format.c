@@ -11,8 +11,9 @@ const char *const cham_json_phase_names[CHAM_JSON_N_PHASES] = {
     [CHAM_PHASE_BACKWARD] = "backward",
     [CHAM_PHASE_OPTIMIZER] = "optimizer",
     [CHAM_PHASE_OTHER] = "other",
+    [CHAM_PHASE_EVAL] = "eval",
 };
-_Static_assert(CHAM_JSON_N_PHASES == CHAM_PHASE_OTHER + 1, "a name for every phase");
+_Static_assert(CHAM_JSON_N_PHASES == CHAM_PHASE_EVAL + 1, "a name for every phase");
 
 const char *const cham_json_dtype_names[CHAM_JSON_N_DTYPES] = {
     [CHAM_DTYPE_F32] = "f32", [CHAM_DTYPE_F16] = "f16", [CHAM_DTYPE_BF16] = "bf16",

@@ -114,7 +114,7 @@ bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_conf
         if (ph == CHAM_PHASE_OTHER)
             ph = k ? out->phase_of_op[k - 1] : first;
         out->phase_of_op[k] = ph;
-        n_fwd += ph == CHAM_PHASE_FORWARD;
+        n_fwd += ph == CHAM_PHASE_FORWARD || ph == CHAM_PHASE_EVAL;
         n_bwd += ph == CHAM_PHASE_BACKWARD;
     }
     uint32_t want_f = cfg->forward_layers ? cfg->forward_layers : cham_gen_default_layers(v);
@@ -127,11 +127,13 @@ bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_conf
             b++;
         cham_phase_t ph = out->phase_of_op[a];
         uint64_t len = b - a, k = 1;
-        bool split = ph == CHAM_PHASE_FORWARD || ph == CHAM_PHASE_BACKWARD ||
+        /* An evaluation's forward splits as a training forward does. */
+        bool fwd = ph == CHAM_PHASE_FORWARD || ph == CHAM_PHASE_EVAL;
+        bool split = fwd || ph == CHAM_PHASE_BACKWARD ||
                      (ph == CHAM_PHASE_OPTIMIZER && cfg->model_state && n_bwd);
         if (split) {
-            uint64_t want = ph == CHAM_PHASE_FORWARD ? want_f : want_b;
-            uint64_t tot = ph == CHAM_PHASE_FORWARD ? n_fwd : n_bwd;
+            uint64_t want = fwd ? want_f : want_b;
+            uint64_t tot = fwd ? n_fwd : n_bwd;
             k = (want * len + tot / 2) / tot;
             k = k < 1 ? 1 : k > len ? len : k;
         }

@@ -150,6 +150,9 @@ static cham_status_t find_blocks(reader_t *r, cham_protrain_model_t *m)
         r->fs[b] = r->fe[b] = r->bs[b] = r->be[b] = UINT32_MAX;
     for (uint32_t k = 0; k < v->n_ops; k++) {
         const cham_profile_op_t *op = &v->ops[k];
+        if (op->phase == CHAM_PHASE_EVAL)
+            return bad(r, "an evaluation's op (phase eval; block %lld): profile one training "
+                       "step, without an evaluation", k, op->block);
         if (op->block < 0 || (op->phase != CHAM_PHASE_FORWARD && op->phase != CHAM_PHASE_BACKWARD))
             continue;
         uint32_t b = (uint32_t)op->block;

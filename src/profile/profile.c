@@ -46,7 +46,7 @@ bool cham_profile_begin_op(cham_profile_t *p, cham_op_token_t token, cham_phase_
     CHAM_ASSERT(p);
     CHAM_ASSERT(!p->op_open && "begin_op while an op is open: end it first");
     CHAM_ASSERT(token >= 0);
-    CHAM_ASSERT((int)phase >= 0 && phase <= CHAM_PHASE_OTHER);
+    CHAM_ASSERT((int)phase >= 0 && phase <= CHAM_PHASE_EVAL);
     CHAM_ASSERT(p->n_ops < MAX_OPS && "more ops than samples can number");
     cham_profile_op_t *ops = cham_grow(p->ops, &p->cap_ops, p->n_ops + 1, sizeof *ops, 256);
     if (!ops)

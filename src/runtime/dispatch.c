@@ -327,7 +327,7 @@ uint64_t cham_context_ops(const cham_context_t *ctx)
 cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase)
 {
     CHAM_ASSERT(ctx);
-    if ((int)phase < 0 || phase > CHAM_PHASE_OTHER) {
+    if ((int)phase < 0 || phase > CHAM_PHASE_EVAL) {
         cham_context_error(ctx, "unknown phase %d", (int)phase);
         return CHAM_ERR_INVALID_ARG;
     }

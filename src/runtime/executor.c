@@ -212,6 +212,8 @@ void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token,
 {
     cham_exec_t *x = &ctx->exec;
     cham_storage_t *s = t->storage;
+    if (ctx->phase == CHAM_PHASE_EVAL && !x->plan->positions)
+        return;           /* an evaluation's tensors are no training item */
     uint32_t item = x->plan->positions ? item_at(ctx, pos)
                                        : cham_match_use(&x->plan->match, &s->feat, token);
     if (item == CHAM_MATCH_NONE)

@@ -20,6 +20,7 @@ const char *cham_phase_name(cham_phase_t phase)
     case CHAM_PHASE_BACKWARD: return "backward";
     case CHAM_PHASE_OPTIMIZER: return "optimizer";
     case CHAM_PHASE_OTHER: return "other";
+    case CHAM_PHASE_EVAL: return "eval";
     }
     return "?";
 }

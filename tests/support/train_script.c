@@ -486,7 +486,8 @@ cham_status_t ts_step(ts_model_t *m, int64_t step, uint64_t *checksum)
     last->fwd_uses = 1;                    /* the loss reads it */
     m->sum = 0xcbf29ce484222325u;
 
-    cham_phase(m->ctx, CHAM_PHASE_FORWARD);
+    /* A forward no backward follows is an evaluation, marked as such. */
+    cham_phase(m->ctx, fwd_only ? CHAM_PHASE_EVAL : CHAM_PHASE_FORWARD);
     TRY(forward(m, step, fwd_only));
     cham_tensor_t *g;
     TRY(new_act(m, last, ".grad", &g));
