@@ -254,6 +254,38 @@ static void test_overflow_skips_the_update(void **state)
     assert_int_equal(t.fingerprint[0], t.fingerprint[1]);
 }
 
+static void expect_invalid(cham_model_config_t m, const char *needle)
+{
+    char err[300] = "";
+    assert_int_equal(cham_model_validate(&m, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    if (!strstr(err, needle))
+        fail_msg("expected \"%s\" in \"%s\"", needle, err);
+}
+
+/* Gradient accumulation across steps: the optimizer phase (unscale per
+ * group, the scale's update, AdamW per group: 13 ops for 6 groups) runs on
+ * every third step only; an overflow counts there only. With the host's
+ * optimizer, refused. */
+static void test_accumulate(void **state)
+{
+    (void)state;
+    cham_model_config_t m = small_llama();
+    m.accumulate = 3;
+    m.overflow_every = 2;           /* steps 1, 3, 5: only 5 updates */
+    trace_t t;
+    run_trace(&m, 9, &t);
+    for (uint64_t s = 0; s < 9; s++) {
+        assert_int_equal(t.info[s].accumulated, s % 3 != 2);
+        assert_int_equal(t.info[s].overflow, s == 5);
+    }
+    assert_int_equal(t.info[2].ops - t.info[0].ops, 13);
+    assert_int_equal(t.info[5].ops - t.info[0].ops, 7);       /* unscale and scale only */
+    assert_int_equal(t.fingerprint[0], t.fingerprint[1]);
+    assert_int_equal(t.fingerprint[2], t.fingerprint[8]);
+    m.host_optimizer = true;
+    expect_invalid(m, "accumulate (3) updates on the device");
+}
+
 static void test_overflow_probability_is_seeded(void **state)
 {
     (void)state;
@@ -376,13 +408,6 @@ static void test_parallel_settings_run(void **state)
 
 /* ---- checks ----------------------------------------------------------------------*/
 
-static void expect_invalid(cham_model_config_t m, const char *needle)
-{
-    char err[300] = "";
-    assert_int_equal(cham_model_validate(&m, err, sizeof err), CHAM_ERR_INVALID_ARG);
-    if (!strstr(err, needle))
-        fail_msg("expected \"%s\" in \"%s\"", needle, err);
-}
 
 static void test_validation_messages(void **state)
 {
@@ -1077,6 +1102,7 @@ int main(void)
         cmocka_unit_test(test_step_order),
         cmocka_unit_test(test_state_too_big),
         cmocka_unit_test(test_state_bytes),
+        cmocka_unit_test(test_accumulate),
         cmocka_unit_test(test_host_optimizer),
         cmocka_unit_test(test_host_optimizer_in_backward),
         cmocka_unit_test(test_device_groups_auto),

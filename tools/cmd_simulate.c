@@ -61,6 +61,8 @@ static void usage(FILE *f)
         "  --overflow-every N  a loss-scale overflow skips the update every N steps\n"
         "  --overflow-prob P   ... or with probability P per step\n"
         "  --validate-every K  a forward-only evaluation opens every K-th step\n"
+        "  --accumulate K      gradient accumulation across steps: the optimizer runs\n"
+        "                      every K-th step, the others add to the gradients\n"
         "  --layer-drop P      each layer is skipped with probability P per step\n"
         "  --moe-vary on|off   MoE tokens per expert change every step (off)\n"
         "  --seed N            of the seeded choices (1)\n"
@@ -127,6 +129,7 @@ static uint32_t *dim_of(const char *a, cham_model_config_t *m)
         {"--dp", offsetof(cham_model_config_t, dp)},
         {"--zero", offsetof(cham_model_config_t, zero)},
         {"--validate-every", offsetof(cham_model_config_t, validate_every)},
+        {"--accumulate", offsetof(cham_model_config_t, accumulate)},
     };
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         if (strcmp(a, dims[i].flag) == 0)
@@ -140,7 +143,7 @@ static const tool_opt_t opts[] = {
     {"--layers", true}, {"--hidden", true}, {"--ffn", true}, {"--heads", true},
     {"--kv-heads", true}, {"--vocab", true}, {"--experts", true}, {"--topk", true},
     {"--seq", true}, {"--mbs", true}, {"--gbs", true}, {"--tp", true}, {"--pp", true},
-    {"--dp", true}, {"--zero", true}, {"--validate-every", true}, {"--dtype", true},
+    {"--dp", true}, {"--zero", true}, {"--validate-every", true}, {"--accumulate", true}, {"--dtype", true},
     {"--flash", true}, {"--recompute", true}, {"--optimizer", true}, {"--moe-vary", true}, {"--overflow-every", true},
     {"--overflow-prob", true}, {"--layer-drop", true}, {"--seed", true}, {"--steps", true},
     {"--device", true}, {"--capacity", true}, {"--host-memory", true}, {"--trace", true},

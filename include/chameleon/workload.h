@@ -72,6 +72,10 @@ typedef struct cham_model_config {
     int64_t overflow_every;      /* a loss-scale overflow at steps k*n - 1 */
     double overflow_prob;        /* or with this probability per step (seeded) */
     uint32_t validate_every;     /* a forward-only evaluation opens steps k*n (k > 0) */
+    uint32_t accumulate;         /* gradient accumulation across steps: the optimizer
+                                    runs every accumulate-th step only, the others
+                                    add to the gradients (0, 1: every step; not with
+                                    host_optimizer or protrain) */
     double layer_drop;           /* probability that a layer is skipped (seeded) */
     bool moe_vary;               /* per-expert token counts change every step */
     uint64_t seed;
@@ -133,6 +137,7 @@ typedef struct cham_step_info {
     uint64_t ops;                /* ops dispatched */
     bool validated;              /* an evaluation ran first */
     bool overflow;               /* the optimizer step was skipped */
+    bool accumulated;            /* no optimizer: the gradients add up (accumulate) */
     uint32_t layers_dropped;     /* layers skipped in this step */
     uint64_t tokens_per_expert_max;   /* MoE: the busiest expert's tokens */
 } cham_step_info_t;
@@ -148,6 +153,8 @@ const char *cham_workload_last_error(const cham_workload_t *w);
  * decided (for tests and progress lines) without running anything. */
 bool cham_workload_overflows(const cham_model_config_t *m, uint64_t step);
 bool cham_workload_validates(const cham_model_config_t *m, uint64_t step);
+/* Whether step updates the weights (accumulate: every accumulate-th). */
+bool cham_workload_updates(const cham_model_config_t *m, uint64_t step);
 
 /* ---- running a workload under a strategy ---------------------------------*/
 

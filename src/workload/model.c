@@ -156,6 +156,9 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
         CHECK(c->swap_interval >= 1 || !c->n_swap, "model: protrain swap_interval must be at "
               "least 1 with swap blocks");
     }
+    CHECK(m->accumulate <= 1 || (!m->host_optimizer && !m->protrain),
+          "model: accumulate (%u) updates on the device: not with host_optimizer or protrain, "
+          "which update each group in the backward", m->accumulate);
     CHECK(!m->device_groups || m->host_optimizer,
           "model: device_groups (%u) is for the optimizer on the host (host_optimizer)",
           m->device_groups);
@@ -486,4 +489,9 @@ bool cham_workload_overflows(const cham_model_config_t *m, uint64_t step)
 bool cham_workload_validates(const cham_model_config_t *m, uint64_t step)
 {
     return m->validate_every > 0 && step > 0 && step % m->validate_every == 0;
+}
+
+bool cham_workload_updates(const cham_model_config_t *m, uint64_t step)
+{
+    return m->accumulate <= 1 || (step + 1) % m->accumulate == 0;
 }

@@ -148,7 +148,7 @@ static cham_status_t reduce(cham_workload_t *w, uint32_t g, uint32_t mb)
         TRY(wl_comm(w, OP_REDUCE_SCATTER, a, 2,
                     wl_gather_bytes(cham_tensor_bytes(full), w->m.dp), 0, false));
         wl_drop(w, &w->grad_temp[g]);
-    } else if (w->m.dp > 1 && mb + 1 == w->n_micro) {   /* once the sum is complete */
+    } else if (w->m.dp > 1 && mb + 1 == w->n_micro && w->update) {   /* once the sum is complete */
         wl_arg_t a = RW(w->grads[g]);
         TRY(wl_comm(w, OP_ALL_REDUCE, &a, 1,
                     wl_all_reduce_bytes(cham_tensor_bytes(w->grads[g]), w->m.dp), 0, false));
@@ -382,6 +382,7 @@ static cham_status_t send(cham_workload_t *w, cham_tensor_t **x)
 /* An evaluation micro-batch: forward only, nothing kept. */
 static cham_status_t evaluate(cham_workload_t *w)
 {
+    TRY(cham_phase(w->ctx, CHAM_PHASE_EVAL));
     cham_tensor_t *ids, *x;
     TRY(wl_embed_forward(w, false, &ids, &x));
     for (uint32_t l = 0; l < w->n_layers; l++) {
@@ -584,7 +585,8 @@ cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_in
     w->expert_max = 0;
     w->dropped = 0;
     bool val = cham_workload_validates(&w->m, step);
-    bool overflow = cham_workload_overflows(&w->m, step);
+    w->update = cham_workload_updates(&w->m, step);
+    bool overflow = w->update && cham_workload_overflows(&w->m, step);
     w->skip_update = overflow;
     w->backward = false;
     flight_t f = {.n_slots = w->m.pp < w->n_micro ? w->m.pp : w->n_micro};
@@ -600,7 +602,7 @@ cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_in
         st = schedule(w, &f);
     flight_drop(w, &f);
     if (st == CHAM_OK)
-        st = optimizer(w, overflow);
+        st = w->update ? optimizer(w, overflow) : CHAM_OK;   /* else the gradients add up */
     if (st == CHAM_OK)
         st = cham_step_end(w->ctx);
     if (st != CHAM_OK)
@@ -608,6 +610,7 @@ cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_in
     w->step++;
     if (info)
         *info = (cham_step_info_t){.ops = w->ops - ops, .validated = val, .overflow = overflow,
+                                   .accumulated = !w->update,
                                    .layers_dropped = w->dropped,
                                    .tokens_per_expert_max = w->expert_max};
     return CHAM_OK;

@@ -217,6 +217,7 @@ struct cham_workload {
     uint32_t queued[2], n_queued;
     bool backward;               /* the step's backward is running */
     bool skip_update;            /* this step's gradients overflow */
+    bool update;                 /* this step ends with the optimizer (accumulate) */
     wl_layer_params_t lp;        /* a layer's groups on this device */
     uint32_t n_micro;            /* micro-batches per step on this device */
     /* Per step. */
