@@ -156,7 +156,8 @@ static void test_defaults(void **state)
     assert_int_equal(c.memory_budget, 0);
     assert_true(c.oom_handling);
     assert_false(c.pytorch_record_stream);
-    assert_int_equal(c.policy_cache, 4);
+    assert_int_equal(c.policy_cache, 8);
+    assert_int_equal(c.class_trials, 3);
 
     char err[256] = "junk";
     assert_int_equal(cham_config_validate(&c, err, sizeof err), CHAM_OK);

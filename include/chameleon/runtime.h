@@ -94,7 +94,11 @@ typedef struct cham_config {
     bool pytorch_record_stream;  /* hand swapped-out blocks back PyTorch's way,
                                     by host event queries (false: after the
                                     op the policy names, no polling) */
-    uint32_t policy_cache;       /* policies kept per op sequence seen (4; 0 = off) */
+    uint32_t policy_cache;       /* sequence classes kept, each with its policy
+                                    (8; 0 = off: Algorithm 1 alone) */
+    uint32_t class_trials;       /* a class keeps the first trial with no passive
+                                    or on-demand swap, else the best of this many
+                                    (3; docs/profiler.md) */
     cham_planner_kind_t planner; /* CHAM_PLANNER_CHAMELEON */
     bool profiler;               /* the lightweight profiler: each step's op sequence
                                     and the stage machine (true; false needs the

@@ -49,7 +49,8 @@ cham_config_t cham_config_default(void)
     c.oom_handling = true;
     c.recompute = true;
     c.model_state = true;
-    c.policy_cache = 4;
+    c.policy_cache = 8;
+    c.class_trials = 3;
     c.profiler = true;
     return c;
 }
@@ -140,7 +141,8 @@ static const field_t fields[] = {
          "[0, 64TiB] bytes (0 = the device's capacity)"),
     PLAINF("oom_handling", oom_handling, K_BOOL),
     PLAINF("pytorch_record_stream", pytorch_record_stream, K_BOOL),
-    INTF("policy_cache", policy_cache, K_U32, 0, 1024, "[0, 1024] entries"),
+    INTF("policy_cache", policy_cache, K_U32, 0, 1024, "[0, 1024] classes"),
+    INTF("class_trials", class_trials, K_U32, 1, 1000, "[1, 1000] trials"),
     PLAINF("planner", planner, K_PLANNER),
     PLAINF("profiler", profiler, K_BOOL),
     PLAINF("recompute", recompute, K_BOOL),

@@ -16,6 +16,7 @@
  * sequence they were made for: a step whose sequence is like a cached one
  * (by the stage machine's own test) gets that policy back for the next
  * step and goes straight to Stable, instead of WarmUp and n more trials. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -168,10 +169,11 @@ static uint32_t trial_delay(size_t k)
     return k == 0 ? 0 : k >= 16 ? UINT32_C(1) << 15 : UINT32_C(1) << (k - 1);
 }
 
-/* A policy from the profile of the step that just ended; NULL (logged) if
+/* Trial k's policy from the profile of the step that just ended, with
+ * the planner reserve `reserve` (0: the default rule); NULL (logged) if
  * none can be made. A delay that leaves no policy falls back to none. */
-static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
-                             uint32_t *delay)
+static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile, size_t k,
+                             uint64_t reserve, uint32_t *delay)
 {
     cham_device_info_t info;
     cham_device_get_info(ctx->dev, &info);
@@ -186,20 +188,20 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     /* Trials alternate: recomputation planned against the ops' costs (the
      * first, third, fifth), and swaps alone as the paper plans them; the
      * step time decides (docs/executor.md). */
-    pc.recompute = ctx->config.recompute && ctx->n_trials % 2 == 0;
+    pc.recompute = ctx->config.recompute && k % 2 == 0;
     /* Among those, the first, fifth, ninth, ... issue their swap-ins as
      * early as memory allows, the third, seventh, ... as late as they can
      * still be done: the queues time the ops by their costs, and where the
      * step runs late of them only early copies stay hidden, while late ones
      * keep memory free longer (policy.md, "The copy queues"). */
-    pc.early_swap_in = pc.recompute && ctx->n_trials % 4 == 0;
+    pc.early_swap_in = pc.recompute && k % 4 == 0;
     /* The fifth, tenth, ... plan activations only, as the paper: model
      * state moved where it did not have to costs link time the replay can
      * misjudge, and measuring settles it (docs/executor.md). */
     pc.model_state = ctx->config.model_state && ctx->config.planner == CHAM_PLANNER_CHAMELEON &&
-                     ctx->n_trials % 5 != 4;
-    if (ctx->reserve)
-        pc.reserve = ctx->reserve;
+                     k % 5 != 4;
+    if (reserve)
+        pc.reserve = reserve;
     pc.free_delay_ops = *delay;
     cham_policy_t *policy = NULL;
     char err[400] = "";
@@ -239,7 +241,7 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     cham_context_log(ctx, "step %llu: policy %zu generated: %zu swaps and %zu recomputations, "
                      "blocks reused %u ops after their copies, predicted peak %llu of %llu "
                      "usable bytes, predicted step %.3f ms",
-                     (unsigned long long)ctx->number, ctx->n_trials + 1,
+                     (unsigned long long)ctx->number, k + 1,
                      plan->view.n_items - n_rc, n_rc, *delay,
                      (unsigned long long)plan->view.predicted_peak,
                      (unsigned long long)plan->view.usable,
@@ -247,107 +249,148 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     return plan;
 }
 
-/* Records how the step that applied the newest trial went. A complete
- * trial that needed passive swaps planned too close to the limit: the next
- * one gets twice the reserve (a partial one left them to passive swaps on
+/* Records in t how the step that applied it went. A complete trial that
+ * needed passive swaps planned too close to the limit: the next one gets
+ * twice the reserve (a partial one left them to passive swaps on
  * purpose). */
-static void measure_trial(cham_context_t *ctx, uint64_t step_ns)
+static void measure_trial(cham_context_t *ctx, cham_trial_t *t, size_t k, uint64_t step_ns,
+                          uint64_t *reserve)
 {
-    cham_trial_t *t = &ctx->trials[ctx->n_trials - 1];
     t->step_ns = step_ns;
     t->passive = ctx->step_passive;
     t->on_demand = ctx->step_on_demand;
     cham_context_log(ctx, "step %llu: policy %zu took %.3f ms (predicted %.3f ms from its "
                      "profile), %llu passive and %llu on-demand swaps",
-                     (unsigned long long)ctx->number, ctx->n_trials, (double)step_ns / 1e6,
+                     (unsigned long long)ctx->number, k + 1, (double)step_ns / 1e6,
                      (double)t->plan->view.predicted_step_ns / 1e6,
                      (unsigned long long)t->passive, (unsigned long long)t->on_demand);
     const cham_policy_view_t *p = &t->plan->view;
     if (t->passive && p->predicted_peak <= p->usable) {
-        uint64_t reserve = p->capacity - p->usable;
-        ctx->reserve = reserve < p->capacity / 4 ? 2 * reserve + 1 : p->capacity / 2;
+        uint64_t r = p->capacity - p->usable;
+        *reserve = r < p->capacity / 4 ? 2 * r + 1 : p->capacity / 2;
     }
 }
 
-static cham_plan_t *best_trial(cham_context_t *ctx)
+/* A trial that needed no passive or on-demand swap: its policy covered
+ * the step. */
+static bool clean(const cham_trial_t *t)
 {
-    cham_trial_t *best = NULL;
-    for (size_t i = 0; i < ctx->n_trials; i++) {
-        cham_trial_t *t = &ctx->trials[i];
-        if (t->step_ns && (!best || t->step_ns < best->step_ns))
+    return t->passive == 0 && t->on_demand == 0;
+}
+
+/* The fastest measured of n trials, a clean one if there is one (a policy
+ * that needed passive swaps in its trial may need more later, when the
+ * step's timing differs); NULL when none was measured. */
+static cham_plan_t *best_trial(cham_context_t *ctx, const cham_trial_t *trials, size_t n)
+{
+    const cham_trial_t *best = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const cham_trial_t *t = &trials[i];
+        if (t->step_ns && (!best || clean(t) > clean(best) ||
+                           (clean(t) == clean(best) && t->step_ns < best->step_ns)))
             best = t;
     }
     if (!best)
         return NULL;
     cham_context_log(ctx, "step %llu: kept policy %zu of %zu (reuse delay %u ops): %llu ns a "
                      "step, %llu passive and %llu on-demand swaps", (unsigned long long)ctx->number,
-                     (size_t)(best - ctx->trials) + 1, ctx->n_trials, best->free_delay,
+                     (size_t)(best - trials) + 1, n, best->free_delay,
                      (unsigned long long)best->step_ns, (unsigned long long)best->passive,
                      (unsigned long long)best->on_demand);
     return best->plan;
 }
 
-/* ---- the policy cache ---------------------------------------------------------*/
+/* ---- sequence classes -------------------------------------------------------*/
 
-static uint64_t fingerprint(const cham_op_token_t *seq, size_t len)
+/* The class c keeps plan from now on. */
+static void keep(cham_class_t *c, cham_plan_t *plan)
 {
-    uint64_t h = 0xcbf29ce484222325u;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (uint32_t)seq[i];
-        h *= 0x100000001b3u;
-    }
-    return h;
+    cham_plan_retain(plan);
+    cham_plan_release(c->kept);
+    c->kept = plan;
+    cham_class_drop_trials(c);
+    cham_plan_release(c->next_trial);
+    c->next_trial = NULL;
 }
 
-/* Would the stage machine count b as the same sequence as a? */
-static bool alike(const cham_context_t *ctx, const cham_op_token_t *a, size_t na,
-                  const cham_op_token_t *b, size_t nb)
+/* The step that ended was of class c; it ran class trial_class's trial
+ * (if any) and, when fresh, was profiled. Measures the trial when the
+ * prediction was right, keeps the first clean trial or the best of
+ * config.class_trials, and makes c's next trial from the profile. */
+static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile_t *fresh)
 {
-    size_t d = na > nb ? na - nb : nb - na;
-    if (nb == 0 || (double)d / (double)nb >= ctx->config.length_tolerance)
-        return false;
-    return cham_sequence_cosine(a, na, b, nb) > ctx->config.cosine_threshold;
+    cham_class_t *t = cham_class_by_id(ctx, ctx->trial_class);
+    ctx->trial_class = 0;
+    if (t && t != c) {
+        cham_context_log(ctx, "step %llu: was class %u, not the class %u predicted; its trial "
+                         "waits for its next step", (unsigned long long)ctx->number, c->id,
+                         t->id);
+    } else if (t && t->next_trial && ctx->synced_step_ns) {
+        cham_trial_t *v = cham_grow(c->trials, &c->cap_trials, c->n_trials + 1, sizeof *v, 4);
+        if (v) {
+            c->trials = v;
+            cham_trial_t *tr = &c->trials[c->n_trials++];
+            *tr = (cham_trial_t){.plan = c->next_trial, .free_delay = c->next_delay};
+            c->next_trial = NULL;
+            measure_trial(ctx, tr, c->n_trials - 1, ctx->synced_step_ns, &c->reserve);
+            if (clean(tr) || c->n_trials >= ctx->config.class_trials) {
+                cham_plan_t *best = best_trial(ctx, c->trials, c->n_trials);
+                if (best)
+                    keep(c, best);
+            }
+        }
+    }
+    if (fresh && !c->kept && !c->next_trial) {
+        c->next_delay = trial_delay(c->n_trials);
+        c->next_trial = generate(ctx, fresh, c->n_trials, c->reserve, &c->next_delay);
+    }
 }
 
-static cham_cached_plan_t *cache_find(cham_context_t *ctx, const cham_op_token_t *seq,
-                                      size_t len)
+/* The plan for the next step, from the class predicted for it: its kept
+ * policy (the stage becomes Stable), its trial (the step is profiled and
+ * timed alone), or none (profiled, to learn the class). */
+static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
+                                 cham_stage_t *to, bool *sync)
 {
-    uint64_t fp = fingerprint(seq, len);
-    for (size_t i = 0; i < ctx->n_cache; i++)
-        if (ctx->cache[i].fingerprint == fp && ctx->cache[i].len == len &&
-            memcmp(ctx->cache[i].seq, seq, len * sizeof *seq) == 0)
-            return &ctx->cache[i];
-    for (size_t i = 0; i < ctx->n_cache; i++)
-        if (alike(ctx, seq, len, ctx->cache[i].seq, ctx->cache[i].len))
-            return &ctx->cache[i];
-    return NULL;
-}
-
-static void cache_put(cham_context_t *ctx, const cham_op_token_t *seq, size_t len,
-                      cham_plan_t *plan)
-{
-    if (ctx->config.policy_cache == 0)
-        return;
-    cham_cached_plan_t *e = cache_find(ctx, seq, len);
-    if (!e && ctx->n_cache < ctx->config.policy_cache) {
-        if (!ctx->cache && !(ctx->cache = calloc(ctx->config.policy_cache, sizeof *ctx->cache)))
-            return;
-        e = &ctx->cache[ctx->n_cache++];
+    uint32_t context = 0;
+    cham_class_t *p = cham_class_predict(ctx, &context);
+    bool passing = !p && ctx->n_history >= 2;
+    if (passing) {
+        /* A sequence never followed before is taken for a passing change:
+         * the class before it comes back. */
+        p = cham_class_by_id(ctx, ctx->history[ctx->n_history - 2]);
     }
-    if (!e) {                     /* full: the least recently used goes */
-        e = &ctx->cache[0];
-        for (size_t i = 1; i < ctx->n_cache; i++)
-            if (ctx->cache[i].last_used < e->last_used)
-                e = &ctx->cache[i];
+    cham_plan_t *next = NULL;
+    char what[96];
+    if (p && p->kept) {
+        next = p->kept;
+        p->last_used = ctx->step;
+        *to = ctx->stages.stage = CHAM_STAGE_STABLE;
+        ctx->stats.policy_cache_hits += next != ctx->exec.plan;
+        snprintf(what, sizeof what, "its kept policy");
+    } else {
+        if (*to == CHAM_STAGE_STABLE)
+            *to = ctx->stages.stage = CHAM_STAGE_WARMUP;
+        ctx->profile_requested = true;
+        if (p && p->next_trial) {
+            next = p->next_trial;
+            ctx->trial_class = p->id;
+            *sync = !ctx->synced;     /* the trial is timed from an idle device */
+            snprintf(what, sizeof what, "its trial policy %zu, profiled", p->n_trials + 1);
+        } else {
+            snprintf(what, sizeof what, "no policy yet, profiled");
+        }
     }
-    cham_op_token_t *copy = malloc((len ? len : 1) * sizeof *copy);
-    if (!copy)
-        return;                   /* not kept: only a later WarmUp costs more */
-    memcpy(copy, seq, len * sizeof *seq);
-    free(e->seq);
-    cham_plan_release(e->plan);
-    *e = (cham_cached_plan_t){.seq = copy, .len = len, .fingerprint = fingerprint(seq, len),
-                              .last_used = ctx->step, .plan = cham_plan_retain(plan)};
+    char who[96];
+    if (!p)
+        snprintf(who, sizeof who, "none predicted");
+    else if (passing)
+        snprintf(who, sizeof who, "class %u again (a passing change)", p->id);
+    else
+        snprintf(who, sizeof who, "class %u (%u steps of context)", p->id, context);
+    cham_context_log(ctx, "step %llu was class %u (seen %u times); next step: %s: %s",
+                     (unsigned long long)ctx->number, c->id, c->seen, who, p ? what : "profiled");
+    return next;
 }
 
 /* ---- the step end -----------------------------------------------------------*/
@@ -387,7 +430,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         if (!ctx->static_planned && fresh && has_backward(&pv)) {
             ctx->static_planned = true;
             uint32_t delay = 0;
-            cham_plan_t *plan = generate(ctx, prof, &delay);
+            cham_plan_t *plan = generate(ctx, prof, 0, ctx->reserve, &delay);
             apply(ctx, plan);
             cham_plan_release(plan);
         } else if (!ctx->static_planned) {
@@ -396,15 +439,36 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         return;
     }
 
+    /* The step's class; a second one turns the loop to classes for good. */
+    bool created = false;
+    cham_class_t *c = ctx->config.policy_cache
+                          ? cham_class_of(ctx, ctx->seq, ctx->ops_in_step, &created)
+                          : NULL;
+    if (c) {
+        cham_class_seen(ctx, c);
+        if (created && ctx->n_classes > 1 && !ctx->class_mode) {
+            ctx->class_mode = true;
+            cham_context_log(ctx, "step %llu: a second op sequence (class %u): a policy per "
+                             "class from now on", (unsigned long long)ctx->number, c->id);
+        }
+    }
+    if (ctx->class_mode && *to == CHAM_STAGE_GENPOLICY) {
+        /* Per class, trials replace Algorithm 1's run of GenPolicy steps. */
+        *to = ctx->stages.stage = CHAM_STAGE_WARMUP;
+        ctx->stages.stable_steps = 0;
+    }
+
     if (from == CHAM_STAGE_GENPOLICY) {
         /* GenPolicy steps start and end with the device idle (dispatch.c):
          * each trial is timed alone. */
         if (ctx->n_trials && x->plan == ctx->trials[ctx->n_trials - 1].plan &&
             ctx->synced_step_ns)
-            measure_trial(ctx, ctx->synced_step_ns);
+            measure_trial(ctx, &ctx->trials[ctx->n_trials - 1], ctx->n_trials - 1,
+                          ctx->synced_step_ns, &ctx->reserve);
         if (*to == CHAM_STAGE_GENPOLICY) {
             uint32_t delay = trial_delay(ctx->n_trials);
-            cham_plan_t *plan = fresh ? generate(ctx, prof, &delay) : NULL;
+            cham_plan_t *plan =
+                fresh ? generate(ctx, prof, ctx->n_trials, ctx->reserve, &delay) : NULL;
             cham_trial_t *t = plan ? cham_grow(ctx->trials, &ctx->cap_trials, ctx->n_trials + 1,
                                                sizeof *t, 8) : NULL;
             if (t) {
@@ -415,26 +479,23 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
             }
             next = t ? plan : NULL;
         } else if (*to == CHAM_STAGE_STABLE) {
-            next = best_trial(ctx);
+            next = best_trial(ctx, ctx->trials, ctx->n_trials);
             if (!next)
                 cham_context_log(ctx, "step %llu: Stable without a policy: none could be made; "
                                  "memory is made by passive swaps", (unsigned long long)ctx->number);
-            else
-                cache_put(ctx, ctx->seq, ctx->ops_in_step, next);
+            else if (c)
+                keep(c, next);
         }
     }
-    if (*to == CHAM_STAGE_WARMUP) {
-        /* With the cache, a change seen in Stable is taken for a passing one
-         * (a validation step, a skipped update): the kept policy stays for
-         * one more step, the step that shows whether the old sequence is
-         * back. Without the cache, or if it stays away, WarmUp has none. */
-        bool passing = ctx->config.policy_cache && from == CHAM_STAGE_STABLE && x->plan;
-        next = passing ? x->plan : NULL;
-        cham_cached_plan_t *e = ctx->config.policy_cache
-                                    ? cache_find(ctx, ctx->seq, ctx->ops_in_step) : NULL;
-        if (e) {
-            e->last_used = ctx->step;
-            next = e->plan;
+    bool sync = false;
+    if (ctx->class_mode && *to != CHAM_STAGE_GENPOLICY && c) {
+        class_learn(ctx, c, fresh ? prof : NULL);
+        next = class_choose(ctx, c, to, &sync);
+    } else if (*to == CHAM_STAGE_WARMUP) {
+        /* One class so far: a change is Algorithm 1's, and WarmUp has no
+         * policy, unless the sequence is one whose policy was kept. */
+        next = c && c->kept ? c->kept : NULL;
+        if (next) {
             ctx->stages.stage = CHAM_STAGE_STABLE;
             *to = CHAM_STAGE_STABLE;
             ctx->stats.policy_cache_hits++;
@@ -445,6 +506,11 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
     if (*to != CHAM_STAGE_GENPOLICY)
         cham_plan_retain(next);    /* trials_clear may drop the last reference */
     apply(ctx, next);
+    if (sync) {                   /* after the policy's pinned memory, as dispatch.c does */
+        cham_device_synchronize(ctx->dev);
+        ctx->synced = true;
+        ctx->last_sync_ns = cham_device_host_time(ctx->dev);
+    }
     if (*to != CHAM_STAGE_GENPOLICY) {
         cham_plan_release(next);
         trials_clear(ctx);
@@ -462,11 +528,7 @@ void cham_loop_free(cham_context_t *ctx)
     apply(ctx, NULL);
     trials_clear(ctx);
     free(ctx->trials);
-    for (size_t i = 0; i < ctx->n_cache; i++) {
-        free(ctx->cache[i].seq);
-        cham_plan_release(ctx->cache[i].plan);
-    }
-    free(ctx->cache);
+    cham_classes_free(ctx);
     free(ctx->exec.storage_of);
     free(ctx->exec.carried);
     free(ctx->exec.pending);

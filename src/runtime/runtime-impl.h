@@ -151,14 +151,25 @@ typedef struct cham_trial {
     uint64_t passive, on_demand;  /* swaps the plan did not foresee */
 } cham_trial_t;
 
-/* A kept policy with the op sequence it was made for. */
-typedef struct cham_cached_plan {
-    cham_op_token_t *seq;
+/* A sequence class (classes.c; docs/profiler.md, "Sequence classes"): a
+ * recurring op sequence, its kept policy and, until it has one, the trials
+ * made from its own profiles. */
+typedef struct cham_class {
+    uint32_t id;                  /* unique for the context's life, from 1 */
+    cham_op_token_t *seq;         /* the sequence it was first seen with */
     size_t len;
     uint64_t fingerprint;
-    uint64_t last_used;           /* step; the oldest is evicted */
-    cham_plan_t *plan;
-} cham_cached_plan_t;
+    uint64_t last_used;           /* step; the least recently used is evicted */
+    uint32_t seen;                /* its steps so far */
+    cham_plan_t *kept;            /* applied whenever it comes */
+    cham_plan_t *next_trial;      /* made from its last profile, tried next time */
+    uint32_t next_delay;          /* that trial's free_delay_ops */
+    cham_trial_t *trials;         /* tried and measured */
+    size_t n_trials, cap_trials;
+    uint64_t reserve;             /* its planner reserve, as ctx->reserve */
+} cham_class_t;
+
+enum { CHAM_CLASS_HISTORY = 64 };   /* classes of the last steps, for prediction */
 
 /* A storage away across the step's end (an item that wraps): it comes
  * back when op `op` of this step begins. */
@@ -240,8 +251,13 @@ struct cham_context {
     bool static_planned;          /* a baseline's one policy has been made */
     uint64_t synced_step_ns;      /* the step that ended, idle to idle, or 0 */
     uint64_t step_passive, step_on_demand;  /* this step's unplanned swaps */
-    cham_cached_plan_t *cache;    /* config.policy_cache entries */
-    size_t n_cache;
+    cham_class_t *classes;        /* config.policy_cache entries */
+    size_t n_classes;
+    uint32_t next_class_id;
+    uint32_t history[CHAM_CLASS_HISTORY];   /* class ids of the last steps */
+    size_t n_history;
+    bool class_mode;              /* two classes or more seen: per-class policies */
+    uint32_t trial_class;         /* the class whose trial runs this step, 0: none */
     cham_runtime_stats_t stats;
 
     cham_step_hook_t step_hook;
@@ -362,6 +378,22 @@ void cham_plan_release(cham_plan_t *plan);
 void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to);
 /* loop.c: a baseline planner (one policy from the first step, kept). */
 bool cham_loop_static(const cham_context_t *ctx);
+
+/* classes.c: the class of a step's sequence, made when none is alike
+ * (evicting the least recently used beyond config.policy_cache; *created
+ * says so); NULL when the host is out of memory. */
+cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, size_t len,
+                            bool *created);
+/* Counts a step of class c and adds it to the history. */
+void cham_class_seen(cham_context_t *ctx, cham_class_t *c);
+/* The class the next step should be: what most often followed the earlier
+ * runs of classes equal to the last ones, the longest such run that
+ * occurred before (*context its length); NULL when none did. */
+cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context);
+cham_class_t *cham_class_by_id(cham_context_t *ctx, uint32_t id);
+/* Forgets c's trials (releasing their plans). */
+void cham_class_drop_trials(cham_class_t *c);
+void cham_classes_free(cham_context_t *ctx);
 /* loop.c: frees the trials, the cache and the plans. */
 void cham_loop_free(cham_context_t *ctx);
 /* dispatch.c: the memory sample a swap happening now changes. */

@@ -1,0 +1,162 @@
+/* Sequence classes (docs/profiler.md, "Sequence classes"): the recurring
+ * op sequences of a loop that changes every few steps (gradient
+ * accumulation, an evaluation every k steps, skipped updates), each with
+ * its own policy, and a prediction of the next step's class from the
+ * history of classes. The loop (loop.c) decides what to apply. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/assert.h"
+#include "runtime/runtime-impl.h"
+
+enum { CONTEXT_MAX = 16 };       /* the longest run of classes matched */
+
+static uint64_t fingerprint(const cham_op_token_t *seq, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325u;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (uint32_t)seq[i];
+        h *= 0x100000001b3u;
+    }
+    return h;
+}
+
+/* Would the stage machine count b as the same sequence as a? */
+static bool alike(const cham_context_t *ctx, const cham_op_token_t *a, size_t na,
+                  const cham_op_token_t *b, size_t nb)
+{
+    size_t d = na > nb ? na - nb : nb - na;
+    if (nb == 0 || (double)d / (double)nb >= ctx->config.length_tolerance)
+        return false;
+    return cham_sequence_cosine(a, na, b, nb) > ctx->config.cosine_threshold;
+}
+
+/* The same sequence first, else one alike (the most recently used). */
+static cham_class_t *find(cham_context_t *ctx, const cham_op_token_t *seq, size_t len)
+{
+    uint64_t fp = fingerprint(seq, len);
+    for (size_t i = 0; i < ctx->n_classes; i++) {
+        cham_class_t *c = &ctx->classes[i];
+        if (c->fingerprint == fp && c->len == len &&
+            memcmp(c->seq, seq, len * sizeof *seq) == 0)
+            return c;
+    }
+    cham_class_t *best = NULL;
+    for (size_t i = 0; i < ctx->n_classes; i++) {
+        cham_class_t *c = &ctx->classes[i];
+        if ((!best || c->last_used > best->last_used) && alike(ctx, seq, len, c->seq, c->len))
+            best = c;
+    }
+    return best;
+}
+
+void cham_class_drop_trials(cham_class_t *c)
+{
+    for (size_t i = 0; i < c->n_trials; i++)
+        cham_plan_release(c->trials[i].plan);
+    c->n_trials = 0;
+}
+
+static void forget(cham_class_t *c)
+{
+    cham_class_drop_trials(c);
+    free(c->trials);
+    free(c->seq);
+    cham_plan_release(c->kept);
+    cham_plan_release(c->next_trial);
+    memset(c, 0, sizeof *c);
+}
+
+cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, size_t len,
+                            bool *created)
+{
+    *created = false;
+    cham_class_t *c = find(ctx, seq, len);
+    if (c)
+        return c;
+    uint32_t cap = ctx->config.policy_cache;
+    CHAM_ASSERT(cap > 0);
+    if (!ctx->classes && !(ctx->classes = calloc(cap, sizeof *ctx->classes)))
+        return NULL;
+    cham_op_token_t *copy = malloc((len ? len : 1) * sizeof *copy);
+    if (!copy)
+        return NULL;
+    memcpy(copy, seq, len * sizeof *seq);
+    if (ctx->n_classes < cap) {
+        c = &ctx->classes[ctx->n_classes++];
+    } else {                      /* full: the least recently used goes */
+        c = &ctx->classes[0];
+        for (size_t i = 1; i < ctx->n_classes; i++)
+            if (ctx->classes[i].last_used < c->last_used)
+                c = &ctx->classes[i];
+        cham_context_log(ctx, "step %llu: class %u forgotten (least recently used of %u)",
+                         (unsigned long long)ctx->number, c->id, cap);
+        forget(c);
+    }
+    *c = (cham_class_t){.id = ++ctx->next_class_id, .seq = copy, .len = len,
+                        .fingerprint = fingerprint(seq, len), .last_used = ctx->step};
+    *created = true;
+    return c;
+}
+
+void cham_class_seen(cham_context_t *ctx, cham_class_t *c)
+{
+    c->seen++;
+    c->last_used = ctx->step;
+    if (ctx->n_history == CHAM_CLASS_HISTORY) {     /* keep the newer half */
+        size_t half = CHAM_CLASS_HISTORY / 2;
+        memmove(ctx->history, ctx->history + half, half * sizeof *ctx->history);
+        ctx->n_history = half;
+    }
+    ctx->history[ctx->n_history++] = c->id;
+}
+
+cham_class_t *cham_class_by_id(cham_context_t *ctx, uint32_t id)
+{
+    for (size_t i = 0; id && i < ctx->n_classes; i++)
+        if (ctx->classes[i].id == id)
+            return &ctx->classes[i];
+    return NULL;
+}
+
+cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context)
+{
+    const uint32_t *h = ctx->history;
+    size_t n = ctx->n_history;
+    size_t longest = n > CONTEXT_MAX ? CONTEXT_MAX : n ? n - 1 : 0;
+    for (size_t len = longest; len >= 1; len--) {
+        /* Every earlier run h[end - len + 1 .. end] equal to the last len
+         * classes votes for what came after it; the most votes win, the
+         * latest on a tie (the newest run is seen first). */
+        uint32_t ids[CHAM_CLASS_HISTORY], votes[CHAM_CLASS_HISTORY];
+        size_t k = 0;
+        for (size_t end = n - 1; end-- >= len;) {
+            if (memcmp(h + end + 1 - len, h + n - len, len * sizeof *h) != 0)
+                continue;
+            size_t i = 0;
+            while (i < k && ids[i] != h[end + 1])
+                i++;
+            if (i == k)
+                ids[k++] = h[end + 1], votes[i] = 0;
+            votes[i]++;
+        }
+        size_t best = k;
+        for (size_t i = 0; i < k; i++)
+            if (cham_class_by_id(ctx, ids[i]) && (best == k || votes[i] > votes[best]))
+                best = i;
+        if (best < k) {
+            *context = (uint32_t)len;
+            return cham_class_by_id(ctx, ids[best]);
+        }
+    }
+    return NULL;
+}
+
+void cham_classes_free(cham_context_t *ctx)
+{
+    for (size_t i = 0; i < ctx->n_classes; i++)
+        forget(&ctx->classes[i]);
+    free(ctx->classes);
+    ctx->classes = NULL;
+    ctx->n_classes = 0;
+}

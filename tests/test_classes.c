@@ -1,0 +1,164 @@
+/* Sequence classes (src/runtime/classes.c, issue 19) on synthetic op-token
+ * sequences: a step's class by its sequence (the same, or alike by the
+ * stage machine's test), a longer sequence a class of its own, the next
+ * class predicted from the history of interleaved classes, and the least
+ * recently used class forgotten when there are more than the cache keeps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "runtime/runtime-impl.h"
+
+enum { LEN = 200 };
+
+/* A training step of 200 ops: tokens 0..9 repeated. */
+static void train_seq(cham_op_token_t *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        s[i] = (cham_op_token_t)(i % 10);
+}
+
+static void silent(const char *line, void *user)
+{
+    (void)line;
+    (void)user;
+}
+
+static cham_context_t *open_ctx(uint32_t classes)
+{
+    cham_config_t c = cham_config_default();
+    c.policy_cache = classes;
+    cham_context_t *ctx = NULL;
+    if (cham_context_new(&c, &ctx) != CHAM_OK)
+        fail_msg("context: %s", cham_context_last_error(NULL));
+    cham_context_set_log(ctx, silent, NULL);
+    return ctx;
+}
+
+/* One step of sequence seq: its class, counted and in the history. */
+static cham_class_t *see(cham_context_t *ctx, const cham_op_token_t *seq, size_t len)
+{
+    bool created;
+    cham_class_t *c = cham_class_of(ctx, seq, len, &created);
+    assert_non_null(c);
+    cham_class_seen(ctx, c);
+    ctx->step++;
+    return c;
+}
+
+static void test_same_alike_and_longer(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(8);
+    cham_op_token_t a[LEN + 40], b[LEN];
+    train_seq(a, LEN);
+    uint32_t id = see(ctx, a, LEN)->id;
+    assert_int_equal(see(ctx, a, LEN)->id, id);              /* the same */
+    memcpy(b, a, sizeof b);
+    b[100] = 77;                                              /* one op differs: alike */
+    assert_int_equal(see(ctx, b, LEN)->id, id);
+    train_seq(a, LEN + 40);                                   /* 20% longer: its own */
+    cham_class_t *longer = see(ctx, a, LEN + 40);
+    assert_true(longer->id != id);
+    assert_int_equal(longer->seen, 1);
+    assert_int_equal(cham_class_by_id(ctx, id)->seen, 3);
+    cham_context_free(ctx);
+}
+
+/* Three classes, period 5: T T T V U (training, evaluation, an update
+ * skipped). After one period each next class is predicted right, the
+ * three training steps told apart by the classes before them. */
+static void test_prediction_interleaved(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(8);
+    cham_op_token_t t[LEN], v[LEN / 3], u[LEN - 20];
+    train_seq(t, LEN);
+    train_seq(v, LEN / 3);
+    train_seq(u, LEN - 20);
+    const cham_op_token_t *seqs[] = {t, v, u};
+    const size_t lens[] = {LEN, LEN / 3, LEN - 20};
+    const int period[] = {0, 0, 0, 1, 2};
+    uint32_t ids[3] = {0};
+    int right = 0;
+    for (int s = 0; s < 40; s++) {
+        int k = period[s % 5];
+        uint32_t context = 0;
+        cham_class_t *predicted = cham_class_predict(ctx, &context);
+        cham_class_t *c = see(ctx, seqs[k], lens[k]);
+        if (!ids[k])
+            ids[k] = c->id;
+        assert_int_equal(c->id, ids[k]);
+        if (s >= 8) {                  /* past the first period and a half */
+            assert_non_null(predicted);
+            assert_int_equal(predicted->id, c->id);
+            right++;
+        }
+    }
+    assert_int_equal(right, 32);
+    assert_true(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+    cham_context_free(ctx);
+}
+
+/* A one-off change: the most frequent successor wins over the latest. */
+static void test_prediction_votes(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(8);
+    cham_op_token_t t[LEN], v[LEN / 3];
+    train_seq(t, LEN);
+    train_seq(v, LEN / 3);
+    for (int s = 0; s < 10; s++)
+        see(ctx, t, LEN);
+    cham_class_t *once = see(ctx, v, LEN / 3);
+    uint32_t context = 7;
+    assert_null(cham_class_predict(ctx, &context));          /* never followed before */
+    cham_class_t *train = see(ctx, t, LEN);
+    cham_class_t *next = cham_class_predict(ctx, &context);
+    assert_non_null(next);
+    assert_int_equal(next->id, train->id);                    /* 9 votes against 1 */
+    assert_true(once->id != train->id);
+    cham_context_free(ctx);
+}
+
+/* Four classes through a cache of three: the least recently used goes,
+ * and the history no longer predicts it. */
+static void test_eviction(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(3);
+    cham_op_token_t s[4][LEN];
+    for (int k = 0; k < 4; k++)
+        for (size_t i = 0; i < LEN; i++)
+            s[k][i] = (cham_op_token_t)(k * 100 + (int)(i % 7));
+    uint32_t first = see(ctx, s[0], LEN)->id;
+    see(ctx, s[1], LEN);
+    see(ctx, s[2], LEN);
+    see(ctx, s[1], LEN);
+    see(ctx, s[2], LEN);
+    assert_int_equal(ctx->n_classes, 3);
+    uint32_t fourth = see(ctx, s[3], LEN)->id;
+    assert_int_equal(ctx->n_classes, 3);
+    assert_null(cham_class_by_id(ctx, first));               /* the least recently used */
+    assert_non_null(cham_class_by_id(ctx, fourth));
+    cham_class_t *again = see(ctx, s[0], LEN);                /* back: a new class */
+    assert_true(again->id != first);
+    assert_int_equal(again->seen, 1);
+    cham_context_free(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_alike_and_longer),
+        cmocka_unit_test(test_prediction_interleaved),
+        cmocka_unit_test(test_prediction_votes),
+        cmocka_unit_test(test_eviction),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
