@@ -132,13 +132,14 @@ static void test_policy_cache(void **state)
     exp_result_t r;
     run("policy-cache", &r);
     const exp_table_t *t = &r.tables[0];
-    /* A validation no longer sends Chameleon through WarmUp and GenPolicy
-     * again: the kept policy comes back. (Whether that is faster depends on
-     * how good the kept policy is: docs/experiments.md.) */
+    /* Validating every 7 steps, Algorithm 1 alone never reaches Stable;
+     * with classes nearly every step after the 50th runs Stable (issue 19:
+     * 95%). (Whether that is faster depends on how good the kept policies
+     * are: docs/experiments.md.) */
     assert_true(exp_table_get(t, "on", "steps in WarmUp") <
                 exp_table_get(t, "off", "steps in WarmUp"));
-    assert_true(exp_table_get(t, "on", "steps in GenPolicy") <
-                exp_table_get(t, "off", "steps in GenPolicy"));
+    assert_true(exp_table_get(t, "on", "Stable after step 50 %") >= 95);
+    assert_true(exp_table_get(t, "off", "Stable after step 50 %") < 50);
     exp_result_free(&r);
 }
 
