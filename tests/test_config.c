@@ -157,7 +157,7 @@ static void test_defaults(void **state)
     assert_true(c.oom_handling);
     assert_false(c.pytorch_record_stream);
     assert_int_equal(c.policy_cache, 8);
-    assert_int_equal(c.class_trials, 3);
+    assert_int_equal(c.class_trials, 2);
 
     char err[256] = "junk";
     assert_int_equal(cham_config_validate(&c, err, sizeof err), CHAM_OK);

@@ -71,6 +71,7 @@ checks_page() {
     has "$p-summary-slowdown" "$summary" '<th>Slowdown against unlimited memory</th><td>[+-][0-9]+\.[0-9] %</td>'
     has "$p-summary-swapped" "$summary" '<th>Swapped per step \(out and in\)</th><td>[0-9.]+ (MiB|GiB)</td>'
     has "$p-memory-capacity" "$(figure memory-curve "$html")" '>capacity</text>'
+    has "$p-stage-validation" "$html" '<td>10</td><td>training, with validation</td>'
     hasnt "$p-no-loss" "$html" '<figure id="loss">'
   else
     has "$p-summary-val-loss" "$summary" '<th>Final validation loss</th><td>[0-9]+\.[0-9]{4}</td>'
@@ -80,6 +81,7 @@ checks_page() {
     has "$p-loss-series" "$(figure loss "$html")" '>validation</text>'
     has "$p-memory-budget" "$(figure memory-curve "$html")" '>budget</text>'
     hasnt "$p-memory-no-capacity" "$(figure memory-curve "$html")" '>capacity</text>'
+    has "$p-stage-validation" "$html" '<td>[0-9]+</td><td>validation</td><td>[A-Za-z]+</td><td>[A-Za-z]+</td>'
   fi
 }
 

@@ -141,10 +141,16 @@ cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context)
             votes[i]++;
         }
         size_t best = k;
-        for (size_t i = 0; i < k; i++)
+        uint32_t total = 0;
+        for (size_t i = 0; i < k; i++) {
+            total += votes[i];
             if (cham_class_by_id(ctx, ids[i]) && (best == k || votes[i] > votes[best]))
                 best = i;
-        if (best < k) {
+        }
+        /* A longer run decides only when it has been followed by that class
+         * twice, and in most of its occurrences: otherwise the match may be
+         * chance, and a shorter run, seen more often, decides. */
+        if (best < k && (len == 1 || (votes[best] >= 2 && 2 * votes[best] > total))) {
             *context = (uint32_t)len;
             return cham_class_by_id(ctx, ids[best]);
         }

@@ -50,7 +50,7 @@ cham_config_t cham_config_default(void)
     c.recompute = true;
     c.model_state = true;
     c.policy_cache = 8;
-    c.class_trials = 3;
+    c.class_trials = 2;
     c.profiler = true;
     return c;
 }

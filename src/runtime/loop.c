@@ -278,18 +278,22 @@ static bool clean(const cham_trial_t *t)
     return t->passive == 0 && t->on_demand == 0;
 }
 
-/* The fastest measured of n trials, a clean one if there is one (a policy
- * that needed passive swaps in its trial may need more later, when the
- * step's timing differs); NULL when none was measured. */
+/* The fastest measured of n trials, or the fastest clean one when it is
+ * within 10% of that (a policy that needed passive swaps in its trial may
+ * need more later, when the step's timing differs; but a clean one much
+ * slower is no bargain); NULL when none was measured. */
 static cham_plan_t *best_trial(cham_context_t *ctx, const cham_trial_t *trials, size_t n)
 {
-    const cham_trial_t *best = NULL;
+    const cham_trial_t *best = NULL, *best_clean = NULL;
     for (size_t i = 0; i < n; i++) {
         const cham_trial_t *t = &trials[i];
-        if (t->step_ns && (!best || clean(t) > clean(best) ||
-                           (clean(t) == clean(best) && t->step_ns < best->step_ns)))
+        if (t->step_ns && (!best || t->step_ns < best->step_ns))
             best = t;
+        if (t->step_ns && clean(t) && (!best_clean || t->step_ns < best_clean->step_ns))
+            best_clean = t;
     }
+    if (best_clean && (double)best_clean->step_ns <= 1.1 * (double)best->step_ns)
+        best = best_clean;
     if (!best)
         return NULL;
     cham_context_log(ctx, "step %llu: kept policy %zu of %zu (reuse delay %u ops): %llu ns a "
@@ -315,8 +319,8 @@ static void keep(cham_class_t *c, cham_plan_t *plan)
 
 /* The step that ended was of class c; it ran class trial_class's trial
  * (if any) and, when fresh, was profiled. Measures the trial when the
- * prediction was right, keeps the first clean trial or the best of
- * config.class_trials, and makes c's next trial from the profile. */
+ * prediction was right, keeps the best of config.class_trials (a clean
+ * one first), and makes c's next trial from the profile. */
 static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile_t *fresh)
 {
     cham_class_t *t = cham_class_by_id(ctx, ctx->trial_class);
@@ -333,7 +337,7 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
             *tr = (cham_trial_t){.plan = c->next_trial, .free_delay = c->next_delay};
             c->next_trial = NULL;
             measure_trial(ctx, tr, c->n_trials - 1, ctx->synced_step_ns, &c->reserve);
-            if (clean(tr) || c->n_trials >= ctx->config.class_trials) {
+            if (c->n_trials >= ctx->config.class_trials) {
                 cham_plan_t *best = best_trial(ctx, c->trials, c->n_trials);
                 if (best)
                     keep(c, best);
@@ -439,17 +443,29 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         return;
     }
 
-    /* The step's class; a second one turns the loop to classes for good. */
+    /* The step's class; a second one that recurs (a one-off, the first
+     * step or a rare evaluation, does not) turns the loop to classes for
+     * good. */
     bool created = false;
     cham_class_t *c = ctx->config.policy_cache
                           ? cham_class_of(ctx, ctx->seq, ctx->ops_in_step, &created)
                           : NULL;
     if (c) {
         cham_class_seen(ctx, c);
-        if (created && ctx->n_classes > 1 && !ctx->class_mode) {
+        size_t recurring = 0, kept = 0;
+        for (size_t i = 0; i < ctx->n_classes; i++) {
+            recurring += ctx->classes[i].seen >= 2;
+            kept += ctx->classes[i].kept != NULL;
+        }
+        /* Where Algorithm 1 keeps finding Stable (a change now and then, a
+         * policy kept), it stays: classes are for loops it cannot settle. */
+        uint64_t settle = 2 * ((uint64_t)ctx->config.warmup_steps +
+                               ctx->config.genpolicy_steps + 2);
+        bool unsettled = !kept || ctx->step > ctx->last_stable_step + settle;
+        if (recurring >= 2 && unsettled && !ctx->class_mode) {
             ctx->class_mode = true;
-            cham_context_log(ctx, "step %llu: a second op sequence (class %u): a policy per "
-                             "class from now on", (unsigned long long)ctx->number, c->id);
+            cham_context_log(ctx, "step %llu: a second op sequence recurs (class %u): a policy "
+                             "per class from now on", (unsigned long long)ctx->number, c->id);
         }
     }
     if (ctx->class_mode && *to == CHAM_STAGE_GENPOLICY) {
@@ -492,10 +508,14 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         class_learn(ctx, c, fresh ? prof : NULL);
         next = class_choose(ctx, c, to, &sync);
     } else if (*to == CHAM_STAGE_WARMUP) {
-        /* One class so far: a change is Algorithm 1's, and WarmUp has no
-         * policy, unless the sequence is one whose policy was kept. */
-        next = c && c->kept ? c->kept : NULL;
-        if (next) {
+        /* One recurring class so far: a change is Algorithm 1's, and WarmUp
+         * has no policy, unless the sequence is one whose policy was kept.
+         * A change seen in Stable is taken for a passing one: the kept
+         * policy stays for the one step that shows whether the old
+         * sequence is back. */
+        next = from == CHAM_STAGE_STABLE && c ? x->plan : NULL;
+        if (c && c->kept) {
+            next = c->kept;
             ctx->stages.stage = CHAM_STAGE_STABLE;
             *to = CHAM_STAGE_STABLE;
             ctx->stats.policy_cache_hits++;
@@ -503,6 +523,8 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
                              "applied again", (unsigned long long)ctx->number);
         }
     }
+    if (*to == CHAM_STAGE_STABLE)
+        ctx->last_stable_step = ctx->step;
     if (*to != CHAM_STAGE_GENPOLICY)
         cham_plan_retain(next);    /* trials_clear may drop the last reference */
     apply(ctx, next);

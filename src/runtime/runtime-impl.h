@@ -256,7 +256,8 @@ struct cham_context {
     uint32_t next_class_id;
     uint32_t history[CHAM_CLASS_HISTORY];   /* class ids of the last steps */
     size_t n_history;
-    bool class_mode;              /* two classes or more seen: per-class policies */
+    bool class_mode;              /* per-class policies (loop.c says when) */
+    uint64_t last_stable_step;    /* ctx->step when a step last ended Stable */
     uint32_t trial_class;         /* the class whose trial runs this step, 0: none */
     cham_runtime_stats_t stats;
 
@@ -388,7 +389,9 @@ cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, siz
 void cham_class_seen(cham_context_t *ctx, cham_class_t *c);
 /* The class the next step should be: what most often followed the earlier
  * runs of classes equal to the last ones, the longest such run that
- * occurred before (*context its length); NULL when none did. */
+ * occurred before (for runs of two or more: followed by that class at
+ * least twice and in most of its occurrences; *context its length); NULL
+ * when none did. */
 cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context);
 cham_class_t *cham_class_by_id(cham_context_t *ctx, uint32_t id);
 /* Forgets c's trials (releasing their plans). */
