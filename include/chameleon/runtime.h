@@ -96,9 +96,10 @@ typedef struct cham_config {
                                     op the policy names, no polling) */
     uint32_t policy_cache;       /* sequence classes kept, each with its policy
                                     (8; 0 = off: Algorithm 1 alone) */
-    uint32_t class_trials;       /* a class keeps the first trial with no passive
-                                    or on-demand swap, else the best of this many
-                                    (3; docs/profiler.md) */
+    uint32_t class_trials;       /* a class keeps the fastest of this many trials,
+                                    or the fastest clean one (no passive or
+                                    on-demand swap) within 10% of it (2;
+                                    docs/executor.md) */
     cham_planner_kind_t planner; /* CHAM_PLANNER_CHAMELEON */
     bool profiler;               /* the lightweight profiler: each step's op sequence
                                     and the stage machine (true; false needs the
