@@ -38,36 +38,20 @@ cham_block_mode_t wl_block_mode(const cham_workload_t *w, uint32_t l)
 
 cham_status_t wl_chunks_new(cham_workload_t *w)
 {
-    size_t n = w->n_groups;
-    w->ev_fetch = calloc(n, sizeof *w->ev_fetch);
-    w->ev_update = calloc(n, sizeof *w->ev_update);
-    w->chunk_used = calloc(n, sizeof *w->chunk_used);
-    if (!w->ev_fetch || !w->ev_update || !w->chunk_used)
+    w->chunk_used = calloc(w->n_groups, sizeof *w->chunk_used);
+    if (!w->chunk_used)
         return CHAM_ERR_HOST_OOM;
-    for (uint32_t g = 0; g < n; g++) {
+    for (uint32_t g = 0; g < w->n_groups; g++) {
         uint64_t bytes = w->group_params[g] * cham_dtype_size(w->m.dtype);
         if (wl_on_host(w, g) && bytes > w->chunk_buffer)
             w->chunk_buffer = bytes;
     }
-    /* Recorded once at the start, so that the first fetch waits for nothing. */
-    cham_status_t st = CHAM_OK;
-    for (size_t g = 0; st == CHAM_OK && g < n; g++)
-        if ((st = cham_event_new(w->dev, &w->ev_fetch[g])) == CHAM_OK &&
-            (st = cham_event_new(w->dev, &w->ev_update[g])) == CHAM_OK)
-            st = cham_event_record(w->ev_update[g], w->host);
-    return st;
+    return wl_events_new(w, &w->ev_fetch);
 }
 
 void wl_chunks_free(cham_workload_t *w)
 {
-    for (size_t g = 0; g < w->n_groups; g++) {
-        if (w->ev_fetch)
-            cham_event_free(w->ev_fetch[g]);
-        if (w->ev_update)
-            cham_event_free(w->ev_update[g]);
-    }
-    free(w->ev_fetch);
-    free(w->ev_update);
+    wl_events_free(w, &w->ev_fetch);
     free(w->chunk_used);
 }
 

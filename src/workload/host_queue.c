@@ -23,32 +23,18 @@ enum { QUEUED_MAX = 2 };         /* updates on the host stream not known done */
 
 cham_status_t wl_host_queue_new(cham_workload_t *w)
 {
-    size_t n = w->n_groups;
-    w->sent = calloc(n, sizeof *w->sent);
-    w->pending = calloc(n, sizeof *w->pending);
-    w->ev_grad = calloc(n, sizeof *w->ev_grad);
-    w->ev_adam = calloc(n, sizeof *w->ev_adam);
-    if (!w->sent || !w->pending || !w->ev_grad || !w->ev_adam)
+    w->sent = calloc(w->n_groups, sizeof *w->sent);
+    w->pending = calloc(w->n_groups, sizeof *w->pending);
+    if (!w->sent || !w->pending)
         return CHAM_ERR_HOST_OOM;
-    cham_status_t st = CHAM_OK;
-    for (size_t g = 0; st == CHAM_OK && g < n; g++)
-        if ((st = cham_event_new(w->dev, &w->ev_grad[g])) == CHAM_OK)
-            st = cham_event_new(w->dev, &w->ev_adam[g]);
-    return st;
+    return wl_events_new(w, &w->ev_grad);
 }
 
 void wl_host_queue_free(cham_workload_t *w)
 {
-    for (size_t g = 0; g < w->n_groups; g++) {
-        if (w->ev_grad)
-            cham_event_free(w->ev_grad[g]);
-        if (w->ev_adam)
-            cham_event_free(w->ev_adam[g]);
-    }
     free(w->sent);
     free(w->pending);
-    free(w->ev_grad);
-    free(w->ev_adam);
+    wl_events_free(w, &w->ev_grad);
 }
 
 /* Queues group g's AdamW (sent[i]) on the host stream; the weights come
@@ -62,7 +48,7 @@ static cham_status_t issue(cham_workload_t *w, size_t i)
         w->n_arrived--;
     w->pending[g] = false;
     TRY(wl_host_adamw(w, g));
-    TRY(cham_event_record(w->ev_adam[g], w->host));
+    TRY(cham_event_record(w->ev_update[g], w->host));
     if (w->n_queued == QUEUED_MAX) {            /* only `need` goes beyond: forget the oldest */
         w->queued[0] = w->queued[1];
         w->n_queued--;
@@ -82,7 +68,7 @@ cham_status_t wl_host_queue_sent(cham_workload_t *w, uint32_t g)
 
 cham_status_t wl_host_queue_pump(cham_workload_t *w)
 {
-    while (w->n_queued && cham_event_query(w->ev_adam[w->queued[0]]) == CHAM_OK) {
+    while (w->n_queued && cham_event_query(w->ev_update[w->queued[0]]) == CHAM_OK) {
         w->queued[0] = w->queued[1];
         w->n_queued--;
     }

@@ -211,6 +211,34 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
 
 /* ---- creation ----------------------------------------------------------------------*/
 
+cham_status_t wl_events_new(cham_workload_t *w, cham_event_t ***out)
+{
+    if (!(*out = calloc(w->n_groups, sizeof **out)))
+        return CHAM_ERR_HOST_OOM;
+    cham_status_t st = CHAM_OK;
+    for (size_t g = 0; st == CHAM_OK && g < w->n_groups; g++)
+        st = cham_event_new(w->dev, &(*out)[g]);
+    return st;
+}
+
+void wl_events_free(cham_workload_t *w, cham_event_t ***ev)
+{
+    for (size_t g = 0; *ev && g < w->n_groups; g++)
+        cham_event_free((*ev)[g]);
+    free(*ev);
+    *ev = NULL;
+}
+
+/* The ends of the groups' updates on the host, each recorded once on the
+ * host stream at the start. */
+static cham_status_t updates_new(cham_workload_t *w)
+{
+    TRY(wl_events_new(w, &w->ev_update));
+    for (size_t g = 0; g < w->n_groups; g++)
+        TRY(cham_event_record(w->ev_update[g], w->host));
+    return CHAM_OK;
+}
+
 cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *m,
                                 cham_workload_t **out, char *err, size_t err_size)
 {
@@ -280,6 +308,7 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
           (st = cham_stream_new_host(w->dev, "host_adam", &w->host)) != CHAM_OK ||
           (st = cham_event_new(w->dev, &w->ev_offload)) != CHAM_OK ||
           (st = cham_event_new(w->dev, &w->ev_host)) != CHAM_OK)) ||
+        ((m->host_optimizer || m->protrain) && (st = updates_new(w)) != CHAM_OK) ||
         (m->protrain && (st = wl_chunks_new(w)) != CHAM_OK) ||
         (updates_in_backward(w) && (st = wl_host_queue_new(w)) != CHAM_OK)) {
         cham_set_err(err, err_size, "workload: %s", st == CHAM_ERR_HOST_OOM
@@ -317,6 +346,7 @@ void cham_workload_free(cham_workload_t *w)
     wl_drop_all(w);
     wl_chunks_free(w);
     wl_host_queue_free(w);
+    wl_events_free(w, &w->ev_update);
     for (uint32_t g = 0; w->host_grad && g < w->n_groups; g++) {
         cham_device_host_free(w->dev, w->host_grad[g]);
         cham_device_host_free(w->dev, w->host_optim[g]);

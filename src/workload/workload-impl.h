@@ -196,24 +196,25 @@ struct cham_workload {
     void **host_grad, **host_optim;
     cham_stream_t *offload, *host;
     cham_event_t *ev_offload, *ev_host;
-    /* host_optimizer, protrain: weights from the host on their own stream.
-     * protrain (chunks.c): per group the events of its last fetch and of
-     * its last update on the host, and its use in the chunk buffers (an
-     * LRU clock; 0: not on the device). */
+    /* host_optimizer, protrain: weights from the host on their own stream,
+     * and per group the end of its last update on the host (recorded at
+     * the start, so that a first wait waits for nothing). protrain
+     * (chunks.c): per group the event of its last fetch and its use in the
+     * chunk buffers (an LRU clock; 0: not on the device). */
     cham_stream_t *fetch;
-    cham_event_t **ev_fetch, **ev_update;
+    cham_event_t **ev_update, **ev_fetch;
     uint64_t *chunk_used, chunk_clock;
     uint64_t chunk_buffer;       /* bytes of a buffer: the largest such chunk's */
     uint32_t chunks_resident;
     /* host_optimizer updating in the backward (host_queue.c): the groups
      * whose gradient went to the host and whose AdamW is not queued yet, in
      * the order sent (the first n_arrived are there), per group whether it
-     * is such and the events of its gradient's arrival and its update; the
-     * last updates queued on the host stream. */
+     * is such and the event of its gradient's arrival (its update's:
+     * ev_update); the last updates queued on the host stream. */
     uint32_t *sent;
     size_t n_sent, n_arrived;
     bool *pending;
-    cham_event_t **ev_grad, **ev_adam;
+    cham_event_t **ev_grad;
     uint32_t queued[2], n_queued;
     bool backward;               /* the step's backward is running */
     bool skip_update;            /* this step's gradients overflow */
@@ -268,6 +269,10 @@ cham_status_t wl_view(cham_workload_t *w, cham_tensor_t *base, uint64_t offset, 
 void wl_drop(cham_workload_t *w, cham_tensor_t **t);
 /* Releases every held handle (teardown). */
 void wl_drop_all(cham_workload_t *w);
+/* An event per parameter group in *out (NULL on host OOM). */
+cham_status_t wl_events_new(cham_workload_t *w, cham_event_t ***out);
+/* Frees them (NULL is fine) and clears *ev. */
+void wl_events_free(cham_workload_t *w, cham_event_t ***ev);
 
 /* Dispatches op on the compute stream: begin, one kernel touching the args
  * (bytes: their sizes, read-writes twice, unless bytes > 0), end. */
