@@ -200,23 +200,38 @@ cham_tensor_t *cham_tensor_retain(cham_tensor_t *t)
     return t;
 }
 
+/* The device block back to the allocator in compute order, after any
+ * swap-in still writing it and the caller's stream's work on it. */
+static void free_device_block(cham_storage_t *s)
+{
+    cham_context_t *ctx = s->ctx;
+    if (s->residency == CHAM_RESIDENT_MOVING_IN)
+        cham_block_record_stream(ctx->mem, s->block, ctx->swap_in);
+    if (s->ext_stream)
+        cham_block_record_stream(ctx->mem, s->block, s->ext_stream);
+    cham_block_free(ctx->mem, s->block);
+}
+
+/* The pinned block back to its pool once the work queued on `user` (the
+ * stream still reading or writing it) is done. */
+static void free_host_block(cham_storage_t *s, cham_stream_t *user)
+{
+    cham_context_t *ctx = s->ctx;
+    cham_block_record_stream(ctx->pinned, s->host_block, user);
+    cham_block_free(ctx->pinned, s->host_block);
+    s->host_block = NULL;
+}
+
 void cham_storage_give_back(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
     if (s->block) {
-        if (s->residency == CHAM_RESIDENT_MOVING_IN)
-            cham_block_record_stream(ctx->mem, s->block, ctx->swap_in);
-        if (s->ext_stream)
-            cham_block_record_stream(ctx->mem, s->block, s->ext_stream);
-        cham_block_free(ctx->mem, s->block);
+        free_device_block(s);
         s->block = NULL;
         cham_context_mem_add(ctx, -(int64_t)s->bytes);
     }
-    if (s->host_block) {
-        cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_in);
-        cham_block_free(ctx->pinned, s->host_block);
-        s->host_block = NULL;
-    }
+    if (s->host_block)
+        free_host_block(s, ctx->swap_in);
 }
 
 /* The last view is gone: the storage's memory goes back. */
@@ -368,11 +383,7 @@ static cham_status_t release_swapped_block(cham_storage_t *s, bool backed, uint6
 {
     cham_context_t *ctx = s->ctx;
     if (backed) {                /* no copy: back in compute order, as a free */
-        if (s->residency == CHAM_RESIDENT_MOVING_IN)
-            cham_block_record_stream(ctx->mem, s->block, ctx->swap_in);
-        if (s->ext_stream)
-            cham_block_record_stream(ctx->mem, s->block, s->ext_stream);
-        cham_block_free(ctx->mem, s->block);
+        free_device_block(s);
         return CHAM_OK;
     }
     if (ctx->config.pytorch_record_stream) {
@@ -513,11 +524,8 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
         cham_block_free(ctx->mem, block);
         return device_error(ctx, st, "swap-in", s->label);
     }
-    if (s->host_block) {
-        cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_in);
-        cham_block_free(ctx->pinned, s->host_block);
-        s->host_block = NULL;
-    }
+    if (s->host_block)
+        free_host_block(s, ctx->swap_in);
     s->backed = false;
     s->block = block;
     s->residency = CHAM_RESIDENT_MOVING_IN;
@@ -551,22 +559,32 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t)
     return cham_storage_swap_in(s, CHAM_SWAP_CALLER);
 }
 
+/* A caller's host copy needs managed mode and bytes to copy: else an
+ * error naming the call (`what`) and the reason. */
+static cham_status_t host_copy_allowed(cham_storage_t *s, const char *what)
+{
+    cham_context_t *ctx = s->ctx;
+    if (ctx->config.mode == CHAM_MODE_MANAGED && s->residency != CHAM_RESIDENT_DROPPED)
+        return CHAM_OK;
+    cham_context_error(ctx, "%s of \"%s\": %s", what, s->label,
+                       ctx->config.mode != CHAM_MODE_MANAGED
+                           ? "advisor mode; the caller moves memory"
+                           : "it is dropped, to be recomputed");
+    return CHAM_ERR_INVALID_ARG;
+}
+
 cham_status_t cham_tensor_set_host_copy(cham_tensor_t *t, void *host)
 {
     CHAM_ASSERT(t);
     cham_storage_t *s = t->storage;
     cham_context_t *ctx = s->ctx;
-    if (ctx->config.mode != CHAM_MODE_MANAGED || s->residency == CHAM_RESIDENT_DROPPED) {
-        cham_context_error(ctx, "host copy of \"%s\": %s", s->label,
-                           ctx->config.mode != CHAM_MODE_MANAGED
-                               ? "advisor mode; the caller moves memory"
-                               : "it is dropped, to be recomputed");
-        return CHAM_ERR_INVALID_ARG;
-    }
+    cham_status_t st = host_copy_allowed(s, "host copy");
+    if (st != CHAM_OK)
+        return st;
     if (!host && (s->backed || s->residency == CHAM_RESIDENT_MOVING_IN)) {
         /* The bytes about to change may be its only ones, or a swap-in may
          * still be reading them: back first, the copy done. */
-        cham_status_t st = s->backed ? cham_storage_swap_in(s, CHAM_SWAP_CALLER) : CHAM_OK;
+        st = s->backed ? cham_storage_swap_in(s, CHAM_SWAP_CALLER) : CHAM_OK;
         if (st == CHAM_OK && (st = cham_event_synchronize(s->in_event)) != CHAM_OK)
             return device_error(ctx, st, "waiting for the swap-in", s->label);
         if (st != CHAM_OK)
@@ -582,22 +600,14 @@ cham_status_t cham_tensor_host_update(cham_tensor_t *t, void *host)
     CHAM_ASSERT(t && host);
     cham_storage_t *s = t->storage;
     cham_context_t *ctx = s->ctx;
-    if (ctx->config.mode != CHAM_MODE_MANAGED || s->residency == CHAM_RESIDENT_DROPPED) {
-        cham_context_error(ctx, "host update of \"%s\": %s", s->label,
-                           ctx->config.mode != CHAM_MODE_MANAGED
-                               ? "advisor mode; the caller moves memory"
-                               : "it is dropped, to be recomputed");
-        return CHAM_ERR_INVALID_ARG;
-    }
-    cham_status_t st;
+    cham_status_t st = host_copy_allowed(s, "host update");
+    if (st != CHAM_OK)
+        return st;
     if (s->residency == CHAM_RESIDENT_MOVING_IN &&
         (st = cham_event_synchronize(s->in_event)) != CHAM_OK)
         return device_error(ctx, st, "waiting for the swap-in", s->label);
-    if (s->host_block) {         /* away in the runtime's pinned memory: not needed */
-        cham_block_record_stream(ctx->pinned, s->host_block, ctx->swap_out);
-        cham_block_free(ctx->pinned, s->host_block);
-        s->host_block = NULL;
-    }
+    if (s->host_block)           /* away in the runtime's pinned memory: not needed */
+        free_host_block(s, ctx->swap_out);
     s->host_copy = host;
     s->host_valid = true;
     s->host_pending = true;
