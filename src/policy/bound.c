@@ -19,19 +19,6 @@
 #include "common/message.h"
 #include "policy/generate-impl.h"
 
-/* After the storage's uses at r[i]'s op its bytes are in the caller's host
- * copy. */
-static bool backed_at(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t i)
-{
-    size_t j = i;
-    while (j > 0 && r[j - 1].storage == r[i].storage && r[j - 1].op == r[i].op)
-        j--;
-    for (; j < v->n_uses && r[j].storage == r[i].storage && r[j].op == r[i].op; j++)
-        if (!v->uses[r[j].use].host_backed)
-            return false;
-    return true;
-}
-
 /* removable[s]: bytes of storages not used at sample s's op, between two of
  * their uses (or before the first, after the last: a storage that lives
  * across steps may be away then; counting one that does not only weakens
@@ -54,7 +41,7 @@ static bool removable_bytes(const cham_profile_view_t *v, int64_t *diff, int64_t
             if (to > from) {
                 diff[from] += bytes;
                 diff[to] -= bytes;
-                if (backed_at(v, r, i > a ? i - 1 : b - 1)) {
+                if (cham_gen_backed_at(v, r, i > a ? i - 1 : b - 1)) {
                     backed[from] += bytes;
                     backed[to] -= bytes;
                 }

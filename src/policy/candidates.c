@@ -100,11 +100,10 @@ static size_t first_at_op(const use_ref_t *r, size_t i)
     return i;
 }
 
-/* After its uses at r[i]'s op (r[i] the first of them), the storage's bytes
- * are in the caller's host copy: its swap-out copies nothing. */
-static bool backed_after(const cham_profile_view_t *v, const use_ref_t *r, size_t n, size_t i)
+bool cham_gen_backed_at(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t i)
 {
-    for (size_t j = i; j < n && r[j].storage == r[i].storage && r[j].op == r[i].op; j++)
+    for (size_t j = first_at_op(r, i);
+         j < v->n_uses && r[j].storage == r[i].storage && r[j].op == r[i].op; j++)
         if (!v->uses[r[j].use].host_backed)
             return false;
     return true;
@@ -131,7 +130,7 @@ static size_t persistent_gaps(const cham_profile_view_t *v, const use_ref_t *r, 
                                           .out_use = r[prev].use,
                                           .in_use = r[next].use,
                                           .wraps = wraps,
-                                          .backed = backed_after(v, r, b, prev)};
+                                          .backed = cham_gen_backed_at(v, r, prev)};
         prev = i;
     }
     return nt;
@@ -181,7 +180,7 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
                                               .first_bwd = r[u].op,
                                               .out_use = r[f].use,
                                               .in_use = r[u].use,
-                                              .backed = backed_after(v, r, b, f)};
+                                              .backed = cham_gen_backed_at(v, r, f)};
         }
         a = b;
     }

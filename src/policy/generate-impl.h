@@ -128,6 +128,11 @@ typedef struct cham_gen_use_ref {
  * array (free it); NULL when the host is out of memory. */
 cham_gen_use_ref_t *cham_gen_uses_by_storage(const cham_profile_view_t *v);
 
+/* After its uses at r[i]'s op (r from cham_gen_uses_by_storage), the
+ * storage's bytes are in the caller's host copy (every such use is
+ * host_backed): sending it away copies nothing. */
+bool cham_gen_backed_at(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t i);
+
 /* A tensor idle from one use to the next: an activation from its last
  * forward use to its first backward use, a persistent storage (model
  * state) between any two uses, or from its last use across the step's end
