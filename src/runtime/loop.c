@@ -319,8 +319,8 @@ static void keep(cham_class_t *c, cham_plan_t *plan)
 
 /* The step that ended was of class c; it ran class trial_class's trial
  * (if any) and, when fresh, was profiled. Measures the trial when the
- * prediction was right, keeps the best of config.class_trials (a clean
- * one first), and makes c's next trial from the profile. */
+ * prediction was right, keeps the best of config.class_trials
+ * (best_trial's rule), and makes c's next trial from the profile. */
 static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile_t *fresh)
 {
     cham_class_t *t = cham_class_by_id(ctx, ctx->trial_class);
