@@ -429,6 +429,32 @@ static void test_classes_alternate(void **state)
     }
 }
 
+/* Issue 19: an evaluation forward opens every third step, the same ops
+ * on tensors of the same sizes as the training forward after it. Its uses
+ * are matched to no item and take no place in the matching's order, so
+ * the training part of those steps finds every item of their class's
+ * policy: bit-exact, hazard-free, no step short of its plan once kept. */
+static void test_evaluation_opens_a_step(void **state)
+{
+    (void)state;
+    ts_config_t tc = deep();
+    tc.eval_opens_every = 3;
+    tc.adamw = true;
+    cham_config_t big = config(1024 * MiB);
+    static run_t base;
+    run(&big, &tc, 45, &base);
+    cham_config_t small = config(fraction_of(&base, 2));
+    run(&small, &tc, 45, &got);
+    assert_same_data(&got, &base);
+    assert_int_equal(got.hazards, 0);
+    for (int s = 30; s < 45; s++) {
+        assert_int_equal(got.stage[s], CHAM_STAGE_STABLE);
+        assert_int_equal(DELTA(&got, s, items_missed), 0);
+        assert_int_equal(DELTA(&got, s, passive_swaps_out), 0);
+        assert_int_equal(DELTA(&got, s, on_demand_swaps_in), 0);
+    }
+}
+
 /* A forward-only step is a big change: back to WarmUp. It does not recur,
  * so classes do not take over; the kept policy stays for the step after
  * (the change taken for a passing one), which is like the steps it was
@@ -1037,6 +1063,7 @@ int main(void)
         cmocka_unit_test(test_extra_op_still_matches),
         cmocka_unit_test(test_big_change_and_the_policy_cache),
         cmocka_unit_test(test_classes_alternate),
+        cmocka_unit_test(test_evaluation_opens_a_step),
         cmocka_unit_test(test_wrong_policy_stays_correct),
         cmocka_unit_test(test_oom_path_alone),
         cmocka_unit_test(test_oom_error_names_everything),

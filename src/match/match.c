@@ -157,8 +157,8 @@ static void mark_out_uses(const cham_policy_view_t *pv, const cham_profile_view_
         item_of_use[u] = CHAM_MATCH_NONE;
     for (size_t i = 0; i < pv->n_items; i++) {
         const cham_policy_item_t *it = &pv->items[i];
-        if (it->swap_out_op >= v->n_ops)
-            continue;
+        if (it->swap_out_op >= v->n_ops || v->ops[it->swap_out_op].phase == CHAM_PHASE_EVAL)
+            continue;     /* the runtime matches no evaluation's use */
         const cham_profile_op_t *op = &v->ops[it->swap_out_op];
         for (uint32_t k = op->n_uses; k-- > 0;) {
             if (v->uses[op->first_use + k].storage == it->storage) {
@@ -169,7 +169,8 @@ static void mark_out_uses(const cham_policy_view_t *pv, const cham_profile_view_
     }
 }
 
-/* Ranks of the items' keys among all uses of the profile, then the runs. */
+/* Ranks of the items' keys among the uses of the profile the runtime
+ * matches (not an evaluation's, keys[u] = 0), then the runs. */
 static bool build_table(cham_match_table_t *t, const uint64_t *keys, size_t n_uses,
                         const uint32_t *item_of_use, size_t n_items)
 {
@@ -188,7 +189,7 @@ static bool build_table(cham_match_table_t *t, const uint64_t *keys, size_t n_us
     }
     size_t n = 0;
     for (size_t u = 0; u < n_uses; u++) {
-        uint32_t k = table_find(t, keys[u]);
+        uint32_t k = keys[u] ? table_find(t, keys[u]) : CHAM_MATCH_NONE;
         if (k == CHAM_MATCH_NONE)
             continue;
         uint32_t rank = t->seen[k]++;
@@ -241,8 +242,11 @@ bool cham_match_build(cham_match_t *m, const cham_policy_t *policy,
                 f->bytes = use->storage_bytes;
                 f->dtype = (uint32_t)use->dtype;
                 cham_features_advance(f, op->token, cham_match_tag_bit(m, op->token));
-                strict[op->first_use + k] = strict_key(f);
-                loose[op->first_use + k] = loose_key(f, op->token);
+                /* An evaluation's uses advance the features but are never
+                 * matched (cham_exec_use), so they take no rank. */
+                bool eval = op->phase == CHAM_PHASE_EVAL;
+                strict[op->first_use + k] = eval ? 0 : strict_key(f);
+                loose[op->first_use + k] = eval ? 0 : loose_key(f, op->token);
             }
         }
         mark_out_uses(&pv, &v, item_of_use);

@@ -467,12 +467,10 @@ out:
     return st;
 }
 
-cham_status_t ts_step(ts_model_t *m, int64_t step, uint64_t *checksum)
+/* Counts each slot's forward uses (and, when a backward follows, the uses
+ * its saved inputs get there). */
+static void count_uses(ts_model_t *m, bool fwd_only)
 {
-    const ts_config_t *c = &m->c;
-    bool fwd_only = step == c->forward_only_step ||
-                    (c->validate_every && (step + 1) % c->validate_every == 0);
-    cham_status_t st = CHAM_OK;
     for (int s = 0; s < m->n_slots; s++)
         m->slots[s].fwd_uses = m->slots[s].saved_uses = 0;
     for (int i = 0; i < m->n_tape; i++)
@@ -482,11 +480,16 @@ cham_status_t ts_step(ts_model_t *m, int64_t step, uint64_t *checksum)
                 if (!fwd_only && k == 0 && saves_input(m->tape[i].kind))
                     m->slots[m->tape[i].in[0]].saved_uses++;
             }
-    slot_t *last = &m->slots[m->tape[m->n_tape - 1].out];
-    last->fwd_uses = 1;                    /* the loss reads it */
-    m->sum = 0xcbf29ce484222325u;
+    m->slots[m->tape[m->n_tape - 1].out].fwd_uses = 1;   /* the loss reads it */
+}
 
-    /* A forward no backward follows is an evaluation, marked as such. */
+/* The forward and the loss; with fwd_only nothing is kept, and a forward
+ * no backward follows is an evaluation, marked as such. */
+static cham_status_t forward_and_loss(ts_model_t *m, int64_t step, bool fwd_only)
+{
+    cham_status_t st = CHAM_OK;
+    count_uses(m, fwd_only);
+    slot_t *last = &m->slots[m->tape[m->n_tape - 1].out];
     cham_phase(m->ctx, fwd_only ? CHAM_PHASE_EVAL : CHAM_PHASE_FORWARD);
     TRY(forward(m, step, fwd_only));
     cham_tensor_t *g;
@@ -495,6 +498,24 @@ cham_status_t ts_step(ts_model_t *m, int64_t step, uint64_t *checksum)
     TRY(op(m, LOSS, &last->val, 1, &last->grad, 1, cost(m, last->bytes), 0));
     last->fwd_uses = 0;
     drop_value(last);
+out:
+    return st;
+}
+
+cham_status_t ts_step(ts_model_t *m, int64_t step, uint64_t *checksum)
+{
+    const ts_config_t *c = &m->c;
+    bool fwd_only = step == c->forward_only_step ||
+                    (c->validate_every && (step + 1) % c->validate_every == 0);
+    cham_status_t st = CHAM_OK;
+    m->sum = 0xcbf29ce484222325u;
+    if (!fwd_only && c->eval_opens_every && (step + 1) % c->eval_opens_every == 0) {
+        TRY(forward_and_loss(m, step, true));
+        slot_t *last = &m->slots[m->tape[m->n_tape - 1].out];
+        cham_tensor_release(last->grad);
+        last->grad = NULL;
+    }
+    TRY(forward_and_loss(m, step, fwd_only));
     if (!fwd_only) {
         cham_phase(m->ctx, CHAM_PHASE_BACKWARD);
         TRY(backward(m, step == c->reorder_step));

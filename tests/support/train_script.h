@@ -33,6 +33,8 @@ typedef struct ts_config {
     /* Variations: a step number (-1 = never) or a period (0 = never). */
     int64_t extra_op_step;       /* an extra op reads layer L/2's f before gelu does */
     uint32_t validate_every;     /* steps k*n - 1 are forward only */
+    uint32_t eval_opens_every;   /* steps k*n - 1 (not forward only) begin with
+                                    an evaluation: the forward and the loss */
     int64_t forward_only_step;   /* this step is forward only */
     int64_t reorder_step;        /* the backward visits layers 0 .. L-1 */
     bool shift_addresses;        /* a scratch tensor of 1-3 halves of an activation */
