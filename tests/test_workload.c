@@ -1011,9 +1011,10 @@ static void on_step(const cham_run_step_t *st, void *user)
     steps_seen_t *s = user;
     bool shortfall = st->passive || st->on_demand;
     if (st->stage == CHAM_STAGE_STABLE) {
-        s->stable++;
         s->stable_short += shortfall;
-        if (!s->min_stable_peak || st->peak_bytes < s->min_stable_peak)
+        /* The first Stable step is a change of policy: what the last
+         * trial left on the host comes back at the kept one's first use. */
+        if (s->stable++ && (!s->min_stable_peak || st->peak_bytes < s->min_stable_peak))
             s->min_stable_peak = st->peak_bytes;
     } else if (st->stage == CHAM_STAGE_GENPOLICY) {
         /* The stage is the one after the step: the first such step ran in
@@ -1039,7 +1040,7 @@ static void test_policy_uses_the_budget(void **state)
     c.runtime.device.preset = "ascend-910b";
     c.runtime.device.capacity = 48 * GiB;
     c.runtime.allocator = CHAM_ALLOCATOR_EXPANDABLE;
-    c.steps = 11;
+    c.steps = 12;
     steps_seen_t seen = {0};
     c.on_step = on_step;
     c.user = &seen;
@@ -1047,7 +1048,7 @@ static void test_policy_uses_the_budget(void **state)
     assert_int_equal(cham_run(&c, &r), CHAM_OK);
     assert_int_equal(r.status, CHAM_OK);
     assert_int_equal(r.hazards, 0);
-    assert_true(seen.stable >= 2);
+    assert_true(seen.stable >= 3);
     assert_int_equal(seen.trial_short, 0);
     assert_int_equal(seen.stable_short, 0);
     assert_true(seen.min_stable_peak >= c.runtime.device.capacity / 100 * 93);

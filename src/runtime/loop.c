@@ -60,12 +60,14 @@ static cham_plan_t *plan_new(cham_policy_t *policy, const cham_profile_t *profil
     cham_policy_view_t v;
     cham_policy_get(policy, &v);
     if (!p || !(p->in_order = malloc((v.n_items ? v.n_items : 1) * sizeof *p->in_order)) ||
-        !sort_by_swap_in(&v, p->in_order) || !cham_match_build(&p->match, policy, profile) ||
+        !sort_by_swap_in(&v, p->in_order) || !cham_exec_plan_init(p, profile) ||
+        !cham_match_build(&p->match, policy, profile) ||
         (positional && (!(p->positions = malloc(sizeof *p->positions)) ||
                         !cham_positions_build(p->positions, policy, profile)))) {
         if (p) {
             free(p->in_order);
             free(p->positions);
+            cham_exec_plan_free(p);
         }
         free(p);
         cham_policy_free(policy);
@@ -94,6 +96,7 @@ void cham_plan_release(cham_plan_t *plan)
     free(plan->positions);
     cham_policy_free(plan->policy);
     free(plan->in_order);
+    cham_exec_plan_free(plan);
     free(plan);
 }
 
@@ -281,8 +284,10 @@ static bool clean(const cham_trial_t *t)
 /* The fastest measured of n trials, or the fastest clean one when it is
  * within 10% of that (a policy that needed passive swaps in its trial may
  * need more later, when the step's timing differs; but a clean one much
- * slower is no bargain); NULL when none was measured. */
-static cham_plan_t *best_trial(cham_context_t *ctx, const cham_trial_t *trials, size_t n)
+ * slower is no bargain), or at any time with clean_first; NULL when none
+ * was measured. */
+static cham_plan_t *best_trial(cham_context_t *ctx, const cham_trial_t *trials, size_t n,
+                               bool clean_first)
 {
     const cham_trial_t *best = NULL, *best_clean = NULL;
     for (size_t i = 0; i < n; i++) {
@@ -292,7 +297,7 @@ static cham_plan_t *best_trial(cham_context_t *ctx, const cham_trial_t *trials, 
         if (t->step_ns && clean(t) && (!best_clean || t->step_ns < best_clean->step_ns))
             best_clean = t;
     }
-    if (best_clean && (double)best_clean->step_ns <= 1.1 * (double)best->step_ns)
+    if (best_clean && (clean_first || (double)best_clean->step_ns <= 1.1 * (double)best->step_ns))
         best = best_clean;
     if (!best)
         return NULL;
@@ -320,7 +325,8 @@ static void keep(cham_class_t *c, cham_plan_t *plan)
 /* The step that ended was of class c; it ran class trial_class's trial
  * (if any) and, when fresh, was profiled. Measures the trial when the
  * prediction was right, keeps the best of config.class_trials
- * (best_trial's rule), and makes c's next trial from the profile. */
+ * (best_trial's, clean ones first), and makes c's next trial from the
+ * profile. */
 static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile_t *fresh)
 {
     cham_class_t *t = cham_class_by_id(ctx, ctx->trial_class);
@@ -338,7 +344,10 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
             c->next_trial = NULL;
             measure_trial(ctx, tr, c->n_trials - 1, ctx->synced_step_ns, &c->reserve);
             if (c->n_trials >= ctx->config.class_trials) {
-                cham_plan_t *best = best_trial(ctx, c->trials, c->n_trials);
+                /* Clean first: a trial is timed from an idle device, but
+                 * in the loop what its passive swaps leave on the host
+                 * comes back on demand in the next step, another class's. */
+                cham_plan_t *best = best_trial(ctx, c->trials, c->n_trials, true);
                 if (best)
                     keep(c, best);
             }
@@ -495,7 +504,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
             }
             next = t ? plan : NULL;
         } else if (*to == CHAM_STAGE_STABLE) {
-            next = best_trial(ctx, ctx->trials, ctx->n_trials);
+            next = best_trial(ctx, ctx->trials, ctx->n_trials, false);
             if (!next)
                 cham_context_log(ctx, "step %llu: Stable without a policy: none could be made; "
                                  "memory is made by passive swaps", (unsigned long long)ctx->number);
