@@ -424,3 +424,28 @@ int tool_check_outputs(const char *cmd, const char *curve_dir, const tool_output
         rmdir(curve_dir);
     return rc;
 }
+
+int tool_parse_capacity(const char *cmd, const char *v, uint64_t *bytes, double *fraction)
+{
+    size_t n = strlen(v);
+    *bytes = 0;
+    *fraction = 0;
+    if (n > 1 && v[n - 1] == '%') {
+        char num[32];
+        double pct;
+        if (n - 1 >= sizeof num)
+            return tool_bad_value(cmd, "--capacity", "a size or a percentage such as 50%", v);
+        memcpy(num, v, n - 1);
+        num[n - 1] = '\0';
+        if (!tool_parse_real(num, 1e-6, 1000, &pct))
+            return tool_bad_value(cmd, "--capacity", "a percentage above 0 and at most 1000% "
+                                  "such as 50%", v);
+        *fraction = pct / 100;
+        return 0;
+    }
+    if (!tool_parse_size(v, bytes) || *bytes == 0 || *bytes > TOOL_MAX_CAPACITY)
+        return tool_bad_value(cmd, "--capacity", "a size from 1 byte to 64TiB (the largest "
+                              "simulated device) such as 64MiB, or a percentage of the "
+                              "unconstrained peak such as 50%", v);
+    return 0;
+}

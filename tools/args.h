@@ -35,6 +35,12 @@ bool tool_parse_real(const char *s, double lo, double hi, double *out);
 bool tool_parse_list(const char *s, uint64_t lo, uint64_t hi, uint64_t *out, size_t max,
                      size_t *n);
 
+/* --capacity: a size from 1 byte to TOOL_MAX_CAPACITY (*fraction = 0), or
+ * a percentage above 0 and at most 1000% of the run's unconstrained peak
+ * (*bytes = 0, *fraction = P / 100). Otherwise prints why and returns 2. */
+#define TOOL_MAX_CAPACITY (UINT64_C(64) << 40)   /* the largest simulated device */
+int tool_parse_capacity(const char *cmd, const char *v, uint64_t *bytes, double *fraction);
+
 /* Prints "chameleon CMD: FLAG must be WANT, got "VALUE"" and returns 2;
  * when VALUE is the string tool_parse_size last refused, " (why)" follows. */
 int tool_bad_value(const char *cmd, const char *flag, const char *want, const char *value);

@@ -28,6 +28,7 @@ typedef struct sim_opts {
     report_parts_t parts;        /* --json or --report: the curve and policy (on_finish) */
     bool curve_failed;           /* --memory-curve: a file could not be written */
     char curve_err[600];
+    double capacity_fraction;    /* --capacity P%: P / 100 of the ideal run's peak */
 } sim_opts_t;
 
 static void usage(FILE *f)
@@ -68,7 +69,8 @@ static void usage(FILE *f)
         "  --seed N            of the seeded choices (1)\n"
         "run:\n"
         "  --device PRESET     simulated device (`chameleon devices`; ascend-910b)\n"
-        "  --capacity SIZE     device memory instead of the preset's (for example 32GiB)\n"
+        "  --capacity SIZE     device memory instead of the preset's (for example 32GiB),\n"
+        "                      or P%% of the peak of the same run with unlimited memory\n"
         "  --host-memory SIZE  pinned host memory for swaps (2TiB)\n"
         "  --strategy NAME     chameleon (default: swaps and recomputation),\n"
         "                      chameleon-swap (swaps only), native, ideal, recompute,\n"
@@ -150,9 +152,6 @@ static const tool_opt_t opts[] = {
     {"--memory-curve", true}, {"--strategy", true}, {"--report", true}, {"--allocator", true},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
-
-/* The largest --capacity: the largest device the sim models (docs/config.md). */
-#define MAX_CAPACITY (UINT64_C(64) << 40)
 
 /* The model first (a preset), then every other option over it. */
 static int parse(int argc, char **argv, sim_opts_t *o)
@@ -246,10 +245,9 @@ static int parse(int argc, char **argv, sim_opts_t *o)
                 return 2;
             o->run.runtime.device.preset = v;
         } else if (strcmp(a, "--capacity") == 0) {
-            if (!tool_parse_size(v, &o->run.runtime.device.capacity) ||
-                !o->run.runtime.device.capacity || o->run.runtime.device.capacity > MAX_CAPACITY)
-                return tool_bad_value(CMD, a, "a size from 1 byte to 64TiB (the largest "
-                                      "simulated device) such as 32GiB", v);
+            if (tool_parse_capacity(CMD, v, &o->run.runtime.device.capacity,
+                                    &o->capacity_fraction))
+                return 2;
         } else if (strcmp(a, "--host-memory") == 0) {
             if (!tool_parse_size(v, &o->run.runtime.pinned_budget) ||
                 !o->run.runtime.pinned_budget)
@@ -326,6 +324,8 @@ static void on_step(const cham_run_step_t *s, void *user)
         {"peak_bytes", json_integer((json_int_t)s->peak_bytes)},
         {"swapped_bytes", json_integer((json_int_t)s->swapped_bytes)},
         {"on_demand_swapins", json_integer((json_int_t)s->on_demand)},
+        {"passive_swapouts", json_integer((json_int_t)s->passive)},
+        {"accumulated", json_boolean(s->info.accumulated)},
         {"validated", json_boolean(s->info.validated)},
         {"overflow", json_boolean(s->info.overflow)},
     };
@@ -516,7 +516,8 @@ int cmd_simulate(int argc, char **argv)
     double ideal_s = 0;
     bool ideal_ok = false;
     cham_run_result_t r;
-    if (o.run.strategy != CHAM_STRATEGY_IDEAL && cham_run_check(&o.run, NULL, 0) == CHAM_OK) {
+    bool startable = cham_run_check(&o.run, NULL, 0) == CHAM_OK;
+    if (o.run.strategy != CHAM_STRATEGY_IDEAL && startable) {
         cham_run_config_t ideal = o.run;
         ideal.strategy = CHAM_STRATEGY_IDEAL;
         ideal.on_step = NULL;
@@ -527,6 +528,17 @@ int cmd_simulate(int argc, char **argv)
             ideal_s = r.step_time_s;
             ideal_ok = true;
         }
+        if (o.capacity_fraction > 0 && ideal_ok) {
+            uint64_t bytes = (uint64_t)(o.capacity_fraction * (double)r.peak_tensor_bytes);
+            o.run.runtime.device.capacity = bytes ? bytes : 1;
+        }
+    }
+    if (o.capacity_fraction > 0 && startable && o.run.strategy != CHAM_STRATEGY_IDEAL &&
+        !o.run.runtime.device.capacity) {
+        fprintf(stderr, "chameleon simulate: --capacity %g%%: the run with unlimited memory, "
+                "whose peak it is a share of, did not finish\n", 100 * o.capacity_fraction);
+        json_decref(o.series);
+        return 1;
     }
     if (o.curve_dir) {
         if (mkdir(o.curve_dir, 0777) != 0 && errno != EEXIST) {

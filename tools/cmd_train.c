@@ -87,34 +87,7 @@ static void usage(FILE *f)
 /* The built-in data: its size, and its vocabulary (data.h). */
 #define SYNTHETIC_TOKENS 200000
 #define SYNTHETIC_VOCAB 64
-/* The largest --capacity: the largest device the sim models (docs/config.md,
- * "capacity"). */
-#define MAX_BUDGET (UINT64_C(64) << 40)
 #define MAX_DIM 1000000
-
-static int parse_budget(const char *v, gpt_train_config_t *c)
-{
-    size_t n = strlen(v);
-    if (n > 1 && v[n - 1] == '%') {
-        char num[32];
-        double pct;
-        if (n - 1 >= sizeof num)
-            return tool_bad_value(CMD, "--capacity", "a size or a percentage such as 50%", v);
-        memcpy(num, v, n - 1);
-        num[n - 1] = '\0';
-        if (!tool_parse_real(num, 1e-6, 1000, &pct))
-            return tool_bad_value(CMD, "--capacity", "a percentage above 0 and at most 1000% "
-                                  "such as 50%", v);
-        c->budget_fraction = pct / 100;
-        c->budget = 0;
-        return 0;
-    }
-    if (!tool_parse_size(v, &c->budget) || c->budget == 0 || c->budget > MAX_BUDGET)
-        return tool_bad_value(CMD, "--capacity", "a size from 1 byte to 64TiB (the largest "
-                              "simulated device) such as 64MiB, or a percentage such as 50%", v);
-    c->budget_fraction = 0;
-    return 0;
-}
 
 static const tool_opt_t opts[] = {
     {"--verify", false}, {"--json", false}, {"--quiet", false}, {"--no-loss-scaling", false},
@@ -239,7 +212,7 @@ static int parse(int argc, char **argv, train_opts_t *o)
         } else if (strcmp(a, "--data") == 0) {
             o->data = v;
         } else if (strcmp(a, "--capacity") == 0) {
-            if (parse_budget(v, &o->c))
+            if (tool_parse_capacity(CMD, v, &o->c.budget, &o->c.budget_fraction))
                 return 2;
         } else if (strcmp(a, "--allocator") == 0) {
             if (cham_allocator_mode_parse(v, &o->c.allocator) != CHAM_OK)
