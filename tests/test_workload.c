@@ -1054,6 +1054,57 @@ static void test_policy_uses_the_budget(void **state)
     assert_true(seen.min_stable_peak >= c.runtime.device.capacity / 100 * 93);
 }
 
+/* Per-step counts of the swaps no plan foresaw. */
+typedef struct misses {
+    uint64_t n, short_steps[64];   /* steps (< 64) with a passive or on-demand swap */
+    size_t n_short;
+    uint64_t from;
+} misses_t;
+
+static void count_misses(const cham_run_step_t *st, void *user)
+{
+    misses_t *m = user;
+    if (st->step >= m->from && (st->passive || st->on_demand) && m->n_short < 64)
+        m->short_steps[m->n_short++] = st->step;
+}
+
+/* Issue 19's scripted loop: gradient accumulation over 3 steps and a
+ * validation every second step, four sequence classes with a period of 6
+ * steps, at 60% and 40% of the unconstrained peak. Once every class has
+ * occurred at least three times (step 21), no step needs a passive swap
+ * or an on-demand swap-in, and the hazard detector sees nothing. */
+static void test_four_classes_at_60_and_40_percent(void **state)
+{
+    (void)state;
+    cham_run_config_t c = cham_run_config_default();
+    c.model = preset("gpt2");
+    c.model.layers = 6;
+    c.model.mbs = 8;
+    c.model.accumulate = 3;
+    c.model.validate_every = 2;
+    c.runtime.device.preset = "ascend-910b";
+    c.steps = 40;
+    cham_run_config_t ideal = c;
+    ideal.strategy = CHAM_STRATEGY_IDEAL;
+    cham_run_result_t r;
+    assert_int_equal(cham_run(&ideal, &r), CHAM_OK);
+    const double share[] = {0.6, 0.4};
+    for (size_t i = 0; i < 2; i++) {
+        misses_t m = {.from = 21};
+        c.runtime.device.capacity = (uint64_t)(share[i] * (double)r.peak_tensor_bytes);
+        c.on_step = count_misses;
+        c.user = &m;
+        cham_run_result_t got;
+        assert_int_equal(cham_run(&c, &got), CHAM_OK);
+        assert_int_equal(got.status, CHAM_OK);
+        assert_int_equal(got.hazards, 0);
+        for (size_t k = 0; k < m.n_short; k++)
+            print_message("at %.0f%%: step %llu short of its plan\n", 100 * share[i],
+                          (unsigned long long)m.short_steps[k]);
+        assert_int_equal(m.n_short, 0);
+    }
+}
+
 /* Issue 17: where swapping alone stalls on the host link, the planner
  * drops tensors of recomputable ops and the generator runs the ops again
  * (hazard-free); chameleon-swap never does. Llama 2 7B's shape, 8 layers,
@@ -1104,6 +1155,7 @@ int main(void)
         cmocka_unit_test(test_state_too_big),
         cmocka_unit_test(test_state_bytes),
         cmocka_unit_test(test_accumulate),
+        cmocka_unit_test(test_four_classes_at_60_and_40_percent),
         cmocka_unit_test(test_host_optimizer),
         cmocka_unit_test(test_host_optimizer_in_backward),
         cmocka_unit_test(test_device_groups_auto),

@@ -365,6 +365,8 @@ static void record(train_opts_t *o, const gpt_step_info_t *i)
         {"stage", json_string(cham_stage_name(i->stage))},
         {"peak_bytes", json_integer((json_int_t)i->peak_bytes)},
         {"swapped_bytes", json_integer((json_int_t)i->swapped_bytes)},
+        {"passive_swapouts", json_integer((json_int_t)i->passive)},
+        {"on_demand_swapins", json_integer((json_int_t)i->on_demand)},
         {"loss", plot_json_number(i->loss)},
         {"overflow", json_boolean(i->skipped_update)},
     };

@@ -343,10 +343,20 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
             *tr = (cham_trial_t){.plan = c->next_trial, .free_delay = c->next_delay};
             c->next_trial = NULL;
             measure_trial(ctx, tr, c->n_trials - 1, ctx->synced_step_ns, &c->reserve);
-            if (c->n_trials >= ctx->config.class_trials) {
-                /* Clean first: a trial is timed from an idle device, but
-                 * in the loop what its passive swaps leave on the host
-                 * comes back on demand in the next step, another class's. */
+            /* Clean first: a trial is timed from an idle device, but in
+             * the loop what its passive swaps leave on the host comes back
+             * on demand in the next step, another class's. So a class
+             * with no clean trial yet tries on, as long as GenPolicy
+             * would (n), while each trial falls less short than the one
+             * before (each is made from a profile its predecessor ran). */
+            bool any_clean = false;
+            for (size_t i = 0; i < c->n_trials; i++)
+                any_clean = any_clean || clean(&c->trials[i]);
+            const cham_trial_t *before = c->n_trials >= 2 ? tr - 1 : NULL;
+            bool try_on = !any_clean && c->n_trials < ctx->config.genpolicy_steps &&
+                          (!before || tr->passive + tr->on_demand <
+                                          before->passive + before->on_demand);
+            if (c->n_trials >= ctx->config.class_trials && !try_on) {
                 cham_plan_t *best = best_trial(ctx, c->trials, c->n_trials, true);
                 if (best)
                     keep(c, best);
