@@ -1011,10 +1011,9 @@ static void on_step(const cham_run_step_t *st, void *user)
     steps_seen_t *s = user;
     bool shortfall = st->passive || st->on_demand;
     if (st->stage == CHAM_STAGE_STABLE) {
+        s->stable++;
         s->stable_short += shortfall;
-        /* The first Stable step is a change of policy: what the last
-         * trial left on the host comes back at the kept one's first use. */
-        if (s->stable++ && (!s->min_stable_peak || st->peak_bytes < s->min_stable_peak))
+        if (!s->min_stable_peak || st->peak_bytes < s->min_stable_peak)
             s->min_stable_peak = st->peak_bytes;
     } else if (st->stage == CHAM_STAGE_GENPOLICY) {
         /* The stage is the one after the step: the first such step ran in
@@ -1040,7 +1039,7 @@ static void test_policy_uses_the_budget(void **state)
     c.runtime.device.preset = "ascend-910b";
     c.runtime.device.capacity = 48 * GiB;
     c.runtime.allocator = CHAM_ALLOCATOR_EXPANDABLE;
-    c.steps = 12;
+    c.steps = 11;
     steps_seen_t seen = {0};
     c.on_step = on_step;
     c.user = &seen;
@@ -1048,7 +1047,7 @@ static void test_policy_uses_the_budget(void **state)
     assert_int_equal(cham_run(&c, &r), CHAM_OK);
     assert_int_equal(r.status, CHAM_OK);
     assert_int_equal(r.hazards, 0);
-    assert_true(seen.stable >= 3);
+    assert_true(seen.stable >= 2);
     assert_int_equal(seen.trial_short, 0);
     assert_int_equal(seen.stable_short, 0);
     assert_true(seen.min_stable_peak >= c.runtime.device.capacity / 100 * 93);
@@ -1056,7 +1055,7 @@ static void test_policy_uses_the_budget(void **state)
 
 /* Per-step counts of the swaps no plan foresaw. */
 typedef struct misses {
-    uint64_t n, short_steps[64];   /* steps (< 64) with a passive or on-demand swap */
+    uint64_t short_steps[64];      /* steps with a passive or on-demand swap */
     size_t n_short;
     uint64_t from;
 } misses_t;

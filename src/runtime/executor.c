@@ -21,7 +21,6 @@
  * start. When the step drifts from the profiled one (an op more or less),
  * swaps move by as much; a storage still on the host when an op needs it
  * comes back on demand, so correctness never depends on the plan. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,141 +100,33 @@ bool cham_exec_plan_init(cham_plan_t *p, const cham_profile_t *profile)
 {
     cham_profile_view_t v;
     cham_profile_get(profile, &v);
+    p->state_ids = malloc((v.n_uses ? v.n_uses : 1) * sizeof *p->state_ids);
+    if (!p->state_ids)
+        return false;
     size_t n = 0;
-    /* (id, op) pairs in one array to sort them together. */
-    uint64_t *pairs = malloc(2 * (v.n_uses ? v.n_uses : 1) * sizeof *pairs);
-    p->op_start_ns = malloc((v.n_ops + 1) * sizeof *p->op_start_ns);
-    if (!pairs || !p->op_start_ns) {
-        free(pairs);
-        return false;
-    }
-    for (size_t k = 0; k < v.n_ops; k++)
-        for (uint32_t u = 0; u < v.ops[k].n_uses; u++)
-            if (v.uses[v.ops[k].first_use + u].persistent) {
-                pairs[2 * n] = v.uses[v.ops[k].first_use + u].storage;
-                pairs[2 * n++ + 1] = k;
-            }
-    /* By id, then op: a storage's first entry holds its first use. */
-    qsort(pairs, n, 2 * sizeof *pairs, by_u64);
-    p->state_ids = malloc((n ? n : 1) * sizeof *p->state_ids);
-    p->state_first_op = malloc((n ? n : 1) * sizeof *p->state_first_op);
-    if (!p->state_ids || !p->state_first_op) {
-        free(pairs);
-        return false;
-    }
+    for (size_t u = 0; u < v.n_uses; u++)
+        if (v.uses[u].persistent)
+            p->state_ids[n++] = v.uses[u].storage;
+    qsort(p->state_ids, n, sizeof *p->state_ids, by_u64);
     p->n_state = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (p->n_state && p->state_ids[p->n_state - 1] == pairs[2 * i])
-            continue;
-        p->state_ids[p->n_state] = pairs[2 * i];
-        p->state_first_op[p->n_state++] = (uint32_t)pairs[2 * i + 1];
-    }
-    free(pairs);
-    /* Op starts from the caller's costs when every op has one, else the
-     * step's host time spread evenly. */
-    bool costed = v.n_ops > 0;
-    for (size_t k = 0; k < v.n_ops; k++)
-        costed = costed && v.ops[k].has_cost;
-    p->n_ops = v.n_ops;
-    p->op_start_ns[0] = 0;
-    for (size_t k = 0; k < v.n_ops; k++)
-        p->op_start_ns[k + 1] = p->op_start_ns[k] + (costed ? v.ops[k].cost_ns
-                                                            : (double)v.duration_ns / v.n_ops);
+    for (size_t i = 0; i < n; i++)
+        if (!p->n_state || p->state_ids[p->n_state - 1] != p->state_ids[i])
+            p->state_ids[p->n_state++] = p->state_ids[i];
     return true;
 }
 
 void cham_exec_plan_free(cham_plan_t *p)
 {
     free(p->state_ids);
-    free(p->state_first_op);
-    free(p->op_start_ns);
 }
 
-/* The op of the plan's profile where storage id is first used, or
- * UINT32_MAX when that step does not use it. */
-static uint32_t first_use_op(const cham_plan_t *p, uint64_t id)
+/* When storage s, away, comes back under plan p when p does not want it
+ * away: at op 0, or never in this step if p's step does not use it. */
+static uint32_t carry_op(const cham_plan_t *p, const cham_storage_t *s)
 {
-    size_t lo = 0, hi = p->n_state;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (p->state_ids[mid] < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < p->n_state && p->state_ids[lo] == id ? p->state_first_op[lo] : UINT32_MAX;
-}
-
-/* A transfer on the host-to-device link that must end by an op's start:
- * a carried storage's (whose op is to be chosen) or a plan item's. */
-typedef struct link_need {
-    double deadline_ns, copy_ns;
-    cham_carried_t *carried;      /* NULL: the plan's own swap-in */
-} link_need_t;
-
-static int by_later_deadline(const void *a, const void *b)
-{
-    double x = ((const link_need_t *)a)->deadline_ns, y = ((const link_need_t *)b)->deadline_ns;
-    return (x < y) - (x > y);
-}
-
-/* The op (as estimated by the plan's op times) that starts at or before
- * t_ns, the latest such. */
-static uint32_t op_starting_by(const cham_plan_t *p, double t_ns)
-{
-    size_t lo = 0, hi = p->n_ops;     /* op_start_ns[0] = 0 <= t_ns, or op 0 */
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo + 1) / 2;
-        if (p->op_start_ns[mid] <= t_ns)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return (uint32_t)lo;
-}
-
-/* Chooses when the carried storages marked `unset` come back: as late as
- * the host-to-device link allows before their first use under the new
- * plan, the link being shared with the plan's own swap-ins (all placed
- * latest-first, each ending where the later one begins); never in this
- * step when the plan's step does not use them. Coming back at op 0 would
- * put, for a step that skips the optimizer, every moment on the device at
- * once, against a plan that counted them away or not at all. */
-static void schedule_carried(cham_context_t *ctx, uint32_t unset)
-{
-    cham_exec_t *x = &ctx->exec;
-    const cham_plan_t *p = x->plan;
-    cham_device_info_t info;
-    cham_device_get_info(ctx->dev, &info);
-    link_need_t *need = malloc((x->n_carried + p->view.n_items + 1) * sizeof *need);
-    size_t n = 0;
-    for (size_t i = 0; i < x->n_carried; i++) {
-        cham_carried_t *c = &x->carried[i];
-        if (!c->storage || c->op != unset)
-            continue;
-        uint32_t first = first_use_op(p, c->storage->id);
-        c->op = first == UINT32_MAX ? UINT32_MAX : 0;
-        if (first != UINT32_MAX && need)
-            need[n++] = (link_need_t){p->op_start_ns[first],
-                                      1e9 * (double)c->storage->bytes / info.h2d_bandwidth, c};
-    }
-    if (!need)
-        return;           /* host OOM: they come back at op 0 */
-    for (size_t i = 0; i < p->view.n_items; i++) {
-        const cham_policy_item_t *it = &p->view.items[i];
-        if (!it->recompute && it->use_op < p->n_ops)
-            need[n++] = (link_need_t){p->op_start_ns[it->use_op],
-                                      1e9 * (double)it->bytes / info.h2d_bandwidth, NULL};
-    }
-    qsort(need, n, sizeof *need, by_later_deadline);
-    double link_free = INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        double end = need[i].deadline_ns < link_free ? need[i].deadline_ns : link_free;
-        link_free = end - need[i].copy_ns;
-        if (need[i].carried)
-            need[i].carried->op = link_free > 0 ? op_starting_by(p, link_free) : 0;
-    }
-    free(need);
+    uint64_t id = s ? s->id : 0;
+    return !s || bsearch(&id, p->state_ids, p->n_state, sizeof *p->state_ids, by_u64)
+               ? 0 : UINT32_MAX;
 }
 
 void cham_exec_send_away(cham_context_t *ctx)
@@ -244,12 +135,14 @@ void cham_exec_send_away(cham_context_t *ctx)
     const cham_policy_view_t *pol = &x->plan->view;
     if (ctx->config.mode != CHAM_MODE_MANAGED)
         return;
-    /* What the plan before left away comes back before this plan's first
-     * use of it (schedule_carried), unless this plan wants it away too
-     * (below). */
-    const uint32_t unset = UINT32_MAX - 1;
+    /* What the plan before left away comes back first thing, as this
+     * plan expects, unless this plan wants it away too (below) or its step
+     * does not use it at all: then it stays away. Brought back, AdamW's
+     * state left away by a step that skipped the optimizer filled the
+     * device at op 0 of the next one, which did not use it either
+     * (docs/executor.md, "Model state across the step's end"). */
     for (size_t i = 0; i < x->n_carried; i++)
-        x->carried[i].op = unset;
+        x->carried[i].op = carry_op(x->plan, x->carried[i].storage);
     size_t n;
     cham_storage_t **by = cham_storages_by_id(ctx, &n);
     if (!by)
@@ -288,9 +181,8 @@ void cham_exec_send_away(cham_context_t *ctx)
      * stall its first use). */
     for (size_t i = 0; i < n; i++)
         if (cham_storage_on_host(by[i]) && !by[i]->carry_slot &&
-            !carried_add(x, by[i], unset))
+            !carried_add(x, by[i], carry_op(x->plan, by[i])))
             break;
-    schedule_carried(ctx, unset);
     carried_sort(x);
     free(by);
 }

@@ -140,15 +140,11 @@ typedef struct cham_plan {
     cham_match_t match;
     cham_positions_t *positions;  /* Capuchin's identification, or NULL */
     uint32_t *in_order;           /* item indices by swap_in_op */
-    /* Its profile's model state: the storages there before the step, by
-     * id, with the op of their first use, and each op's estimated start
-     * (n_ops + 1): when what another plan left away comes back (executor.c,
+    /* The ids of the model state its profiled step uses, sorted: what
+     * another plan left away stays away if not among them (executor.c,
      * cham_exec_send_away). */
     uint64_t *state_ids;
-    uint32_t *state_first_op;
     size_t n_state;
-    double *op_start_ns;
-    size_t n_ops;
     uint32_t refs;
 } cham_plan_t;
 
@@ -337,8 +333,8 @@ void cham_exec_carry(cham_context_t *ctx);
  * its items that wrap, found by the profile's storage ids, leave now, so
  * the first step under it starts as the plan expects. */
 void cham_exec_send_away(cham_context_t *ctx);
-/* The plan's model-state table and op times from its profile (false: out
- * of host memory); cham_exec_plan_free frees them. */
+/* The plan's model-state ids from its profile (false: out of host
+ * memory); cham_exec_plan_free frees them. */
 bool cham_exec_plan_init(cham_plan_t *plan, const cham_profile_t *profile);
 void cham_exec_plan_free(cham_plan_t *plan);
 cham_status_t cham_exec_op_begin(cham_context_t *ctx);
