@@ -846,6 +846,45 @@ static void test_host_update(void **state)
     cham_context_free(ctx);
 }
 
+/* Issue 20's data-loss bug, first as a regression test: a tensor made
+ * before training (a parameter, torch.tensor(host_data)) whose block the
+ * OOM path gave back while it was still unwritten (it held nothing then)
+ * is filled through cham_tensor_data afterwards. It must get a block
+ * again, keep the bytes written there, and reach the op that reads it at
+ * an address with those bytes: never NULL, never a fresh block. */
+static void test_filled_after_its_block_was_given_back(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 16 * MiB);
+    cham_op_token_t op = token(ctx, "read");
+    cham_tensor_t *param, *a, *b;
+    assert_int_equal(cham_tensor_new(ctx, 4 * MiB, CHAM_DTYPE_F32, "param", &param), CHAM_OK);
+    assert_int_equal(cham_tensor_new(ctx, 6 * MiB, CHAM_DTYPE_F32, "a", &a), CHAM_OK);
+    memset(cham_tensor_data(a), 0x5a, 6 * MiB);
+    /* Does not fit beside param and a: param's block, holding nothing
+     * yet, is given back. */
+    assert_int_equal(cham_tensor_new(ctx, 8 * MiB, CHAM_DTYPE_F32, "b", &b), CHAM_OK);
+    unsigned char *p = cham_tensor_data(param);
+    assert_non_null(p);
+    for (size_t i = 0; i < 4 * MiB; i++)
+        p[i] = (unsigned char)(i * 7);
+    cham_tensor_t *in[2] = {param, a};
+    assert_int_equal(cham_op_begin(ctx, op, in, 2, NULL, 0), CHAM_OK);
+    p = cham_tensor_data(param);
+    assert_non_null(p);
+    for (size_t i = 0; i < 4 * MiB; i++)
+        if (p[i] != (unsigned char)(i * 7))
+            fail_msg("param byte %zu lost: %u", i, p[i]);
+    const unsigned char *pa = cham_tensor_data(a);
+    assert_non_null(pa);
+    assert_int_equal(pa[6 * MiB - 1], 0x5a);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    cham_tensor_release(param);
+    cham_tensor_release(a);
+    cham_tensor_release(b);
+    cham_context_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -863,6 +902,7 @@ int main(void)
         cmocka_unit_test(test_record_stream),
         cmocka_unit_test(test_host_copy),
         cmocka_unit_test(test_host_update),
+        cmocka_unit_test(test_filled_after_its_block_was_given_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

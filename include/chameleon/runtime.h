@@ -213,9 +213,11 @@ void cham_tensor_release(cham_tensor_t *t);
 
 /* The view's device address, valid for the op being dispatched (it may
  * change when the storage is swapped out and back). NULL while the storage
- * is not on the device. Taken outside an op (to fill a new tensor), it
- * marks the storage as holding data: it is then never dropped, only
- * swapped out with a copy. */
+ * is swapped out. Taken outside an op (to fill a new tensor), it marks the
+ * storage as holding data: it is then never dropped, only swapped out with
+ * a copy. A storage that held nothing may have had its block given back
+ * by the OOM path (managed mode); it gets one again here, NULL only when
+ * none can be made (cham_context_last_error says why). */
 void *cham_tensor_data(const cham_tensor_t *t);
 size_t cham_tensor_bytes(const cham_tensor_t *t);
 /* Bytes of the storage the view belongs to (>= cham_tensor_bytes). */
