@@ -846,6 +846,39 @@ static void test_host_update(void **state)
     cham_context_free(ctx);
 }
 
+/* Issue 20: the dtypes a framework has (int16, complex, fp8) have sizes
+ * and names; a handle carries the caller's pointer and a view does not
+ * inherit it. */
+static void test_dtypes_and_user_data(void **state)
+{
+    (void)state;
+    const struct {
+        cham_dtype_t d;
+        const char *name;
+        size_t size;
+    } want[] = {{CHAM_DTYPE_I16, "i16", 2},         {CHAM_DTYPE_C64, "c64", 8},
+                {CHAM_DTYPE_C128, "c128", 16},      {CHAM_DTYPE_F8_E4M3, "f8e4m3", 1},
+                {CHAM_DTYPE_F8_E5M2, "f8e5m2", 1}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        assert_string_equal(cham_dtype_name(want[i].d), want[i].name);
+        assert_int_equal(cham_dtype_size(want[i].d), want[i].size);
+    }
+    assert_string_equal(cham_dtype_name(CHAM_DTYPE_COUNT_), "?");
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, false, 64 * MiB);
+    cham_tensor_t *t, *v;
+    int mine;
+    assert_int_equal(cham_tensor_new(ctx, 4096, CHAM_DTYPE_C64, "z", &t), CHAM_OK);
+    assert_null(cham_tensor_user(t));
+    cham_tensor_set_user(t, &mine);
+    assert_ptr_equal(cham_tensor_user(t), &mine);
+    assert_int_equal(cham_tensor_view(t, 0, 1024, CHAM_DTYPE_F8_E4M3, "v", &v), CHAM_OK);
+    assert_null(cham_tensor_user(v));
+    assert_int_equal(cham_tensor_dtype(v), CHAM_DTYPE_F8_E4M3);
+    cham_tensor_release(v);
+    cham_tensor_release(t);
+    cham_context_free(ctx);
+}
+
 /* Issue 20's data-loss bug, first as a regression test: a tensor made
  * before training (a parameter, torch.tensor(host_data)) whose block the
  * OOM path gave back while it was still unwritten (it held nothing then)
@@ -903,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_host_copy),
         cmocka_unit_test(test_host_update),
         cmocka_unit_test(test_filled_after_its_block_was_given_back),
+        cmocka_unit_test(test_dtypes_and_user_data),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -225,6 +225,11 @@ size_t cham_tensor_storage_bytes(const cham_tensor_t *t);
 cham_dtype_t cham_tensor_dtype(const cham_tensor_t *t);
 const char *cham_tensor_label(const cham_tensor_t *t);
 cham_residency_t cham_tensor_residency(const cham_tensor_t *t);
+/* The caller's own pointer on this handle (a framework's tensor, say),
+ * NULL until set; Chameleon never reads it. Views made from a handle do
+ * not inherit it. */
+void cham_tensor_set_user(cham_tensor_t *t, void *user);
+void *cham_tensor_user(const cham_tensor_t *t);
 /* True if a and b are views of one storage. */
 bool cham_tensor_same_storage(const cham_tensor_t *a, const cham_tensor_t *b);
 

@@ -44,6 +44,11 @@ typedef enum cham_dtype {
     CHAM_DTYPE_I8,
     CHAM_DTYPE_U8,
     CHAM_DTYPE_BOOL,
+    CHAM_DTYPE_I16,
+    CHAM_DTYPE_C64,          /* complex64: two f32 */
+    CHAM_DTYPE_C128,         /* complex128: two f64 */
+    CHAM_DTYPE_F8_E4M3,      /* float8_e4m3fn */
+    CHAM_DTYPE_F8_E5M2,      /* float8_e5m2 */
     CHAM_DTYPE_COUNT_
 } cham_dtype_t;
 

@@ -19,5 +19,7 @@ const char *const cham_json_dtype_names[CHAM_JSON_N_DTYPES] = {
     [CHAM_DTYPE_F32] = "f32", [CHAM_DTYPE_F16] = "f16", [CHAM_DTYPE_BF16] = "bf16",
     [CHAM_DTYPE_F64] = "f64", [CHAM_DTYPE_I64] = "i64", [CHAM_DTYPE_I32] = "i32",
     [CHAM_DTYPE_I8] = "i8",   [CHAM_DTYPE_U8] = "u8",   [CHAM_DTYPE_BOOL] = "bool",
+    [CHAM_DTYPE_I16] = "i16", [CHAM_DTYPE_C64] = "c64", [CHAM_DTYPE_C128] = "c128",
+    [CHAM_DTYPE_F8_E4M3] = "f8e4m3", [CHAM_DTYPE_F8_E5M2] = "f8e5m2",
 };
 _Static_assert(CHAM_JSON_N_DTYPES == CHAM_DTYPE_COUNT_, "a name for every dtype");

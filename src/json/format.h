@@ -17,7 +17,7 @@
  * from cham_phase_name and cham_dtype_name (src/runtime/names.c) so that
  * file formats cannot change when log names do. */
 #define CHAM_JSON_N_PHASES 5
-#define CHAM_JSON_N_DTYPES 9
+#define CHAM_JSON_N_DTYPES 14
 extern const char *const cham_json_phase_names[CHAM_JSON_N_PHASES];
 extern const char *const cham_json_dtype_names[CHAM_JSON_N_DTYPES];
 

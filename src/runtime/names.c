@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "chameleon/runtime.h"
+#include "json/format.h"
 
 const char *cham_stage_name(cham_stage_t stage)
 {
@@ -36,25 +37,22 @@ const char *cham_swap_cause_name(cham_swap_cause_t cause)
     return "?";
 }
 
-static const struct {
-    const char *name;
-    size_t size;
-} dtypes[CHAM_DTYPE_COUNT_] = {
-    [CHAM_DTYPE_F32] = {"f32", 4},  [CHAM_DTYPE_F16] = {"f16", 2},
-    [CHAM_DTYPE_BF16] = {"bf16", 2}, [CHAM_DTYPE_F64] = {"f64", 8},
-    [CHAM_DTYPE_I64] = {"i64", 8},  [CHAM_DTYPE_I32] = {"i32", 4},
-    [CHAM_DTYPE_I8] = {"i8", 1},    [CHAM_DTYPE_U8] = {"u8", 1},
-    [CHAM_DTYPE_BOOL] = {"bool", 1},
+/* Bytes per element; the names are the profile format's (json/format.c). */
+static const size_t dtype_sizes[CHAM_DTYPE_COUNT_] = {
+    [CHAM_DTYPE_F32] = 4, [CHAM_DTYPE_F16] = 2,  [CHAM_DTYPE_BF16] = 2,    [CHAM_DTYPE_F64] = 8,
+    [CHAM_DTYPE_I64] = 8, [CHAM_DTYPE_I32] = 4,  [CHAM_DTYPE_I8] = 1,      [CHAM_DTYPE_U8] = 1,
+    [CHAM_DTYPE_BOOL] = 1, [CHAM_DTYPE_I16] = 2, [CHAM_DTYPE_C64] = 8,     [CHAM_DTYPE_C128] = 16,
+    [CHAM_DTYPE_F8_E4M3] = 1, [CHAM_DTYPE_F8_E5M2] = 1,
 };
 
 const char *cham_dtype_name(cham_dtype_t dtype)
 {
-    return (int)dtype >= 0 && dtype < CHAM_DTYPE_COUNT_ ? dtypes[dtype].name : "?";
+    return (int)dtype >= 0 && dtype < CHAM_DTYPE_COUNT_ ? cham_json_dtype_names[dtype] : "?";
 }
 
 size_t cham_dtype_size(cham_dtype_t dtype)
 {
-    return (int)dtype >= 0 && dtype < CHAM_DTYPE_COUNT_ ? dtypes[dtype].size : 0;
+    return (int)dtype >= 0 && dtype < CHAM_DTYPE_COUNT_ ? dtype_sizes[dtype] : 0;
 }
 
 static const char *const allocator_modes[] = {

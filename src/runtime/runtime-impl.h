@@ -129,6 +129,7 @@ struct cham_tensor {
     cham_dtype_t dtype;
     uint32_t refs;
     bool internal;                /* the runtime's own view (recompute.c) */
+    void *user;                   /* the caller's (cham_tensor_set_user) */
     char label[48];
 };
 

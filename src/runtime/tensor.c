@@ -286,6 +286,18 @@ void *cham_tensor_data(const cham_tensor_t *t)
     return base ? base + t->offset : NULL;
 }
 
+void cham_tensor_set_user(cham_tensor_t *t, void *user)
+{
+    CHAM_ASSERT(t);
+    t->user = user;
+}
+
+void *cham_tensor_user(const cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    return t->user;
+}
+
 size_t cham_tensor_bytes(const cham_tensor_t *t)
 {
     CHAM_ASSERT(t);
