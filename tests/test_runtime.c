@@ -633,6 +633,50 @@ static void test_advisor_mode(void **state)
     cham_context_free(ctx);
 }
 
+/* Issue 20: in advisor mode the caller allocates; when its tensors go
+ * past the budget (the device's capacity) in a step, the step hook, the
+ * stats and one log line say by how much. Within it, nothing is said. */
+static void record_step(cham_context_t *ctx, const cham_step_ended_t *e, void *user)
+{
+    (void)ctx;
+    *(cham_step_ended_t *)user = *e;
+}
+
+static void test_advisor_over_budget(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_ADVISOR, false, 16 * MiB);
+    int lines = 0;
+    cham_context_set_log(ctx, count_lines, &lines);
+    cham_step_ended_t seen = {0};
+    cham_context_on_step(ctx, record_step, &seen);
+    cham_op_token_t mm = token(ctx, "matmul");
+    cham_tensor_t *x, *y;
+    assert_int_equal(cham_tensor_wrap(ctx, (void *)0x100000, 12 * MiB, CHAM_DTYPE_F32, "x", &x),
+                     CHAM_OK);
+    assert_int_equal(cham_op_begin(ctx, mm, &x, 1, NULL, 0), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);
+    assert_int_equal(seen.peak_bytes, 12 * MiB);
+    assert_int_equal(seen.over_budget_bytes, 0);
+    int before = lines;
+    assert_int_equal(cham_tensor_wrap(ctx, (void *)0x2000000, 6 * MiB, CHAM_DTYPE_F32, "y", &y),
+                     CHAM_OK);
+    assert_int_equal(cham_op_begin(ctx, mm, &x, 1, &y, 1), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    cham_tensor_release(y);
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);
+    assert_int_equal(seen.peak_bytes, 18 * MiB);
+    assert_int_equal(seen.over_budget_bytes, 2 * MiB);
+    assert_true(lines > before);
+    cham_runtime_stats_t st;
+    cham_context_get_stats(ctx, &st);
+    assert_int_equal(st.over_budget_steps, 1);
+    assert_int_equal(st.over_budget_bytes, 2 * MiB);
+    cham_tensor_release(x);
+    cham_context_free(ctx);
+}
+
 /* ---- record_stream ----------------------------------------------------------------*/
 
 static void count_hazard(const cham_hazard_t *h, void *user)
@@ -932,6 +976,7 @@ int main(void)
         cmocka_unit_test(test_caller_numbers_steps),
         cmocka_unit_test(test_allocator_mode),
         cmocka_unit_test(test_advisor_mode),
+        cmocka_unit_test(test_advisor_over_budget),
         cmocka_unit_test(test_record_stream),
         cmocka_unit_test(test_host_copy),
         cmocka_unit_test(test_host_update),

@@ -460,6 +460,10 @@ typedef struct cham_step_ended {
     cham_stage_t from, to;           /* the stage during the step / for the next one */
     bool backward;                   /* the step had a backward phase */
     uint64_t policies_generated;     /* so far in the run */
+    uint64_t peak_bytes;             /* the most device memory tensors held in it */
+    uint64_t over_budget_bytes;      /* how far peak_bytes went past the device's
+                                        capacity (advisor mode, where the caller
+                                        allocates; else 0) */
 } cham_step_ended_t;
 
 /* Called at the end of every step, after the runtime decided what the next
@@ -536,6 +540,10 @@ typedef struct cham_runtime_stats {
     uint64_t bytes_dropped;
     uint64_t passive_drops;      /* of drops, made by the out-of-memory path
                                     instead of a passive swap-out */
+    uint64_t over_budget_steps;  /* advisor mode: steps whose peak went past the
+                                    capacity (the advice was not enough, or not
+                                    all taken) */
+    uint64_t over_budget_bytes;  /* the most any step went past it */
 } cham_runtime_stats_t;
 void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *stats);
 /* Starts mem_peak again from the memory in use now (for per-step peaks). */

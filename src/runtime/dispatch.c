@@ -391,6 +391,27 @@ static void finish_profile(cham_context_t *ctx, uint64_t now)
     cham_profile_free(p);
 }
 
+/* Advisor mode: how far the step's peak went past the device's capacity,
+ * counted and logged (the caller allocates; nothing here can move its
+ * memory, so this is the one signal that the advice fell short). */
+static uint64_t over_budget(cham_context_t *ctx)
+{
+    cham_device_info_t info;
+    cham_device_get_info(ctx->dev, &info);
+    if (ctx->config.mode != CHAM_MODE_ADVISOR || ctx->step_mem_peak <= info.capacity)
+        return 0;
+    uint64_t over = ctx->step_mem_peak - info.capacity;
+    ctx->stats.over_budget_steps++;
+    if (over > ctx->stats.over_budget_bytes)
+        ctx->stats.over_budget_bytes = over;
+    cham_context_log(ctx, "step %llu: the caller's tensors reached %llu bytes, %llu past the "
+                     "budget of %llu (advisor mode moves nothing itself: advised swap-outs "
+                     "were missing, late, or not enough)", (unsigned long long)ctx->number,
+                     (unsigned long long)ctx->step_mem_peak, (unsigned long long)over,
+                     (unsigned long long)info.capacity);
+    return over;
+}
+
 cham_status_t cham_step_end(cham_context_t *ctx)
 {
     CHAM_ASSERT(ctx);
@@ -434,12 +455,15 @@ cham_status_t cham_step_end(cham_context_t *ctx)
                          cham_stage_name(to), ctx->ops_in_step,
                          100.0 * ctx->stages.last_length_change, ctx->stages.last_cosine);
     }
+    uint64_t over = over_budget(ctx);
     if (ctx->step_hook) {
         cham_step_ended_t e = {.number = ctx->number, .from = from, .to = to,
                                .backward = ctx->backward,
-                               .policies_generated = ctx->stats.policies_generated};
+                               .policies_generated = ctx->stats.policies_generated,
+                               .peak_bytes = ctx->step_mem_peak, .over_budget_bytes = over};
         ctx->step_hook(ctx, &e, ctx->step_hook_user);
     }
+    ctx->step_mem_peak = ctx->stats.mem_in_use;
     ctx->number++;
     ctx->backward = false;
     /* The next step: detailed in GenPolicy or when asked for. */

@@ -257,6 +257,7 @@ struct cham_context {
     bool static_planned;          /* a baseline's one policy has been made */
     uint64_t synced_step_ns;      /* the step that ended, idle to idle, or 0 */
     uint64_t step_passive, step_on_demand;  /* this step's unplanned swaps */
+    uint64_t step_mem_peak;       /* the most mem_in_use has been this step */
     cham_class_t *classes;        /* config.policy_cache entries */
     size_t n_classes;
     uint32_t next_class_id;

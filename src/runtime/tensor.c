@@ -90,6 +90,8 @@ void cham_context_mem_add(cham_context_t *ctx, int64_t bytes)
     ctx->stats.mem_in_use = (uint64_t)((int64_t)ctx->stats.mem_in_use + bytes);
     if (ctx->stats.mem_in_use > ctx->stats.mem_peak)
         ctx->stats.mem_peak = ctx->stats.mem_in_use;
+    if (ctx->stats.mem_in_use > ctx->step_mem_peak)
+        ctx->step_mem_peak = ctx->stats.mem_in_use;
 }
 
 cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dtype,
