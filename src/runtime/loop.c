@@ -236,12 +236,11 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     }
     ctx->stats.policies_generated++;
     if (plan->view.predicted_peak > plan->view.usable)
-        cham_context_log(ctx, "step %llu: partial policy; %s make up the rest: %s",
-                         (unsigned long long)ctx->number,
+        cham_context_log(ctx, "step %llu: partial policy; %s: %s", (unsigned long long)ctx->number,
                          ctx->config.mode == CHAM_MODE_ADVISOR
-                             ? "the caller's memory goes past the budget unless it frees more;"
-                               " no passive swaps in advisor mode to"
-                             : "passive swaps",
+                             ? "advisor mode has no passive swaps, so the caller's memory goes "
+                               "past the budget unless it frees more"
+                             : "passive swaps make up the rest",
                          err);
     size_t n_rc = 0;
     for (size_t i = 0; i < plan->view.n_items; i++)
