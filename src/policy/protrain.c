@@ -14,6 +14,7 @@
 
 #include "chameleon/runtime.h"
 #include "common/message.h"
+#include "common/order.h"
 #include "policy/generate-impl.h"
 #include "policy/protrain-impl.h"
 
@@ -103,12 +104,6 @@ static int cmp_span(const void *a, const void *b)
     if (x->storage != y->storage)
         return x->storage < y->storage ? -1 : 1;
     return (x->lo > y->lo) - (x->lo < y->lo);
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
 }
 
 /* The merged span holding (storage, ptr), or NULL. */
@@ -346,7 +341,7 @@ static cham_status_t find_reads(reader_t *r, cham_protrain_model_t *m, const uin
 /* (storage, bytes) pairs: sorted by storage, the bytes of distinct ones. */
 static uint64_t distinct_bytes(uint64_t *pairs, size_t n)
 {
-    qsort(pairs, n, 2 * sizeof *pairs, cmp_u64);
+    qsort(pairs, n, 2 * sizeof *pairs, cham_order_u64);
     uint64_t sum = 0;
     for (size_t i = 0; i < n; i++)
         if (i == 0 || pairs[2 * i] != pairs[2 * i - 2])

@@ -26,6 +26,7 @@
 
 #include "common/assert.h"
 #include "common/grow.h"
+#include "common/order.h"
 #include "runtime/runtime-impl.h"
 
 void cham_exec_step_start(cham_context_t *ctx)
@@ -90,12 +91,6 @@ void cham_exec_carry(cham_context_t *ctx)
 
 /* ---- model state between plans --------------------------------------------*/
 
-static int by_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 bool cham_exec_plan_init(cham_plan_t *p, const cham_profile_t *profile)
 {
     cham_profile_view_t v;
@@ -107,7 +102,7 @@ bool cham_exec_plan_init(cham_plan_t *p, const cham_profile_t *profile)
     for (size_t u = 0; u < v.n_uses; u++)
         if (v.uses[u].persistent)
             p->state_ids[n++] = v.uses[u].storage;
-    qsort(p->state_ids, n, sizeof *p->state_ids, by_u64);
+    qsort(p->state_ids, n, sizeof *p->state_ids, cham_order_u64);
     p->n_state = 0;
     for (size_t i = 0; i < n; i++)
         if (!p->n_state || p->state_ids[p->n_state - 1] != p->state_ids[i])
@@ -125,7 +120,7 @@ void cham_exec_plan_free(cham_plan_t *p)
 static uint32_t carry_op(const cham_plan_t *p, const cham_storage_t *s)
 {
     uint64_t id = s ? s->id : 0;
-    return !s || bsearch(&id, p->state_ids, p->n_state, sizeof *p->state_ids, by_u64)
+    return !s || bsearch(&id, p->state_ids, p->n_state, sizeof *p->state_ids, cham_order_u64)
                ? 0 : UINT32_MAX;
 }
 
@@ -138,9 +133,10 @@ void cham_exec_send_away(cham_context_t *ctx)
     /* What the plan before left away comes back first thing, as this
      * plan expects, unless this plan wants it away too (below) or its step
      * does not use it at all: then it stays away. Brought back, AdamW's
-     * state left away by a step that skipped the optimizer filled the
-     * device at op 0 of the next one, which did not use it either
-     * (docs/executor.md, "Model state across the step's end"). */
+     * state, which an update step's plan leaves away, filled the device at
+     * op 0 of the accumulation step after it, which does not use it
+     * (docs/executor.md, "Model state the new plan's step does not use
+     * stays away"). */
     for (size_t i = 0; i < x->n_carried; i++)
         x->carried[i].op = carry_op(x->plan, x->carried[i].storage);
     size_t n;

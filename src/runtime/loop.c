@@ -22,15 +22,10 @@
 
 #include "common/assert.h"
 #include "common/grow.h"
+#include "common/order.h"
 #include "runtime/runtime-impl.h"
 
 /* ---- plans ----------------------------------------------------------------*/
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
 
 /* Item indices by swap_in_op, swaps before recomputations at one op (a
  * re-run may read a tensor swapped in at that op), then index: sorted as
@@ -44,7 +39,7 @@ static bool sort_by_swap_in(const cham_policy_view_t *v, uint32_t *out)
     for (size_t i = 0; i < v->n_items; i++)
         keys[i] = (uint64_t)v->items[i].swap_in_op << 32 |
                   (uint64_t)v->items[i].recompute << 31 | i;
-    qsort(keys, v->n_items, sizeof *keys, cmp_u64);
+    qsort(keys, v->n_items, sizeof *keys, cham_order_u64);
     for (size_t i = 0; i < v->n_items; i++)
         out[i] = (uint32_t)(keys[i] & INT32_MAX);
     free(keys);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/order.h"
 #include "workload/workload-impl.h"
 
 #define TiB (UINT64_C(1) << 40)
@@ -36,17 +37,11 @@ static void on_hazard(const cham_hazard_t *h, void *user)
         cham_hazard_format(h, hz->first, sizeof hz->first);
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 static double median_s(uint64_t *v, size_t n)
 {
     if (n == 0)
         return 0;
-    qsort(v, n, sizeof *v, cmp_u64);
+    qsort(v, n, sizeof *v, cham_order_u64);
     return (n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2) * 1e-9;
 }
 
