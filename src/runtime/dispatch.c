@@ -396,9 +396,11 @@ static void finish_profile(cham_context_t *ctx, uint64_t now)
  * memory, so this is the one signal that the advice fell short). */
 static uint64_t over_budget(cham_context_t *ctx)
 {
+    if (ctx->config.mode != CHAM_MODE_ADVISOR)
+        return 0;
     cham_device_info_t info;
     cham_device_get_info(ctx->dev, &info);
-    if (ctx->config.mode != CHAM_MODE_ADVISOR || ctx->step_mem_peak <= info.capacity)
+    if (ctx->step_mem_peak <= info.capacity)
         return 0;
     uint64_t over = ctx->step_mem_peak - info.capacity;
     ctx->stats.over_budget_steps++;
