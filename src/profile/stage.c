@@ -68,7 +68,7 @@ double cham_sequence_cosine(const cham_op_token_t *a, size_t na, const cham_op_t
 
 /* diff(len(OpSeq), len(PrevOpSeq)) of Algorithm 1: |len - prev_len| / prev_len;
  * 0 from empty to empty, infinite from empty to non-empty. */
-static double length_change(size_t len, size_t prev_len)
+double cham_sequence_length_change(size_t len, size_t prev_len)
 {
     if (prev_len == 0)
         return len == 0 ? 0.0 : INFINITY;
@@ -95,7 +95,7 @@ cham_stage_t cham_stage_machine_step(cham_stage_machine_t *sm, const cham_op_tok
     /* static PrevOpSeq <- OpSeq: the very first step is compared with itself. */
     const cham_op_token_t *prev = sm->have_prev ? sm->prev : seq;
     size_t prev_len = sm->have_prev ? sm->prev_len : len;
-    sm->last_length_change = length_change(len, prev_len);
+    sm->last_length_change = cham_sequence_length_change(len, prev_len);
     sm->last_cosine = cham_sequence_cosine(seq, len, prev, prev_len);
 
     if (sm->last_length_change < sm->length_tolerance &&

@@ -37,6 +37,10 @@ void cham_stage_machine_free(cham_stage_machine_t *sm);
 cham_stage_t cham_stage_machine_step(cham_stage_machine_t *sm, const cham_op_token_t *seq,
                                      size_t len, bool *ok);
 
+/* |len - prev_len| / prev_len, the length change Algorithm 1 bounds (0 for
+ * two empty sequences, infinite from an empty one). */
+double cham_sequence_length_change(size_t len, size_t prev_len);
+
 /* Cosine similarity of two token sequences as defined in docs/profiler.md;
  * 1 for two empty sequences. */
 double cham_sequence_cosine(const cham_op_token_t *a, size_t na, const cham_op_token_t *b,

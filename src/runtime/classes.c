@@ -21,14 +21,12 @@ static uint64_t fingerprint(const cham_op_token_t *seq, size_t len)
     return h;
 }
 
-/* Would the stage machine count b as the same sequence as a? */
+/* Would the stage machine count a, after b, as the same sequence? */
 static bool alike(const cham_context_t *ctx, const cham_op_token_t *a, size_t na,
                   const cham_op_token_t *b, size_t nb)
 {
-    size_t d = na > nb ? na - nb : nb - na;
-    if (nb == 0 || (double)d / (double)nb >= ctx->config.length_tolerance)
-        return false;
-    return cham_sequence_cosine(a, na, b, nb) > ctx->config.cosine_threshold;
+    return cham_sequence_length_change(na, nb) < ctx->config.length_tolerance &&
+           cham_sequence_cosine(a, na, b, nb) > ctx->config.cosine_threshold;
 }
 
 /* The same sequence first, else one alike (the most recently used). */
@@ -67,10 +65,8 @@ static void forget(cham_class_t *c)
     memset(c, 0, sizeof *c);
 }
 
-cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, size_t len,
-                            bool *created)
+cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, size_t len)
 {
-    *created = false;
     cham_class_t *c = find(ctx, seq, len);
     if (c)
         return c;
@@ -95,7 +91,6 @@ cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, siz
     }
     *c = (cham_class_t){.id = ++ctx->next_class_id, .seq = copy, .len = len,
                         .fingerprint = fingerprint(seq, len), .last_used = ctx->step};
-    *created = true;
     return c;
 }
 

@@ -464,10 +464,8 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
     /* The step's class; a second one that recurs (a one-off, the first
      * step or a rare evaluation, does not) turns the loop to classes for
      * good. */
-    bool created = false;
-    cham_class_t *c = ctx->config.policy_cache
-                          ? cham_class_of(ctx, ctx->seq, ctx->ops_in_step, &created)
-                          : NULL;
+    cham_class_t *c =
+        ctx->config.policy_cache ? cham_class_of(ctx, ctx->seq, ctx->ops_in_step) : NULL;
     if (c) {
         cham_class_seen(ctx, c);
         size_t recurring = 0, kept = 0;

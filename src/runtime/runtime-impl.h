@@ -392,10 +392,9 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
 bool cham_loop_static(const cham_context_t *ctx);
 
 /* classes.c: the class of a step's sequence, made when none is alike
- * (evicting the least recently used beyond config.policy_cache; *created
- * says so); NULL when the host is out of memory. */
-cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, size_t len,
-                            bool *created);
+ * (evicting the least recently used beyond config.policy_cache); NULL when
+ * the host is out of memory. */
+cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, size_t len);
 /* Counts a step of class c and adds it to the history. */
 void cham_class_seen(cham_context_t *ctx, cham_class_t *c);
 /* The class the next step should be: what most often followed the earlier
