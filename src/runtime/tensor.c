@@ -278,10 +278,11 @@ void *cham_tensor_data(const cham_tensor_t *t)
 {
     CHAM_ASSERT(t);
     cham_storage_t *s = t->storage;
-    /* Its block given back while it held nothing (the OOM path): the
-     * caller is about to fill it, so it needs one again, now. */
-    if (!s->holds_data && !s->block && !s->host_block && s->residency == CHAM_RESIDENT_HOST &&
-        s->ctx->config.mode == CHAM_MODE_MANAGED && cham_storage_materialize(s) != CHAM_OK)
+    /* Its block given back while it held nothing (the OOM path; the test
+     * cham_storage_prepare makes): the caller is about to fill it, so it
+     * needs one again, now. */
+    if (s->ctx->config.mode == CHAM_MODE_MANAGED && s->residency == CHAM_RESIDENT_HOST &&
+        !cham_storage_on_host(s) && cham_storage_materialize(s) != CHAM_OK)
         return NULL;
     s->holds_data = true;          /* the caller may write it, in or outside an op */
     char *base = s->block ? cham_block_ptr(s->block) : s->ptr;
