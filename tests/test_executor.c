@@ -339,6 +339,19 @@ static void test_corrupted_swap_changes_the_checksum(void **state)
 
 /* ---- matching ------------------------------------------------------------------*/
 
+/* Runs tc for `steps` steps unconstrained, then into got at half the
+ * unconstrained peak: bit-exact against the first run, and no hazard. */
+static void run_at_half(const ts_config_t *tc, int steps)
+{
+    cham_config_t big = config(1024 * MiB);
+    static run_t base;
+    run(&big, tc, steps, &base);
+    cham_config_t small = config(fraction_of(&base, 2));
+    run(&small, tc, steps, &got);
+    assert_same_data(&got, &base);
+    assert_int_equal(got.hazards, 0);
+}
+
 /* Data pointers cannot name a tensor: within a step the blocks of
  * swapped-out tensors are reused by later ones at once, and a scratch tensor
  * of varying size at each step's start moves the layout from step to step.
@@ -349,13 +362,7 @@ static void test_matching_follows_tensors_not_addresses(void **state)
     (void)state;
     ts_config_t tc = deep();
     tc.shift_addresses = true;
-    cham_config_t big = config(1024 * MiB);
-    static run_t base;
-    run(&big, &tc, 24, &base);
-    cham_config_t small = config(fraction_of(&base, 2));
-    run(&small, &tc, 24, &got);
-    assert_same_data(&got, &base);
-    assert_int_equal(got.hazards, 0);
+    run_at_half(&tc, 24);
     int s0 = first_stable(&got);
     for (int s = s0 + 1; s < 24; s++) {
         int n = got.n_out[s];
@@ -385,13 +392,7 @@ static void test_extra_op_still_matches(void **state)
     (void)state;
     ts_config_t tc = deep();
     tc.extra_op_step = 30;
-    cham_config_t big = config(1024 * MiB);
-    static run_t base;
-    run(&big, &tc, 40, &base);
-    cham_config_t small = config(fraction_of(&base, 2));
-    run(&small, &tc, 40, &got);
-    assert_same_data(&got, &base);
-    assert_int_equal(got.hazards, 0);
+    run_at_half(&tc, 40);
     assert_true(first_stable(&got) < 30);
     /* Small change: the stage machine stays in Stable... */
     assert_int_equal(got.stage[30], CHAM_STAGE_STABLE);
@@ -410,13 +411,7 @@ static void test_extra_op_still_matches(void **state)
 static void assert_loop_settles(ts_config_t tc, bool all_matched)
 {
     tc.adamw = true;
-    cham_config_t big = config(1024 * MiB);
-    static run_t base;
-    run(&big, &tc, 45, &base);
-    cham_config_t small = config(fraction_of(&base, 2));
-    run(&small, &tc, 45, &got);
-    assert_same_data(&got, &base);
-    assert_int_equal(got.hazards, 0);
+    run_at_half(&tc, 45);
     for (int s = 30; s < 45; s++) {
         assert_int_equal(got.stage[s], CHAM_STAGE_STABLE);
         if (all_matched)
@@ -497,13 +492,7 @@ static void test_wrong_policy_stays_correct(void **state)
     (void)state;
     ts_config_t tc = deep();
     tc.reorder_step = 25;
-    cham_config_t big = config(1024 * MiB);
-    static run_t base;
-    run(&big, &tc, 30, &base);
-    cham_config_t small = config(fraction_of(&base, 2));
-    run(&small, &tc, 30, &got);
-    assert_same_data(&got, &base);
-    assert_int_equal(got.hazards, 0);
+    run_at_half(&tc, 30);
     assert_int_equal(got.stage[25], CHAM_STAGE_STABLE);
     assert_true(DELTA(&got, 25, on_demand_swaps_in) > 0);
     assert_int_equal(DELTA(&got, 26, on_demand_swaps_in), 0);
