@@ -151,7 +151,7 @@ static void test_defaults(void **state)
     assert_true(c.length_tolerance == 0.05);
     assert_true(c.cosine_threshold == 0.95);
     assert_true(c.score_c == 1.0);
-    assert_int_equal(c.min_swap_bytes, 1 * MiB);
+    assert_int_equal(c.min_swap_bytes, 0);
     assert_true(c.executor);
     assert_int_equal(c.memory_budget, 0);
     assert_true(c.oom_handling);
@@ -308,6 +308,32 @@ static void test_absent_keys_keep_values(void **state)
 
 /* ---- byte sizes --------------------------------------------------------------------*/
 
+/* A language binding's keywords, as JSON text in memory: the same keys,
+ * checks and messages as a file, naming the caller's origin instead. */
+static void test_text_in_memory(void **state)
+{
+    (void)state;
+    char err[512];
+    cham_config_t c = cham_config_default();
+    const char *ok = "{\"warmup_steps\": 4, \"memory_budget\": \"3MiB\"}";
+    assert_int_equal(cham_config_parse_json(ok, strlen(ok), "Offload", &c, err, sizeof err),
+                     CHAM_OK);
+    assert_int_equal(c.warmup_steps, 4);
+    assert_int_equal(c.memory_budget, 3 * MiB);
+    const char *typo = "{\"warmup_step\": 4}";
+    assert_int_equal(cham_config_parse_json(typo, strlen(typo), "Offload", &c, err, sizeof err),
+                     CHAM_ERR_INVALID_ARG);
+    test_assert_contains(err, "Offload: unknown key \"warmup_step\" (did you mean "
+                              "\"warmup_steps\"?)");
+    assert_int_equal(c.warmup_steps, 4);                 /* unchanged */
+    /* Not NUL-terminated: only len bytes are read. */
+    const char buf[] = {'{', '}', 'x'};
+    assert_int_equal(cham_config_parse_json(buf, 2, "Offload", &c, err, sizeof err), CHAM_OK);
+    assert_int_equal(cham_config_parse_json(buf, 3, "Offload", &c, err, sizeof err),
+                     CHAM_ERR_INVALID_ARG);
+    test_assert_contains(err, "Offload:1:");
+}
+
 static void test_size_strings(void **state)
 {
     fixture_t *fx = *state;
@@ -389,7 +415,7 @@ static void test_size_strings(void **state)
         if (bad[i].json[0] == '"')
             test_assert_contains(err, bad[i].json);
         test_assert_contains(err, bad[i].why);
-        assert_int_equal(c.min_swap_bytes, 1 * MiB);
+        assert_int_equal(c.min_swap_bytes, 0);   /* unchanged: the default */
     }
 
     /* A number too large for JSON's integers or doubles is a syntax error. */
@@ -827,6 +853,7 @@ int main(void)
         cmocka_unit_test(test_defaults),
         cmocka_unit_test_setup_teardown(test_full_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_absent_keys_keep_values, setup, teardown),
+        cmocka_unit_test(test_text_in_memory),
         cmocka_unit_test_setup_teardown(test_size_strings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_syntax_error_position, setup, teardown),

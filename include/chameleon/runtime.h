@@ -84,7 +84,8 @@ typedef struct cham_config {
     double cosine_threshold;     /* cosine similarity still stable (0.95) */
     /* Policy generation (paper §5). */
     double score_c;              /* C in Score = N_MRE + C * S (1.0) */
-    uint64_t min_swap_bytes;     /* smallest tensor worth swapping (1 MiB) */
+    uint64_t min_swap_bytes;     /* smallest tensor worth swapping (0: from the
+                                    budget, cham_context_min_swap) */
     /* Acting (paper §6, docs/executor.md). */
     bool executor;               /* generate and apply policies (true) */
     uint64_t memory_budget;      /* device bytes policies plan for (0 = the
@@ -124,6 +125,11 @@ cham_config_t cham_config_default(void);
  * the value (or the line and column of a syntax error). */
 cham_status_t cham_config_load_json(const char *path, cham_config_t *config, char *err,
                                     size_t err_size);
+
+/* The same from JSON text in memory (len bytes, no NUL needed); `origin`
+ * stands for the file name in messages (a language binding's call, say). */
+cham_status_t cham_config_parse_json(const char *text, size_t len, const char *origin,
+                                     cham_config_t *config, char *err, size_t err_size);
 
 /* Checks every field; on failure err names the field and the value. */
 cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_t err_size);
@@ -179,6 +185,18 @@ const char *cham_context_last_error(const cham_context_t *ctx);
 cham_device_t *cham_context_device(const cham_context_t *ctx);
 /* The config the context was made with (validated). */
 const cham_config_t *cham_context_config(const cham_context_t *ctx);
+/* The device bytes policies plan for: memory_budget, or the device's
+ * capacity when that is 0 or larger. */
+uint64_t cham_context_budget(const cham_context_t *ctx);
+/* The smallest tensor the planner swaps: min_swap_bytes, or when that is
+ * 0 a 1024th of the budget within [4 KiB, 1 MiB] (1 MiB from a 1 GiB
+ * budget up: a copy's fixed cost is not worth paying for less; a device
+ * of a few MiB still has candidates). */
+uint64_t cham_context_min_swap(const cham_context_t *ctx);
+/* Sets memory_budget (0: the device's capacity), as a budget given as a
+ * share of the peak of a first, unconstrained step needs. Only before the
+ * first policy is planned (CHAM_ERR_INVALID_ARG after: make a new context). */
+cham_status_t cham_context_set_memory_budget(cham_context_t *ctx, uint64_t bytes);
 /* The stream operators run on; kernels are launched there by the caller. */
 cham_stream_t *cham_context_compute_stream(const cham_context_t *ctx);
 

@@ -44,7 +44,7 @@ cham_config_t cham_config_default(void)
     c.length_tolerance = 0.05;
     c.cosine_threshold = 0.95;
     c.score_c = 1.0;
-    c.min_swap_bytes = 1 * MiB;
+    c.min_swap_bytes = 0;         /* from the budget: cham_context_min_swap */
     c.executor = true;
     c.oom_handling = true;
     c.recompute = true;
@@ -461,14 +461,23 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
                                       "JSON object)", &text, &len, err, err_size);
     if (st != CHAM_OK)
         return st;
+    st = cham_config_parse_json(text, len, path, config, err, err_size);
+    free(text);
+    return st;
+}
 
+cham_status_t cham_config_parse_json(const char *text, size_t len, const char *path,
+                                     cham_config_t *config, char *err, size_t err_size)
+{
+    CHAM_ASSERT(text && path && config);
+    cham_set_err(err, err_size, "%s", "");
+    cham_status_t st;
     /* A UTF-8 byte order mark is not JSON, but editors write it. */
     size_t start = len >= 3 && memcmp(text, "\xEF\xBB\xBF", 3) == 0 ? 3 : 0;
     bool blank = true;
     for (size_t i = start; i < len && blank; i++)
         blank = text[i] == ' ' || text[i] == '\t' || text[i] == '\n' || text[i] == '\r';
     if (blank) {
-        free(text);
         cham_set_err(err, err_size, "%s: empty file (expected a JSON object)", path);
         return CHAM_ERR_INVALID_ARG;
     }
@@ -476,7 +485,6 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
     json_error_t jerr;
     json_t *root = json_loadb(text + start, len - start,
                               JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-    free(text);
     if (!root) {
         if (jerr.line > 0)
             cham_set_err(err, err_size, "%s:%d:%d: syntax error: %s", path, jerr.line,
