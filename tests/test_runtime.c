@@ -14,8 +14,10 @@
 #include <cmocka.h>
 
 #include "chameleon/chameleon.h"
+#include "support/files.h"
 
 #define MiB (1024u * 1024u)
+#define KiB 1024u
 
 static cham_context_t *open_ctx(cham_mode_t mode, bool data, uint64_t capacity)
 {
@@ -677,6 +679,55 @@ static void test_advisor_over_budget(void **state)
     cham_context_free(ctx);
 }
 
+/* A budget given after a first unconstrained step (a share of its peak,
+ * as chameleon.torch's "50%") bounds what policies plan for and what the
+ * over-budget signal measures, and sets the smallest tensor worth a swap;
+ * once a policy was planned it can no longer change. */
+static void test_budget_set_before_the_first_policy(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_ADVISOR, false, 16 * MiB);
+    int lines = 0;
+    cham_context_set_log(ctx, count_lines, &lines);
+    assert_int_equal(cham_context_budget(ctx), 16 * MiB);
+    assert_int_equal(cham_context_min_swap(ctx), 16 * KiB);    /* a 1024th */
+    assert_int_equal(cham_context_set_memory_budget(ctx, 64 * MiB), CHAM_OK);
+    assert_int_equal(cham_context_budget(ctx), 16 * MiB);      /* never past the device */
+    assert_int_equal(cham_context_set_memory_budget(ctx, 2 * MiB), CHAM_OK);
+    assert_int_equal(cham_context_budget(ctx), 2 * MiB);
+    assert_int_equal(cham_context_min_swap(ctx), 4 * KiB);     /* the floor */
+
+    cham_step_ended_t seen = {0};
+    cham_context_on_step(ctx, record_step, &seen);
+    cham_op_token_t mk = token(ctx, "make"), use = token(ctx, "use");
+    cham_runtime_stats_t st = {0};
+    for (int step = 0; step < 12 && !st.policies_generated && !st.policy_failures; step++) {
+        cham_tensor_t *x;
+        assert_int_equal(cham_tensor_wrap(ctx, (void *)0x100000, 3 * MiB, CHAM_DTYPE_F32, "x",
+                                          &x), CHAM_OK);
+        assert_int_equal(cham_op_begin(ctx, mk, NULL, 0, &x, 1), CHAM_OK);
+        assert_int_equal(cham_op_end(ctx), CHAM_OK);
+        assert_int_equal(cham_op_begin(ctx, use, &x, 1, NULL, 0), CHAM_OK);
+        assert_int_equal(cham_op_end(ctx), CHAM_OK);
+        cham_tensor_release(x);
+        assert_int_equal(cham_step_end(ctx), CHAM_OK);
+        assert_int_equal(seen.over_budget_bytes, 1 * MiB);    /* against 2 MiB, not 16 */
+        cham_context_get_stats(ctx, &st);
+    }
+    assert_true(st.policies_generated || st.policy_failures);
+    assert_int_equal(cham_context_set_memory_budget(ctx, 8 * MiB), CHAM_ERR_INVALID_ARG);
+    test_assert_contains(cham_context_last_error(ctx), "before the first");
+    assert_int_equal(cham_context_budget(ctx), 2 * MiB);
+    cham_context_free(ctx);
+
+    cham_config_t c = cham_config_default();
+    c.min_swap_bytes = 123;
+    c.device.capacity = 16 * MiB;
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    assert_int_equal(cham_context_min_swap(ctx), 123);           /* the config's own */
+    cham_context_free(ctx);
+}
+
 /* ---- record_stream ----------------------------------------------------------------*/
 
 static void count_hazard(const cham_hazard_t *h, void *user)
@@ -977,6 +1028,7 @@ int main(void)
         cmocka_unit_test(test_allocator_mode),
         cmocka_unit_test(test_advisor_mode),
         cmocka_unit_test(test_advisor_over_budget),
+        cmocka_unit_test(test_budget_set_before_the_first_policy),
         cmocka_unit_test(test_record_stream),
         cmocka_unit_test(test_host_copy),
         cmocka_unit_test(test_host_update),

@@ -158,6 +158,37 @@ const cham_config_t *cham_context_config(const cham_context_t *ctx)
     return &ctx->config;
 }
 
+uint64_t cham_context_budget(const cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    cham_device_info_t info;
+    cham_device_get_info(ctx->dev, &info);
+    uint64_t budget = ctx->config.memory_budget;
+    return budget && budget < info.capacity ? budget : info.capacity;
+}
+
+uint64_t cham_context_min_swap(const cham_context_t *ctx)
+{
+    CHAM_ASSERT(ctx);
+    if (ctx->config.min_swap_bytes)
+        return ctx->config.min_swap_bytes;
+    uint64_t m = cham_context_budget(ctx) / 1024;
+    return m < (UINT64_C(4) << 10) ? UINT64_C(4) << 10 : m > (UINT64_C(1) << 20) ? UINT64_C(1) << 20 : m;
+}
+
+cham_status_t cham_context_set_memory_budget(cham_context_t *ctx, uint64_t bytes)
+{
+    CHAM_ASSERT(ctx);
+    if (ctx->stats.policies_generated || ctx->stats.policy_failures) {
+        cham_context_error(ctx, "memory budget: a policy was already planned for %llu bytes; "
+                           "the budget changes only before the first (make a new context)",
+                           (unsigned long long)cham_context_budget(ctx));
+        return CHAM_ERR_INVALID_ARG;
+    }
+    ctx->config.memory_budget = bytes;
+    return CHAM_OK;
+}
+
 cham_stream_t *cham_context_compute_stream(const cham_context_t *ctx)
 {
     CHAM_ASSERT(ctx);

@@ -398,11 +398,10 @@ static uint64_t over_budget(cham_context_t *ctx)
 {
     if (ctx->config.mode != CHAM_MODE_ADVISOR)
         return 0;
-    cham_device_info_t info;
-    cham_device_get_info(ctx->dev, &info);
-    if (ctx->step_mem_peak <= info.capacity)
+    uint64_t budget = cham_context_budget(ctx);
+    if (ctx->step_mem_peak <= budget)
         return 0;
-    uint64_t over = ctx->step_mem_peak - info.capacity;
+    uint64_t over = ctx->step_mem_peak - budget;
     ctx->stats.over_budget_steps++;
     if (over > ctx->stats.over_budget_bytes)
         ctx->stats.over_budget_bytes = over;
@@ -410,7 +409,7 @@ static uint64_t over_budget(cham_context_t *ctx)
                      "budget of %llu (advisor mode moves nothing itself: advised swap-outs "
                      "were missing, late, or not enough)", (unsigned long long)ctx->number,
                      (unsigned long long)ctx->step_mem_peak, (unsigned long long)over,
-                     (unsigned long long)info.capacity);
+                     (unsigned long long)budget);
     return over;
 }
 
@@ -435,6 +434,12 @@ cham_status_t cham_step_end(cham_context_t *ctx)
         cham_device_synchronize(ctx->dev);
     uint64_t now = cham_device_host_time(ctx->dev);
     ctx->synced_step_ns = sync && ctx->synced ? now - ctx->last_sync_ns : 0;
+    /* In advisor mode the caller's kernels may run where the device's
+     * clock does not see them (a sim device the caller launches nothing
+     * on): trials are then told apart by what their policies predict. */
+    if (ctx->config.mode == CHAM_MODE_ADVISOR && sync && ctx->synced && !ctx->synced_step_ns)
+        ctx->synced_step_ns = ctx->exec.plan && ctx->exec.plan->view.predicted_step_ns
+                                  ? ctx->exec.plan->view.predicted_step_ns : 1;
     ctx->synced = sync;
     if (sync)
         ctx->last_sync_ns = now;
@@ -446,6 +451,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     if (!ok)
         cham_context_log(ctx, "step %llu: out of host memory keeping the op sequence; the "
                          "stage stays %s", (unsigned long long)ctx->number, cham_stage_name(to));
+    ctx->step_over_budget = over_budget(ctx);
     cham_exec_carry(ctx);
     cham_loop_step_end(ctx, from, &to);
     if (sync)   /* a new policy's pinned memory is the loop's, not the next step's */
@@ -457,12 +463,12 @@ cham_status_t cham_step_end(cham_context_t *ctx)
                          cham_stage_name(to), ctx->ops_in_step,
                          100.0 * ctx->stages.last_length_change, ctx->stages.last_cosine);
     }
-    uint64_t over = over_budget(ctx);
     if (ctx->step_hook) {
         cham_step_ended_t e = {.number = ctx->number, .from = from, .to = to,
                                .backward = ctx->backward,
                                .policies_generated = ctx->stats.policies_generated,
-                               .peak_bytes = ctx->step_mem_peak, .over_budget_bytes = over};
+                               .peak_bytes = ctx->step_mem_peak,
+                               .over_budget_bytes = ctx->step_over_budget};
         ctx->step_hook(ctx, &e, ctx->step_hook_user);
     }
     ctx->step_mem_peak = ctx->stats.mem_in_use;

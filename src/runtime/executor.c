@@ -67,6 +67,7 @@ static bool carried_add(cham_exec_t *x, cham_storage_t *s, uint32_t op)
         return false;     /* host OOM: it comes back on demand */
     x->carried = c;
     x->carried[x->n_carried++] = (cham_carried_t){.storage = s, .op = op};
+    s->carry_slot = x->n_carried;
     return true;
 }
 
@@ -128,8 +129,6 @@ void cham_exec_send_away(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
     const cham_policy_view_t *pol = &x->plan->view;
-    if (ctx->config.mode != CHAM_MODE_MANAGED)
-        return;
     /* What the plan before left away comes back first thing, as this
      * plan expects, unless this plan wants it away too (below) or its step
      * does not use it at all: then it stays away. Brought back, AdamW's
@@ -157,7 +156,15 @@ void cham_exec_send_away(cham_context_t *ctx)
         if (cham_storage_on_host(s)) {   /* a passive swap's */
             if (!carried_add(x, s, it->swap_in_op))
                 break;
-            s->carry_slot = x->n_carried;
+            continue;
+        }
+        if (ctx->config.mode == CHAM_MODE_ADVISOR) {
+            /* The caller moves it, after the next step's first op. */
+            if (s->residency == CHAM_RESIDENT_DEVICE && it->swap_in_op > 0) {
+                if (!carried_add(x, s, it->swap_in_op))
+                    break;
+                x->carried[x->n_carried - 1].advise_out = true;
+            }
             continue;
         }
         if (s->residency != CHAM_RESIDENT_DEVICE || !s->block)
@@ -171,7 +178,6 @@ void cham_exec_send_away(cham_context_t *ctx)
         s->away_step = ctx->step - 1;     /* it left with the step that ended */
         if (!carried_add(x, s, it->swap_in_op))
             break;
-        s->carry_slot = x->n_carried;
     }
     /* So does what passive swaps left on the host (on demand, each would
      * stall its first use). */
@@ -320,6 +326,11 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
     uint32_t k = ctx->ops_in_step;               /* the op being begun */
+    for (size_t i = 0; k == 0 && i < x->n_carried; i++) {
+        cham_storage_t *s = x->carried[i].storage;
+        if (x->carried[i].advise_out && s && s->residency == CHAM_RESIDENT_DEVICE)
+            cham_exec_advise(ctx, CHAM_ACTION_SWAP_OUT, s->view_list, false, ctx->ops_total + 1);
+    }
     for (; x->carry_next < x->n_carried && x->carried[x->carry_next].op <= k; x->carry_next++) {
         cham_storage_t *s = x->carried[x->carry_next].storage;
         cham_status_t st = s ? bring_back(ctx, s) : CHAM_OK;

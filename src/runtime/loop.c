@@ -176,13 +176,11 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     cham_device_info_t info;
     cham_device_get_info(ctx->dev, &info);
     cham_planner_config_t pc = cham_planner_config_default();
-    pc.capacity = info.capacity;
-    if (ctx->config.memory_budget && ctx->config.memory_budget < info.capacity)
-        pc.capacity = ctx->config.memory_budget;
+    pc.capacity = cham_context_budget(ctx);
     pc.h2d_bandwidth = info.h2d_bandwidth;
     pc.d2h_bandwidth = info.d2h_bandwidth;
     pc.score_c = ctx->config.score_c;
-    pc.min_swap_bytes = ctx->config.min_swap_bytes;
+    pc.min_swap_bytes = cham_context_min_swap(ctx);
     /* Trials alternate: recomputation planned against the ops' costs (the
      * first, third, fifth), and swaps alone as the paper plans them; the
      * step time decides (docs/executor.md). */
@@ -261,11 +259,13 @@ static void measure_trial(cham_context_t *ctx, cham_trial_t *t, size_t k, uint64
     t->step_ns = step_ns;
     t->passive = ctx->step_passive;
     t->on_demand = ctx->step_on_demand;
+    t->over_budget = ctx->step_over_budget;
     cham_context_log(ctx, "step %llu: policy %zu took %.3f ms (predicted %.3f ms from its "
-                     "profile), %llu passive and %llu on-demand swaps",
+                     "profile), %llu passive and %llu on-demand swaps, %llu bytes over the budget",
                      (unsigned long long)ctx->number, k + 1, (double)step_ns / 1e6,
                      (double)t->plan->view.predicted_step_ns / 1e6,
-                     (unsigned long long)t->passive, (unsigned long long)t->on_demand);
+                     (unsigned long long)t->passive, (unsigned long long)t->on_demand,
+                     (unsigned long long)t->over_budget);
     const cham_policy_view_t *p = &t->plan->view;
     if (t->passive && p->predicted_peak <= p->usable) {
         uint64_t r = p->capacity - p->usable;
@@ -273,11 +273,11 @@ static void measure_trial(cham_context_t *ctx, cham_trial_t *t, size_t k, uint64
     }
 }
 
-/* A trial that needed no passive or on-demand swap: its policy covered
- * the step. */
+/* A trial that needed no passive or on-demand swap (in advisor mode: and
+ * stayed within the budget): its policy covered the step. */
 static bool clean(const cham_trial_t *t)
 {
-    return t->passive == 0 && t->on_demand == 0;
+    return t->passive == 0 && t->on_demand == 0 && t->over_budget == 0;
 }
 
 /* The fastest measured of n trials, or the fastest clean one when it is

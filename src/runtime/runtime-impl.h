@@ -155,6 +155,7 @@ typedef struct cham_trial {
     uint32_t free_delay;          /* the planner's free_delay_ops */
     uint64_t step_ns;             /* measured: device idle to device idle */
     uint64_t passive, on_demand;  /* swaps the plan did not foresee */
+    uint64_t over_budget;         /* advisor mode: bytes the step went past the budget */
 } cham_trial_t;
 
 /* A sequence class (classes.c; docs/profiler.md, "Sequence classes"): a
@@ -182,6 +183,8 @@ enum { CHAM_CLASS_HISTORY = 64 };   /* classes of the last steps, for prediction
 typedef struct cham_carried {
     cham_storage_t *storage;      /* NULL once freed */
     uint32_t op;
+    bool advise_out;              /* advisor mode: on the device, the new plan
+                                     wants it away: advised out at op 0 */
 } cham_carried_t;
 
 /* What the executor does in the step being run. Invariant: storage_of[i]
@@ -257,6 +260,7 @@ struct cham_context {
     bool static_planned;          /* a baseline's one policy has been made */
     uint64_t synced_step_ns;      /* the step that ended, idle to idle, or 0 */
     uint64_t step_passive, step_on_demand;  /* this step's unplanned swaps */
+    uint64_t step_over_budget;    /* advisor mode: how far the step went past the budget */
     uint64_t step_mem_peak;       /* the most mem_in_use has been this step */
     cham_class_t *classes;        /* config.policy_cache entries */
     size_t n_classes;
