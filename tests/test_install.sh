@@ -180,4 +180,14 @@ case $out in
   "cuda: unavailable (device unavailable): cuda: could not load the CUDA runtime named by"*) ;;
   *) fail "chameleon devices --backend cuda printed: $out" ;;
 esac
+# The Python package, where the build made one, imports from the prefix
+# alone (its extension links the library statically).
+site=$(find "$tmp/prefix" -type d -name dist-packages | head -1)
+if [ -n "$site" ]; then
+  [ -d "$site/chameleon" ] || fail "no chameleon package under $site"
+  out=$(cd "$tmp" && env -u LD_LIBRARY_PATH PYTHONPATH="$site" /usr/bin/python3 -c \
+        'import chameleon; c = chameleon.Context("{}", "install"); print(c.stats()["stage"])') \
+    || fail "the installed Python package does not import: $out"
+  [ "$out" = WarmUp ] || fail "the installed Python package printed: $out"
+fi
 echo "install test: pkg-config and find_package builds work, nothing installed needs CUDA"

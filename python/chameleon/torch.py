@@ -1,0 +1,407 @@
+"""Chameleon under a PyTorch training loop (docs/pytorch.md).
+
+    import chameleon.torch as ct
+    off = ct.Offload(budget="50%", device="a100-80g")
+    with off:
+        for step in range(n):
+            loss = model(x).sum(); loss.backward(); opt.step(); opt.zero_grad()
+            off.step()
+    off.stats
+
+Inside the context a TorchDispatchMode reports every aten op to the runtime
+(advisor mode: the framework owns memory), and the runtime's actions are
+carried out on the op's storages: a swap-out copies the storage's bytes to
+host memory and releases the storage (``resize_(0)``), a swap-in restores
+it. A released storage is never read: every op's inputs and every view's
+base are brought back first. Saved activations need no hook: autograd holds
+the same storages, which are released and restored in place.
+"""
+import json
+import weakref
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import _chameleon
+from ._chameleon import ChameleonError
+
+__all__ = ["Offload", "ChameleonError", "allreduce_hook"]
+
+_DTYPES = {
+    torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.float64: "f64",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8",
+    torch.uint8: "u8", torch.bool: "bool", torch.complex64: "c64", torch.complex128: "c128",
+}
+for _name, _code in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2")):
+    if hasattr(torch, _name):
+        _DTYPES[getattr(torch, _name)] = _code
+
+# Ops that multiply matrices: cost from their shapes (2 flops per
+# multiply-add); every other op costs the bytes it reads and writes.
+_MATMUL_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2),
+                    "addbmm": (1, 2)}
+
+
+def _parse_budget(budget):
+    """Bytes, a percentage string of the first step's peak, or None."""
+    if budget is None:
+        return None, None
+    if isinstance(budget, str):
+        text = budget.strip()
+        if not text.endswith("%"):
+            raise ValueError(f"budget {budget!r}: expected bytes (an int) or a percentage "
+                             "such as \"60%\"")
+        try:
+            pct = float(text[:-1])
+        except ValueError:
+            raise ValueError(f"budget {budget!r}: not a number before '%'") from None
+        if not 0 < pct <= 100:
+            raise ValueError(f"budget {budget!r}: a percentage must be in (0, 100]")
+        return None, pct
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise ValueError(f"budget {budget!r}: expected a positive number of bytes or a "
+                         "percentage string")
+    return budget, None
+
+
+def _tensors(args, out):
+    """The tensors among args, one level into lists and tuples."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            for b in a:
+                if isinstance(b, torch.Tensor):
+                    out.append(b)
+    return out
+
+
+class _Op:
+    """What the glue knows of one aten overload."""
+    __slots__ = ("name", "token", "is_view", "matmul")
+
+    def __init__(self, ctx, func):
+        self.name = str(func)
+        self.token = ctx.token(self.name)
+        returns = func._schema.returns
+        # A view op only makes new metadata over its input's storage: it
+        # neither reads nor writes data and is not reported as an op.
+        self.is_view = bool(returns) and all(
+            r.alias_info is not None and not r.alias_info.is_write for r in returns)
+        self.matmul = _MATMUL_OPERANDS.get(func.overloadpacket.__name__)
+
+
+class _Mode(TorchDispatchMode):
+    def __init__(self, off):
+        super().__init__()
+        self.off = off
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self.off._dispatch(func, args, kwargs or {})
+
+
+class Offload:
+    """Runs the ops of the ``with`` block under Chameleon's runtime.
+
+    budget: device bytes the step may hold, or "P%" of the peak of the
+        first step (which runs unconstrained), or None (the device's).
+    device: the device preset whose link and compute speeds the planner
+        assumes (``chameleon presets`` lists them).
+    log: a callable taking each log line, or None (stderr).
+    Any other keyword is a runtime config key (docs/config.md).
+    """
+
+    def __init__(self, budget=None, device="a100-80g", log=None, **config):
+        self._budget_bytes, self._budget_pct = _parse_budget(budget)
+        if "memory_budget" in config or "mode" in config or "preset" in config:
+            raise ValueError("Offload: give the budget as budget=, the preset as device=; "
+                             "the mode is always advisor")
+        config = dict(config, preset=device, mode="advisor")
+        if self._budget_bytes is not None:
+            config["memory_budget"] = self._budget_bytes
+        try:
+            text = json.dumps(config)
+        except TypeError as e:
+            raise ValueError(f"Offload: a config value is not JSON: {e}") from None
+        self._ctx = _chameleon.Context(text, "Offload", log)
+        # A tensor carries its handle of each Offload that saw it.
+        self._attr = f"_chameleon_handle_{id(self._ctx):x}"
+        dev = self._ctx.device()
+        self._flops = dev["peak_flops"] or 1e12
+        self._bandwidth = dev["hbm_bandwidth"] or 1e11
+        self._ops = {}
+        self._storages = {}          # storage key -> weakref to its base Handle
+        self._mode = None
+        self._patched = None
+        self._phase = None
+        self._in_backward = 0
+        self._after_backward = False
+        self._steps = 0
+        self._largest_op = (0, "")   # step 0: the most bytes one op touched
+        self._step_peaks = []        # (stage the step ran in, its peak)
+        self._late = 0
+        self._hazards = 0
+
+    # ---- the context ---------------------------------------------------------
+
+    def __enter__(self):
+        if self._mode is not None:
+            raise RuntimeError("Offload: already entered")
+        self._mode = _Mode(self)
+        self._mode.__enter__()
+        self._patch_autograd()
+        return self
+
+    def __exit__(self, *exc):
+        self._unpatch_autograd()
+        self._mode.__exit__(*exc)
+        self._mode = None
+        # What is away comes back: tensors outside the context hold data.
+        for ref in list(self._storages.values()):
+            base = ref()
+            if base is not None and base.host is not None:
+                self._bring_back(base, base, late=False)
+        return False
+
+    def _patch_autograd(self):
+        # Ops run by the autograd engine are the backward phase.
+        backward, grad = torch.autograd.backward, torch.autograd.grad
+
+        def wrap(fn):
+            def run(*args, **kwargs):
+                self._in_backward += 1
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self._in_backward -= 1
+                    self._after_backward = True
+            return run
+        self._patched = (backward, grad)
+        torch.autograd.backward, torch.autograd.grad = wrap(backward), wrap(grad)
+
+    def _unpatch_autograd(self):
+        torch.autograd.backward, torch.autograd.grad = self._patched
+
+    # ---- steps and counters ------------------------------------------------
+
+    def step(self):
+        """One training iteration ended."""
+        info = self._ctx.step_end()
+        self._steps += 1
+        self._step_peaks.append((info["from"], info["peak_bytes"]))
+        self._after_backward = False
+        self._phase = None
+        if self._steps == 1:
+            self._first_step_done(info["peak_bytes"])
+        return info
+
+    def _first_step_done(self, peak):
+        need, op = self._largest_op
+        if self._budget_pct is not None:
+            budget = int(peak * self._budget_pct / 100)
+        else:
+            budget = self._ctx.stats()["budget_bytes"]
+        if budget < need:
+            raise ValueError(f"Offload: budget of {budget} bytes is below the {need} bytes op "
+                             f"{op} reads and writes at once (the first step's largest op)")
+        if self._budget_pct is not None:
+            self._ctx.set_budget(budget)
+
+    @property
+    def stats(self):
+        s = self._ctx.stats()
+        stable = [p for stage, p in self._step_peaks if stage == "Stable"]
+        before = [p for stage, p in self._step_peaks if stage != "Stable"]
+        return {
+            # Advisor mode moves nothing before the first policy applies, so
+            # the budget holds from Stable on; earlier steps are apart.
+            "peak_device_bytes": max(stable) if stable else max(before, default=0),
+            "warmup_peak_bytes": max(before, default=0),
+            "budget_bytes": s["budget_bytes"],
+            "hazards": self._hazards,
+            "planned_swaps": s["planned_swaps_out"],
+            "passive_swaps": s["passive_swaps_out"],
+            "on_demand_swapins": s["on_demand_swaps_in"] + self._late,
+            "over_budget_steps": s["over_budget_steps"],
+            "stage": s["stage"],
+            "policies_generated": s["policies_generated"],
+            "steps": self._steps,
+        }
+
+    @property
+    def context(self):
+        """The runtime context (chameleon.Context)."""
+        return self._ctx
+
+    # ---- tensors -----------------------------------------------------------
+
+    def _handle(self, t, label):
+        """t's handle: a view of its storage's base handle; None for a tensor
+        of no bytes (it holds no memory)."""
+        h = getattr(t, self._attr, None)
+        if h is not None:
+            return h
+        if t.numel() == 0:
+            return None
+        code = _DTYPES.get(t.dtype)
+        if code is None:
+            raise TypeError(f"Offload: tensor of dtype {t.dtype} is not supported (supported: "
+                            f"{', '.join(str(d) for d in _DTYPES)})")
+        if t.device.type != "cpu":
+            # CUDA needs pinned buffers, a side stream and events, and the
+            # caching allocator told of the copy (docs/pytorch.md): not
+            # written yet, and never bytes copied from a device pointer.
+            raise TypeError(f"Offload: tensor on {t.device}: only CPU tensors are managed so "
+                            "far (docs/pytorch.md, limits)")
+        storage = t.storage()._storage
+        key = storage._cdata
+        ref = self._storages.get(key)
+        base = ref() if ref is not None else None
+        if base is None:
+            base = self._ctx.wrap(storage.data_ptr(), storage.nbytes(), code, label)
+            base.storage = storage
+            base.host = None
+            self._storages[key] = weakref.ref(base, self._forget(key))
+        size = t.element_size()
+        extent = 1 + sum((n - 1) * s for n, s in zip(t.size(), t.stride()))
+        h = self._ctx.view(base, t.storage_offset() * size, extent * size, code, label)
+        h.base = base
+        setattr(t, self._attr, h)
+        return h
+
+    def _forget(self, key):
+        def gone(ref):
+            if self._storages.get(key) is ref:
+                del self._storages[key]
+        return gone
+
+    def _send_away(self, base, h):
+        storage = base.storage
+        base.host = _chameleon.save(storage.data_ptr(), storage.nbytes())
+        storage.resize_(0)
+        self._ctx.swapped_out(h)
+
+    def _bring_back(self, base, h, late):
+        if late and h.residency != "host":
+            self._hazards += 1      # the runtime thought it was on the device
+        storage = base.storage
+        host = base.host
+        storage.resize_(len(host))
+        _chameleon.restore(host, storage.data_ptr())
+        base.host = None
+        self._ctx.swapped_in(h, storage.data_ptr())
+        self._late += late
+
+    def _resident(self, t):
+        """Brings t's storage back if it is away (a late restore)."""
+        h = self._handle(t, "input")
+        if h is not None:
+            base = getattr(h, "base", h)
+            if base.host is not None:
+                self._bring_back(base, h, late=True)
+        return h
+
+    # ---- dispatch ------------------------------------------------------------
+
+    def _set_phase(self):
+        if self._in_backward:
+            phase = "backward"
+        elif torch.is_grad_enabled():
+            phase = "forward"
+        elif self._after_backward:
+            phase = "optimizer"
+        else:
+            phase = "eval"
+        if phase != self._phase:
+            self._ctx.phase(phase)
+            self._phase = phase
+
+    def _dispatch(self, func, args, kwargs):
+        op = self._ops.get(func)
+        if op is None:
+            op = self._ops[func] = _Op(self._ctx, func)
+        ins = _tensors(args, [])
+        if kwargs:
+            _tensors(kwargs.values(), ins)
+        # Inputs first: a released storage is brought back before anything
+        # reads it. A view op only makes metadata, but not over a released
+        # storage (its bounds are checked); it is not reported as an op.
+        attr, hin = self._attr, []
+        for t in ins:
+            h = getattr(t, attr, None) or self._handle(t, "input")
+            if h is not None:
+                base = getattr(h, "base", h)
+                if base.host is not None:
+                    self._bring_back(base, h, late=True)
+                hin.append(h)
+        result = func(*args, **kwargs)
+        if op.is_view:
+            return result
+        hout = []
+        for t in _tensors((result,), []):
+            h = getattr(t, attr, None) or self._handle(t, op.name)
+            if h is not None:
+                hout.append(h)
+        self._set_phase()
+        if op.matmul is None:
+            actions = self._ctx.op(op.token, hin, hout, -1.0, self._bandwidth)
+        else:
+            actions = self._ctx.op(op.token, hin, hout, self._matmul_ns(op, args))
+        if actions:
+            self._act(actions)
+        if self._steps == 0:
+            touched = sum({id(getattr(h, "base", h)): h.storage_nbytes
+                           for h in hin + hout}.values())
+            if touched > self._largest_op[0]:
+                self._largest_op = (touched, op.name)
+        return result
+
+    def _act(self, actions):
+        for kind, h, _ in actions:
+            base = getattr(h, "base", h)
+            if kind == "swap_out":
+                self._send_away(base, h)
+            elif kind == "swap_in":
+                if base.host is not None:
+                    self._bring_back(base, h, late=False)
+            else:
+                raise ChameleonError(f"Offload: action {kind} for {h.label}: the glue "
+                                     "declares no op recomputable")
+
+    def run_op(self, name, tensors, fn, cost_ns=-1.0):
+        """Runs fn(), which reads and writes tensors outside aten's dispatch
+        (a collective, say), as one op named name: their storages are on the
+        device while it runs, and the runtime sees the use."""
+        if self._mode is None:
+            return fn()
+        handles = [h for h in map(self._resident, tensors) if h is not None]
+        result = fn()
+        token = self._ops.get(name)
+        if token is None:
+            token = self._ops[name] = self._ctx.token(name)
+        self._set_phase()
+        self._act(self._ctx.op(token, handles, handles, cost_ns))
+        return result
+
+    def _matmul_ns(self, op, args):
+        """ns on the preset at 2*M*N*K flops (other ops cost their bytes
+        at the memory's bandwidth: Context.op)."""
+        a, b = args[op.matmul[0]], args[op.matmul[1]]
+        return 2.0 * a.numel() * b.size(-1) / self._flops * 1e9
+
+
+def allreduce_hook(off, bucket):
+    """A DistributedDataParallel comm hook (``ddp.register_comm_hook(off,
+    chameleon.torch.allreduce_hook)``): DDP's averaging allreduce of a
+    gradient bucket, run as an op the runtime sees, so the bucket is on the
+    device while the collective reads it and is never moved under it."""
+    import torch.distributed as dist
+    buf = bucket.buffer()
+
+    def reduce():
+        buf.div_(dist.get_world_size())
+        dist.all_reduce(buf)
+    off.run_op("c10d::allreduce_", [buf], reduce)
+    fut = torch.futures.Future()
+    fut.set_result(buf)
+    return fut

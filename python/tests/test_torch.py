@@ -1,0 +1,184 @@
+"""chameleon.torch on Debian's CPU torch: bit-exact training under a budget,
+bad input as clear exceptions, DDP on two processes (docs/pytorch.md)."""
+import os
+import socket
+import sys
+import unittest
+
+try:
+    import torch
+except ImportError:          # the binding's own tests need no torch
+    torch = None
+
+import chameleon
+
+if torch is not None:
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    import chameleon.torch as ct
+    import tiny_gpt
+
+needs_torch = unittest.skipIf(torch is None, "python3-torch is not installed")
+
+
+def quiet(_line):
+    pass
+
+
+@needs_torch
+class TrainUnderBudget(unittest.TestCase):
+    def test_fifty_steps_bit_exact_at_half_the_peak(self):
+        ref = tiny_gpt.make()
+        want = tiny_gpt.train(ref)
+        model = tiny_gpt.make()
+        off = ct.Offload(budget="50%", device="a100-80g", log=quiet)
+        infos = []
+        step = off.step
+
+        def record():
+            infos.append((step(), off.stats))
+        off.step = record
+        got = tiny_gpt.train(model, off)
+        self.assertEqual(got, want)
+        for p, q in zip(model.parameters(), ref.parameters()):
+            self.assertTrue(torch.equal(p, q))
+        s = off.stats
+        self.assertEqual(s["steps"], 50)
+        self.assertEqual(s["hazards"], 0)
+        self.assertEqual(s["passive_swaps"], 0)
+        self.assertGreater(s["planned_swaps"], 0)       # the budget made it move
+        self.assertEqual(s["stage"], "Stable")
+        self.assertLessEqual(s["peak_device_bytes"], s["budget_bytes"])
+        stable = [i for i, (info, _) in enumerate(infos) if info["from"] == "Stable"]
+        self.assertTrue(stable)
+        before = infos[stable[0] - 1][1]["on_demand_swapins"]
+        self.assertEqual(infos[-1][1]["on_demand_swapins"], before)
+        for i in stable:
+            self.assertEqual(infos[i][0]["over_budget_bytes"], 0, f"step {i}")
+
+    def test_swapped_storages_are_released_and_back_after_the_context(self):
+        model = tiny_gpt.make(layers=2)
+        off = ct.Offload(budget="40%", log=quiet)
+        away_seen = []
+
+        def watch():
+            info = ct.Offload.step(off)
+            away = [r() for r in off._storages.values()]
+            away = [b for b in away if b is not None and b.host is not None]
+            for b in away:      # released for real: no bytes behind it
+                self.assertEqual(b.storage.nbytes(), 0)
+            away_seen.append(len(away))
+            return info
+        off.step = watch
+        tiny_gpt.train(model, off, steps=20, validate_every=0)
+        self.assertGreater(max(away_seen), 0)   # model state left across steps
+        for p in model.parameters():            # all back: readable outside
+            self.assertTrue(torch.isfinite(p).all())
+            self.assertEqual(p.storage().nbytes(), p.numel() * p.element_size())
+
+
+@needs_torch
+class BadInput(unittest.TestCase):
+    def test_budget_values(self):
+        for bad in ("150%", "0%", "-5%", "abc", "50", -1, 0, 2.5, True):
+            with self.assertRaises(ValueError, msg=repr(bad)) as e:
+                ct.Offload(budget=bad)
+            self.assertIn("budget", str(e.exception))
+
+    def test_unknown_config_key(self):
+        with self.assertRaises(ValueError) as e:
+            ct.Offload(warmup_step=3)
+        self.assertIn("warmup_step", str(e.exception))
+        self.assertIn("warmup_steps", str(e.exception))     # the suggestion
+        with self.assertRaises(ValueError) as e:
+            ct.Offload(device="no-such-gpu")
+        self.assertIn("no-such-gpu", str(e.exception))
+
+    def test_budget_below_the_largest_op(self):
+        model = tiny_gpt.make(layers=1)
+        off = ct.Offload(budget=64 * 1024, log=quiet)
+        with self.assertRaises(ValueError) as e:
+            tiny_gpt.train(model, off, steps=2, validate_every=0)
+        self.assertIn("65536", str(e.exception))
+        self.assertIn("largest op", str(e.exception))
+
+    def test_unsupported_dtype(self):
+        q = torch.quantize_per_tensor(torch.randn(16), 0.1, 0, torch.quint8)
+        with self.assertRaises(TypeError) as e:
+            with ct.Offload(log=quiet):
+                q.dequantize()
+        self.assertIn("quint8", str(e.exception))
+
+
+class Binding(unittest.TestCase):
+    def test_handles_keep_their_context_and_views_their_storage(self):
+        ctx = chameleon.Context('{"preset": "a100-80g"}', "test")
+        base = ctx.wrap(0x100000, 4096, "f32", "x")
+        view = ctx.view(base, 1024, 1024, "f32", "x[256:512]")
+        self.assertTrue(view.same_storage(base))
+        self.assertEqual((view.nbytes, view.storage_nbytes), (1024, 4096))
+        self.assertEqual(view.residency, "device")
+        with self.assertRaises(RuntimeError):
+            ctx.close()                      # still tracked
+        mm = ctx.token("mm")
+        self.assertEqual(ctx.op(mm, [view], [base], 10.0), [])
+        other = chameleon.Context("{}", "other")
+        with self.assertRaises(ValueError):
+            other.op(other.token("mm"), [view], [])
+        with self.assertRaises(ValueError):
+            ctx.wrap(0x200000, 16, "f128", "y")
+        del view, base
+        self.assertEqual(ctx.stats()["mem_in_use"], 0)
+        ctx.close()
+
+    def test_config_errors_name_the_key(self):
+        with self.assertRaises(ValueError) as e:
+            chameleon.Context('{"score_c": "high"}', "Offload")
+        self.assertIn("score_c", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            chameleon.Context('{"mode": "managed"}', "Offload")
+        self.assertIn("advisor", str(e.exception))
+
+
+# ---- DDP ---------------------------------------------------------------------
+
+def _ddp_worker(rank, world, port, budget, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    model = tiny_gpt.make(layers=2)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    off = None
+    if budget:
+        off = ct.Offload(budget=budget, log=quiet)
+        ddp.register_comm_hook(off, ct.allreduce_hook)
+    losses = tiny_gpt.train(ddp, off, steps=30, seed=10 + rank, batch=4)
+    if rank == 0:
+        torch.save({"losses": losses, "params": [p.detach() for p in model.parameters()],
+                    "stats": off.stats if off else None}, out)
+    dist.destroy_process_group()
+
+
+def _ddp_run(budget, out):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_worker, args=(2, port, budget, out), nprocs=2)
+    return torch.load(out)
+
+
+@needs_torch
+class DistributedDataParallel(unittest.TestCase):
+    def test_two_processes_identical_to_ddp_without_chameleon(self):
+        tmp = os.environ.get("TMPDIR", "/tmp")
+        want = _ddp_run(None, os.path.join(tmp, f"cham-ddp-ref-{os.getpid()}.pt"))
+        got = _ddp_run("50%", os.path.join(tmp, f"cham-ddp-off-{os.getpid()}.pt"))
+        self.assertEqual(got["losses"], want["losses"])
+        for p, q in zip(got["params"], want["params"]):
+            self.assertTrue(torch.equal(p, q))
+        self.assertGreater(got["stats"]["planned_swaps"], 0)
+        self.assertEqual(got["stats"]["hazards"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
