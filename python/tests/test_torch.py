@@ -76,6 +76,25 @@ class TrainUnderBudget(unittest.TestCase):
             self.assertTrue(torch.isfinite(p).all())
             self.assertEqual(p.storage().nbytes(), p.numel() * p.element_size())
 
+    def test_reentering_keeps_the_budget(self):
+        # Leaving the context brings every storage back; the plan kept
+        # model state away across the step's end. The first step after
+        # re-entering must send it away again, not run over the budget.
+        model = tiny_gpt.make(layers=2)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        off = ct.Offload(budget="50%", log=quiet)
+        data = list(tiny_gpt.batches(3, 8))
+        infos = []
+        for rounds in (4, 1, 1):
+            with off:
+                for x, y in data * rounds:
+                    model(x, y).backward()
+                    opt.step()
+                    opt.zero_grad()
+                    infos.append(off.step())
+        self.assertEqual([i["from"] for i in infos[-16:]], ["Stable"] * 16)
+        self.assertEqual([i["over_budget_bytes"] for i in infos[-16:]], [0] * 16)
+
 
 @needs_torch
 class BadInput(unittest.TestCase):

@@ -160,11 +160,9 @@ void cham_exec_send_away(cham_context_t *ctx)
         }
         if (ctx->config.mode == CHAM_MODE_ADVISOR) {
             /* The caller moves it, after the next step's first op. */
-            if (s->residency == CHAM_RESIDENT_DEVICE && it->swap_in_op > 0) {
-                if (!carried_add(x, s, it->swap_in_op))
-                    break;
-                x->carried[x->n_carried - 1].advise_out = true;
-            }
+            if (s->residency == CHAM_RESIDENT_DEVICE && it->swap_in_op > 0 &&
+                !carried_add(x, s, it->swap_in_op))
+                break;
             continue;
         }
         if (s->residency != CHAM_RESIDENT_DEVICE || !s->block)
@@ -326,9 +324,12 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
     uint32_t k = ctx->ops_in_step;               /* the op being begun */
-    for (size_t i = 0; k == 0 && i < x->n_carried; i++) {
+    /* Advisor mode: what the plan wants away from the step's start but is
+     * on the device (a new plan's, or brought back by the caller between
+     * steps) goes after the first op. */
+    for (size_t i = 0; k == 0 && ctx->config.mode == CHAM_MODE_ADVISOR && i < x->n_carried; i++) {
         cham_storage_t *s = x->carried[i].storage;
-        if (x->carried[i].advise_out && s && s->residency == CHAM_RESIDENT_DEVICE)
+        if (s && s->residency == CHAM_RESIDENT_DEVICE && x->carried[i].op > 0)
             cham_exec_advise(ctx, CHAM_ACTION_SWAP_OUT, s->view_list, false, ctx->ops_total + 1);
     }
     for (; x->carry_next < x->n_carried && x->carried[x->carry_next].op <= k; x->carry_next++) {

@@ -280,7 +280,8 @@ static bool clean(const cham_trial_t *t)
     return t->passive == 0 && t->on_demand == 0 && t->over_budget == 0;
 }
 
-/* The fastest measured of n trials, or the fastest clean one when it is
+/* The fastest measured of n trials (within the budget, in advisor mode,
+ * if any is), or the fastest clean one when it is
  * within 10% of that (a policy that needed passive swaps in its trial may
  * need more later, when the step's timing differs; but a clean one much
  * slower is no bargain), or at any time with clean_first; NULL when none
@@ -288,9 +289,16 @@ static bool clean(const cham_trial_t *t)
 static cham_plan_t *best_trial(cham_context_t *ctx, const cham_trial_t *trials, size_t n,
                                bool clean_first)
 {
+    /* Advisor mode: past the budget is not a slower step but memory the
+     * caller does not have; such a trial is kept only when all were. */
+    bool some_within = false;
+    for (size_t i = 0; i < n; i++)
+        some_within |= trials[i].step_ns && !trials[i].over_budget;
     const cham_trial_t *best = NULL, *best_clean = NULL;
     for (size_t i = 0; i < n; i++) {
         const cham_trial_t *t = &trials[i];
+        if (some_within && t->over_budget)
+            continue;
         if (t->step_ns && (!best || t->step_ns < best->step_ns))
             best = t;
         if (t->step_ns && clean(t) && (!best_clean || t->step_ns < best_clean->step_ns))

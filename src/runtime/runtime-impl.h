@@ -183,8 +183,6 @@ enum { CHAM_CLASS_HISTORY = 64 };   /* classes of the last steps, for prediction
 typedef struct cham_carried {
     cham_storage_t *storage;      /* NULL once freed */
     uint32_t op;
-    bool advise_out;              /* advisor mode: on the device, the new plan
-                                     wants it away: advised out at op 0 */
 } cham_carried_t;
 
 /* What the executor does in the step being run. Invariant: storage_of[i]
