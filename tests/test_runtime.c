@@ -679,6 +679,53 @@ static void test_advisor_over_budget(void **state)
     cham_context_free(ctx);
 }
 
+/* Strided views as a framework makes them cover their first to last
+ * element; what is outside the base, or not a view, is refused by name. */
+static void test_strided_views(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_ADVISOR, false, 16 * MiB);
+    cham_tensor_t *m, *v;
+    /* A 4 x 6 f32 matrix at element 2 of a 26-element storage view. */
+    assert_int_equal(cham_tensor_wrap(ctx, (void *)0x100000, 26 * 4, CHAM_DTYPE_F32, "m", &m),
+                     CHAM_OK);
+    struct {
+        size_t offset, ndim;
+        int64_t sizes[2], strides[2];
+        size_t bytes;
+    } ok[] = {
+        {2, 2, {6, 4}, {1, 6}, 24 * 4},    /* the transpose: all of it */
+        {8, 1, {3, 0}, {2, 0}, 5 * 4},     /* row 1, every other column */
+        {8, 2, {5, 6}, {0, 1}, 6 * 4},     /* row 1 expanded to 5 rows */
+        {25, 0, {0, 0}, {0, 0}, 4},        /* a scalar: the last element */
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        assert_int_equal(cham_tensor_view_strided(m, ok[i].offset, ok[i].ndim, ok[i].sizes,
+                                                  ok[i].strides, CHAM_DTYPE_F32, "v", &v),
+                         CHAM_OK);
+        assert_int_equal(cham_tensor_bytes(v), ok[i].bytes);
+        assert_true(cham_tensor_same_storage(v, m));
+        cham_tensor_release(v);
+    }
+    int64_t sz[1] = {5}, st[1] = {1}, zero[1] = {0}, neg[1] = {-1};
+    assert_int_equal(cham_tensor_view_strided(m, 22, 1, sz, st, CHAM_DTYPE_F32, "past", &v),
+                     CHAM_ERR_INVALID_ARG);
+    test_assert_contains(cham_context_last_error(ctx), "not inside the 104 bytes");
+    assert_null(v);
+    assert_int_equal(cham_tensor_view_strided(m, 0, 1, zero, st, CHAM_DTYPE_F32, "empty", &v),
+                     CHAM_ERR_INVALID_ARG);
+    test_assert_contains(cham_context_last_error(ctx), "dimension 0 has size 0");
+    assert_int_equal(cham_tensor_view_strided(m, 0, 1, sz, neg, CHAM_DTYPE_F32, "flip", &v),
+                     CHAM_ERR_INVALID_ARG);
+    test_assert_contains(cham_context_last_error(ctx), "stride -1");
+    int64_t huge[1] = {INT64_MAX}, big[1] = {INT64_MAX / 2};
+    assert_int_equal(cham_tensor_view_strided(m, 0, 1, huge, big, CHAM_DTYPE_F32, "huge", &v),
+                     CHAM_ERR_INVALID_ARG);
+    test_assert_contains(cham_context_last_error(ctx), "overflows");
+    cham_tensor_release(m);
+    cham_context_free(ctx);
+}
+
 /* A budget given after a first unconstrained step (a share of its peak,
  * as chameleon.torch's "50%") bounds what policies plan for and what the
  * over-budget signal measures, and sets the smallest tensor worth a swap;
@@ -1029,6 +1076,7 @@ int main(void)
         cmocka_unit_test(test_advisor_mode),
         cmocka_unit_test(test_advisor_over_budget),
         cmocka_unit_test(test_budget_set_before_the_first_policy),
+        cmocka_unit_test(test_strided_views),
         cmocka_unit_test(test_record_stream),
         cmocka_unit_test(test_host_copy),
         cmocka_unit_test(test_host_update),

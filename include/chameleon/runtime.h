@@ -225,6 +225,17 @@ cham_status_t cham_tensor_wrap(cham_context_t *ctx, void *ptr, size_t bytes,
 /* A new view of base's storage: [offset, offset + bytes) of base's view. */
 cham_status_t cham_tensor_view(cham_tensor_t *base, size_t offset, size_t bytes,
                                cham_dtype_t dtype, const char *label, cham_tensor_t **out);
+/* A strided view, as a framework describes one (a transpose, a slice with a
+ * step, an expand): `offset` elements of dtype into base's view, then ndim
+ * sizes and strides in elements (strides >= 0; 0 repeats an element). The
+ * view covers the bytes from its first element to its last: residency is
+ * the storage's, so a view needs only where it starts and ends. A view of
+ * no elements is refused (it touches no memory: keep no handle for it).
+ * Making a view is no op: it neither moves data nor costs time. */
+cham_status_t cham_tensor_view_strided(cham_tensor_t *base, size_t offset, size_t ndim,
+                                       const int64_t *sizes, const int64_t *strides,
+                                       cham_dtype_t dtype, const char *label,
+                                       cham_tensor_t **out);
 
 cham_tensor_t *cham_tensor_retain(cham_tensor_t *t);
 void cham_tensor_release(cham_tensor_t *t);

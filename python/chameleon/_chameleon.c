@@ -410,6 +410,60 @@ static PyObject *context_view(ContextObject *c, PyObject *args)
     return handle_new(c, t);
 }
 
+enum { MAX_DIMS = 64 };
+
+/* A sequence of at most MAX_DIMS ints into out; their number in *n. */
+static int int64s(PyObject *seq, int64_t *out, size_t *n, const char *what)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (!fast)
+        return -1;
+    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+    int rc = 0;
+    if (len > MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "%s: more than %d dimensions", what, MAX_DIMS);
+        rc = -1;
+    }
+    for (Py_ssize_t i = 0; rc == 0 && i < len; i++) {
+        out[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+        if (out[i] == -1 && PyErr_Occurred())
+            rc = -1;
+    }
+    *n = (size_t)len;
+    Py_DECREF(fast);
+    return rc;
+}
+
+/* view_strided(base, offset, sizes, strides, dtype, label): offset, sizes
+ * and strides in elements, as torch gives them. */
+static PyObject *context_view_strided(ContextObject *c, PyObject *args)
+{
+    PyObject *base, *sizes_obj, *strides_obj, *dtype;
+    Py_ssize_t offset;
+    const char *label;
+    if (!PyArg_ParseTuple(args, "OnOOOs", &base, &offset, &sizes_obj, &strides_obj, &dtype,
+                          &label) || check_open(c))
+        return NULL;
+    HandleObject *b = as_handle(c, base, "view_strided");
+    cham_dtype_t d;
+    int64_t sizes[MAX_DIMS], strides[MAX_DIMS];
+    size_t n, n_strides;
+    if (!b || parse_dtype(dtype, &d) || int64s(sizes_obj, sizes, &n, "sizes") ||
+        int64s(strides_obj, strides, &n_strides, "strides"))
+        return NULL;
+    if (offset < 0 || n != n_strides) {
+        PyErr_Format(PyExc_ValueError, "view_strided \"%s\": offset %zd, %zu sizes, %zu strides",
+                     label, offset, n, n_strides);
+        return NULL;
+    }
+    cham_tensor_t *t;
+    cham_status_t st = cham_tensor_view_strided(b->t, (size_t)offset, n, sizes, strides, d,
+                                                label, &t);
+    if (st != CHAM_OK)
+        return fail(c, st, "view_strided");
+    return handle_new(c, t);
+}
+
 /* A tuple or list of Handles as tensor pointers (into buf of n). */
 static int handles(ContextObject *c, PyObject *seq, cham_tensor_t **buf, size_t cap, size_t *n,
                    const char *what)
@@ -651,6 +705,9 @@ static PyMethodDef context_methods[] = {
      "wrap(ptr, nbytes, dtype, label) -> Handle: the caller's storage, now tracked."},
     {"view", (PyCFunction)context_view, METH_VARARGS,
      "view(base, offset, nbytes, dtype, label) -> Handle: a view of base's storage."},
+    {"view_strided", (PyCFunction)context_view_strided, METH_VARARGS,
+     "view_strided(base, offset, sizes, strides, dtype, label) -> Handle: a strided view "
+     "(elements)."},
     {"op", (PyCFunction)context_op, METH_VARARGS,
      "op(token, inputs, outputs, cost_ns=-1, bandwidth=0) -> [(kind, handle, needed)]: "
      "one op that ran."},

@@ -262,9 +262,7 @@ class Offload:
             base.storage = storage
             base.host = None
             self._storages[key] = weakref.ref(base, self._forget(key))
-        size = t.element_size()
-        extent = 1 + sum((n - 1) * s for n, s in zip(t.size(), t.stride()))
-        h = self._ctx.view(base, t.storage_offset() * size, extent * size, code, label)
+        h = self._ctx.view_strided(base, t.storage_offset(), t.size(), t.stride(), code, label)
         h.base = base
         setattr(t, self._attr, h)
         return h

@@ -185,6 +185,44 @@ cham_status_t cham_tensor_view(cham_tensor_t *base, size_t offset, size_t bytes,
     return CHAM_OK;
 }
 
+cham_status_t cham_tensor_view_strided(cham_tensor_t *base, size_t offset, size_t ndim,
+                                       const int64_t *sizes, const int64_t *strides,
+                                       cham_dtype_t dtype, const char *label,
+                                       cham_tensor_t **out)
+{
+    CHAM_ASSERT(base && out && (sizes || !ndim) && (strides || !ndim));
+    *out = NULL;
+    cham_context_t *ctx = base->storage->ctx;
+    if (!dtype_ok(ctx, dtype))
+        return CHAM_ERR_INVALID_ARG;
+    /* The last element's index, in elements from the first. */
+    uint64_t last = 0;
+    for (size_t d = 0; d < ndim; d++) {
+        if (sizes[d] <= 0 || strides[d] < 0) {
+            cham_context_error(ctx, "view \"%s\" of \"%s\": dimension %zu has size %lld and "
+                               "stride %lld (sizes > 0, strides >= 0)", label ? label : "",
+                               base->label, d, (long long)sizes[d], (long long)strides[d]);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        uint64_t span;
+        if (__builtin_mul_overflow((uint64_t)sizes[d] - 1, (uint64_t)strides[d], &span) ||
+            __builtin_add_overflow(last, span, &last)) {
+            cham_context_error(ctx, "view \"%s\" of \"%s\": its extent overflows",
+                               label ? label : "", base->label);
+            return CHAM_ERR_INVALID_ARG;
+        }
+    }
+    size_t elem = cham_dtype_size(dtype);
+    uint64_t start, bytes;
+    if (__builtin_mul_overflow((uint64_t)offset, elem, &start) ||
+        __builtin_mul_overflow(last + 1, elem, &bytes)) {
+        cham_context_error(ctx, "view \"%s\" of \"%s\": its extent overflows",
+                           label ? label : "", base->label);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    return cham_tensor_view(base, (size_t)start, (size_t)bytes, dtype, label, out);
+}
+
 cham_tensor_t *cham_storage_new_view(cham_storage_t *s)
 {
     cham_tensor_t *t = view_new(s, 0, s->bytes, CHAM_DTYPE_U8, s->label);
