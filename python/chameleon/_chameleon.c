@@ -24,6 +24,7 @@ typedef struct {
     PyObject_HEAD
     cham_context_t *ctx;
     int busy;                    /* inside a runtime call */
+    Py_ssize_t handles;          /* alive: the context cannot close before them */
     cham_tensor_t **deferred;    /* released during one */
     size_t n_deferred, cap_deferred;
     PyObject *log;               /* callable or NULL (stderr) */
@@ -125,6 +126,7 @@ static PyObject *handle_new(ContextObject *owner, cham_tensor_t *t)
         return NULL;
     }
     Py_INCREF(owner);
+    owner->handles++;
     h->owner = owner;
     h->t = t;
     h->dict = NULL;
@@ -170,6 +172,7 @@ static void handle_dealloc(HandleObject *h)
             cham_tensor_release(h->t);
         }
     }
+    c->handles--;
     Py_DECREF(c);
     PyObject_GC_Del(h);
 }
@@ -686,14 +689,10 @@ static PyObject *context_device(ContextObject *c, PyObject *unused)
 static PyObject *context_close_method(ContextObject *c, PyObject *unused)
 {
     (void)unused;
-    if (c->ctx) {
-        cham_runtime_stats_t s;
-        cham_context_get_stats(c->ctx, &s);
-        if (s.mem_in_use) {
-            PyErr_Format(PyExc_RuntimeError, "close: tensors of %llu bytes are still tracked; "
-                         "release their handles first", (unsigned long long)s.mem_in_use);
-            return NULL;
-        }
+    if (c->handles) {
+        PyErr_Format(PyExc_RuntimeError, "close: %zd handles are still alive; release them "
+                     "first", c->handles);
+        return NULL;
     }
     context_close(c);
     Py_RETURN_NONE;

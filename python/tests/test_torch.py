@@ -146,6 +146,11 @@ class Binding(unittest.TestCase):
             other.op(other.token("mm"), [view], [])
         with self.assertRaises(ValueError):
             ctx.wrap(0x200000, 16, "f128", "y")
+        ctx.swapped_out(base)                # no device bytes, still alive
+        self.assertEqual(ctx.stats()["mem_in_use"], 0)
+        with self.assertRaises(RuntimeError):
+            ctx.close()
+        ctx.swapped_in(view, 0x300000)
         del view, base
         self.assertEqual(ctx.stats()["mem_in_use"], 0)
         ctx.close()
