@@ -712,9 +712,10 @@ static void test_strided_views(void **state)
                      CHAM_ERR_INVALID_ARG);
     test_assert_contains(cham_context_last_error(ctx), "not inside the 104 bytes");
     assert_null(v);
-    assert_int_equal(cham_tensor_view_strided(m, 0, 1, zero, st, CHAM_DTYPE_F32, "empty", &v),
-                     CHAM_ERR_INVALID_ARG);
-    test_assert_contains(cham_context_last_error(ctx), "dimension 0 has size 0");
+    assert_int_equal(cham_tensor_view_strided(m, 3, 1, zero, st, CHAM_DTYPE_F32, "empty", &v),
+                     CHAM_OK);
+    assert_int_equal(cham_tensor_bytes(v), 0);
+    cham_tensor_release(v);
     assert_int_equal(cham_tensor_view_strided(m, 0, 1, sz, neg, CHAM_DTYPE_F32, "flip", &v),
                      CHAM_ERR_INVALID_ARG);
     test_assert_contains(cham_context_last_error(ctx), "stride -1");
@@ -723,6 +724,45 @@ static void test_strided_views(void **state)
                      CHAM_ERR_INVALID_ARG);
     test_assert_contains(cham_context_last_error(ctx), "overflows");
     cham_tensor_release(m);
+    cham_context_free(ctx);
+}
+
+/* Tensors of no bytes (a framework's empty tensors) are tracked, used by
+ * ops, never moved, and hold no memory; in managed mode they still have an
+ * address. */
+static void test_zero_byte_tensors(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 16 * MiB);
+    cham_op_token_t op = token(ctx, "cat");
+    cham_tensor_t *e, *x, *v;
+    assert_int_equal(cham_tensor_new(ctx, 0, CHAM_DTYPE_F32, "empty", &e), CHAM_OK);
+    assert_int_equal(cham_tensor_new(ctx, 4096, CHAM_DTYPE_F32, "x", &x), CHAM_OK);
+    assert_non_null(cham_tensor_data(e));
+    assert_int_equal(cham_tensor_bytes(e), 0);
+    assert_int_equal(cham_tensor_view(x, 4096, 0, CHAM_DTYPE_F32, "x[end:]", &v), CHAM_OK);
+    cham_tensor_t *in[2] = {e, v};
+    assert_int_equal(cham_op_begin(ctx, op, in, 2, &x, 1), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_tensor_swap_out(e, false), CHAM_ERR_INVALID_ARG);
+    test_assert_contains(cham_context_last_error(ctx), "no bytes to move");
+    cham_runtime_stats_t st;
+    cham_context_get_stats(ctx, &st);
+    assert_int_equal(st.mem_in_use, 4096);
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);
+    cham_tensor_release(v);
+    cham_tensor_release(e);
+    cham_tensor_release(x);
+    cham_context_free(ctx);
+
+    ctx = open_ctx(CHAM_MODE_ADVISOR, false, 16 * MiB);
+    assert_int_equal(cham_tensor_wrap(ctx, NULL, 0, CHAM_DTYPE_I64, "idx[0]", &e), CHAM_OK);
+    assert_int_equal(cham_op_begin(ctx, token(ctx, "index"), &e, 1, NULL, 0), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_tensor_wrap(ctx, NULL, 8, CHAM_DTYPE_I64, "null", &x),
+                     CHAM_ERR_INVALID_ARG);
+    test_assert_contains(cham_context_last_error(ctx), "8 bytes at NULL");
+    cham_tensor_release(e);
     cham_context_free(ctx);
 }
 
@@ -1077,6 +1117,7 @@ int main(void)
         cmocka_unit_test(test_advisor_over_budget),
         cmocka_unit_test(test_budget_set_before_the_first_policy),
         cmocka_unit_test(test_strided_views),
+        cmocka_unit_test(test_zero_byte_tensors),
         cmocka_unit_test(test_record_stream),
         cmocka_unit_test(test_host_copy),
         cmocka_unit_test(test_host_update),

@@ -213,13 +213,16 @@ const char *cham_op_name(const cham_context_t *ctx, cham_op_token_t token);
  * swapped storage follow it. Handles are reference counted; a new handle
  * holds one reference; the storage is freed when its last view goes. */
 
-/* Managed mode: a new storage of bytes on the device, and a view of all of
+/* Tensors of no bytes are tensors like any other (a framework's empty
+ * tensors): tracked, never moved; a managed one still has an address.
+ *
+ * Managed mode: a new storage of bytes on the device, and a view of all of
  * it. CHAM_ERR_OUT_OF_MEMORY when it does not fit (message in
  * cham_context_last_error). */
 cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dtype,
                               const char *label, cham_tensor_t **out);
-/* Advisor mode: the caller allocated bytes at device pointer ptr; Chameleon
- * tracks it. Releasing the last view reports the free. */
+/* Advisor mode: the caller allocated bytes at device pointer ptr (NULL
+ * only for 0 bytes); Chameleon tracks it. Releasing the last view reports the free. */
 cham_status_t cham_tensor_wrap(cham_context_t *ctx, void *ptr, size_t bytes,
                                cham_dtype_t dtype, const char *label, cham_tensor_t **out);
 /* A new view of base's storage: [offset, offset + bytes) of base's view. */
@@ -229,9 +232,9 @@ cham_status_t cham_tensor_view(cham_tensor_t *base, size_t offset, size_t bytes,
  * step, an expand): `offset` elements of dtype into base's view, then ndim
  * sizes and strides in elements (strides >= 0; 0 repeats an element). The
  * view covers the bytes from its first element to its last: residency is
- * the storage's, so a view needs only where it starts and ends. A view of
- * no elements is refused (it touches no memory: keep no handle for it).
- * Making a view is no op: it neither moves data nor costs time. */
+ * the storage's, so a view needs only where it starts and ends. A size of
+ * 0 makes a view of no bytes. Making a view is no op: it neither moves data
+ * nor costs time. */
 cham_status_t cham_tensor_view_strided(cham_tensor_t *base, size_t offset, size_t ndim,
                                        const int64_t *sizes, const int64_t *strides,
                                        cham_dtype_t dtype, const char *label,

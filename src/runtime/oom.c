@@ -17,10 +17,10 @@
 
 /* Can s be moved out to make room now? Not if the op being begun uses it,
  * not if it holds no data (its block is given back without a copy
- * instead), and only from the device. */
+ * instead), not if it has no bytes, and only from the device. */
 static bool movable(const cham_context_t *ctx, const cham_storage_t *s)
 {
-    return s->block && s->holds_data && s->pin != ctx->pin &&
+    return s->block && s->holds_data && s->bytes && s->pin != ctx->pin &&
            (s->residency == CHAM_RESIDENT_DEVICE || s->residency == CHAM_RESIDENT_MOVING_IN);
 }
 
@@ -133,7 +133,9 @@ bool cham_oom_passive(const cham_context_t *ctx)
 cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, const char *what,
                                  cham_block_t **out)
 {
-    size_t bytes = owner->bytes;
+    /* A storage of no bytes gets a block too (the allocator's smallest):
+     * every managed storage on the device has one, and its address. */
+    size_t bytes = owner->bytes ? owner->bytes : 1;
     cham_status_t st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
     /* What PyTorch's allocator does itself on a failure, in every mode:
      * wait for the frees that wait on events, and retry. */

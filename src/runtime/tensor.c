@@ -105,11 +105,8 @@ cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dt
                            label ? label : "");
         return CHAM_ERR_INVALID_ARG;
     }
-    if (bytes == 0 || !dtype_ok(ctx, dtype)) {
-        if (bytes == 0)
-            cham_context_error(ctx, "tensor \"%s\": 0 bytes", label ? label : "");
+    if (!dtype_ok(ctx, dtype))
         return CHAM_ERR_INVALID_ARG;
-    }
     cham_storage_t *s = storage_new(ctx, bytes, label);
     if (!s) {
         cham_context_error(ctx, "out of host memory");
@@ -142,10 +139,10 @@ cham_status_t cham_tensor_wrap(cham_context_t *ctx, void *ptr, size_t bytes,
                            "managed mode use cham_tensor_new", label ? label : "");
         return CHAM_ERR_INVALID_ARG;
     }
-    if (!ptr || bytes == 0 || !dtype_ok(ctx, dtype)) {
-        if (!ptr || bytes == 0)
-            cham_context_error(ctx, "tensor \"%s\": wrapping %zu bytes at %p", label ? label : "",
-                               bytes, ptr);
+    if ((!ptr && bytes) || !dtype_ok(ctx, dtype)) {
+        if (!ptr && bytes)
+            cham_context_error(ctx, "tensor \"%s\": wrapping %zu bytes at NULL",
+                               label ? label : "", bytes);
         return CHAM_ERR_INVALID_ARG;
     }
     cham_storage_t *s = storage_new(ctx, bytes, label);
@@ -168,7 +165,7 @@ cham_status_t cham_tensor_view(cham_tensor_t *base, size_t offset, size_t bytes,
     CHAM_ASSERT(base && out);
     *out = NULL;
     cham_context_t *ctx = base->storage->ctx;
-    if (bytes == 0 || offset > base->bytes || bytes > base->bytes - offset) {
+    if (offset > base->bytes || bytes > base->bytes - offset) {
         cham_context_error(ctx, "view \"%s\" of \"%s\": [%zu, %zu + %zu) is not inside the "
                            "%zu bytes of the base", label ? label : "", base->label, offset,
                            offset, bytes, base->bytes);
@@ -195,27 +192,29 @@ cham_status_t cham_tensor_view_strided(cham_tensor_t *base, size_t offset, size_
     cham_context_t *ctx = base->storage->ctx;
     if (!dtype_ok(ctx, dtype))
         return CHAM_ERR_INVALID_ARG;
-    /* The last element's index, in elements from the first. */
+    /* The last element's index, in elements from the first; a size of 0
+     * makes a view of no bytes where it starts. */
     uint64_t last = 0;
+    bool empty = false, overflow = false;
     for (size_t d = 0; d < ndim; d++) {
-        if (sizes[d] <= 0 || strides[d] < 0) {
+        if (sizes[d] < 0 || strides[d] < 0) {
             cham_context_error(ctx, "view \"%s\" of \"%s\": dimension %zu has size %lld and "
-                               "stride %lld (sizes > 0, strides >= 0)", label ? label : "",
+                               "stride %lld (sizes and strides >= 0)", label ? label : "",
                                base->label, d, (long long)sizes[d], (long long)strides[d]);
             return CHAM_ERR_INVALID_ARG;
         }
         uint64_t span;
-        if (__builtin_mul_overflow((uint64_t)sizes[d] - 1, (uint64_t)strides[d], &span) ||
-            __builtin_add_overflow(last, span, &last)) {
-            cham_context_error(ctx, "view \"%s\" of \"%s\": its extent overflows",
-                               label ? label : "", base->label);
-            return CHAM_ERR_INVALID_ARG;
-        }
+        empty |= sizes[d] == 0;
+        overflow |= sizes[d] && (__builtin_mul_overflow((uint64_t)sizes[d] - 1,
+                                                        (uint64_t)strides[d], &span) ||
+                                 __builtin_add_overflow(last, span, &last));
     }
     size_t elem = cham_dtype_size(dtype);
-    uint64_t start, bytes;
-    if (__builtin_mul_overflow((uint64_t)offset, elem, &start) ||
-        __builtin_mul_overflow(last + 1, elem, &bytes)) {
+    uint64_t start, count, bytes = 0;
+    overflow |= __builtin_mul_overflow((uint64_t)offset, elem, &start) ||
+                (!empty && (__builtin_add_overflow(last, 1, &count) ||
+                            __builtin_mul_overflow(count, elem, &bytes)));
+    if (overflow || start > SIZE_MAX || bytes > SIZE_MAX) {
         cham_context_error(ctx, "view \"%s\" of \"%s\": its extent overflows",
                            label ? label : "", base->label);
         return CHAM_ERR_INVALID_ARG;
@@ -540,6 +539,10 @@ cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive)
     if (ctx->config.mode != CHAM_MODE_MANAGED) {
         cham_context_error(ctx, "swap-out of \"%s\": advisor mode; the caller moves memory",
                            t->label);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (!t->storage->bytes) {
+        cham_context_error(ctx, "swap-out of \"%s\": it has no bytes to move", t->label);
         return CHAM_ERR_INVALID_ARG;
     }
     /* Reusable once the next op is dispatched. */
