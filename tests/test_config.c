@@ -133,7 +133,7 @@ static void test_defaults(void **state)
     assert_false(c.device.data);
     assert_true(c.device.hazard_check);
     assert_int_equal(c.allocator, CHAM_ALLOCATOR_AUTO);
-    assert_int_equal(c.allocator_shift, 0);
+    assert_int_equal(c.allocator_shift, CHAM_ALLOCATOR_SHIFT_AUTO);
     cham_device_t *dev;
     assert_int_equal(cham_device_open(&c.device, &dev), CHAM_OK);
     cham_device_info_t info;
@@ -320,6 +320,16 @@ static void test_text_in_memory(void **state)
                      CHAM_OK);
     assert_int_equal(c.warmup_steps, 4);
     assert_int_equal(c.memory_budget, 3 * MiB);
+    const char *shift = "{\"allocator_shift\": \"auto\"}";
+    c.allocator_shift = 3;
+    assert_int_equal(cham_config_parse_json(shift, strlen(shift), "Offload", &c, err, sizeof err),
+                     CHAM_OK);
+    assert_int_equal(c.allocator_shift, CHAM_ALLOCATOR_SHIFT_AUTO);
+    const char *fine = "{\"allocator_shift\": \"fine\"}";
+    assert_int_equal(cham_config_parse_json(fine, strlen(fine), "Offload", &c, err, sizeof err),
+                     CHAM_ERR_INVALID_ARG);
+    test_assert_contains(err, "key \"allocator_shift\": expected \"auto\" or an integer, got "
+                              "\"fine\"");
     const char *typo = "{\"warmup_step\": 4}";
     assert_int_equal(cham_config_parse_json(typo, strlen(typo), "Offload", &c, err, sizeof err),
                      CHAM_ERR_INVALID_ARG);

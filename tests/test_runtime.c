@@ -815,6 +815,35 @@ static void test_budget_set_before_the_first_policy(void **state)
     cham_context_free(ctx);
 }
 
+/* The allocator's granularity follows the device's capacity unless the
+ * config gives one: PyTorch's sizes on a big device, finer on a small one. */
+static void test_allocator_shift_from_the_capacity(void **state)
+{
+    (void)state;
+    assert_int_equal(cham_allocator_shift_for(80ull << 30), 0);
+    assert_int_equal(cham_allocator_shift_for(320 * MiB), 0);
+    assert_int_equal(cham_allocator_shift_for(320 * MiB - 1), 1);
+    assert_int_equal(cham_allocator_shift_for(16 * MiB), 5);
+    assert_int_equal(cham_allocator_shift_for(1), 10);
+    struct {
+        uint64_t capacity;
+        uint32_t shift, want;
+    } cases[] = {
+        {16 * MiB, CHAM_ALLOCATOR_SHIFT_AUTO, 5},
+        {0, CHAM_ALLOCATOR_SHIFT_AUTO, 0},           /* the default preset's 80 GB */
+        {16 * MiB, 2, 2},                            /* the config's own */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cham_config_t c = cham_config_default();
+        c.device.capacity = cases[i].capacity;
+        c.allocator_shift = cases[i].shift;
+        cham_context_t *ctx;
+        assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+        assert_int_equal(cham_context_config(ctx)->allocator_shift, cases[i].want);
+        cham_context_free(ctx);
+    }
+}
+
 /* ---- record_stream ----------------------------------------------------------------*/
 
 static void count_hazard(const cham_hazard_t *h, void *user)
@@ -1118,6 +1147,7 @@ int main(void)
         cmocka_unit_test(test_budget_set_before_the_first_policy),
         cmocka_unit_test(test_strided_views),
         cmocka_unit_test(test_zero_byte_tensors),
+        cmocka_unit_test(test_allocator_shift_from_the_capacity),
         cmocka_unit_test(test_record_stream),
         cmocka_unit_test(test_host_copy),
         cmocka_unit_test(test_host_update),

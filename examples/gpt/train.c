@@ -48,23 +48,13 @@ static void quiet(const char *line, void *user)
     (void)line, (void)user;
 }
 
-/* The allocator's granularity for a device of capacity bytes: the finest
- * shift at which PyTorch's 20 MiB shared segment is at most a sixteenth of
- * the device (0 on devices of 320 MiB and more). */
-static uint32_t allocator_shift(uint64_t capacity)
-{
-    uint32_t shift = 0;
-    while (shift < 10 && (UINT64_C(20) << 20 >> shift) * 16 > capacity)
-        shift++;
-    return shift;
-}
-
+/* The allocator's granularity follows the capacity (the config's default,
+ * cham_allocator_shift_for). */
 static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t capacity,
                               char *err, size_t err_size)
 {
     memset(r, 0, sizeof *r);
     cham_config_t cfg = cham_config_default();
-    cfg.allocator_shift = capacity ? allocator_shift(capacity) : 0;
     cfg.allocator = c->allocator;
     cfg.device.preset = c->preset;
     cfg.device.capacity = capacity;

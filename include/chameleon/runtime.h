@@ -75,7 +75,9 @@ typedef struct cham_config {
     cham_device_config_t device; /* backend, preset, capacity, sim knobs */
     cham_mode_t mode;
     uint64_t pinned_budget;      /* bytes of pinned host memory for swaps */
-    uint32_t allocator_shift;    /* the allocators' granularity_shift (0) */
+    uint32_t allocator_shift;    /* the allocators' granularity_shift, 0..10, or
+                                    CHAM_ALLOCATOR_SHIFT_AUTO (the default): from
+                                    the capacity, cham_allocator_shift_for */
     cham_allocator_mode_t allocator; /* CHAM_ALLOCATOR_AUTO */
     /* Stage machine (paper Algorithm 1). */
     uint32_t warmup_steps;       /* m: stable steps before GenPolicy (2) */
@@ -114,6 +116,13 @@ typedef struct cham_config {
                                     the step's end (true; false: activations
                                     only, as the paper) */
 } cham_config_t;
+
+/* allocator_shift chosen from the device's capacity when the context opens. */
+#define CHAM_ALLOCATOR_SHIFT_AUTO UINT32_MAX
+/* The shift for a device of `capacity` bytes: the smallest (0: PyTorch's
+ * sizes) whose 20 MiB large segments, made finer, fit 16 times into it;
+ * at most 10. A device of tens of GiB gets 0, one of a few MiB ~5. */
+uint32_t cham_allocator_shift_for(uint64_t capacity);
 
 /* The defaults: the sim device's defaults, managed mode, a 16 GiB pinned
  * budget, the paper's knobs, the executor and OOM handling on. */

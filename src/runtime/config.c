@@ -44,6 +44,7 @@ cham_config_t cham_config_default(void)
     c.length_tolerance = 0.05;
     c.cosine_threshold = 0.95;
     c.score_c = 1.0;
+    c.allocator_shift = CHAM_ALLOCATOR_SHIFT_AUTO;
     c.min_swap_bytes = 0;         /* from the budget: cham_context_min_swap */
     c.executor = true;
     c.oom_handling = true;
@@ -66,6 +67,7 @@ typedef enum kind {
     K_BOOL,          /* bool */
     K_INT,           /* int, integer range */
     K_U32,           /* uint32_t, integer range */
+    K_SHIFT,         /* uint32_t, integer range or "auto" (CHAM_ALLOCATOR_SHIFT_AUTO) */
     K_U64,           /* uint64_t, integer range */
     K_SIZE,          /* uint64_t bytes: integer or "64GiB"; integer range */
     K_REAL,          /* double, real range */
@@ -128,7 +130,7 @@ static const field_t fields[] = {
          "0 (2 MiB) or a power of two up to 1GiB bytes"),
     PLAINF("mode", mode, K_MODE),
     INTF("pinned_budget", pinned_budget, K_SIZE, 1, UINT64_MAX, "(0, 16EiB) bytes"),
-    INTF("allocator_shift", allocator_shift, K_U32, 0, 10, "[0, 10]"),
+    INTF("allocator_shift", allocator_shift, K_SHIFT, 0, 10, "\"auto\" or [0, 10]"),
     PLAINF("allocator", allocator, K_ALLOCATOR),
     INTF("warmup_steps", warmup_steps, K_U32, 0, 1000000, "[0, 1000000]"),
     INTF("genpolicy_steps", genpolicy_steps, K_U32, 0, 1000000, "[0, 1000000]"),
@@ -373,9 +375,18 @@ static cham_status_t apply(cham_config_t *c, const field_t *f, const json_t *v, 
         return CHAM_OK;
     case K_INT:
     case K_U32:
+    case K_SHIFT:
     case K_U64:
     case K_SIZE: {
         uint64_t u = 0;
+        if (f->kind == K_SHIFT && json_is_string(v)) {
+            if (strcmp(json_string_value(v), "auto") != 0) {
+                snprintf(why, why_size, "expected \"auto\" or an integer, got %s", got);
+                return CHAM_ERR_INVALID_ARG;
+            }
+            *(uint32_t *)dst = CHAM_ALLOCATOR_SHIFT_AUTO;
+            return CHAM_OK;
+        }
         if (f->kind == K_SIZE && json_is_string(v)) {
             char reason[160];
             if (!parse_size(json_string_value(v), &u, reason, sizeof reason)) {
@@ -403,7 +414,7 @@ static cham_status_t apply(cham_config_t *c, const field_t *f, const json_t *v, 
         }
         if (f->kind == K_INT)
             *(int *)dst = (int)u;
-        else if (f->kind == K_U32)
+        else if (f->kind == K_U32 || f->kind == K_SHIFT)
             *(uint32_t *)dst = (uint32_t)u;
         else
             *(uint64_t *)dst = u;
@@ -615,10 +626,15 @@ static bool check_field(const cham_config_t *c, const field_t *f, char *why, siz
         }
         return true;
     }
+    case K_SHIFT:
+        if (*(const uint32_t *)src == CHAM_ALLOCATOR_SHIFT_AUTO)
+            return true;
+        /* fall through */
     case K_U32:
     case K_U64:
     case K_SIZE: {
-        uint64_t v = f->kind == K_U32 ? *(const uint32_t *)src : *(const uint64_t *)src;
+        uint64_t v = f->kind == K_U32 || f->kind == K_SHIFT ? *(const uint32_t *)src
+                                                            : *(const uint64_t *)src;
         if (!int_in_range(f, v)) {
             snprintf(why, why_size, "%s: %llu is out of range %s", f->name,
                      (unsigned long long)v, f->range);

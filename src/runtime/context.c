@@ -78,6 +78,25 @@ fail:
     return st;
 }
 
+uint32_t cham_allocator_shift_for(uint64_t capacity)
+{
+    uint32_t shift = 0;
+    while (shift < 10 && (UINT64_C(20) << 20 >> shift) * 16 > capacity)
+        shift++;
+    return shift;
+}
+
+/* The capacity the device will have: the config's, else its preset's. */
+static uint64_t planned_capacity(const cham_device_config_t *d)
+{
+    if (d->capacity)
+        return d->capacity;
+    if (strcmp(d->backend ? d->backend : "sim", "sim") != 0)
+        return 0;                 /* a real device: known once open (and large) */
+    const cham_preset_t *p = cham_preset_find(d->preset ? d->preset : cham_preset_default_name());
+    return p ? p->capacity : 0;
+}
+
 cham_status_t cham_context_new(const cham_config_t *config, cham_context_t **out)
 {
     CHAM_ASSERT(config && out);
@@ -98,6 +117,10 @@ cham_status_t cham_context_new(const cham_config_t *config, cham_context_t **out
     cham_intern_init(&ctx->tokens);
     cham_stage_machine_init(&ctx->stages, config->warmup_steps, config->genpolicy_steps,
                             config->length_tolerance, config->cosine_threshold);
+    if (ctx->config.allocator_shift == CHAM_ALLOCATOR_SHIFT_AUTO) {
+        uint64_t capacity = planned_capacity(&ctx->config.device);
+        ctx->config.allocator_shift = capacity ? cham_allocator_shift_for(capacity) : 0;
+    }
     /* The sim's granules as fine as the allocator's segments: a device of
      * a few MiB (allocator_shift > 0) would waste most of 2 MiB granules. */
     if (!ctx->config.device.vm_granularity && ctx->config.allocator_shift) {
