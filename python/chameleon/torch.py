@@ -64,6 +64,11 @@ def _parse_budget(budget):
     return budget, None
 
 
+# The storage object of a tensor: torch 2 names it untyped_storage, 1.13
+# has it as _storage (Tensor.storage() wraps it, at ten times the cost).
+_untyped_storage = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
+
+
 def _tensors(args, out):
     """The tensors among args, one level into lists and tuples."""
     for a in args:
@@ -89,6 +94,56 @@ class _Op:
         self.is_view = bool(returns) and all(
             r.alias_info is not None and not r.alias_info.is_write for r in returns)
         self.matmul = _MATMUL_OPERANDS.get(func.overloadpacket.__name__)
+
+
+class _CudaMoves:
+    """Swaps of CUDA storages, on a side stream each way per device.
+
+    Out: the side stream waits for the compute stream's work so far (the
+    op that wrote the storage), copies into pinned host memory, and the
+    block is marked used by that stream (record_stream) before the storage
+    is released, so the caching allocator reuses it only after the copy
+    read it. In: the storage gets a block again (on the compute stream),
+    the side stream waits for that and for the copy out, copies back, and
+    the compute stream waits for it when an op next uses the storage.
+
+    Written and reviewed against torch's API but never run: no GPU is
+    available to this project (docs/pytorch.md, limits)."""
+
+    def __init__(self):
+        self._streams = {}
+
+    def _pair(self, device):
+        pair = self._streams.get(device)
+        if pair is None:
+            pair = self._streams[device] = (torch.cuda.Stream(device), torch.cuda.Stream(device))
+        return pair
+
+    @staticmethod
+    def _as_bytes(storage):
+        return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+    def copy_out(self, storage):
+        out, _ = self._pair(storage.device)
+        src = self._as_bytes(storage)
+        host = torch.empty(storage.nbytes(), dtype=torch.uint8, pin_memory=True)
+        out.wait_stream(torch.cuda.current_stream(storage.device))
+        with torch.cuda.stream(out):
+            host.copy_(src, non_blocking=True)
+        src.record_stream(out)
+        return host, out.record_event()
+
+    def copy_in(self, moved, storage):
+        host, copied_out = moved
+        _, into = self._pair(storage.device)
+        storage.resize_(host.numel())
+        dst = self._as_bytes(storage)
+        into.wait_stream(torch.cuda.current_stream(storage.device))
+        into.wait_event(copied_out)
+        with torch.cuda.stream(into):
+            dst.copy_(host, non_blocking=True)
+        dst.record_stream(into)
+        return into.record_event()
 
 
 class _Mode(TorchDispatchMode):
@@ -141,6 +196,9 @@ class Offload:
         self._step_peaks = []        # (stage the step ran in, its peak)
         self._late = 0
         self._hazards = 0
+        self._cuda = None            # _CudaMoves, made at the first CUDA tensor
+        self._inbound = {}           # id(base) -> (device, event): CUDA swap-ins in flight
+        self._busy = False           # the glue's own torch calls pass through
 
     # ---- the context ---------------------------------------------------------
 
@@ -161,6 +219,9 @@ class Offload:
             base = ref()
             if base is not None and base.host is not None:
                 self._bring_back(base, base, late=False)
+        for device, event in self._inbound.values():
+            torch.cuda.current_stream(device).wait_event(event)
+        self._inbound.clear()
         return False
 
     def _patch_autograd(self):
@@ -247,23 +308,29 @@ class Offload:
         if code is None:
             raise TypeError(f"Offload: tensor of dtype {t.dtype} is not supported (supported: "
                             f"{', '.join(str(d) for d in _DTYPES)})")
-        if t.device.type != "cpu":
-            # CUDA needs pinned buffers, a side stream and events, and the
-            # caching allocator told of the copy (docs/pytorch.md): not
-            # written yet, and never bytes copied from a device pointer.
-            raise TypeError(f"Offload: tensor on {t.device}: only CPU tensors are managed so "
-                            "far (docs/pytorch.md, limits)")
-        storage = t.storage()._storage
+        device = t.device.type
+        if device != "cpu":
+            if device != "cuda":
+                raise TypeError(f"Offload: tensor on {t.device}: cpu and cuda only")
+            if self._cuda is None:
+                self._cuda = _CudaMoves()
+        storage = _untyped_storage(t)
         key = storage._cdata
         ref = self._storages.get(key)
         base = ref() if ref is not None else None
         if base is None:
-            base = self._ctx.wrap(storage.data_ptr(), storage.nbytes(), code, label)
+            nbytes = storage.nbytes()
+            base = self._ctx.wrap(storage.data_ptr(), nbytes, code, label)
             base.storage = storage
             base.host = None
             self._storages[key] = weakref.ref(base, self._forget(key))
-        h = self._ctx.view_strided(base, t.storage_offset(), t.size(), t.stride(), code, label)
-        h.base = base
+            if not t.storage_offset() and t.is_contiguous() and \
+                    t.numel() * t.element_size() == nbytes:
+                h = base         # the whole storage: its base handle serves
+        if h is None:
+            h = self._ctx.view_strided(base, t.storage_offset(), t.size(), t.stride(), code,
+                                       label)
+            h.base = base
         setattr(t, self._attr, h)
         return h
 
@@ -275,7 +342,14 @@ class Offload:
 
     def _send_away(self, base, h):
         storage = base.storage
-        base.host = _chameleon.save(storage.data_ptr(), storage.nbytes())
+        if storage.device.type == "cuda":
+            self._busy = True
+            try:
+                base.host = self._cuda.copy_out(storage)
+            finally:
+                self._busy = False
+        else:
+            base.host = _chameleon.save(storage.data_ptr(), storage.nbytes())
         storage.resize_(0)
         self._ctx.swapped_out(h)
 
@@ -284,8 +358,16 @@ class Offload:
             self._hazards += 1      # the runtime thought it was on the device
         storage = base.storage
         host = base.host
-        storage.resize_(len(host))
-        _chameleon.restore(host, storage.data_ptr())
+        if storage.device.type == "cuda":
+            self._busy = True
+            try:
+                self._inbound[id(base)] = (storage.device,
+                                           self._cuda.copy_in(host, storage))
+            finally:
+                self._busy = False
+        else:
+            storage.resize_(len(host))
+            _chameleon.restore(host, storage.data_ptr())
         base.host = None
         self._ctx.swapped_in(h, storage.data_ptr())
         self._late += late
@@ -315,6 +397,8 @@ class Offload:
             self._phase = phase
 
     def _dispatch(self, func, args, kwargs):
+        if self._busy:
+            return func(*args, **kwargs)
         op = self._ops.get(func)
         if op is None:
             op = self._ops[func] = _Op(self._ctx, func)
@@ -332,6 +416,8 @@ class Offload:
                 if base.host is not None:
                     self._bring_back(base, h, late=True)
                 hin.append(h)
+        if self._inbound:
+            self._await_inbound(hin)
         result = func(*args, **kwargs)
         if op.is_view:
             return result
@@ -354,6 +440,13 @@ class Offload:
                 self._largest_op = (touched, op.name)
         return result
 
+    def _await_inbound(self, handles):
+        """The compute stream waits for CUDA swap-ins of what the op reads."""
+        for h in handles:
+            inbound = self._inbound.pop(id(getattr(h, "base", h)), None)
+            if inbound is not None:
+                torch.cuda.current_stream(inbound[0]).wait_event(inbound[1])
+
     def _act(self, actions):
         for kind, h, _ in actions:
             base = getattr(h, "base", h)
@@ -373,6 +466,8 @@ class Offload:
         if self._mode is None:
             return fn()
         handles = [h for h in map(self._resident, tensors) if h is not None]
+        if self._inbound:
+            self._await_inbound(handles)
         result = fn()
         token = self._ops.get(name)
         if token is None:
