@@ -127,6 +127,11 @@ class BadInput(unittest.TestCase):
             with ct.Offload(log=quiet):
                 q.dequantize()
         self.assertIn("quint8", str(e.exception))
+        m = torch.empty(4, device="meta")
+        with self.assertRaises(TypeError) as e:
+            with ct.Offload(log=quiet):
+                m.add(1)
+        self.assertIn("meta", str(e.exception))
 
 
 class Binding(unittest.TestCase):
