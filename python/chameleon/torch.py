@@ -193,7 +193,7 @@ class Offload:
         self._after_backward = False
         self._steps = 0
         self._largest_op = (0, "")   # step 0: the most bytes one op touched
-        self._step_peaks = []        # (stage the step ran in, its peak)
+        self._peaks = {}             # stable: the most a step held in Stable / before
         self._late = 0
         self._hazards = 0
         self._cuda = None            # _CudaMoves, made at the first CUDA tensor
@@ -249,7 +249,8 @@ class Offload:
         """One training iteration ended."""
         info = self._ctx.step_end()
         self._steps += 1
-        self._step_peaks.append((info["from"], info["peak_bytes"]))
+        stable = info["from"] == "Stable"
+        self._peaks[stable] = max(self._peaks.get(stable, 0), info["peak_bytes"])
         self._after_backward = False
         self._phase = None
         if self._steps == 1:
@@ -271,13 +272,12 @@ class Offload:
     @property
     def stats(self):
         s = self._ctx.stats()
-        stable = [p for stage, p in self._step_peaks if stage == "Stable"]
-        before = [p for stage, p in self._step_peaks if stage != "Stable"]
+        before = self._peaks.get(False, 0)
         return {
             # Advisor mode moves nothing before the first policy applies, so
             # the budget holds from Stable on; earlier steps are apart.
-            "peak_device_bytes": max(stable) if stable else max(before, default=0),
-            "warmup_peak_bytes": max(before, default=0),
+            "peak_device_bytes": self._peaks.get(True, before),
+            "warmup_peak_bytes": before,
             "budget_bytes": s["budget_bytes"],
             "hazards": self._hazards,
             "planned_swaps": s["planned_swaps_out"],
