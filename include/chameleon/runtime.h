@@ -140,6 +140,10 @@ cham_status_t cham_config_load_json(const char *path, cham_config_t *config, cha
 cham_status_t cham_config_parse_json(const char *text, size_t len, const char *origin,
                                      cham_config_t *config, char *err, size_t err_size);
 
+/* The device bytes policies plan for under config on a device of
+ * `capacity` bytes: memory_budget, or capacity when that is 0 or larger. */
+uint64_t cham_config_budget(const cham_config_t *config, uint64_t capacity);
+
 /* Checks every field; on failure err names the field and the value. */
 cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_t err_size);
 
@@ -194,8 +198,7 @@ const char *cham_context_last_error(const cham_context_t *ctx);
 cham_device_t *cham_context_device(const cham_context_t *ctx);
 /* The config the context was made with (validated). */
 const cham_config_t *cham_context_config(const cham_context_t *ctx);
-/* The device bytes policies plan for: memory_budget, or the device's
- * capacity when that is 0 or larger. */
+/* cham_config_budget of the context's config and device. */
 uint64_t cham_context_budget(const cham_context_t *ctx);
 /* The smallest tensor the planner swaps: min_swap_bytes, or when that is
  * 0 a 1024th of the budget within [4 KiB, 1 MiB] (1 MiB from a 1 GiB
@@ -502,9 +505,9 @@ typedef struct cham_step_ended {
     bool backward;                   /* the step had a backward phase */
     uint64_t policies_generated;     /* so far in the run */
     uint64_t peak_bytes;             /* the most device memory tensors held in it */
-    uint64_t over_budget_bytes;      /* how far peak_bytes went past the device's
-                                        capacity (advisor mode, where the caller
-                                        allocates; else 0) */
+    uint64_t over_budget_bytes;      /* how far peak_bytes went past the budget
+                                        (cham_context_budget; advisor mode, where
+                                        the caller allocates; else 0) */
 } cham_step_ended_t;
 
 /* Called at the end of every step, after the runtime decided what the next
@@ -582,7 +585,7 @@ typedef struct cham_runtime_stats {
     uint64_t passive_drops;      /* of drops, made by the out-of-memory path
                                     instead of a passive swap-out */
     uint64_t over_budget_steps;  /* advisor mode: steps whose peak went past the
-                                    capacity (the advice was not enough, or not
+                                    budget (the advice was not enough, or not
                                     all taken) */
     uint64_t over_budget_bytes;  /* the most any step went past it */
 } cham_runtime_stats_t;

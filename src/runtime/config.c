@@ -676,6 +676,13 @@ cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_
     return CHAM_OK;
 }
 
+uint64_t cham_config_budget(const cham_config_t *config, uint64_t capacity)
+{
+    CHAM_ASSERT(config);
+    uint64_t budget = config->memory_budget;
+    return budget && budget < capacity ? budget : capacity;
+}
+
 bool cham_config_moves_model_state(const cham_config_t *c)
 {
     return c->executor && c->oom_handling && c->planner == CHAM_PLANNER_CHAMELEON &&

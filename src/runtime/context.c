@@ -186,8 +186,7 @@ uint64_t cham_context_budget(const cham_context_t *ctx)
     CHAM_ASSERT(ctx);
     cham_device_info_t info;
     cham_device_get_info(ctx->dev, &info);
-    uint64_t budget = ctx->config.memory_budget;
-    return budget && budget < info.capacity ? budget : info.capacity;
+    return cham_config_budget(&ctx->config, info.capacity);
 }
 
 uint64_t cham_context_min_swap(const cham_context_t *ctx)

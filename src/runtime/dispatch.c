@@ -391,8 +391,8 @@ static void finish_profile(cham_context_t *ctx, uint64_t now)
     cham_profile_free(p);
 }
 
-/* Advisor mode: how far the step's peak went past the device's capacity,
- * counted and logged (the caller allocates; nothing here can move its
+/* Advisor mode: how far the step's peak went past the budget, counted and
+ * logged (the caller allocates; nothing here can move its
  * memory, so this is the one signal that the advice fell short). */
 static uint64_t over_budget(cham_context_t *ctx)
 {

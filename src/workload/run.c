@@ -191,8 +191,7 @@ static void bound(const cham_config_t *rc, const cham_device_info_t *info,
                   const cham_profile_t *last, cham_run_result_t *r)
 {
     cham_planner_config_t pc = cham_planner_config_default();
-    pc.capacity = rc->memory_budget && rc->memory_budget < info->capacity ? rc->memory_budget
-                                                                          : info->capacity;
+    pc.capacity = cham_config_budget(rc, info->capacity);
     pc.h2d_bandwidth = info->h2d_bandwidth;
     pc.d2h_bandwidth = info->d2h_bandwidth;
     pc.recompute = true;       /* any mix, whatever this run's strategy */
@@ -260,8 +259,7 @@ static cham_status_t protrain_run(const cham_config_t *rc, const cham_device_inf
                                   cham_protrain_plan_t *plan, char *err, size_t err_size)
 {
     cham_protrain_device_t dev = cham_protrain_device_of(info);
-    if (rc->memory_budget && rc->memory_budget < info->capacity)
-        dev.capacity = rc->memory_budget;
+    dev.capacity = cham_config_budget(rc, info->capacity);
     dev.min_persist = wl_least_device_groups(m, rc->pinned_budget);
     cham_protrain_model_t *pm;
     cham_status_t st = protrain_profile(rc, m, &dev, &pm, err, err_size);
