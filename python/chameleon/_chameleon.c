@@ -116,6 +116,19 @@ static int leave(ContextObject *c)
     return rc;
 }
 
+/* leave(), then the failure of the call's status st as an exception:
+ * -1 when either set one. */
+static int leave_with(ContextObject *c, cham_status_t st, const char *what)
+{
+    if (leave(c))
+        return -1;
+    if (st != CHAM_OK) {
+        fail(c, st, what);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- Handle -----------------------------------------------------------------*/
 
 static PyObject *handle_new(ContextObject *owner, cham_tensor_t *t)
@@ -263,6 +276,12 @@ static HandleObject *as_handle(ContextObject *c, PyObject *o, const char *what)
 
 /* ---- Context ----------------------------------------------------------------*/
 
+static void record_step(cham_context_t *ctx, const cham_step_ended_t *e, void *user)
+{
+    (void)ctx;
+    ((ContextObject *)user)->last_step = *e;
+}
+
 static int context_init(ContextObject *c, PyObject *args, PyObject *kwds)
 {
     static char *kw[] = {"config", "origin", "log", NULL};
@@ -304,6 +323,7 @@ static int context_init(ContextObject *c, PyObject *args, PyObject *kwds)
         c->log = log;
     }
     cham_context_set_log(c->ctx, log_line, c);
+    cham_context_on_step(c->ctx, record_step, c);
     return 0;
 }
 
@@ -384,8 +404,11 @@ static PyObject *context_wrap(ContextObject *c, PyObject *args)
     cham_tensor_t *t;
     enter(c);
     cham_status_t st = cham_tensor_wrap(c->ctx, (void *)(uintptr_t)ptr, (size_t)bytes, d, label, &t);
-    if (leave(c) || st != CHAM_OK)
-        return st != CHAM_OK ? fail(c, st, "wrap") : NULL;
+    if (leave_with(c, st, "wrap")) {
+        if (st == CHAM_OK)
+            cham_tensor_release(t);   /* the log callable raised: no Handle holds it */
+        return NULL;
+    }
     return handle_new(c, t);
 }
 
@@ -550,13 +573,10 @@ static PyObject *context_op(ContextObject *c, PyObject *args)
         if (st == CHAM_OK)
             st = end;
     }
-    if (leave(c)) {
+    const char *name = cham_op_name(c->ctx, tok);
+    if (leave_with(c, st, name ? name : "op")) {
         Py_XDECREF(list);
         return NULL;
-    }
-    if (st != CHAM_OK) {
-        Py_XDECREF(list);
-        return fail(c, st, cham_op_name(c->ctx, tok) ? cham_op_name(c->ctx, tok) : "op");
     }
     return list;
 }
@@ -568,10 +588,8 @@ static PyObject *context_swapped_out(ContextObject *c, PyObject *h_obj)
         return NULL;
     enter(c);
     cham_status_t st = cham_tensor_swapped_out(h->t);
-    if (leave(c))
+    if (leave_with(c, st, "swapped_out"))
         return NULL;
-    if (st != CHAM_OK)
-        return fail(c, st, "swapped_out");
     Py_RETURN_NONE;
 }
 
@@ -586,10 +604,8 @@ static PyObject *context_swapped_in(ContextObject *c, PyObject *args)
         return NULL;
     enter(c);
     cham_status_t st = cham_tensor_swapped_in(h->t, (void *)(uintptr_t)ptr);
-    if (leave(c))
+    if (leave_with(c, st, "swapped_in"))
         return NULL;
-    if (st != CHAM_OK)
-        return fail(c, st, "swapped_in");
     Py_RETURN_NONE;
 }
 
@@ -612,24 +628,15 @@ static PyObject *context_phase(ContextObject *c, PyObject *name)
     return NULL;
 }
 
-static void record_step(cham_context_t *ctx, const cham_step_ended_t *e, void *user)
-{
-    (void)ctx;
-    ((ContextObject *)user)->last_step = *e;
-}
-
 static PyObject *context_step_end(ContextObject *c, PyObject *unused)
 {
     (void)unused;
     if (check_open(c))
         return NULL;
-    cham_context_on_step(c->ctx, record_step, c);
     enter(c);
     cham_status_t st = cham_step_end(c->ctx);
-    if (leave(c))
+    if (leave_with(c, st, "step end"))
         return NULL;
-    if (st != CHAM_OK)
-        return fail(c, st, "step end");
     const cham_step_ended_t *e = &c->last_step;
     return Py_BuildValue("{sKsssssKsKsK}", "number", (unsigned long long)e->number, "from",
                          cham_stage_name(e->from), "to", cham_stage_name(e->to), "peak_bytes",
