@@ -1,7 +1,7 @@
-/* `chameleon plan`: runs Chameleon's policy generator (cham_plan_chameleon)
- * on a saved profile for a device preset, prints what the policy predicts
- * and which tensors it swaps when, and optionally saves the policy as JSON
- * (docs/policy-format.md). */
+/* `chameleon plan`: runs a planner (Chameleon's generator by default, or
+ * vDNN's or SwapAdvisor's) on a saved profile for a device preset, prints
+ * what the policy predicts and which tensors it swaps when, and optionally
+ * saves the policy as JSON (docs/policy-format.md). */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 #include "chameleon/chameleon.h"
 #include "chameleon/policy.h"
 #include "chameleon/profile.h"
+#include "chameleon/swapadvisor.h"
 #include "args.h"
 #include "commands.h"
 #include "train.h"
@@ -30,6 +31,8 @@ typedef struct plan_opts {
     bool bound;              /* --bound: also the lower bound on the step time */
     bool swap_only;          /* --swap-only: no recomputation */
     bool early_swap_in;      /* --early-swap-in: the planner's early_swap_in */
+    const char *strategy;    /* --strategy: chameleon, chameleon-swap, vdnn, swapadvisor */
+    cham_swapadvisor_options_t sa;   /* --search-seconds, --generations, ... */
 } plan_opts_t;
 
 static void usage(FILE *f)
@@ -38,8 +41,10 @@ static void usage(FILE *f)
             "usage: chameleon plan PROFILE.json [--device PRESET] [--capacity SIZE]\n"
             "                      [--reserve SIZE] [--layers N] [--free-delay N]\n"
             "                      [--min-swap SIZE] [--swap-only] [--early-swap-in]\n"
-            "                      [--bound] [--json OUT]\n"
-            "Runs Chameleon's policy generator on a saved profile and prints the\n"
+            "                      [--bound] [--json OUT] [--strategy NAME]\n"
+            "                      [--search-seconds S] [--generations N]\n"
+            "                      [--population N] [--seed N] [--reorder on|off]\n"
+            "Runs a planner on a saved profile and prints the\n"
             "policy: what it predicts and, per swapped tensor, when it goes out,\n"
             "when its block is reused and when it comes back (per recomputed tensor,\n"
             "when it is dropped and when its op runs again). Model state away across\n"
@@ -63,6 +68,19 @@ static void usage(FILE *f)
             "                    for any mix of keeping, swapping and recomputing\n"
             "                    (docs/policy.md, \"The lower bound\")\n"
             "  --json OUT        also save the policy as JSON\n"
+            "  --strategy NAME   the planner: chameleon (default), chameleon-swap (the\n"
+            "                    same as --swap-only), vdnn, or swapadvisor (a genetic\n"
+            "                    search over op schedules and memory pools; docs/\n"
+            "                    swapadvisor.md); the policy is always for the\n"
+            "                    profile's op order\n"
+            "swapadvisor's search:\n"
+            "  --search-seconds S  wall-clock limit (10)\n"
+            "  --generations N   generations after the first (40); deterministic with\n"
+            "                    a seed unless the time limit ends the search first\n"
+            "  --population N    individuals per generation (24)\n"
+            "  --seed N          of its random choices (1)\n"
+            "  --reorder on|off  search schedules too (on); the printed step time is\n"
+            "                    then the best schedule's, simulated as the paper does\n"
             "SIZE is a number with a unit: 512MiB, 1.5GiB, 64GB (docs/cli.md, \"Sizes\").\n");
 }
 
@@ -71,7 +89,9 @@ static void usage(FILE *f)
 static const tool_opt_t opts[] = {
     {"--device", true}, {"--capacity", true}, {"--reserve", true}, {"--layers", true},
     {"--free-delay", true}, {"--min-swap", true}, {"--json", true}, {"--bound", false},
-    {"--swap-only", false}, {"--early-swap-in", false},
+    {"--swap-only", false}, {"--early-swap-in", false}, {"--strategy", true},
+    {"--search-seconds", true}, {"--generations", true}, {"--population", true},
+    {"--seed", true}, {"--reorder", true},
 };
 
 /* 0 on success, 2 for bad usage (message printed); -1 after --help. */
@@ -111,6 +131,35 @@ static int parse(int argc, char **argv, plan_opts_t *o)
             o->preset = v;
         } else if (strcmp(a, "--json") == 0) {
             o->json = v;
+        } else if (strcmp(a, "--strategy") == 0) {
+            if (strcmp(v, "chameleon") && strcmp(v, "chameleon-swap") && strcmp(v, "vdnn") &&
+                strcmp(v, "swapadvisor"))
+                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, vdnn or swapadvisor",
+                                      v);
+            o->strategy = v;
+        } else if (strcmp(a, "--search-seconds") == 0) {
+            char *end;
+            errno = 0;
+            double sec = strtod(v, &end);
+            if (errno || *end || end == v || !(sec > 0) || sec > 1e6)
+                return tool_bad_value(CMD, a, "seconds above 0, such as 2.5", v);
+            o->sa.search_seconds = sec;
+        } else if (strcmp(a, "--generations") == 0) {
+            if (!tool_parse_uint(v, 0, 1000000, &n))
+                return tool_bad_value(CMD, a, "0..1000000", v);
+            o->sa.generations = (uint32_t)n;
+        } else if (strcmp(a, "--population") == 0) {
+            if (!tool_parse_uint(v, 2, 10000, &n))
+                return tool_bad_value(CMD, a, "2..10000", v);
+            o->sa.population = (uint32_t)n;
+        } else if (strcmp(a, "--seed") == 0) {
+            if (!tool_parse_uint(v, 0, UINT64_MAX, &n))
+                return tool_bad_value(CMD, a, "a number 0 or above", v);
+            o->sa.seed = n;
+        } else if (strcmp(a, "--reorder") == 0) {
+            if (strcmp(v, "on") && strcmp(v, "off"))
+                return tool_bad_value(CMD, a, "on or off", v);
+            o->sa.reorder = strcmp(v, "on") == 0;
         } else if (strcmp(a, "--capacity") == 0) {
             if (!tool_parse_size(v, &o->capacity) || o->capacity == 0)
                 return tool_bad_value(CMD, a, "a size above 0 such as 16GiB or 17179869184", v);
@@ -227,9 +276,33 @@ static void print_policy(const cham_policy_view_t *v, const cham_profile_view_t 
     }
 }
 
+/* SwapAdvisor's search: what it found and what it cost. */
+static void print_search(const cham_swapadvisor_result_t *r)
+{
+    printf("search:             %u generations, %" PRIu64 " candidates in %.2f s (%s)\n",
+           r->generations, r->evaluations, r->search_seconds,
+           r->stopped_by_time ? "stopped by the time limit: not reproducible"
+                              : "deterministic with its seed");
+    printf("best candidate:     %.3f ms simulated, ops alone %.3f ms (%.1f%% of ideal); %s; "
+           "pool of %u size classes, %.1f MiB\n", (double)r->step_ns / 1e6,
+           (double)r->ideal_ns / 1e6, r->step_ns ? 100.0 * (double)r->ideal_ns /
+                                                       (double)r->step_ns : 100.0,
+           r->reordered ? "ops reordered" : "the profile's op order", r->n_classes,
+           (double)r->pool_bytes / MiB);
+    printf("                    %u swap-ins (%.1f MiB), %u swap-outs (%.1f MiB) a step\n",
+           r->swaps_in, (double)r->swapped_in_bytes / MiB, r->swaps_out,
+           (double)r->swapped_out_bytes / MiB);
+    if (r->profile_order_ns == UINT64_MAX)
+        printf("profile's order:    the best pool cannot run it\n");
+    else
+        printf("profile's order:    %.3f ms simulated with the best pool (the policy below)\n",
+               (double)r->profile_order_ns / 1e6);
+}
+
 int cmd_plan(int argc, char **argv)
 {
-    plan_opts_t o = {.reserve = UINT64_MAX, .min_swap = GPT_MIN_SWAP_DEFAULT};
+    plan_opts_t o = {.reserve = UINT64_MAX, .min_swap = GPT_MIN_SWAP_DEFAULT,
+                     .strategy = "chameleon", .sa = cham_swapadvisor_options_default()};
     int rc = parse(argc, argv, &o);
     if (rc || tool_parse_only)
         return rc < 0 ? 0 : rc;
@@ -262,7 +335,7 @@ int cmd_plan(int argc, char **argv)
     cfg.backward_layers = o.layers;
     cfg.free_delay_ops = o.free_delay;
     cfg.min_swap_bytes = o.min_swap;
-    cfg.recompute = !o.swap_only;
+    cfg.recompute = !o.swap_only && strcmp(o.strategy, "chameleon") == 0;
     cfg.early_swap_in = o.early_swap_in;
 
     if (o.bound) {
@@ -284,7 +357,18 @@ int cmd_plan(int argc, char **argv)
     }
 
     cham_policy_t *pol;
-    cham_status_t st = cham_plan_chameleon(prof, &cfg, &pol, err, sizeof err);
+    cham_status_t st;
+    if (strcmp(o.strategy, "vdnn") == 0) {
+        st = cham_plan_vdnn(prof, &cfg, &pol, err, sizeof err);
+    } else if (strcmp(o.strategy, "swapadvisor") == 0) {
+        cham_swapadvisor_result_t r;
+        st = cham_plan_swapadvisor(prof, &cfg, &o.sa, &pol, &r, err, sizeof err);
+        if (st == CHAM_OK)
+            print_search(&r);
+        cham_swapadvisor_result_free(&r);
+    } else {
+        st = cham_plan_chameleon(prof, &cfg, &pol, err, sizeof err);
+    }
     if (st != CHAM_OK) {
         char cap[32];
         fprintf(stderr, "chameleon plan: %s: no policy for %s on %s: %s (%s)\n", o.profile,
