@@ -5,7 +5,7 @@ JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX     ?= /usr/local
 CMAKE_ARGS ?=
 
-.PHONY: all deps demo test test-plain test-sanitize cuda-check bench install clean \
+.PHONY: all deps demo test test-plain test-sanitize test-thread cuda-check bench install clean \
         fuzz fuzz-smoke soak release-check
 
 all: deps
@@ -25,10 +25,12 @@ demo: all
 	    --report $(BUILD)/demo/report.html
 
 # The whole suite from scratch with gcc and invariant checks, then again
-# with clang under AddressSanitizer and UndefinedBehaviorSanitizer.
+# with clang under AddressSanitizer and UndefinedBehaviorSanitizer, then the
+# threaded parts under ThreadSanitizer.
 test: deps
 	$(MAKE) test-plain
 	$(MAKE) test-sanitize
+	$(MAKE) test-thread
 
 test-plain:
 	rm -rf build-test
@@ -44,6 +46,16 @@ test-sanitize:
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --test-dir build-asan --output-on-failure -j $(JOBS)
+
+# The library's one threaded part, SwapAdvisor's parallel search
+# (src/policy/sa_search.c), under ThreadSanitizer: its test runs searches
+# on two threads and the runtime applying their plans.
+test-thread:
+	rm -rf build-tsan
+	CC=clang cmake -S . -B build-tsan -DCHAM_DEBUG_CHECKS=ON \
+	  -DCHAM_SANITIZE=thread $(CMAKE_ARGS)
+	cmake --build build-tsan -j $(JOBS) --target test_swapadvisor
+	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_swapadvisor
 
 # Everything compiled as a user's Release build would (-O3 -DNDEBUG; gcc
 # warns about different things at -O3), warnings as errors. CI runs it.

@@ -450,8 +450,11 @@ typedef struct bad_file {
 } bad_file_t;
 
 static const bad_file_t bad_files[] = {
-    {"planner.json", "{\"planner\": \"swapadvisor\"}",
-     {": key \"planner\": unknown planner \"swapadvisor\" (known: chameleon, vdnn, capuchin)"}},
+    {"planner.json", "{\"planner\": \"magic\"}",
+     {": key \"planner\": unknown planner \"magic\" (known: chameleon, vdnn, capuchin, "
+      "swapadvisor)"}},
+    {"search.json", "{\"swapadvisor_search_seconds\": 0}",
+     {": key \"swapadvisor_search_seconds\": 0 is out of range (0, 1e6] seconds"}},
     {"cosine.json", "{\"cosine_threshold\": 1.5}",
      {": key \"cosine_threshold\": 1.5 is out of range (0, 1]"}},
     {"cosine0.json", "{\"cosine_threshold\": 0}",

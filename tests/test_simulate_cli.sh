@@ -20,7 +20,7 @@ check sim-bad-heads 2 'hidden \(4096\) must be a multiple of heads \(7\)' -- \
 check sim-bad-tp 2 'kv-heads \(8\) must be a multiple of tp \(3\)' -- \
   simulate --model llama3-8b --tp 3
 check sim-bad-zero 2 'zero must be 0..3, got 5' -- "${small[@]}" --zero 5
-check sim-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, native, ideal, recompute, capuchin or vdnn, got "magic"' -- \
+check sim-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, native, ideal, recompute, capuchin, vdnn, protrain, zero-offload or swapadvisor, got "magic"' -- \
   "${small[@]}" --strategy magic
 check sim-old-policy 0 '"strategy": "ideal"' -- "${small[@]}" --policy ideal --json
 check sim-old-policy-note 0 'note: --policy is deprecated, use --strategy' -- \

@@ -66,7 +66,7 @@ static void usage(FILE *f)
         "                      every K-th step, the others add to the gradients\n"
         "  --layer-drop P      each layer is skipped with probability P per step\n"
         "  --moe-vary on|off   MoE tokens per expert change every step (off)\n"
-        "  --seed N            of the seeded choices (1)\n"
+        "  --seed N            of the seeded choices, swapadvisor's search too (1)\n"
         "run:\n"
         "  --device PRESET     simulated device (`chameleon devices`; ascend-910b)\n"
         "  --capacity SIZE     device memory instead of the preset's (for example 32GiB),\n"
@@ -75,7 +75,11 @@ static void usage(FILE *f)
         "  --strategy NAME     chameleon (default: swaps and recomputation),\n"
         "                      chameleon-swap (swaps only), native, ideal, recompute,\n"
         "                      capuchin, vdnn, protrain (ProTrain's searched plan),\n"
-        "                      zero-offload (docs/baselines.md, docs/protrain.md)\n"
+        "                      zero-offload, swapadvisor (SwapAdvisor's searched plan)\n"
+        "                      (docs/baselines.md, docs/protrain.md, docs/swapadvisor.md)\n"
+        "  --search-seconds S  swapadvisor: the search's wall-clock limit (10)\n"
+        "  --on-change search|fail  swapadvisor, when the op sequence changes: search\n"
+        "                      again (default) or stop with an error\n"
         "  --allocator KIND    auto (the default: expandable where the device has\n"
         "                      virtual memory), classic (PyTorch's segments) or\n"
         "                      expandable (docs/allocator.md)\n"
@@ -150,6 +154,7 @@ static const tool_opt_t opts[] = {
     {"--overflow-prob", true}, {"--layer-drop", true}, {"--seed", true}, {"--steps", true},
     {"--device", true}, {"--capacity", true}, {"--host-memory", true}, {"--trace", true},
     {"--memory-curve", true}, {"--strategy", true}, {"--report", true}, {"--allocator", true},
+    {"--search-seconds", true}, {"--on-change", true},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -237,6 +242,7 @@ static int parse(int argc, char **argv, sim_opts_t *o)
         } else if (strcmp(a, "--seed") == 0) {
             if (!tool_parse_uint(v, 0, UINT64_MAX, &m->seed))
                 return tool_bad_value(CMD, a, "a whole number from 0 to 2^64 - 1", v);
+            o->run.runtime.swapadvisor.seed = m->seed;
         } else if (strcmp(a, "--steps") == 0) {
             if (!tool_parse_uint(v, 1, 10000000, &o->run.steps))
                 return tool_bad_value(CMD, a, "a whole number of steps from 1 to 10000000", v);
@@ -264,7 +270,18 @@ static int parse(int argc, char **argv, sim_opts_t *o)
         } else if (strcmp(a, "--strategy") == 0) {
             if (cham_strategy_parse(v, &o->run.strategy) != CHAM_OK)
                 return tool_bad_value(CMD, a, "chameleon, chameleon-swap, native, ideal, "
-                                      "recompute, capuchin or vdnn", v);
+                                      "recompute, capuchin, vdnn, protrain, zero-offload or "
+                                      "swapadvisor", v);
+        } else if (strcmp(a, "--search-seconds") == 0) {
+            char *end;
+            double sec = strtod(v, &end);
+            if (*end || end == v || !(sec > 0) || sec > 1e6)
+                return tool_bad_value(CMD, a, "seconds above 0, such as 2.5", v);
+            o->run.runtime.swapadvisor.search_seconds = sec;
+        } else if (strcmp(a, "--on-change") == 0) {
+            if (strcmp(v, "search") && strcmp(v, "fail"))
+                return tool_bad_value(CMD, a, "search or fail", v);
+            o->run.runtime.swapadvisor_fail_on_change = strcmp(v, "fail") == 0;
         }
     }
     /* A preset whose attention has one kv head per head keeps it so when

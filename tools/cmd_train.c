@@ -61,8 +61,9 @@ static void usage(FILE *f)
             "  --capacity B          device memory: bytes (64MiB) or a percentage of the\n"
             "                        run's unconstrained peak (50%%, the default)\n"
             "  --strategy NAME       chameleon (default), chameleon-swap, native,\n"
-            "                        recompute, capuchin, vdnn (docs/baselines.md) or\n"
-            "                        protrain (its block plan; docs/protrain.md)\n"
+            "                        recompute, capuchin, vdnn (docs/baselines.md),\n"
+            "                        protrain (its block plan; docs/protrain.md) or\n"
+            "                        swapadvisor (docs/swapadvisor.md)\n"
             "  --min-swap SIZE       smallest tensor worth swapping (16KiB)\n"
             "  --optimizer WHERE     device (default) or host: AdamW's moments and master\n"
             "                        weights in pinned host memory, the update on the\n"
@@ -240,8 +241,8 @@ static int parse(int argc, char **argv, train_opts_t *o)
         } else if (strcmp(a, "--strategy") == 0) {
             if (cham_strategy_parse(v, &o->c.strategy) != CHAM_OK ||
                 o->c.strategy == CHAM_STRATEGY_IDEAL)
-                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, native, recompute, capuchin "
-                                      "or vdnn", v);
+                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, native, recompute, capuchin, "
+                                      "vdnn, protrain or swapadvisor", v);
         }
     }
     return check_shape(o);

@@ -67,7 +67,7 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
         st = CHAM_ERR_INVALID_ARG;    /* the budget is the point of training here */
     if (st != CHAM_OK) {
         snprintf(err, err_size, "strategy %s cannot train (chameleon, chameleon-swap, native, "
-                 "recompute, capuchin, vdnn or protrain can)", cham_strategy_name(c->strategy));
+                 "recompute, capuchin, vdnn, protrain or swapadvisor can)", cham_strategy_name(c->strategy));
         return st;
     }
     st = cham_context_new(&cfg, &r->ctx);

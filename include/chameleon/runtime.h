@@ -16,6 +16,7 @@
 #include "chameleon/alloc.h"
 #include "chameleon/device.h"
 #include "chameleon/status.h"
+#include "chameleon/swapadvisor.h"
 #include "chameleon/types.h"
 
 #ifdef __cplusplus
@@ -46,11 +47,19 @@ typedef enum cham_residency {
  *             features; no passive swaps once it applies (vDNN has none)
  *   CAPUCHIN  Chameleon's planner, tensors named by (op index, i-th tensor of
  *             the op): a step whose ops moved fails with CHAM_ERR_POLICY_MISMATCH;
- *             passive swaps stay (Capuchin evicts on demand) */
+ *             passive swaps stay (Capuchin evicts on demand)
+ *   SWAPADVISOR  SwapAdvisor's genetic search over memory pools, Belady's
+ *             swaps (chameleon/swapadvisor.h), for the caller's op order;
+ *             matched by features. It plans one static sequence: a step
+ *             whose op sequence differs from the one searched makes it
+ *             search again from that step's profile, or, with
+ *             swapadvisor_fail_on_change, fails cham_step_end with
+ *             CHAM_ERR_POLICY_MISMATCH naming the first op that differs */
 typedef enum cham_planner_kind {
     CHAM_PLANNER_CHAMELEON,
     CHAM_PLANNER_VDNN,
     CHAM_PLANNER_CAPUCHIN,
+    CHAM_PLANNER_SWAPADVISOR,
 } cham_planner_kind_t;
 const char *cham_planner_kind_name(cham_planner_kind_t kind);
 
@@ -115,6 +124,12 @@ typedef struct cham_config {
                                     states) between their uses and across
                                     the step's end (true; false: activations
                                     only, as the paper) */
+    cham_swapadvisor_options_t swapadvisor; /* planner swapadvisor's search
+                                    (its defaults; reorder is not used: the
+                                    runtime follows the caller's op order) */
+    bool swapadvisor_fail_on_change; /* planner swapadvisor: a changed op
+                                    sequence fails the step instead of
+                                    searching again (false) */
 } cham_config_t;
 
 /* allocator_shift chosen from the device's capacity when the context opens. */
@@ -173,8 +188,10 @@ typedef enum cham_strategy {
     CHAM_STRATEGY_ZERO_OFFLOAD,  /* ProTrain's runtime with every chunk on the host
                                     and every block checkpointed, unplanned
                                     (ZeRO-3 offload with full checkpointing) */
+    CHAM_STRATEGY_SWAPADVISOR,   /* SwapAdvisor's searched static plan, applied
+                                    by the executor in the caller's op order */
 } cham_strategy_t;
-#define CHAM_STRATEGY_COUNT 9
+#define CHAM_STRATEGY_COUNT 10
 
 const char *cham_strategy_name(cham_strategy_t strategy);
 /* CHAM_ERR_INVALID_ARG for a name that is not a strategy. */
@@ -575,6 +592,9 @@ typedef struct cham_runtime_stats {
     uint64_t policies_generated; /* plans made in GenPolicy */
     uint64_t policy_failures;    /* plans that could not be made */
     uint64_t policy_cache_hits;  /* steps that got a kept policy back */
+    uint64_t static_researches;  /* planner swapadvisor: plans dropped because
+                                    the op sequence changed (each searched
+                                    again) */
     uint64_t steps_with_policy;  /* steps run with a policy applied */
     uint64_t drops;              /* tensors dropped to be recomputed */
     uint64_t recomputes;         /* ops run again for them (chains count each) */

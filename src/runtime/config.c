@@ -53,6 +53,7 @@ cham_config_t cham_config_default(void)
     c.policy_cache = 8;
     c.class_trials = 2;
     c.profiler = true;
+    c.swapadvisor = cham_swapadvisor_options_default();
     return c;
 }
 
@@ -149,6 +150,15 @@ static const field_t fields[] = {
     PLAINF("profiler", profiler, K_BOOL),
     PLAINF("recompute", recompute, K_BOOL),
     PLAINF("model_state", model_state, K_BOOL),
+    INTF("swapadvisor_seed", swapadvisor.seed, K_U64, 0, UINT64_MAX, "[0, 2^64)"),
+    INTF("swapadvisor_population", swapadvisor.population, K_U32, 2, 10000, "[2, 10000]"),
+    INTF("swapadvisor_generations", swapadvisor.generations, K_U32, 0, 1000000,
+         "[0, 1000000]"),
+    REALF("swapadvisor_search_seconds", swapadvisor.search_seconds, 0, 1e6, true, false,
+          false, "(0, 1e6] seconds"),
+    INTF("swapadvisor_threads", swapadvisor.threads, K_U32, 0, 1024,
+         "[0, 1024] (0 = the online CPUs)"),
+    PLAINF("swapadvisor_fail_on_change", swapadvisor_fail_on_change, K_BOOL),
 };
 
 #define N_FIELDS (sizeof fields / sizeof fields[0])
@@ -351,12 +361,12 @@ static cham_status_t apply(cham_config_t *c, const field_t *f, const json_t *v, 
     }
     case K_PLANNER: {
         const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-        for (int k = CHAM_PLANNER_CHAMELEON; s && k <= CHAM_PLANNER_CAPUCHIN; k++)
+        for (int k = CHAM_PLANNER_CHAMELEON; s && k <= CHAM_PLANNER_SWAPADVISOR; k++)
             if (strcmp(s, cham_planner_kind_name((cham_planner_kind_t)k)) == 0) {
                 *(cham_planner_kind_t *)dst = (cham_planner_kind_t)k;
                 return CHAM_OK;
             }
-        snprintf(why, why_size, "unknown planner %s (known: chameleon, vdnn, capuchin)", got);
+        snprintf(why, why_size, "unknown planner %s (known: chameleon, vdnn, capuchin, swapadvisor)", got);
         return CHAM_ERR_INVALID_ARG;
     }
     case K_ALLOCATOR: {
@@ -601,7 +611,7 @@ static bool check_field(const cham_config_t *c, const field_t *f, char *why, siz
     }
     case K_PLANNER: {
         int k = (int)*(const cham_planner_kind_t *)src;
-        if (k < CHAM_PLANNER_CHAMELEON || k > CHAM_PLANNER_CAPUCHIN) {
+        if (k < CHAM_PLANNER_CHAMELEON || k > CHAM_PLANNER_SWAPADVISOR) {
             snprintf(why, why_size, "%s: %d is not a planner (CHAM_PLANNER_*)", f->name, k);
             return false;
         }
@@ -685,6 +695,7 @@ uint64_t cham_config_budget(const cham_config_t *config, uint64_t capacity)
 
 bool cham_config_moves_model_state(const cham_config_t *c)
 {
-    return c->executor && c->oom_handling && c->planner == CHAM_PLANNER_CHAMELEON &&
-           c->model_state;
+    return c->executor && c->oom_handling &&
+           ((c->planner == CHAM_PLANNER_CHAMELEON && c->model_state) ||
+            c->planner == CHAM_PLANNER_SWAPADVISOR);
 }

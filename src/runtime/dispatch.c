@@ -453,6 +453,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
                          "stage stays %s", (unsigned long long)ctx->number, cham_stage_name(to));
     ctx->step_over_budget = over_budget(ctx);
     cham_exec_carry(ctx);
+    ctx->static_changed = false;
     cham_loop_step_end(ctx, from, &to);
     if (sync)   /* a new policy's pinned memory is the loop's, not the next step's */
         ctx->last_sync_ns = cham_device_host_time(ctx->dev);
@@ -484,7 +485,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     cham_exec_step_start(ctx);
     if ((to == CHAM_STAGE_GENPOLICY && !cham_loop_static(ctx)) || ctx->profile_requested)
         cham_dispatch_start_profile(ctx);
-    return CHAM_OK;
+    return ctx->static_changed ? CHAM_ERR_POLICY_MISMATCH : CHAM_OK;
 }
 
 void cham_dispatch_start_profile(cham_context_t *ctx)

@@ -204,6 +204,18 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     cham_status_t st;
     if (ctx->config.planner == CHAM_PLANNER_VDNN) {
         st = cham_plan_vdnn(profile, &pc, &policy, err, sizeof err);
+    } else if (ctx->config.planner == CHAM_PLANNER_SWAPADVISOR) {
+        cham_swapadvisor_options_t so = ctx->config.swapadvisor;
+        so.reorder = false;    /* the caller runs its ops in its own order */
+        cham_swapadvisor_result_t r;
+        st = cham_plan_swapadvisor(profile, &pc, &so, &policy, &r, err, sizeof err);
+        if (st == CHAM_OK)
+            cham_context_log(ctx, "step %llu: swapadvisor searched %u generations, %llu "
+                             "candidates in %.2f s: %.3f ms simulated (ops alone %.3f ms)",
+                             (unsigned long long)ctx->number, r.generations,
+                             (unsigned long long)r.evaluations, r.search_seconds,
+                             (double)r.step_ns / 1e6, (double)r.ideal_ns / 1e6);
+        cham_swapadvisor_result_free(&r);
     } else {
         st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
         if (st == CHAM_ERR_OUT_OF_MEMORY && *delay > 0) {
@@ -423,6 +435,54 @@ static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
     return next;
 }
 
+/* ---- SwapAdvisor's static sequence ----------------------------------------*/
+
+/* Keeps the op sequence SwapAdvisor searched (on host OOM none: every
+ * later step then counts as changed). */
+static void static_keep(cham_context_t *ctx, const cham_profile_view_t *pv)
+{
+    free(ctx->static_seq);
+    ctx->n_static_seq = 0;
+    ctx->static_seq = malloc((pv->n_ops ? pv->n_ops : 1) * sizeof *ctx->static_seq);
+    if (!ctx->static_seq)
+        return;
+    for (size_t k = 0; k < pv->n_ops; k++)
+        ctx->static_seq[k] = pv->ops[k].token;
+    ctx->n_static_seq = pv->n_ops;
+}
+
+/* The step that ended ran the searched sequence; if not, SwapAdvisor has
+ * no plan for it: search again from the next training step's profile, or
+ * fail the step (swapadvisor_fail_on_change). */
+static void static_check(cham_context_t *ctx)
+{
+    size_t n = ctx->ops_in_step, m = ctx->n_static_seq, k = 0;
+    while (k < n && k < m && ctx->seq[k] == ctx->static_seq[k])
+        k++;
+    if (k == n && n == m && ctx->static_seq)
+        return;
+    char what[200];
+    if (k < n && k < m)
+        snprintf(what, sizeof what, "op %zu is token %d, not %d", k, (int)ctx->seq[k],
+                 (int)ctx->static_seq[k]);
+    else
+        snprintf(what, sizeof what, "it ran %zu ops, not %zu (the first %zu the same)", n, m, k);
+    if (ctx->config.swapadvisor_fail_on_change) {
+        ctx->static_changed = true;
+        cham_context_error(ctx, "step %llu: swapadvisor plans one static op sequence and this "
+                           "step's differs from the one it searched (%s); it has no plan "
+                           "for it (set swapadvisor_fail_on_change false to search again)",
+                           (unsigned long long)ctx->number, what);
+        return;
+    }
+    cham_context_log(ctx, "step %llu: the op sequence differs from the one swapadvisor "
+                     "searched (%s): its plan is dropped and the next training step's "
+                     "profile is searched again", (unsigned long long)ctx->number, what);
+    ctx->static_planned = false;
+    ctx->stats.static_researches++;
+    apply(ctx, NULL);
+}
+
 /* ---- the step end -----------------------------------------------------------*/
 
 static bool has_backward(const cham_profile_view_t *v)
@@ -456,11 +516,22 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
 
     if (cham_loop_static(ctx)) {
         /* The baselines: one policy from the profile of the first training
-         * step (the first with a backward), kept for good. */
-        if (!ctx->static_planned && fresh && has_backward(&pv)) {
+         * step (the first with a backward), kept for good; SwapAdvisor's
+         * for as long as the op sequence stays the one it searched. */
+        if (ctx->static_planned && ctx->config.planner == CHAM_PLANNER_SWAPADVISOR)
+            static_check(ctx);
+        bool sa = ctx->config.planner == CHAM_PLANNER_SWAPADVISOR;
+        bool training = !ctx->static_planned && fresh && has_backward(&pv);
+        /* SwapAdvisor plans a steady step: in the first, state an
+         * optimizer makes lazily is new, not model state that lives on. */
+        if (sa && training && ctx->static_training_steps++ == 0)
+            training = false;
+        if (training) {
             ctx->static_planned = true;
             uint32_t delay = 0;
             cham_plan_t *plan = generate(ctx, prof, 0, ctx->reserve, &delay);
+            if (sa)
+                static_keep(ctx, &pv);
             apply(ctx, plan);
             cham_plan_release(plan);
         } else if (!ctx->static_planned) {
@@ -579,4 +650,5 @@ void cham_loop_free(cham_context_t *ctx)
     free(ctx->exec.carried);
     free(ctx->exec.pending);
     free(ctx->actions);
+    free(ctx->static_seq);
 }

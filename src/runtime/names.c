@@ -83,6 +83,7 @@ const char *cham_planner_kind_name(cham_planner_kind_t kind)
     case CHAM_PLANNER_CHAMELEON: return "chameleon";
     case CHAM_PLANNER_VDNN: return "vdnn";
     case CHAM_PLANNER_CAPUCHIN: return "capuchin";
+    case CHAM_PLANNER_SWAPADVISOR: return "swapadvisor";
     }
     return "?";
 }

@@ -256,6 +256,12 @@ struct cham_context {
     uint64_t last_sync_ns;        /* host time of the last step-end sync */
     bool synced;                  /* the last step ended with a sync */
     bool static_planned;          /* a baseline's one policy has been made */
+    cham_op_token_t *static_seq;  /* SwapAdvisor: the op sequence it searched */
+    size_t n_static_seq;
+    uint32_t static_training_steps;   /* profiled with a backward, unplanned */
+    bool static_changed;          /* ... and the step that ended differs: with
+                                     swapadvisor_fail_on_change, cham_step_end
+                                     fails (ctx->error says how) */
     uint64_t synced_step_ns;      /* the step that ended, idle to idle, or 0 */
     uint64_t step_passive, step_on_demand;  /* this step's unplanned swaps */
     uint64_t step_over_budget;    /* advisor mode: how far the step went past the budget */

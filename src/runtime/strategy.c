@@ -10,7 +10,7 @@ static const char *const names[CHAM_STRATEGY_COUNT] = {
     [CHAM_STRATEGY_IDEAL] = "ideal",         [CHAM_STRATEGY_RECOMPUTE] = "recompute",
     [CHAM_STRATEGY_CAPUCHIN] = "capuchin",   [CHAM_STRATEGY_VDNN] = "vdnn",
     [CHAM_STRATEGY_CHAMELEON_SWAP] = "chameleon-swap", [CHAM_STRATEGY_PROTRAIN] = "protrain",
-    [CHAM_STRATEGY_ZERO_OFFLOAD] = "zero-offload",
+    [CHAM_STRATEGY_ZERO_OFFLOAD] = "zero-offload", [CHAM_STRATEGY_SWAPADVISOR] = "swapadvisor",
 };
 
 const char *cham_strategy_name(cham_strategy_t strategy)
@@ -33,12 +33,14 @@ cham_status_t cham_strategy_apply(cham_strategy_t s, cham_config_t *c)
     if ((unsigned)s >= CHAM_STRATEGY_COUNT || !c)
         return CHAM_ERR_INVALID_ARG;
     bool managed = s == CHAM_STRATEGY_CHAMELEON || s == CHAM_STRATEGY_CAPUCHIN ||
-                   s == CHAM_STRATEGY_VDNN || s == CHAM_STRATEGY_CHAMELEON_SWAP;
+                   s == CHAM_STRATEGY_VDNN || s == CHAM_STRATEGY_CHAMELEON_SWAP ||
+                   s == CHAM_STRATEGY_SWAPADVISOR;
     c->executor = managed;
     c->oom_handling = managed;
-    c->planner = s == CHAM_STRATEGY_CAPUCHIN ? CHAM_PLANNER_CAPUCHIN
-                 : s == CHAM_STRATEGY_VDNN   ? CHAM_PLANNER_VDNN
-                                             : CHAM_PLANNER_CHAMELEON;
+    c->planner = s == CHAM_STRATEGY_CAPUCHIN      ? CHAM_PLANNER_CAPUCHIN
+                 : s == CHAM_STRATEGY_VDNN        ? CHAM_PLANNER_VDNN
+                 : s == CHAM_STRATEGY_SWAPADVISOR ? CHAM_PLANNER_SWAPADVISOR
+                                                  : CHAM_PLANNER_CHAMELEON;
     c->recompute = s == CHAM_STRATEGY_CHAMELEON;
     /* ProTrain runs on PyTorch: a swapped-out block returns to the
      * allocator once its copy is done, so nothing waits for a copy. */
