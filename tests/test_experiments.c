@@ -146,7 +146,7 @@ static void test_policy_cache(void **state)
 /* The experiments whose results the tests above check in detail. */
 static const char *const checked_elsewhere[] = {
     "max-size", "scaling", "stability", "record-stream", "policy-cache",
-    "profiling-overhead", "parallelism", "budget-sweep", "model-size",
+    "profiling-overhead", "parallelism", "budget-sweep", "model-size", "swapadvisor",
 };
 
 /* Every experiment, reduced, gives a non-empty table, a plot and a
@@ -213,6 +213,40 @@ static void test_budget_sweep(void **state)
     }
     assert_true(bounded >= 30);
     assert_false(isnan(exp_table_get(t, "llama2-7b h100-80g 25%", "chameleon s")));
+    exp_result_free(&r);
+}
+
+/* swapadvisor: two models at two memory ratios; in its own simulation
+ * SwapAdvisor never beats the ideal device, does worse with less memory,
+ * and its plans run on the sim device; in the dynamic loop it searches
+ * again at every change, with no hazard. */
+static void test_swapadvisor(void **state)
+{
+    (void)state;
+    exp_result_t r;
+    run("swapadvisor", &r);
+    const exp_table_t *t = &r.tables[0];
+    assert_int_equal(t->n_rows, 4);
+    /* gpt2's four reduced layers leave its head's tensors most of the
+     * device at 2x: no pool holds them, and no plan is a NAN there. */
+    assert_true(isnan(exp_table_get(t, "gpt2-1.5b 2x", "sa reordered % ideal")));
+    const char *models[] = {"llama2-7b"};
+    for (size_t m = 0; m < 1; m++) {
+        char a[64], b[64];
+        snprintf(a, sizeof a, "%s 1.5x", models[m]);
+        snprintf(b, sizeof b, "%s 2x", models[m]);
+        double sim_a = exp_table_get(t, a, "sa caller's order % ideal");
+        double sim_b = exp_table_get(t, b, "sa caller's order % ideal");
+        assert_true(sim_a > 0 && sim_a <= 100.0 + 1e-9);
+        assert_true(sim_b > 0 && sim_b <= sim_a + 1e-9);
+        assert_true(exp_table_get(t, a, "sa reordered % ideal") <= 100.0 + 1e-9);
+        assert_false(isnan(exp_table_get(t, a, "sa runtime % ideal")));
+        assert_false(isnan(exp_table_get(t, a, "chameleon % ideal")));
+    }
+    const exp_table_t *d = &r.tables[1];
+    assert_true(exp_table_get(d, "swapadvisor", "policies made") >= 3);
+    assert_true(exp_table_get(d, "swapadvisor", "hazards") == 0);
+    assert_true(exp_table_get(d, "chameleon", "hazards") == 0);
     exp_result_free(&r);
 }
 
@@ -561,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_lightweight_profiler_runs),
         cmocka_unit_test(test_parallelism),
         cmocka_unit_test(test_budget_sweep),
+        cmocka_unit_test(test_swapadvisor),
         cmocka_unit_test(test_every_experiment_runs),
         cmocka_unit_test(test_svg_plot),
         cmocka_unit_test(test_files_written),

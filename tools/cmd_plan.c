@@ -75,7 +75,7 @@ static void usage(FILE *f)
             "                    profile's op order\n"
             "swapadvisor's search:\n"
             "  --search-seconds S  wall-clock limit (10)\n"
-            "  --generations N   generations after the first (40); deterministic with\n"
+            "  --generations N   generations after the first (100); deterministic with\n"
             "                    a seed unless the time limit ends the search first\n"
             "  --population N    individuals per generation (24)\n"
             "  --seed N          of its random choices (1)\n"

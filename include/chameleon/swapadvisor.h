@@ -32,7 +32,7 @@ extern "C" {
 typedef struct cham_swapadvisor_options {
     uint64_t seed;               /* of every random choice (1) */
     uint32_t population;         /* N_p, individuals kept per generation (24) */
-    uint32_t generations;        /* generations after the first (40) */
+    uint32_t generations;        /* generations after the first (100) */
     double search_seconds;       /* wall-clock limit of the search; the
                                     generations done by then count (10) */
     uint32_t threads;            /* evaluating in parallel; 0 = the online

@@ -23,7 +23,7 @@
 
 cham_swapadvisor_options_t cham_swapadvisor_options_default(void)
 {
-    return (cham_swapadvisor_options_t){.seed = 1, .population = 24, .generations = 40,
+    return (cham_swapadvisor_options_t){.seed = 1, .population = 24, .generations = 100,
                                         .search_seconds = 10, .threads = 0, .mutation = 0.1,
                                         .schedule_mutation = 0.002,
                                         .reorder = true};

@@ -451,6 +451,12 @@ static void static_keep(cham_context_t *ctx, const cham_profile_view_t *pv)
     ctx->n_static_seq = pv->n_ops;
 }
 
+static const char *token_name(const cham_context_t *ctx, cham_op_token_t t)
+{
+    const char *name = t >= 0 ? cham_intern_name(&ctx->tokens, (uint32_t)t) : NULL;
+    return name ? name : "?";
+}
+
 /* The step that ended ran the searched sequence; if not, SwapAdvisor has
  * no plan for it: search again from the next training step's profile, or
  * fail the step (swapadvisor_fail_on_change). */
@@ -463,8 +469,8 @@ static void static_check(cham_context_t *ctx)
         return;
     char what[200];
     if (k < n && k < m)
-        snprintf(what, sizeof what, "op %zu is token %d, not %d", k, (int)ctx->seq[k],
-                 (int)ctx->static_seq[k]);
+        snprintf(what, sizeof what, "op %zu is %s, not %s", k, token_name(ctx, ctx->seq[k]),
+                 token_name(ctx, ctx->static_seq[k]));
     else
         snprintf(what, sizeof what, "it ran %zu ops, not %zu (the first %zu the same)", n, m, k);
     if (ctx->config.swapadvisor_fail_on_change) {
