@@ -105,6 +105,24 @@ check plan-bad-free-delay 2 '--free-delay must be 0\.\.1000000, got "-1"' -- \
   "${plan[@]}" --free-delay -1
 check plan-bytes 0 'capacity: +136\.0 MiB \(142606336 bytes\)' -- \
   plan "$prof" --device a100-80g --capacity 142606336 --reserve 0
+# SwapAdvisor's planner on the same profile: its search is summarised and
+# deterministic; its policy swaps A; bad search options are usage errors.
+check plan-sa-search 0 '^search: +3 generations, 168 candidates .*deterministic with its seed' -- \
+  "${plan[@]}" --strategy swapadvisor --generations 3
+check plan-sa-planner 0 '^planner: +swapadvisor \(device a100-80g, 12 ops' -- \
+  "${plan[@]}" --strategy swapadvisor --generations 3 --reorder off
+check plan-sa-json 0 "policy saved to $dir/sa.json" -- "${plan[@]}" --strategy swapadvisor \
+  --generations 3 --json "$dir/sa.json"
+check plan-sa-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, vdnn or swapadvisor, got "magic"' -- \
+  "${plan[@]}" --strategy magic
+check plan-sa-bad-seconds 2 '--search-seconds must be seconds above 0, such as 2\.5, got "0"' -- \
+  "${plan[@]}" --strategy swapadvisor --search-seconds 0
+check plan-sa-bad-population 2 '--population must be 2\.\.10000, got "1"' -- \
+  "${plan[@]}" --strategy swapadvisor --population 1
+check plan-sa-bad-reorder 2 '--reorder must be on or off, got "maybe"' -- \
+  "${plan[@]}" --strategy swapadvisor --reorder maybe
+check plan-sa-no-pool 1 'no memory pool of 16777216 usable bytes \(capacity 16777216\) holds every op.s tensors at once; op 1 \(linear\) alone uses 134217728 bytes' -- \
+  "${plan[@]}" --strategy swapadvisor --capacity 16MiB --reserve 0
 check plan-help 0 '^usage: chameleon plan PROFILE.json' -- plan --help
 check plan-listed 0 'plan +make a swap policy' -- --help
 

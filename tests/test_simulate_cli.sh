@@ -22,6 +22,10 @@ check sim-bad-tp 2 'kv-heads \(8\) must be a multiple of tp \(3\)' -- \
 check sim-bad-zero 2 'zero must be 0..3, got 5' -- "${small[@]}" --zero 5
 check sim-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, native, ideal, recompute, capuchin, vdnn, protrain, zero-offload or swapadvisor, got "magic"' -- \
   "${small[@]}" --strategy magic
+check sim-bad-on-change 2 '--on-change must be search or fail, got "never"' -- \
+  "${small[@]}" --strategy swapadvisor --on-change never
+check sim-bad-search-seconds 2 '--search-seconds must be seconds above 0, such as 2\.5, got "-1"' -- \
+  "${small[@]}" --strategy swapadvisor --search-seconds -1
 check sim-old-policy 0 '"strategy": "ideal"' -- "${small[@]}" --policy ideal --json
 check sim-old-policy-note 0 'note: --policy is deprecated, use --strategy' -- \
   "${small[@]}" --policy ideal --quiet

@@ -416,6 +416,23 @@ static void test_search_deterministic_and_checked(void **state)
     for (int i = 0; i < 3; i++)
         cham_swapadvisor_result_free(&r[i]);
 
+    /* Its policy keeps the format's invariants: it reads back. */
+    cham_policy_t *pol, *back;
+    assert_int_equal(cham_plan_swapadvisor(prof, &pc, &o, &pol, NULL, err, sizeof err), CHAM_OK);
+    assert_int_equal(cham_policy_save_json(pol, "test_swapadvisor_policy.json", err, sizeof err),
+                     CHAM_OK);
+    if (cham_policy_load_json("test_swapadvisor_policy.json", &back, err, sizeof err) != CHAM_OK)
+        fail_msg("%s", err);
+    remove("test_swapadvisor_policy.json");
+    cham_policy_view_t a, b;
+    cham_policy_get(pol, &a);
+    cham_policy_get(back, &b);
+    assert_true(a.n_items > 0);
+    assert_int_equal(b.n_items, a.n_items);
+    assert_true(a.predicted_peak <= a.capacity);
+    cham_policy_free(pol);
+    cham_policy_free(back);
+
     o.population = 1;
     assert_int_equal(cham_plan_swapadvisor(prof, &pc, &o, NULL, NULL, err, sizeof err),
                      CHAM_ERR_INVALID_ARG);
@@ -427,7 +444,7 @@ static void test_search_deterministic_and_checked(void **state)
     assert_non_null(strstr(err, "search_seconds"));
     o = cham_swapadvisor_options_default();
     pc.capacity = 64 * MiB;
-    cham_policy_t *pol = (cham_policy_t *)&pc;   /* must come back NULL */
+    pol = (cham_policy_t *)&pc;   /* must come back NULL */
     assert_int_equal(cham_plan_swapadvisor(prof, &pc, &o, &pol, NULL, err, sizeof err),
                      CHAM_ERR_OUT_OF_MEMORY);
     assert_null(pol);
