@@ -43,27 +43,14 @@ static void build_free(build_t *b)
     cham_policy_free(b->pol);
 }
 
-/* The first op ending at t or later, from op `from` (the last op if none). */
-static uint32_t op_ending(const build_t *b, uint32_t from, double t)
+/* The first op from `from` on whose time in `at` (the ops' starts or
+ * ends, non-decreasing) is t or later; the last op if none. */
+static uint32_t first_at(const build_t *b, const double *at, uint32_t from, double t)
 {
     uint32_t lo = from, hi = (uint32_t)b->g->n_ops - 1;
     while (lo < hi) {
         uint32_t mid = lo + (hi - lo) / 2;
-        if (b->end[mid] >= t)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
-
-/* The first op starting at t or later (the last op if none). */
-static uint32_t op_starting(const build_t *b, double t)
-{
-    uint32_t lo = 0, hi = (uint32_t)b->g->n_ops - 1;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (b->start[mid] >= t)
+        if (at[mid] >= t)
             hi = mid;
         else
             lo = mid + 1;
@@ -88,7 +75,7 @@ static void out_ops(build_t *b)
         const sa_event_t *e = &b->ev[i];
         if (e->kind == SA_IN)
             continue;
-        uint32_t done = op_ending(b, e->last, e->end), free_op = done + 1;
+        uint32_t done = first_at(b, b->end, e->last, e->end), free_op = done + 1;
         if (e->kind == SA_OUT) {
             free_op = free_op < e->at ? free_op : e->at;
             free_op = free_op > e->last + 1 ? free_op : e->last + 1;
@@ -104,7 +91,7 @@ static bool add_item(build_t *b, uint32_t t, uint32_t out, uint32_t in, bool wra
 {
     const sa_graph_t *g = b->g;
     const sa_event_t *o = &b->ev[out], *e = &b->ev[in];
-    uint32_t use = e->at, swap_in = op_starting(b, e->start);
+    uint32_t use = e->at, swap_in = first_at(b, b->start, 0, e->start);
     if (e->from != UINT32_MAX && swap_in < b->free_of[e->from])
         swap_in = b->free_of[e->from];          /* never before its block is free */
     if (!wraps && swap_in < b->free_of[out])
