@@ -78,9 +78,9 @@ static void score(batch_t *b, sa_chrom_t *c, size_t n)
     b->c = c;
     b->n = n;
     pthread_t tid[MAX_THREADS];
-    worker_t wk[MAX_THREADS];
+    worker_t wk[MAX_THREADS] = {{.b = b, .id = 0}};
     bool started[MAX_THREADS] = {false};
-    for (unsigned i = 0; i < b->n_threads; i++)
+    for (unsigned i = 1; i < b->n_threads; i++)
         wk[i] = (worker_t){.b = b, .id = i};
     for (unsigned i = 1; i < b->n_threads; i++)
         started[i] = pthread_create(&tid[i], NULL, score_share, &wk[i]) == 0;
