@@ -148,4 +148,18 @@ check train-trace-unwritable 1 '--trace /proc/no/t\.json: cannot create' -- trai
 # A model state that no policy can fit is refused before any step runs.
 check sim-state-too-big 1 'FAILED +at step 0, op 0: workload: the model state alone needs 13267590250496 bytes \(12\.07 TiB\) on this device, more than its capacity of 68719476736 bytes \(64\.00 GiB\) and 2\.00 TiB of pinned host memory together: .*\(4096 layers, hidden 4096, ffn 11008, vocab 32000; tp 1, pp 1, dp 1, zero 0\)' -- simulate --layers 4096 --quiet
 check sim-state-too-big-native 1 'more than its capacity of 68719476736 bytes \(64\.00 GiB\): .*This strategy moves activations only' -- simulate --layers 400 --strategy native --quiet
+# `chameleon infer`: the prefill and decode steps, the KV caches offloaded
+# or not, the longest context, and bad values.
+inf=(infer --model llama3-8b --batch 4 --prompt 32768 --generate 8 --quiet)
+check infer-runs 0 'decode +[0-9.]+ ms a token' -- "${inf[@]}"
+check infer-kv 0 'KV caches on the device \(16\.00 GiB\)' -- "${inf[@]}"
+check infer-offload 0 'KV caches offloaded to the host' -- "${inf[@]}" --kv-offload on
+check infer-json 0 '"decode_time_per_token_s": [0-9.e-]+' -- "${inf[@]}" --json
+check infer-max 0 'max context +[0-9]+ tokens' -- "${inf[@]}" --find-max-context
+check infer-too-long 1 'FAILED +at step 0: .*out of device memory: requested' -- \
+  infer --model llama3-8b --prompt 1048576 --generate 1 --quiet
+check infer-bad-offload 2 '--kv-offload must be on or off, got "yes"' -- infer --kv-offload yes
+check infer-bad-strategy 2 '--strategy must be native, chameleon, .* got "recompute"' -- \
+  infer --strategy recompute
+check infer-old-policy 0 'note: --policy is deprecated, use --strategy' -- "${inf[@]}" --policy native
 checks_done "chameleon simulate"

@@ -173,6 +173,7 @@ static const struct {
     {"train", "--drop-prob", "--layer-drop"},
     {"train", "--policy", "--strategy"},
     {"simulate", "--policy", "--strategy"},
+    {"infer", "--policy", "--strategy"},
 };
 
 bool tool_wants_help(int argc, char **argv)

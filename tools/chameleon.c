@@ -14,6 +14,7 @@ static const struct {
     {"check", cmd_demo, "check the swap mechanics: a hand-written schedule on a small model"},
     {"devices", cmd_devices, "list the simulated device presets"},
     {"experiment", cmd_experiment, "reproduce one of the paper's experiments in the simulator"},
+    {"infer", cmd_infer, "simulate LLM inference (prefill, decode, KV cache offload)"},
     {"plan", cmd_plan, "make a swap policy from a saved profile"},
     {"report", cmd_report, "an HTML page from the JSON of `simulate` or `train --json`"},
     {"simulate", cmd_simulate, "simulate LLM training at paper scale under a memory policy"},

@@ -14,6 +14,7 @@ extern bool tool_parse_only;
 int cmd_demo(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
 int cmd_experiment(int argc, char **argv);
+int cmd_infer(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_report(int argc, char **argv);
 int cmd_simulate(int argc, char **argv);

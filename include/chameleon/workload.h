@@ -63,6 +63,19 @@ typedef struct cham_model_config {
                                     host_optimizer (it decides both); the device
                                     preset needs host figures */
     cham_protrain_config_t protrain_config;
+    /* Inference (docs/workloads.md, "Inference"): step 0 is the prefill of
+     * seq prompt tokens for each of mbs sequences, steps 1 .. generate each
+     * decode one token per sequence. Weights only (no gradients or
+     * optimizer); each layer keeps a KV cache sized for seq + generate
+     * tokens. One device (tp, pp, dp 1), none of the training options. */
+    bool infer;
+    uint32_t generate;           /* decode steps after the prefill */
+    bool kv_offload;             /* the KV caches live in pinned host memory:
+                                    each layer's is prefetched to the device
+                                    before its attention (one layer ahead),
+                                    dropped after it, and the new tokens'
+                                    keys and values stored back (HyperOffload's
+                                    cache operators, docs/workloads.md) */
     /* Parallelism, as it changes this device's work. */
     uint32_t tp;                 /* tensor parallel degree */
     uint32_t pp;                 /* pipeline stages (this device: the first) */
@@ -113,6 +126,9 @@ uint64_t cham_model_device_parameters(const cham_model_config_t *m);
  * model state exceeds the device's capacity runs only where Chameleon
  * moves model state. */
 uint64_t cham_model_state_bytes(const cham_model_config_t *m);
+/* Inference: the bytes of every layer's KV cache for the whole context
+ * (seq + generate tokens, mbs sequences); 0 when not inferring. */
+uint64_t cham_model_kv_cache_bytes(const cham_model_config_t *m);
 /* Device bytes one transformer layer keeps for its backward per
  * micro-batch, by the formula of docs/workloads.md (the generator's saved
  * tensors sum to it; a Mixtral layer with its routing's balanced counts). */
@@ -214,7 +230,10 @@ typedef struct cham_run_result {
     uint64_t capacity_bytes;
     uint64_t peak_device_bytes;  /* the allocator's peak of reserved segments */
     double step_time_s;          /* median over Stable steps (over all completed
-                                    steps when none was Stable) */
+                                    steps when none was Stable); inference:
+                                    over the decode steps, the time per
+                                    generated token */
+    double prefill_time_s;       /* inference: step 0, the prompt's */
     double mean_step_time_s;     /* over all completed steps */
     double swapped_bytes_per_step;
     uint64_t hazards;

@@ -156,6 +156,22 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
         CHECK(c->swap_interval >= 1 || !c->n_swap, "model: protrain swap_interval must be at "
               "least 1 with swap blocks");
     }
+    if (m->infer) {
+        CHECK(m->tp == 1 && m->pp == 1 && m->dp == 1 && m->gbs == 0 && m->zero == 0,
+              "model: inference runs one device (tp, pp, dp 1, zero 0, gbs 0), got tp %u, pp %u, "
+              "dp %u, zero %u, gbs %u", m->tp, m->pp, m->dp, m->zero, m->gbs);
+        CHECK(!m->recompute && !m->host_optimizer && !m->protrain && m->accumulate <= 1 &&
+                  !m->validate_every && !m->overflow_every && m->overflow_prob == 0 &&
+                  m->layer_drop == 0,
+              "model: inference has no backward or optimizer: recompute, host_optimizer, "
+              "protrain, accumulate, validate_every, overflow and layer_drop must be off");
+        CHECK(m->generate <= 1000000, "model: generate must be 0..1000000, got %u", m->generate);
+        CHECK((uint64_t)m->seq + m->generate <= (UINT64_C(1) << 24),
+              "model: the context, seq %u + generate %u tokens, is over 16M", m->seq,
+              m->generate);
+    }
+    CHECK(m->infer || (!m->generate && !m->kv_offload),
+          "model: generate and kv_offload are for inference (infer)");
     CHECK(m->accumulate <= 1 || (!m->host_optimizer && !m->protrain),
           "model: accumulate (%u) updates on the device: not with host_optimizer or protrain, "
           "which update each group in the backward", m->accumulate);
@@ -219,6 +235,10 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
 void wl_group_state(const cham_model_config_t *m, uint64_t params, bool host, wl_state_t *s)
 {
     uint64_t p = cham_dtype_size(m->dtype), updated = wl_updated_of(m, params);
+    if (m->infer) {              /* weights only */
+        s->weights += params * p;
+        return;
+    }
     if (host && m->protrain) {   /* ProTrain's chunk: nothing on the device between uses */
         s->host += params * (4 * 3 + p);
         return;
@@ -361,6 +381,8 @@ bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t hos
  * 19 + 3E. Full recomputation runs the forward again. */
 uint64_t wl_step_ops_bound(const cham_model_config_t *m)
 {
+    if (m->infer)                /* the layer's ops (infer.c), the embedding and head */
+        return (uint64_t)m->layers * (16 + 3 * (uint64_t)m->experts) + 16;
     uint64_t e = m->arch == CHAM_ARCH_MIXTRAL ? m->experts : 0;
     uint64_t fwd = 17 + 3 * e, bwd = 19 + 3 * e, layers = m->layers / m->pp;
     /* Embedding, head and loss, pipeline transfers: at most 32 more. */

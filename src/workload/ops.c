@@ -34,6 +34,8 @@ static const char *const op_names[WL_N_OPS] = {
     [OP_PIPELINE_WAIT] = "pipeline_wait", [OP_UNSCALE] = "unscale_check_grads",
     [OP_UPDATE_SCALE] = "update_loss_scale", [OP_ADAM] = "adamw_step",
     [OP_GRAD_TO_HOST] = "grads_to_host", [OP_PARAM_FROM_HOST] = "params_from_host",
+    [OP_KV_WRITE] = "kv_write", [OP_KV_PREFETCH] = "kv_prefetch", [OP_KV_STORE] = "kv_store",
+    [OP_SAMPLE] = "sample",
 };
 
 bool wl_ops_init(cham_workload_t *w, char *err, size_t err_size)
@@ -340,8 +342,8 @@ cham_status_t wl_comm_join(cham_workload_t *w)
     return wl_join(w, w->comm, w->ev_comm);
 }
 
-cham_status_t wl_offload(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void *host,
-                         bool to_host, cham_stream_t *s, cham_event_t *after)
+static cham_status_t offload(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void *host,
+                             bool to_host, cham_stream_t *s, cham_event_t *after, bool hold)
 {
     wl_arg_t a = {t, to_host ? CHAM_ACCESS_READ : CHAM_ACCESS_WRITE};
     cham_access_t acc;
@@ -366,12 +368,24 @@ cham_status_t wl_offload(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void 
         st = cham_copy_async(s, to_host ? host : dev, to_host ? dev : host, bytes,
                              to_host ? CHAM_COPY_D2H : CHAM_COPY_H2D,
                              cham_op_name(w->ctx, w->tok[op]));
-    if (st == CHAM_OK)          /* the block stays until the copy is done */
+    if (st == CHAM_OK && hold)  /* the block stays until the copy is done */
         st = cham_tensor_record_stream(t, s);
     if (st == CHAM_OK)          /* the compute stream does not wait for it */
         st = cham_op_set_cost(w->ctx, 0);
     cham_status_t end = cham_op_end(w->ctx);
     return st != CHAM_OK ? st : end;
+}
+
+cham_status_t wl_offload(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void *host,
+                         bool to_host, cham_stream_t *s, cham_event_t *after)
+{
+    return offload(w, op, t, host, to_host, s, after, true);
+}
+
+cham_status_t wl_offload_ordered(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void *host,
+                                 bool to_host, cham_stream_t *s, cham_event_t *after)
+{
+    return offload(w, op, t, host, to_host, s, after, false);
 }
 
 cham_status_t wl_host_run(cham_workload_t *w, const char *label, const cham_access_t *acc,

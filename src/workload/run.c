@@ -411,14 +411,21 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
         fail(r, CHAM_ERR_HAZARD, r->steps, 0, hz.first);
     if (r->steps) {
         double sum = 0;
-        size_t n_stable = 0;
-        for (size_t i = 0; i < r->steps; i++) {
+        size_t n_stable = 0, first = 0;
+        if (c->model.infer) {    /* the prefill apart; decode steps per token */
+            r->prefill_time_s = (double)times[0] * 1e-9;
+            first = r->steps > 1;
+        }
+        for (size_t i = first; i < r->steps; i++) {
             sum += (double)times[i];
             if (stable[i])
                 times[n_stable++] = times[i];
         }
-        r->mean_step_time_s = sum / (double)r->steps * 1e-9;
-        r->step_time_s = n_stable ? median_s(times, n_stable) : median_s(times, r->steps);
+        size_t n = r->steps - first;
+        r->mean_step_time_s = sum / (double)n * 1e-9;
+        if (!n_stable)
+            memmove(times, times + first, n * sizeof *times);
+        r->step_time_s = median_s(times, n_stable ? n_stable : n);
         r->swapped_bytes_per_step /= (double)r->steps;
     }
     free(times);

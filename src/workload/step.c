@@ -70,6 +70,8 @@ static cham_status_t make_state(cham_workload_t *w)
         const char *name = group_name(w, g, buf, sizeof buf);
         if (!wl_on_host(w, g))   /* ProTrain's chunks on the host are fetched when used */
             TRY(wl_new(w, s.weights, m->dtype, &w->weights[g], "%s.weights", name));
+        if (m->infer)
+            continue;
         if (wl_host_updates(w, g)) {
             uint64_t u = updated_params(w, g);
             TRY(cham_device_host_alloc(w->dev, u * p, &w->host_grad[g]));
@@ -310,6 +312,9 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
           (st = cham_event_new(w->dev, &w->ev_host)) != CHAM_OK)) ||
         ((m->host_optimizer || m->protrain) && (st = updates_new(w)) != CHAM_OK) ||
         (m->protrain && (st = wl_chunks_new(w)) != CHAM_OK) ||
+        (m->kv_offload && ((st = cham_stream_new(w->dev, "offload", &w->offload)) != CHAM_OK ||
+                           (st = cham_stream_new(w->dev, "fetch", &w->fetch)) != CHAM_OK ||
+                           (st = wl_events_new(w, &w->ev_fetch)) != CHAM_OK)) ||
         (updates_in_backward(w) && (st = wl_host_queue_new(w)) != CHAM_OK)) {
         cham_set_err(err, err_size, "workload: %s", st == CHAM_ERR_HOST_OOM
                                                        ? "out of host memory"
@@ -317,7 +322,7 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
         cham_workload_free(w);
         return st;
     }
-    if ((st = make_state(w)) != CHAM_OK) {
+    if ((st = make_state(w)) != CHAM_OK || (m->infer && (st = wl_infer_new(w)) != CHAM_OK)) {
         cham_set_err(err, err_size, "workload: the model state (%llu parameters on this "
                      "device) does not fit: %s",
                      (unsigned long long)cham_model_device_parameters(m),
@@ -344,6 +349,7 @@ void cham_workload_free(cham_workload_t *w)
         if (streams[i])
             cham_stream_synchronize(streams[i]);
     wl_drop_all(w);
+    wl_infer_free(w);
     wl_chunks_free(w);
     wl_host_queue_free(w);
     wl_events_free(w, &w->ev_update);
@@ -612,6 +618,17 @@ cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_in
     }
     cham_step_set_number(w->ctx, step);
     uint64_t ops = w->ops;
+    if (w->m.infer) {
+        cham_status_t st = wl_infer_step(w, step);
+        if (st == CHAM_OK)
+            st = cham_step_end(w->ctx);
+        if (st != CHAM_OK)
+            return st;
+        w->step++;
+        if (info)
+            *info = (cham_step_info_t){.ops = w->ops - ops};
+        return CHAM_OK;
+    }
     w->expert_max = 0;
     w->dropped = 0;
     bool val = cham_workload_validates(&w->m, step);

@@ -142,6 +142,7 @@ typedef enum wl_op {
     OP_ROUTE_BWD, OP_PERMUTE_BWD, OP_COMBINE_BWD, OP_EMBED_BWD, OP_GRAD_ACC,
     OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_SEND, OP_RECV, OP_PIPELINE_WAIT,
     OP_UNSCALE, OP_UPDATE_SCALE, OP_ADAM, OP_GRAD_TO_HOST, OP_PARAM_FROM_HOST,
+    OP_KV_WRITE, OP_KV_PREFETCH, OP_KV_STORE, OP_SAMPLE,
     WL_N_OPS
 } wl_op_t;
 
@@ -228,6 +229,14 @@ struct cham_workload {
     double fwd_ns;               /* roofline time of one micro-batch's forward */
     uint64_t expert_max;         /* MoE: the busiest expert's tokens this step */
     uint32_t dropped;            /* layers skipped this step */
+    /* Inference (infer.c): per layer its KV cache on the device (with
+     * kv_offload only while its layer runs) and in pinned host memory with
+     * the event of its last store (kv_offload); the tokens the last step
+     * chose, which the next step embeds. */
+    cham_tensor_t **kv;
+    void **host_kv;
+    cham_event_t **ev_kv;
+    cham_tensor_t *next_ids;
     char label[64];
     char error[256];             /* the generator's own failures */
 };
@@ -291,6 +300,13 @@ cham_status_t wl_comm_join(cham_workload_t *w);
  * not wait. */
 cham_status_t wl_offload(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void *host,
                          bool to_host, cham_stream_t *s, cham_event_t *after);
+/* The same, without holding t's block for s: the caller makes the compute
+ * stream wait for s before t is released, so the block returns to the
+ * compute stream's pool in stream order (a held block waits for the host
+ * to see the copy done, and a host running ahead of the device allocates
+ * anew meanwhile). */
+cham_status_t wl_offload_ordered(cham_workload_t *w, wl_op_t op, cham_tensor_t *t, void *host,
+                                 bool to_host, cham_stream_t *s, cham_event_t *after);
 /* Work on the host stream over pinned host memory (host figures time it). */
 cham_status_t wl_host_run(cham_workload_t *w, const char *label, const cham_access_t *acc,
                           size_t n, double flops);
@@ -353,6 +369,17 @@ cham_status_t wl_host_queue_pump(cham_workload_t *w);
 /* Group g's weights are needed (or its next gradient comes): its update,
  * if still waiting, is queued now. */
 cham_status_t wl_host_queue_need(cham_workload_t *w, uint32_t g);
+
+/* ---- inference (infer.c) --------------------------------------------------------*/
+
+/* One token's keys and values in one layer, all sequences. */
+uint64_t wl_kv_token_bytes(const cham_model_config_t *m);
+/* The KV caches (on the device, or with kv_offload pinned host buffers
+ * and their events); wl_infer_free releases what is not in the held set. */
+cham_status_t wl_infer_new(cham_workload_t *w);
+void wl_infer_free(cham_workload_t *w);
+/* Step 0: the prefill; step k: the k-th generated token. */
+cham_status_t wl_infer_step(cham_workload_t *w, uint64_t step);
 
 /* ---- layers (layer.c) -----------------------------------------------------------*/
 

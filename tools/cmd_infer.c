@@ -1,0 +1,263 @@
+/* `chameleon infer`: LLM inference at paper scale in virtual time, the
+ * prefill of a prompt and then one decode step per generated token, under
+ * a memory strategy, with the KV caches on the device or offloaded to
+ * host memory (docs/workloads.md, "Inference"); optionally the longest
+ * context that runs. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "chameleon/chameleon.h"
+#include "args.h"
+#include "commands.h"
+
+#define CMD "infer"
+#define GiB (1024.0 * 1024.0 * 1024.0)
+/* --find-max-context tries prompts in steps of this many tokens. */
+#define CONTEXT_STEP 256
+
+typedef struct infer_opts {
+    cham_run_config_t run;
+    const char *model;
+    bool json, quiet, find_max;
+} infer_opts_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: chameleon infer [--model NAME] [--prompt N] [--generate N] [--batch N]\n"
+        "                       [--kv-offload on|off] [--strategy NAME] [--device PRESET]\n"
+        "                       [--capacity SIZE] [--find-max-context] [--json] [--quiet]\n"
+        "Inference in virtual time: the prefill of the prompt, then one decode step per\n"
+        "generated token, each layer's KV cache sized for the whole context.\n"
+        "  --model NAME        as simulate (llama2-7b); --layers --hidden --ffn --heads\n"
+        "                      --kv-heads --vocab --experts --topk override it\n"
+        "  --prompt N          prompt tokens per sequence (4096)\n"
+        "  --generate N        tokens generated per sequence (32)\n"
+        "  --batch N           sequences decoded together (1)\n"
+        "  --kv-offload on|off the KV caches in pinned host memory, each layer's\n"
+        "                      prefetched before its attention and its new keys and\n"
+        "                      values stored back (off)\n"
+        "  --strategy NAME     native (default), chameleon, chameleon-swap, vdnn,\n"
+        "                      capuchin, swapadvisor, ideal (docs/baselines.md)\n"
+        "  --device PRESET     simulated device (ascend-910b)\n"
+        "  --capacity SIZE     device memory instead of the preset's\n"
+        "  --find-max-context  also the longest context (prompt + generate, in steps of\n"
+        "                      %d prompt tokens) that runs at this capacity\n"
+        "  --json              one JSON object with the summary\n"
+        "  --quiet             no progress lines\n", CONTEXT_STEP);
+}
+
+static const tool_opt_t opts[] = {
+    {"--model", true}, {"--layers", true}, {"--hidden", true}, {"--ffn", true},
+    {"--heads", true}, {"--kv-heads", true}, {"--vocab", true}, {"--experts", true},
+    {"--topk", true}, {"--prompt", true}, {"--generate", true}, {"--batch", true},
+    {"--kv-offload", true}, {"--strategy", true}, {"--device", true}, {"--capacity", true},
+    {"--find-max-context", false}, {"--json", false}, {"--quiet", false},
+};
+#define N_OPTS (sizeof opts / sizeof opts[0])
+
+/* The numeric settings, by flag, with their lowest value. */
+static uint32_t *dim_of(const char *a, cham_model_config_t *m, uint64_t *lo)
+{
+    static const struct {
+        const char *flag;
+        size_t offset;
+        uint64_t lo;
+    } dims[] = {
+        {"--layers", offsetof(cham_model_config_t, layers), 1},
+        {"--hidden", offsetof(cham_model_config_t, hidden), 1},
+        {"--ffn", offsetof(cham_model_config_t, ffn), 1},
+        {"--heads", offsetof(cham_model_config_t, heads), 1},
+        {"--kv-heads", offsetof(cham_model_config_t, kv_heads), 1},
+        {"--vocab", offsetof(cham_model_config_t, vocab), 1},
+        {"--experts", offsetof(cham_model_config_t, experts), 0},
+        {"--topk", offsetof(cham_model_config_t, topk), 0},
+        {"--prompt", offsetof(cham_model_config_t, seq), 1},
+        {"--generate", offsetof(cham_model_config_t, generate), 0},
+        {"--batch", offsetof(cham_model_config_t, mbs), 1},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (strcmp(a, dims[i].flag) == 0) {
+            *lo = dims[i].lo;
+            return (uint32_t *)((char *)m + dims[i].offset);
+        }
+    return NULL;
+}
+
+static int parse(int argc, char **argv, infer_opts_t *o)
+{
+    cham_model_config_t *m = &o->run.model;
+    o->model = "llama2-7b";
+    if (tool_wants_help(argc, argv)) {
+        usage(stdout);
+        return -1;
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        const tool_opt_t *opt = tool_find_opt(CMD, opts, N_OPTS, argc, argv, &i, &v);
+        if (!opt)
+            return 2;
+        if (strcmp(opt->name, "--model") == 0)
+            o->model = v;
+    }
+    if (cham_model_preset(o->model, m) != CHAM_OK)
+        return tool_bad_value(CMD, "--model", "a model of `chameleon simulate --help`",
+                              o->model);
+    m->infer = true;
+    m->generate = 32;
+    o->run.strategy = CHAM_STRATEGY_NATIVE;
+    o->run.runtime.device.preset = "ascend-910b";
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        const char *a = tool_find_opt(CMD, opts, N_OPTS, argc, argv, &i, &v)->name;
+        uint64_t n, lo;
+        uint32_t *dim = dim_of(a, m, &lo);
+        if (!v) {
+            o->json = o->json || strcmp(a, "--json") == 0;
+            o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
+            o->find_max = o->find_max || strcmp(a, "--find-max-context") == 0;
+        } else if (dim) {
+            if (!tool_parse_uint(v, lo, 1u << 24, &n))
+                return tool_bad_value(CMD, a, lo ? "a whole number from 1 to 16777216"
+                                                 : "a whole number from 0 to 16777216", v);
+            *dim = (uint32_t)n;
+        } else if (strcmp(a, "--kv-offload") == 0) {
+            if (strcmp(v, "on") && strcmp(v, "off"))
+                return tool_bad_value(CMD, a, "on or off", v);
+            m->kv_offload = strcmp(v, "on") == 0;
+        } else if (strcmp(a, "--strategy") == 0) {
+            if (cham_strategy_parse(v, &o->run.strategy) != CHAM_OK ||
+                o->run.strategy == CHAM_STRATEGY_RECOMPUTE ||
+                o->run.strategy == CHAM_STRATEGY_PROTRAIN ||
+                o->run.strategy == CHAM_STRATEGY_ZERO_OFFLOAD)
+                return tool_bad_value(CMD, a, "native, chameleon, chameleon-swap, vdnn, capuchin, "
+                                      "swapadvisor or ideal", v);
+        } else if (strcmp(a, "--device") == 0) {
+            if (!tool_check_preset(CMD, a, v))
+                return 2;
+            o->run.runtime.device.preset = v;
+        } else if (strcmp(a, "--capacity") == 0) {
+            if (!tool_parse_size(v, &n) || n == 0)
+                return tool_bad_value(CMD, a, "a size above 0 such as 64GiB", v);
+            o->run.runtime.device.capacity = n;
+        }
+    }
+    char err[400];
+    if (cham_model_validate(m, err, sizeof err) != CHAM_OK) {
+        fprintf(stderr, "chameleon infer: %s\n", err);
+        return 2;
+    }
+    o->run.steps = (uint64_t)m->generate + 1;
+    return 0;
+}
+
+/* One run at prompt length `prompt`. */
+static cham_status_t run_at(const infer_opts_t *o, uint32_t prompt, cham_run_result_t *r)
+{
+    cham_run_config_t c = o->run;
+    c.model.seq = prompt;
+    return cham_run(&c, r);
+}
+
+/* The longest prompt, in steps of CONTEXT_STEP tokens, whose run completes:
+ * doubling, then bisecting. 0 when even the shortest fails. */
+static cham_status_t longest_prompt(const infer_opts_t *o, uint32_t *out)
+{
+    uint32_t limit = ((1u << 24) - o->run.model.generate) / CONTEXT_STEP, good = 0, bad = 0;
+    cham_run_result_t r;
+    for (uint32_t k = 1; k <= limit; k *= 2) {
+        cham_status_t st = run_at(o, k * CONTEXT_STEP, &r);
+        if (st != CHAM_OK)
+            return st;
+        if (r.status != CHAM_OK) {
+            bad = k;
+            break;
+        }
+        good = k;
+        if (!o->quiet)
+            fprintf(stderr, "  context %u: runs\n", k * CONTEXT_STEP + o->run.model.generate);
+    }
+    if (!bad)
+        bad = limit + 1;
+    while (bad - good > 1) {
+        uint32_t mid = good + (bad - good) / 2;
+        cham_status_t st = run_at(o, mid * CONTEXT_STEP, &r);
+        if (st != CHAM_OK)
+            return st;
+        *(r.status == CHAM_OK ? &good : &bad) = mid;
+    }
+    *out = good * CONTEXT_STEP;
+    return CHAM_OK;
+}
+
+int cmd_infer(int argc, char **argv)
+{
+    infer_opts_t o = {.run = cham_run_config_default()};
+    int rc = parse(argc, argv, &o);
+    if (rc != 0 || tool_parse_only)
+        return rc < 0 ? 0 : rc;
+    const cham_model_config_t *m = &o.run.model;
+    cham_run_result_t r;
+    cham_status_t st = cham_run(&o.run, &r);
+    if (st != CHAM_OK) {
+        fprintf(stderr, "chameleon infer: %s\n", r.error);
+        return 2;
+    }
+    uint32_t longest = 0;
+    if (o.find_max && (st = longest_prompt(&o, &longest)) != CHAM_OK) {
+        fprintf(stderr, "chameleon infer: --find-max-context: %s\n",
+                cham_status_string(st));
+        return 2;
+    }
+    uint64_t kv = cham_model_kv_cache_bytes(m);
+    uint64_t context = (uint64_t)m->seq + m->generate;
+    if (o.json) {
+        json_t *j = json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:I, s:s, s:s}", "model", o.model,
+                              "strategy", cham_strategy_name(o.run.strategy), "kv_offload",
+                              m->kv_offload, "batch", (json_int_t)m->mbs, "prompt",
+                              (json_int_t)m->seq, "generate", (json_int_t)m->generate,
+                              "capacity_bytes", (json_int_t)r.capacity_bytes, "status",
+                              cham_status_string(r.status), "error", r.error);
+        json_object_set_new(j, "kv_cache_bytes", json_integer((json_int_t)kv));
+        json_object_set_new(j, "peak_device_bytes", json_integer((json_int_t)r.peak_device_bytes));
+        json_object_set_new(j, "prefill_time_s", json_real(r.prefill_time_s));
+        json_object_set_new(j, "decode_time_per_token_s", json_real(r.step_time_s));
+        json_object_set_new(j, "swapped_bytes_per_step", json_real(r.swapped_bytes_per_step));
+        json_object_set_new(j, "hazards", json_integer((json_int_t)r.hazards));
+        if (o.find_max)
+            json_object_set_new(j, "max_context",
+                                json_integer(longest ? (json_int_t)(longest + m->generate) : 0));
+        char *text = json_dumps(j, JSON_INDENT(2));
+        if (text)
+            puts(text);
+        free(text);
+        json_decref(j);
+        return r.status == CHAM_OK ? 0 : 1;
+    }
+    printf("inference (simulated time on %s)\n", o.run.runtime.device.preset);
+    printf("  model               %s: %u layers, batch %u, context %llu (prompt %u + %u "
+           "generated)\n", o.model, m->layers, m->mbs, (unsigned long long)context, m->seq,
+           m->generate);
+    printf("  strategy            %s, KV caches %s (%.2f GiB)\n",
+           cham_strategy_name(o.run.strategy), m->kv_offload ? "offloaded to the host"
+                                                             : "on the device",
+           (double)kv / GiB);
+    if (r.status != CHAM_OK)
+        printf("  FAILED              at step %llu: %s\n", (unsigned long long)r.fail_step,
+               r.error);
+    printf("  memory              peak %.2f GiB of %.2f GiB\n",
+           (double)r.peak_device_bytes / GiB, (double)r.capacity_bytes / GiB);
+    if (r.status == CHAM_OK) {
+        printf("  prefill             %.4f s\n", r.prefill_time_s);
+        printf("  decode              %.3f ms a token\n", r.step_time_s * 1e3);
+    }
+    printf("  hazards             %llu\n", (unsigned long long)r.hazards);
+    if (o.find_max)
+        printf("  max context         %llu tokens (prompt in steps of %d)\n",
+               longest ? (unsigned long long)(longest + m->generate) : 0ull, CONTEXT_STEP);
+    return r.status == CHAM_OK ? 0 : 1;
+}
