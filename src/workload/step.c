@@ -608,27 +608,9 @@ static cham_status_t optimizer(cham_workload_t *w, bool overflow)
     return wl_comm_join(w);
 }
 
-cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_info_t *info)
+/* A training step's work, up to its end: *done says what varied. */
+static cham_status_t train_step(cham_workload_t *w, uint64_t step, cham_step_info_t *done)
 {
-    w->error[0] = '\0';
-    if (step != w->step) {
-        cham_set_err(w->error, sizeof w->error, "workload: step %llu asked for, step %llu is next",
-                     (unsigned long long)step, (unsigned long long)w->step);
-        return CHAM_ERR_INVALID_ARG;
-    }
-    cham_step_set_number(w->ctx, step);
-    uint64_t ops = w->ops;
-    if (w->m.infer) {
-        cham_status_t st = wl_infer_step(w, step);
-        if (st == CHAM_OK)
-            st = cham_step_end(w->ctx);
-        if (st != CHAM_OK)
-            return st;
-        w->step++;
-        if (info)
-            *info = (cham_step_info_t){.ops = w->ops - ops};
-        return CHAM_OK;
-    }
     w->expert_max = 0;
     w->dropped = 0;
     bool val = cham_workload_validates(&w->m, step);
@@ -650,15 +632,31 @@ cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_in
     flight_drop(w, &f);
     if (st == CHAM_OK)
         st = w->update ? optimizer(w, overflow) : CHAM_OK;   /* else the gradients add up */
+    *done = (cham_step_info_t){.validated = val, .overflow = overflow, .accumulated = !w->update,
+                               .layers_dropped = w->dropped,
+                               .tokens_per_expert_max = w->expert_max};
+    return st;
+}
+
+cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_info_t *info)
+{
+    w->error[0] = '\0';
+    if (step != w->step) {
+        cham_set_err(w->error, sizeof w->error, "workload: step %llu asked for, step %llu is next",
+                     (unsigned long long)step, (unsigned long long)w->step);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_step_set_number(w->ctx, step);
+    uint64_t ops = w->ops;
+    cham_step_info_t done = {0};
+    cham_status_t st = w->m.infer ? wl_infer_step(w, step) : train_step(w, step, &done);
     if (st == CHAM_OK)
         st = cham_step_end(w->ctx);
     if (st != CHAM_OK)
         return st;
     w->step++;
+    done.ops = w->ops - ops;
     if (info)
-        *info = (cham_step_info_t){.ops = w->ops - ops, .validated = val, .overflow = overflow,
-                                   .accumulated = !w->update,
-                                   .layers_dropped = w->dropped,
-                                   .tokens_per_expert_max = w->expert_max};
+        *info = done;
     return CHAM_OK;
 }
