@@ -138,10 +138,8 @@ static int parse(int argc, char **argv, plan_opts_t *o)
                                       v);
             o->strategy = v;
         } else if (strcmp(a, "--search-seconds") == 0) {
-            char *end;
-            errno = 0;
-            double sec = strtod(v, &end);
-            if (errno || *end || end == v || !(sec > 0) || sec > 1e6)
+            double sec;
+            if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)
                 return tool_bad_value(CMD, a, "seconds above 0, such as 2.5", v);
             o->sa.search_seconds = sec;
         } else if (strcmp(a, "--generations") == 0) {

@@ -273,9 +273,8 @@ static int parse(int argc, char **argv, sim_opts_t *o)
                                       "recompute, capuchin, vdnn, protrain, zero-offload or "
                                       "swapadvisor", v);
         } else if (strcmp(a, "--search-seconds") == 0) {
-            char *end;
-            double sec = strtod(v, &end);
-            if (*end || end == v || !(sec > 0) || sec > 1e6)
+            double sec;
+            if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)
                 return tool_bad_value(CMD, a, "seconds above 0, such as 2.5", v);
             o->run.runtime.swapadvisor.search_seconds = sec;
         } else if (strcmp(a, "--on-change") == 0) {
