@@ -453,7 +453,7 @@ static void static_keep(cham_context_t *ctx, const cham_profile_view_t *pv)
 
 static const char *token_name(const cham_context_t *ctx, cham_op_token_t t)
 {
-    const char *name = t >= 0 ? cham_intern_name(&ctx->tokens, (uint32_t)t) : NULL;
+    const char *name = cham_op_name(ctx, t);
     return name ? name : "?";
 }
 
@@ -524,9 +524,9 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         /* The baselines: one policy from the profile of the first training
          * step (the first with a backward), kept for good; SwapAdvisor's
          * for as long as the op sequence stays the one it searched. */
-        if (ctx->static_planned && ctx->config.planner == CHAM_PLANNER_SWAPADVISOR)
-            static_check(ctx);
         bool sa = ctx->config.planner == CHAM_PLANNER_SWAPADVISOR;
+        if (sa && ctx->static_planned)
+            static_check(ctx);
         bool training = !ctx->static_planned && fresh && has_backward(&pv);
         /* SwapAdvisor plans a steady step: in the first, state an
          * optimizer makes lazily is new, not model state that lives on. */

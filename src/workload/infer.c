@@ -69,7 +69,7 @@ void wl_infer_free(cham_workload_t *w)
 }
 
 /* The tokens of one step: all of the prompt's, or one per sequence. */
-typedef struct span_of {
+typedef struct step_span {
     uint64_t tokens;             /* rows this step computes (all sequences) */
     uint64_t past;               /* per sequence, tokens in the cache before */
     uint64_t ctx;                /* ... and after this step */
@@ -118,11 +118,11 @@ static cham_status_t detach(cham_workload_t *w, uint32_t l)
 
 /* The MLP of n rows: Llama's SwiGLU (Mixtral: top-k of its experts, with
  * the weights of the experts the rows touch), GPT-2's GELU. */
-static cham_status_t mlp(cham_workload_t *w, cham_tensor_t *wt, cham_tensor_t *in,
+static cham_status_t mlp(cham_workload_t *w, uint64_t n, cham_tensor_t *wt, cham_tensor_t *in,
                          cham_tensor_t **out)
 {
     const cham_model_config_t *m = &w->m;
-    uint64_t n = wl_tokens(m), h = m->hidden, f = m->ffn, p = cham_dtype_size(m->dtype);
+    uint64_t h = m->hidden, f = m->ffn, p = cham_dtype_size(m->dtype);
     double k = 1, touched = 1;   /* rows per token through an expert; weights read */
     if (m->arch == CHAM_ARCH_MIXTRAL) {
         uint64_t rows = n * m->topk, e = rows < m->experts ? rows : m->experts;
@@ -203,7 +203,7 @@ static cham_status_t layer(cham_workload_t *w, uint32_t l, const step_span_t *s,
     TRY(wl_new(w, n * h * p, m->dtype, &n2, "norm2_out"));
     TRY(OP(w, OP_NORM, 5.0 * (double)(n * h), 2 * xb + (double)(w->lp.norm2 * p), R(x), R(wt),
            W(n2)));
-    TRY(mlp(w, wt, n2, &y));
+    TRY(mlp(w, n, wt, n2, &y));
     wl_drop(w, &n2);
     TRY(OP(w, OP_ADD, (double)(n * h), 3 * xb, RW(x), R(y)));
     wl_drop(w, &y);
@@ -240,18 +240,15 @@ static cham_status_t head(cham_workload_t *w, cham_tensor_t *x, uint64_t n)
 
 cham_status_t wl_infer_step(cham_workload_t *w, uint64_t step)
 {
-    cham_model_config_t *m = &w->m;
+    const cham_model_config_t *m = &w->m;
     if (step > m->generate) {
         cham_set_err(w->error, sizeof w->error, "workload: inference runs 1 + generate (%u) "
                      "steps: the prefill and one per generated token; step %llu asked for",
                      m->generate, (unsigned long long)step);
         return CHAM_ERR_INVALID_ARG;
     }
-    uint64_t prompt = m->seq;
-    step_span_t s = {.tokens = step ? m->mbs : wl_tokens(m), .past = step ? prompt + step - 1 : 0,
-                     .ctx = prompt + step};
-    /* The shapes of this step: the layer and the embedding read seq. */
-    m->seq = (uint32_t)(s.tokens / m->mbs);
+    step_span_t s = {.tokens = step ? m->mbs : wl_tokens(m),
+                     .past = step ? m->seq + step - 1 : 0, .ctx = m->seq + step};
     uint64_t h = m->hidden, p = cham_dtype_size(m->dtype), n = s.tokens;
     cham_tensor_t *ids = w->next_ids, *wt, *x;
     cham_status_t st = cham_phase(w->ctx, CHAM_PHASE_FORWARD);
@@ -281,6 +278,5 @@ cham_status_t wl_infer_step(cham_workload_t *w, uint64_t step)
          st == CHAM_OK && m->kv_offload && l < w->n_layers; l++)
         st = detach(w, l);
     wl_drop(w, &x);
-    m->seq = (uint32_t)prompt;
     return st;
 }
