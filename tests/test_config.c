@@ -452,7 +452,7 @@ typedef struct bad_file {
 static const bad_file_t bad_files[] = {
     {"planner.json", "{\"planner\": \"magic\"}",
      {": key \"planner\": unknown planner \"magic\" (known: chameleon, vdnn, capuchin, "
-      "swapadvisor)"}},
+      "swapadvisor, hyperoffload)"}},
     {"search.json", "{\"swapadvisor_search_seconds\": 0}",
      {": key \"swapadvisor_search_seconds\": 0 is out of range (0, 1e6] seconds"}},
     {"cosine.json", "{\"cosine_threshold\": 1.5}",

@@ -113,7 +113,7 @@ check plan-sa-planner 0 '^planner: +swapadvisor \(device a100-80g, 12 ops' -- \
   "${plan[@]}" --strategy swapadvisor --generations 3 --reorder off
 check plan-sa-json 0 "policy saved to $dir/sa.json" -- "${plan[@]}" --strategy swapadvisor \
   --generations 3 --json "$dir/sa.json"
-check plan-sa-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, vdnn or swapadvisor, got "magic"' -- \
+check plan-sa-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, vdnn, swapadvisor or hyperoffload, got "magic"' -- \
   "${plan[@]}" --strategy magic
 check plan-sa-bad-seconds 2 '--search-seconds must be seconds above 0, such as 2\.5, got "0"' -- \
   "${plan[@]}" --strategy swapadvisor --search-seconds 0
@@ -123,6 +123,13 @@ check plan-sa-bad-reorder 2 '--reorder must be on or off, got "maybe"' -- \
   "${plan[@]}" --strategy swapadvisor --reorder maybe
 check plan-sa-no-pool 1 'no memory pool of 16777216 usable bytes \(capacity 16777216\) holds every op.s tensors at once; op 1 \(linear\) alone uses 134217728 bytes' -- \
   "${plan[@]}" --strategy swapadvisor --capacity 16MiB --reserve 0
+# HyperOffload's planner: what insertion and refinement did, then the policy.
+check plan-ho-summary 0 '^cache operators: +[1-9][0-9]* of [0-9]+ idle tensors offloaded' -- \
+  "${plan[@]}" --strategy hyperoffload
+check plan-ho-refine 0 '^refinement: +[0-9]+ operators moved, simulated step [0-9.]+ ms -> [0-9.]+ ms' -- \
+  "${plan[@]}" --strategy hyperoffload
+check plan-ho-planner 0 '^planner: +hyperoffload \(device a100-80g, 12 ops' -- \
+  "${plan[@]}" --strategy hyperoffload
 check plan-help 0 '^usage: chameleon plan PROFILE.json' -- plan --help
 check plan-listed 0 'plan +make a swap policy' -- --help
 

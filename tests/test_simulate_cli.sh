@@ -20,7 +20,7 @@ check sim-bad-heads 2 'hidden \(4096\) must be a multiple of heads \(7\)' -- \
 check sim-bad-tp 2 'kv-heads \(8\) must be a multiple of tp \(3\)' -- \
   simulate --model llama3-8b --tp 3
 check sim-bad-zero 2 'zero must be 0..3, got 5' -- "${small[@]}" --zero 5
-check sim-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, native, ideal, recompute, capuchin, vdnn, protrain, zero-offload or swapadvisor, got "magic"' -- \
+check sim-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, native, ideal, recompute, capuchin, vdnn, protrain, zero-offload, swapadvisor or hyperoffload, got "magic"' -- \
   "${small[@]}" --strategy magic
 check sim-bad-on-change 2 '--on-change must be search or fail, got "never"' -- \
   "${small[@]}" --strategy swapadvisor --on-change never
@@ -158,6 +158,11 @@ check infer-json 0 '"decode_time_per_token_s": [0-9.e-]+' -- "${inf[@]}" --json
 check infer-max 0 'max context +[0-9]+ tokens' -- "${inf[@]}" --find-max-context
 check infer-too-long 1 'FAILED +at step 0: .*out of device memory: requested' -- \
   infer --model llama3-8b --prompt 1048576 --generate 1 --quiet
+check infer-hyperoffload 0 'strategy +hyperoffload' -- "${inf[@]}" --strategy hyperoffload \
+  --capacity 30GiB
+check infer-log 0 'hyperoffload offloaded [0-9]+ of [0-9]+ idle tensors' -- "${inf[@]}" \
+  --strategy hyperoffload --capacity 30GiB --log
+check sim-hyperoffload 0 '"hazards": 0' -- "${small[@]}" --strategy hyperoffload --capacity 50% --json
 check infer-bad-offload 2 '--kv-offload must be on or off, got "yes"' -- infer --kv-offload yes
 check infer-bad-strategy 2 '--strategy must be native, chameleon, .* got "recompute"' -- \
   infer --strategy recompute

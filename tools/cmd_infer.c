@@ -31,6 +31,7 @@ static void usage(FILE *f)
         "usage: chameleon infer [--model NAME] [--prompt N] [--generate N] [--batch N]\n"
         "                       [--kv-offload on|off] [--strategy NAME] [--device PRESET]\n"
         "                       [--capacity SIZE] [--find-max-context] [--json] [--quiet]\n"
+        "                       [--log]\n"
         "Inference in virtual time: the prefill of the prompt, then one decode step per\n"
         "generated token, each layer's KV cache sized for the whole context.\n"
         "  --model NAME        as simulate (llama2-7b); --layers --hidden --ffn --heads\n"
@@ -42,13 +43,23 @@ static void usage(FILE *f)
         "                      prefetched before its attention and its new keys and\n"
         "                      values stored back (off)\n"
         "  --strategy NAME     native (default), chameleon, chameleon-swap, vdnn,\n"
-        "                      capuchin, swapadvisor, ideal (docs/baselines.md)\n"
+        "                      capuchin, swapadvisor, hyperoffload (its cache\n"
+        "                      operators for the KV caches and weights; docs/\n"
+        "                      hyperoffload.md), ideal (docs/baselines.md)\n"
         "  --device PRESET     simulated device (ascend-910b)\n"
         "  --capacity SIZE     device memory instead of the preset's\n"
         "  --find-max-context  also the longest context (prompt + generate, in steps of\n"
         "                      %d prompt tokens) that runs at this capacity\n"
         "  --json              one JSON object with the summary\n"
-        "  --quiet             no progress lines\n", CONTEXT_STEP);
+        "  --quiet             no progress lines\n"
+        "  --log               the runtime's log (stages, policies) on stderr\n",
+        CONTEXT_STEP);
+}
+
+static void log_line(const char *line, void *user)
+{
+    (void)user;
+    fprintf(stderr, "chameleon: %s\n", line);
 }
 
 static const tool_opt_t opts[] = {
@@ -56,7 +67,7 @@ static const tool_opt_t opts[] = {
     {"--heads", true}, {"--kv-heads", true}, {"--vocab", true}, {"--experts", true},
     {"--topk", true}, {"--prompt", true}, {"--generate", true}, {"--batch", true},
     {"--kv-offload", true}, {"--strategy", true}, {"--device", true}, {"--capacity", true},
-    {"--find-max-context", false}, {"--json", false}, {"--quiet", false},
+    {"--find-max-context", false}, {"--json", false}, {"--quiet", false}, {"--log", false},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -119,6 +130,8 @@ static int parse(int argc, char **argv, infer_opts_t *o)
         if (!v) {
             o->json = o->json || strcmp(a, "--json") == 0;
             o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
+            if (strcmp(a, "--log") == 0)
+                o->run.log = log_line;
             o->find_max = o->find_max || strcmp(a, "--find-max-context") == 0;
         } else if (dim) {
             if (!tool_parse_uint(v, lo, 1u << 24, &n))
@@ -135,7 +148,7 @@ static int parse(int argc, char **argv, infer_opts_t *o)
                 o->run.strategy == CHAM_STRATEGY_PROTRAIN ||
                 o->run.strategy == CHAM_STRATEGY_ZERO_OFFLOAD)
                 return tool_bad_value(CMD, a, "native, chameleon, chameleon-swap, vdnn, capuchin, "
-                                      "swapadvisor or ideal", v);
+                                      "swapadvisor, hyperoffload or ideal", v);
         } else if (strcmp(a, "--device") == 0) {
             if (!tool_check_preset(CMD, a, v))
                 return 2;

@@ -11,6 +11,7 @@
 #include "chameleon/chameleon.h"
 #include "chameleon/policy.h"
 #include "chameleon/profile.h"
+#include "chameleon/hyperoffload.h"
 #include "chameleon/swapadvisor.h"
 #include "args.h"
 #include "commands.h"
@@ -31,7 +32,8 @@ typedef struct plan_opts {
     bool bound;              /* --bound: also the lower bound on the step time */
     bool swap_only;          /* --swap-only: no recomputation */
     bool early_swap_in;      /* --early-swap-in: the planner's early_swap_in */
-    const char *strategy;    /* --strategy: chameleon, chameleon-swap, vdnn, swapadvisor */
+    const char *strategy;    /* --strategy: chameleon, chameleon-swap, vdnn, swapadvisor,
+                                hyperoffload */
     cham_swapadvisor_options_t sa;   /* --search-seconds, --generations, ... */
 } plan_opts_t;
 
@@ -69,9 +71,11 @@ static void usage(FILE *f)
             "                    (docs/policy.md, \"The lower bound\")\n"
             "  --json OUT        also save the policy as JSON\n"
             "  --strategy NAME   the planner: chameleon (default), chameleon-swap (the\n"
-            "                    same as --swap-only), vdnn, or swapadvisor (a genetic\n"
+            "                    same as --swap-only), vdnn, swapadvisor (a genetic\n"
             "                    search over op schedules and memory pools; docs/\n"
-            "                    swapadvisor.md); the policy is always for the\n"
+            "                    swapadvisor.md) or hyperoffload (cache operators\n"
+            "                    placed by execution-order refinement; docs/\n"
+            "                    hyperoffload.md); the policy is always for the\n"
             "                    profile's op order\n"
             "swapadvisor's search:\n"
             "  --search-seconds S  wall-clock limit (10)\n"
@@ -133,9 +137,9 @@ static int parse(int argc, char **argv, plan_opts_t *o)
             o->json = v;
         } else if (strcmp(a, "--strategy") == 0) {
             if (strcmp(v, "chameleon") && strcmp(v, "chameleon-swap") && strcmp(v, "vdnn") &&
-                strcmp(v, "swapadvisor"))
-                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, vdnn or swapadvisor",
-                                      v);
+                strcmp(v, "swapadvisor") && strcmp(v, "hyperoffload"))
+                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, vdnn, swapadvisor or "
+                                      "hyperoffload", v);
             o->strategy = v;
         } else if (strcmp(a, "--search-seconds") == 0) {
             double sec;
@@ -297,6 +301,19 @@ static void print_search(const cham_swapadvisor_result_t *r)
                (double)r->profile_order_ns / 1e6);
 }
 
+/* HyperOffload's insertion and refinement: what they did. */
+static void print_hyperoffload(const cham_hyperoffload_result_t *r)
+{
+    printf("cache operators:    %zu of %zu idle tensors offloaded (%.1f MiB); peak %.1f MiB "
+           "resident, %.1f MiB offloaded\n", r->offloaded, r->candidates,
+           (double)r->offloaded_bytes / MiB, (double)r->resident_peak / MiB,
+           (double)r->refined.peak / MiB);
+    printf("refinement:         %zu operators moved, simulated step %.3f ms -> %.3f ms (ops "
+           "alone %.3f ms), %" PRIu64 " placements simulated\n", r->moved,
+           (double)r->inserted.step_ns / 1e6, (double)r->refined.step_ns / 1e6,
+           (double)r->ideal_ns / 1e6, r->evaluations);
+}
+
 int cmd_plan(int argc, char **argv)
 {
     plan_opts_t o = {.reserve = UINT64_MAX, .min_swap = GPT_MIN_SWAP_DEFAULT,
@@ -364,6 +381,11 @@ int cmd_plan(int argc, char **argv)
         if (st == CHAM_OK)
             print_search(&r);
         cham_swapadvisor_result_free(&r);
+    } else if (strcmp(o.strategy, "hyperoffload") == 0) {
+        cham_hyperoffload_result_t r;
+        st = cham_plan_hyperoffload(prof, &cfg, NULL, &pol, &r, err, sizeof err);
+        if (st == CHAM_OK)
+            print_hyperoffload(&r);
     } else {
         st = cham_plan_chameleon(prof, &cfg, &pol, err, sizeof err);
     }

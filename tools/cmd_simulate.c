@@ -75,15 +75,18 @@ static void usage(FILE *f)
         "  --strategy NAME     chameleon (default: swaps and recomputation),\n"
         "                      chameleon-swap (swaps only), native, ideal, recompute,\n"
         "                      capuchin, vdnn, protrain (ProTrain's searched plan),\n"
-        "                      zero-offload, swapadvisor (SwapAdvisor's searched plan)\n"
-        "                      (docs/baselines.md, docs/protrain.md, docs/swapadvisor.md)\n"
+        "                      zero-offload, swapadvisor (SwapAdvisor's searched plan),\n"
+        "                      hyperoffload (HyperOffload's cache operators)\n"
+        "                      (docs/baselines.md, docs/protrain.md, docs/swapadvisor.md,\n"
+        "                      docs/hyperoffload.md)\n"
         "  --search-seconds S  swapadvisor: the search's wall-clock limit (10)\n"
         "  --on-change search|fail  swapadvisor, when the op sequence changes: search\n"
         "                      again (default) or stop with an error\n"
         "  --allocator KIND    auto (the default: expandable where the device has\n"
         "                      virtual memory), classic (PyTorch's segments) or\n"
         "                      expandable (docs/allocator.md)\n"
-        "  --steps N           steps to run (50)\n"
+        "  --steps N           steps to run (50)\n");
+    fprintf(f,
         "output:\n"
         "  --bound             also the lower bound on the step time at this capacity\n"
         "                      (any mix of keeping, swapping and recomputing; docs/\n"
@@ -270,8 +273,8 @@ static int parse(int argc, char **argv, sim_opts_t *o)
         } else if (strcmp(a, "--strategy") == 0) {
             if (cham_strategy_parse(v, &o->run.strategy) != CHAM_OK)
                 return tool_bad_value(CMD, a, "chameleon, chameleon-swap, native, ideal, "
-                                      "recompute, capuchin, vdnn, protrain, zero-offload or "
-                                      "swapadvisor", v);
+                                      "recompute, capuchin, vdnn, protrain, zero-offload, "
+                                      "swapadvisor or hyperoffload", v);
         } else if (strcmp(a, "--search-seconds") == 0) {
             double sec;
             if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)

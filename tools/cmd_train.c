@@ -62,8 +62,9 @@ static void usage(FILE *f)
             "                        run's unconstrained peak (50%%, the default)\n"
             "  --strategy NAME       chameleon (default), chameleon-swap, native,\n"
             "                        recompute, capuchin, vdnn (docs/baselines.md),\n"
-            "                        protrain (its block plan; docs/protrain.md) or\n"
-            "                        swapadvisor (docs/swapadvisor.md)\n"
+            "                        protrain (its block plan; docs/protrain.md),\n"
+            "                        swapadvisor (docs/swapadvisor.md) or hyperoffload\n"
+            "                        (docs/hyperoffload.md)\n"
             "  --min-swap SIZE       smallest tensor worth swapping (16KiB)\n"
             "  --optimizer WHERE     device (default) or host: AdamW's moments and master\n"
             "                        weights in pinned host memory, the update on the\n"
@@ -242,7 +243,7 @@ static int parse(int argc, char **argv, train_opts_t *o)
             if (cham_strategy_parse(v, &o->c.strategy) != CHAM_OK ||
                 o->c.strategy == CHAM_STRATEGY_IDEAL)
                 return tool_bad_value(CMD, a, "chameleon, chameleon-swap, native, recompute, capuchin, "
-                                      "vdnn, protrain or swapadvisor", v);
+                                      "vdnn, protrain, swapadvisor or hyperoffload", v);
         }
     }
     return check_shape(o);

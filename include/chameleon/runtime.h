@@ -16,6 +16,7 @@
 #include "chameleon/alloc.h"
 #include "chameleon/device.h"
 #include "chameleon/status.h"
+#include "chameleon/hyperoffload.h"
 #include "chameleon/swapadvisor.h"
 #include "chameleon/types.h"
 
@@ -54,12 +55,19 @@ typedef enum cham_residency {
  *             whose op sequence differs from the one searched makes it
  *             search again from that step's profile, or, with
  *             swapadvisor_fail_on_change, fails cham_step_end with
- *             CHAM_ERR_POLICY_MISMATCH naming the first op that differs */
+ *             CHAM_ERR_POLICY_MISMATCH naming the first op that differs
+ *   HYPEROFFLOAD  HyperOffload's cache operators placed by its
+ *             execution-order refinement (chameleon/hyperoffload.h);
+ *             matched by features. Static as SWAPADVISOR: planned from a
+ *             steady step (the second training step, or for inference a
+ *             step whose op sequence repeats the one before) and planned
+ *             again when the sequence changes */
 typedef enum cham_planner_kind {
     CHAM_PLANNER_CHAMELEON,
     CHAM_PLANNER_VDNN,
     CHAM_PLANNER_CAPUCHIN,
     CHAM_PLANNER_SWAPADVISOR,
+    CHAM_PLANNER_HYPEROFFLOAD,
 } cham_planner_kind_t;
 const char *cham_planner_kind_name(cham_planner_kind_t kind);
 
@@ -130,6 +138,8 @@ typedef struct cham_config {
     bool swapadvisor_fail_on_change; /* planner swapadvisor: a changed op
                                     sequence fails the step instead of
                                     searching again (false) */
+    cham_hyperoffload_options_t hyperoffload; /* planner hyperoffload (its
+                                    defaults) */
 } cham_config_t;
 
 /* allocator_shift chosen from the device's capacity when the context opens. */
@@ -190,8 +200,10 @@ typedef enum cham_strategy {
                                     (ZeRO-3 offload with full checkpointing) */
     CHAM_STRATEGY_SWAPADVISOR,   /* SwapAdvisor's searched static plan, applied
                                     by the executor in the caller's op order */
+    CHAM_STRATEGY_HYPEROFFLOAD,  /* HyperOffload's cache operators, planned once
+                                    per op sequence, applied by the executor */
 } cham_strategy_t;
-#define CHAM_STRATEGY_COUNT 10
+#define CHAM_STRATEGY_COUNT 11
 
 const char *cham_strategy_name(cham_strategy_t strategy);
 /* CHAM_ERR_INVALID_ARG for a name that is not a strategy. */

@@ -54,6 +54,7 @@ cham_config_t cham_config_default(void)
     c.class_trials = 2;
     c.profiler = true;
     c.swapadvisor = cham_swapadvisor_options_default();
+    c.hyperoffload = cham_hyperoffload_options_default();
     return c;
 }
 
@@ -159,6 +160,11 @@ static const field_t fields[] = {
     INTF("swapadvisor_threads", swapadvisor.threads, K_U32, 0, 1024,
          "[0, 1024] (0 = the online CPUs)"),
     PLAINF("swapadvisor_fail_on_change", swapadvisor_fail_on_change, K_BOOL),
+    PLAINF("hyperoffload_activations", hyperoffload.activations, K_BOOL),
+    PLAINF("hyperoffload_persistent", hyperoffload.persistent, K_BOOL),
+    PLAINF("hyperoffload_refine", hyperoffload.refine, K_BOOL),
+    INTF("hyperoffload_positions", hyperoffload.positions, K_U32, 1, 4096, "[1, 4096]"),
+    INTF("hyperoffload_passes", hyperoffload.passes, K_U32, 1, 100, "[1, 100]"),
 };
 
 #define N_FIELDS (sizeof fields / sizeof fields[0])
@@ -361,12 +367,13 @@ static cham_status_t apply(cham_config_t *c, const field_t *f, const json_t *v, 
     }
     case K_PLANNER: {
         const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-        for (int k = CHAM_PLANNER_CHAMELEON; s && k <= CHAM_PLANNER_SWAPADVISOR; k++)
+        for (int k = CHAM_PLANNER_CHAMELEON; s && k <= CHAM_PLANNER_HYPEROFFLOAD; k++)
             if (strcmp(s, cham_planner_kind_name((cham_planner_kind_t)k)) == 0) {
                 *(cham_planner_kind_t *)dst = (cham_planner_kind_t)k;
                 return CHAM_OK;
             }
-        snprintf(why, why_size, "unknown planner %s (known: chameleon, vdnn, capuchin, swapadvisor)", got);
+        snprintf(why, why_size, "unknown planner %s (known: chameleon, vdnn, capuchin, "
+                 "swapadvisor, hyperoffload)", got);
         return CHAM_ERR_INVALID_ARG;
     }
     case K_ALLOCATOR: {
@@ -611,7 +618,7 @@ static bool check_field(const cham_config_t *c, const field_t *f, char *why, siz
     }
     case K_PLANNER: {
         int k = (int)*(const cham_planner_kind_t *)src;
-        if (k < CHAM_PLANNER_CHAMELEON || k > CHAM_PLANNER_SWAPADVISOR) {
+        if (k < CHAM_PLANNER_CHAMELEON || k > CHAM_PLANNER_HYPEROFFLOAD) {
             snprintf(why, why_size, "%s: %d is not a planner (CHAM_PLANNER_*)", f->name, k);
             return false;
         }
@@ -697,5 +704,6 @@ bool cham_config_moves_model_state(const cham_config_t *c)
 {
     return c->executor && c->oom_handling &&
            ((c->planner == CHAM_PLANNER_CHAMELEON && c->model_state) ||
-            c->planner == CHAM_PLANNER_SWAPADVISOR);
+            c->planner == CHAM_PLANNER_SWAPADVISOR ||
+            (c->planner == CHAM_PLANNER_HYPEROFFLOAD && c->hyperoffload.persistent));
 }

@@ -216,6 +216,16 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
                              (unsigned long long)r.evaluations, r.search_seconds,
                              (double)r.step_ns / 1e6, (double)r.ideal_ns / 1e6);
         cham_swapadvisor_result_free(&r);
+    } else if (ctx->config.planner == CHAM_PLANNER_HYPEROFFLOAD) {
+        cham_hyperoffload_result_t r;
+        st = cham_plan_hyperoffload(profile, &pc, &ctx->config.hyperoffload, &policy, &r, err,
+                                    sizeof err);
+        if (st == CHAM_OK)
+            cham_context_log(ctx, "step %llu: hyperoffload offloaded %zu of %zu idle tensors; "
+                             "refinement moved %zu operators: %.3f ms simulated (ops alone "
+                             "%.3f ms)", (unsigned long long)ctx->number, r.offloaded,
+                             r.candidates, r.moved, (double)r.refined.step_ns / 1e6,
+                             (double)r.ideal_ns / 1e6);
     } else {
         st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
         if (st == CHAM_ERR_OUT_OF_MEMORY && *delay > 0) {
@@ -437,8 +447,9 @@ static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
 
 /* ---- SwapAdvisor's static sequence ----------------------------------------*/
 
-/* Keeps the op sequence SwapAdvisor searched (on host OOM none: every
- * later step then counts as changed). */
+/* Keeps the op sequence of a profile: the one SwapAdvisor or HyperOffload
+ * planned, or the last step's while they wait for a steady one (on host
+ * OOM none: every later step then counts as changed). */
 static void static_keep(cham_context_t *ctx, const cham_profile_view_t *pv)
 {
     free(ctx->static_seq);
@@ -457,9 +468,20 @@ static const char *token_name(const cham_context_t *ctx, cham_op_token_t t)
     return name ? name : "?";
 }
 
-/* The step that ended ran the searched sequence; if not, SwapAdvisor has
- * no plan for it: search again from the next training step's profile, or
- * fail the step (swapadvisor_fail_on_change). */
+/* Whether the profile's op sequence is the one kept. */
+static bool same_seq(const cham_context_t *ctx, const cham_profile_view_t *pv)
+{
+    if (!ctx->static_seq || ctx->n_static_seq != pv->n_ops)
+        return false;
+    for (size_t k = 0; k < pv->n_ops; k++)
+        if (ctx->static_seq[k] != pv->ops[k].token)
+            return false;
+    return true;
+}
+
+/* The step that ended ran the planned sequence; if not, SwapAdvisor or
+ * HyperOffload has no plan for it: plan again from the next steady step's
+ * profile, or fail the step (swapadvisor_fail_on_change). */
 static void static_check(cham_context_t *ctx)
 {
     size_t n = ctx->ops_in_step, m = ctx->n_static_seq, k = 0;
@@ -473,7 +495,8 @@ static void static_check(cham_context_t *ctx)
                  token_name(ctx, ctx->static_seq[k]));
     else
         snprintf(what, sizeof what, "it ran %zu ops, not %zu (the first %zu the same)", n, m, k);
-    if (ctx->config.swapadvisor_fail_on_change) {
+    const char *who = cham_planner_kind_name(ctx->config.planner);
+    if (ctx->config.planner == CHAM_PLANNER_SWAPADVISOR && ctx->config.swapadvisor_fail_on_change) {
         ctx->static_changed = true;
         cham_context_error(ctx, "step %llu: swapadvisor plans one static op sequence and this "
                            "step's differs from the one it searched (%s); it has no plan "
@@ -481,9 +504,9 @@ static void static_check(cham_context_t *ctx)
                            (unsigned long long)ctx->number, what);
         return;
     }
-    cham_context_log(ctx, "step %llu: the op sequence differs from the one swapadvisor "
-                     "searched (%s): its plan is dropped and the next training step's "
-                     "profile is searched again", (unsigned long long)ctx->number, what);
+    cham_context_log(ctx, "step %llu: the op sequence differs from the one %s planned "
+                     "(%s): its plan is dropped and the next steady step's profile is "
+                     "planned again", (unsigned long long)ctx->number, who, what);
     ctx->static_planned = false;
     ctx->stats.static_researches++;
     apply(ctx, NULL);
@@ -497,6 +520,19 @@ static bool has_backward(const cham_profile_view_t *v)
         if (v->ops[k].phase == CHAM_PHASE_BACKWARD)
             return true;
     return false;
+}
+
+/* Whether a baseline plans from this profile. vDNN and Capuchin: the
+ * first training step. SwapAdvisor and HyperOffload plan a steady step:
+ * the second training step (in the first, state an optimizer makes lazily
+ * is new, not model state that lives on) or, where there is no backward
+ * (inference), a step running the op sequence of the one before it (a
+ * decode step after a decode step, not the prefill). */
+static bool plans_from(cham_context_t *ctx, const cham_profile_view_t *pv, bool replans)
+{
+    if (has_backward(pv))
+        return !replans || ctx->static_training_steps++ > 0;
+    return replans && same_seq(ctx, pv);
 }
 
 void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to)
@@ -523,24 +559,23 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
     if (cham_loop_static(ctx)) {
         /* The baselines: one policy from the profile of the first training
          * step (the first with a backward), kept for good; SwapAdvisor's
-         * for as long as the op sequence stays the one it searched. */
-        bool sa = ctx->config.planner == CHAM_PLANNER_SWAPADVISOR;
-        if (sa && ctx->static_planned)
+         * and HyperOffload's for as long as the op sequence stays the one
+         * they planned. */
+        bool replans = ctx->config.planner == CHAM_PLANNER_SWAPADVISOR ||
+                       ctx->config.planner == CHAM_PLANNER_HYPEROFFLOAD;
+        if (replans && ctx->static_planned)
             static_check(ctx);
-        bool training = !ctx->static_planned && fresh && has_backward(&pv);
-        /* SwapAdvisor plans a steady step: in the first, state an
-         * optimizer makes lazily is new, not model state that lives on. */
-        if (sa && training && ctx->static_training_steps++ == 0)
-            training = false;
-        if (training) {
+        if (!ctx->static_planned && fresh && plans_from(ctx, &pv, replans)) {
             ctx->static_planned = true;
             uint32_t delay = 0;
             cham_plan_t *plan = generate(ctx, prof, 0, ctx->reserve, &delay);
-            if (sa)
+            if (replans)
                 static_keep(ctx, &pv);
             apply(ctx, plan);
             cham_plan_release(plan);
         } else if (!ctx->static_planned) {
+            if (replans && fresh)
+                static_keep(ctx, &pv);
             ctx->profile_requested = true;
         }
         return;

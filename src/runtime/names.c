@@ -84,6 +84,7 @@ const char *cham_planner_kind_name(cham_planner_kind_t kind)
     case CHAM_PLANNER_VDNN: return "vdnn";
     case CHAM_PLANNER_CAPUCHIN: return "capuchin";
     case CHAM_PLANNER_SWAPADVISOR: return "swapadvisor";
+    case CHAM_PLANNER_HYPEROFFLOAD: return "hyperoffload";
     }
     return "?";
 }

@@ -256,7 +256,8 @@ struct cham_context {
     uint64_t last_sync_ns;        /* host time of the last step-end sync */
     bool synced;                  /* the last step ended with a sync */
     bool static_planned;          /* a baseline's one policy has been made */
-    cham_op_token_t *static_seq;  /* SwapAdvisor: the op sequence it searched */
+    cham_op_token_t *static_seq;  /* SwapAdvisor, HyperOffload: the op sequence
+                                     planned (before: the last step's) */
     size_t n_static_seq;
     uint32_t static_training_steps;   /* profiled with a backward, unplanned */
     bool static_changed;          /* ... and the step that ended differs: with

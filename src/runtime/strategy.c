@@ -11,6 +11,7 @@ static const char *const names[CHAM_STRATEGY_COUNT] = {
     [CHAM_STRATEGY_CAPUCHIN] = "capuchin",   [CHAM_STRATEGY_VDNN] = "vdnn",
     [CHAM_STRATEGY_CHAMELEON_SWAP] = "chameleon-swap", [CHAM_STRATEGY_PROTRAIN] = "protrain",
     [CHAM_STRATEGY_ZERO_OFFLOAD] = "zero-offload", [CHAM_STRATEGY_SWAPADVISOR] = "swapadvisor",
+    [CHAM_STRATEGY_HYPEROFFLOAD] = "hyperoffload",
 };
 
 const char *cham_strategy_name(cham_strategy_t strategy)
@@ -34,13 +35,14 @@ cham_status_t cham_strategy_apply(cham_strategy_t s, cham_config_t *c)
         return CHAM_ERR_INVALID_ARG;
     bool managed = s == CHAM_STRATEGY_CHAMELEON || s == CHAM_STRATEGY_CAPUCHIN ||
                    s == CHAM_STRATEGY_VDNN || s == CHAM_STRATEGY_CHAMELEON_SWAP ||
-                   s == CHAM_STRATEGY_SWAPADVISOR;
+                   s == CHAM_STRATEGY_SWAPADVISOR || s == CHAM_STRATEGY_HYPEROFFLOAD;
     c->executor = managed;
     c->oom_handling = managed;
     c->planner = s == CHAM_STRATEGY_CAPUCHIN      ? CHAM_PLANNER_CAPUCHIN
                  : s == CHAM_STRATEGY_VDNN        ? CHAM_PLANNER_VDNN
                  : s == CHAM_STRATEGY_SWAPADVISOR ? CHAM_PLANNER_SWAPADVISOR
-                                                  : CHAM_PLANNER_CHAMELEON;
+                 : s == CHAM_STRATEGY_HYPEROFFLOAD ? CHAM_PLANNER_HYPEROFFLOAD
+                                                   : CHAM_PLANNER_CHAMELEON;
     c->recompute = s == CHAM_STRATEGY_CHAMELEON;
     /* ProTrain runs on PyTorch: a swapped-out block returns to the
      * allocator once its copy is done, so nothing waits for a copy. */
