@@ -76,6 +76,8 @@ static const struct summary_key {
     {"layers_skipped", "Blocks skipped (stochastic depth)", V_COUNT},
     {"hazards", "Hazards (data races found)", V_COUNT},
     {"bit_exact", "Equal to the unconstrained run, bit for bit", V_YESNO},
+    {"decoded_tokens", "Tokens decoded per sequence after training", V_COUNT},
+    {"decode_bit_exact", "Decoded tokens equal the unconstrained run's", V_YESNO},
     {"oom", "Out of device memory", V_YESNO},
     {"oom_step", "Failed at step", V_COUNT},
     {"oom_op", "Failed at op", V_COUNT},

@@ -396,6 +396,61 @@ static void test_seq_longer_than_data(void **state)
     gpt_data_free(&d);
 }
 
+/* Decoding after training (decode.h): with the KV caches offloaded under
+ * Chameleon, and on the device under HyperOffload's planner at a quarter
+ * of the memory, the tokens chosen equal the unconstrained reference's
+ * (caches on the device), with no hazard; they are not all one token. */
+static void decoded(cham_strategy_t strategy, double fraction, bool offload)
+{
+    gpt_train_config_t c = gpt_train_config_default();
+    c.steps = 30;
+    c.strategy = strategy;
+    c.budget_fraction = fraction;
+    c.verify = true;
+    c.generate = 24;
+    c.kv_offload = offload;
+    gpt_train_result_t r;
+    char err[600] = "";
+    if (gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
+        fail_msg("%s", err);
+    assert_int_equal(r.decoded, 24);
+    assert_true(r.decode_bit_exact);
+    assert_true(r.bit_exact);
+    assert_int_equal(r.hazards, 0);
+    int distinct = 0;
+    for (int i = 1; i < 8; i++)
+        distinct += r.first_tokens[i] != r.first_tokens[0];
+    assert_true(distinct > 0);
+}
+
+static void test_decode_bit_exact(void **state)
+{
+    (void)state;
+    decoded(CHAM_STRATEGY_CHAMELEON, 0.5, true);
+    decoded(CHAM_STRATEGY_HYPEROFFLOAD, 0.25, false);
+}
+
+/* Lengths the model cannot hold are refused before training, naming them. */
+static void test_decode_bad_lengths(void **state)
+{
+    (void)state;
+    gpt_train_config_t c = gpt_train_config_default();
+    c.prompt = 100;
+    c.generate = 100;
+    gpt_train_result_t r;
+    char err[600] = "";
+    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+                     CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "prompt 100 + generate 100 needs 199 positions, more than the "
+                                "model's seq of 128"));
+    assert_int_equal(r.steps, 0);
+    c.prompt = 0;
+    c.generate = 4;
+    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+                     CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "prompt 0 is not valid"));
+}
+
 /* AdamW on the host (host_adam.h): bit-exact against the reference's
  * device optimizer, overflow steps included, under a quarter budget. */
 static void test_host_optimizer(void **state)
@@ -595,6 +650,8 @@ int main(void)
         cmocka_unit_test(test_protrain_strategy),
         cmocka_unit_test(test_host_optimizer_needs_host_figures),
         cmocka_unit_test(test_loss_falls),
+        cmocka_unit_test(test_decode_bit_exact),
+        cmocka_unit_test(test_decode_bad_lengths),
         cmocka_unit_test(test_native_fails_clearly),
         cmocka_unit_test(test_corrupted_swap_is_caught),
         cmocka_unit_test(test_planted_race_is_counted),

@@ -42,7 +42,7 @@ check train-expandable 0 'every loss and every parameter byte equal' -- \
   "${small[@]}" --verify --capacity 50% --allocator expandable
 check train-old-policy 0 'note: --policy is deprecated, use --strategy' -- \
   train --steps 0 --quiet --policy native
-check train-no-ideal 2 '--strategy must be chameleon, chameleon-swap, native, recompute, capuchin, vdnn, protrain or swapadvisor, got "ideal"' -- \
+check train-no-ideal 2 '--strategy must be chameleon, chameleon-swap, native, recompute, capuchin, vdnn, protrain, swapadvisor or hyperoffload, got "ideal"' -- \
   "${small[@]}" --strategy ideal
 check train-old-budget-bad 2 '--capacity must be a size .* got "lots"' -- train --budget lots
 check train-help-names 0 '--capacity B .*' -- train --help
@@ -54,7 +54,7 @@ check train-launch-bound 0 'why +launch-bound: [0-9]+ kernel launches at [0-9.]+
   train --steps 3 --quiet --verify
 check_not train-no-why 0 'step time +[0-9.]+ ms simulated' 'launch-bound' -- train --steps 3 --quiet
 check train-bad-budget 2 '--capacity must be a size from 1 byte to 64TiB .* got "lots"' -- "${small[@]}" --capacity lots
-check train-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, native, recompute, capuchin, vdnn, protrain or swapadvisor, got "magic"' -- \
+check train-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, native, recompute, capuchin, vdnn, protrain, swapadvisor or hyperoffload, got "magic"' -- \
   "${small[@]}" --strategy magic
 for p in recompute capuchin; do
   check train-$p 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
@@ -64,6 +64,15 @@ done
 check train-vdnn 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \
   "${small[@]}" --strategy vdnn --verify --json --capacity 75%
 check train-vdnn-oom 1 'out of device memory' -- "${small[@]}" --strategy vdnn --capacity 50%
+# Decoding after training: the KV caches offloaded, the tokens the
+# reference chose with them on the device; lengths the model cannot hold.
+check train-decode 0 'decoded tokens +equal the unconstrained run.s' -- \
+  "${small[@]}" --verify --generate 8 --kv-offload on
+check train-decode-json 0 '"decoded_tokens": 8, "decode_bit_exact": true' -- \
+  "${small[@]}" --verify --generate 8 --kv-offload on --json
+check train-decode-too-long 2 'prompt 120 \+ generate 10 needs 129 positions, more than the model.s seq of 128' -- \
+  "${small[@]}" --prompt 120 --generate 10
+check train-bad-kv-offload 2 '--kv-offload must be on or off, got "yes"' -- "${small[@]}" --kv-offload yes
 check train-bad-overflow 2 '--overflow-at must be a comma-separated list' -- \
   "${small[@]}" --overflow-at 3,x
 check train-unknown-option 2 'unknown option --frobnicate' -- "${small[@]}" --frobnicate

@@ -16,6 +16,7 @@
 #include "plot.h"
 #include "report.h"
 #include "data.h"
+#include "decode.h"
 #include "train.h"
 
 #define MAX_OVERFLOW_AT 64
@@ -56,6 +57,13 @@ static void usage(FILE *f)
             "  --overflow-at S,S,... inject a gradient overflow at these steps\n"
             "  --no-loss-scaling     no dynamic loss scaling\n"
             "  --layer-drop P        stochastic depth: each block skipped with P (0.02)\n"
+            "decoding, after training (docs/train.md, \"Decoding\"):\n"
+            "  --generate N          greedy decoding of N tokens per sequence (0 = none)\n"
+            "  --prompt N            from the first N tokens of a validation batch (16)\n"
+            "  --kv-offload on|off   the KV caches in pinned host memory, each block's\n"
+            "                        prefetched, its new row stored back (off); with\n"
+            "                        --verify the reference decodes with them on the\n"
+            "                        device and the tokens must match\n"
             "memory:\n"
             "  --device PRESET       simulated device (`chameleon devices`)\n"
             "  --capacity B          device memory: bytes (64MiB) or a percentage of the\n"
@@ -98,6 +106,7 @@ static const tool_opt_t opts[] = {
     {"--lr", true}, {"--layer-drop", true}, {"--seed", true}, {"--device", true},
     {"--data", true}, {"--capacity", true}, {"--min-swap", true}, {"--overflow-at", true},
     {"--strategy", true}, {"--optimizer", true}, {"--allocator", true}, {"--trace", true}, {"--memory-curve", true}, {"--report", true},
+    {"--generate", true}, {"--prompt", true}, {"--kv-offload", true},
 };
 
 /* The model flags that differ from the defaults, for messages:
@@ -154,6 +163,11 @@ static int check_shape(const train_opts_t *o)
         fprintf(stderr, "chameleon train: --%s\n", err);
         return 2;
     }
+    gpt_decode_config_t dc = {.prompt = o->c.prompt, .generate = o->c.generate};
+    if (o->c.generate > 0 && !gpt_decode_check(&sv, &dc, err, sizeof err)) {
+        fprintf(stderr, "chameleon train: %s\n", err);
+        return 2;
+    }
     return 0;
 }
 
@@ -181,6 +195,8 @@ static int parse(int argc, char **argv, train_opts_t *o)
                    : strcmp(a, "--batch") == 0  ? &s->batch
                    : strcmp(a, "--steps") == 0  ? &o->c.steps
                    : strcmp(a, "--validate-every") == 0 ? &o->c.validate_every
+                   : strcmp(a, "--generate") == 0       ? &o->c.generate
+                   : strcmp(a, "--prompt") == 0         ? &o->c.prompt
                                                         : NULL;
         if (!v) {
             o->c.verify = o->c.verify || strcmp(a, "--verify") == 0;
@@ -190,11 +206,17 @@ static int parse(int argc, char **argv, train_opts_t *o)
             if (strcmp(a, "--no-loss-scaling") == 0)
                 o->c.loss_scaling = false;
         } else if (dim) {
-            uint64_t lo = strcmp(a, "--validate-every") == 0 || strcmp(a, "--steps") == 0 ? 0 : 1;
+            uint64_t lo = strcmp(a, "--validate-every") == 0 || strcmp(a, "--steps") == 0 ||
+                                  strcmp(a, "--generate") == 0
+                              ? 0 : 1;
             if (!tool_parse_uint(v, lo, MAX_DIM, &n))
                 return tool_bad_value(CMD, a, lo ? "an integer from 1 to 1000000"
                                                  : "an integer from 0 to 1000000", v);
             *dim = (int)n;
+        } else if (strcmp(a, "--kv-offload") == 0) {
+            if (strcmp(v, "on") && strcmp(v, "off"))
+                return tool_bad_value(CMD, a, "on or off", v);
+            o->c.kv_offload = strcmp(v, "on") == 0;
         } else if (strcmp(a, "--lr") == 0) {
             if (!tool_parse_real(v, 0, 10, &x))
                 return tool_bad_value(CMD, a, "a number from 0 to 10", v);
@@ -242,8 +264,9 @@ static int parse(int argc, char **argv, train_opts_t *o)
         } else if (strcmp(a, "--strategy") == 0) {
             if (cham_strategy_parse(v, &o->c.strategy) != CHAM_OK ||
                 o->c.strategy == CHAM_STRATEGY_IDEAL)
-                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, native, recompute, capuchin, "
-                                      "vdnn, protrain, swapadvisor or hyperoffload", v);
+                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, native, recompute, "
+                                      "capuchin, vdnn, protrain, swapadvisor or hyperoffload",
+                                      v);
         }
     }
     return check_shape(o);
@@ -438,6 +461,8 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
         {"stable_passive_swapouts", json_integer((json_int_t)r->stable_passive), false},
         {"stable_on_demand_swapins", json_integer((json_int_t)r->stable_on_demand), false},
         {"recomputes", json_integer((json_int_t)r->recomputes), false},
+        {"decoded_tokens", json_integer(r->decoded), false},
+        {"decode_bit_exact", json_boolean(r->decode_bit_exact), true},
         {"sim_step_time_s", plot_json_number(r->steps ? r->sim_step_time_s : NAN), false},
         {"ideal_step_time_s", plot_json_number(r->steps ? r->ideal_step_time_s : NAN), true},
         {"overhead_vs_ideal", plot_json_number(r->overhead_vs_ideal), true},
@@ -540,6 +565,16 @@ static void print_summary(const gpt_train_result_t *r, bool verify)
         printf("\n  host overhead         %.2f%% of the CPU time in Chameleon's calls\n",
                100 * r->host_overhead_ratio);
     printf("  hazards               %llu\n", (unsigned long long)r->hazards);
+    if (r->decoded) {
+        printf("  decoded               %d tokens a sequence, the first's:", r->decoded);
+        for (int i = 0; i < r->decoded && i < 8; i++)
+            printf(" %d", (int)r->first_tokens[i]);
+        printf("%s\n", r->decoded > 8 ? " ..." : "");
+        if (verify)
+            printf("  decoded tokens        %s\n", r->decode_bit_exact
+                       ? "equal the unconstrained run's (its KV caches on the device)"
+                       : "DIFFER from the unconstrained run's");
+    }
     if (verify)
         printf("  verification          %s\n", r->bit_exact
                    ? "every loss and every parameter byte equal the unconstrained run's"

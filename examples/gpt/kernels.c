@@ -167,6 +167,77 @@ void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int 
             }
 }
 
+void gpt_embed_at(float *out, const int32_t *tok, const float *wte, const float *wpe, int B,
+                  int pos, int C)
+{
+    for (int b = 0; b < B; b++) {
+        float *o = out + (size_t)b * C;
+        const float *e = wte + (size_t)tok[b] * C, *p = wpe + (size_t)pos * C;
+        for (int c = 0; c < C; c++)
+            o[c] = e[c] + p[c];
+    }
+}
+
+void gpt_kv_write(float *cache, const float *qkv, int B, int C, int pos)
+{
+    float *row = cache + (size_t)pos * 2 * B * C;
+    for (int b = 0; b < B; b++) {
+        memcpy(row + (size_t)b * C, qkv + (size_t)b * 3 * C + C, (size_t)C * sizeof *row);
+        memcpy(row + ((size_t)B + b) * C, qkv + (size_t)b * 3 * C + 2 * C,
+               (size_t)C * sizeof *row);
+    }
+}
+
+/* The scaled score of query q against the key of row t2 for sequence b. */
+static float score(const float *q, const float *cache, int B, int C, int b, int t2, int off,
+                   int hs, float scale)
+{
+    const float *k = cache + ((size_t)t2 * 2 * B + b) * C + off;
+    float s = 0;
+    for (int i = 0; i < hs; i++)
+        s += q[i] * k[i];
+    return s * scale;
+}
+
+void gpt_attention_decode(float *out, const float *qkv, const float *cache, int B, int C,
+                          int NH, int pos)
+{
+    int hs = C / NH;
+    float scale = (float)(1.0 / sqrt((double)hs));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            int off = h * hs;
+            const float *q = qkv + (size_t)b * 3 * C + off;
+            float max = -INFINITY, sum = 0;
+            for (int t2 = 0; t2 <= pos; t2++) {
+                float a = score(q, cache, B, C, b, t2, off, hs, scale);
+                max = a > max ? a : max;
+            }
+            for (int t2 = 0; t2 <= pos; t2++)
+                sum += expf(score(q, cache, B, C, b, t2, off, hs, scale) - max);
+            float *o = out + (size_t)b * C + off;
+            for (int i = 0; i < hs; i++)
+                o[i] = 0;
+            for (int t2 = 0; t2 <= pos; t2++) {
+                float a = expf(score(q, cache, B, C, b, t2, off, hs, scale) - max) / sum;
+                const float *v = cache + ((size_t)t2 * 2 * B + B + b) * C + off;
+                for (int i = 0; i < hs; i++)
+                    o[i] += a * v[i];
+            }
+        }
+}
+
+void gpt_argmax(int32_t *out, const float *logits, int N, int V)
+{
+    for (int n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * V;
+        int best = 0;
+        for (int v = 1; v < V; v++)
+            best = l[v] > l[best] ? v : best;
+        out[n] = best;
+    }
+}
+
 /* out = att V, att = softmax(scale q K^T): dV += att^T dout; datt = dout V^T;
  * dpre = att (datt - sum(att datt)); dq = scale dpre K; dK += scale dpre^T q. */
 void gpt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,

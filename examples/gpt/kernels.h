@@ -54,6 +54,21 @@ void gpt_attention_forward(float *out, float *att, const float *qkv, int B, int 
 void gpt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                             int B, int T, int C, int NH);
 
+/* Decoding one position of B sequences with a KV cache laid out
+ * [rows, 2, B, C]: row t holds the keys of position t for every sequence,
+ * then their values, so a position is one contiguous block.
+ * out[b,:] = wte[tok[b],:] + wpe[pos,:]. */
+void gpt_embed_at(float *out, const int32_t *tok, const float *wte, const float *wpe, int B,
+                  int pos, int C);
+/* Row pos of the cache gets the keys and values of qkv ([B, 3C]). */
+void gpt_kv_write(float *cache, const float *qkv, int B, int C, int pos);
+/* out ([B, C]) = the attention of qkv's queries over cache rows 0..pos,
+ * computed as gpt_attention_forward computes position pos (same
+ * operations in the same order: the same floats). */
+void gpt_attention_decode(float *out, const float *qkv, const float *cache, int B, int C,
+                          int NH, int pos);
+/* out[n] = the first index of the largest of logits[n, 0..V). */
+void gpt_argmax(int32_t *out, const float *logits, int N, int V);
 /* GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
 void gpt_gelu_forward(float *out, const float *inp, size_t n);
 /* dinp = (overwritten). */

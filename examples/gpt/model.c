@@ -8,11 +8,6 @@
 #include "host_adam.h"
 #include "model.h"
 
-/* Weights of a block, in their order in the flat storages. */
-enum { LN1W, LN1B, QKVW, QKVB, PROJW, PROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB,
-       PER_LAYER };
-/* Whole-model weights: the first two and the last two. */
-enum { WTE, WPE };
 
 /* What a block keeps for its backward. */
 typedef struct saved {
@@ -89,7 +84,7 @@ int gpt_shape_check(const gpt_shape_t *s, char *err, size_t err_size)
 
 static size_t lw(int layer, int k)
 {
-    return 2 + (size_t)layer * PER_LAYER + (size_t)k;
+    return 2 + (size_t)layer * GPT_PER_LAYER + (size_t)k;
 }
 
 /* ---- ops with their costs --------------------------------------------------------*/
@@ -219,12 +214,13 @@ static cham_status_t accumulate(gpt_model_t *m, cham_tensor_t *dst, cham_tensor_
 static void layout(gpt_model_t *m)
 {
     size_t C = (size_t)m->s.hidden, V = (size_t)m->s.vocab, T = (size_t)m->s.seq;
-    size_t per[PER_LAYER] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+    size_t per[GPT_PER_LAYER] = {C, C, 3 * C * C, 3 * C, C * C, C,
+                                 C, C, 4 * C * C, 4 * C, 4 * C * C, C};
     size_t i = 0, at = 0;
     m->count[i++] = V * C;
     m->count[i++] = T * C;
     for (int l = 0; l < m->s.layers; l++)
-        for (int k = 0; k < PER_LAYER; k++)
+        for (int k = 0; k < GPT_PER_LAYER; k++)
             m->count[i++] = per[k];
     m->count[i++] = C;
     m->count[i++] = C;
@@ -239,10 +235,10 @@ static void layout(gpt_model_t *m)
  * as GPT-2 does); layer-norm weights 1, biases 0. */
 static void init_of(const gpt_model_t *m, size_t w, uint64_t seed, gpt_args_t *a)
 {
-    size_t k = w >= 2 && w < m->n_weights - 2 ? (w - 2) % PER_LAYER : SIZE_MAX;
-    bool ln_weight = k == LN1W || k == LN2W || w == m->n_weights - 2;
-    bool bias = k == QKVB || k == PROJB || k == LN1B || k == LN2B || k == FCB || k == FCPROJB ||
-                w == m->n_weights - 1;
+    size_t k = w >= 2 && w < m->n_weights - 2 ? (w - 2) % GPT_PER_LAYER : SIZE_MAX;
+    bool ln_weight = k == GPT_LN1W || k == GPT_LN2W || w == m->n_weights - 2;
+    bool bias = k == GPT_QKVB || k == GPT_PROJB || k == GPT_LN1B || k == GPT_LN2B ||
+                k == GPT_FCB || k == GPT_FCPROJB || w == m->n_weights - 1;
     a->kind = GPT_INIT_PARAMS;
     a->n = m->count[w];
     if (ln_weight || bias) {
@@ -251,7 +247,7 @@ static void init_of(const gpt_model_t *m, size_t w, uint64_t seed, gpt_args_t *a
     } else {
         a->seed = seed * 1000003u + w + 1;
         a->scale = 0.02f;
-        if (k == PROJW || k == FCPROJW)
+        if (k == GPT_PROJW || k == GPT_FCPROJW)
             a->scale = (float)(0.02 / sqrt(2.0 * m->s.layers));
     }
 }
@@ -284,7 +280,7 @@ cham_status_t gpt_model_new(gpt_ops_t *ops, const gpt_shape_t *shape, uint64_t s
     }
     m->ops = ops;
     m->s = *shape;
-    m->n_weights = 4 + (size_t)shape->layers * PER_LAYER;
+    m->n_weights = 4 + (size_t)shape->layers * GPT_PER_LAYER;
     m->offset = calloc(m->n_weights, sizeof *m->offset);
     m->count = calloc(m->n_weights, sizeof *m->count);
     m->pv = calloc(m->n_weights, sizeof *m->pv);
@@ -397,8 +393,8 @@ static cham_status_t block_forward(gpt_model_t *m, int l, keep_t keep, cham_tens
     int N = m->s.batch * m->s.seq, C = m->s.hidden;
     size_t NC = (size_t)N * (size_t)C;
     sv->in = cham_tensor_retain(*x);
-    TRY(layernorm(m, sv->in, lw(l, LN1W), "ln1", l, &sv->ln1, &sv->ln1_mean, &sv->ln1_rstd));
-    TRY(matmul(m, sv->ln1, lw(l, QKVW), true, C, 3 * C, "qkv", l, &sv->qkv));
+    TRY(layernorm(m, sv->in, lw(l, GPT_LN1W), "ln1", l, &sv->ln1, &sv->ln1_mean, &sv->ln1_rstd));
+    TRY(matmul(m, sv->ln1, lw(l, GPT_QKVW), true, C, 3 * C, "qkv", l, &sv->qkv));
     TRY(act(m, NC, "atty", l, &sv->atty));
     TRY(act(m, (size_t)m->s.batch * (size_t)m->s.heads * (size_t)m->s.seq * (size_t)m->s.seq,
             "att", l, &sv->att));
@@ -407,7 +403,7 @@ static cham_status_t block_forward(gpt_model_t *m, int l, keep_t keep, cham_tens
     cham_tensor_t *ao[2] = {sv->atty, sv->att};
     TRY(op(m, &at, &sv->qkv, 1, ao, 2, 0, 4.0 * m->s.batch * m->s.seq * m->s.seq * C));
     cham_tensor_t *attp = NULL;
-    TRY(matmul(m, sv->atty, lw(l, PROJW), true, C, C, "attproj", l, &attp));
+    TRY(matmul(m, sv->atty, lw(l, GPT_PROJW), true, C, C, "attproj", l, &attp));
     st = act(m, NC, "res2", l, &sv->res2);
     if (st == CHAM_OK) {
         gpt_args_t add = {.kind = GPT_ADD, .n = NC};
@@ -417,13 +413,13 @@ static cham_status_t block_forward(gpt_model_t *m, int l, keep_t keep, cham_tens
     release(m, &attp);
     if (st != CHAM_OK)
         return st;
-    TRY(layernorm(m, sv->res2, lw(l, LN2W), "ln2", l, &sv->ln2, &sv->ln2_mean, &sv->ln2_rstd));
-    TRY(matmul(m, sv->ln2, lw(l, FCW), true, C, 4 * C, "fc", l, &sv->fch));
+    TRY(layernorm(m, sv->res2, lw(l, GPT_LN2W), "ln2", l, &sv->ln2, &sv->ln2_mean, &sv->ln2_rstd));
+    TRY(matmul(m, sv->ln2, lw(l, GPT_FCW), true, C, 4 * C, "fc", l, &sv->fch));
     TRY(act(m, 4 * NC, "fc_gelu", l, &sv->fch_gelu));
     gpt_args_t ge = {.kind = GPT_GELU, .n = 4 * NC};
     TRY(op(m, &ge, &sv->fch, 1, &sv->fch_gelu, 1, 0, 8.0 * 4 * (double)NC));
     cham_tensor_t *fcp = NULL, *res3 = NULL;
-    TRY(matmul(m, sv->fch_gelu, lw(l, FCPROJW), true, 4 * C, C, "fcproj", l, &fcp));
+    TRY(matmul(m, sv->fch_gelu, lw(l, GPT_FCPROJW), true, 4 * C, C, "fcproj", l, &fcp));
     st = act(m, NC, "res3", l, &res3);
     if (st == CHAM_OK) {
         gpt_args_t add2 = {.kind = GPT_ADD, .n = NC};
@@ -491,7 +487,7 @@ cham_status_t gpt_forward(gpt_model_t *m, const int32_t *tokens, const int32_t *
     cham_tensor_t *x = NULL;
     TRY(act(m, NC, "embedding", -1, &x));
     gpt_args_t em = {.kind = GPT_EMBED, .B = m->s.batch, .T = m->s.seq, .C = C};
-    cham_tensor_t *ei[3] = {m->tok, m->pv[WTE], m->pv[WPE]};
+    cham_tensor_t *ei[3] = {m->tok, m->pv[GPT_WTE], m->pv[GPT_WPE]};
     st = op(m, &em, ei, 3, &x, 1, 0, (double)NC);
     for (int l = 0; st == CHAM_OK && l < m->s.layers; l++) {
         m->skipped[l] = skip && skip[l];
@@ -521,7 +517,7 @@ cham_status_t gpt_forward(gpt_model_t *m, const int32_t *tokens, const int32_t *
     size_t lnf = m->n_weights - 2;
     TRY(layernorm(m, m->res_final, lnf, "lnf", -1, &m->lnf, &m->lnf_mean, &m->lnf_rstd));
     cham_tensor_t *logits = NULL, *losses = NULL;
-    TRY(matmul(m, m->lnf, WTE, false, C, V, "logits", -1, &logits));
+    TRY(matmul(m, m->lnf, GPT_WTE, false, C, V, "logits", -1, &logits));
     st = act(m, (size_t)N, "losses", -1, &losses);
     if (st == CHAM_OK)
         st = act(m, (size_t)N * (size_t)V, "probs", -1, &m->probs);
@@ -566,7 +562,7 @@ static cham_status_t block_backward(gpt_model_t *m, int l, cham_tensor_t *d)
             return st;
     }
     /* res3 = res2 + fcproj(gelu(fc(ln2(res2)))) */
-    TRY(matmul_backward(m, d, sv->fch_gelu, lw(l, FCPROJW), true, 4 * C, C, "d_fc_gelu", l,
+    TRY(matmul_backward(m, d, sv->fch_gelu, lw(l, GPT_FCPROJW), true, 4 * C, C, "d_fc_gelu", l,
                         &dfg));
     release(m, &sv->fch_gelu);
     st = act(m, 4 * NC, "d_fc", l, &dfc);
@@ -578,11 +574,11 @@ static cham_status_t block_backward(gpt_model_t *m, int l, cham_tensor_t *d)
     release(m, &dfg);
     release(m, &sv->fch);
     if (st == CHAM_OK)
-        st = matmul_backward(m, dfc, sv->ln2, lw(l, FCW), true, C, 4 * C, "d_ln2", l, &dln);
+        st = matmul_backward(m, dfc, sv->ln2, lw(l, GPT_FCW), true, C, 4 * C, "d_ln2", l, &dln);
     release(m, &dfc);
     release(m, &sv->ln2);
     if (st == CHAM_OK)
-        st = layernorm_backward(m, dln, sv->res2, lw(l, LN2W), sv->ln2_mean, sv->ln2_rstd,
+        st = layernorm_backward(m, dln, sv->res2, lw(l, GPT_LN2W), sv->ln2_mean, sv->ln2_rstd,
                                 "d_res2", l, &tmp);
     release(m, &dln);
     release(m, &sv->res2);
@@ -595,7 +591,7 @@ static cham_status_t block_backward(gpt_model_t *m, int l, cham_tensor_t *d)
         return st;
     /* res2 = in + attproj(attention(qkv(ln1(in)))) */
     cham_tensor_t *datty = NULL, *dqkv = NULL;
-    TRY(matmul_backward(m, d, sv->atty, lw(l, PROJW), true, C, C, "d_atty", l, &datty));
+    TRY(matmul_backward(m, d, sv->atty, lw(l, GPT_PROJW), true, C, C, "d_atty", l, &datty));
     release(m, &sv->atty);
     st = act(m, 3 * NC, "d_qkv", l, &dqkv);
     if (st == CHAM_OK) {
@@ -608,11 +604,11 @@ static cham_status_t block_backward(gpt_model_t *m, int l, cham_tensor_t *d)
     release(m, &sv->qkv);
     release(m, &sv->att);
     if (st == CHAM_OK)
-        st = matmul_backward(m, dqkv, sv->ln1, lw(l, QKVW), true, C, 3 * C, "d_ln1", l, &dln);
+        st = matmul_backward(m, dqkv, sv->ln1, lw(l, GPT_QKVW), true, C, 3 * C, "d_ln1", l, &dln);
     release(m, &dqkv);
     release(m, &sv->ln1);
     if (st == CHAM_OK)
-        st = layernorm_backward(m, dln, sv->in, lw(l, LN1W), sv->ln1_mean, sv->ln1_rstd,
+        st = layernorm_backward(m, dln, sv->in, lw(l, GPT_LN1W), sv->ln1_mean, sv->ln1_rstd,
                                 "d_in", l, &tmp);
     release(m, &dln);
     release(m, &sv->in);
@@ -641,7 +637,7 @@ cham_status_t gpt_backward(gpt_model_t *m, float loss_scale)
     st = op(m, &ce, ci, 2, &dlogits, 1, 0, 2.0 * N * V);
     release(m, &m->probs);
     if (st == CHAM_OK)
-        st = matmul_backward(m, dlogits, m->lnf, WTE, false, C, V, "d_lnf", -1, &dlnf);
+        st = matmul_backward(m, dlogits, m->lnf, GPT_WTE, false, C, V, "d_lnf", -1, &dlnf);
     release(m, &dlogits);
     release(m, &m->lnf);
     if (st == CHAM_OK)
@@ -666,7 +662,7 @@ cham_status_t gpt_backward(gpt_model_t *m, float loss_scale)
     }
     if (st == CHAM_OK) {
         gpt_args_t eb = {.kind = GPT_EMBED_BWD, .B = m->s.batch, .T = m->s.seq, .C = C};
-        cham_tensor_t *ei[2] = {d, m->tok}, *eo[2] = {m->gv[WTE], m->gv[WPE]};
+        cham_tensor_t *ei[2] = {d, m->tok}, *eo[2] = {m->gv[GPT_WTE], m->gv[GPT_WPE]};
         st = op(m, &eb, ei, 2, eo, 2, 0x3, (double)N * C);
     }
     release(m, &d);
@@ -682,10 +678,9 @@ cham_status_t gpt_backward(gpt_model_t *m, float loss_scale)
 static cham_status_t send_block(gpt_model_t *m, int l)
 {
     if (l >= 0) {
-        size_t first = m->offset[lw(l, 0)];
+        size_t first = m->offset[lw(l, 0)], last = lw(l, GPT_PER_LAYER - 1);
         return gpt_host_adam_send(m->host, m->grads, first,
-                                  m->offset[lw(l, PER_LAYER - 1)] + m->count[lw(l, PER_LAYER - 1)] -
-                                      first);
+                                  m->offset[last] + m->count[last] - first);
     }
     size_t tail = m->offset[m->n_weights - 2];
     cham_status_t st = gpt_host_adam_send(m->host, m->grads, 0, m->offset[lw(0, 0)]);
@@ -702,7 +697,7 @@ static gpt_args_t adamw_args(gpt_model_t *m, int t, float lr, float weight_decay
 cham_status_t gpt_inject_overflow(gpt_model_t *m)
 {
     gpt_args_t a = {.kind = GPT_INJECT_OVERFLOW};
-    return op(m, &a, NULL, 0, &m->gv[WTE], 1, 0x1, 1);
+    return op(m, &a, NULL, 0, &m->gv[GPT_WTE], 1, 0x1, 1);
 }
 
 cham_status_t gpt_check_grads(gpt_model_t *m, bool *overflow, double *sum_squares)
@@ -761,4 +756,21 @@ cham_status_t gpt_read_params(gpt_model_t *m, float *host)
     gpt_args_t a = {.kind = GPT_READ, .n = m->n_params, .host_dst = host};
     TRY(op(m, &a, &m->params, 1, NULL, 0, 0, 0));
     return cham_stream_synchronize(cham_context_compute_stream(m->ops->ctx));
+}
+
+cham_tensor_t *gpt_model_weight(const gpt_model_t *m, int layer, int k)
+{
+    if (layer >= 0)
+        return m->pv[lw(layer, k)];
+    return m->pv[k < 2 ? (size_t)k : m->n_weights - 4 + (size_t)k];
+}
+
+const gpt_shape_t *gpt_model_shape(const gpt_model_t *m)
+{
+    return &m->s;
+}
+
+gpt_ops_t *gpt_model_ops(const gpt_model_t *m)
+{
+    return m->ops;
 }

@@ -89,4 +89,14 @@ cham_status_t gpt_read_master(gpt_model_t *m, float *host);
 /* Copies the parameters to host memory (param_count floats). */
 cham_status_t gpt_read_params(gpt_model_t *m, float *host);
 
+/* The weights, for code that runs the model outside this file (decode.h):
+ * a block's (layer >= 0) in the order below, or the whole model's
+ * (layer -1): GPT_WTE, GPT_WPE, GPT_LNFW, GPT_LNFB. Views of the flat
+ * parameter storage. */
+enum { GPT_LN1W, GPT_LN1B, GPT_QKVW, GPT_QKVB, GPT_PROJW, GPT_PROJB, GPT_LN2W, GPT_LN2B,
+       GPT_FCW, GPT_FCB, GPT_FCPROJW, GPT_FCPROJB, GPT_PER_LAYER };
+enum { GPT_WTE, GPT_WPE, GPT_LNFW, GPT_LNFB };
+cham_tensor_t *gpt_model_weight(const gpt_model_t *m, int layer, int k);
+const gpt_shape_t *gpt_model_shape(const gpt_model_t *m);
+gpt_ops_t *gpt_model_ops(const gpt_model_t *m);
 #endif

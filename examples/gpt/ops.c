@@ -16,7 +16,9 @@ static const char *const names[GPT_KINDS] = {
     "add", "accumulate",
     "cross_entropy", "cross_entropy_backward", "loss_mean",
     "check_grads", "inject_overflow", "scale", "adamw", "read",
-    "grads_to_host", "params_from_host"};
+    "grads_to_host", "params_from_host",
+    "embedding_at", "kv_write", "attention_decode", "argmax",
+    "kv_prefetch", "kv_store"};
 
 uint64_t gpt_cpu_ns(void)
 {
@@ -135,8 +137,22 @@ static void run(void *p)
     case GPT_READ:              /* f: x */
         memcpy(a->host_dst, f[0], a->n * sizeof *f[0]);
         break;
+    case GPT_EMBED_AT:          /* f: wte, wpe, out; i: tokens */
+        gpt_embed_at(f[2], a->i[0], f[0], f[1], a->B, a->pos, a->C);
+        break;
+    case GPT_KV_WRITE:          /* f: qkv, cache */
+        gpt_kv_write(f[1], f[0], a->B, a->C, a->pos);
+        break;
+    case GPT_ATTENTION_DECODE:  /* f: qkv, cache, out */
+        gpt_attention_decode(f[2], f[0], f[1], a->B, a->C, a->NH, a->pos);
+        break;
+    case GPT_ARGMAX:            /* f: logits */
+        gpt_argmax(a->host_dst, f[0], a->N, a->V);
+        break;
     case GPT_TO_HOST:           /* copies, never run as kernels */
     case GPT_FROM_HOST:
+    case GPT_KV_PREFETCH:
+    case GPT_KV_STORE:
     case GPT_KINDS:
         break;
     }

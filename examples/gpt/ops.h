@@ -26,6 +26,8 @@ typedef enum gpt_kind {
     GPT_CROSSENTROPY, GPT_CROSSENTROPY_BWD, GPT_LOSS_MEAN,
     GPT_CHECK_GRADS, GPT_INJECT_OVERFLOW, GPT_SCALE, GPT_ADAMW, GPT_READ,
     GPT_TO_HOST, GPT_FROM_HOST,  /* the host optimizer's copies (host_adam.h) */
+    GPT_EMBED_AT, GPT_KV_WRITE, GPT_ATTENTION_DECODE, GPT_ARGMAX,   /* decoding (decode.h) */
+    GPT_KV_PREFETCH, GPT_KV_STORE,  /* its KV offload's copies */
     GPT_KINDS
 } gpt_kind_t;
 
@@ -40,6 +42,7 @@ typedef struct gpt_args {
     int32_t *i[2];               /* the op's int32 tensors, in the same order */
     const int32_t *host_tok;     /* LOAD_TOKENS: host data */
     int B, T, C, NH, V, N, OC;
+    int pos;                     /* decoding: the position */
     size_t n;
     float scale;
     uint64_t seed;
@@ -49,7 +52,8 @@ typedef struct gpt_args {
     /* Host results (as by a synchronising .item()). */
     double *out_value;
     bool *out_flag;
-    void *host_dst;              /* READ: copy n floats of f[0] here */
+    void *host_dst;              /* READ: copy n floats of f[0] here; ARGMAX:
+                                    the N tokens */
 } gpt_args_t;
 
 /* Op tokens and the host time spent in Chameleon's calls. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "decode.h"
 #include "train.h"
 
 #define GiB (UINT64_C(1) << 30)
@@ -27,6 +28,7 @@ gpt_train_config_t gpt_train_config_default(void)
         .loss_scaling = true,
         .drop_prob = 0.02,
         .min_swap_bytes = GPT_MIN_SWAP_DEFAULT,
+        .prompt = 16,
     };
 }
 
@@ -67,7 +69,7 @@ static cham_status_t run_open(run_t *r, const gpt_train_config_t *c, uint64_t ca
         st = CHAM_ERR_INVALID_ARG;    /* the budget is the point of training here */
     if (st != CHAM_OK) {
         snprintf(err, err_size, "strategy %s cannot train (chameleon, chameleon-swap, native, "
-                 "recompute, capuchin, vdnn, protrain or swapadvisor can)", cham_strategy_name(c->strategy));
+                 "recompute, capuchin, vdnn, protrain, swapadvisor or hyperoffload can)", cham_strategy_name(c->strategy));
         return st;
     }
     st = cham_context_new(&cfg, &r->ctx);
@@ -313,6 +315,50 @@ static cham_status_t fail(run_t *r, int step, const char *what, cham_status_t st
     return st;
 }
 
+/* After training: both runs decode the same prompts (the reference with
+ * its caches on the device) and their tokens are compared. */
+static cham_status_t decode(run_t *a, run_t *b, const gpt_train_config_t *c,
+                            const gpt_data_t *d, gpt_train_result_t *res, char *err,
+                            size_t err_size)
+{
+    int B = c->shape.batch, T = c->shape.seq;
+    size_t n = (size_t)B * (size_t)c->generate;
+    int32_t *prompt = malloc((size_t)B * (size_t)(c->prompt > 0 ? c->prompt : 1) *
+                             sizeof *prompt);
+    int32_t *got = malloc(n * sizeof *got), *want = malloc(n * sizeof *want);
+    cham_status_t st = CHAM_OK;
+    if (!prompt || !got || !want) {
+        snprintf(err, err_size, "decode: out of host memory");
+        st = CHAM_ERR_HOST_OOM;
+    }
+    if (st == CHAM_OK) {
+        gpt_data_batch(d, 1, c->seed, 0, B, T, a->tok, a->tgt);
+        for (int s = 0; s < B; s++)
+            for (int p = 0; p < c->prompt && p < T; p++)
+                prompt[(size_t)s * c->prompt + p] = a->tok[(size_t)s * T + p];
+        gpt_decode_config_t dc = {.prompt = c->prompt, .generate = c->generate,
+                                  .kv_offload = c->kv_offload};
+        st = gpt_decode(a->model, &dc, prompt, got, err, err_size);
+        dc.kv_offload = false;
+        if (st == CHAM_OK && b && (st = gpt_decode(b->model, &dc, prompt, want, err,
+                                                   err_size)) != CHAM_OK) {
+            size_t len = strlen(err);
+            snprintf(err + len, err_size - len, " (the unconstrained reference)");
+        }
+    }
+    if (st == CHAM_OK) {
+        res->decoded = c->generate;
+        for (size_t i = 0; i < 8 && i < (size_t)c->generate; i++)
+            res->first_tokens[i] = got[i];
+        res->decode_bit_exact = b && memcmp(got, want, n * sizeof *got) == 0;
+        res->bit_exact = res->bit_exact && (!b || res->decode_bit_exact);
+    }
+    free(prompt);
+    free(got);
+    free(want);
+    return st;
+}
+
 cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
                         gpt_progress_fn progress, void *user, gpt_train_result_t *res,
                         char *err, size_t err_size)
@@ -325,6 +371,9 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
     gpt_train_config_t cfg = *c;
     cfg.shape = shape;
     if (gpt_shape_check(&shape, err, err_size) != 0)
+        return CHAM_ERR_INVALID_ARG;
+    gpt_decode_config_t dc = {.prompt = c->prompt, .generate = c->generate};
+    if (c->generate > 0 && !gpt_decode_check(&shape, &dc, err, err_size))
         return CHAM_ERR_INVALID_ARG;
     if (shape.seq > gpt_data_max_seq(d)) {
         snprintf(err, err_size, "seq: %d is longer than the data allows (%zu tokens: each "
@@ -508,6 +557,8 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         snprintf(err, err_size, "no detailed profile of the last step was made");
     if (c->on_finish)
         c->on_finish(st == CHAM_OK ? last : NULL, pol, c->on_finish_user);
+    if (st == CHAM_OK && c->generate > 0)
+        st = decode(&a, c->verify ? &b : NULL, &cfg, d, res, err, err_size);
     cham_runtime_stats_t s;
     cham_context_get_stats(a.ctx, &s);
     res->hazards = cham_device_hazard_count(cham_context_device(a.ctx));

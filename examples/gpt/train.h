@@ -39,6 +39,12 @@ typedef struct gpt_train_config {
     const uint64_t *overflow_at; /* steps whose gradients get an injected inf */
     size_t n_overflow_at;
     double drop_prob;            /* stochastic depth: each block's skip chance */
+    /* After training: greedy decoding of `generate` tokens (0: none) from
+     * the first `prompt` tokens of a validation batch (decode.h), with the
+     * KV caches offloaded to the host or not. With verify the reference
+     * decodes too, its caches on the device, and the tokens must match. */
+    int prompt, generate;
+    bool kv_offload;
     uint64_t min_swap_bytes;     /* smallest tensor worth swapping (GPT_MIN_SWAP_DEFAULT) */
     cham_allocator_mode_t allocator; /* the device allocator's (CHAM_ALLOCATOR_AUTO) */
     bool log;                    /* the runtime's log lines to stderr */
@@ -117,6 +123,9 @@ typedef struct gpt_train_result {
     double predicted_step_s;
     uint64_t predicted_peak_bytes;
     uint64_t largest_op_bytes;   /* the largest one op needs at once */
+    int decoded;                 /* tokens generated per sequence */
+    bool decode_bit_exact;       /* with verify: the reference chose the same */
+    int32_t first_tokens[8];     /* the first sequence's first tokens chosen */
     char largest_op[32];         /* its name */
 } gpt_train_result_t;
 
