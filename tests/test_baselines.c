@@ -66,14 +66,16 @@ static void test_strategy_names_and_settings(void **state)
         assert_int_equal(cham_strategy_apply(s, &c), CHAM_OK);
         bool managed = s == CHAM_STRATEGY_CHAMELEON || s == CHAM_STRATEGY_CAPUCHIN ||
                        s == CHAM_STRATEGY_VDNN || s == CHAM_STRATEGY_CHAMELEON_SWAP ||
-                       s == CHAM_STRATEGY_SWAPADVISOR;
+                       s == CHAM_STRATEGY_SWAPADVISOR || s == CHAM_STRATEGY_HYPEROFFLOAD;
         assert_int_equal(c.executor, managed);
         assert_int_equal(c.recompute, s == CHAM_STRATEGY_CHAMELEON);
         assert_int_equal(c.oom_handling, managed);
-        assert_int_equal(c.planner, s == CHAM_STRATEGY_CAPUCHIN      ? CHAM_PLANNER_CAPUCHIN
-                                    : s == CHAM_STRATEGY_VDNN        ? CHAM_PLANNER_VDNN
-                                    : s == CHAM_STRATEGY_SWAPADVISOR ? CHAM_PLANNER_SWAPADVISOR
-                                                                     : CHAM_PLANNER_CHAMELEON);
+        cham_planner_kind_t want = s == CHAM_STRATEGY_CAPUCHIN       ? CHAM_PLANNER_CAPUCHIN
+                                   : s == CHAM_STRATEGY_VDNN         ? CHAM_PLANNER_VDNN
+                                   : s == CHAM_STRATEGY_SWAPADVISOR  ? CHAM_PLANNER_SWAPADVISOR
+                                   : s == CHAM_STRATEGY_HYPEROFFLOAD ? CHAM_PLANNER_HYPEROFFLOAD
+                                                                     : CHAM_PLANNER_CHAMELEON;
+        assert_int_equal(c.planner, want);
         assert_int_equal(c.device.capacity, s == CHAM_STRATEGY_IDEAL ? 64ull << 40 : 1u << 30);
         assert_int_equal(cham_config_validate(&c, NULL, 0), CHAM_OK);
     }

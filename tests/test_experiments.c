@@ -147,6 +147,7 @@ static void test_policy_cache(void **state)
 static const char *const checked_elsewhere[] = {
     "max-size", "scaling", "stability", "record-stream", "policy-cache",
     "profiling-overhead", "parallelism", "budget-sweep", "model-size", "swapadvisor",
+    "kv-offload",
 };
 
 /* Every experiment, reduced, gives a non-empty table, a plot and a
@@ -247,6 +248,44 @@ static void test_swapadvisor(void **state)
     assert_true(exp_table_get(d, "swapadvisor", "policies made") >= 3);
     assert_true(exp_table_get(d, "swapadvisor", "hazards") == 0);
     assert_true(exp_table_get(d, "chameleon", "hazards") == 0);
+    exp_result_free(&r);
+}
+
+/* kv-offload: on both devices offloading the caches lowers the peak by
+ * at most their size, slows decoding and lengthens the longest context;
+ * the planners, which also move weights and the prefill's activations,
+ * reach further still. A faster link never makes decoding slower. In
+ * training HyperOffload's plan holds fewer bytes than Chameleon's where
+ * memory is to spare. */
+static void test_kv_offload(void **state)
+{
+    (void)state;
+    exp_result_t r;
+    run("kv-offload", &r);
+    const exp_table_t *t = &r.tables[0];
+    assert_int_equal(t->n_rows, 2);
+    const char *devices[] = {"ascend-910b", "h100-80g"};
+    for (int i = 0; i < 2; i++) {
+        const char *d = devices[i];
+        double peak = exp_table_get(t, d, "peak GB");
+        double off = exp_table_get(t, d, "peak offloaded GB");
+        assert_true(off < peak && peak - off <= exp_table_get(t, d, "KV caches GB") + 1e-9);
+        assert_true(exp_table_get(t, d, "decode offloaded ms") > exp_table_get(t, d, "decode ms"));
+        double ctx = exp_table_get(t, d, "max context");
+        assert_true(ctx > 0);
+        assert_true(exp_table_get(t, d, "max context offloaded") > ctx);
+        assert_true(exp_table_get(t, d, "max context hyperoffload") > ctx);
+        assert_true(exp_table_get(t, d, "max context chameleon") > ctx);
+    }
+    const exp_table_t *b = &r.tables[1];
+    assert_true(b->n_rows >= 4);
+    for (size_t k = 1; k < b->n_rows; k++)
+        assert_true(b->cells[k * b->n_cols + 2].num <= b->cells[(k - 1) * b->n_cols + 2].num);
+    const exp_table_t *tr = &r.tables[2];
+    assert_int_equal(tr->n_rows, 4);
+    assert_true(exp_table_get(tr, "1.00x", "hyperoffload last-step peak GB") <
+                exp_table_get(tr, "1.00x", "chameleon last-step peak GB"));
+    assert_false(isnan(exp_table_get(tr, "2.00x", "hyperoffload overhead %")));
     exp_result_free(&r);
 }
 
@@ -596,6 +635,7 @@ int main(void)
         cmocka_unit_test(test_parallelism),
         cmocka_unit_test(test_budget_sweep),
         cmocka_unit_test(test_swapadvisor),
+        cmocka_unit_test(test_kv_offload),
         cmocka_unit_test(test_every_experiment_runs),
         cmocka_unit_test(test_svg_plot),
         cmocka_unit_test(test_files_written),

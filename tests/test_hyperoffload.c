@@ -22,6 +22,7 @@
 #include "profile/profile-impl.h"
 #include "support/profile_build.h"
 #include "support/rng.h"
+#include "support/train_dynamic.h"
 #include "train.h"
 
 #define MiB (UINT64_C(1) << 20)
@@ -314,25 +315,7 @@ static int teardown(void **state)
 static void test_trainer_bit_exact(void **state)
 {
     (void)state;
-    gpt_train_config_t c = gpt_train_config_default();
-    c.strategy = CHAM_STRATEGY_HYPEROFFLOAD;
-    c.steps = 60;
-    c.budget_fraction = 0.5;
-    c.verify = true;
-    c.validate_every = 20;
-    static const uint64_t overflow_at[] = {12, 33};
-    c.overflow_at = overflow_at;
-    c.n_overflow_at = 2;
-    c.drop_prob = 0.05;
-    gpt_train_result_t r;
-    char err[600] = "";
-    if (gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
-        fail_msg("%s", err);
-    assert_true(r.bit_exact);
-    assert_int_equal(r.hazards, 0);
-    assert_int_equal(r.steps, 60);
-    assert_true(r.swapped_bytes > 0);
-    assert_true(r.policy_regenerations > 1);
+    test_train_dynamic_bit_exact(&data, CHAM_STRATEGY_HYPEROFFLOAD);
 }
 
 /* Inference: a context native cannot hold decodes with HyperOffload's
