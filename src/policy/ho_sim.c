@@ -85,12 +85,10 @@ static uint64_t peak(ho_sim_t *s)
         if (!it->active)
             continue;
         int64_t b = (int64_t)it->bytes;
-        s->delta[2 * it->f] -= b;
-        if (it->wraps) {
-            s->delta[ns] += b;
-            s->delta[0] -= b;
-        }
-        s->delta[2 * it->q] += b;
+        s->delta[2 * it->f] -= b;      /* away from the Detach ... */
+        if (it->wraps)
+            s->delta[0] -= b;          /* ... to the step's end, and from its start ... */
+        s->delta[2 * it->q] += b;      /* ... to the Prefetch */
     }
     uint64_t top = 0;
     int64_t away = 0;
