@@ -1,12 +1,14 @@
 /* Fuzz target: the JSON profile loader (cham_profile_load_json,
  * src/profile/profile_json.c and the shared reader src/json/read.c)
  * and what `chameleon plan` and the run report do with a profile that
- * loaded: the memory curve, Chameleon's and vDNN's planners, and the
- * save/load round trip. Besides crashes, sanitizer reports, leaks and
+ * loaded: the memory curve, Chameleon's, vDNN's and HyperOffload's
+ * planners, and the save/load round trip. Besides crashes, sanitizer reports, leaks and
  * hangs, it checks that a failed load says why, starting with the path;
  * that a planned policy saves (passes the policy file's invariants) and,
  * from Chameleon's planner, predicts a peak within the usable memory
- * (docs/policy.md, "Predictions"); and that save(load(save(p))) is
+ * (docs/policy.md, "Predictions"); that HyperOffload's refinement never
+ * makes its placement worse (docs/hyperoffload.md); and that
+ * save(load(save(p))) is
  * save(p) byte for byte ("a file this library saves is one it loads",
  * docs/profile-format.md). Seeds: fuzz/corpus/profile/. */
 #include <stdint.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "chameleon/chameleon.h"
+#include "chameleon/hyperoffload.h"
 #include "chameleon/policy.h"
 #include "chameleon/profile.h"
 #include "memfile.h"
@@ -23,11 +26,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static fuzz_memfile_t input, saved, policy_out;
 
+typedef enum planner { CHAMELEON, VDNN, HYPEROFFLOAD } planner_t;
+
+/* HyperOffload's refinement keeps what it was given or does better: the
+ * bytes over the usable memory never grow and, where the inserted
+ * placement fits, neither does the step. */
+static void check_refinement(const cham_hyperoffload_result_t *r, const cham_policy_view_t *pv)
+{
+    if (r->refined.over_bytes > r->inserted.over_bytes ||
+        (r->inserted.over_bytes == 0 && r->refined.step_ns > r->inserted.step_ns))
+        fuzz_fail("hyperoffload's refinement made its placement worse", NULL);
+    if (pv->predicted_peak != r->refined.peak)
+        fuzz_fail("hyperoffload's policy predicts another peak than it planned", NULL);
+}
+
 /* Plans as `chameleon plan` does (tools/cmd_plan.c: the default preset's
  * bandwidths, the profile's capacity); a policy a planner returns must pass
  * the policy file's invariant check, which saving runs, and Chameleon's
- * must fit (vDNN's has no memory goal). */
-static void plan(const cham_profile_t *p, const cham_profile_view_t *v, bool vdnn)
+ * must fit (vDNN's and HyperOffload's have other goals first). */
+static void plan(const cham_profile_t *p, const cham_profile_view_t *v, planner_t who)
 {
     const cham_preset_t *preset = cham_preset_find(cham_preset_default_name());
     cham_planner_config_t cfg = cham_planner_config_default();
@@ -36,13 +53,18 @@ static void plan(const cham_profile_t *p, const cham_profile_view_t *v, bool vdn
     cfg.d2h_bandwidth = preset->d2h_bandwidth;
     cham_policy_t *pol = NULL;
     char err[512];
-    cham_status_t st = vdnn ? cham_plan_vdnn(p, &cfg, &pol, err, sizeof err)
-                            : cham_plan_chameleon(p, &cfg, &pol, err, sizeof err);
+    cham_hyperoffload_result_t r;
+    cham_status_t st =
+        who == VDNN           ? cham_plan_vdnn(p, &cfg, &pol, err, sizeof err)
+        : who == HYPEROFFLOAD ? cham_plan_hyperoffload(p, &cfg, NULL, &pol, &r, err, sizeof err)
+                              : cham_plan_chameleon(p, &cfg, &pol, err, sizeof err);
     if (st != CHAM_OK)
         return;
     cham_policy_view_t pv;
     cham_policy_get(pol, &pv);
-    if (!vdnn && pv.predicted_peak > pv.usable)
+    if (who == HYPEROFFLOAD)
+        check_refinement(&r, &pv);
+    if (who == CHAMELEON && pv.predicted_peak > pv.usable)
         fuzz_fail("a successful plan predicts a peak above the usable memory", NULL);
     if (cham_policy_save_json(pol, policy_out.path, err, sizeof err) != CHAM_OK)
         fuzz_fail("a planned policy does not save", err);
@@ -80,8 +102,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     free(actual);
     free(rebuilt);
 
-    plan(p, &v, false);
-    plan(p, &v, true);
+    plan(p, &v, CHAMELEON);
+    plan(p, &v, VDNN);
+    plan(p, &v, HYPEROFFLOAD);
 
     /* save(load(x)) loads, and saves to the same bytes. */
     if (cham_profile_save_json(p, saved.path, err, sizeof err) != CHAM_OK)
