@@ -4,8 +4,9 @@
  * HyperOffload is a compiler pass: it puts remote-memory traffic into the
  * graph as cache operators and then orders them. For each tensor idle
  * between two uses it may insert a Store (copy to host after the last use
- * before the gap), a Detach (give up the device copy once the Store is
- * done; the compute stream waits for the Store there) and a Prefetch
+ * before the gap), a Detach (give up the device copy: its block goes back
+ * to the allocator, reused behind an event on the Store; the cost model
+ * waits for the Store there) and a Prefetch
  * (copy back, issued before a chosen op, waited for by the first use after
  * the gap). Activations between forward and backward, optimizer state
  * between updates and, for inference, KV caches and weights between decode

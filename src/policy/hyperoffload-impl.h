@@ -13,8 +13,9 @@
 
 /* One idle tensor and its cache operators. Ops are profile indices:
  *   Store    after op s (its last use before the gap),
- *   Detach   before op f (the compute stream waits for the Store; the
- *            device copy is gone from then on),
+ *   Detach   before op f (the device copy is gone from then on; the cost
+ *            model makes the compute stream wait for the Store there, the
+ *            runtime makes whoever reuses the block wait),
  *   Prefetch before op q (issued when op q is reached),
  *   use      at op u, which waits for the Prefetch.
  * Not wrapping: s < f < q <= u. Wrapping (a persistent tensor away across
