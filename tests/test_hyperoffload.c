@@ -18,12 +18,10 @@
 #include "chameleon/chameleon.h"
 #include "chameleon/hyperoffload.h"
 #include "chameleon/workload.h"
-#include "data.h"
 #include "profile/profile-impl.h"
+#include "support/gpt_train.h"
 #include "support/profile_build.h"
 #include "support/rng.h"
-#include "support/train_dynamic.h"
-#include "train.h"
 
 #define MiB (UINT64_C(1) << 20)
 #define GiB (UINT64_C(1) << 30)
@@ -294,28 +292,13 @@ static void test_bad_options(void **state)
 
 /* ---- applied by the runtime ------------------------------------------------ */
 
-static gpt_data_t data;
-
-static int setup(void **state)
-{
-    (void)state;
-    return gpt_data_synthetic(&data, 200000, 64, 1);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    gpt_data_free(&data);
-    return 0;
-}
-
 /* The GPT trainer at half its memory, with validations, skipped layers and
  * overflows changing the op sequence: bit-exact, no hazard, planned again
  * after each change. */
 static void test_trainer_bit_exact(void **state)
 {
     (void)state;
-    test_train_dynamic_bit_exact(&data, CHAM_STRATEGY_HYPEROFFLOAD);
+    test_train_dynamic_bit_exact(CHAM_STRATEGY_HYPEROFFLOAD);
 }
 
 /* Inference: a context native cannot hold decodes with HyperOffload's
@@ -356,5 +339,5 @@ int main(void)
         cmocka_unit_test(test_trainer_bit_exact),
         cmocka_unit_test(test_serves_decode),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_data_setup, test_data_teardown);
 }

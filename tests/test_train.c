@@ -19,22 +19,8 @@
 
 #include "data.h"
 #include "model.h"
+#include "support/gpt_train.h"
 #include "train.h"
-
-static gpt_data_t data;
-
-static int setup(void **state)
-{
-    (void)state;
-    return gpt_data_synthetic(&data, 200000, 64, 1);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    gpt_data_free(&data);
-    return 0;
-}
 
 typedef struct seen {
     int steps, validations, overflows, skipping_steps;
@@ -56,20 +42,12 @@ static void count(const gpt_step_info_t *i, void *user)
 
 static void verified_run(double fraction, int steps, bool host_optimizer)
 {
-    gpt_train_config_t c = gpt_train_config_default();
-    c.steps = steps;
+    gpt_train_config_t c = test_train_dynamic_config(CHAM_STRATEGY_CHAMELEON, fraction, steps);
     c.host_optimizer = host_optimizer;
-    c.budget_fraction = fraction;
-    c.verify = true;
-    c.validate_every = 20;
-    static const uint64_t overflow_at[] = {12, 33};
-    c.overflow_at = overflow_at;
-    c.n_overflow_at = 2;
-    c.drop_prob = 0.05;
     gpt_train_result_t r;
     seen_t s = {0};
     char err[600] = "";
-    cham_status_t st = gpt_train(&c, &data, count, &s, &r, err, sizeof err);
+    cham_status_t st = gpt_train(&c, &test_data, count, &s, &r, err, sizeof err);
     if (st != CHAM_OK)
         fail_msg("%s", err);
     assert_true(r.bit_exact);
@@ -116,7 +94,7 @@ static void test_quarter_budget_stable_is_clean(void **state)
     c.drop_prob = 0;
     gpt_train_result_t r;
     char err[600] = "";
-    if (gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
+    if (gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
         fail_msg("%s", err);
     assert_true(r.bit_exact);
     assert_int_equal(r.hazards, 0);
@@ -136,7 +114,7 @@ static void test_loss_falls(void **state)
     c.validate_every = 40;
     gpt_train_result_t r;
     char err[600] = "";
-    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err), CHAM_OK);
+    assert_int_equal(gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err), CHAM_OK);
     assert_true(r.first_train_loss > 3.9);                 /* ln 64 = 4.16 */
     assert_true(r.final_train_loss < r.first_train_loss - 1.0);
     assert_true(r.final_val_loss < r.first_train_loss - 1.0);
@@ -293,7 +271,7 @@ static gpt_train_result_t tampered_run(tamper_t *t, tamper_kind_t kind)
     c.on_context_user = t;
     gpt_train_result_t r;
     char err[600] = "";
-    if (gpt_train(&c, &data, tamper_progress, t, &r, err, sizeof err) != CHAM_OK)
+    if (gpt_train(&c, &test_data, tamper_progress, t, &r, err, sizeof err) != CHAM_OK)
         fail_msg("%s", err);
     assert_int_equal(r.steps, 10);
     assert_int_equal(t->steps_seen, 10);
@@ -350,7 +328,7 @@ static void test_native_fails_clearly(void **state)
     c.strategy = CHAM_STRATEGY_NATIVE;
     gpt_train_result_t r;
     char err[600] = "";
-    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+    assert_int_equal(gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err),
                      CHAM_ERR_OUT_OF_MEMORY);
     assert_non_null(strstr(err, "step 0 (training)"));
     assert_non_null(strstr(err, "out of device memory"));
@@ -363,7 +341,7 @@ static void test_native_fails_clearly(void **state)
 static void test_seq_longer_than_data(void **state)
 {
     (void)state;
-    assert_int_equal(gpt_data_max_seq(&data), 19999);    /* the validation tenth: 20000 */
+    assert_int_equal(gpt_data_max_seq(&test_data), 19999);    /* the validation tenth: 20000 */
     assert_int_equal(gpt_data_min_tokens(19999), 200000);
     gpt_train_config_t c = gpt_train_config_default();
     c.shape = (gpt_shape_t){.seq = 20000, .layers = 1, .hidden = 1, .heads = 1, .batch = 1};
@@ -372,12 +350,12 @@ static void test_seq_longer_than_data(void **state)
     c.budget_fraction = 1;
     gpt_train_result_t r;
     char err[600] = "";
-    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+    assert_int_equal(gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err),
                      CHAM_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "seq: 20000 is longer than the data allows"));
     assert_non_null(strstr(err, "at most 19999"));
     c.shape.seq = 180001;                                  /* longer than the training part */
-    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+    assert_int_equal(gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err),
                      CHAM_ERR_INVALID_ARG);
 
     /* A file's bytes: ten sequences' worth is the least that works. */
@@ -411,7 +389,7 @@ static void decoded(cham_strategy_t strategy, double fraction, bool offload)
     c.kv_offload = offload;
     gpt_train_result_t r;
     char err[600] = "";
-    if (gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
+    if (gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
         fail_msg("%s", err);
     assert_int_equal(r.decoded, 24);
     assert_true(r.decode_bit_exact);
@@ -439,14 +417,14 @@ static void test_decode_bad_lengths(void **state)
     c.generate = 100;
     gpt_train_result_t r;
     char err[600] = "";
-    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+    assert_int_equal(gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err),
                      CHAM_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "prompt 100 + generate 100 needs 199 positions, more than the "
                                 "model's seq of 128"));
     assert_int_equal(r.steps, 0);
     c.prompt = 0;
     c.generate = 4;
-    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+    assert_int_equal(gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err),
                      CHAM_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "prompt 0 is not valid"));
 }
@@ -600,7 +578,7 @@ static void test_protrain_strategy(void **state)
     c.verify = true;
     gpt_train_result_t r;
     char err[600] = "";
-    if (gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
+    if (gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
         fail_msg("%s", err);
     assert_true(r.bit_exact);
     assert_int_equal(r.hazards, 0);
@@ -609,12 +587,12 @@ static void test_protrain_strategy(void **state)
     assert_true(r.peak_device_bytes <= r.budget_bytes);
     assert_true(fabs(r.predicted_step_s / r.sim_step_time_s - 1) < 0.10);
     c.host_optimizer = true;
-    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+    assert_int_equal(gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err),
                      CHAM_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "--optimizer host"));
     c.host_optimizer = false;
     c.strategy = CHAM_STRATEGY_ZERO_OFFLOAD;
-    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+    assert_int_equal(gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err),
                      CHAM_ERR_INVALID_ARG);
     assert_non_null(strstr(err, "zero-offload"));
 }
@@ -630,7 +608,7 @@ static void test_host_optimizer_needs_host_figures(void **state)
     c.host_optimizer = true;
     gpt_train_result_t r;
     char err[600] = "";
-    assert_int_equal(gpt_train(&c, &data, NULL, NULL, &r, err, sizeof err),
+    assert_int_equal(gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err),
                      CHAM_ERR_UNSUPPORTED);
     assert_non_null(strstr(err, "rtx3090-24g"));
     assert_non_null(strstr(err, "host_flops"));
@@ -656,5 +634,5 @@ int main(void)
         cmocka_unit_test(test_corrupted_swap_is_caught),
         cmocka_unit_test(test_planted_race_is_counted),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, test_data_setup, test_data_teardown);
 }

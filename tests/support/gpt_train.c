@@ -1,0 +1,52 @@
+#include "support/gpt_train.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+gpt_data_t test_data;
+
+int test_data_setup(void **state)
+{
+    (void)state;
+    return gpt_data_synthetic(&test_data, 200000, 64, 1);
+}
+
+int test_data_teardown(void **state)
+{
+    (void)state;
+    gpt_data_free(&test_data);
+    return 0;
+}
+
+gpt_train_config_t test_train_dynamic_config(cham_strategy_t strategy, double fraction,
+                                             int steps)
+{
+    static const uint64_t overflow_at[] = {12, 33};
+    gpt_train_config_t c = gpt_train_config_default();
+    c.strategy = strategy;
+    c.steps = steps;
+    c.budget_fraction = fraction;
+    c.verify = true;
+    c.validate_every = 20;
+    c.overflow_at = overflow_at;
+    c.n_overflow_at = 2;
+    c.drop_prob = 0.05;
+    return c;
+}
+
+void test_train_dynamic_bit_exact(cham_strategy_t strategy)
+{
+    gpt_train_config_t c = test_train_dynamic_config(strategy, 0.5, 60);
+    gpt_train_result_t r;
+    char err[600] = "";
+    if (gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
+        fail_msg("%s", err);
+    assert_true(r.bit_exact);
+    assert_int_equal(r.hazards, 0);
+    assert_int_equal(r.steps, 60);
+    assert_true(r.swapped_bytes > 0);
+    assert_true(r.policy_regenerations > 1);   /* planned again after changes */
+}
