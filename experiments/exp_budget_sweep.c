@@ -20,22 +20,11 @@ static const cham_strategy_t strategies[] = {
 #define N_STRATEGIES (sizeof strategies / sizeof strategies[0])
 #define CHAMELEON (N_STRATEGIES - 1)
 
-typedef struct setup {
-    const char *label;
-    cham_model_config_t m;
-} setup_t;
+typedef exp_setup_t setup_t;
 
 static void setups(bool reduced, setup_t *s)
 {
-    cham_model_preset("llama2-7b", &s[0].m);
-    s[0].m.mbs = 4;
-    s[0].m.dp = 8;
-    s[0].m.zero = 3;
-    cham_model_preset("gpt2-1.5b", &s[1].m);
-    s[1].m.mbs = 8;
-    s[1].m.seq = 1024;
-    s[0].label = "llama2-7b";
-    s[1].label = "gpt2-1.5b";
+    exp_training_setups(s);
     if (reduced) {               /* the same shapes, a few layers */
         s[0].m.layers = 4;
         s[0].m.seq = 2048;

@@ -199,11 +199,9 @@ static cham_status_t train(const exp_config_t *c, const cham_model_config_t *m,
 static cham_status_t training_rows(const exp_config_t *c, exp_table_t *t, char *err,
                                    size_t err_size)
 {
-    cham_model_config_t m;
-    cham_model_preset("llama2-7b", &m);
-    m.mbs = 4;
-    m.dp = 8;
-    m.zero = 3;
+    exp_setup_t s[2];
+    exp_training_setups(s);
+    cham_model_config_t m = s[0].m;
     if (c->reduced) {
         m.layers = 4;
         m.seq = 1024;

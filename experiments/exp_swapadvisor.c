@@ -20,22 +20,11 @@
 static const double ratios[] = {1.25, 1.5, 2.0, 3.0};
 static const double ratios_reduced[] = {1.5, 2.0};
 
-typedef struct setup {
-    const char *label;
-    cham_model_config_t m;
-} setup_t;
+typedef exp_setup_t setup_t;
 
 static void setups(bool reduced, setup_t *s)
 {
-    cham_model_preset("llama2-7b", &s[0].m);
-    s[0].m.mbs = 4;
-    s[0].m.dp = 8;
-    s[0].m.zero = 3;
-    cham_model_preset("gpt2-1.5b", &s[1].m);
-    s[1].m.mbs = 8;
-    s[1].m.seq = 1024;
-    s[0].label = "llama2-7b";
-    s[1].label = "gpt2-1.5b";
+    exp_training_setups(s);
     if (reduced) {
         s[0].m.layers = 4;
         s[0].m.seq = 2048;

@@ -81,6 +81,19 @@ cham_model_config_t exp_llama(uint32_t hidden, uint32_t layers, uint32_t seq, ui
     return m;
 }
 
+void exp_training_setups(exp_setup_t s[2])
+{
+    s[0].label = "llama2-7b";
+    cham_model_preset(s[0].label, &s[0].m);
+    s[0].m.mbs = 4;
+    s[0].m.dp = 8;
+    s[0].m.zero = 3;
+    s[1].label = "gpt2-1.5b";
+    cham_model_preset(s[1].label, &s[1].m);
+    s[1].m.mbs = 8;
+    s[1].m.seq = 1024;
+}
+
 cham_status_t exp_run(const exp_config_t *c, const cham_model_config_t *m,
                       cham_strategy_t strategy, uint64_t capacity, uint64_t steps,
                       cham_run_result_t *r, char *err, size_t err_size)

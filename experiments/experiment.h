@@ -98,6 +98,14 @@ bool exp_result_write(const exp_def_t *e, const exp_config_t *c, const exp_resul
 
 /* Llama 2's shape at hidden h: heads of 128, ffn 8/3 h rounded to 256. */
 cham_model_config_t exp_llama(uint32_t hidden, uint32_t layers, uint32_t seq, uint32_t mbs);
+/* The training set-ups of issue 17's comparisons, at full size: s[0]
+ * llama2-7b (mbs 4, ZeRO-3 over 8 devices), s[1] gpt2-1.5b (mbs 8,
+ * sequence 1024, one device). Each experiment reduces them its own way. */
+typedef struct exp_setup {
+    const char *label;
+    cham_model_config_t m;
+} exp_setup_t;
+void exp_training_setups(exp_setup_t s[2]);
 /* One run; r->status says how it went. steps 0 = enough to reach Stable. */
 cham_status_t exp_run(const exp_config_t *c, const cham_model_config_t *m,
                       cham_strategy_t strategy, uint64_t capacity, uint64_t steps,
