@@ -163,6 +163,8 @@ check infer-hyperoffload 0 'strategy +hyperoffload' -- "${inf[@]}" --strategy hy
 check infer-log 0 'hyperoffload offloaded [0-9]+ of [0-9]+ idle tensors' -- "${inf[@]}" \
   --strategy hyperoffload --capacity 30GiB --log
 check sim-hyperoffload 0 '"hazards": 0' -- "${small[@]}" --strategy hyperoffload --capacity 50% --json
+check infer-unknown-model 2 '--model: unknown model "gpt5" \(known: gpt2-1.5b llama2-7b' -- \
+  infer --model gpt5
 check infer-bad-offload 2 '--kv-offload must be on or off, got "yes"' -- infer --kv-offload yes
 check infer-bad-strategy 2 '--strategy must be native, chameleon, .* got "recompute"' -- \
   infer --strategy recompute

@@ -241,6 +241,26 @@ const tool_opt_t *tool_find_opt(const char *cmd, const tool_opt_t *opts, size_t 
 
 /* ---- files ---------------------------------------------------------------------*/
 
+int tool_model_preset(const char *cmd, const tool_opt_t *opts, size_t n, int argc, char **argv,
+                      const char **name, cham_model_config_t *m)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        const tool_opt_t *opt = tool_find_opt(cmd, opts, n, argc, argv, &i, &v);
+        if (!opt)
+            return 2;
+        if (strcmp(opt->name, "--model") == 0)
+            *name = v;
+    }
+    if (cham_model_preset(*name, m) == CHAM_OK)
+        return 0;
+    fprintf(stderr, "chameleon %s: --model: unknown model \"%s\" (known:", cmd, *name);
+    for (size_t i = 0; i < cham_model_preset_count(); i++)
+        fprintf(stderr, " %s", cham_model_preset_name(i));
+    fprintf(stderr, ", gpt2, llama2, llama3, mixtral)\n");
+    return 2;
+}
+
 bool tool_check_output_file(const char *cmd, const char *flag, const char *path)
 {
     struct stat s;

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chameleon/workload.h"
+
 /* ---- values --------------------------------------------------------------------*/
 
 /* A size, by the one rule set of common/size.h (docs/cli.md, "Sizes"):
@@ -68,6 +70,14 @@ bool tool_wants_help(int argc, char **argv);
  * ("option --steps needs a value"). */
 const tool_opt_t *tool_find_opt(const char *cmd, const tool_opt_t *opts, size_t n, int argc,
                                 char **argv, int *i, const char **value);
+
+/* The first pass of a command whose options override a model preset
+ * (simulate, infer): every option of argv must be one of opts with its
+ * value there, and *name (set beforehand to the default) gets --model's;
+ * *m gets that preset. 0, or 2 after printing the problem (an unknown
+ * model lists the known ones). */
+int tool_model_preset(const char *cmd, const tool_opt_t *opts, size_t n, int argc, char **argv,
+                      const char **name, cham_model_config_t *m);
 
 /* The name in names (n of them) closest to s, if it is close enough to be
  * a likely typo (edit distance at most 2, or a quarter of its length);

@@ -107,17 +107,9 @@ static int parse(int argc, char **argv, infer_opts_t *o)
         usage(stdout);
         return -1;
     }
-    for (int i = 0; i < argc; i++) {
-        const char *v;
-        const tool_opt_t *opt = tool_find_opt(CMD, opts, N_OPTS, argc, argv, &i, &v);
-        if (!opt)
-            return 2;
-        if (strcmp(opt->name, "--model") == 0)
-            o->model = v;
-    }
-    if (cham_model_preset(o->model, m) != CHAM_OK)
-        return tool_bad_value(CMD, "--model", "a model of `chameleon simulate --help`",
-                              o->model);
+    int rc = tool_model_preset(CMD, opts, N_OPTS, argc, argv, &o->model, m);
+    if (rc)
+        return rc;
     m->infer = true;
     m->generate = 32;
     o->run.strategy = CHAM_STRATEGY_NATIVE;

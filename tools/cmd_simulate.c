@@ -171,21 +171,9 @@ static int parse(int argc, char **argv, sim_opts_t *o)
         return -1;
     }
     /* First the names (every option known, every value there) and the model. */
-    for (int i = 0; i < argc; i++) {
-        const char *v;
-        const tool_opt_t *opt = tool_find_opt(CMD, opts, N_OPTS, argc, argv, &i, &v);
-        if (!opt)
-            return 2;
-        if (strcmp(opt->name, "--model") == 0)
-            o->model = v;
-    }
-    if (cham_model_preset(o->model, m) != CHAM_OK) {
-        fprintf(stderr, "chameleon simulate: --model: unknown model \"%s\" (known:", o->model);
-        for (size_t i = 0; i < cham_model_preset_count(); i++)
-            fprintf(stderr, " %s", cham_model_preset_name(i));
-        fprintf(stderr, ", gpt2, llama2, llama3, mixtral)\n");
-        return 2;
-    }
+    int rc = tool_model_preset(CMD, opts, N_OPTS, argc, argv, &o->model, m);
+    if (rc)
+        return rc;
     const cham_model_config_t preset = *m;
     bool set_heads = false, set_kv = false;
     o->run.runtime.device.preset = "ascend-910b";
