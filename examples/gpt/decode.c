@@ -26,36 +26,14 @@ typedef struct decoder {
             return st;                \
     } while (0)
 
-static cham_status_t tensor(decoder_t *d, size_t floats, const char *name, int layer,
-                            cham_tensor_t **out)
-{
-    char label[48];
-    if (layer >= 0)
-        snprintf(label, sizeof label, "l%d.%s", layer, name);
-    else
-        snprintf(label, sizeof label, "%s", name);
-    return gpt_tensor(d->o, floats * sizeof(float), CHAM_DTYPE_F32, label, out);
-}
-
-static cham_status_t op(decoder_t *d, gpt_args_t *a, cham_tensor_t *const *in, size_t n_in,
-                        cham_tensor_t *const *out, size_t n_out, uint32_t rw, double flops)
-{
-    double bytes = 0;
-    for (size_t i = 0; i < n_in; i++)
-        bytes += (double)cham_tensor_bytes(in[i]);
-    for (size_t i = 0; i < n_out; i++)
-        bytes += (double)cham_tensor_bytes(out[i]);
-    return gpt_op(d->o, a, in, n_in, out, n_out, rw, flops, bytes);
-}
-
 /* A new tensor of `floats` made by one op over `in`; released on failure. */
 static cham_status_t make(decoder_t *d, gpt_args_t *a, cham_tensor_t *const *in, size_t n_in,
                           size_t floats, const char *name, int layer, double flops,
                           cham_tensor_t **out)
 {
     cham_status_t st;
-    TRY(tensor(d, floats, name, layer, out));
-    if ((st = op(d, a, in, n_in, out, 1, 0, flops)) != CHAM_OK)
+    TRY(gpt_model_act(d->m, floats, name, layer, out));
+    if ((st = gpt_op_tensors(d->o, a, in, n_in, out, 1, 0, flops)) != CHAM_OK)
         gpt_release(d->o, out);
     return st;
 }
@@ -76,15 +54,15 @@ static cham_status_t layernorm(decoder_t *d, cham_tensor_t *x, int layer, int w,
 {
     cham_status_t st;
     cham_tensor_t *stats[2] = {NULL, NULL};
-    st = tensor(d, (size_t)d->B * (size_t)d->C, name, layer, out);
+    st = gpt_model_act(d->m, (size_t)d->B * (size_t)d->C, name, layer, out);
     for (int i = 0; i < 2 && st == CHAM_OK; i++)
-        st = tensor(d, (size_t)d->B, i ? "rstd" : "mean", layer, &stats[i]);
+        st = gpt_model_act(d->m, (size_t)d->B, i ? "rstd" : "mean", layer, &stats[i]);
     gpt_args_t a = {.kind = GPT_LAYERNORM, .N = d->B, .C = d->C};
     cham_tensor_t *in[3] = {x, gpt_model_weight(d->m, layer, w),
                             gpt_model_weight(d->m, layer, w + 1)};
     cham_tensor_t *outs[3] = {*out, stats[0], stats[1]};
     if (st == CHAM_OK)
-        st = op(d, &a, in, 3, outs, 3, 0, 8.0 * d->B * d->C);
+        st = gpt_op_tensors(d->o, &a, in, 3, outs, 3, 0, 8.0 * d->B * d->C);
     gpt_release(d->o, &stats[0]);
     gpt_release(d->o, &stats[1]);
     if (st != CHAM_OK)
@@ -115,7 +93,7 @@ static cham_status_t order(decoder_t *d, cham_stream_t *earlier, cham_stream_t *
 static cham_status_t prefetch(decoder_t *d, int l, int pos, cham_tensor_t **out)
 {
     cham_status_t st;
-    TRY(tensor(d, (size_t)(pos + 1) * d->row_floats, "kv", l, out));
+    TRY(gpt_model_act(d->m, (size_t)(pos + 1) * d->row_floats, "kv", l, out));
     cham_context_t *ctx = d->o->ctx;
     st = cham_op_begin(ctx, d->o->tok[GPT_KV_PREFETCH], NULL, 0, out, 1);
     if (st == CHAM_OK) {
@@ -162,7 +140,7 @@ static cham_status_t attend(decoder_t *d, int l, int pos, cham_tensor_t *qkv,
     if (d->c->kv_offload)
         TRY(prefetch(d, l, pos, &kv));
     gpt_args_t w = {.kind = GPT_KV_WRITE, .B = d->B, .C = d->C, .pos = pos};
-    st = op(d, &w, &qkv, 1, &kv, 1, 1, 0);
+    st = gpt_op_tensors(d->o, &w, &qkv, 1, &kv, 1, 1, 0);
     gpt_args_t a = {.kind = GPT_ATTENTION_DECODE, .B = d->B, .C = d->C, .NH = d->NH,
                     .pos = pos};
     cham_tensor_t *in[2] = {qkv, kv};
@@ -225,7 +203,7 @@ static cham_status_t position(decoder_t *d, int pos, bool choose)
     TRY(gpt_tensor(d->o, (size_t)d->B * sizeof(int32_t), CHAM_DTYPE_I32, "tokens", &tok));
     gpt_args_t lt = {.kind = GPT_LOAD_TOKENS, .host_tok = d->tok + (size_t)pos * d->B,
                      .n = (size_t)d->B};
-    st = op(d, &lt, NULL, 0, &tok, 1, 0, 0);
+    st = gpt_op_tensors(d->o, &lt, NULL, 0, &tok, 1, 0, 0);
     gpt_args_t em = {.kind = GPT_EMBED_AT, .B = d->B, .C = d->C, .pos = pos};
     cham_tensor_t *ei[3] = {tok, gpt_model_weight(d->m, -1, GPT_WTE),
                             gpt_model_weight(d->m, -1, GPT_WPE)};
@@ -254,7 +232,7 @@ static cham_status_t position(decoder_t *d, int pos, bool choose)
     gpt_release(d->o, &lnf);
     gpt_args_t am = {.kind = GPT_ARGMAX, .N = d->B, .V = d->V, .host_dst = d->next};
     if (st == CHAM_OK)
-        st = op(d, &am, &logits, 1, NULL, 0, 0, (double)d->B * d->V);
+        st = gpt_op_tensors(d->o, &am, &logits, 1, NULL, 0, 0, (double)d->B * d->V);
     gpt_release(d->o, &logits);
     /* .item(): the host waits for the choice. */
     return st != CHAM_OK ? st : cham_stream_synchronize(d->compute);
@@ -321,7 +299,7 @@ static cham_status_t decoder_open(decoder_t *d, int positions)
         return st;
     }
     for (int l = 0; l < L && st == CHAM_OK; l++)
-        st = tensor(d, (size_t)positions * d->row_floats, "kv_cache", l, &d->cache[l]);
+        st = gpt_model_act(d->m, (size_t)positions * d->row_floats, "kv_cache", l, &d->cache[l]);
     return st;
 }
 

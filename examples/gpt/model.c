@@ -94,16 +94,11 @@ static size_t lw(int layer, int k)
 static cham_status_t op(gpt_model_t *m, gpt_args_t *a, cham_tensor_t *const *in, size_t n_in,
                         cham_tensor_t *const *out, size_t n_out, uint32_t rw, double flops)
 {
-    double bytes = 0;
-    for (size_t i = 0; i < n_in; i++)
-        bytes += (double)cham_tensor_bytes(in[i]);
-    for (size_t i = 0; i < n_out; i++)
-        bytes += (double)cham_tensor_bytes(out[i]);
-    return gpt_op(m->ops, a, in, n_in, out, n_out, rw, flops, bytes);
+    return gpt_op_tensors(m->ops, a, in, n_in, out, n_out, rw, flops);
 }
 
-static cham_status_t act(gpt_model_t *m, size_t floats, const char *name, int layer,
-                         cham_tensor_t **out)
+cham_status_t gpt_model_act(gpt_model_t *m, size_t floats, const char *name, int layer,
+                            cham_tensor_t **out)
 {
     char label[48];             /* "l" + an int + "." + a name of up to 31 */
     if (layer >= 0)
@@ -145,7 +140,7 @@ static cham_status_t matmul(gpt_model_t *m, cham_tensor_t *inp, size_t w, bool b
 {
     cham_status_t st;
     int N = m->s.batch * m->s.seq;
-    TRY(act(m, (size_t)N * (size_t)OC, name, layer, out));
+    TRY(gpt_model_act(m, (size_t)N * (size_t)OC, name, layer, out));
     gpt_args_t a = {.kind = GPT_MATMUL, .N = N, .C = C, .OC = OC, .null_f = bias ? 0 : 1u << 2};
     cham_tensor_t *in[3] = {inp, m->pv[w], bias ? m->pv[w + 1] : NULL};
     return made(m, op(m, &a, in, bias ? 3 : 2, out, 1, 0, 2.0 * N * C * OC), out, NULL, NULL);
@@ -158,7 +153,7 @@ static cham_status_t matmul_backward(gpt_model_t *m, cham_tensor_t *dout, cham_t
 {
     cham_status_t st;
     int N = m->s.batch * m->s.seq;
-    TRY(act(m, (size_t)N * (size_t)C, name, layer, dinp));
+    TRY(gpt_model_act(m, (size_t)N * (size_t)C, name, layer, dinp));
     gpt_args_t a = {.kind = GPT_MATMUL_BWD, .N = N, .C = C, .OC = OC,
                     .null_f = bias ? 0 : 1u << 5};
     cham_tensor_t *in[3] = {dout, inp, m->pv[w]};
@@ -174,13 +169,13 @@ static cham_status_t layernorm(gpt_model_t *m, cham_tensor_t *inp, size_t w, con
     cham_status_t st;
     int N = m->s.batch * m->s.seq, C = m->s.hidden;
     char nm[32];
-    st = act(m, (size_t)N * (size_t)C, name, layer, out);
+    st = gpt_model_act(m, (size_t)N * (size_t)C, name, layer, out);
     snprintf(nm, sizeof nm, "%s_mean", name);
     if (st == CHAM_OK)
-        st = act(m, (size_t)N, nm, layer, mean);
+        st = gpt_model_act(m, (size_t)N, nm, layer, mean);
     snprintf(nm, sizeof nm, "%s_rstd", name);
     if (st == CHAM_OK)
-        st = act(m, (size_t)N, nm, layer, rstd);
+        st = gpt_model_act(m, (size_t)N, nm, layer, rstd);
     gpt_args_t a = {.kind = GPT_LAYERNORM, .N = N, .C = C};
     cham_tensor_t *in[3] = {inp, m->pv[w], m->pv[w + 1]};
     cham_tensor_t *outs[3] = {*out, *mean, *rstd};
@@ -195,7 +190,7 @@ static cham_status_t layernorm_backward(gpt_model_t *m, cham_tensor_t *dout, cha
 {
     cham_status_t st;
     int N = m->s.batch * m->s.seq, C = m->s.hidden;
-    TRY(act(m, (size_t)N * (size_t)C, name, layer, dinp));
+    TRY(gpt_model_act(m, (size_t)N * (size_t)C, name, layer, dinp));
     gpt_args_t a = {.kind = GPT_LAYERNORM_BWD, .N = N, .C = C};
     cham_tensor_t *in[5] = {dout, inp, m->pv[w], mean, rstd};
     cham_tensor_t *out[3] = {*dinp, m->gv[w], m->gv[w + 1]};
@@ -395,16 +390,16 @@ static cham_status_t block_forward(gpt_model_t *m, int l, keep_t keep, cham_tens
     sv->in = cham_tensor_retain(*x);
     TRY(layernorm(m, sv->in, lw(l, GPT_LN1W), "ln1", l, &sv->ln1, &sv->ln1_mean, &sv->ln1_rstd));
     TRY(matmul(m, sv->ln1, lw(l, GPT_QKVW), true, C, 3 * C, "qkv", l, &sv->qkv));
-    TRY(act(m, NC, "atty", l, &sv->atty));
-    TRY(act(m, (size_t)m->s.batch * (size_t)m->s.heads * (size_t)m->s.seq * (size_t)m->s.seq,
-            "att", l, &sv->att));
+    TRY(gpt_model_act(m, NC, "atty", l, &sv->atty));
+    size_t att = (size_t)m->s.batch * (size_t)m->s.heads * (size_t)m->s.seq * (size_t)m->s.seq;
+    TRY(gpt_model_act(m, att, "att", l, &sv->att));
     gpt_args_t at = {.kind = GPT_ATTENTION, .B = m->s.batch, .T = m->s.seq, .C = C,
                      .NH = m->s.heads};
     cham_tensor_t *ao[2] = {sv->atty, sv->att};
     TRY(op(m, &at, &sv->qkv, 1, ao, 2, 0, 4.0 * m->s.batch * m->s.seq * m->s.seq * C));
     cham_tensor_t *attp = NULL;
     TRY(matmul(m, sv->atty, lw(l, GPT_PROJW), true, C, C, "attproj", l, &attp));
-    st = act(m, NC, "res2", l, &sv->res2);
+    st = gpt_model_act(m, NC, "res2", l, &sv->res2);
     if (st == CHAM_OK) {
         gpt_args_t add = {.kind = GPT_ADD, .n = NC};
         cham_tensor_t *ai[2] = {sv->in, attp};
@@ -415,12 +410,12 @@ static cham_status_t block_forward(gpt_model_t *m, int l, keep_t keep, cham_tens
         return st;
     TRY(layernorm(m, sv->res2, lw(l, GPT_LN2W), "ln2", l, &sv->ln2, &sv->ln2_mean, &sv->ln2_rstd));
     TRY(matmul(m, sv->ln2, lw(l, GPT_FCW), true, C, 4 * C, "fc", l, &sv->fch));
-    TRY(act(m, 4 * NC, "fc_gelu", l, &sv->fch_gelu));
+    TRY(gpt_model_act(m, 4 * NC, "fc_gelu", l, &sv->fch_gelu));
     gpt_args_t ge = {.kind = GPT_GELU, .n = 4 * NC};
     TRY(op(m, &ge, &sv->fch, 1, &sv->fch_gelu, 1, 0, 8.0 * 4 * (double)NC));
     cham_tensor_t *fcp = NULL, *res3 = NULL;
     TRY(matmul(m, sv->fch_gelu, lw(l, GPT_FCPROJW), true, 4 * C, C, "fcproj", l, &fcp));
-    st = act(m, NC, "res3", l, &res3);
+    st = gpt_model_act(m, NC, "res3", l, &res3);
     if (st == CHAM_OK) {
         gpt_args_t add2 = {.kind = GPT_ADD, .n = NC};
         cham_tensor_t *bi[2] = {sv->res2, fcp};
@@ -485,7 +480,7 @@ cham_status_t gpt_forward(gpt_model_t *m, const int32_t *tokens, const int32_t *
     TRY(load_tokens(m, tokens, "tokens", &m->tok));
     TRY(load_tokens(m, targets, "targets", &m->tgt));
     cham_tensor_t *x = NULL;
-    TRY(act(m, NC, "embedding", -1, &x));
+    TRY(gpt_model_act(m, NC, "embedding", -1, &x));
     gpt_args_t em = {.kind = GPT_EMBED, .B = m->s.batch, .T = m->s.seq, .C = C};
     cham_tensor_t *ei[3] = {m->tok, m->pv[GPT_WTE], m->pv[GPT_WPE]};
     st = op(m, &em, ei, 3, &x, 1, 0, (double)NC);
@@ -518,9 +513,9 @@ cham_status_t gpt_forward(gpt_model_t *m, const int32_t *tokens, const int32_t *
     TRY(layernorm(m, m->res_final, lnf, "lnf", -1, &m->lnf, &m->lnf_mean, &m->lnf_rstd));
     cham_tensor_t *logits = NULL, *losses = NULL;
     TRY(matmul(m, m->lnf, GPT_WTE, false, C, V, "logits", -1, &logits));
-    st = act(m, (size_t)N, "losses", -1, &losses);
+    st = gpt_model_act(m, (size_t)N, "losses", -1, &losses);
     if (st == CHAM_OK)
-        st = act(m, (size_t)N * (size_t)V, "probs", -1, &m->probs);
+        st = gpt_model_act(m, (size_t)N * (size_t)V, "probs", -1, &m->probs);
     if (st == CHAM_OK) {
         gpt_args_t ce = {.kind = GPT_CROSSENTROPY, .N = N, .V = V};
         cham_tensor_t *ci[2] = {logits, m->tgt}, *co[2] = {losses, m->probs};
@@ -565,7 +560,7 @@ static cham_status_t block_backward(gpt_model_t *m, int l, cham_tensor_t *d)
     TRY(matmul_backward(m, d, sv->fch_gelu, lw(l, GPT_FCPROJW), true, 4 * C, C, "d_fc_gelu", l,
                         &dfg));
     release(m, &sv->fch_gelu);
-    st = act(m, 4 * NC, "d_fc", l, &dfc);
+    st = gpt_model_act(m, 4 * NC, "d_fc", l, &dfc);
     if (st == CHAM_OK) {
         gpt_args_t g = {.kind = GPT_GELU_BWD, .n = 4 * NC};
         cham_tensor_t *gi[2] = {dfg, sv->fch};
@@ -593,7 +588,7 @@ static cham_status_t block_backward(gpt_model_t *m, int l, cham_tensor_t *d)
     cham_tensor_t *datty = NULL, *dqkv = NULL;
     TRY(matmul_backward(m, d, sv->atty, lw(l, GPT_PROJW), true, C, C, "d_atty", l, &datty));
     release(m, &sv->atty);
-    st = act(m, 3 * NC, "d_qkv", l, &dqkv);
+    st = gpt_model_act(m, 3 * NC, "d_qkv", l, &dqkv);
     if (st == CHAM_OK) {
         gpt_args_t a = {.kind = GPT_ATTENTION_BWD, .B = m->s.batch, .T = m->s.seq, .C = C,
                         .NH = m->s.heads};
@@ -631,7 +626,7 @@ cham_status_t gpt_backward(gpt_model_t *m, float loss_scale)
     int N = m->s.batch * m->s.seq, C = m->s.hidden, V = m->s.vocab;
     cham_phase(m->ops->ctx, CHAM_PHASE_BACKWARD);
     cham_tensor_t *dlogits = NULL, *dlnf = NULL, *d = NULL;
-    TRY(act(m, (size_t)N * (size_t)V, "d_logits", -1, &dlogits));
+    TRY(gpt_model_act(m, (size_t)N * (size_t)V, "d_logits", -1, &dlogits));
     gpt_args_t ce = {.kind = GPT_CROSSENTROPY_BWD, .N = N, .V = V, .scale = loss_scale};
     cham_tensor_t *ci[2] = {m->probs, m->tgt};
     st = op(m, &ce, ci, 2, &dlogits, 1, 0, 2.0 * N * V);

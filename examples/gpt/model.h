@@ -97,6 +97,10 @@ enum { GPT_LN1W, GPT_LN1B, GPT_QKVW, GPT_QKVB, GPT_PROJW, GPT_PROJB, GPT_LN2W, G
        GPT_FCW, GPT_FCB, GPT_FCPROJW, GPT_FCPROJB, GPT_PER_LAYER };
 enum { GPT_WTE, GPT_WPE, GPT_LNFW, GPT_LNFB };
 cham_tensor_t *gpt_model_weight(const gpt_model_t *m, int layer, int k);
+/* A new float tensor of the model's, labelled "l<layer>.<name>" (layer -1:
+ * "<name>"). */
+cham_status_t gpt_model_act(gpt_model_t *m, size_t floats, const char *name, int layer,
+                            cham_tensor_t **out);
 const gpt_shape_t *gpt_model_shape(const gpt_model_t *m);
 gpt_ops_t *gpt_model_ops(const gpt_model_t *m);
 #endif

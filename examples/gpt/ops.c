@@ -322,6 +322,18 @@ cham_status_t gpt_op(gpt_ops_t *o, gpt_args_t *a, cham_tensor_t *const *in, size
     return st != CHAM_OK ? st : end;
 }
 
+cham_status_t gpt_op_tensors(gpt_ops_t *o, gpt_args_t *a, cham_tensor_t *const *in, size_t n_in,
+                             cham_tensor_t *const *out, size_t n_out, uint32_t rw_mask,
+                             double flops)
+{
+    double bytes = 0;
+    for (size_t i = 0; i < n_in; i++)
+        bytes += (double)cham_tensor_bytes(in[i]);
+    for (size_t i = 0; i < n_out; i++)
+        bytes += (double)cham_tensor_bytes(out[i]);
+    return gpt_op(o, a, in, n_in, out, n_out, rw_mask, flops, bytes);
+}
+
 cham_status_t gpt_launch(cham_stream_t *s, gpt_args_t *a, const cham_access_t *acc, size_t n,
                          double flops, double bytes)
 {

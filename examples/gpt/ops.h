@@ -82,6 +82,10 @@ cham_status_t gpt_op(gpt_ops_t *o, gpt_args_t *a, cham_tensor_t *const *in, size
                      cham_tensor_t *const *out, size_t n_out, uint32_t rw_mask, double flops,
                      double bytes);
 
+/* gpt_op with the bytes of its tensors, each read or written once. */
+cham_status_t gpt_op_tensors(gpt_ops_t *o, gpt_args_t *a, cham_tensor_t *const *in, size_t n_in,
+                             cham_tensor_t *const *out, size_t n_out, uint32_t rw_mask,
+                             double flops);
 /* One kernel of a->kind on stream s outside any op: a->f and a->i are
  * filled by the caller, acc lists the memory it touches. The host
  * optimizer's work on its host stream (host_adam.h). */
