@@ -27,18 +27,26 @@ typedef struct infer_setup {
     uint64_t capacity;           /* 0: the preset's */
 } infer_setup_t;
 
+/* llama3-8b decoding 16 tokens for 4 sequences of `prompt` tokens. */
+static cham_model_config_t model_at(uint32_t prompt, bool offload)
+{
+    cham_model_config_t m;
+    cham_model_preset("llama3-8b", &m);
+    m.infer = true;
+    m.mbs = 4;
+    m.seq = prompt;
+    m.generate = 16;
+    m.kv_offload = offload;
+    return m;
+}
+
 static cham_status_t infer(const exp_config_t *c, const infer_setup_t *s, uint32_t prompt,
                            bool offload, cham_strategy_t strategy, cham_run_result_t *r,
                            char *err, size_t err_size)
 {
     cham_run_config_t rc = cham_run_config_default();
-    cham_model_preset("llama3-8b", &rc.model);
-    rc.model.infer = true;
-    rc.model.mbs = 4;
-    rc.model.seq = prompt;
-    rc.model.generate = 16;
-    rc.model.kv_offload = offload;
-    rc.steps = 17;
+    rc.model = model_at(prompt, offload);
+    rc.steps = rc.model.generate + 1;
     rc.strategy = strategy;
     rc.runtime.device.preset = s->device;
     rc.runtime.device.capacity = s->capacity;
@@ -111,12 +119,7 @@ static cham_status_t table_row(const exp_config_t *c, const infer_setup_t *s, ex
     long row = exp_table_add_row(t);
     if (row < 0)
         return CHAM_ERR_HOST_OOM;
-    cham_model_config_t m;
-    cham_model_preset("llama3-8b", &m);
-    m.infer = true;
-    m.mbs = 4;
-    m.seq = s->prompt;
-    m.generate = 16;
+    cham_model_config_t m = model_at(s->prompt, false);
     size_t r = (size_t)row;
     exp_table_set_text(t, r, 0, "%s", s->device);
     exp_table_set(t, r, 1, (double)cham_model_kv_cache_bytes(&m) / GB);

@@ -445,7 +445,7 @@ static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
     return next;
 }
 
-/* ---- SwapAdvisor's static sequence ----------------------------------------*/
+/* ---- the static planners' sequence (SwapAdvisor, HyperOffload) -----------*/
 
 /* Keeps the op sequence of a profile: the one SwapAdvisor or HyperOffload
  * planned, or the last step's while they wait for a steady one (on host
