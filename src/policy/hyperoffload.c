@@ -111,6 +111,15 @@ static size_t positions(uint32_t lo, uint32_t hi, uint32_t cur, uint32_t jit, ui
 
 enum which { PREFETCH, DETACH };
 
+/* The latest Prefetch position from lo on whose copy, started there, is
+ * done when the use starts in the current timeline. */
+static uint32_t prefetch_jit(const planner_t *p, const ho_item_t *it, uint32_t lo)
+{
+    const uint64_t *start = p->sim.start;
+    uint64_t need = start[it->u] > it->in_ns ? start[it->u] - it->in_ns : 0;
+    return latest_at(start, lo, it->u, need);
+}
+
 /* Puts item i's Prefetch or Detach at the tried position of least cost;
  * the current position is tried first and only a strictly better one
  * replaces it. Returns whether it moved. */
@@ -122,8 +131,7 @@ static bool place(planner_t *p, size_t i, enum which w)
     if (w == PREFETCH) {
         lo = it->wraps ? 0 : it->f + 1;
         hi = it->u;
-        uint64_t need = start[it->u] > it->in_ns ? start[it->u] - it->in_ns : 0;
-        jit = latest_at(start, lo, hi, need);
+        jit = prefetch_jit(p, it, lo);
         field = &it->q;
     } else {
         lo = it->s + 1;
@@ -158,8 +166,7 @@ static void insert(planner_t *p, size_t i)
     cham_hyperoffload_cost_t resident = p->cur;
     uint64_t stored = start[it->s] + p->op_ns[it->s] + it->out_ns;
     it->f = earliest_at(start, it->s + 1, it->wraps ? n : it->u - 1, stored);
-    uint64_t need = start[it->u] > it->in_ns ? start[it->u] - it->in_ns : 0;
-    it->q = latest_at(start, it->wraps ? 0 : it->f + 1, it->u, need);
+    it->q = prefetch_jit(p, it, it->wraps ? 0 : it->f + 1);
     it->active = true;
     ho_eval(&p->sim, &p->cur);
     place(p, i, PREFETCH);
