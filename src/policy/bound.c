@@ -1,50 +1,95 @@
 /* A lower bound on the step time of any policy that keeps, swaps and
- * recomputes tensors of a profiled step on a given device (docs/policy.md,
- * "The lower bound" has the argument). Per memory sample s whose curve
- * exceeds the capacity by E bytes: the bytes gone at s are swapped (S) or
- * recomputed (R), S + R >= E; with C_b and C_a the ops' time before and
- * after s and Rc the cheapest re-runs of R bytes (fractional),
- *   T >= C_b + C_a + Rc       one compute stream runs everything
- *   T >= S / d2h + C_a + Rc   the copies out end before s, the rest after
- *   T >= C_b + S / h2d        the copies back start after s
- * The smallest max over R is exact: the terms are linear between the
- * re-run list's breakpoints, so it lies at a breakpoint or where two terms
- * cross. The bound is the largest over samples, and at least C_b + C_a.
- * Bytes whose host copy the caller keeps (host_backed) leave without a
- * copy: E is reduced by those that may be away at s, which keeps it a
- * bound (a weaker one: their copies back are not counted either). */
+ * recomputes tensors of a profiled step on a given device, in the steady
+ * state where every step runs alike (docs/policy.md, "The lower bound" has
+ * the argument). Per memory sample s whose curve exceeds the capacity by E
+ * bytes: the bytes gone at s are swapped (S) or recomputed (R), S + R >= E;
+ * with C_b and C_a the ops' time before and after s and Rc the cheapest
+ * re-runs of R bytes (fractional, an op's cost shared by its outputs),
+ *   T >= C_b + C_a + Rc           one compute stream runs everything
+ *   T >= C_a + Rc + F_out(S)      the copies out end before s
+ *   T >= C_b + F_in(S)            the copies back start after s
+ * F(S) is S over the bandwidth, less what the gaps around the step's end
+ * add: model state last used in the step before may have left during that
+ * step's last ops, and model state next used in the step after may come
+ * back during its first ops. Per such extension e (the bytes with more
+ * taken first, as any policy would), F(S) >= (S - B_e) / bw - e where B_e
+ * are the bytes whose extension is larger. The smallest max over R is
+ * exact: the terms are linear between the breakpoints of Rc and F, so it
+ * lies at one or where two terms cross. The bound is the largest over
+ * samples, and at least C_b + C_a. Bytes whose host copy the caller keeps
+ * (host_backed) leave without a copy: E is reduced by those that may be
+ * away at s (a weaker bound: their copies back are not counted either). */
 #include <math.h>
 #include <stdlib.h>
 
 #include "common/message.h"
 #include "policy/generate-impl.h"
 
-/* removable[s]: bytes of storages not used at sample s's op, between two of
- * their uses (or before the first, after the last: a storage that lives
- * across steps may be away then; counting one that does not only weakens
- * the bound); in backed, those whose host copy is kept over the gap (the
- * use before it, around the step's end for the first gap). */
-static bool removable_bytes(const cham_profile_view_t *v, int64_t *diff, int64_t *backed)
+/* A gap across the step's end, model state's: at its samples [from, to)
+ * its bytes may be away and their copy may take `ext` ns more than the
+ * ops between it and the sample allow: out (a head gap, before the first
+ * use: the copy started after the last use in the step before) or in (a
+ * tail gap, after the last use: it ends before the first use in the step
+ * after). */
+typedef struct wrap_gap {
+    size_t from, to;
+    double bytes, ext;
+    bool out;
+} wrap_gap_t;
+
+/* What may be away where: difference arrays over the samples of the bytes
+ * (diff) and of those whose host copy is kept (backed), and the gaps
+ * across the step's end that extend a copy's time. */
+typedef struct removable {
+    int64_t *diff, *backed;
+    wrap_gap_t *gaps;
+    size_t n_gaps;
+} removable_t;
+
+/* Bytes of storages not used at sample s's op, between two of their uses,
+ * before the first (model state, or a storage that existed before the
+ * step) or after the last (counting one that is freed then only weakens
+ * the bound); backed, those whose host copy is kept over the gap (the use
+ * before it, around the step's end for the first gap). prefix: the ops'
+ * cumulative time; rerun_after[k]: the most re-runs can cost after op k. */
+static bool removable_bytes(const cham_profile_view_t *v, const double *prefix,
+                            const double *rerun_after, removable_t *rm)
 {
-    size_t nu = v->n_uses, ns = 2 * v->n_ops;
+    size_t nu = v->n_uses, ns = 2 * v->n_ops, n = v->n_ops;
     cham_gen_use_ref_t *r = cham_gen_uses_by_storage(v);
-    if (!r)
+    rm->gaps = malloc((2 * nu + 1) * sizeof *rm->gaps);
+    if (!r || !rm->gaps) {
+        free(r);
         return false;
+    }
     for (size_t a = 0; a < nu;) {
         size_t b = a;
-        while (b < nu && r[b].storage == r[a].storage)
-            b++;
+        bool persistent = false;
+        for (; b < nu && r[b].storage == r[a].storage; b++)
+            persistent = persistent || v->uses[r[b].use].persistent;
         int64_t bytes = (int64_t)v->uses[r[a].use].storage_bytes;
+        uint32_t first = r[a].op, last = r[b - 1].op;
+        bool exists_before = persistent || !v->uses[r[a].use].output;
         size_t from = 0;           /* the gap starts at this sample */
         for (size_t i = a; i <= b; i++) {
             size_t to = i < b ? 2 * (size_t)r[i].op : ns;   /* ends before the use */
-            if (to > from) {
-                diff[from] += bytes;
-                diff[to] -= bytes;
-                if (cham_gen_backed_at(v, r, i > a ? i - 1 : b - 1)) {
-                    backed[from] += bytes;
-                    backed[to] -= bytes;
+            bool head = i == a, tail = i == b;
+            bool backed = cham_gen_backed_at(v, r, i > a ? i - 1 : b - 1);
+            if (to > from && (!head || exists_before)) {
+                rm->diff[from] += bytes;
+                rm->diff[to] -= bytes;
+                if (backed) {
+                    rm->backed[from] += bytes;
+                    rm->backed[to] -= bytes;
                 }
+                double ext = 0;
+                if (persistent && head)
+                    ext = prefix[n] - prefix[last + 1] + rerun_after[last];
+                else if (persistent && tail)
+                    ext = prefix[first];
+                if (ext > 0 && !backed)
+                    rm->gaps[rm->n_gaps++] = (wrap_gap_t){
+                        .from = from, .to = to, .bytes = (double)bytes, .ext = ext, .out = head};
             }
             if (i < b)
                 from = 2 * ((size_t)r[i].op + 1);
@@ -55,46 +100,180 @@ static bool removable_bytes(const cham_profile_view_t *v, int64_t *diff, int64_t
     return true;
 }
 
-/* The three terms at R bytes recomputed, Rc their cost. */
-static double terms(double cb, double ca, double e, double d2h, double h2d, double r,
-                    double rc)
+/* F(S) = S / bw - min over the levels j with B_j <= S of (B_j / bw + e_j):
+ * levels by extension, largest first, B_j the bytes before level j, and a
+ * last level of extension 0 after all of them. */
+typedef struct copy_time {
+    double *b, *pm;              /* B_j and the running min of B_j / bw + e_j */
+    size_t n;                    /* levels, the last one's included */
+    double bw;
+} copy_time_t;
+
+static int by_ext_desc(const void *x, const void *y)
 {
-    double s = e - r;
-    double t1 = cb + ca + rc, t2 = s / d2h + ca + rc, t3 = cb + s / h2d;
-    double t = t1 > t2 ? t1 : t2;
-    return t > t3 ? t : t3;
+    double a = ((const wrap_gap_t *)x)->ext, b = ((const wrap_gap_t *)y)->ext;
+    return (a < b) - (a > b);
 }
 
-/* min over R in [0, min(E, re-runnable bytes)] of the max of the terms;
- * bytes[i], cost[i] the re-runs at this sample, cheapest per byte first.
- * Times in ns, bandwidths in bytes per ns. */
-static double best_mix(double cb, double ca, double e, double d2h, double h2d,
-                       const double *bytes, const double *cost, size_t n)
+/* The levels of sample s for one direction; scratch holds n_gaps gaps. */
+static void copy_time_at(copy_time_t *f, const removable_t *rm, size_t s, bool out,
+                         wrap_gap_t *scratch, double bw)
 {
-    double best = terms(cb, ca, e, d2h, h2d, 0, 0);
-    double r0 = 0, c0 = 0;
-    for (size_t i = 0; i < n && r0 < e; i++) {
-        double r1 = r0 + bytes[i] < e ? r0 + bytes[i] : e;
-        double m = cost[i] / bytes[i];
-        /* On [r0, r1]: t1 = cb+ca+c0+m(R-r0), t2 = (e-R)/d2h+ca+c0+m(R-r0),
-         * t3 = cb+(e-R)/h2d. Candidates: r1, and where two lines cross. */
-        double pts[4] = {r1, e - cb * d2h, 0, 0};
-        /* t1 = t3: cb+ca+c0+m(R-r0) = cb+(e-R)/h2d */
-        pts[2] = (e / h2d - ca - c0 + m * r0) / (m + 1 / h2d);
-        /* t2 = t3: (e-R)/d2h+ca+c0+m(R-r0) = cb+(e-R)/h2d */
-        double k = m - 1 / d2h + 1 / h2d;
-        pts[3] = k != 0 ? (cb + e / h2d - e / d2h - ca - c0 + m * r0) / k : r0;
-        for (int j = 0; j < 4; j++) {
-            double r = pts[j];
-            if (!(r >= r0 && r <= r1))
-                continue;
-            double t = terms(cb, ca, e, d2h, h2d, r, c0 + m * (r - r0));
-            best = t < best ? t : best;
-        }
-        c0 += m * (r1 - r0);
-        r0 = r1;
+    size_t m = 0;
+    for (size_t i = 0; i < rm->n_gaps; i++)
+        if (rm->gaps[i].out == out && rm->gaps[i].from <= s && s < rm->gaps[i].to)
+            scratch[m++] = rm->gaps[i];
+    qsort(scratch, m, sizeof *scratch, by_ext_desc);
+    double before = 0, best = INFINITY;
+    for (size_t j = 0; j <= m; j++) {
+        double e = j < m ? scratch[j].ext : 0;
+        best = fmin(best, before / bw + e);
+        f->b[j] = before;
+        f->pm[j] = best;
+        before += j < m ? scratch[j].bytes : 0;
+    }
+    f->n = m + 1;
+    f->bw = bw;
+}
+
+/* The last index with sorted[i] <= x (sorted[0] <= x assumed). */
+static size_t last_at_most(const double *sorted, size_t n, double x)
+{
+    size_t lo = 0, hi = n;
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (sorted[mid] <= x)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static double copy_time_of(const copy_time_t *f, double s)
+{
+    return s / f->bw - f->pm[last_at_most(f->b, f->n, s)];
+}
+
+/* The re-runs at a sample, cheapest per byte first: cumulative bytes and
+ * cost at each one's end (index 0: none). */
+typedef struct reruns {
+    double *bytes, *cost;
+    size_t n;
+} reruns_t;
+
+static double rerun_cost(const reruns_t *rr, double r)
+{
+    size_t i = last_at_most(rr->bytes, rr->n + 1, r);
+    if (i == rr->n)
+        return rr->cost[i];
+    double w = rr->bytes[i + 1] - rr->bytes[i];
+    return rr->cost[i] + (rr->cost[i + 1] - rr->cost[i]) * (r - rr->bytes[i]) / w;
+}
+
+typedef struct sample_terms {
+    double cb, ca, e;
+    const reruns_t *rr;
+    const copy_time_t *out, *in;
+} sample_terms_t;
+
+static void terms(const sample_terms_t *x, double r, double t[3])
+{
+    double rc = rerun_cost(x->rr, r), s = x->e - r;
+    t[0] = x->cb + x->ca + rc;
+    t[1] = x->ca + rc + copy_time_of(x->out, s);
+    t[2] = x->cb + copy_time_of(x->in, s);
+}
+
+static double max3(const double t[3])
+{
+    return fmax(t[0], fmax(t[1], t[2]));
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+/* min over R in [0, min(E, re-runnable bytes)] of the largest term; pts
+ * has room for rr->n + out->n + in->n + 2 points. */
+static double best_mix(const sample_terms_t *x, double *pts)
+{
+    double rmax = fmin(x->e, x->rr->bytes[x->rr->n]);
+    size_t np = 0;
+    pts[np++] = 0;
+    pts[np++] = rmax;
+    for (size_t i = 1; i < x->rr->n; i++)
+        if (x->rr->bytes[i] < rmax)
+            pts[np++] = x->rr->bytes[i];
+    const copy_time_t *f[2] = {x->out, x->in};
+    for (int d = 0; d < 2; d++)
+        for (size_t j = 1; j < f[d]->n; j++)
+            if (x->e - f[d]->b[j] > 0 && x->e - f[d]->b[j] < rmax)
+                pts[np++] = x->e - f[d]->b[j];
+    qsort(pts, np, sizeof *pts, cmp_double);
+    double ta[3], tb[3];
+    terms(x, pts[0], ta);
+    double best = max3(ta);
+    for (size_t i = 1; i < np; i++) {
+        double a = pts[i - 1], b = pts[i];
+        terms(x, b, tb);
+        best = fmin(best, max3(tb));
+        /* Linear on [a, b]: the max is least at an end or where two cross. */
+        for (int p = 0; b > a && p < 3; p++)
+            for (int q = p + 1; q < 3; q++) {
+                double da = ta[p] - ta[q], db = tb[p] - tb[q];
+                if ((da < 0 && db > 0) || (da > 0 && db < 0)) {
+                    double w = da / (da - db), t[3];
+                    for (int k = 0; k < 3; k++)
+                        t[k] = ta[k] + w * (tb[k] - ta[k]);
+                    best = fmin(best, max3(t));
+                }
+            }
+        for (int k = 0; k < 3; k++)
+            ta[k] = tb[k];
     }
     return best;
+}
+
+/* Candidates by cost per byte, an op's cost shared by its outputs in
+ * proportion to their bytes: dropping several outputs of one op re-runs
+ * it once, and dropping one of them costs at least its share. */
+typedef struct priced {
+    uint32_t tensor;
+    double bytes, cost;
+} priced_t;
+
+static int by_price(const void *x, const void *y)
+{
+    const priced_t *a = x, *b = y;
+    double pa = a->cost / a->bytes, pb = b->cost / b->bytes;
+    if (pa != pb)
+        return pa < pb ? -1 : 1;
+    return (a->tensor > b->tensor) - (a->tensor < b->tensor);
+}
+
+static priced_t *price(const cham_gen_recomp_list_t *rl, size_t n_ops)
+{
+    priced_t *pr = malloc((rl->n ? rl->n : 1) * sizeof *pr);
+    double *op_bytes = calloc(n_ops ? n_ops : 1, sizeof *op_bytes);
+    if (pr && op_bytes) {
+        for (size_t i = 0; i < rl->n; i++)
+            op_bytes[rl->v[i].op] += (double)rl->v[i].bytes;
+        for (size_t i = 0; i < rl->n; i++) {
+            double b = (double)rl->v[i].bytes;
+            pr[i] = (priced_t){.tensor = rl->v[i].tensor, .bytes = b,
+                               .cost = rl->v[i].cost_ns * b / op_bytes[rl->v[i].op]};
+        }
+        qsort(pr, rl->n, sizeof *pr, by_price);
+    }
+    free(op_bytes);
+    if (!op_bytes) {
+        free(pr);
+        return NULL;
+    }
+    return pr;
 }
 
 cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_config_t *config,
@@ -111,35 +290,62 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     size_t n = v.n_ops, ns = 2 * n;
     uint64_t *curve = malloc((ns ? ns : 1) * sizeof *curve);
     uint64_t *actual = malloc((ns ? ns : 1) * sizeof *actual);
-    int64_t *diff = calloc(ns + 1, sizeof *diff), *backed = calloc(ns + 1, sizeof *backed);
+    removable_t rm = {.diff = calloc(ns + 1, sizeof *rm.diff),
+                      .backed = calloc(ns + 1, sizeof *rm.backed)};
     double *prefix = malloc((n + 1) * sizeof *prefix);
-    double *rb = NULL, *rcost = NULL;
+    double *rerun_after = calloc(n + 1, sizeof *rerun_after);
     cham_gen_layers_t layers = {0};
     cham_gen_tensor_t *t = NULL;
     size_t n_t = 0;
     cham_gen_recomp_list_t rl = {0};
+    priced_t *pr = NULL;
+    reruns_t rr = {0};
+    copy_time_t f_out = {0}, f_in = {0};
+    wrap_gap_t *scratch = NULL;
+    double *pts = NULL;
     cham_planner_config_t c = *config;
     c.min_swap_bytes = 1;      /* any policy may move any tensor */
-    bool ok = curve && actual && diff && backed && prefix && removable_bytes(&v, diff, backed) &&
+    bool ok = curve && actual && rm.diff && rm.backed && prefix && rerun_after &&
               cham_gen_layers_build(&v, &c, &layers) &&
               cham_gen_tensors(&v, &layers, 1, false, &t, &n_t) &&
-              (!config->recompute || cham_gen_recompute_list(&v, t, n_t, &rl));
+              (!config->recompute || cham_gen_recompute_list(&v, t, n_t, &rl)) &&
+              (pr = price(&rl, n)) != NULL;
     if (ok) {
-        rb = malloc((rl.n ? rl.n : 1) * sizeof *rb);
-        rcost = malloc((rl.n ? rl.n : 1) * sizeof *rcost);
-        ok = rb && rcost;
-    }
-    if (ok) {
-        cham_profile_memory_curve(profile, actual, curve);
         prefix[0] = 0;
         for (size_t k = 0; k < n; k++)
             prefix[k + 1] = prefix[k] + (v.ops[k].has_cost ? v.ops[k].cost_ns : 0);
+        /* A re-run comes before its tensor's use: after op k only those
+         * used after k (each at its whole cost: an upper bound). */
+        for (size_t i = 0; i < rl.n; i++)
+            rerun_after[t[rl.v[i].tensor].first_bwd] += rl.v[i].cost_ns;
+        double later = 0;      /* at the op, then: those after it */
+        for (size_t k = n + 1; k-- > 0;) {
+            double at = rerun_after[k];
+            rerun_after[k] = later;
+            later += at;
+        }
+        ok = removable_bytes(&v, prefix, rerun_after, &rm);
+    }
+    if (ok) {
+        size_t g = rm.n_gaps + 1;
+        rr.bytes = malloc((rl.n + 1) * sizeof *rr.bytes);
+        rr.cost = malloc((rl.n + 1) * sizeof *rr.cost);
+        f_out.b = malloc(g * sizeof(double));
+        f_out.pm = malloc(g * sizeof(double));
+        f_in.b = malloc(g * sizeof(double));
+        f_in.pm = malloc(g * sizeof(double));
+        scratch = malloc(g * sizeof *scratch);
+        pts = malloc((rl.n + 2 * g + 2) * sizeof *pts);
+        ok = rr.bytes && rr.cost && f_out.b && f_out.pm && f_in.b && f_in.pm && scratch && pts;
+    }
+    if (ok) {
+        cham_profile_memory_curve(profile, actual, curve);
         double d2h = config->d2h_bandwidth / 1e9, h2d = config->h2d_bandwidth / 1e9;
         double best = prefix[n];
         int64_t away = 0, free_away = 0;
         for (size_t s = 0; s < ns; s++) {
-            away += diff[s];
-            free_away += backed[s];
+            away += rm.diff[s];
+            free_away += rm.backed[s];
             if (curve[s] <= capacity)
                 continue;
             double e = (double)(curve[s] - capacity);
@@ -153,18 +359,23 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
             if (e <= 0)
                 continue;
             /* Ops before the sample (through op k for its end sample 2k+1)
-             * and after it. */
+             * and after it; the re-runs of tensors away here. */
             size_t k = (s + 1) / 2;
-            double cb = prefix[k], ca = prefix[n] - prefix[k];
-            size_t m = 0;
+            rr.n = 0;
+            rr.bytes[0] = rr.cost[0] = 0;
             for (size_t i = 0; i < rl.n; i++) {
-                const cham_gen_tensor_t *x = &t[rl.v[i].tensor];
+                const cham_gen_tensor_t *x = &t[pr[i].tensor];
                 if (2 * ((size_t)x->last_fwd + 1) <= s && s < 2 * (size_t)x->first_bwd) {
-                    rb[m] = (double)x->bytes;
-                    rcost[m++] = rl.v[i].cost_ns;
+                    rr.bytes[rr.n + 1] = rr.bytes[rr.n] + pr[i].bytes;
+                    rr.cost[rr.n + 1] = rr.cost[rr.n] + pr[i].cost;
+                    rr.n++;
                 }
             }
-            double b = best_mix(cb, ca, e, d2h, h2d, rb, rcost, m);
+            copy_time_at(&f_out, &rm, s, true, scratch, d2h);
+            copy_time_at(&f_in, &rm, s, false, scratch, h2d);
+            sample_terms_t x = {.cb = prefix[k], .ca = prefix[n] - prefix[k], .e = e,
+                                .rr = &rr, .out = &f_out, .in = &f_in};
+            double b = best_mix(&x, pts);
             if (b > best) {
                 best = b;
                 out->sample = (uint32_t)s;
@@ -176,11 +387,20 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     }
     free(curve);
     free(actual);
-    free(diff);
-    free(backed);
+    free(rm.diff);
+    free(rm.backed);
+    free(rm.gaps);
     free(prefix);
-    free(rb);
-    free(rcost);
+    free(rerun_after);
+    free(pr);
+    free(rr.bytes);
+    free(rr.cost);
+    free(f_out.b);
+    free(f_out.pm);
+    free(f_in.b);
+    free(f_in.pm);
+    free(scratch);
+    free(pts);
     free(t);
     cham_gen_layers_free(&layers);
     cham_gen_recompute_list_free(&rl);

@@ -181,8 +181,11 @@ bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t,
  * it and that use, and the op's inputs are alive then and unchanged. */
 typedef struct cham_gen_recomp {
     uint32_t tensor;             /* index into the tensors */
+    uint32_t op;                 /* the op that makes it (one re-run makes all
+                                    its outputs) */
     uint64_t storage, bytes;
-    double cost_ns;              /* the op's re-run time (caller's, else the mean) */
+    double cost_ns;              /* the op's re-run time (caller's, else the
+                                    mean), its rebuilt inputs' included */
     uint32_t first_input, n_inputs;   /* the op's input storages in inputs[] */
 } cham_gen_recomp_t;
 

@@ -140,7 +140,7 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
             continue;
         }
         out->v[out->n++] = (cham_gen_recomp_t){
-            .tensor = (uint32_t)i, .storage = x->storage, .bytes = x->bytes,
+            .tensor = (uint32_t)i, .op = p, .storage = x->storage, .bytes = x->bytes,
             .cost_ns = cost,
             .first_input = (uint32_t)mark, .n_inputs = (uint32_t)(n_in - mark)};
     }
