@@ -101,6 +101,9 @@ check plan-swap-in-late 0 '^ +1 +64\.0 +1 linear +2 gelu +3 matmul +[0-9]+ +9 ' 
   "${costed[@]}"
 check plan-swap-in-early 0 '^ +1 +64\.0 +1 linear +2 gelu +3 matmul +[0-9]+ +6 ' -- \
   "${costed[@]}" --early-swap-in
+# Nothing stalls here, so refinement moves nothing; --no-refine is accepted.
+check plan-no-refine 0 '^ +1 +64\.0 +1 linear +2 gelu +3 matmul +[0-9]+ +9 ' -- \
+  "${costed[@]}" --no-refine
 check plan-bad-free-delay 2 '--free-delay must be 0\.\.1000000, got "-1"' -- \
   "${plan[@]}" --free-delay -1
 check plan-bytes 0 'capacity: +136\.0 MiB \(142606336 bytes\)' -- \

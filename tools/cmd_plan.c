@@ -32,6 +32,7 @@ typedef struct plan_opts {
     bool bound;              /* --bound: also the lower bound on the step time */
     bool swap_only;          /* --swap-only: no recomputation */
     bool early_swap_in;      /* --early-swap-in: the planner's early_swap_in */
+    bool no_refine;          /* --no-refine: the planner's refine off */
     const char *strategy;    /* --strategy: chameleon, chameleon-swap, vdnn, swapadvisor,
                                 hyperoffload */
     cham_swapadvisor_options_t sa;   /* --search-seconds, --generations, ... */
@@ -43,6 +44,7 @@ static void usage(FILE *f)
             "usage: chameleon plan PROFILE.json [--device PRESET] [--capacity SIZE]\n"
             "                      [--reserve SIZE] [--layers N] [--free-delay N]\n"
             "                      [--min-swap SIZE] [--swap-only] [--early-swap-in]\n"
+            "                      [--no-refine]\n"
             "                      [--bound] [--json OUT] [--strategy NAME]\n"
             "                      [--search-seconds S] [--generations N]\n"
             "                      [--population N] [--seed N] [--reorder on|off]\n"
@@ -66,6 +68,10 @@ static void usage(FILE *f)
             "                    as memory allows, not as late as it is still done in\n"
             "                    time (what GenPolicy's first and fifth trials plan;\n"
             "                    docs/policy.md, \"The copy queues\")\n"
+            "  --no-refine       with recomputation and op costs: keep each swap-in\n"
+            "                    where Algorithm 2 put it, even where the replay says\n"
+            "                    it stalls and the memory allows it earlier\n"
+            "                    (docs/policy.md, \"Refinement\")\n"
             "  --bound           also the lower bound on the step time at this capacity\n"
             "                    for any mix of keeping, swapping and recomputing\n"
             "                    (docs/policy.md, \"The lower bound\")\n"
@@ -93,7 +99,8 @@ static void usage(FILE *f)
 static const tool_opt_t opts[] = {
     {"--device", true}, {"--capacity", true}, {"--reserve", true}, {"--layers", true},
     {"--free-delay", true}, {"--min-swap", true}, {"--json", true}, {"--bound", false},
-    {"--swap-only", false}, {"--early-swap-in", false}, {"--strategy", true},
+    {"--swap-only", false}, {"--early-swap-in", false}, {"--no-refine", false},
+    {"--strategy", true},
     {"--search-seconds", true}, {"--generations", true}, {"--population", true},
     {"--seed", true}, {"--reorder", true},
 };
@@ -129,6 +136,8 @@ static int parse(int argc, char **argv, plan_opts_t *o)
             o->swap_only = true;
         } else if (strcmp(a, "--early-swap-in") == 0) {
             o->early_swap_in = true;
+        } else if (strcmp(a, "--no-refine") == 0) {
+            o->no_refine = true;
         } else if (strcmp(a, "--device") == 0) {
             if (!tool_check_preset(CMD, a, v))
                 return 2;
@@ -352,6 +361,7 @@ int cmd_plan(int argc, char **argv)
     cfg.min_swap_bytes = o.min_swap;
     cfg.recompute = !o.swap_only && strcmp(o.strategy, "chameleon") == 0;
     cfg.early_swap_in = o.early_swap_in;
+    cfg.refine = !o.no_refine;
 
     if (o.bound) {
         cham_step_bound_t b;

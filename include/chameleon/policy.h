@@ -59,6 +59,10 @@ typedef struct cham_planner_config {
                                     it can still be done in time; a margin
                                     for the queues' timing (false;
                                     docs/policy.md, "The copy queues") */
+    bool refine;                 /* with recomputation and op costs: each
+                                    swap-in the replay says stalls moved
+                                    earlier where the memory allows (true;
+                                    docs/policy.md, "Refinement") */
     /* Optional per-op device time estimates (ns), n_ops of them, in profile
      * op order; NULL = Eq. 1 (step time spread evenly over the ops). */
     const double *op_cost_ns;

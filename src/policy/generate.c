@@ -26,6 +26,7 @@ cham_planner_config_t cham_planner_config_default(void)
         .min_swap_bytes = MiB,
         .recompute = true,
         .model_state = true,
+        .refine = true,
         .op_cost_ns = NULL,
         .n_op_costs = 0,
     };
@@ -125,11 +126,7 @@ cham_status_t cham_gen_start(const char *who, const cham_profile_t *profile,
     return st != CHAM_OK ? st : capacity_of(v, config, capacity, usable, err, err_size);
 }
 
-/* Predicted peak: max over samples of the curve minus the bytes swapped out
- * there (samples [2 free_op, 2 swap_in_op) of each item, [2 free_op,
- * 2 n_ops) and [0, 2 swap_in_op) of one that wraps). diff: 2 n_ops + 1
- * zeroes. */
-static uint64_t predicted_peak(const cham_policy_t *p, const uint64_t *curve, int64_t *diff)
+uint64_t cham_gen_predicted_peak(const cham_policy_t *p, const uint64_t *curve, int64_t *diff)
 {
     size_t ns = 2 * p->n_ops;
     for (size_t i = 0; i < p->n_items; i++) {
@@ -159,7 +156,7 @@ bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_pr
     if (!diff)
         return false;
     p->n_ops = v->n_ops;
-    p->predicted_peak = predicted_peak(p, curve, diff);
+    p->predicted_peak = cham_gen_predicted_peak(p, curve, diff);
     free(diff);
     p->capacity = capacity;
     p->usable = usable;
@@ -567,6 +564,28 @@ static cham_status_t try_k(const cham_profile_t *profile, const cham_planner_con
     return CHAM_OK;
 }
 
+/* The kept policy refined against its replay (refine.c), with the ops'
+ * times and the curve of the profile it was planned from. */
+static bool refine(const cham_profile_t *profile, const cham_planner_config_t *config,
+                   cham_policy_t *p)
+{
+    cham_profile_view_t v;
+    cham_profile_get(profile, &v);
+    size_t ns = 2 * v.n_ops;
+    cham_gen_layers_t layers = {0};
+    uint64_t *curve = malloc((ns ? ns : 1) * sizeof *curve);
+    uint64_t *actual = malloc((ns ? ns : 1) * sizeof *actual);
+    bool ok = curve && actual && cham_gen_layers_build(&v, config, &layers);
+    if (ok) {
+        cham_profile_memory_curve(profile, actual, curve);
+        ok = cham_gen_refine(p, &layers, curve, config->h2d_bandwidth, config->d2h_bandwidth);
+    }
+    cham_gen_layers_free(&layers);
+    free(curve);
+    free(actual);
+    return ok;
+}
+
 /* Swaps, and the k cheapest recomputations (cost per byte) for the k that
  * predicts the best policy (one that fits before one that does not, then
  * the fastest step, each re-run priced in), planned against the link
@@ -599,6 +618,11 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
     }
     if (!best)     /* none at any k: the swap-only failure says why */
         return plan_layered(profile, config, 0, &n, out, err, err_size);
+    if (config->refine && !refine(profile, config, best)) {
+        cham_policy_free(best);
+        cham_set_err(err, err_size, "planner: out of host memory (refinement)");
+        return CHAM_ERR_HOST_OOM;
+    }
     *out = best;
     return CHAM_OK;
 }
