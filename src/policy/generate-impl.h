@@ -85,6 +85,25 @@ bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_
 bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
                      double h2d_bw, double d2h_bw);
 
+/* The same in parts, for replaying one policy many times as its swap-ins
+ * move (refine.c): the items' events sorted once (init; false when the
+ * host is out of memory), an item's swap-in moved to another op (its
+ * swap_in_op is the caller's to set), the replay run (O(ops + items)). */
+typedef struct cham_gen_replay_event {
+    uint32_t op, item;
+} cham_gen_replay_event_t;
+typedef struct cham_gen_replayer {
+    cham_gen_replay_event_t *out, *freed, *in, *use;   /* by (op, item) */
+    uint64_t *out_done, *in_done;
+    size_t n;
+} cham_gen_replayer_t;
+bool cham_gen_replayer_init(cham_gen_replayer_t *r, const cham_policy_t *p);
+void cham_gen_replayer_move_in(cham_gen_replayer_t *r, uint32_t item, uint32_t op);
+void cham_gen_replayer_run(cham_gen_replayer_t *r, cham_policy_t *p,
+                           const cham_gen_layers_t *l, size_t n_ops, double h2d_bw,
+                           double d2h_bw);
+void cham_gen_replayer_free(cham_gen_replayer_t *r);
+
 /* ---- memory reduction list (mrl.c) -------------------------------------- */
 
 /* The entries: the samples whose curve exceeds usable when the list is

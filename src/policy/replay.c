@@ -22,10 +22,7 @@
 #include "policy/generate-impl.h"
 #include "policy/policy-impl.h"
 
-typedef struct event {
-    uint32_t op;
-    uint32_t item;
-} event_t;
+typedef cham_gen_replay_event_t event_t;
 
 static int by_op(const void *a, const void *b)
 {
@@ -81,61 +78,101 @@ static uint64_t wait_freed(cham_policy_t *p, const event_t *freed, size_t n, siz
     return now;
 }
 
+bool cham_gen_replayer_init(cham_gen_replayer_t *r, const cham_policy_t *p)
+{
+    size_t n = p->n_items;
+    *r = (cham_gen_replayer_t){
+        .out = events_by(p, AT_SWAP_OUT), .freed = events_by(p, AT_FREE),
+        .in = events_by(p, AT_SWAP_IN), .use = events_by(p, AT_USE),
+        .out_done = calloc(n ? n : 1, sizeof *r->out_done),
+        .in_done = calloc(n ? n : 1, sizeof *r->in_done), .n = n};
+    if (r->out && r->freed && r->in && r->use && r->out_done && r->in_done)
+        return true;
+    cham_gen_replayer_free(r);
+    return false;
+}
+
+void cham_gen_replayer_free(cham_gen_replayer_t *r)
+{
+    free(r->out);
+    free(r->freed);
+    free(r->in);
+    free(r->use);
+    free(r->out_done);
+    free(r->in_done);
+    *r = (cham_gen_replayer_t){0};
+}
+
+void cham_gen_replayer_move_in(cham_gen_replayer_t *r, uint32_t item, uint32_t op)
+{
+    event_t *e = r->in;
+    size_t i = 0;
+    while (e[i].item != item)
+        i++;
+    event_t moved = {.op = op, .item = item};
+    for (; i > 0 && by_op(&moved, &e[i - 1]) < 0; i--)   /* shift down, then up */
+        e[i] = e[i - 1];
+    for (; i + 1 < r->n && by_op(&e[i + 1], &moved) < 0; i++)
+        e[i] = e[i + 1];
+    e[i] = moved;
+}
+
+void cham_gen_replayer_run(cham_gen_replayer_t *r, cham_policy_t *p,
+                           const cham_gen_layers_t *l, size_t n_ops, double h2d_bw,
+                           double d2h_bw)
+{
+    size_t n = r->n;
+    const event_t *out = r->out, *freed = r->freed, *in = r->in, *use = r->use;
+    uint64_t *out_done = r->out_done, *in_done = r->in_done;
+    for (size_t i = 0; i < n; i++) {
+        p->items[i].stall_ns = 0;
+        out_done[i] = in_done[i] = 0;
+    }
+    uint64_t now = 0, d2h = 0, h2d = 0;   /* compute clock, queues' ends */
+    size_t a = 0, b = 0, c = 0, d = 0;
+    for (uint32_t k = 0; k < n_ops; k++) {
+        now = wait_freed(p, freed, n, &b, k, out_done, now);
+        for (; c < n && in[c].op == k; c++) {
+            cham_policy_item_t *it = &p->items[in[c].item];
+            if (it->recompute) {
+                now = add_ns(now, (double)it->recompute_ns);
+                in_done[in[c].item] = now;
+            } else {
+                h2d = add_ns(max_u64(max_u64(now, h2d), out_done[in[c].item]),
+                             (double)cham_gen_transfer_ns(it->bytes, h2d_bw));
+                in_done[in[c].item] = h2d;
+            }
+        }
+        for (; d < n && use[d].op == k; d++) {
+            cham_policy_item_t *it = &p->items[use[d].item];
+            if (in_done[use[d].item] > now) {
+                it->stall_ns += in_done[use[d].item] - now;
+                now = in_done[use[d].item];
+            }
+        }
+        now = add_ns(now, l->op_ns[k]);
+        for (; a < n && out[a].op == k; a++) {
+            const cham_policy_item_t *it = &p->items[out[a].item];
+            if (it->out_use.host_backed)     /* no copy: free once op k is done */
+                out_done[out[a].item] = now;
+            if (it->recompute || it->out_use.host_backed)
+                continue;
+            d2h = add_ns(max_u64(now, d2h), (double)cham_gen_transfer_ns(it->bytes, d2h_bw));
+            out_done[out[a].item] = d2h;
+        }
+    }
+    /* Blocks given back at the next step's first op (items that wrap):
+     * the step is not over before their copies are. */
+    wait_freed(p, freed, n, &b, UINT64_MAX, out_done, now);
+}
+
 bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
                      double h2d_bw, double d2h_bw)
 {
-    size_t n = p->n_items;
-    event_t *out = events_by(p, AT_SWAP_OUT), *freed = events_by(p, AT_FREE),
-            *in = events_by(p, AT_SWAP_IN), *use = events_by(p, AT_USE);
-    uint64_t *out_done = calloc(n ? n : 1, sizeof *out_done);
-    uint64_t *in_done = calloc(n ? n : 1, sizeof *in_done);
-    bool ok = out && freed && in && use && out_done && in_done;
-    if (ok) {
-        for (size_t i = 0; i < n; i++)
-            p->items[i].stall_ns = 0;
-        uint64_t now = 0, d2h = 0, h2d = 0;   /* compute clock, queues' ends */
-        size_t a = 0, b = 0, c = 0, d = 0;
-        for (uint32_t k = 0; k < n_ops; k++) {
-            now = wait_freed(p, freed, n, &b, k, out_done, now);
-            for (; c < n && in[c].op == k; c++) {
-                cham_policy_item_t *it = &p->items[in[c].item];
-                if (it->recompute) {
-                    now = add_ns(now, (double)it->recompute_ns);
-                    in_done[in[c].item] = now;
-                } else {
-                    h2d = add_ns(max_u64(max_u64(now, h2d), out_done[in[c].item]),
-                                 (double)cham_gen_transfer_ns(it->bytes, h2d_bw));
-                    in_done[in[c].item] = h2d;
-                }
-            }
-            for (; d < n && use[d].op == k; d++) {
-                cham_policy_item_t *it = &p->items[use[d].item];
-                if (in_done[use[d].item] > now) {
-                    it->stall_ns += in_done[use[d].item] - now;
-                    now = in_done[use[d].item];
-                }
-            }
-            now = add_ns(now, l->op_ns[k]);
-            for (; a < n && out[a].op == k; a++) {
-                const cham_policy_item_t *it = &p->items[out[a].item];
-                if (it->out_use.host_backed)     /* no copy: free once op k is done */
-                    out_done[out[a].item] = now;
-                if (it->recompute || it->out_use.host_backed)
-                    continue;
-                d2h = add_ns(max_u64(now, d2h),
-                             (double)cham_gen_transfer_ns(it->bytes, d2h_bw));
-                out_done[out[a].item] = d2h;
-            }
-        }
-        /* Blocks given back at the next step's first op (items that wrap):
-         * the step is not over before their copies are. */
-        wait_freed(p, freed, n, &b, UINT64_MAX, out_done, now);
-    }
-    free(out);
-    free(freed);
-    free(in);
-    free(use);
-    free(out_done);
-    free(in_done);
-    return ok;
+    cham_gen_replayer_t r;
+    if (!cham_gen_replayer_init(&r, p))
+        return false;
+    cham_gen_replayer_run(&r, p, l, n_ops, h2d_bw, d2h_bw);
+    cham_gen_replayer_free(&r);
+    return true;
 }
