@@ -44,14 +44,8 @@ static void verified_run(double fraction, int steps, bool host_optimizer)
 {
     gpt_train_config_t c = test_train_dynamic_config(CHAM_STRATEGY_CHAMELEON, fraction, steps);
     c.host_optimizer = host_optimizer;
-    gpt_train_result_t r;
     seen_t s = {0};
-    char err[600] = "";
-    cham_status_t st = gpt_train(&c, &test_data, count, &s, &r, err, sizeof err);
-    if (st != CHAM_OK)
-        fail_msg("%s", err);
-    assert_true(r.bit_exact);
-    assert_int_equal(r.hazards, 0);
+    gpt_train_result_t r = test_train_verified(&c, count, &s);
     assert_int_equal(r.oom, 0);
     assert_int_equal(r.steps, steps);
     assert_true(r.peak_device_bytes <= r.budget_bytes);
@@ -92,12 +86,7 @@ static void test_quarter_budget_stable_is_clean(void **state)
     c.verify = true;
     c.validate_every = 0;
     c.drop_prob = 0;
-    gpt_train_result_t r;
-    char err[600] = "";
-    if (gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
-        fail_msg("%s", err);
-    assert_true(r.bit_exact);
-    assert_int_equal(r.hazards, 0);
+    gpt_train_result_t r = test_train_verified(&c, NULL, NULL);
     assert_true(r.stable_steps >= 20);
     assert_int_equal(r.stable_passive, 0);
     assert_int_equal(r.stable_on_demand, 0);
@@ -387,14 +376,9 @@ static void decoded(cham_strategy_t strategy, double fraction, bool offload)
     c.verify = true;
     c.generate = 24;
     c.kv_offload = offload;
-    gpt_train_result_t r;
-    char err[600] = "";
-    if (gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
-        fail_msg("%s", err);
+    gpt_train_result_t r = test_train_verified(&c, NULL, NULL);
     assert_int_equal(r.decoded, 24);
     assert_true(r.decode_bit_exact);
-    assert_true(r.bit_exact);
-    assert_int_equal(r.hazards, 0);
     int distinct = 0;
     for (int i = 1; i < 8; i++)
         distinct += r.first_tokens[i] != r.first_tokens[0];
@@ -576,12 +560,8 @@ static void test_protrain_strategy(void **state)
     c.strategy = CHAM_STRATEGY_PROTRAIN;
     c.budget_fraction = 0.5;
     c.verify = true;
-    gpt_train_result_t r;
+    gpt_train_result_t r = test_train_verified(&c, NULL, NULL);
     char err[600] = "";
-    if (gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
-        fail_msg("%s", err);
-    assert_true(r.bit_exact);
-    assert_int_equal(r.hazards, 0);
     assert_true(r.has_protrain);
     assert_true(r.protrain.n_swap + r.protrain.n_checkpoint > 0);
     assert_true(r.peak_device_bytes <= r.budget_bytes);

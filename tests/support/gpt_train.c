@@ -37,15 +37,22 @@ gpt_train_config_t test_train_dynamic_config(cham_strategy_t strategy, double fr
     return c;
 }
 
-void test_train_dynamic_bit_exact(cham_strategy_t strategy)
+gpt_train_result_t test_train_verified(const gpt_train_config_t *c, gpt_progress_fn progress,
+                                       void *user)
 {
-    gpt_train_config_t c = test_train_dynamic_config(strategy, 0.5, 60);
     gpt_train_result_t r;
     char err[600] = "";
-    if (gpt_train(&c, &test_data, NULL, NULL, &r, err, sizeof err) != CHAM_OK)
+    if (gpt_train(c, &test_data, progress, user, &r, err, sizeof err) != CHAM_OK)
         fail_msg("%s", err);
     assert_true(r.bit_exact);
     assert_int_equal(r.hazards, 0);
+    return r;
+}
+
+void test_train_dynamic_bit_exact(cham_strategy_t strategy)
+{
+    gpt_train_config_t c = test_train_dynamic_config(strategy, 0.5, 60);
+    gpt_train_result_t r = test_train_verified(&c, NULL, NULL);
     assert_int_equal(r.steps, 60);
     assert_true(r.swapped_bytes > 0);
     assert_true(r.policy_regenerations > 1);   /* planned again after changes */

@@ -20,6 +20,11 @@ int test_data_teardown(void **state);
 gpt_train_config_t test_train_dynamic_config(cham_strategy_t strategy, double fraction,
                                              int steps);
 
+/* Runs c on test_data (progress with user; NULL for none) and fails the
+ * test unless it succeeds bit-exact with no hazard. */
+gpt_train_result_t test_train_verified(const gpt_train_config_t *c, gpt_progress_fn progress,
+                                       void *user);
+
 /* That run at half the memory for 60 steps: bit-exact, no hazard,
  * something swapped and more than one policy made (the static planners
  * plan again after each change). Fails the test otherwise. */
