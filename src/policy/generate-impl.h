@@ -67,15 +67,19 @@ cham_status_t cham_gen_start(const char *who, const cham_profile_t *profile,
 bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_profile_view_t *v,
                      const uint64_t *curve, uint64_t capacity, uint64_t usable);
 
-/* The predicted peak: the curve less each item's bytes over samples
- * [2 free_op, 2 swap_in_op) (of one that wraps, [2 free_op, 2 n_ops) and
- * [0, 2 swap_in_op)). diff: 2 n_ops + 1 zeroes, used as scratch. */
-uint64_t cham_gen_predicted_peak(const cham_policy_t *p, const uint64_t *curve, int64_t *diff);
+/* The predicted memory: mem[s] (2 n_ops + 1 entries, the last scratch)
+ * is the curve less each item's bytes over samples [2 free_op,
+ * 2 swap_in_op) (of one that wraps, [2 free_op, 2 n_ops) and
+ * [0, 2 swap_in_op)). The predicted peak is its largest sample (0 at
+ * least). */
+void cham_gen_predicted_memory(const cham_policy_t *p, const uint64_t *curve, int64_t *mem);
+uint64_t cham_gen_peak_of(const int64_t *mem, size_t n_ops);
 
-/* refine.c: each swap-in the replay says stalls tried at earlier ops, as
- * long as the predicted peak stays within usable; the one that stalls
- * least in all kept, the predictions updated (docs/policy.md,
- * "Refinement"). false when the host is out of memory. */
+/* refine.c: each swap-in the replay says stalls tried at earlier ops
+ * while every sample it is then back for stays within usable, the
+ * longest stall first and within a work limit; the one that stalls least
+ * in all kept, the predictions updated (docs/policy.md, "Refinement").
+ * false when the host is out of memory. */
 bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_t *curve,
                      double h2d_bw, double d2h_bw);
 

@@ -126,23 +126,31 @@ cham_status_t cham_gen_start(const char *who, const cham_profile_t *profile,
     return st != CHAM_OK ? st : capacity_of(v, config, capacity, usable, err, err_size);
 }
 
-uint64_t cham_gen_predicted_peak(const cham_policy_t *p, const uint64_t *curve, int64_t *diff)
+void cham_gen_predicted_memory(const cham_policy_t *p, const uint64_t *curve, int64_t *mem)
 {
     size_t ns = 2 * p->n_ops;
-    for (size_t i = 0; i < p->n_items; i++) {
+    for (size_t s = 0; s <= ns; s++)
+        mem[s] = 0;
+    for (size_t i = 0; i < p->n_items; i++) {   /* what leaves and comes back where */
         const cham_policy_item_t *it = &p->items[i];
-        diff[2 * (size_t)it->free_op] += (int64_t)it->bytes;
-        diff[2 * (size_t)it->swap_in_op] -= (int64_t)it->bytes;
+        mem[2 * (size_t)it->free_op] -= (int64_t)it->bytes;
+        mem[2 * (size_t)it->swap_in_op] += (int64_t)it->bytes;
         if (it->wraps)          /* away from the step's start, too */
-            diff[0] += (int64_t)it->bytes;
+            mem[0] -= (int64_t)it->bytes;
     }
-    uint64_t peak = 0, out = 0;
+    int64_t away = 0;
     for (size_t s = 0; s < ns; s++) {
-        out += (uint64_t)diff[s];
-        uint64_t m = curve[s] > out ? curve[s] - out : 0;
-        peak = m > peak ? m : peak;
+        away += mem[s];
+        mem[s] = (int64_t)curve[s] + away;
     }
-    return peak;
+}
+
+uint64_t cham_gen_peak_of(const int64_t *mem, size_t n_ops)
+{
+    int64_t peak = 0;
+    for (size_t s = 0; s < 2 * n_ops; s++)
+        peak = mem[s] > peak ? mem[s] : peak;
+    return (uint64_t)peak;
 }
 
 bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_profile_view_t *v,
@@ -152,12 +160,13 @@ bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_pr
     for (size_t i = 0; i < l->n; i++)
         if (!cham_policy_add_layer(p, &l->v[i]))
             return false;
-    int64_t *diff = calloc(ns + 1, sizeof *diff);
-    if (!diff)
+    int64_t *mem = malloc((ns + 1) * sizeof *mem);
+    if (!mem)
         return false;
     p->n_ops = v->n_ops;
-    p->predicted_peak = cham_gen_predicted_peak(p, curve, diff);
-    free(diff);
+    cham_gen_predicted_memory(p, curve, mem);
+    p->predicted_peak = cham_gen_peak_of(mem, p->n_ops);
+    free(mem);
     p->capacity = capacity;
     p->usable = usable;
     p->peak_without_swaps = 0;

@@ -37,29 +37,6 @@ static uint32_t layer_of(const cham_policy_t *p, uint32_t k)
     return (uint32_t)lo;
 }
 
-/* mem[s]: the predicted memory at each sample, the curve less what is
- * away (as cham_gen_predicted_peak counts it). */
-static int64_t *predicted_memory(const cham_policy_t *p, const uint64_t *curve)
-{
-    size_t ns = 2 * p->n_ops;
-    int64_t *mem = calloc(ns + 1, sizeof *mem);
-    if (!mem)
-        return NULL;
-    for (size_t i = 0; i < p->n_items; i++) {
-        const cham_policy_item_t *it = &p->items[i];
-        mem[2 * (size_t)it->free_op] -= (int64_t)it->bytes;
-        mem[2 * (size_t)it->swap_in_op] += (int64_t)it->bytes;
-        if (it->wraps)
-            mem[0] -= (int64_t)it->bytes;
-    }
-    int64_t away = 0;
-    for (size_t s = 0; s < ns; s++) {
-        away += mem[s];
-        mem[s] = (int64_t)curve[s] + away;
-    }
-    return mem;
-}
-
 /* The most ops before op `at` (down to `lo`) the swap-in of `bytes` may
  * move while the memory stays within usable: the samples it would add to
  * are [2 (at - d), 2 at). */
@@ -96,13 +73,14 @@ bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_
     if (!l->timed || p->predicted_peak > p->usable)
         return true;
     cham_gen_replayer_t r;
-    int64_t *mem = predicted_memory(p, curve);
+    int64_t *mem = malloc((2 * p->n_ops + 1) * sizeof *mem);
     stalled_t *order = malloc((p->n_items ? p->n_items : 1) * sizeof *order);
     if (!mem || !order || !cham_gen_replayer_init(&r, p)) {
         free(mem);
         free(order);
         return false;
     }
+    cham_gen_predicted_memory(p, curve, mem);   /* kept as swap-ins move */
     cham_gen_replayer_run(&r, p, l, p->n_ops, h2d_bw, d2h_bw);
     uint64_t best = total_stall(p);
     /* Replays cost ops + items each: at most REFINE_WORK of that in all. */
@@ -142,9 +120,7 @@ bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_
             moved = moved || at != orig;
         }
     }
-    for (size_t s = 0; s <= 2 * p->n_ops; s++)   /* mem as the scratch it wants */
-        mem[s] = 0;
-    p->predicted_peak = cham_gen_predicted_peak(p, curve, mem);
+    p->predicted_peak = cham_gen_peak_of(mem, p->n_ops);
     p->predicted_step_ns = p->step_ns;
     for (size_t i = 0; i < p->n_items; i++)
         p->predicted_step_ns += p->items[i].stall_ns + p->items[i].recompute_ns;
