@@ -62,8 +62,8 @@ cham_status_t cham_gen_start(const char *who, const cham_profile_t *profile,
  * the layers and sets n_ops, capacity, usable, the peaks (curve: the
  * profile's curve without swaps, 2 n_ops samples; predicted: minus each
  * item's bytes over samples [2 free_op, 2 swap_in_op)) and the step times
- * (predicted: the profile's plus every item's stall_ns). false when the
- * host is out of memory. */
+ * (the profile's, and the predicted one). false when the host is out of
+ * memory. */
 bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_profile_view_t *v,
                      const uint64_t *curve, uint64_t capacity, uint64_t usable);
 
@@ -74,6 +74,11 @@ bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_pr
  * least). */
 void cham_gen_predicted_memory(const cham_policy_t *p, const uint64_t *curve, int64_t *mem);
 uint64_t cham_gen_peak_of(const int64_t *mem, size_t n_ops);
+
+/* The predicted step: the ops' times (their costs where the profile has
+ * them; a profiled step slowed by stalls would count those twice) plus
+ * every item's stall_ns and recompute_ns. */
+uint64_t cham_gen_predicted_step(const cham_policy_t *p, const cham_gen_layers_t *l);
 
 /* refine.c: each swap-in the replay says stalls tried at earlier ops
  * while every sample it is then back for stays within usable, the

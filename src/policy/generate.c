@@ -174,10 +174,19 @@ bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_pr
         p->peak_without_swaps = curve[s] > p->peak_without_swaps ? curve[s]
                                                                  : p->peak_without_swaps;
     p->step_ns = v->duration_ns;
-    p->predicted_step_ns = v->duration_ns;
-    for (size_t i = 0; i < p->n_items; i++)
-        p->predicted_step_ns += p->items[i].stall_ns + p->items[i].recompute_ns;
+    p->predicted_step_ns = cham_gen_predicted_step(p, l);
     return true;
+}
+
+uint64_t cham_gen_predicted_step(const cham_policy_t *p, const cham_gen_layers_t *l)
+{
+    double ops = 0;
+    for (size_t k = 0; k < p->n_ops; k++)
+        ops += l->op_ns[k];
+    uint64_t t = (uint64_t)(ops + 0.5);
+    for (size_t i = 0; i < p->n_items; i++)
+        t += p->items[i].stall_ns + p->items[i].recompute_ns;
+    return t;
 }
 
 /* Everything one run of the generator owns. */

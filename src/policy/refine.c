@@ -121,9 +121,7 @@ bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_
         }
     }
     p->predicted_peak = cham_gen_peak_of(mem, p->n_ops);
-    p->predicted_step_ns = p->step_ns;
-    for (size_t i = 0; i < p->n_items; i++)
-        p->predicted_step_ns += p->items[i].stall_ns + p->items[i].recompute_ns;
+    p->predicted_step_ns = cham_gen_predicted_step(p, l);
     cham_gen_replayer_free(&r);
     free(mem);
     free(order);
