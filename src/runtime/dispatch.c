@@ -455,8 +455,13 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     cham_exec_carry(ctx);
     ctx->static_changed = false;
     cham_loop_step_end(ctx, from, &to);
-    if (sync)   /* a new policy's pinned memory is the loop's, not the next step's */
+    if (sync) {
+        /* A new policy's pinned memory and the copies that change plans
+         * (executor.c, cham_exec_send_away) are the loop's, not the next
+         * step's. */
+        cham_device_synchronize(ctx->dev);
         ctx->last_sync_ns = cham_device_host_time(ctx->dev);
+    }
     if (to != from) {
         ctx->stats.stage_changes++;
         cham_context_log(ctx, "step %llu: stage %s -> %s (%u ops, length change %.1f%%, "

@@ -125,6 +125,8 @@ static uint32_t carry_op(const cham_plan_t *p, const cham_storage_t *s)
                ? 0 : UINT32_MAX;
 }
 
+static cham_status_t bring_back(cham_context_t *ctx, cham_storage_t *s);
+
 void cham_exec_send_away(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
@@ -185,6 +187,16 @@ void cham_exec_send_away(cham_context_t *ctx)
             break;
     carried_sort(x);
     free(by);
+    /* What comes back at op 0 comes back now: the copies are the change of
+     * plans', and where the loop times the next step from an idle device
+     * (a GenPolicy trial) they are not the new plan's (docs/executor.md,
+     * "What the plan before left away comes back between the steps"). */
+    for (size_t i = 0; ctx->config.mode != CHAM_MODE_ADVISOR && i < x->n_carried; i++) {
+        cham_storage_t *s = x->carried[i].storage;
+        if (x->carried[i].op == 0 && s && s->residency == CHAM_RESIDENT_HOST &&
+            bring_back(ctx, s) != CHAM_OK)
+            break;        /* it comes back at op 0, or on demand */
+    }
 }
 
 /* A planned swap-in (the plan's or a carried one) at the op being begun:
