@@ -181,23 +181,29 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     pc.d2h_bandwidth = info.d2h_bandwidth;
     pc.score_c = ctx->config.score_c;
     pc.min_swap_bytes = cham_context_min_swap(ctx);
-    /* Trials alternate: recomputation planned against the ops' costs (the
-     * first, third, fifth), and swaps alone as the paper plans them; the
-     * step time decides (docs/executor.md). */
-    pc.recompute = ctx->config.recompute && k % 2 == 0;
-    /* Among those, the first, fifth, ninth, ... issue their swap-ins as
-     * early as memory allows, the third, seventh, ... as late as they can
-     * still be done: the queues time the ops by their costs, and where the
-     * step runs late of them only early copies stay hidden, while late ones
-     * keep memory free longer (policy.md, "The copy queues"). */
-    pc.early_swap_in = pc.recompute && k % 4 == 0;
-    /* The fifth, tenth, ... plan activations only, as the paper: model
-     * state moved where it did not have to costs link time the replay can
-     * misjudge, and measuring settles it (docs/executor.md). */
+    /* Trials cycle through five plans; the step time decides (docs/
+     * executor.md, "What the GenPolicy trials vary"). The second plans
+     * swaps alone as the paper does, the others recomputation too, against
+     * the ops' costs. The first and fifth issue their swap-ins as early as
+     * memory allows, the third and fourth as late as they can still be
+     * done: the queues time the ops by their costs, and where the step
+     * runs late of them only early copies stay hidden, while late ones keep
+     * memory free longer (policy.md, "The copy queues"). */
+    size_t kind = k % 5;
+    pc.recompute = ctx->config.recompute && kind != 1;
+    pc.early_swap_in = pc.recompute && (kind == 0 || kind == 4);
+    /* The fifth plans activations only, as the paper: model state moved
+     * where it did not have to costs link time the replay can misjudge. */
     pc.model_state = ctx->config.model_state && ctx->config.planner == CHAM_PLANNER_CHAMELEON &&
-                     k % 5 != 4;
+                     kind != 4;
+    /* The fourth keeps half the reserve: where the allocator needs less
+     * slack than the rule keeps, the memory goes to fewer re-runs; where
+     * it needs it, the trial's passive swaps lose it (and give the next
+     * trial the rule's reserve back, measure_trial). */
     if (reserve)
         pc.reserve = reserve;
+    else if (pc.recompute && kind == 3)
+        pc.reserve = cham_planner_default_reserve(pc.capacity) / 2;
     pc.free_delay_ops = *delay;
     cham_policy_t *policy = NULL;
     char err[400] = "";
