@@ -42,7 +42,6 @@ void cham_gen_layers_free(cham_gen_layers_t *l);
 
 /* ---- shared by the planners (generate.c) -------------------------------- */
 
-
 /* What every planner does first: checks that profile, config and out are
  * given (*out = NULL), fills *v, checks the config (positive finite
  * bandwidths, score_c >= 0, at most UINT32_MAX / 2 ops, op costs, if any,
