@@ -1018,18 +1018,15 @@ static void on_step(const cham_run_step_t *st, void *user)
     } else if (st->stage == CHAM_STAGE_GENPOLICY) {
         /* The stage is the one after the step: the first such step ran in
          * WarmUp, the second was profiled without a policy; each later one
-         * applied a trial. The fourth trial keeps half the reserve to see
-         * whether the step needs it (docs/executor.md): its shortfall is
-         * the answer, not a policy planned too close. */
-        size_t trial = ++s->genpolicy > 2 ? s->genpolicy - 2 : 0;
-        s->trial_short += trial && trial != 4 && shortfall;
+         * applied a trial. */
+        s->trial_short += ++s->genpolicy > 2 && shortfall;
     }
 }
 
 /* Issue 16: on expandable segments a policy can use the whole budget. The
  * README's example shape (Llama 2 7B, ZeRO-3 over 8, at about half its
- * unconstrained peak): no trial with the default reserve falls short of
- * memory, so the reserve is never widened, and the kept policy's steps hold at least 93% of the
+ * unconstrained peak): no trial falls short of memory, so the reserve is
+ * never widened, and the kept policy's steps hold at least 93% of the
  * budget (the default reserve is 5%) with no unplanned swap. */
 static void test_policy_uses_the_budget(void **state)
 {

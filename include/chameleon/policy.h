@@ -72,10 +72,6 @@ typedef struct cham_planner_config {
 /* reserve: default rule; score_c 1; min_swap_bytes 1 MiB; no op costs. */
 cham_planner_config_t cham_planner_config_default(void);
 
-/* The default rule's reserve for a device of capacity bytes: 5% of it,
- * at least 256 MiB, at most 20%. */
-uint64_t cham_planner_default_reserve(uint64_t capacity);
-
 /* A logical layer (paper §5.4): a run of ops of one phase. */
 typedef struct cham_logical_layer {
     uint32_t start_op;           /* first op */

@@ -32,7 +32,7 @@ cham_planner_config_t cham_planner_config_default(void)
     };
 }
 
-uint64_t cham_planner_default_reserve(uint64_t capacity)
+uint64_t cham_gen_default_reserve(uint64_t capacity)
 {
     uint64_t r = capacity / 20;
     if (r < 256 * MiB)
@@ -99,7 +99,7 @@ static cham_status_t capacity_of(const cham_profile_view_t *v, const cham_planne
                                  size_t err_size)
 {
     uint64_t cap = c->capacity ? c->capacity : v->capacity;
-    uint64_t reserve = c->reserve == UINT64_MAX ? cham_planner_default_reserve(cap) : c->reserve;
+    uint64_t reserve = c->reserve == UINT64_MAX ? cham_gen_default_reserve(cap) : c->reserve;
     if (cap == 0 || reserve >= cap) {
         cham_set_err(err, err_size,
                      "planner: capacity %llu bytes leaves nothing usable after a reserve of "

@@ -190,10 +190,13 @@ void cham_exec_send_away(cham_context_t *ctx)
     /* What comes back at op 0 comes back now: the copies are the change of
      * plans', and where the loop times the next step from an idle device
      * (a GenPolicy trial) they are not the new plan's (docs/executor.md,
-     * "What the plan before left away comes back between the steps"). */
+     * "What the plan before left away comes back between the steps").
+     * Not a storage whose bytes are the caller's host copy: an optimizer
+     * on the host updates it there every step, and its copy back is every
+     * step's. */
     for (size_t i = 0; ctx->config.mode != CHAM_MODE_ADVISOR && i < x->n_carried; i++) {
         cham_storage_t *s = x->carried[i].storage;
-        if (x->carried[i].op == 0 && s && s->residency == CHAM_RESIDENT_HOST &&
+        if (x->carried[i].op == 0 && s && s->residency == CHAM_RESIDENT_HOST && !s->backed &&
             bring_back(ctx, s) != CHAM_OK)
             break;        /* it comes back at op 0, or on demand */
     }

@@ -196,14 +196,8 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
      * where it did not have to costs link time the replay can misjudge. */
     pc.model_state = ctx->config.model_state && ctx->config.planner == CHAM_PLANNER_CHAMELEON &&
                      kind != 4;
-    /* The fourth keeps half the reserve: where the allocator needs less
-     * slack than the rule keeps, the memory goes to fewer re-runs; where
-     * it needs it, the trial's passive swaps lose it (and give the next
-     * trial the rule's reserve back, measure_trial). */
     if (reserve)
         pc.reserve = reserve;
-    else if (pc.recompute && kind == 3)
-        pc.reserve = cham_planner_default_reserve(pc.capacity) / 2;
     pc.free_delay_ops = *delay;
     cham_policy_t *policy = NULL;
     char err[400] = "";
