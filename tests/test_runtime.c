@@ -387,6 +387,40 @@ static void test_views_follow_swaps(void **state)
     cham_context_free(ctx);
 }
 
+/* A swap-out whose pinned memory is held by the host block of a storage
+ * just swapped back in (freed once that copy is done) waits for the copy
+ * instead of failing the run: the budget holds both in turn. */
+static void test_swap_out_waits_for_pinned_frees(void **state)
+{
+    (void)state;
+    cham_config_t c = cham_config_default();
+    c.device.capacity = 256 * MiB;
+    c.device.data = true;
+    c.device.hazard_check = true;
+    c.pinned_budget = 96 * MiB;
+    cham_context_t *ctx = NULL;
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    cham_op_token_t fill = token(ctx, "fill"), use = token(ctx, "use");
+    cham_tensor_t *a, *b;
+    size_t bad = 0;
+    assert_int_equal(cham_tensor_new(ctx, 64 * MiB, CHAM_DTYPE_F32, "a", &a), CHAM_OK);
+    assert_int_equal(cham_tensor_new(ctx, 64 * MiB, CHAM_DTYPE_F32, "b", &b), CHAM_OK);
+    kargs_t ka = {.words = 16 * MiB, .seed = 5, .bad = &bad};
+    kargs_t kb = {.words = 16 * MiB, .seed = 6, .bad = &bad};
+    op(ctx, fill, NULL, 0, &a, 1, fill_fn, &ka);
+    op(ctx, fill, NULL, 0, &b, 1, fill_fn, &kb);
+    assert_int_equal(cham_tensor_swap_out(a, false), CHAM_OK);
+    assert_int_equal(cham_tensor_swap_in(a), CHAM_OK);
+    assert_int_equal(cham_tensor_swap_out(b, false), CHAM_OK);
+    op(ctx, use, &a, 1, NULL, 0, check_fn, &ka);
+    op(ctx, use, &b, 1, NULL, 0, check_fn, &kb);
+    assert_int_equal(bad, 0);
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
+    cham_tensor_release(a);
+    cham_tensor_release(b);
+    cham_context_free(ctx);
+}
+
 /* A profile the runtime recorded is what the planner reads: planned against
  * a device smaller than the step's peak, the policy swaps activations and
  * predicts a peak that fits. */
@@ -1153,6 +1187,7 @@ int main(void)
         cmocka_unit_test(test_host_update),
         cmocka_unit_test(test_filled_after_its_block_was_given_back),
         cmocka_unit_test(test_dtypes_and_user_data),
+        cmocka_unit_test(test_swap_out_waits_for_pinned_frees),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

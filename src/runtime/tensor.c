@@ -478,6 +478,15 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
     bool backed = s->host_copy && s->host_valid;
     cham_block_t *host = NULL;
     st = backed ? CHAM_OK : cham_block_alloc(ctx->pinned, s->bytes, ctx->swap_out, &host);
+    if (st == CHAM_ERR_HOST_BUDGET) {
+        /* Pinned blocks of storages swapped back in are free once their
+         * copies are done: wait for those and try once more, rather than
+         * fail a run whose budget holds the bytes. */
+        cham_alloc_stats_t ps;
+        cham_allocator_get_stats(ctx->pinned, &ps);
+        if (ps.pending_free >= s->bytes && cham_stream_synchronize(ctx->swap_in) == CHAM_OK)
+            st = cham_block_alloc(ctx->pinned, s->bytes, ctx->swap_out, &host);
+    }
     if (st != CHAM_OK) {
         cham_context_error(ctx, "swap-out of \"%s\": %s", s->label,
                            cham_allocator_last_error(ctx->pinned));
