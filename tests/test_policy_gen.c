@@ -572,6 +572,41 @@ static void test_replay_queues(void **state)
     cham_policy_free(p);
 }
 
+/* Four ops of 1 s; both link directions 1 GiB/s. X (1 GiB) goes out after
+ * op 0, its block back after op 1, in before op 2 for op 3. W (3 GiB,
+ * model state) goes out after op 3, the step's last, and its block comes
+ * free at op 2 of the next step (free_op n + 2), its copy running on; it
+ * comes back before op 2 for op 3 there. Alone (from an idle device) the
+ * step waits 3 s for W's copy in only and ends at 7 s, W's copy out done
+ * at 10. In the steady state that copy holds the link for the first 3 s:
+ * X's copy out runs [3, 4] and op 2 waits 2 s for X's block; W's copy in
+ * starts after its copy out (3 s) and the one of X: [5, 8], 3 s of
+ * waiting again. The replay predicts the second step; the carry is the
+ * 2 s the step before's copy cost. */
+static void test_replay_runs_on(void **state)
+{
+    (void)state;
+    cham_policy_t *p = cham_policy_new("chameleon");
+    assert_non_null(p);
+    const cham_policy_item_t items[] = {
+        {.storage = 1, .bytes = 1 * GiB, .swap_out_op = 0, .swap_out_done_op = 1, .free_op = 1,
+         .swap_in_op = 2, .use_op = 3},
+        {.storage = 2, .bytes = 3 * GiB, .swap_out_op = 3, .swap_out_done_op = 5, .free_op = 6,
+         .swap_in_op = 2, .use_op = 3, .wraps = true},
+    };
+    for (size_t i = 0; i < 2; i++)
+        assert_true(cham_policy_add_item(p, &items[i]));
+    double op_ns[4] = {1e9, 1e9, 1e9, 1e9};
+    cham_gen_layers_t l = {.op_ns = op_ns};
+    assert_true(cham_gen_replay(p, &l, 4, (double)GiB, (double)GiB));
+    cham_policy_view_t v;
+    cham_policy_get(p, &v);
+    assert_int_equal(v.items[0].stall_ns, 2 * SEC);
+    assert_int_equal(v.items[1].stall_ns, 3 * SEC);
+    assert_int_equal(v.predicted_carry_ns, 2 * SEC);
+    cham_policy_free(p);
+}
+
 static void test_property_random(void **state)
 {
     (void)state;
@@ -656,6 +691,7 @@ int main(void)
         cmocka_unit_test(test_default_layer_count),
         cmocka_unit_test(test_op_costs_move_swap_in),
         cmocka_unit_test(test_replay_queues),
+        cmocka_unit_test(test_replay_runs_on),
         cmocka_unit_test(test_property_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

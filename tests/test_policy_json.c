@@ -94,8 +94,15 @@ static cham_policy_t *sample_policy(void)
          .in_use = use(10, 0x40, 4096, CHAM_DTYPE_F32, 0, 0, false),
          .swap_out_op = 9, .swap_out_done_op = 9, .free_op = 10, .swap_in_layer = 0,
          .swap_in_op = 0, .use_op = 0, .score = 2, .stall_ns = 3, .wraps = true},
+        /* One whose copy runs on into the next step: done at its op 1,
+         * the block given back at its op 2 (n_ops + 2), back before op 3. */
+        {.storage = 11, .bytes = 8192,
+         .out_use = use(11, 0x80, 8192, CHAM_DTYPE_F32, 0, 0, true),
+         .in_use = use(11, 0x80, 8192, CHAM_DTYPE_F32, 0, 0, false),
+         .swap_out_op = 9, .swap_out_done_op = 11, .free_op = 12, .swap_in_layer = 0,
+         .swap_in_op = 3, .use_op = 5, .score = 2, .stall_ns = 0, .wraps = true},
     };
-    for (size_t i = 0; i < 4; i++)
+    for (size_t i = 0; i < 5; i++)
         assert_true(cham_policy_add_item(p, &items[i]));
     return p;
 }
@@ -237,6 +244,18 @@ static void test_save_refuses(void **state)
          "refused.json: cannot save: items[1].swap_in_layer: layer 3 is out of range"},
         {1, offsetof(cham_policy_item_t, swap_out_op), 0,
          "refused.json: cannot save: items[1].swap_out_op: 0 is before items[0]'s 1"},
+        {4, offsetof(cham_policy_item_t, free_op), 14,
+         "refused.json: cannot save: items[4].free_op: 14 is op 4 of the next step, after its "
+         "swap_in_op 3 there"},
+        {4, offsetof(cham_policy_item_t, swap_out_done_op), 12,
+         "refused.json: cannot save: items[4].swap_out_done_op: 12 is in the next step, not "
+         "before free_op 12"},
+        {4, offsetof(cham_policy_item_t, free_op), 20,
+         "refused.json: cannot save: items[4].free_op: op 20 is out of range: the policy plans "
+         "10 ops (0 .. 19, from n_ops on the next step's)"},
+        {2, offsetof(cham_policy_item_t, free_op), 10,
+         "refused.json: cannot save: items[2].free_op: op 10 is out of range: the policy plans "
+         "10 ops (0 .. 9)"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         cham_policy_t *p = sample_policy();

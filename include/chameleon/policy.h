@@ -122,6 +122,10 @@ typedef struct cham_policy_view {
     uint64_t predicted_peak;     /* peak with the policy applied */
     uint64_t step_ns;            /* the profile's step time */
     uint64_t predicted_step_ns;  /* with the policy's stalls */
+    uint64_t predicted_carry_ns; /* of those, what copies out that the step
+                                    before left running cost (the step after
+                                    another's, or from an idle device, is
+                                    that much faster); not saved in JSON */
     size_t n_ops;                /* ops of the profile planned for */
 } cham_policy_view_t;
 

@@ -70,7 +70,8 @@ bool cham_gen_finish(cham_policy_t *p, const cham_gen_layers_t *l, const cham_pr
 /* The predicted memory: mem[s] (2 n_ops + 1 entries, the last scratch)
  * is the curve less each item's bytes over samples [2 free_op,
  * 2 swap_in_op) (of one that wraps, [2 free_op, 2 n_ops) and
- * [0, 2 swap_in_op)). The predicted peak is its largest sample (0 at
+ * [0, 2 swap_in_op), or with free_op > n_ops [2 (free_op - n_ops),
+ * 2 swap_in_op)). The predicted peak is its largest sample (0 at
  * least). */
 void cham_gen_predicted_memory(const cham_policy_t *p, const uint64_t *curve, int64_t *mem);
 uint64_t cham_gen_peak_of(const int64_t *mem, size_t n_ops);
@@ -95,19 +96,28 @@ bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
                      double h2d_bw, double d2h_bw);
 
 /* The same in parts, for replaying one policy many times as its swap-ins
- * move (refine.c): the items' events sorted once (init; false when the
- * host is out of memory), an item's swap-in moved to another op (its
- * swap_in_op is the caller's to set), the replay run (O(ops + items)). */
+ * and frees move (refine.c): the items' events sorted once (init; false
+ * when the host is out of memory), an item's swap-in (or with free_op its
+ * free) moved to another op (the item's field is the caller's to set),
+ * the replay run (O(ops + items), twice when a copy out runs on into the
+ * next step); out_wait: how long the run waited for each item's copy out,
+ * out_done: when each copy out ended (in the step's clock). */
 typedef struct cham_gen_replay_event {
     uint32_t op, item;
 } cham_gen_replay_event_t;
 typedef struct cham_gen_replayer {
     cham_gen_replay_event_t *out, *freed, *in, *use;   /* by (op, item) */
     uint64_t *out_done, *in_done;
+    uint64_t *before;            /* the step before's copies out, ended after it began */
+    uint64_t *out_wait;
+    uint64_t *op_begin;          /* the caller's (n_ops) or NULL: when each op began,
+                                    less the waits for copies out before it */
+    uint64_t end, out_waited;    /* when the step ended; the waits for copies out */
+    uint64_t carry_ns;           /* the waits the step before's copies added */
     size_t n;
 } cham_gen_replayer_t;
 bool cham_gen_replayer_init(cham_gen_replayer_t *r, const cham_policy_t *p);
-void cham_gen_replayer_move_in(cham_gen_replayer_t *r, uint32_t item, uint32_t op);
+void cham_gen_replayer_move(cham_gen_replayer_t *r, uint32_t item, uint32_t op, bool free_op);
 void cham_gen_replayer_run(cham_gen_replayer_t *r, cham_policy_t *p,
                            const cham_gen_layers_t *l, size_t n_ops, double h2d_bw,
                            double d2h_bw);

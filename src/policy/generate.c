@@ -133,10 +133,14 @@ void cham_gen_predicted_memory(const cham_policy_t *p, const uint64_t *curve, in
         mem[s] = 0;
     for (size_t i = 0; i < p->n_items; i++) {   /* what leaves and comes back where */
         const cham_policy_item_t *it = &p->items[i];
-        mem[2 * (size_t)it->free_op] -= (int64_t)it->bytes;
+        if (it->free_op > p->n_ops) {   /* given back in the next step's part */
+            mem[2 * (size_t)(it->free_op - p->n_ops)] -= (int64_t)it->bytes;
+        } else {
+            mem[2 * (size_t)it->free_op] -= (int64_t)it->bytes;
+            if (it->wraps)      /* away from the step's start, too */
+                mem[0] -= (int64_t)it->bytes;
+        }
         mem[2 * (size_t)it->swap_in_op] += (int64_t)it->bytes;
-        if (it->wraps)          /* away from the step's start, too */
-            mem[0] -= (int64_t)it->bytes;
     }
     int64_t away = 0;
     for (size_t s = 0; s < ns; s++) {

@@ -18,7 +18,7 @@ struct cham_policy {
     cham_logical_layer_t *layers;
     size_t n_layers, cap_layers;
     uint64_t capacity, usable, peak_without_swaps, predicted_peak;
-    uint64_t step_ns, predicted_step_ns;
+    uint64_t step_ns, predicted_step_ns, predicted_carry_ns;
     size_t n_ops;
 };
 

@@ -59,6 +59,7 @@ void cham_policy_get(const cham_policy_t *p, cham_policy_view_t *v)
         .predicted_peak = p->predicted_peak,
         .step_ns = p->step_ns,
         .predicted_step_ns = p->predicted_step_ns,
+        .predicted_carry_ns = p->predicted_carry_ns,
         .n_ops = p->n_ops,
     };
 }

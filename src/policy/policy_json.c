@@ -73,22 +73,23 @@ static bool check_use(const cham_tensor_use_t *u, const char *prefix, char *msg,
 static bool check_item_ops(const cham_policy_t *p, size_t i, char *msg, size_t msg_size)
 {
     const cham_policy_item_t *it = &p->items[i];
-    /* Across the step's end the block may come free in the next step's
-     * first op, n_ops. */
+    /* Across the step's end the copy may end and the block come free in
+     * the next step, ops n_ops + k (k < n_ops). */
     const struct {
         const char *key;
         uint32_t v;
         size_t end;
     } ops[] = {{"swap_out_op", it->swap_out_op, p->n_ops},
-               {"swap_out_done_op", it->swap_out_done_op, p->n_ops},
-               {"free_op", it->free_op, p->n_ops + it->wraps},
+               {"swap_out_done_op", it->swap_out_done_op, (1 + it->wraps) * p->n_ops},
+               {"free_op", it->free_op, (1 + it->wraps) * p->n_ops},
                {"swap_in_op", it->swap_in_op, p->n_ops},
                {"use_op", it->use_op, p->n_ops}};
     for (size_t k = 0; k < N_KEYS(ops); k++) {
         if (ops[k].v >= ops[k].end) {
             cham_set_err(msg, msg_size, "items[%zu].%s: op %" PRIu32 " is out of range: the "
-                         "policy plans %zu ops (0 .. n_ops - 1)", i, ops[k].key, ops[k].v,
-                         p->n_ops);
+                         "policy plans %zu ops (0 .. %zu%s)", i, ops[k].key, ops[k].v,
+                         p->n_ops, ops[k].end ? ops[k].end - 1 : 0,
+                         ops[k].end > p->n_ops ? ", from n_ops on the next step's" : "");
             return false;
         }
     }
@@ -105,9 +106,20 @@ static bool check_item_ops(const cham_policy_t *p, size_t i, char *msg, size_t m
     if (it->wraps && !(it->swap_out_op < it->free_op && it->swap_in_op <= it->use_op &&
                        it->use_op <= it->swap_out_op)) {
         cham_set_err(msg, msg_size, "items[%zu]: ops %" PRIu32 ", %" PRIu32 ", %" PRIu32 ", %"
-                     PRIu32 " out of order for an item that wraps (swap_out_op < free_op <= "
-                     "n_ops; in the next step swap_in_op <= use_op <= swap_out_op)", i,
+                     PRIu32 " out of order for an item that wraps (swap_out_op < free_op; "
+                     "in the next step swap_in_op <= use_op <= swap_out_op)", i,
                      it->swap_out_op, it->free_op, it->swap_in_op, it->use_op);
+        return false;
+    }
+    if (it->wraps && it->free_op > p->n_ops && it->free_op - p->n_ops > it->swap_in_op) {
+        cham_set_err(msg, msg_size, "items[%zu].free_op: %" PRIu32 " is op %zu of the next "
+                     "step, after its swap_in_op %" PRIu32 " there", i, it->free_op,
+                     (size_t)it->free_op - p->n_ops, it->swap_in_op);
+        return false;
+    }
+    if (it->swap_out_done_op >= p->n_ops && it->swap_out_done_op >= it->free_op) {
+        cham_set_err(msg, msg_size, "items[%zu].swap_out_done_op: %" PRIu32 " is in the next "
+                     "step, not before free_op %" PRIu32, i, it->swap_out_done_op, it->free_op);
         return false;
     }
     const char *order = "(swap_out_op < free_op <= swap_in_op <= use_op)";

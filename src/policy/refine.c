@@ -1,11 +1,16 @@
 /* Refinement of a planned policy against its replay (docs/policy.md,
- * "Refinement"). Algorithm 2 places a swap-in after the last memory entry
- * its tensor covers; where entries run up to the use (model state streamed
- * through an optimizer phase of short ops), the copy cannot be hidden and
- * the replay predicts a stall. Issued earlier, the tensor is back sooner
- * and holds memory from then on: each stalled swap-in is tried at earlier
- * ops (1, 2, 4, ... before, and the earliest the usable memory allows),
- * and the op whose replay stalls least in all is kept. */
+ * "Refinement"). Placement gives a block back where its copy out is
+ * predicted done, by the step's end at the latest; model state leaves in
+ * the short optimizer phase, and the compute stream waits there for the
+ * copies. So the blocks whose reuse waits are given back later, where
+ * their copies end, into the next step's forward where the memory has
+ * room, all at once (one at a time only moves the wait to the next).
+ * And placement puts a swap-in after the last memory entry its tensor
+ * covers; where entries run up to the use (model state streamed through
+ * an optimizer phase of short ops), the copy cannot be hidden: each
+ * stalled swap-in is tried at earlier ops (1, 2, 4, ... before, and the
+ * earliest the usable memory allows), and the op whose replay stalls
+ * least in all is kept. */
 #include <stdlib.h>
 
 #include "policy/generate-impl.h"
@@ -64,66 +69,186 @@ static int by_stall(const void *a, const void *b)
     return (x->item > y->item) - (x->item < y->item);
 }
 
+/* What one refinement works on. */
+typedef struct refiner {
+    cham_policy_t *p;
+    const cham_gen_layers_t *l;
+    cham_gen_replayer_t r;
+    uint64_t *op_begin;          /* when each op began in the last replay */
+    int64_t *mem;                /* predicted memory, kept as items move */
+    uint64_t best, runs_left;    /* the least total stall; replays left */
+    double h2d_bw, d2h_bw;
+} refiner_t;
+
+/* A stalled swap-in earlier, as far as the memory allows: tried at 1, 2,
+ * 4, ... ops before and the earliest; the op whose replay stalls least in
+ * all is kept (the one it had when none beats it). */
+static bool move_in(refiner_t *f, uint32_t i)
+{
+    cham_policy_item_t *it = &f->p->items[i];
+    size_t n = f->p->n_ops;
+    uint32_t orig = it->swap_in_op, at = orig;
+    /* away over [free_op, swap_in_op), or from the step's start */
+    uint32_t lo = it->free_op > n ? it->free_op - (uint32_t)n + 1 : it->wraps ? 0 : it->free_op + 1;
+    uint32_t most = orig > lo ? room_before(f->mem, orig, lo, it->bytes, f->p->usable) : 0;
+    for (uint32_t d = 1; d <= most && f->runs_left > 0;
+         d = d < most && 2 * d > most ? most : 2 * d) {
+        it->swap_in_op = orig - d;
+        cham_gen_replayer_move(&f->r, i, it->swap_in_op, false);
+        cham_gen_replayer_run(&f->r, f->p, f->l, n, f->h2d_bw, f->d2h_bw);
+        f->runs_left--;
+        uint64_t s = total_stall(f->p);
+        if (s < f->best) {
+            f->best = s;
+            at = it->swap_in_op;
+        }
+    }
+    it->swap_in_op = at;
+    it->swap_in_layer = layer_of(f->p, at);
+    cham_gen_replayer_move(&f->r, i, at, false);
+    cham_gen_replayer_run(&f->r, f->p, f->l, n, f->h2d_bw, f->d2h_bw);
+    for (size_t s = 2 * (size_t)at; s < 2 * (size_t)orig; s++)
+        f->mem[s] += (int64_t)it->bytes;
+    return at != orig;
+}
+
+/* The most ops after free_op the block of `bytes` may stay while the
+ * memory stays within usable, up to `last` (ops from n on are the next
+ * step's: its samples are those of this one, from 0). */
+static uint32_t room_after(const int64_t *mem, size_t n, uint32_t free_op, uint32_t last,
+                           uint64_t bytes, uint64_t usable)
+{
+    uint32_t d = 0;
+    for (; free_op + d < last; d++) {
+        size_t k = (free_op + d) % n;
+        if (mem[2 * k] + (int64_t)bytes > (int64_t)usable ||
+            mem[2 * k + 1] + (int64_t)bytes > (int64_t)usable)
+            break;
+    }
+    return d;
+}
+
+/* Holds item i's block over ops [from, to) (from n on, the next step's). */
+static void hold(refiner_t *f, uint32_t i, uint32_t from, uint32_t to)
+{
+    size_t n = f->p->n_ops;
+    for (uint32_t k = from; k < to; k++) {
+        f->mem[2 * (k % n)] += (int64_t)f->p->items[i].bytes;
+        f->mem[2 * (k % n) + 1] += (int64_t)f->p->items[i].bytes;
+    }
+}
+
+/* The op after which a block whose copy ends at t is given back without a
+ * wait, by the last replay's clock: the replay waits for it before op
+ * free_op + 1 begins (ops from n on: the next step's, begun `end` later). */
+static uint32_t free_op_for(const refiner_t *f, uint64_t t)
+{
+    size_t n = f->p->n_ops;
+    for (size_t k = 1; k < 2 * n; k++) {
+        uint64_t begin = k < n ? f->op_begin[k]
+                               : f->r.end - f->r.out_waited + f->op_begin[k - n];
+        if (begin >= t)
+            return (uint32_t)(k - 1);
+    }
+    return (uint32_t)(2 * n - 1);
+}
+
+/* Blocks whose reuse waits for their copies out are given back where the
+ * copies end instead, later, as far as the memory allows: up to the
+ * swap-in, of model state into the next step. One at a time would not do:
+ * the copies queue, and with one block given back later the compute
+ * stream only reaches the next one sooner and waits there. So all move at
+ * once, again as long as the replay stalls less; the moves that stall more
+ * are undone (docs/policy.md, "Refinement"). */
+static bool move_frees(refiner_t *f, const uint64_t *curve, uint32_t *was)
+{
+    cham_policy_t *p = f->p;
+    size_t n = p->n_ops;
+    bool any = false;
+    for (int round = 0; round < 8 && f->runs_left > 0; round++) {
+        bool moved = false;
+        for (size_t i = 0; i < p->n_items; i++) {
+            cham_policy_item_t *it = &p->items[i];
+            was[i] = it->free_op;
+            if (it->recompute || f->r.out_wait[i] == 0)
+                continue;
+            uint32_t last = it->wraps ? (uint32_t)n + it->swap_in_op : it->swap_in_op;
+            uint32_t want = free_op_for(f, f->r.out_done[i]);
+            uint32_t room = room_after(f->mem, n, it->free_op, last, it->bytes, p->usable);
+            uint32_t to = want < it->free_op + room ? want : it->free_op + room;
+            if (to <= it->free_op)
+                continue;
+            hold(f, (uint32_t)i, it->free_op, to);
+            it->free_op = to;
+            cham_gen_replayer_move(&f->r, (uint32_t)i, to, true);
+            moved = true;
+        }
+        if (!moved)
+            break;
+        cham_gen_replayer_run(&f->r, p, f->l, n, f->h2d_bw, f->d2h_bw);
+        f->runs_left--;
+        uint64_t s = total_stall(p);
+        if (s < f->best) {
+            f->best = s;
+            any = true;
+            continue;
+        }
+        for (size_t i = 0; i < p->n_items; i++)
+            if (p->items[i].free_op != was[i]) {
+                p->items[i].free_op = was[i];
+                cham_gen_replayer_move(&f->r, (uint32_t)i, was[i], true);
+            }
+        cham_gen_predicted_memory(p, curve, f->mem);
+        cham_gen_replayer_run(&f->r, p, f->l, n, f->h2d_bw, f->d2h_bw);
+        f->runs_left--;
+        break;
+    }
+    return any;
+}
+
 bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_t *curve,
                      double h2d_bw, double d2h_bw)
 {
     /* Eq. 1's even shares are no clock to refine by; a policy that does
      * not fit leaves the rest to passive swaps, which the replay does not
      * see. */
-    if (!l->timed || p->predicted_peak > p->usable)
+    if (!l->timed || p->predicted_peak > p->usable || p->n_ops == 0)
         return true;
-    cham_gen_replayer_t r;
-    int64_t *mem = malloc((2 * p->n_ops + 1) * sizeof *mem);
+    refiner_t f = {.p = p, .l = l, .h2d_bw = h2d_bw, .d2h_bw = d2h_bw,
+                   .mem = malloc((2 * p->n_ops + 1) * sizeof *f.mem),
+                   .op_begin = malloc(p->n_ops * sizeof *f.op_begin)};
     stalled_t *order = malloc((p->n_items ? p->n_items : 1) * sizeof *order);
-    if (!mem || !order || !cham_gen_replayer_init(&r, p)) {
-        free(mem);
-        free(order);
-        return false;
+    uint32_t *was = malloc((p->n_items ? p->n_items : 1) * sizeof *was);
+    bool ok = f.mem && f.op_begin && order && was && cham_gen_replayer_init(&f.r, p);
+    if (ok) {
+        f.r.op_begin = f.op_begin;
+        cham_gen_predicted_memory(p, curve, f.mem);
+        cham_gen_replayer_run(&f.r, p, l, p->n_ops, h2d_bw, d2h_bw);
+        f.best = total_stall(p);
+        /* Replays cost ops + items each: at most REFINE_WORK of that in all. */
+        f.runs_left = REFINE_WORK / (p->n_ops + p->n_items + 1);
     }
-    cham_gen_predicted_memory(p, curve, mem);   /* kept as swap-ins move */
-    cham_gen_replayer_run(&r, p, l, p->n_ops, h2d_bw, d2h_bw);
-    uint64_t best = total_stall(p);
-    /* Replays cost ops + items each: at most REFINE_WORK of that in all. */
-    uint64_t per_run = p->n_ops + p->n_items + 1, runs_left = REFINE_WORK / per_run;
-    bool moved = true;
-    for (int pass = 0; pass < 4 && moved && best > 0 && runs_left > 0; pass++) {
-        moved = false;
+    bool moved = ok;
+    for (int pass = 0; pass < 4 && moved && f.best > 0 && f.runs_left > 0; pass++) {
+        moved = move_frees(&f, curve, was);
         size_t n = 0;
         for (size_t i = 0; i < p->n_items; i++)
             if (!p->items[i].recompute && p->items[i].stall_ns > 0)
                 order[n++] = (stalled_t){p->items[i].stall_ns, (uint32_t)i};
         qsort(order, n, sizeof *order, by_stall);
-        for (size_t j = 0; j < n && runs_left > 0; j++) {
-            uint32_t i = order[j].item;
-            cham_policy_item_t *it = &p->items[i];
-            uint32_t orig = it->swap_in_op, at = orig;
-            uint32_t lo = it->wraps ? 0 : it->free_op + 1;   /* away over [free_op, swap_in_op) */
-            uint32_t most = orig > lo ? room_before(mem, orig, lo, it->bytes, p->usable) : 0;
-            for (uint32_t d = 1; d <= most && runs_left > 0;
-                 d = d < most && 2 * d > most ? most : 2 * d) {
-                it->swap_in_op = orig - d;
-                cham_gen_replayer_move_in(&r, i, it->swap_in_op);
-                cham_gen_replayer_run(&r, p, l, p->n_ops, h2d_bw, d2h_bw);
-                runs_left--;
-                uint64_t s = total_stall(p);
-                if (s < best) {
-                    best = s;
-                    at = it->swap_in_op;
-                }
-            }
-            it->swap_in_op = at;
-            it->swap_in_layer = layer_of(p, at);
-            cham_gen_replayer_move_in(&r, i, at);
-            cham_gen_replayer_run(&r, p, l, p->n_ops, h2d_bw, d2h_bw);
-            for (size_t s = 2 * (size_t)at; s < 2 * (size_t)orig; s++)
-                mem[s] += (int64_t)it->bytes;
-            moved = moved || at != orig;
-        }
+        for (size_t j = 0; j < n && f.runs_left > 0; j++)
+            if (p->items[order[j].item].stall_ns > 0)
+                moved = move_in(&f, order[j].item) || moved;
     }
-    p->predicted_peak = cham_gen_peak_of(mem, p->n_ops);
-    p->predicted_step_ns = cham_gen_predicted_step(p, l);
-    cham_gen_replayer_free(&r);
-    free(mem);
+    if (ok) {
+        p->predicted_peak = cham_gen_peak_of(f.mem, p->n_ops);
+        p->predicted_step_ns = cham_gen_predicted_step(p, l);
+        p->predicted_carry_ns = f.r.carry_ns;
+    }
+    cham_gen_replayer_free(&f.r);
+    free(f.mem);
+    free(f.op_begin);
     free(order);
-    return true;
+    free(was);
+    return ok;
 }

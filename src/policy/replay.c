@@ -7,8 +7,12 @@
  * first backward use waits for it. A recomputation runs on the compute
  * stream when swap_in_op begins. An item that wraps is swapped in early in
  * the step, its copy out done in the step before, and out late: the step
- * ends when that copy is done (its block is given back in the next step's
- * first op).
+ * ends when that copy is done when its block is given back in the next
+ * step's first op. One given back later in the next step (free_op >
+ * n_ops) lets its copy run on into that step: there the copy delays the
+ * copies out behind it, and its block's op and its own swap-in wait for it.
+ * The replay then runs the step twice, the second time after the first,
+ * and predicts the second.
  *
  * The placement model books transfer time per logical layer in the order
  * the candidates are chosen (by score), so a copy chosen late can take
@@ -63,16 +67,19 @@ static uint64_t add_ns(uint64_t a, double b)
     return t >= 1.8e19 ? UINT64_MAX : (uint64_t)t;
 }
 
-/* Blocks given back before op `before` (freed[*b] on): the compute stream
- * waits for each one's copy out; the clock after. */
-static uint64_t wait_freed(cham_policy_t *p, const event_t *freed, size_t n, size_t *b,
-                           uint64_t before, const uint64_t *out_done, uint64_t now)
+/* Blocks given back before op `before` (r->freed[*b] on): the compute
+ * stream waits for each one's copy out, done at done[item]; the clock
+ * after. */
+static uint64_t wait_freed(cham_gen_replayer_t *r, cham_policy_t *p, size_t *b, uint64_t before,
+                           const uint64_t *done, uint64_t now)
 {
-    for (; *b < n && freed[*b].op < before; (*b)++) {
-        cham_policy_item_t *it = &p->items[freed[*b].item];
-        if (!it->recompute && out_done[freed[*b].item] > now) {
-            it->stall_ns += out_done[freed[*b].item] - now;
-            now = out_done[freed[*b].item];
+    for (; *b < r->n && r->freed[*b].op < before; (*b)++) {
+        uint32_t i = r->freed[*b].item;
+        if (!p->items[i].recompute && done[i] > now) {
+            p->items[i].stall_ns += done[i] - now;
+            r->out_wait[i] += done[i] - now;
+            r->out_waited += done[i] - now;
+            now = done[i];
         }
     }
     return now;
@@ -85,8 +92,11 @@ bool cham_gen_replayer_init(cham_gen_replayer_t *r, const cham_policy_t *p)
         .out = events_by(p, AT_SWAP_OUT), .freed = events_by(p, AT_FREE),
         .in = events_by(p, AT_SWAP_IN), .use = events_by(p, AT_USE),
         .out_done = calloc(n ? n : 1, sizeof *r->out_done),
-        .in_done = calloc(n ? n : 1, sizeof *r->in_done), .n = n};
-    if (r->out && r->freed && r->in && r->use && r->out_done && r->in_done)
+        .in_done = calloc(n ? n : 1, sizeof *r->in_done),
+        .before = calloc(n ? n : 1, sizeof *r->before),
+        .out_wait = calloc(n ? n : 1, sizeof *r->out_wait), .n = n};
+    if (r->out && r->freed && r->in && r->use && r->out_done && r->in_done && r->before &&
+        r->out_wait)
         return true;
     cham_gen_replayer_free(r);
     return false;
@@ -100,12 +110,14 @@ void cham_gen_replayer_free(cham_gen_replayer_t *r)
     free(r->use);
     free(r->out_done);
     free(r->in_done);
+    free(r->before);
+    free(r->out_wait);
     *r = (cham_gen_replayer_t){0};
 }
 
-void cham_gen_replayer_move_in(cham_gen_replayer_t *r, uint32_t item, uint32_t op)
+void cham_gen_replayer_move(cham_gen_replayer_t *r, uint32_t item, uint32_t op, bool free_op)
 {
-    event_t *e = r->in;
+    event_t *e = free_op ? r->freed : r->in;
     size_t i = 0;
     while (e[i].item != item)
         i++;
@@ -117,28 +129,39 @@ void cham_gen_replayer_move_in(cham_gen_replayer_t *r, uint32_t item, uint32_t o
     e[i] = moved;
 }
 
-void cham_gen_replayer_run(cham_gen_replayer_t *r, cham_policy_t *p,
-                           const cham_gen_layers_t *l, size_t n_ops, double h2d_bw,
-                           double d2h_bw)
+/* One step from time 0, the copies out of the step before still running
+ * until `carry` and r->before. Returns when the step ends; *tail: when
+ * its last copy out is done. */
+static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_gen_layers_t *l,
+                         size_t n_ops, double h2d_bw, double d2h_bw, uint64_t carry,
+                         uint64_t *tail)
 {
     size_t n = r->n;
     const event_t *out = r->out, *freed = r->freed, *in = r->in, *use = r->use;
     uint64_t *out_done = r->out_done, *in_done = r->in_done;
     for (size_t i = 0; i < n; i++) {
         p->items[i].stall_ns = 0;
-        out_done[i] = in_done[i] = 0;
+        out_done[i] = in_done[i] = r->out_wait[i] = 0;
     }
-    uint64_t now = 0, d2h = 0, h2d = 0;   /* compute clock, queues' ends */
+    uint64_t now = 0, d2h = carry, h2d = 0;   /* compute clock, queues' ends */
+    r->out_waited = 0;
     size_t a = 0, b = 0, c = 0, d = 0;
+    size_t e = 0;               /* frees in the next step: freed[e..] */
+    while (e < n && freed[e].op <= n_ops)
+        e++;
     for (uint32_t k = 0; k < n_ops; k++) {
-        now = wait_freed(p, freed, n, &b, k, out_done, now);
+        if (r->op_begin)
+            r->op_begin[k] = now - r->out_waited;
+        now = wait_freed(r, p, &b, k, out_done, now);
+        now = wait_freed(r, p, &e, n_ops + (uint64_t)k, r->before, now);
         for (; c < n && in[c].op == k; c++) {
             cham_policy_item_t *it = &p->items[in[c].item];
             if (it->recompute) {
                 now = add_ns(now, (double)it->recompute_ns);
                 in_done[in[c].item] = now;
             } else {
-                h2d = add_ns(max_u64(max_u64(now, h2d), out_done[in[c].item]),
+                uint64_t away = it->wraps ? r->before[in[c].item] : out_done[in[c].item];
+                h2d = add_ns(max_u64(max_u64(now, h2d), away),
                              (double)cham_gen_transfer_ns(it->bytes, h2d_bw));
                 in_done[in[c].item] = h2d;
             }
@@ -163,7 +186,36 @@ void cham_gen_replayer_run(cham_gen_replayer_t *r, cham_policy_t *p,
     }
     /* Blocks given back at the next step's first op (items that wrap):
      * the step is not over before their copies are. */
-    wait_freed(p, freed, n, &b, UINT64_MAX, out_done, now);
+    now = wait_freed(r, p, &b, n_ops + 1, out_done, now);
+    *tail = d2h;
+    return now;
+}
+
+static uint64_t total_stall(const cham_policy_t *p)
+{
+    uint64_t s = 0;
+    for (size_t i = 0; i < p->n_items; i++)
+        s += p->items[i].stall_ns;
+    return s;
+}
+
+void cham_gen_replayer_run(cham_gen_replayer_t *r, cham_policy_t *p,
+                           const cham_gen_layers_t *l, size_t n_ops, double h2d_bw,
+                           double d2h_bw)
+{
+    for (size_t i = 0; i < r->n; i++)
+        r->before[i] = 0;
+    uint64_t tail, end = run_step(r, p, l, n_ops, h2d_bw, d2h_bw, 0, &tail);
+    r->end = end;
+    r->carry_ns = 0;
+    if (r->n == 0 || r->freed[r->n - 1].op <= n_ops)
+        return;                  /* no copy runs on into the next step */
+    uint64_t alone = total_stall(p);
+    for (size_t i = 0; i < r->n; i++)
+        r->before[i] = p->items[i].wraps && r->out_done[i] > end ? r->out_done[i] - end : 0;
+    r->end = run_step(r, p, l, n_ops, h2d_bw, d2h_bw, tail > end ? tail - end : 0, &tail);
+    uint64_t after = total_stall(p);
+    r->carry_ns = after > alone ? after - alone : 0;
 }
 
 bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
@@ -173,6 +225,7 @@ bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
     if (!cham_gen_replayer_init(&r, p))
         return false;
     cham_gen_replayer_run(&r, p, l, n_ops, h2d_bw, d2h_bw);
+    p->predicted_carry_ns = r.carry_ns;
     cham_gen_replayer_free(&r);
     return true;
 }
