@@ -164,6 +164,12 @@ typedef struct cham_step_info {
  * failure only cham_workload_free is allowed. */
 cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_info_t *info);
 const char *cham_workload_last_error(const cham_workload_t *w);
+/* Waits until the device has done the step's own work: every stream the
+ * workload issues to (compute, communication, offload, the host's). The
+ * runtime's swap copies may run on into the next step, as they do in a
+ * loop that runs step after step; cham_device_synchronize waits for them
+ * too. */
+cham_status_t cham_workload_wait(cham_workload_t *w);
 
 /* The op sequence's variation knobs decide per step; these say what they
  * decided (for tests and progress lines) without running anything. */
@@ -179,7 +185,8 @@ typedef struct cham_run_step {
     uint64_t step;
     cham_stage_t stage;          /* after the step */
     uint64_t time_ns;            /* simulated: end of the previous step to the
-                                    end of this one, the device drained */
+                                    end of this one, its own work done
+                                    (cham_workload_wait) */
     uint64_t peak_bytes;         /* the most tensor bytes on the device */
     uint64_t swapped_bytes;      /* moved out and in during the step */
     uint64_t on_demand, passive; /* swaps no plan foresaw */

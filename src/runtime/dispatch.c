@@ -425,13 +425,20 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     cham_stage_t to = ctx->config.profiler
                           ? cham_stage_machine_step(&ctx->stages, ctx->seq, ctx->ops_in_step, &ok)
                           : from;
-    /* A profiled step, and the one before GenPolicy's first, end with the
-     * device idle: a profile's duration is then the device's time for the
-     * step (the host runs ahead of the device), and GenPolicy's trials are
-     * timed alike. */
+    /* A profiled step, and the one before GenPolicy's first, are timed to
+     * their end on the device: a profile's duration is then the device's
+     * time for the step (the host runs ahead of the device), and
+     * GenPolicy's trials are timed alike. In managed mode that end is the
+     * compute stream's, as a loop that runs step after step sees it:
+     * copies out that run on past it overlap the next step's first ops.
+     * The caller's kernels in advisor mode may run on streams of its own:
+     * there the whole device. The device is idle before the next step
+     * (below). */
     bool sync = ctx->building || to == CHAM_STAGE_GENPOLICY;
-    if (sync)
+    if (sync && ctx->config.mode == CHAM_MODE_ADVISOR)
         cham_device_synchronize(ctx->dev);
+    else if (sync)
+        cham_stream_synchronize(ctx->compute);
     uint64_t now = cham_device_host_time(ctx->dev);
     ctx->synced_step_ns = sync && ctx->synced ? now - ctx->last_sync_ns : 0;
     /* In advisor mode the caller's kernels may run where the device's
@@ -455,10 +462,10 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     cham_exec_carry(ctx);
     ctx->static_changed = false;
     cham_loop_step_end(ctx, from, &to);
-    if (sync) {
-        /* A new policy's pinned memory and the copies that change plans
-         * (executor.c, cham_exec_send_away) are the loop's, not the next
-         * step's. */
+    if (sync && (from == CHAM_STAGE_GENPOLICY || to == CHAM_STAGE_GENPOLICY)) {
+        /* A trial starts with the device idle: a new policy's pinned
+         * memory and the copies that change plans (executor.c,
+         * cham_exec_send_away) are the loop's, not the next step's. */
         cham_device_synchronize(ctx->dev);
         ctx->last_sync_ns = cham_device_host_time(ctx->dev);
     }

@@ -169,7 +169,12 @@ void cham_exec_send_away(cham_context_t *ctx)
         }
         if (s->residency != CHAM_RESIDENT_DEVICE || !s->block)
             continue;
-        cham_status_t st = cham_storage_swap_out(s, CHAM_SWAP_PLANNED, ctx->ops_total);
+        /* Its block is given back where the plan gives it back in the
+         * steps it runs: a trial then starts with the memory those steps
+         * start with. */
+        uint64_t free_op = ctx->ops_total +
+                           (it->free_op > pol->n_ops ? it->free_op - pol->n_ops : 0);
+        cham_status_t st = cham_storage_swap_out(s, CHAM_SWAP_PLANNED, free_op);
         if (st != CHAM_OK) {
             cham_context_log(ctx, "step %llu: \"%s\" not sent away for the new policy: %s",
                              (unsigned long long)ctx->number, s->label, ctx->error);

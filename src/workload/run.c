@@ -72,7 +72,7 @@ static void run_steps(const cham_run_config_t *c, cham_context_t *ctx, cham_work
         cham_step_info_t info;
         cham_status_t st = cham_workload_step(w, s, &info);
         if (st == CHAM_OK)
-            st = cham_device_synchronize(dev);
+            st = cham_workload_wait(w);
         if (st != CHAM_OK) {
             fail(r, st, s, cham_context_ops(ctx) - ops0, cham_workload_last_error(w));
             return;

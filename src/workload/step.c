@@ -339,6 +339,17 @@ const char *cham_workload_last_error(const cham_workload_t *w)
     return w->error[0] ? w->error : cham_context_last_error(w->ctx);
 }
 
+cham_status_t cham_workload_wait(cham_workload_t *w)
+{
+    cham_stream_t *streams[] = {w->compute, w->comm, w->offload, w->host, w->fetch};
+    for (size_t i = 0; i < sizeof streams / sizeof *streams; i++) {
+        cham_status_t st = streams[i] ? cham_stream_synchronize(streams[i]) : CHAM_OK;
+        if (st != CHAM_OK)
+            return st;
+    }
+    return CHAM_OK;
+}
+
 void cham_workload_free(cham_workload_t *w)
 {
     if (!w)
