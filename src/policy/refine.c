@@ -138,19 +138,28 @@ static void hold(refiner_t *f, uint32_t i, uint32_t from, uint32_t to)
     }
 }
 
-/* The op after which a block whose copy ends at t is given back without a
- * wait, by the last replay's clock: the replay waits for it before op
- * free_op + 1 begins (ops from n on: the next step's, begun `end` later). */
-static uint32_t free_op_for(const refiner_t *f, uint64_t t)
+/* When op k began by the last replay's clock less its waits for copies
+ * out (k from n on: the next step's, begun that much after the step's end). */
+static uint64_t begin_of(const refiner_t *f, size_t k)
 {
     size_t n = f->p->n_ops;
-    for (size_t k = 1; k < 2 * n; k++) {
-        uint64_t begin = k < n ? f->op_begin[k]
-                               : f->r.end - f->r.out_waited + f->op_begin[k - n];
-        if (begin >= t)
-            return (uint32_t)(k - 1);
+    return k < n ? f->op_begin[k] : f->r.end - f->r.out_waited + f->op_begin[k - n];
+}
+
+/* The op after which a block whose copy ends at t is given back without a
+ * wait (the replay waits for it before op free_op + 1 begins): the first
+ * op begun by t, less one; at most 2 n - 1. */
+static uint32_t free_op_for(const refiner_t *f, uint64_t t)
+{
+    size_t lo = 1, hi = 2 * f->p->n_ops;    /* the first k with begin_of(k) >= t */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (begin_of(f, mid) >= t)
+            hi = mid;
+        else
+            lo = mid + 1;
     }
-    return (uint32_t)(2 * n - 1);
+    return (uint32_t)(lo - 1);
 }
 
 /* Blocks whose reuse waits for their copies out are given back where the
