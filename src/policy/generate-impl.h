@@ -81,11 +81,13 @@ uint64_t cham_gen_peak_of(const int64_t *mem, size_t n_ops);
  * every item's stall_ns and recompute_ns. */
 uint64_t cham_gen_predicted_step(const cham_policy_t *p, const cham_gen_layers_t *l);
 
-/* refine.c: each swap-in the replay says stalls tried at earlier ops
- * while every sample it is then back for stays within usable, the
- * longest stall first and within a work limit; the one that stalls least
- * in all kept, the predictions updated (docs/policy.md, "Refinement").
- * false when the host is out of memory. */
+/* refine.c: the blocks whose reuse the replay says waits for their copies
+ * out given back later, where the copies end (of model state possibly in
+ * the next step), and each swap-in that stalls tried at earlier ops, the
+ * longest stall first; every sample an item is then held for stays
+ * within usable, within a work limit; what stalls least in all kept, the
+ * predictions updated (docs/policy.md, "Refinement"). false when the host
+ * is out of memory. */
 bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_t *curve,
                      double h2d_bw, double d2h_bw);
 
@@ -122,6 +124,8 @@ void cham_gen_replayer_run(cham_gen_replayer_t *r, cham_policy_t *p,
                            const cham_gen_layers_t *l, size_t n_ops, double h2d_bw,
                            double d2h_bw);
 void cham_gen_replayer_free(cham_gen_replayer_t *r);
+/* The sum of the items' stall_ns: what a replay waits in all. */
+uint64_t cham_gen_total_stall(const cham_policy_t *p);
 
 /* ---- memory reduction list (mrl.c) -------------------------------------- */
 

@@ -20,14 +20,6 @@
  * 0.1 s on this project's machine (docs/policy.md, "Refinement"). */
 #define REFINE_WORK (UINT64_C(1) << 26)
 
-static uint64_t total_stall(const cham_policy_t *p)
-{
-    uint64_t s = 0;
-    for (size_t i = 0; i < p->n_items; i++)
-        s += p->items[i].stall_ns;
-    return s;
-}
-
 /* The policy layer holding op k (layers tile the ops in order). */
 static uint32_t layer_of(const cham_policy_t *p, uint32_t k)
 {
@@ -73,12 +65,21 @@ static int by_stall(const void *a, const void *b)
 typedef struct refiner {
     cham_policy_t *p;
     const cham_gen_layers_t *l;
-    cham_gen_replayer_t r;
-    uint64_t *op_begin;          /* when each op began in the last replay */
+    cham_gen_replayer_t r;       /* r.op_begin: refinement's buffer */
     int64_t *mem;                /* predicted memory, kept as items move */
     uint64_t best, runs_left;    /* the least total stall; replays left */
     double h2d_bw, d2h_bw;
 } refiner_t;
+
+/* Holds item i's block over ops [from, to) (from n on, the next step's). */
+static void hold(refiner_t *f, uint32_t i, uint32_t from, uint32_t to)
+{
+    size_t n = f->p->n_ops;
+    for (uint32_t k = from; k < to; k++) {
+        f->mem[2 * (k % n)] += (int64_t)f->p->items[i].bytes;
+        f->mem[2 * (k % n) + 1] += (int64_t)f->p->items[i].bytes;
+    }
+}
 
 /* A stalled swap-in earlier, as far as the memory allows: tried at 1, 2,
  * 4, ... ops before and the earliest; the op whose replay stalls least in
@@ -97,7 +98,7 @@ static bool move_in(refiner_t *f, uint32_t i)
         cham_gen_replayer_move(&f->r, i, it->swap_in_op, false);
         cham_gen_replayer_run(&f->r, f->p, f->l, n, f->h2d_bw, f->d2h_bw);
         f->runs_left--;
-        uint64_t s = total_stall(f->p);
+        uint64_t s = cham_gen_total_stall(f->p);
         if (s < f->best) {
             f->best = s;
             at = it->swap_in_op;
@@ -107,8 +108,7 @@ static bool move_in(refiner_t *f, uint32_t i)
     it->swap_in_layer = layer_of(f->p, at);
     cham_gen_replayer_move(&f->r, i, at, false);
     cham_gen_replayer_run(&f->r, f->p, f->l, n, f->h2d_bw, f->d2h_bw);
-    for (size_t s = 2 * (size_t)at; s < 2 * (size_t)orig; s++)
-        f->mem[s] += (int64_t)it->bytes;
+    hold(f, i, at, orig);
     return at != orig;
 }
 
@@ -128,22 +128,12 @@ static uint32_t room_after(const int64_t *mem, size_t n, uint32_t free_op, uint3
     return d;
 }
 
-/* Holds item i's block over ops [from, to) (from n on, the next step's). */
-static void hold(refiner_t *f, uint32_t i, uint32_t from, uint32_t to)
-{
-    size_t n = f->p->n_ops;
-    for (uint32_t k = from; k < to; k++) {
-        f->mem[2 * (k % n)] += (int64_t)f->p->items[i].bytes;
-        f->mem[2 * (k % n) + 1] += (int64_t)f->p->items[i].bytes;
-    }
-}
-
 /* When op k began by the last replay's clock less its waits for copies
  * out (k from n on: the next step's, begun that much after the step's end). */
 static uint64_t begin_of(const refiner_t *f, size_t k)
 {
     size_t n = f->p->n_ops;
-    return k < n ? f->op_begin[k] : f->r.end - f->r.out_waited + f->op_begin[k - n];
+    return k < n ? f->r.op_begin[k] : f->r.end - f->r.out_waited + f->r.op_begin[k - n];
 }
 
 /* The op after which a block whose copy ends at t is given back without a
@@ -196,7 +186,7 @@ static bool move_frees(refiner_t *f, const uint64_t *curve, uint32_t *was)
             break;
         cham_gen_replayer_run(&f->r, p, f->l, n, f->h2d_bw, f->d2h_bw);
         f->runs_left--;
-        uint64_t s = total_stall(p);
+        uint64_t s = cham_gen_total_stall(p);
         if (s < f->best) {
             f->best = s;
             any = true;
@@ -224,16 +214,16 @@ bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_
     if (!l->timed || p->predicted_peak > p->usable || p->n_ops == 0)
         return true;
     refiner_t f = {.p = p, .l = l, .h2d_bw = h2d_bw, .d2h_bw = d2h_bw,
-                   .mem = malloc((2 * p->n_ops + 1) * sizeof *f.mem),
-                   .op_begin = malloc(p->n_ops * sizeof *f.op_begin)};
+                   .mem = malloc((2 * p->n_ops + 1) * sizeof *f.mem)};
+    uint64_t *op_begin = malloc(p->n_ops * sizeof *op_begin);
     stalled_t *order = malloc((p->n_items ? p->n_items : 1) * sizeof *order);
     uint32_t *was = malloc((p->n_items ? p->n_items : 1) * sizeof *was);
-    bool ok = f.mem && f.op_begin && order && was && cham_gen_replayer_init(&f.r, p);
+    bool ok = f.mem && op_begin && order && was && cham_gen_replayer_init(&f.r, p);
     if (ok) {
-        f.r.op_begin = f.op_begin;
+        f.r.op_begin = op_begin;
         cham_gen_predicted_memory(p, curve, f.mem);
         cham_gen_replayer_run(&f.r, p, l, p->n_ops, h2d_bw, d2h_bw);
-        f.best = total_stall(p);
+        f.best = cham_gen_total_stall(p);
         /* Replays cost ops + items each: at most REFINE_WORK of that in all. */
         f.runs_left = REFINE_WORK / (p->n_ops + p->n_items + 1);
     }
@@ -256,7 +246,7 @@ bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_
     }
     cham_gen_replayer_free(&f.r);
     free(f.mem);
-    free(f.op_begin);
+    free(op_begin);
     free(order);
     free(was);
     return ok;

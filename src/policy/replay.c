@@ -191,7 +191,7 @@ static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_ge
     return now;
 }
 
-static uint64_t total_stall(const cham_policy_t *p)
+uint64_t cham_gen_total_stall(const cham_policy_t *p)
 {
     uint64_t s = 0;
     for (size_t i = 0; i < p->n_items; i++)
@@ -210,11 +210,11 @@ void cham_gen_replayer_run(cham_gen_replayer_t *r, cham_policy_t *p,
     r->carry_ns = 0;
     if (r->n == 0 || r->freed[r->n - 1].op <= n_ops)
         return;                  /* no copy runs on into the next step */
-    uint64_t alone = total_stall(p);
+    uint64_t alone = cham_gen_total_stall(p);
     for (size_t i = 0; i < r->n; i++)
         r->before[i] = p->items[i].wraps && r->out_done[i] > end ? r->out_done[i] - end : 0;
     r->end = run_step(r, p, l, n_ops, h2d_bw, d2h_bw, tail > end ? tail - end : 0, &tail);
-    uint64_t after = total_stall(p);
+    uint64_t after = cham_gen_total_stall(p);
     r->carry_ns = after > alone ? after - alone : 0;
 }
 
