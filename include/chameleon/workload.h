@@ -168,7 +168,7 @@ const char *cham_workload_last_error(const cham_workload_t *w);
  * workload issues to (compute, communication, offload, the host's). The
  * runtime's swap copies may run on into the next step, as they do in a
  * loop that runs step after step; cham_device_synchronize waits for them
- * too. */
+ * too. Every stream is waited for; the first failure is returned. */
 cham_status_t cham_workload_wait(cham_workload_t *w);
 
 /* The op sequence's variation knobs decide per step; these say what they

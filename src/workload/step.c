@@ -342,12 +342,13 @@ const char *cham_workload_last_error(const cham_workload_t *w)
 cham_status_t cham_workload_wait(cham_workload_t *w)
 {
     cham_stream_t *streams[] = {w->compute, w->comm, w->offload, w->host, w->fetch};
+    cham_status_t first = CHAM_OK;
     for (size_t i = 0; i < sizeof streams / sizeof *streams; i++) {
         cham_status_t st = streams[i] ? cham_stream_synchronize(streams[i]) : CHAM_OK;
-        if (st != CHAM_OK)
-            return st;
+        if (first == CHAM_OK)
+            first = st;
     }
-    return CHAM_OK;
+    return first;
 }
 
 void cham_workload_free(cham_workload_t *w)
@@ -355,10 +356,8 @@ void cham_workload_free(cham_workload_t *w)
     if (!w)
         return;
     cham_context_on_recompute(w->ctx, NULL, NULL);
-    cham_stream_t *streams[] = {w->comm, w->offload, w->host, w->fetch};
-    for (size_t i = 0; i < 4; i++)
-        if (streams[i])
-            cham_stream_synchronize(streams[i]);
+    (void)cham_workload_wait(w);     /* nothing of it may still run */
+    cham_stream_t *streams[] = {w->comm, w->offload, w->host, w->fetch};   /* its own */
     wl_drop_all(w);
     wl_infer_free(w);
     wl_chunks_free(w);
