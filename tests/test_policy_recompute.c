@@ -129,6 +129,42 @@ static void test_cheap_rerun_beats_stall(void **state)
     cham_profile_free(p);
 }
 
+/* Collectives right before A's use at op 6 (cham_op_set_comm): a waited
+ * one starts only after the compute stream's work before it, so A's re-run
+ * goes before it, where it runs while collectives queued earlier still do;
+ * before waited ones in a row up to the first; never before one the
+ * compute stream does not wait for (the re-run would delay it). */
+static void test_rerun_before_waited_collectives(void **state)
+{
+    (void)state;
+    static const struct {
+        bool waited[6];          /* ops 0-5 run a collective the compute stream waits for */
+        bool other[6];           /* ... one it does not */
+        uint32_t at;
+    } cases[] = {
+        {{0, 0, 0, 0, 0, 1}, {0}, 5},
+        {{0, 0, 0, 0, 1, 1}, {0}, 4},
+        {{0, 0, 0, 0, 1, 0}, {0, 0, 0, 0, 0, 1}, 6},
+        {{0}, {0, 0, 0, 0, 0, 1}, 6},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cham_profile_t *p = profile(0.1, 7, -1);
+        for (size_t k = 0; k < 6; k++) {
+            p->ops[k].comm_ns = cases[i].waited[k] || cases[i].other[k] ? 0.5 * SEC : 0;
+            p->ops[k].comm_waited = cases[i].waited[k];
+        }
+        cham_planner_config_t c = config();
+        cham_policy_t *pol;
+        cham_policy_view_t v = plan(p, &c, &pol);
+        assert_int_equal(v.n_items, 1);
+        assert_true(v.items[0].recompute);
+        assert_int_equal(v.items[0].swap_in_op, cases[i].at);
+        assert_int_equal(v.items[0].use_op, 6);
+        cham_policy_free(pol);
+        cham_profile_free(p);
+    }
+}
+
 /* A re-run of 2 s costs more than the 0.5 s stall: A is swapped. */
 static void test_dear_rerun_loses(void **state)
 {
@@ -298,6 +334,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cheap_rerun_beats_stall),
         cmocka_unit_test(test_dear_rerun_loses),
+        cmocka_unit_test(test_rerun_before_waited_collectives),
         cmocka_unit_test(test_swap_in_late_or_early),
         cmocka_unit_test(test_input_gone_or_changed),
         cmocka_unit_test(test_chain),

@@ -64,6 +64,8 @@ static cham_profile_t *make_sample(void)
                             .history = HISTORY, .output = true, .persistent = true};
     assert_true(cham_profile_add_use(p, &u0));
     assert_true(cham_profile_add_use(p, &u1));
+    cham_profile_set_cost(p, 2500.5);           /* a blocking collective */
+    cham_profile_set_comm(p, 2500.5, true);
     cham_profile_end_op(p, 1500);
     cham_profile_swap_t s0 = {.kind = CHAM_SWAP_OUT, .storage = 1, .bytes = 512, .sample = 1,
                               .passive = false};
@@ -78,6 +80,7 @@ static cham_profile_t *make_sample(void)
                             .history = 0x0102, .output = true};
     assert_true(cham_profile_add_use(p, &u2));
     assert_true(cham_profile_add_use(p, &u3));
+    cham_profile_set_comm(p, 700, false);       /* one the compute stream goes on from */
     cham_profile_end_op(p, 1200);
     cham_profile_swap_t s1 = {.kind = CHAM_SWAP_IN, .storage = 1, .bytes = 512, .sample = 4,
                               .passive = true};
@@ -306,6 +309,10 @@ static void assert_same_profile(const cham_profile_t *a, const cham_profile_t *b
         assert_int_equal(x.ops[i].n_uses, y.ops[i].n_uses);
         assert_true(x.ops[i].mem_before == y.ops[i].mem_before);
         assert_true(x.ops[i].mem_after == y.ops[i].mem_after);
+        assert_int_equal(x.ops[i].has_cost, y.ops[i].has_cost);
+        assert_true(x.ops[i].cost_ns == y.ops[i].cost_ns);
+        assert_true(x.ops[i].comm_ns == y.ops[i].comm_ns);
+        assert_int_equal(x.ops[i].comm_waited, y.ops[i].comm_waited);
     }
     assert_int_equal(x.n_uses, y.n_uses);
     for (size_t j = 0; j < x.n_uses; j++) {
@@ -595,6 +602,11 @@ static const bad_case_t bad_cases[] = {
      "\"passive\": false},\n {\"kind\": \"in\", \"storage\": 1, \"bytes\": 64, \"sample\": 2, "
      "\"passive\": false}]}\n", NULL, NULL, 0, CHAM_ERR_INVALID_ARG,
      {"swaps[1].sample: 2 is before swaps[0]'s 3"}},
+    {"negative_comm", NULL, "\"phase\": \"forward\",", "\"phase\": \"forward\", \"comm_ns\": -1,",
+     0, CHAM_ERR_INVALID_ARG, {"ops[0].comm_ns: -1 is not a time in ns"}},
+    {"waited_without_comm", NULL, "\"phase\": \"forward\",",
+     "\"phase\": \"forward\", \"comm_waited\": true,", 0, CHAM_ERR_INVALID_ARG,
+     {"ops[0].comm_waited: true, but the op has no comm_ns > 0 to wait for"}},
     {"carried_out", NULL, "\"kind\": \"out\"", "\"kind\": \"out\", \"carried\": true", 0,
      CHAM_ERR_INVALID_ARG,
      {"swaps[0].carried: only a swap-in (\"in\") comes back from before the step"}},

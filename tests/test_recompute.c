@@ -277,7 +277,14 @@ static void test_refusals(void **state)
     assert_int_equal(cham_op_set_recompute(f->ctx, 1), CHAM_ERR_INVALID_ARG);
     assert_non_null(strstr(cham_context_last_error(f->ctx), "part of a storage"));
     assert_int_equal(cham_op_set_cost(f->ctx, -1), CHAM_ERR_INVALID_ARG);
+    assert_int_equal(cham_op_set_comm(f->ctx, -1, false), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "-1 is not the time of a collective"));
+    assert_int_equal(cham_op_set_comm(f->ctx, 0, true), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "0 is not the time of a waited"));
+    assert_int_equal(cham_op_set_comm(f->ctx, 1e3, true), CHAM_OK);
     assert_int_equal(cham_op_end(f->ctx), CHAM_OK);
+    assert_int_equal(cham_op_set_comm(f->ctx, 1e3, false), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "no op is being dispatched"));
     cham_tensor_release(half);
 
     assert_int_equal(cham_tensor_drop(x), CHAM_ERR_INVALID_ARG);

@@ -52,6 +52,9 @@ typedef struct cham_profile_op {
     bool recomputable;       /* declared with cham_op_set_recompute */
     bool has_cost;           /* the caller gave cost_ns (cham_op_set_cost) */
     double cost_ns;          /* the op's estimated compute-stream time */
+    double comm_ns;          /* its collective's time on a communication
+                                stream (cham_op_set_comm), 0: none */
+    bool comm_waited;        /* the compute stream waits for that collective */
 } cham_profile_op_t;
 
 typedef enum cham_swap_kind {

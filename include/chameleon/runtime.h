@@ -426,6 +426,16 @@ cham_status_t cham_tensor_drop(cham_tensor_t *t);
  * measured step time evenly (docs/policy.md, "Op costs"). */
 cham_status_t cham_op_set_cost(cham_context_t *ctx, double ns);
 
+/* Between cham_op_begin and cham_op_end: the op runs a collective of `ns`
+ * on a communication stream, which starts once the compute stream's work
+ * issued before it and the stream's earlier collectives are done. `waited`:
+ * the compute stream waits for it before the next op (a blocking
+ * collective, whose cham_op_set_cost is the collective's time). The planner
+ * runs a recomputation due right after waited collectives before them,
+ * where it overlaps the collectives still queued (docs/policy.md,
+ * "Recomputation"). */
+cham_status_t cham_op_set_comm(cham_context_t *ctx, double ns, bool waited);
+
 /* Ops dispatched since the context was made: the numbering free_after_op
  * of an action uses (the op being dispatched has number cham_context_ops
  * until its cham_op_end). */

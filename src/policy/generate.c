@@ -305,8 +305,20 @@ static cham_gen_tensor_t *tensor_of(gen_t *g, const storage_index_t *idx, uint64
     return &g->t[idx[lo].tensor];
 }
 
+/* A re-run due at op `at` runs before the waited collectives right before
+ * it instead (not before op `lo`): each such collective starts only after
+ * the compute stream's work before it and the collectives queued ahead of
+ * it, so the re-run runs while those still do, where the compute stream
+ * would otherwise wait for them (docs/policy.md, "Recomputation"). */
+static uint32_t before_collectives(const cham_profile_view_t *v, uint32_t at, uint32_t lo)
+{
+    while (at > lo && v->ops[at - 1].comm_waited)
+        at--;
+    return at;
+}
+
 /* When each of the first k candidates runs again: at its first backward
- * use, or earlier when a chosen candidate that reads it runs earlier (the
+ * use (before the waited collectives right before it), or earlier when a chosen candidate that reads it runs earlier (the
  * runtime then makes it first: a chain). One whose point would come before
  * its block is free is left out, and the points are worked out again.
  * slot[t]: the candidate index of tensor t, or -1. */
@@ -314,8 +326,10 @@ static void recompute_points(gen_t *g, size_t k, const storage_index_t *idx, con
                              uint32_t *at, bool *in)
 {
     for (;;) {
-        for (size_t i = 0; i < k; i++)
-            at[i] = g->t[g->rl.v[i].tensor].first_bwd;
+        for (size_t i = 0; i < k; i++) {
+            const cham_gen_tensor_t *t = &g->t[g->rl.v[i].tensor];
+            at[i] = before_collectives(g->v, t->first_bwd, t->last_fwd + 2);
+        }
         for (bool changed = true; changed;) {
             changed = false;
             for (size_t i = 0; i < k; i++) {

@@ -35,9 +35,11 @@ bool cham_profile_begin_op(cham_profile_t *p, cham_op_token_t token, cham_phase_
 /* Adds a use to the op begun last. */
 bool cham_profile_add_use(cham_profile_t *p, const cham_tensor_use_t *use);
 void cham_profile_end_op(cham_profile_t *p, uint64_t mem_after);
-/* The op begun last was declared recomputable / has this cost. */
+/* The op begun last was declared recomputable / has this cost / runs this
+ * collective. */
 void cham_profile_set_recomputable(cham_profile_t *p);
 void cham_profile_set_cost(cham_profile_t *p, double cost_ns);
+void cham_profile_set_comm(cham_profile_t *p, double comm_ns, bool waited);
 bool cham_profile_add_swap(cham_profile_t *p, const cham_profile_swap_t *swap);
 /* Copies the names of tokens 0 .. n - 1. */
 bool cham_profile_set_tokens(cham_profile_t *p, const char *const *names, size_t n);

@@ -105,6 +105,13 @@ void cham_profile_set_cost(cham_profile_t *p, double cost_ns)
     p->ops[p->n_ops - 1].cost_ns = cost_ns;
 }
 
+void cham_profile_set_comm(cham_profile_t *p, double comm_ns, bool waited)
+{
+    CHAM_ASSERT(p && p->op_open);
+    p->ops[p->n_ops - 1].comm_ns = comm_ns;
+    p->ops[p->n_ops - 1].comm_waited = waited;
+}
+
 bool cham_profile_add_swap(cham_profile_t *p, const cham_profile_swap_t *swap)
 {
     CHAM_ASSERT(p && swap);

@@ -54,7 +54,8 @@ static const char *const swap_kind_names[] = {
 static const char *const top_keys[] = {"format", "version", "step", "duration_ns",
                                        "capacity", "tokens", "ops", "swaps"};
 static const char *const op_keys[] = {"token", "phase", "mem_before", "mem_after",
-                                      "?cost_ns", "?recomputable", "?block", "uses"};
+                                      "?cost_ns", "?comm_ns", "?comm_waited", "?recomputable",
+                                      "?block", "uses"};
 static const char *const swap_keys[] = {"kind", "storage", "bytes", "sample", "passive",
                                         "?recompute", "?carried"};
 #define N_KEYS(a) (sizeof(a) / sizeof((a)[0]))
@@ -273,6 +274,8 @@ static json_t *op_to_json(const cham_profile_t *p, const cham_profile_op_t *op)
               cham_json_put(o, "mem_before", json_integer((json_int_t)op->mem_before)) &&
               cham_json_put(o, "mem_after", json_integer((json_int_t)op->mem_after)) &&
               (!op->has_cost || cham_json_put(o, "cost_ns", json_real(op->cost_ns))) &&
+              (op->comm_ns <= 0 || cham_json_put(o, "comm_ns", json_real(op->comm_ns))) &&
+              (!op->comm_waited || cham_json_put(o, "comm_waited", json_true())) &&
               (!op->recomputable || cham_json_put(o, "recomputable", json_true())) &&
               (op->block < 0 || cham_json_put(o, "block", json_integer(op->block))) &&
               cham_json_put(o, "uses", uses = json_array());
@@ -385,6 +388,21 @@ static bool read_tokens(cham_json_reader_t *r, const json_t *root, cham_profile_
     return ok;
 }
 
+/* An optional time in ns (key absent: *out untouched, true). */
+static bool read_ns(cham_json_reader_t *r, const json_t *v, const char *key, double *out)
+{
+    if (!json_object_get(v, key))
+        return true;
+    if (!cham_json_read_number(r, v, key, out))
+        return false;
+    if (*out >= 0 && *out < 1e18)
+        return true;
+    size_t m = cham_json_push_key(r, key);
+    cham_json_fail(r, CHAM_ERR_INVALID_ARG, "%g is not a time in ns", *out);
+    cham_json_pop(r, m);
+    return false;
+}
+
 static bool read_op(cham_json_reader_t *r, const json_t *v, cham_profile_t *p)
 {
     if (!cham_json_check_object(r, v, "an op (an object)", op_keys, N_KEYS(op_keys)))
@@ -399,16 +417,16 @@ static bool read_op(cham_json_reader_t *r, const json_t *v, cham_profile_t *p)
         return false;
     op.token = (cham_op_token_t)token;
     op.phase = (cham_phase_t)phase;
-    if (json_object_get(v, "cost_ns")) {
-        if (!cham_json_read_number(r, v, "cost_ns", &op.cost_ns))
-            return false;
-        if (!(op.cost_ns >= 0 && op.cost_ns < 1e18)) {
-            size_t m = cham_json_push_key(r, "cost_ns");
-            cham_json_fail(r, CHAM_ERR_INVALID_ARG, "%g is not a time in ns", op.cost_ns);
-            cham_json_pop(r, m);
-            return false;
-        }
-        op.has_cost = true;
+    op.has_cost = json_object_get(v, "cost_ns") != NULL;
+    if (!read_ns(r, v, "cost_ns", &op.cost_ns) || !read_ns(r, v, "comm_ns", &op.comm_ns) ||
+        (json_object_get(v, "comm_waited") &&
+         !cham_json_read_bool(r, v, "comm_waited", &op.comm_waited)))
+        return false;
+    if (op.comm_waited && op.comm_ns <= 0) {
+        size_t m = cham_json_push_key(r, "comm_waited");
+        cham_json_fail(r, CHAM_ERR_INVALID_ARG, "true, but the op has no comm_ns > 0 to wait for");
+        cham_json_pop(r, m);
+        return false;
     }
     if (json_object_get(v, "recomputable") &&
         !cham_json_read_bool(r, v, "recomputable", &op.recomputable))

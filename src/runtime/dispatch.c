@@ -311,6 +311,24 @@ cham_status_t cham_op_set_cost(cham_context_t *ctx, double ns)
     return CHAM_OK;
 }
 
+cham_status_t cham_op_set_comm(cham_context_t *ctx, double ns, bool waited)
+{
+    CHAM_ASSERT(ctx);
+    if (!ctx->in_op) {
+        cham_context_error(ctx, "cham_op_set_comm: no op is being dispatched (call it between "
+                                "cham_op_begin and cham_op_end)");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (!(ns >= 0 && ns < 1e18) || (waited && ns == 0)) {
+        cham_context_error(ctx, "cham_op_set_comm: %g is not the time of a %scollective in ns",
+                           ns, waited ? "waited " : "");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (ctx->building && !ctx->profile_failed)
+        cham_profile_set_comm(ctx->building, ns, waited);
+    return CHAM_OK;
+}
+
 size_t cham_op_actions(const cham_context_t *ctx, const cham_action_t **actions)
 {
     CHAM_ASSERT(ctx && actions);

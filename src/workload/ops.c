@@ -323,11 +323,16 @@ cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size
     if (st == CHAM_OK && blocking)
         st = wl_comm_join(w);
     /* What the compute stream spends on it: the collective's time when it
-     * waits for it, else nothing. */
+     * waits for it, else nothing; the collective itself runs on the comm
+     * stream after the compute stream's work so far and the collectives
+     * before it. */
     if (st == CHAM_OK) {
         double link_ns = w->info.p2p_bandwidth > 0 ? 1e9 * link_bytes / w->info.p2p_bandwidth : 0;
         double ns = wl_kernel_ns(w, flops, moved);
-        st = cham_op_set_cost(w->ctx, blocking ? (ns > link_ns ? ns : link_ns) : 0);
+        ns = ns > link_ns ? ns : link_ns;
+        st = cham_op_set_cost(w->ctx, blocking ? ns : 0);
+        if (st == CHAM_OK)
+            st = cham_op_set_comm(w->ctx, ns, blocking && ns > 0);
     }
     /* A gather from a shard is a pure function of it: a gathered weight a
      * dropped tensor's op reads can be gathered again instead of kept. */
