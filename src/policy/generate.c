@@ -318,10 +318,11 @@ static uint32_t before_collectives(const cham_profile_view_t *v, uint32_t at, ui
 }
 
 /* When each of the first k candidates runs again: at its first backward
- * use (before the waited collectives right before it), or earlier when a chosen candidate that reads it runs earlier (the
- * runtime then makes it first: a chain). One whose point would come before
- * its block is free is left out, and the points are worked out again.
- * slot[t]: the candidate index of tensor t, or -1. */
+ * use (before the waited collectives right before it), or earlier when a
+ * chosen candidate that reads it runs earlier (the runtime then makes it
+ * first: a chain). One whose point would come before its block is free
+ * is left out, and the points are worked out again. slot[t]: the
+ * candidate index of tensor t, or -1. */
 static void recompute_points(gen_t *g, size_t k, const storage_index_t *idx, const int32_t *slot,
                              uint32_t *at, bool *in)
 {
