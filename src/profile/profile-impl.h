@@ -40,6 +40,12 @@ void cham_profile_end_op(cham_profile_t *p, uint64_t mem_after);
 void cham_profile_set_recomputable(cham_profile_t *p);
 void cham_profile_set_cost(cham_profile_t *p, double cost_ns);
 void cham_profile_set_comm(cham_profile_t *p, double comm_ns, bool waited);
+/* Whether ns is a time an op may be given (a cost, a collective's), as
+ * the API and the file both take it: finite, in [0, 1e18). */
+static inline bool cham_profile_time_ok(double ns)
+{
+    return ns >= 0 && ns < 1e18;
+}
 bool cham_profile_add_swap(cham_profile_t *p, const cham_profile_swap_t *swap);
 /* Copies the names of tokens 0 .. n - 1. */
 bool cham_profile_set_tokens(cham_profile_t *p, const char *const *names, size_t n);

@@ -395,7 +395,7 @@ static bool read_ns(cham_json_reader_t *r, const json_t *v, const char *key, dou
         return true;
     if (!cham_json_read_number(r, v, key, out))
         return false;
-    if (*out >= 0 && *out < 1e18)
+    if (cham_profile_time_ok(*out))
         return true;
     size_t m = cham_json_push_key(r, key);
     cham_json_fail(r, CHAM_ERR_INVALID_ARG, "%g is not a time in ns", *out);

@@ -293,14 +293,22 @@ cham_status_t cham_op_end(cham_context_t *ctx)
     return st;
 }
 
+/* Whether an op is being dispatched; if not, the error names `who`. */
+static bool dispatching(cham_context_t *ctx, const char *who)
+{
+    if (!ctx->in_op)
+        cham_context_error(ctx, "%s: no op is being dispatched (call it between cham_op_begin "
+                                "and cham_op_end)", who);
+    return ctx->in_op;
+}
+
 cham_status_t cham_op_set_cost(cham_context_t *ctx, double ns)
 {
     CHAM_ASSERT(ctx);
-    if (!ctx->in_op || !(ns >= 0 && ns < 1e18)) {
-        cham_context_error(ctx, "cham_op_set_cost: %s", !ctx->in_op
-                               ? "no op is being dispatched (call it between cham_op_begin "
-                                 "and cham_op_end)"
-                               : "the cost is not a time in ns");
+    if (!dispatching(ctx, "cham_op_set_cost"))
+        return CHAM_ERR_INVALID_ARG;
+    if (!cham_profile_time_ok(ns)) {
+        cham_context_error(ctx, "cham_op_set_cost: the cost is not a time in ns");
         return CHAM_ERR_INVALID_ARG;
     }
     if (ctx->building && !ctx->profile_failed)
@@ -314,12 +322,9 @@ cham_status_t cham_op_set_cost(cham_context_t *ctx, double ns)
 cham_status_t cham_op_set_comm(cham_context_t *ctx, double ns, bool waited)
 {
     CHAM_ASSERT(ctx);
-    if (!ctx->in_op) {
-        cham_context_error(ctx, "cham_op_set_comm: no op is being dispatched (call it between "
-                                "cham_op_begin and cham_op_end)");
+    if (!dispatching(ctx, "cham_op_set_comm"))
         return CHAM_ERR_INVALID_ARG;
-    }
-    if (!(ns >= 0 && ns < 1e18) || (waited && ns == 0)) {
+    if (!cham_profile_time_ok(ns) || (waited && ns == 0)) {
         cham_context_error(ctx, "cham_op_set_comm: %g is not the time of a %scollective in ns",
                            ns, waited ? "waited " : "");
         return CHAM_ERR_INVALID_ARG;
