@@ -86,7 +86,8 @@ static cham_status_t one_point(const exp_config_t *c, const setup_t *s, const ch
         plot_add(pl, cham_strategy_name(strategies[k]), 100 * frac, time[k]);
     }
     /* No policy beats the unconstrained run of the same steps; the
-     * profile's bound cannot see communication waits (docs/policy.md). */
+     * profile's bound counts the ops' costs and the waits for their
+     * collectives, not what the device adds (docs/policy.md). */
     if (bound_known && isfinite(bound) && ideal_s > bound)
         bound = ideal_s;
     exp_table_set(t, rw, 2 + N_STRATEGIES, bound_known && isfinite(bound) ? bound : NAN);

@@ -106,6 +106,36 @@ static void test_worked_case(void **state)
     cham_profile_free(p);
 }
 
+/* The worked case's ops with collectives: op 1 starts one of 3 s the
+ * compute stream does not wait for (on the comm stream from 0.1 to 3.1 s),
+ * op 2 one of 0.5 s it waits for, queued behind it (3.1 to 3.6 s): op 2
+ * ends at 3.6 s, not 2.1, and no step is faster than 8.6 s, whatever the
+ * memory. A collective nothing waits for costs nothing. */
+static void test_collectives(void **state)
+{
+    (void)state;
+    cham_profile_t *p = profile();
+    p->ops[1].comm_ns = 3 * SEC;
+    p->ops[2].comm_ns = 0.5 * SEC;
+    p->ops[2].comm_waited = true;
+    cham_planner_config_t c = config(800, 1024);
+    cham_step_bound_t b;
+    char err[300];
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_int_equal(b.compute_ns, (uint64_t)(8.6 * SEC));
+    assert_int_equal(b.bound_ns, (uint64_t)(8.6 * SEC));
+    /* With the slow link the memory's terms still bind: 12.1 s. */
+    c = config(800, 10);
+    c.recompute = false;
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_true(fabs((double)b.bound_ns / SEC - 12.1) < 1e-6);
+    p->ops[2].comm_waited = false;
+    c = config(800, 1024);
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_int_equal(b.bound_ns, (uint64_t)(7.1 * SEC));
+    cham_profile_free(p);
+}
+
 /* At 300 MiB, sample 1 (op 0's end) has 200 MiB too many and no tensor
  * the profile shows is between two uses there: no policy fits. */
 static void test_infeasible(void **state)
@@ -170,7 +200,8 @@ static void test_copies_across_the_steps_end(void **state)
 
 /* Seeded sweep: small Llama and GPT-2 shapes, capacities from the
  * unconstrained peak down, each planner strategy: every run's median
- * step time is at least the bound its own last profile gives. */
+ * step time is at least the bound its own last profile gives; so is the
+ * unconstrained run's, whose gathers the bound counts. */
 static void test_never_above_a_policy(void **state)
 {
     (void)state;
@@ -197,6 +228,12 @@ static void test_never_above_a_policy(void **state)
         cham_run_result_t r;
         assert_int_equal(cham_run(&c, &r), CHAM_OK);
         assert_int_equal(r.status, CHAM_OK);
+        /* With all the memory it wants the step still waits for ZeRO-3's
+         * gathers: the bound counts those waits, never more. */
+        assert_true(r.has_bound && r.bound_feasible);
+        if (r.step_time_s < r.lower_bound_step_time_s)
+            fail_msg("%s unconstrained: step %.6f s below the bound %.6f s", models[mi],
+                     r.step_time_s, r.lower_bound_step_time_s);
         uint64_t peak = r.peak_device_bytes;
         for (int f = 0; f < 3; f++) {
             double frac = 0.35 + 0.6 * (double)test_rng_below(&rng, 1000) / 1000;
@@ -226,6 +263,7 @@ int main(void)
         cmocka_unit_test(test_worked_case),
         cmocka_unit_test(test_infeasible),
         cmocka_unit_test(test_copies_across_the_steps_end),
+        cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_never_above_a_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -607,6 +607,36 @@ static void test_replay_runs_on(void **state)
     cham_policy_free(p);
 }
 
+/* Ops of 1 s; op 0 starts a collective of 3 s the compute stream does not
+ * wait for, op 2 one of 0.5 s it waits for: that one queues behind the
+ * first (3 s -> 3.5 s), so op 2 ends at 3.5 s, not 3: the replay waits
+ * 0.5 s, which the predicted step counts. Without costs of their own the ops' times are shares of a
+ * measured step, which already holds its waits: no collective is run. */
+static void test_replay_waits_for_collectives(void **state)
+{
+    (void)state;
+    cham_policy_t *p = cham_policy_new("chameleon");
+    assert_non_null(p);
+    double op_ns[4] = {1e9, 1e9, 1e9, 1e9};
+    cham_profile_op_t ops[4] = {{.comm_ns = 3e9}, {0}, {.comm_ns = 0.5e9, .comm_waited = true},
+                                {0}};
+    cham_gen_layers_t l = {.op_ns = op_ns, .comm = ops};
+    assert_true(cham_gen_replay(p, &l, 4, (double)GiB, (double)GiB));
+    assert_int_equal(cham_gen_total_stall(p), SEC / 2);
+    ops[0].comm_ns = 1.5e9;            /* done before op 2 starts: no wait */
+    assert_true(cham_gen_replay(p, &l, 4, (double)GiB, (double)GiB));
+    assert_int_equal(cham_gen_total_stall(p), 0);
+    ops[0].comm_ns = 3e9;
+    ops[2].comm_waited = false;        /* nothing waits for either */
+    assert_true(cham_gen_replay(p, &l, 4, (double)GiB, (double)GiB));
+    assert_int_equal(cham_gen_total_stall(p), 0);
+    ops[2].comm_waited = true;
+    l.comm = NULL;
+    assert_true(cham_gen_replay(p, &l, 4, (double)GiB, (double)GiB));
+    assert_int_equal(cham_gen_total_stall(p), 0);
+    cham_policy_free(p);
+}
+
 static void test_property_random(void **state)
 {
     (void)state;
@@ -692,6 +722,7 @@ int main(void)
         cmocka_unit_test(test_op_costs_move_swap_in),
         cmocka_unit_test(test_replay_queues),
         cmocka_unit_test(test_replay_runs_on),
+        cmocka_unit_test(test_replay_waits_for_collectives),
         cmocka_unit_test(test_property_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

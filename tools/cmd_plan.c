@@ -371,8 +371,9 @@ int cmd_plan(int argc, char **argv)
             return 1;
         }
         if (b.feasible)
-            printf("lower bound:        %.3f ms a step (the ops alone: %.3f ms; binding at "
-                   "memory sample %" PRIu32 ", %.1f MiB above the capacity)\n",
+            printf("lower bound:        %.3f ms a step (the ops and their collectives alone: "
+                   "%.3f ms; binding at memory sample %" PRIu32 ", %.1f MiB above the "
+                   "capacity)\n",
                    (double)b.bound_ns / 1e6, (double)b.compute_ns / 1e6, b.sample,
                    (double)b.excess_bytes / MiB);
         else

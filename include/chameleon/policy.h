@@ -162,7 +162,11 @@ typedef struct cham_step_bound {
                                     capacity than any policy could move */
     uint64_t bound_ns;           /* no policy's step is faster (UINT64_MAX
                                     when not feasible) */
-    uint64_t compute_ns;         /* the ops' own time: the sum of the costs */
+    uint64_t compute_ns;         /* the ops' own time: their costs, and the
+                                    waits for the collectives they run
+                                    (cham_op_set_comm) on a stream of their
+                                    own; the step with all the memory it
+                                    wants */
     uint32_t sample;             /* the memory sample that binds (2 op + 0|1) */
     uint64_t excess_bytes;       /* the curve above the capacity there */
 } cham_step_bound_t;

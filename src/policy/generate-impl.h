@@ -27,6 +27,11 @@ typedef struct cham_gen_layers {
     cham_phase_t *phase_of_op;   /* n_ops */
     double *op_ns;               /* n_ops: each op's estimated time */
     bool timed;                  /* the layers' times are the ops' costs */
+    /* The profile's ops when every op has its own cost: then their
+     * collectives (comm_ns) run on a stream of their own in the replay.
+     * NULL when the times are shares of the measured step, which already
+     * hold what the step waited for its collectives. */
+    const cham_profile_op_t *comm;
 } cham_gen_layers_t;
 
 /* The default layer count: the most common occurrence count among forward
@@ -78,7 +83,8 @@ uint64_t cham_gen_peak_of(const int64_t *mem, size_t n_ops);
 
 /* The predicted step: the ops' times (their costs where the profile has
  * them; a profiled step slowed by stalls would count those twice) plus
- * every item's stall_ns and recompute_ns. */
+ * every item's stall_ns and recompute_ns and the replay's waits for
+ * collectives. */
 uint64_t cham_gen_predicted_step(const cham_policy_t *p, const cham_gen_layers_t *l);
 
 /* refine.c: the blocks whose reuse the replay says waits for their copies
@@ -124,8 +130,18 @@ void cham_gen_replayer_run(cham_gen_replayer_t *r, cham_policy_t *p,
                            const cham_gen_layers_t *l, size_t n_ops, double h2d_bw,
                            double d2h_bw);
 void cham_gen_replayer_free(cham_gen_replayer_t *r);
-/* The sum of the items' stall_ns: what a replay waits in all. */
+/* The sum of the items' stall_ns and of the waits for collectives: what a
+ * replay waits in all. */
 uint64_t cham_gen_total_stall(const cham_policy_t *p);
+
+/* The compute stream runs op `op`, of `op_ns`, from `now`; returns when it
+ * is done. The op's collective (comm_ns > 0) is queued on the comm stream
+ * after the compute stream's work so far and after the collectives before
+ * it (*comm_end, updated); when the compute stream waits for it, the op
+ * ends no sooner than the collective, and what that adds to op_ns is added
+ * to *comm_wait. How the runtime runs cham_op_set_comm (runtime.md). */
+uint64_t cham_gen_run_op(uint64_t now, double op_ns, const cham_profile_op_t *op,
+                         uint64_t *comm_end, uint64_t *comm_wait);
 
 /* ---- memory reduction list (mrl.c) -------------------------------------- */
 

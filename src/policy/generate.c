@@ -189,8 +189,8 @@ uint64_t cham_gen_predicted_step(const cham_policy_t *p, const cham_gen_layers_t
         ops += l->op_ns[k];
     uint64_t t = (uint64_t)(ops + 0.5);
     for (size_t i = 0; i < p->n_items; i++)
-        t += p->items[i].stall_ns + p->items[i].recompute_ns;
-    return t;
+        t += p->items[i].recompute_ns;
+    return t + cham_gen_total_stall(p);
 }
 
 /* Everything one run of the generator owns. */

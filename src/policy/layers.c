@@ -149,6 +149,10 @@ bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_conf
      * ops' own times the same way, the profile's costs whenever there are
      * some: it predicts, where the layers' budgets follow the paper. */
     bool any_cost = op_times(v, cfg, out->op_ns);
+    bool all_cost = !cfg->op_cost_ns;
+    for (size_t k = 0; k < n && all_cost; k++)
+        all_cost = v->ops[k].has_cost;
+    out->comm = all_cost ? v->ops : NULL;
     bool eq1 = !cfg->op_cost_ns && !cfg->recompute;
     out->timed = cfg->op_cost_ns || (cfg->recompute && any_cost);
     for (size_t i = 0; i < out->n; i++) {

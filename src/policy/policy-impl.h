@@ -19,6 +19,7 @@ struct cham_policy {
     size_t n_layers, cap_layers;
     uint64_t capacity, usable, peak_without_swaps, predicted_peak;
     uint64_t step_ns, predicted_step_ns, predicted_carry_ns;
+    uint64_t comm_wait_ns;       /* the replay's waits for collectives */
     size_t n_ops;
 };
 

@@ -5,7 +5,8 @@
  * stream waits for it when its block comes back (after free_op). A
  * swap-in is queued when swap_in_op begins, after its own swap-out; the
  * first backward use waits for it. A recomputation runs on the compute
- * stream when swap_in_op begins. An item that wraps is swapped in early in
+ * stream when swap_in_op begins. Collectives run on a stream of their own
+ * (cham_gen_run_op), where the ops have their own costs. An item that wraps is swapped in early in
  * the step, its copy out done in the step before, and out late: the step
  * ends when that copy is done when its block is given back in the next
  * step's first op. One given back later in the next step (free_op >
@@ -65,6 +66,20 @@ static uint64_t add_ns(uint64_t a, double b)
 {
     double t = (double)a + b + 0.5;
     return t >= 1.8e19 ? UINT64_MAX : (uint64_t)t;
+}
+
+uint64_t cham_gen_run_op(uint64_t now, double op_ns, const cham_profile_op_t *op,
+                         uint64_t *comm_end, uint64_t *comm_wait)
+{
+    uint64_t end = add_ns(now, op_ns);
+    if (op && op->comm_ns > 0) {
+        *comm_end = add_ns(max_u64(now, *comm_end), op->comm_ns);
+        if (op->comm_waited && *comm_end > end) {
+            *comm_wait += *comm_end - end;
+            end = *comm_end;
+        }
+    }
+    return end;
 }
 
 /* Blocks given back before op `before` (r->freed[*b] on): the compute
@@ -144,7 +159,9 @@ static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_ge
         out_done[i] = in_done[i] = r->out_wait[i] = 0;
     }
     uint64_t now = 0, d2h = carry, h2d = 0;   /* compute clock, queues' ends */
+    uint64_t comm = 0;                          /* the comm stream's end */
     r->out_waited = 0;
+    p->comm_wait_ns = 0;
     size_t a = 0, b = 0, c = 0, d = 0;
     size_t e = 0;               /* frees in the next step: freed[e..] */
     while (e < n && freed[e].op <= n_ops)
@@ -173,7 +190,8 @@ static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_ge
                 now = in_done[use[d].item];
             }
         }
-        now = add_ns(now, l->op_ns[k]);
+        now = cham_gen_run_op(now, l->op_ns[k], l->comm ? &l->comm[k] : NULL, &comm,
+                              &p->comm_wait_ns);
         for (; a < n && out[a].op == k; a++) {
             const cham_policy_item_t *it = &p->items[out[a].item];
             if (it->out_use.host_backed)     /* no copy: free once op k is done */
@@ -193,7 +211,7 @@ static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_ge
 
 uint64_t cham_gen_total_stall(const cham_policy_t *p)
 {
-    uint64_t s = 0;
+    uint64_t s = p->comm_wait_ns;
     for (size_t i = 0; i < p->n_items; i++)
         s += p->items[i].stall_ns;
     return s;
