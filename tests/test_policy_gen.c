@@ -610,8 +610,9 @@ static void test_replay_runs_on(void **state)
 /* Ops of 1 s; op 0 starts a collective of 3 s the compute stream does not
  * wait for, op 2 one of 0.5 s it waits for: that one queues behind the
  * first (3 s -> 3.5 s), so op 2 ends at 3.5 s, not 3: the replay waits
- * 0.5 s, which the predicted step counts. Without costs of their own the ops' times are shares of a
- * measured step, which already holds its waits: no collective is run. */
+ * 0.5 s, which the predicted step counts. Without costs of their own the
+ * ops' times are shares of a measured step, which already holds its
+ * waits: no collective is run. */
 static void test_replay_waits_for_collectives(void **state)
 {
     (void)state;

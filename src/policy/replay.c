@@ -6,14 +6,14 @@
  * swap-in is queued when swap_in_op begins, after its own swap-out; the
  * first backward use waits for it. A recomputation runs on the compute
  * stream when swap_in_op begins. Collectives run on a stream of their own
- * (cham_gen_run_op), where the ops have their own costs. An item that wraps is swapped in early in
- * the step, its copy out done in the step before, and out late: the step
- * ends when that copy is done when its block is given back in the next
- * step's first op. One given back later in the next step (free_op >
- * n_ops) lets its copy run on into that step: there the copy delays the
- * copies out behind it, and its block's op and its own swap-in wait for it.
- * The replay then runs the step twice, the second time after the first,
- * and predicts the second.
+ * (cham_gen_run_op), where the ops have their own costs. An item that
+ * wraps is swapped in early in the step, its copy out done in the step
+ * before, and out late: the step ends when that copy is done when its
+ * block is given back in the next step's first op. One given back later
+ * in the next step (free_op > n_ops) lets its copy run on into that step:
+ * there the copy delays the copies out behind it, and its block's op and
+ * its own swap-in wait for it. The replay then runs the step twice, the
+ * second time after the first, and predicts the second.
  *
  * The placement model books transfer time per logical layer in the order
  * the candidates are chosen (by score), so a copy chosen late can take
