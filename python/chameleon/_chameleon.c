@@ -523,16 +523,21 @@ static const char *const action_names[] = {
 
 enum { MAX_OP_TENSORS = 1024 };
 
-/* op(token, inputs, outputs, cost_ns=-1, bandwidth=0): the op ran; reports
- * it and returns the runtime's actions as (kind, handle, needed) tuples. A
- * negative cost with a bandwidth (bytes/s) is the bytes of the inputs and
- * outputs at that bandwidth; without either the op has no cost. */
+/* op(token, inputs, outputs, cost_ns=-1, bandwidth=0, comm_ns=0,
+ * comm_waited=False): the op ran; reports it and returns the runtime's
+ * actions as (kind, handle, needed) tuples. A negative cost with a
+ * bandwidth (bytes/s) is the bytes of the inputs and outputs at that
+ * bandwidth; without either the op has no cost. comm_ns > 0: the op ran a
+ * collective of that time on a communication stream, which the compute
+ * stream waited for when comm_waited (cham_op_set_comm). */
 static PyObject *context_op(ContextObject *c, PyObject *args)
 {
     int tok;
     PyObject *in_seq, *out_seq;
-    double cost = -1, bandwidth = 0;
-    if (!PyArg_ParseTuple(args, "iOO|dd", &tok, &in_seq, &out_seq, &cost, &bandwidth) ||
+    double cost = -1, bandwidth = 0, comm = 0;
+    int comm_waited = 0;
+    if (!PyArg_ParseTuple(args, "iOO|dddp", &tok, &in_seq, &out_seq, &cost, &bandwidth, &comm,
+                          &comm_waited) ||
         check_open(c))
         return NULL;
     cham_tensor_t *in[MAX_OP_TENSORS], *out[MAX_OP_TENSORS];
@@ -554,6 +559,8 @@ static PyObject *context_op(ContextObject *c, PyObject *args)
     if (st == CHAM_OK) {
         if (cost >= 0)
             st = cham_op_set_cost(c->ctx, cost);
+        if (st == CHAM_OK && (comm != 0 || comm_waited))
+            st = cham_op_set_comm(c->ctx, comm, comm_waited);
         const cham_action_t *acts;
         size_t n = cham_op_actions(c->ctx, &acts);
         list = PyList_New((Py_ssize_t)n);
@@ -688,9 +695,10 @@ static PyObject *context_device(ContextObject *c, PyObject *unused)
         return NULL;
     cham_device_info_t i;
     cham_device_get_info(cham_context_device(c->ctx), &i);
-    return Py_BuildValue("{sKsdsdsdsd}", "capacity", (unsigned long long)i.capacity, "peak_flops",
-                         i.peak_flops, "hbm_bandwidth", i.hbm_bandwidth, "h2d_bandwidth",
-                         i.h2d_bandwidth, "d2h_bandwidth", i.d2h_bandwidth);
+    return Py_BuildValue("{sKsdsdsdsdsd}", "capacity", (unsigned long long)i.capacity,
+                         "peak_flops", i.peak_flops, "hbm_bandwidth", i.hbm_bandwidth,
+                         "h2d_bandwidth", i.h2d_bandwidth, "d2h_bandwidth", i.d2h_bandwidth,
+                         "p2p_bandwidth", i.p2p_bandwidth);
 }
 
 static PyObject *context_close_method(ContextObject *c, PyObject *unused)
@@ -715,8 +723,8 @@ static PyMethodDef context_methods[] = {
      "view_strided(base, offset, sizes, strides, dtype, label) -> Handle: a strided view "
      "(elements)."},
     {"op", (PyCFunction)context_op, METH_VARARGS,
-     "op(token, inputs, outputs, cost_ns=-1, bandwidth=0) -> [(kind, handle, needed)]: "
-     "one op that ran."},
+     "op(token, inputs, outputs, cost_ns=-1, bandwidth=0, comm_ns=0, comm_waited=False) -> "
+     "[(kind, handle, needed)]: one op that ran."},
     {"swapped_out", (PyCFunction)context_swapped_out, METH_O,
      "swapped_out(handle): the storage is on the host now."},
     {"swapped_in", (PyCFunction)context_swapped_in, METH_VARARGS,

@@ -184,6 +184,7 @@ class Offload:
         dev = self._ctx.device()
         self._flops = dev["peak_flops"] or 1e12
         self._bandwidth = dev["hbm_bandwidth"] or 1e11
+        self._p2p = dev["p2p_bandwidth"]
         self._ops = {}
         self._storages = {}          # storage key -> weakref to its base Handle
         self._mode = None
@@ -459,10 +460,12 @@ class Offload:
                 raise ChameleonError(f"Offload: action {kind} for {h.label}: the glue "
                                      "declares no op recomputable")
 
-    def run_op(self, name, tensors, fn, cost_ns=-1.0):
+    def run_op(self, name, tensors, fn, cost_ns=-1.0, comm_ns=0.0, comm_waited=False):
         """Runs fn(), which reads and writes tensors outside aten's dispatch
         (a collective, say), as one op named name: their storages are on the
-        device while it runs, and the runtime sees the use."""
+        device while it runs, and the runtime sees the use. comm_ns > 0: fn
+        runs a collective of about that time, which the compute stream waits
+        for when comm_waited (cham_op_set_comm)."""
         if self._mode is None:
             return fn()
         handles = [h for h in map(self._resident, tensors) if h is not None]
@@ -473,8 +476,16 @@ class Offload:
         if token is None:
             token = self._ops[name] = self._ctx.token(name)
         self._set_phase()
-        self._act(self._ctx.op(token, handles, handles, cost_ns))
+        self._act(self._ctx.op(token, handles, handles, cost_ns, 0.0, comm_ns, comm_waited))
         return result
+
+    def allreduce_ns(self, nbytes, world):
+        """ns of a ring allreduce of nbytes over world ranks on the preset's
+        device-to-device link (2 (n - 1) / n of the bytes each way); 0
+        without a link or a peer."""
+        if world < 2 or not self._p2p:
+            return 0.0
+        return 2.0 * (world - 1) / world * nbytes / self._p2p * 1e9
 
     def _matmul_ns(self, op, args):
         """ns on the preset at 2*M*N*K flops (other ops cost their bytes
@@ -491,10 +502,14 @@ def allreduce_hook(off, bucket):
     import torch.distributed as dist
     buf = bucket.buffer()
 
+    world = dist.get_world_size()
+
     def reduce():
-        buf.div_(dist.get_world_size())
+        buf.div_(world)
         dist.all_reduce(buf)
-    off.run_op("c10d::allreduce_", [buf], reduce)
+    # The hook returns when the allreduce is done: the compute stream waits.
+    ns = off.allreduce_ns(buf.numel() * buf.element_size(), world)
+    off.run_op("c10d::allreduce_", [buf], reduce, ns if ns > 0 else -1.0, ns, ns > 0)
     fut = torch.futures.Future()
     fut.set_result(buf)
     return fut

@@ -146,6 +146,13 @@ class Binding(unittest.TestCase):
             ctx.close()                      # still tracked
         mm = ctx.token("mm")
         self.assertEqual(ctx.op(mm, [view], [base], 10.0), [])
+        # A collective of 5 ns the compute stream waits for; waiting for
+        # one of no time is refused, naming the reason.
+        ar = ctx.token("allreduce")
+        self.assertEqual(ctx.op(ar, [base], [base], 5.0, 0.0, 5.0, True), [])
+        with self.assertRaisesRegex(ValueError, "wait"):
+            ctx.op(ar, [base], [base], 5.0, 0.0, 0.0, True)
+        self.assertGreater(ctx.device()["p2p_bandwidth"], 0)
         other = chameleon.Context("{}", "other")
         with self.assertRaises(ValueError):
             other.op(other.token("mm"), [view], [])
