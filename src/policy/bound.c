@@ -303,6 +303,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     copy_time_t f_out = {0}, f_in = {0};
     wrap_gap_t *scratch = NULL;
     double *pts = NULL;
+    uint64_t floor_ns = 0, comm_end = 0, comm_wait = 0;
     cham_planner_config_t c = *config;
     c.min_swap_bytes = 1;      /* any policy may move any tensor */
     bool ok = curve && actual && rm.diff && rm.backed && prefix && rerun_after &&
@@ -311,9 +312,14 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
               (!config->recompute || cham_gen_recompute_list(&v, t, n_t, &rl)) &&
               (pr = price(&rl, n)) != NULL;
     if (ok) {
+        /* No step is faster than its ops with their collectives, run with
+         * all the memory they want (floor_ns). */
         prefix[0] = 0;
-        for (size_t k = 0; k < n; k++)
-            prefix[k + 1] = prefix[k] + (v.ops[k].has_cost ? v.ops[k].cost_ns : 0);
+        for (size_t k = 0; k < n; k++) {
+            double cost = v.ops[k].has_cost ? v.ops[k].cost_ns : 0;
+            prefix[k + 1] = prefix[k] + cost;
+            floor_ns = cham_gen_run_op(floor_ns, cost, &v.ops[k], &comm_end, &comm_wait);
+        }
         /* A re-run comes before its tensor's use: after op k only those
          * used after k (each at its whole cost: an upper bound). */
         for (size_t i = 0; i < rl.n; i++)
@@ -341,12 +347,6 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     if (ok) {
         cham_profile_memory_curve(profile, actual, curve);
         double d2h = config->d2h_bandwidth / 1e9, h2d = config->h2d_bandwidth / 1e9;
-        /* No step is faster than its ops with their collectives, run
-         * with all the memory they want. */
-        uint64_t floor_ns = 0, comm_end = 0, comm_wait = 0;
-        for (size_t k = 0; k < n; k++)
-            floor_ns = cham_gen_run_op(floor_ns, prefix[k + 1] - prefix[k], &v.ops[k], &comm_end,
-                                       &comm_wait);
         double best = (double)floor_ns;
         int64_t away = 0, free_away = 0;
         for (size_t s = 0; s < ns; s++) {
