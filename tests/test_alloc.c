@@ -726,6 +726,51 @@ static void test_out_of_memory_status(void **state)
  * 4 MiB. A 20 MiB request fits no hole and no new segment: a classic allocator
  * fails; expandable segments move the holes' granules under it. What then
  * cannot be had is refused with the bytes obtainable, in granules. */
+/* Expandable segments: granules of a block freed before a checkpoint
+ * (an event the allocator records on the stream every few dispatched ops)
+ * go without waiting for the work queued after it; freed since the last
+ * checkpoint, they wait for the whole stream. The hazard detector checks
+ * that neither unmaps under work still queued. */
+static void test_reclaim_waits_for_the_free(void **state)
+{
+    (void)state;
+    for (int checkpointed = 0; checkpointed < 2; checkpointed++) {
+        env_t *e = env_open(1024 * MiB, 64 * MiB, false);
+        cham_allocator_free(e->alloc);
+        cham_allocator_config_t ac = {.kind = CHAM_MEM_DEVICE, .limit = 64 * MiB,
+                                      .expandable = true};
+        assert_int_equal(cham_allocator_new(e->dev, &ac, &e->alloc), CHAM_OK);
+        cham_block_t *a, *c, *b;
+        assert_int_equal(cham_block_alloc(e->alloc, 32 * MiB, e->compute, &a), CHAM_OK);
+        assert_int_equal(cham_block_alloc(e->alloc, 16 * MiB, e->compute, &c), CHAM_OK);
+        touch(e->compute, a, CHAM_ACCESS_WRITE, 1, NULL);
+        cham_block_free(e->alloc, a);
+        for (uint64_t op = 0; checkpointed && op < CHAM_VM_CHECKPOINT_OPS; op++)
+            assert_int_equal(cham_allocator_op_dispatched(e->alloc, op), CHAM_OK);
+        /* Long work queued after the free, on c only. */
+        touch(e->compute, c, CHAM_ACCESS_WRITE, 1e5, NULL);
+        uint64_t before = cham_device_host_time(e->dev);
+        /* 40 MiB do not fit a's hole: new addresses, 20 granules where 8
+         * are left under the limit, so a's granules move. */
+        assert_int_equal(cham_block_alloc(e->alloc, 40 * MiB, e->compute, &b), CHAM_OK);
+        uint64_t waited = cham_device_host_time(e->dev) - before;
+        cham_alloc_stats_t st;
+        cham_allocator_get_stats(e->alloc, &st);
+        assert_true(st.n_vm_unmaps >= 6);
+        if (checkpointed) {
+            assert_int_equal(st.n_vm_stream_syncs, 0);
+            assert_true(waited < 10000000);          /* not the 1e5 GFLOP kernel */
+        } else {
+            assert_int_equal(st.n_vm_stream_syncs, 1);
+            assert_true(waited > 10000000);
+        }
+        assert_consistent(e->alloc);
+        cham_block_free(e->alloc, b);
+        cham_block_free(e->alloc, c);
+        env_close(e, true);
+    }
+}
+
 static void test_expandable_strands_nothing(void **state)
 {
     (void)state;
@@ -1062,6 +1107,7 @@ int main(void)
         cmocka_unit_test(test_stats_peaks_and_fragmentation),
         cmocka_unit_test(test_out_of_memory_status),
         cmocka_unit_test(test_expandable_strands_nothing),
+        cmocka_unit_test(test_reclaim_waits_for_the_free),
         cmocka_unit_test(test_device_refuses_segment),
         cmocka_unit_test(test_fault_injection),
         cmocka_unit_test(test_pinned_host_budget),

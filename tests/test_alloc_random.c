@@ -528,9 +528,11 @@ static void run_seed(uint64_t seed, bool vm)
                       : 0.0,
                   (uintmax_t)s.reuse_interval_max);
     if (vm)
-        print_message("  %ju maps, %ju unmaps in %ju reclaims; %ju MiB of addresses\n",
+        print_message("  %ju maps, %ju unmaps in %ju reclaims that waited (%ju for a whole "
+                      "stream); %ju MiB of addresses\n",
                       (uintmax_t)s.n_vm_maps, (uintmax_t)s.n_vm_unmaps,
-                      (uintmax_t)s.n_vm_reclaims, (uintmax_t)(s.va_reserved / MiB));
+                      (uintmax_t)s.n_vm_reclaims, (uintmax_t)s.n_vm_stream_syncs,
+                      (uintmax_t)(s.va_reserved / MiB));
     /* Enough of each kind happened for the run to mean something. */
     assert_true(m.n_oom > 0 && m.n_rs_free > 100 && m.n_op_free > 100 && m.n_empty > 10);
     assert_true(m.n_calls >= 34000);   /* three seeds: over 100,000 operations */

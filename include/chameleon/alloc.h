@@ -160,10 +160,12 @@ typedef struct cham_alloc_stats {
     uint64_t reuse_interval_sum;
     uint64_t reuse_interval_max;
     /* Expandable segments: addresses reserved, granules mapped and unmapped,
-     * and the device waits that unmapping granules of free blocks needed.
+     * the reclaims that waited for the device before unmapping granules of
+     * free blocks, and of those waits the ones for a whole stream (the
+     * others wait for an event recorded after the granules' frees).
      * reserved counts the physical chunks held (mapped or spare). */
     uint64_t va_reserved;
-    uint64_t n_vm_maps, n_vm_unmaps, n_vm_reclaims;
+    uint64_t n_vm_maps, n_vm_unmaps, n_vm_reclaims, n_vm_stream_syncs;
 } cham_alloc_stats_t;
 void cham_allocator_get_stats(const cham_allocator_t *alloc, cham_alloc_stats_t *stats);
 /* Resets the peaks to the current values (for per-step peaks). */

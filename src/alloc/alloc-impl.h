@@ -102,8 +102,23 @@ struct cham_segment {
     cham_segment_t *prev, *next;  /* the allocator's segment list */
     cham_phys_t **chunks;         /* expandable: the chunk mapped at each granule, or
                                      NULL; classic segments: NULL */
+    uint64_t *freed_at;           /* expandable: per granule, the op counter when a
+                                     block over it last went back to the pool */
     size_t n_mapped;              /* expandable: granules with a chunk */
 };
+
+/* Expandable segments: an event recorded on a segment's stream every
+ * CHAM_VM_CHECKPOINT_OPS dispatched ops, the last CHAM_VM_CHECKPOINTS of
+ * them, oldest at head. Work that used a granule freed at op counter t was
+ * queued before the first checkpoint recorded at a counter > t: unmapping
+ * the granule waits for that event, not for the whole stream. */
+#define CHAM_VM_CHECKPOINT_OPS 8
+#define CHAM_VM_CHECKPOINTS 16
+typedef struct cham_vm_checkpoints {
+    cham_event_t *event[CHAM_VM_CHECKPOINTS];
+    uint64_t op[CHAM_VM_CHECKPOINTS];
+    unsigned head, n;
+} cham_vm_checkpoints_t;
 
 /* One pending event of a deferred free. recordStream frees sit in a FIFO per
  * recorded stream (events of one stream complete in order, so a query stops
@@ -173,6 +188,10 @@ struct cham_allocator {
     size_t granularity;               /* 0: classic segments */
     cham_phys_t **spare;              /* chunks held, mapped nowhere */
     size_t n_spare, cap_spare;
+    cham_vm_checkpoints_t *checkpoints[CHAM_ALLOC_MAX_STREAMS]; /* per stream id, lazily */
+    uint64_t last_checkpoint;         /* op counter of the last checkpoints */
+    struct cham_vm_candidate *candidates;   /* reclaim's scratch */
+    size_t cap_candidates;
 
     cham_alloc_stats_t stats;         /* counters; derived fields filled on read */
     bool have_oom;
@@ -235,6 +254,13 @@ size_t cham_alloc_vm_missing(const cham_allocator_t *alloc, const cham_block_t *
 uint64_t cham_alloc_vm_release_free(cham_allocator_t *alloc);
 /* expandable.c: physical bytes one allocation could still get. */
 uint64_t cham_alloc_vm_obtainable(const cham_allocator_t *alloc);
+/* expandable.c: notes that the block goes back to the pool now (the op
+ * counter of its granules). */
+void cham_alloc_vm_note_free(cham_allocator_t *alloc, const cham_block_t *block);
+/* expandable.c: records the checkpoint events when they are due (called
+ * at every dispatched op); frees them all. */
+void cham_alloc_vm_checkpoint(cham_allocator_t *alloc);
+void cham_alloc_vm_free_checkpoints(cham_allocator_t *alloc);
 
 /* stats.c: the largest cached free block over both pools and all streams. */
 uint64_t cham_alloc_largest_cached(const cham_allocator_t *alloc);

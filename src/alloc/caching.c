@@ -177,6 +177,8 @@ void cham_alloc_release_block(cham_allocator_t *a, cham_block_t *b)
     b->state = CHAM_BLOCK_FREE;
     b->recorded = 0;
     b->requested = 0;
+    if (a->granularity)
+        cham_alloc_vm_note_free(a, b);
     cham_block_tree_t *tree = pool_of(a, b->seg);
     cham_block_t *prev = b->prev;
     if (prev && prev->state == CHAM_BLOCK_FREE) {
@@ -391,6 +393,7 @@ void cham_allocator_free(cham_allocator_t *a)
     free(a->slabs);
     free(a->events);
     free(a->heap);
+    cham_alloc_vm_free_checkpoints(a);
     free(a);
 }
 

@@ -309,6 +309,8 @@ cham_status_t cham_allocator_op_dispatched(cham_allocator_t *a, uint64_t op_inde
     a->op_counter++;
     while (a->n_heap && a->heap[0].op <= op_index)
         release_op_block(a, heap_pop(a));
+    if (a->granularity)
+        cham_alloc_vm_checkpoint(a);
     cham_alloc_debug_check(a);
     return CHAM_OK;
 }

@@ -1,3 +1,4 @@
+#include <stdlib.h>
 /* Expandable segments (docs/allocator.md, "Expandable segments"): in this
  * mode a segment is a large reservation of device addresses, one per stream
  * and pool, carved into blocks as usual, with physical memory mapped only
@@ -11,7 +12,14 @@
  *
  * One chunk per granule, so that any granule can move alone. Chunks taken
  * away from a free block stay made ("spare") and are mapped again where
- * needed: an unmap and a map per moved granule, no cuMemCreate. */
+ * needed: an unmap and a map per moved granule, no cuMemCreate.
+ *
+ * Before a granule is unmapped, the work queued before its block was freed
+ * must be done. An event recorded on each segment's stream every few ops
+ * (checkpoints) says when: the granules freed longest ago go first, each
+ * after the first checkpoint recorded after its free, so that the host
+ * waits for old work, not for the whole stream (docs/allocator.md,
+ * "Waiting for the frees, not the stream"). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,19 +56,23 @@ cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *a, cham_stream_t *stre
     cham_block_t *b = cham_alloc_get_block(a);
     cham_segment_t *seg = calloc(1, sizeof *seg);
     cham_phys_t **chunks = calloc(size / g, sizeof *chunks);
+    uint64_t *freed_at = calloc(size / g, sizeof *freed_at);
     void *va = NULL;
-    cham_status_t st = b && seg && chunks ? cham_vm_reserve(a->dev, size, &va) : CHAM_ERR_HOST_OOM;
+    cham_status_t st = b && seg && chunks && freed_at ? cham_vm_reserve(a->dev, size, &va)
+                                                      : CHAM_ERR_HOST_OOM;
     if (st != CHAM_OK) {
         if (b)
             cham_alloc_put_block(a, b);
         free(seg);
         free(chunks);
+        free(freed_at);
         snprintf(dev_err, dev_err_size, "%s", st == CHAM_ERR_HOST_OOM
                  ? "out of host memory for the allocator's bookkeeping"
                  : cham_device_last_error(a->dev));
         return st;
     }
     seg->chunks = chunks;
+    seg->freed_at = freed_at;
     /* Taken: the caller splits and backs it. */
     cham_alloc_segment_link(a, seg, b, va, size, stream, sid, small);
     a->stats.va_reserved += size;
@@ -79,47 +91,176 @@ static bool spare_room(cham_allocator_t *a)
     return grown != NULL;
 }
 
-/* Takes the physical chunks of every granule wholly inside a free block
- * and keeps them as spares, until `need` spares exist or none is left to
- * take. Unmapping does not wait, and a free block may still be read or
- * written by work queued before it was freed: on its segment's stream
- * only, since a block other streams use is not free until their events
- * are done (record_stream) and one handed back after an op has that
- * stream wait for the copy (free_after_op). So each segment's stream is
- * waited for, once, before its first granule goes; not the device, whose
- * copy queues may run far ahead of the compute stream (docs/allocator.md,
- * "Expandable segments"). */
-static void reclaim(cham_allocator_t *a, size_t need)
+void cham_alloc_vm_note_free(cham_allocator_t *a, const cham_block_t *b)
 {
+    const cham_segment_t *seg = b->seg;
     size_t g = a->granularity;
-    bool counted = false;
-    for (cham_segment_t *seg = a->segments; seg && a->n_spare < need; seg = seg->next) {
-        bool synced = false;
-        for (cham_block_t *b = seg->first; b && a->n_spare < need; b = b->next) {
+    for (size_t i = granule_of(seg, b->ptr, g); i < granule_of(seg, b->ptr + b->size + g - 1, g);
+         i++)
+        seg->freed_at[i] = a->op_counter;
+}
+
+void cham_alloc_vm_checkpoint(cham_allocator_t *a)
+{
+    if (a->op_counter - a->last_checkpoint < CHAM_VM_CHECKPOINT_OPS)
+        return;
+    a->last_checkpoint = a->op_counter;
+    for (cham_segment_t *seg = a->segments; seg; seg = seg->next) {
+        cham_vm_checkpoints_t *c = a->checkpoints[seg->stream_id];
+        if (!c && !(c = a->checkpoints[seg->stream_id] = calloc(1, sizeof *c)))
+            continue;             /* out of host memory: reclaims wait for the stream */
+        unsigned last = (c->head + c->n + CHAM_VM_CHECKPOINTS - 1) % CHAM_VM_CHECKPOINTS;
+        if (c->n && c->op[last] == a->op_counter)
+            continue;             /* the stream's other pool recorded it */
+        unsigned at = c->n < CHAM_VM_CHECKPOINTS ? (c->head + c->n) % CHAM_VM_CHECKPOINTS
+                                                 : c->head;
+        if (!c->event[at] && cham_event_new(a->dev, &c->event[at]) != CHAM_OK) {
+            c->event[at] = NULL;
+            continue;
+        }
+        if (cham_event_record(c->event[at], seg->stream) != CHAM_OK)
+            continue;
+        c->op[at] = a->op_counter;
+        if (c->n < CHAM_VM_CHECKPOINTS)
+            c->n++;
+        else
+            c->head = (c->head + 1) % CHAM_VM_CHECKPOINTS;
+    }
+}
+
+void cham_alloc_vm_free_checkpoints(cham_allocator_t *a)
+{
+    for (int i = 0; i < CHAM_ALLOC_MAX_STREAMS; i++) {
+        cham_vm_checkpoints_t *c = a->checkpoints[i];
+        for (unsigned k = 0; c && k < CHAM_VM_CHECKPOINTS; k++)
+            cham_event_free(c->event[k]);
+        free(c);
+        a->checkpoints[i] = NULL;
+    }
+    free(a->candidates);
+    a->candidates = NULL;
+    a->cap_candidates = 0;
+}
+
+/* The op counter of the first checkpoint of stream id sid recorded after
+ * op counter t (the work queued before t is over when that checkpoint's
+ * event is); UINT64_MAX when none has been recorded since t. */
+static uint64_t checkpoint_after(const cham_allocator_t *a, int sid, uint64_t t)
+{
+    const cham_vm_checkpoints_t *c = a->checkpoints[sid];
+    for (unsigned k = 0; c && k < c->n; k++) {
+        unsigned at = (c->head + k) % CHAM_VM_CHECKPOINTS;
+        if (c->op[at] > t)
+            return c->op[at];
+    }
+    return UINT64_MAX;
+}
+
+/* The event of the segment's stream's checkpoint `op`; NULL if none. */
+static cham_event_t *checkpoint_event(const cham_allocator_t *a, const cham_segment_t *seg,
+                                      uint64_t op)
+{
+    const cham_vm_checkpoints_t *c = a->checkpoints[seg->stream_id];
+    for (unsigned k = 0; op != UINT64_MAX && c && k < c->n; k++) {
+        unsigned at = (c->head + k) % CHAM_VM_CHECKPOINTS;
+        if (c->op[at] == op)
+            return c->event[at];
+    }
+    return NULL;
+}
+
+/* A mapped granule wholly inside a free block, and the checkpoint whose
+ * event its unmapping waits for (UINT64_MAX: the whole stream). */
+typedef struct cham_vm_candidate {
+    cham_segment_t *seg;
+    size_t granule;
+    uint64_t wait;
+} candidate_t;
+
+/* The earliest wait first; then by address, the order granules were taken
+ * in before there were checkpoints. */
+static int earliest_wait_first(const void *x, const void *y)
+{
+    const candidate_t *a = x, *b = y;
+    if (a->wait != b->wait)
+        return a->wait < b->wait ? -1 : 1;
+    if (a->seg != b->seg)
+        return a->seg->ptr < b->seg->ptr ? -1 : 1;
+    return (a->granule > b->granule) - (a->granule < b->granule);
+}
+
+/* Every mapped granule wholly inside a free block, earliest wait first, in
+ * a->candidates; their number, or SIZE_MAX when the host is out of memory. */
+static size_t candidates(cham_allocator_t *a)
+{
+    size_t g = a->granularity, n = 0;
+    for (cham_segment_t *seg = a->segments; seg; seg = seg->next)
+        for (cham_block_t *b = seg->first; b; b = b->next) {
             if (b->state != CHAM_BLOCK_FREE)
                 continue;
-            size_t lo = granule_of(seg, b->ptr + g - 1, g);
-            size_t hi = granule_of(seg, b->ptr + b->size, g);
-            for (size_t i = lo; i < hi && a->n_spare < need; i++) {
+            for (size_t i = granule_of(seg, b->ptr + g - 1, g);
+                 i < granule_of(seg, b->ptr + b->size, g); i++) {
                 if (!seg->chunks[i])
                     continue;
-                if (!synced) {
-                    cham_stream_synchronize(seg->stream);
-                    a->stats.n_vm_reclaims += !counted;
-                    synced = counted = true;
-                }
-                if (!spare_room(a))
-                    return;                 /* out of host memory: take no more */
-                /* An unmap of a chunk the device layer knows mapped only
-                 * fails on a broken backend: then the chunk stays put. */
-                if (cham_vm_unmap(seg->chunks[i]) != CHAM_OK)
-                    continue;
-                a->spare[a->n_spare++] = seg->chunks[i];
-                seg->chunks[i] = NULL;
-                seg->n_mapped--;
-                a->stats.n_vm_unmaps++;
+                candidate_t *v = cham_grow(a->candidates, &a->cap_candidates, n + 1,
+                                           sizeof *v, 64);
+                if (!v)
+                    return SIZE_MAX;
+                a->candidates = v;
+                v[n++] = (candidate_t){seg, i,
+                                       checkpoint_after(a, seg->stream_id, seg->freed_at[i])};
             }
         }
+    qsort(a->candidates, n, sizeof *a->candidates, earliest_wait_first);
+    return n;
+}
+
+/* Takes the physical chunks of granules wholly inside free blocks and
+ * keeps them as spares until `want` spares exist, waiting for the device
+ * only as long as fewer than `need` do. Unmapping does not wait, and a
+ * free block may still be read or written by work queued before it was
+ * freed: on its segment's stream only, since a block other streams use is
+ * not free until their events are done (record_stream) and one handed back
+ * after an op has that stream wait for the copy (free_after_op). So a
+ * granule goes once the first checkpoint of that stream recorded after its
+ * free is complete, or, when none has been recorded since, the stream is;
+ * not the device, whose copy queues may run far ahead of the compute
+ * stream (docs/allocator.md, "Expandable segments"). The granules that
+ * wait least go first. */
+static void reclaim(cham_allocator_t *a, size_t need, size_t want)
+{
+    size_t n = candidates(a);
+    if (n == SIZE_MAX)
+        return;                     /* out of host memory: take nothing */
+    uint64_t done[CHAM_ALLOC_MAX_STREAMS] = {0};   /* checkpoints complete */
+    bool counted = false;
+    for (size_t k = 0; k < n && a->n_spare < want; k++) {
+        cham_segment_t *seg = a->candidates[k].seg;
+        size_t i = a->candidates[k].granule;
+        uint64_t wait = a->candidates[k].wait;
+        if (wait > done[seg->stream_id]) {
+            cham_event_t *e = checkpoint_event(a, seg, wait);
+            bool complete = e && cham_event_query(e) == CHAM_OK;
+            if (!complete && a->n_spare >= need)
+                break;              /* beyond what is needed, only what needs no wait */
+            if (!complete && !(e && cham_event_synchronize(e) == CHAM_OK)) {
+                cham_stream_synchronize(seg->stream);
+                a->stats.n_vm_stream_syncs++;
+            }
+            a->stats.n_vm_reclaims += !complete && !counted;
+            counted = counted || !complete;
+            done[seg->stream_id] = wait;
+        }
+        if (!spare_room(a))
+            return;                 /* out of host memory: take no more */
+        /* An unmap of a chunk the device layer knows mapped only fails on
+         * a broken backend: then the chunk stays put. */
+        if (cham_vm_unmap(seg->chunks[i]) != CHAM_OK)
+            continue;
+        a->spare[a->n_spare++] = seg->chunks[i];
+        seg->chunks[i] = NULL;
+        seg->n_mapped--;
+        a->stats.n_vm_unmaps++;
     }
 }
 
@@ -143,7 +284,8 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
     uint64_t held = a->stats.reserved / g;
     uint64_t can_make = a->limit / g > held ? a->limit / g - held : 0;
     if (missing > a->n_spare + can_make)
-        reclaim(a, missing - (size_t)can_make + (size_t)(a->limit / g / 8));
+        reclaim(a, missing - (size_t)can_make,
+                missing - (size_t)can_make + (size_t)(a->limit / g / 8));
     if (missing > a->n_spare + can_make) {
         snprintf(dev_err, dev_err_size, "%zu granules of %zu bytes to map, %zu spare and %ju "
                  "more under the limit after unmapping every free granule",
@@ -185,7 +327,7 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
 uint64_t cham_alloc_vm_release_free(cham_allocator_t *a)
 {
     uint64_t before = a->stats.reserved;
-    reclaim(a, SIZE_MAX);
+    reclaim(a, SIZE_MAX, SIZE_MAX);
     for (size_t i = 0; i < a->n_spare; i++)
         cham_phys_release(a->spare[i]);
     a->stats.reserved -= (uint64_t)a->n_spare * a->granularity;
@@ -202,6 +344,7 @@ uint64_t cham_alloc_vm_release_free(cham_allocator_t *a)
             a->stats.va_reserved -= seg->size;
             a->stats.n_segment_frees++;
             free(seg->chunks);
+            free(seg->freed_at);
             free(seg);
         }
         seg = next;
