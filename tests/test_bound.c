@@ -136,6 +136,31 @@ static void test_collectives(void **state)
     cham_profile_free(p);
 }
 
+/* The worked case on a device that adds 10 ms to every kernel (the
+ * profile's kernel_overhead_ns): every op and every re-run costs that
+ * more. Ops 7.18 s, before the samples 2.13 s, after 5.05 s, A's re-run
+ * 0.11 s for 400 MiB (0.000275 s/MiB):
+ *   T(R) = max(7.18 + 0.000275 R, (100-R)/1024 + 5.05 + 0.000275 R,
+ *              2.13 + (100-R)/10),
+ * the first and last cross at 0.100275 R = 4.95: T = 7.193575 s. */
+static void test_kernel_overhead(void **state)
+{
+    (void)state;
+    cham_profile_t *p = profile();
+    p->kernel_overhead_ns = (uint64_t)(0.01 * SEC);
+    cham_planner_config_t c = config(800, 10);
+    cham_step_bound_t b;
+    char err[300];
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_int_equal(b.compute_ns, (uint64_t)(7.18 * SEC));
+    double r = 4.95 / 0.100275;
+    assert_true(fabs((double)b.bound_ns / SEC - (7.18 + 0.000275 * r)) < 1e-6);
+    c = config(800, 1024);
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_int_equal(b.bound_ns, (uint64_t)(7.18 * SEC));
+    cham_profile_free(p);
+}
+
 /* At 300 MiB, sample 1 (op 0's end) has 200 MiB too many and no tensor
  * the profile shows is between two uses there: no policy fits. */
 static void test_infeasible(void **state)
@@ -264,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_infeasible),
         cmocka_unit_test(test_copies_across_the_steps_end),
         cmocka_unit_test(test_collectives),
+        cmocka_unit_test(test_kernel_overhead),
         cmocka_unit_test(test_never_above_a_policy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

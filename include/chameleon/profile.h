@@ -80,6 +80,9 @@ typedef struct cham_profile_view {
     uint64_t step;           /* the step's number (cham_step_set_number) */
     uint64_t duration_ns;    /* host clock from step start to step end */
     uint64_t capacity;       /* device capacity */
+    uint64_t kernel_overhead_ns; /* the device's time per kernel beyond its cost,
+                                    when the costs leave it out (the sim's
+                                    roofline costs); 0: none or unknown */
     size_t n_ops;
     const cham_profile_op_t *ops;
     size_t n_uses;

@@ -66,17 +66,18 @@ static void split_run(cham_gen_layers_t *l, uint32_t start, uint32_t len, uint32
 }
 
 /* Each op's time: the config's costs as weights of the step's duration;
- * else the profile's costs where it has them, the other ops sharing what
- * is left of the duration; else equal shares (Eq. 1). Whether the profile
- * has any cost. */
+ * else the profile's costs where it has them (with the device's time per
+ * kernel beyond them), the other ops sharing what is left of the duration;
+ * else equal shares (Eq. 1). Whether the profile has any cost. */
 static bool op_times(const cham_profile_view_t *v, const cham_planner_config_t *cfg, double *t)
 {
     size_t n = v->n_ops;
     double dur = (double)v->duration_ns, known = 0, total = 0;
+    double overhead = (double)v->kernel_overhead_ns;
     size_t unknown = 0;
     for (size_t k = 0; k < n; k++) {
         total += cfg->op_cost_ns ? cfg->op_cost_ns[k] : 1;
-        known += v->ops[k].has_cost ? v->ops[k].cost_ns : 0;
+        known += v->ops[k].has_cost ? v->ops[k].cost_ns + overhead : 0;
         unknown += !v->ops[k].has_cost;
     }
     if (cfg->op_cost_ns || unknown == n) {
@@ -86,7 +87,7 @@ static bool op_times(const cham_profile_view_t *v, const cham_planner_config_t *
     }
     double share = unknown && dur > known ? (dur - known) / (double)unknown : 0;
     for (size_t k = 0; k < n; k++)
-        t[k] = v->ops[k].has_cost ? v->ops[k].cost_ns : share;
+        t[k] = v->ops[k].has_cost ? v->ops[k].cost_ns + overhead : share;
     return true;
 }
 

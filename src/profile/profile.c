@@ -162,6 +162,12 @@ void cham_profile_set_duration(cham_profile_t *p, uint64_t duration_ns)
     p->duration_ns = duration_ns;
 }
 
+void cham_profile_set_kernel_overhead(cham_profile_t *p, uint64_t ns)
+{
+    CHAM_ASSERT(p);
+    p->kernel_overhead_ns = ns;
+}
+
 void cham_profile_get(const cham_profile_t *p, cham_profile_view_t *view)
 {
     CHAM_ASSERT(p && view);
@@ -169,6 +175,7 @@ void cham_profile_get(const cham_profile_t *p, cham_profile_view_t *view)
         .step = p->step,
         .duration_ns = p->duration_ns,
         .capacity = p->capacity,
+        .kernel_overhead_ns = p->kernel_overhead_ns,
         .n_ops = p->n_ops,
         .ops = p->ops,
         .n_uses = p->n_uses,

@@ -533,4 +533,6 @@ void cham_dispatch_start_profile(cham_context_t *ctx)
     ctx->building = cham_profile_new(ctx->number, info.capacity);
     if (!ctx->building)
         profile_failed(ctx);
+    else
+        cham_profile_set_kernel_overhead(ctx->building, info.kernel_overhead_ns);
 }
