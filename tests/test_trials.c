@@ -1,5 +1,8 @@
 /* GenPolicy's trials are timed as their policies run: the time a trial
- * is kept by is the step time its policy gives in Stable. What the
+ * is kept by is a step time its policy gives in Stable (Stable's steps
+ * differ by a few percent where the allocator moves memory in some steps
+ * and not in others: docs/allocator.md, "Waiting for the frees, not the
+ * stream"; the kept time lies within 1% of their range). What the
  * policy before left away, and what the new one sends away before its
  * first step, move between the steps, not in the trial (docs/executor.md,
  * "What the plan before left away comes back between the steps"). */
@@ -25,6 +28,8 @@ typedef struct kept {
     int trials_timed, timed_before;
     cham_stage_t stage[LAST];
     uint64_t passive[LAST];
+    uint64_t stable_min_ns, stable_max_ns;   /* over the Stable steps that needed
+                                                no passive or on-demand swap */
 } kept_t;
 
 static void on_step(const cham_run_step_t *s, void *user)
@@ -34,6 +39,12 @@ static void on_step(const cham_run_step_t *s, void *user)
     memmove(k->passive, k->passive + 1, (LAST - 1) * sizeof *k->passive);
     k->stage[LAST - 1] = s->stage;
     k->passive[LAST - 1] = s->passive;
+    if (s->stage == CHAM_STAGE_STABLE && !s->passive && !s->on_demand) {
+        if (!k->stable_min_ns || s->time_ns < k->stable_min_ns)
+            k->stable_min_ns = s->time_ns;
+        if (s->time_ns > k->stable_max_ns)
+            k->stable_max_ns = s->time_ns;
+    }
 }
 
 static void on_log(const char *line, void *user)
@@ -90,11 +101,13 @@ static void kept_time_is_stable_time(const char *model, uint32_t mbs, uint32_t s
             fail_msg("%s on %s at %.0f%%: %llu passive swaps in Stable, %d steps from the end",
                      model, preset, 100 * frac, (unsigned long long)k.passive[i], LAST - i);
     }
-    double kept_s = (double)k.ns / 1e9, dev = kept_s / r.step_time_s - 1;
-    if (dev > 0.01 || dev < -0.01)
+    assert_true(k.stable_min_ns > 0);
+    double kept_s = (double)k.ns / 1e9, lo = (double)k.stable_min_ns / 1e9,
+           hi = (double)k.stable_max_ns / 1e9;
+    if (kept_s < 0.99 * lo || kept_s > 1.01 * hi)
         fail_msg("%s on %s at %.0f%%: policy %d of %d kept at %.6f s a step, Stable runs it in "
-                 "%.6f s (%+.1f%%)", model, preset, 100 * frac, k.policy, k.of, kept_s,
-                 r.step_time_s, 100 * dev);
+                 "%.6f to %.6f s (median %.6f s)", model, preset, 100 * frac, k.policy, k.of,
+                 kept_s, lo, hi, r.step_time_s);
 }
 
 /* GPT-2 1.5B where the swap-only trials move model state and the ones

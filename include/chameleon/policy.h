@@ -63,6 +63,11 @@ typedef struct cham_planner_config {
                                     swap-in the replay says stalls moved
                                     earlier where the memory allows (true;
                                     docs/policy.md, "Refinement") */
+    bool less_memory;            /* with recomputation: the k found planned
+                                    again with 1% and 2% of the capacity
+                                    more kept free, the best prediction
+                                    kept (true; docs/policy.md, "Less
+                                    memory") */
     /* Optional per-op device time estimates (ns), n_ops of them, in profile
      * op order; NULL = Eq. 1 (step time spread evenly over the ops). */
     const double *op_cost_ns;

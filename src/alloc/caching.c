@@ -356,14 +356,15 @@ cham_status_t cham_allocator_new(cham_device_t *dev, const cham_allocator_config
         return CHAM_ERR_HOST_OOM;
     }
     /* Expandable segments move memory in pages of PyTorch's large-segment
-     * size (20 MiB, scaled by the shift), but at most a thousandth of the
-     * limit (free memory inside pages a block still touches cannot move:
-     * a small device keeps fine pages), in whole device granules: a page
-     * is one chunk and one map call, and moving 2 MiB granules cost ten
-     * times the calls (docs/allocator.md, "Pages"). */
+     * size (20 MiB, scaled by the shift), but at most 1/4096 of the limit
+     * (free memory inside pages a block still touches cannot move: the
+     * planner's reserve must cover it, so smaller devices keep finer
+     * pages), in whole device granules: a page is one chunk and one map
+     * call, and moving 2 MiB granules cost ten times the calls
+     * (docs/allocator.md, "Pages"). */
     if (g) {
         uint64_t page = CHAM_ALLOC_LARGE_SEGMENT >> config->granularity_shift;
-        page = page < limit / 1024 ? page : limit / 1024;
+        page = page < limit / 4096 ? page : limit / 4096;
         g = page > g ? (size_t)(page / g * g) : g;
     }
     a->granularity = g;

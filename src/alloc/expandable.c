@@ -216,40 +216,52 @@ static size_t candidates(cham_allocator_t *a)
 }
 
 /* Takes the physical chunks of granules wholly inside free blocks and
- * keeps them as spares until `want` spares exist, waiting for the device
- * only as long as fewer than `need` do. Unmapping does not wait, and a
- * free block may still be read or written by work queued before it was
- * freed: on its segment's stream only, since a block other streams use is
- * not free until their events are done (record_stream) and one handed back
- * after an op has that stream wait for the copy (free_after_op). So a
- * granule goes once the first checkpoint of that stream recorded after its
- * free is complete, or, when none has been recorded since, the stream is;
- * not the device, whose copy queues may run far ahead of the compute
- * stream (docs/allocator.md, "Expandable segments"). The granules that
- * wait least go first. */
+ * keeps them as spares: the `need` that wait least, then, up to `want`,
+ * those their waits cover. Unmapping does not wait, and a free block may
+ * still be read or written by work queued before it was freed: on its
+ * segment's stream only, since a block other streams use is not free
+ * until their events are done (record_stream) and one handed back after
+ * an op has that stream wait for the copy (free_after_op). So a granule
+ * goes once the first checkpoint of that stream recorded after its free
+ * is complete, or, when none has been recorded since, the stream is; not
+ * the device, whose copy queues may run far ahead of the compute stream
+ * (docs/allocator.md, "Waiting for the frees, not the stream"). Which
+ * granules go depends on the frees, not on how far the device has got. */
 static void reclaim(cham_allocator_t *a, size_t need, size_t want)
 {
     size_t n = candidates(a);
     if (n == SIZE_MAX)
         return;                     /* out of host memory: take nothing */
-    uint64_t done[CHAM_ALLOC_MAX_STREAMS] = {0};   /* checkpoints complete */
-    bool counted = false;
-    for (size_t k = 0; k < n && a->n_spare < want; k++) {
+    uint64_t upto[CHAM_ALLOC_MAX_STREAMS] = {0};   /* the waits of the needed */
+    bool any[CHAM_ALLOC_MAX_STREAMS] = {false};
+    size_t take = 0;
+    for (; take < n && a->n_spare + take < need; take++) {
+        int sid = a->candidates[take].seg->stream_id;
+        any[sid] = true;
+        if (a->candidates[take].wait > upto[sid])
+            upto[sid] = a->candidates[take].wait;
+    }
+    for (; take < n && a->n_spare + take < want; take++) {
+        int sid = a->candidates[take].seg->stream_id;
+        if (!any[sid] || a->candidates[take].wait > upto[sid])
+            break;
+    }
+    bool waited[CHAM_ALLOC_MAX_STREAMS] = {false}, counted = false;
+    for (size_t k = 0; k < take; k++) {
         cham_segment_t *seg = a->candidates[k].seg;
         size_t i = a->candidates[k].granule;
-        uint64_t wait = a->candidates[k].wait;
-        if (wait > done[seg->stream_id]) {
-            cham_event_t *e = checkpoint_event(a, seg, wait);
-            bool complete = e && cham_event_query(e) == CHAM_OK;
-            if (!complete && a->n_spare >= need)
-                break;              /* beyond what is needed, only what needs no wait */
-            if (!complete && !(e && cham_event_synchronize(e) == CHAM_OK)) {
-                cham_stream_synchronize(seg->stream);
-                a->stats.n_vm_stream_syncs++;
+        int sid = seg->stream_id;
+        if (!waited[sid]) {
+            waited[sid] = true;
+            cham_event_t *e = checkpoint_event(a, seg, upto[sid]);
+            if (!e || cham_event_query(e) != CHAM_OK) {
+                if (!e || cham_event_synchronize(e) != CHAM_OK) {
+                    cham_stream_synchronize(seg->stream);
+                    a->stats.n_vm_stream_syncs++;
+                }
+                a->stats.n_vm_reclaims += !counted;
+                counted = true;
             }
-            a->stats.n_vm_reclaims += !complete && !counted;
-            counted = counted || !complete;
-            done[seg->stream_id] = wait;
         }
         if (!spare_room(a))
             return;                 /* out of host memory: take no more */

@@ -27,6 +27,7 @@ cham_planner_config_t cham_planner_config_default(void)
         .recompute = true,
         .model_state = true,
         .refine = true,
+        .less_memory = true,
         .op_cost_ns = NULL,
         .n_op_costs = 0,
     };
@@ -34,7 +35,7 @@ cham_planner_config_t cham_planner_config_default(void)
 
 uint64_t cham_gen_default_reserve(uint64_t capacity)
 {
-    uint64_t r = capacity / 20;
+    uint64_t r = capacity / 50;
     if (r < 256 * MiB)
         r = 256 * MiB;
     if (r > capacity / 5)
@@ -623,6 +624,53 @@ static bool refine(const cham_profile_t *profile, const cham_planner_config_t *c
     return ok;
 }
 
+/* The prediction is not monotone in the memory: with a little more room
+ * placement may move one more tensor whose copies then hold up the
+ * others, and refinement settles elsewhere (docs/policy.md, "Less
+ * memory").
+ * A policy planned for less memory also fits, so the k found is planned
+ * again with LESS_MEMORY_STEPS more hundredths of the capacity kept free,
+ * one more each time, and the best prediction kept (*best, refined). */
+#define LESS_MEMORY_STEPS 2
+
+static cham_status_t with_less_memory(const cham_profile_t *profile,
+                                      const cham_planner_config_t *config, size_t k,
+                                      cham_policy_t **best, char *err, size_t err_size)
+{
+    cham_profile_view_t v;
+    cham_profile_get(profile, &v);
+    uint64_t capacity, usable;
+    cham_status_t st = capacity_of(&v, config, &capacity, &usable, err, err_size);
+    for (int i = 1; i <= LESS_MEMORY_STEPS && st == CHAM_OK; i++) {
+        cham_planner_config_t less = *config;
+        less.reserve = capacity - usable + (uint64_t)i * (capacity / 100);
+        if (less.reserve >= capacity)
+            break;
+        cham_policy_t *p = NULL;
+        size_t n;
+        char e[400] = "";
+        st = plan_layered(profile, &less, k, &n, &p, e, sizeof e);
+        if (st == CHAM_ERR_OUT_OF_MEMORY)
+            return CHAM_OK;          /* less does not fit; nor will still less */
+        if (st != CHAM_OK) {
+            cham_set_err(err, err_size, "%s", e);
+            return st;
+        }
+        if (config->refine && !refine(profile, &less, p)) {
+            cham_policy_free(p);
+            cham_set_err(err, err_size, "planner: out of host memory (refinement)");
+            return CHAM_ERR_HOST_OOM;
+        }
+        if (better(p, *best)) {
+            cham_policy_free(*best);
+            *best = p;
+        } else {
+            cham_policy_free(p);
+        }
+    }
+    return st;
+}
+
 /* Swaps, and the k cheapest recomputations (cost per byte) for the k that
  * predicts the best policy (one that fits before one that does not, then
  * the fastest step, each re-run priced in), planned against the link
@@ -659,6 +707,12 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
         cham_policy_free(best);
         cham_set_err(err, err_size, "planner: out of host memory (refinement)");
         return CHAM_ERR_HOST_OOM;
+    }
+    if (config->less_memory)
+        st = with_less_memory(profile, config, best_k, &best, err, err_size);
+    if (st != CHAM_OK) {
+        cham_policy_free(best);
+        return st;
     }
     *out = best;
     return CHAM_OK;
