@@ -35,6 +35,7 @@ static cham_policy_t *plan(const cham_profile_t *prof, const seen_t *s, bool ref
     assert_non_null(dev);
     cham_planner_config_t c = cham_planner_config_default();
     c.capacity = s->capacity;
+    c.reserve = cham_planner_default_reserve(s->capacity, true);   /* the runtime's */
     c.h2d_bandwidth = dev->h2d_bandwidth;
     c.d2h_bandwidth = dev->d2h_bandwidth;
     c.refine = refine;

@@ -74,6 +74,13 @@ typedef struct cham_planner_config {
     size_t n_op_costs;
 } cham_planner_config_t;
 
+/* The default reserve (config.reserve UINT64_MAX): 2% of the capacity
+ * where the allocator moves free memory between blocks (expandable
+ * segments: only partly used pages strand it), 5% where it cannot (classic
+ * segments, or an allocator the planner does not know: the default rule);
+ * at least 256 MiB, at most 20% (docs/policy.md, "Inputs and knobs"). */
+uint64_t cham_planner_default_reserve(uint64_t capacity, bool memory_moves);
+
 /* reserve: default rule; score_c 1; min_swap_bytes 1 MiB; no op costs. */
 cham_planner_config_t cham_planner_config_default(void);
 

@@ -47,7 +47,7 @@ void cham_gen_layers_free(cham_gen_layers_t *l);
 
 /* ---- shared by the planners (generate.c) -------------------------------- */
 
-/* The default reserve: min(max(2% of capacity, 256 MiB), 20% of capacity). */
+/* The default reserve: cham_planner_default_reserve(capacity, false). */
 uint64_t cham_gen_default_reserve(uint64_t capacity);
 
 /* What every planner does first: checks that profile, config and out are

@@ -35,7 +35,12 @@ cham_planner_config_t cham_planner_config_default(void)
 
 uint64_t cham_gen_default_reserve(uint64_t capacity)
 {
-    uint64_t r = capacity / 50;
+    return cham_planner_default_reserve(capacity, false);
+}
+
+uint64_t cham_planner_default_reserve(uint64_t capacity, bool memory_moves)
+{
+    uint64_t r = memory_moves ? capacity / 50 : capacity / 20;
     if (r < 256 * MiB)
         r = 256 * MiB;
     if (r > capacity / 5)

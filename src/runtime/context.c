@@ -61,9 +61,10 @@ static cham_status_t open_parts(cham_context_t *ctx)
         goto fail;
     if (ctx->config.mode == CHAM_MODE_MANAGED) {
         what = "creating allocators";
+        ctx->memory_moves = expandable(ctx);
         cham_allocator_config_t dc = {.kind = CHAM_MEM_DEVICE,
                                       .granularity_shift = ctx->config.allocator_shift,
-                                      .expandable = expandable(ctx)};
+                                      .expandable = ctx->memory_moves};
         cham_allocator_config_t hc = {.kind = CHAM_MEM_HOST_PINNED,
                                       .limit = ctx->config.pinned_budget,
                                       .granularity_shift = ctx->config.allocator_shift};

@@ -198,6 +198,8 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
                      kind != 4;
     if (reserve)
         pc.reserve = reserve;
+    else if (ctx->memory_moves && ctx->config.planner == CHAM_PLANNER_CHAMELEON)
+        pc.reserve = cham_planner_default_reserve(pc.capacity, true);   /* the baselines keep theirs */
     pc.free_delay_ops = *delay;
     cham_policy_t *policy = NULL;
     char err[400] = "";

@@ -205,6 +205,7 @@ struct cham_context {
     cham_device_t *dev;
     cham_stream_t *compute, *swap_out, *swap_in;
     cham_allocator_t *mem;        /* managed: device memory */
+    bool memory_moves;            /* mem has expandable segments */
     cham_allocator_t *pinned;     /* managed: pinned host memory for swaps */
 
     cham_intern_t tokens;
