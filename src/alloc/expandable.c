@@ -211,7 +211,8 @@ static size_t candidates(cham_allocator_t *a)
                                        checkpoint_after(a, seg->stream_id, seg->freed_at[i])};
             }
         }
-    qsort(a->candidates, n, sizeof *a->candidates, earliest_wait_first);
+    if (n > 1)          /* qsort of none may not be given NULL */
+        qsort(a->candidates, n, sizeof *a->candidates, earliest_wait_first);
     return n;
 }
 
