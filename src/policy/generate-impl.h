@@ -47,8 +47,6 @@ void cham_gen_layers_free(cham_gen_layers_t *l);
 
 /* ---- shared by the planners (generate.c) -------------------------------- */
 
-/* The default reserve: cham_planner_default_reserve(capacity, false). */
-uint64_t cham_gen_default_reserve(uint64_t capacity);
 
 /* What every planner does first: checks that profile, config and out are
  * given (*out = NULL), fills *v, checks the config (positive finite

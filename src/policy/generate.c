@@ -33,11 +33,6 @@ cham_planner_config_t cham_planner_config_default(void)
     };
 }
 
-uint64_t cham_gen_default_reserve(uint64_t capacity)
-{
-    return cham_planner_default_reserve(capacity, false);
-}
-
 uint64_t cham_planner_default_reserve(uint64_t capacity, bool memory_moves)
 {
     uint64_t r = memory_moves ? capacity / 50 : capacity / 20;
@@ -105,7 +100,7 @@ static cham_status_t capacity_of(const cham_profile_view_t *v, const cham_planne
                                  size_t err_size)
 {
     uint64_t cap = c->capacity ? c->capacity : v->capacity;
-    uint64_t reserve = c->reserve == UINT64_MAX ? cham_gen_default_reserve(cap) : c->reserve;
+    uint64_t reserve = c->reserve == UINT64_MAX ? cham_planner_default_reserve(cap, false) : c->reserve;
     if (cap == 0 || reserve >= cap) {
         cham_set_err(err, err_size,
                      "planner: capacity %llu bytes leaves nothing usable after a reserve of "

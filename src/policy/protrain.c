@@ -58,7 +58,7 @@ cham_protrain_device_t cham_protrain_device_of(const cham_device_info_t *info)
 
 uint64_t pt_usable(const cham_protrain_device_t *dev)
 {
-    uint64_t r = dev->reserve == UINT64_MAX ? cham_gen_default_reserve(dev->capacity)
+    uint64_t r = dev->reserve == UINT64_MAX ? cham_planner_default_reserve(dev->capacity, false)
                                             : dev->reserve;
     return r < dev->capacity ? dev->capacity - r : 0;
 }
