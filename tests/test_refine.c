@@ -136,8 +136,9 @@ static void test_refined_never_worse(void **state)
     } cases[] = {
         {"gpt2-1.5b", "ascend-910b", 22.96}, {"gpt2-1.5b", "h100-80g", 18.37},
         {"gpt2-1.5b", "ascend-910b", 30.61}, {"llama2-7b", "h100-80g", 47.07},
+        {"gpt2-1.5b", "ascend-910b", 15.31},
     };
-    int faster = 0, less_faster = 0;
+    int faster = 0, less_faster = 0, much_faster = 0;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         seen_t s = run(cases[i].model, cases[i].preset, cases[i].gib);
         print_message("%s on %s at %.2f GiB: predicted %.3f ms, refined %.3f ms, with less "
@@ -146,11 +147,17 @@ static void test_refined_never_worse(void **state)
                       (double)s.less_ns / 1e6);
         faster += s.after_ns < s.before_ns;
         less_faster += s.less_ns < s.after_ns;
+        much_faster += (double)s.after_ns < 0.9 * (double)s.before_ns;
     }
     /* GPT-2 1.5B at 50% on the 910B: with 1% less memory, 12% faster. */
     assert_true(less_faster >= 1);
     /* GPT-2 1.5B at 50% and 40% of its peak: model state streams. */
     assert_true(faster >= 2);
+    /* By over 10% at 50%, 40% and 33% of the peak: with the blocks of
+     * model state held only until their copies end, the memory they held
+     * in the forward lets the next moves take more (without that, only at
+     * 50%: 8% on the H100 at 40%, 9% at 33% on the 910B). */
+    assert_true(much_faster >= 3);
 }
 
 int main(void)

@@ -118,6 +118,8 @@ typedef struct cham_gen_replayer {
     uint64_t *out_wait;
     uint64_t *op_begin;          /* the caller's (n_ops) or NULL: when each op began,
                                     less the waits for copies out before it */
+    uint64_t *op_at;             /* the caller's (n_ops) or NULL: when each op was
+                                    reached, before any wait */
     uint64_t end, out_waited;    /* when the step ended; the waits for copies out */
     uint64_t carry_ns;           /* the waits the step before's copies added */
     size_t n;

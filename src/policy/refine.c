@@ -205,6 +205,62 @@ static bool move_frees(refiner_t *f, const uint64_t *curve, uint32_t *was)
     return any;
 }
 
+/* When op k was reached, before its waits, by the last replay's clock (k
+ * from n on: the next step's, run after this one): never decreasing in k. */
+static uint64_t reached_at(const refiner_t *f, size_t k)
+{
+    size_t n = f->p->n_ops;
+    return k < n ? f->r.op_at[k] : f->r.end + f->r.op_at[k - n];
+}
+
+/* Blocks held past where their copies end, by the last replay's clock,
+ * given back there (never before placement gave them back): the memory
+ * they held is free for the next moves. Undone if the replay stalls more
+ * (the next step's clock is this one's, an estimate). */
+static void pull_frees(refiner_t *f, const uint64_t *curve, const uint32_t *placed,
+                       uint32_t *was)
+{
+    cham_policy_t *p = f->p;
+    size_t n = p->n_ops;
+    bool any = false;
+    for (size_t i = 0; i < p->n_items; i++) {
+        cham_policy_item_t *it = &p->items[i];
+        was[i] = it->free_op;
+        if (it->recompute || f->r.out_wait[i] > 0)
+            continue;
+        size_t lo = placed[i] + 1, hi = 2 * n;    /* the first op reached after the copy */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (reached_at(f, mid) >= f->r.out_done[i])
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        if (lo - 1 >= it->free_op || lo - 1 == n)   /* n: waited for at the step's end */
+            continue;
+        it->free_op = (uint32_t)(lo - 1);
+        cham_gen_replayer_move(&f->r, (uint32_t)i, it->free_op, true);
+        any = true;
+    }
+    if (!any)
+        return;
+    cham_gen_replayer_run(&f->r, p, f->l, n, f->h2d_bw, f->d2h_bw);
+    f->runs_left--;
+    uint64_t s = cham_gen_total_stall(p);
+    if (s <= f->best) {
+        f->best = s;
+        cham_gen_predicted_memory(p, curve, f->mem);
+        return;
+    }
+    for (size_t i = 0; i < p->n_items; i++)
+        if (p->items[i].free_op != was[i]) {
+            p->items[i].free_op = was[i];
+            cham_gen_replayer_move(&f->r, (uint32_t)i, was[i], true);
+        }
+    cham_gen_replayer_run(&f->r, p, f->l, n, f->h2d_bw, f->d2h_bw);
+    f->runs_left--;
+}
+
 bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_t *curve,
                      double h2d_bw, double d2h_bw)
 {
@@ -216,11 +272,17 @@ bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_
     refiner_t f = {.p = p, .l = l, .h2d_bw = h2d_bw, .d2h_bw = d2h_bw,
                    .mem = malloc((2 * p->n_ops + 1) * sizeof *f.mem)};
     uint64_t *op_begin = malloc(p->n_ops * sizeof *op_begin);
+    uint64_t *op_at = malloc(p->n_ops * sizeof *op_at);
     stalled_t *order = malloc((p->n_items ? p->n_items : 1) * sizeof *order);
     uint32_t *was = malloc((p->n_items ? p->n_items : 1) * sizeof *was);
-    bool ok = f.mem && op_begin && order && was && cham_gen_replayer_init(&f.r, p);
+    uint32_t *placed = malloc((p->n_items ? p->n_items : 1) * sizeof *placed);
+    bool ok = f.mem && op_begin && op_at && placed && order && was &&
+              cham_gen_replayer_init(&f.r, p);
     if (ok) {
         f.r.op_begin = op_begin;
+        f.r.op_at = op_at;
+        for (size_t i = 0; i < p->n_items; i++)
+            placed[i] = p->items[i].free_op;
         cham_gen_predicted_memory(p, curve, f.mem);
         cham_gen_replayer_run(&f.r, p, l, p->n_ops, h2d_bw, d2h_bw);
         f.best = cham_gen_total_stall(p);
@@ -230,6 +292,8 @@ bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_
     bool moved = ok;
     for (int pass = 0; pass < 4 && moved && f.best > 0 && f.runs_left > 0; pass++) {
         moved = move_frees(&f, curve, was);
+        if (f.runs_left > 0)
+            pull_frees(&f, curve, placed, was);
         size_t n = 0;
         for (size_t i = 0; i < p->n_items; i++)
             if (!p->items[i].recompute && p->items[i].stall_ns > 0)
@@ -247,7 +311,9 @@ bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_
     cham_gen_replayer_free(&f.r);
     free(f.mem);
     free(op_begin);
+    free(op_at);
     free(order);
     free(was);
+    free(placed);
     return ok;
 }

@@ -169,6 +169,8 @@ static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_ge
     for (uint32_t k = 0; k < n_ops; k++) {
         if (r->op_begin)
             r->op_begin[k] = now - r->out_waited;
+        if (r->op_at)
+            r->op_at[k] = now;
         now = wait_freed(r, p, &b, k, out_done, now);
         now = wait_freed(r, p, &e, n_ops + (uint64_t)k, r->before, now);
         for (; c < n && in[c].op == k; c++) {
