@@ -152,6 +152,20 @@ static uint32_t free_op_for(const refiner_t *f, uint64_t t)
     return (uint32_t)(lo - 1);
 }
 
+/* Every free back where `was` had it, the memory and the replay with them. */
+static void undo_frees(refiner_t *f, const uint64_t *curve, const uint32_t *was)
+{
+    cham_policy_t *p = f->p;
+    for (size_t i = 0; i < p->n_items; i++)
+        if (p->items[i].free_op != was[i]) {
+            p->items[i].free_op = was[i];
+            cham_gen_replayer_move(&f->r, (uint32_t)i, was[i], true);
+        }
+    cham_gen_predicted_memory(p, curve, f->mem);
+    cham_gen_replayer_run(&f->r, p, f->l, p->n_ops, f->h2d_bw, f->d2h_bw);
+    f->runs_left--;
+}
+
 /* Blocks whose reuse waits for their copies out are given back where the
  * copies end instead, later, as far as the memory allows: up to the
  * swap-in, of model state into the next step. One at a time would not do:
@@ -192,14 +206,7 @@ static bool move_frees(refiner_t *f, const uint64_t *curve, uint32_t *was)
             any = true;
             continue;
         }
-        for (size_t i = 0; i < p->n_items; i++)
-            if (p->items[i].free_op != was[i]) {
-                p->items[i].free_op = was[i];
-                cham_gen_replayer_move(&f->r, (uint32_t)i, was[i], true);
-            }
-        cham_gen_predicted_memory(p, curve, f->mem);
-        cham_gen_replayer_run(&f->r, p, f->l, n, f->h2d_bw, f->d2h_bw);
-        f->runs_left--;
+        undo_frees(f, curve, was);
         break;
     }
     return any;
@@ -247,18 +254,12 @@ static void pull_frees(refiner_t *f, const uint64_t *curve, const uint32_t *plac
     cham_gen_replayer_run(&f->r, p, f->l, n, f->h2d_bw, f->d2h_bw);
     f->runs_left--;
     uint64_t s = cham_gen_total_stall(p);
-    if (s <= f->best) {
-        f->best = s;
-        cham_gen_predicted_memory(p, curve, f->mem);
+    if (s > f->best) {
+        undo_frees(f, curve, was);
         return;
     }
-    for (size_t i = 0; i < p->n_items; i++)
-        if (p->items[i].free_op != was[i]) {
-            p->items[i].free_op = was[i];
-            cham_gen_replayer_move(&f->r, (uint32_t)i, was[i], true);
-        }
-    cham_gen_replayer_run(&f->r, p, f->l, n, f->h2d_bw, f->d2h_bw);
-    f->runs_left--;
+    f->best = s;
+    cham_gen_predicted_memory(p, curve, f->mem);
 }
 
 bool cham_gen_refine(cham_policy_t *p, const cham_gen_layers_t *l, const uint64_t *curve,
