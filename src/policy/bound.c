@@ -316,7 +316,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
          * all the memory they want (floor_ns). */
         prefix[0] = 0;
         for (size_t k = 0; k < n; k++) {
-            double cost = v.ops[k].has_cost ? v.ops[k].cost_ns + (double)v.kernel_overhead_ns : 0;
+            double cost = cham_gen_op_ns(&v, k, 0);
             prefix[k + 1] = prefix[k] + cost;
             floor_ns = cham_gen_run_op(floor_ns, cost, &v.ops[k], &comm_end, &comm_wait);
         }

@@ -14,6 +14,13 @@
 
 #include "chameleon/policy.h"
 
+/* The device's time for op k when the profile has its cost: the cost and
+ * the device's time per kernel beyond it; `otherwise` when it has none. */
+static inline double cham_gen_op_ns(const cham_profile_view_t *v, size_t k, double otherwise)
+{
+    return v->ops[k].has_cost ? v->ops[k].cost_ns + (double)v->kernel_overhead_ns : otherwise;
+}
+
 /* ---- logical layers (layers.c) ------------------------------------------ */
 
 /* Invariants: layers tile the ops [0, n_ops) in order; layer_of_op[k] is the

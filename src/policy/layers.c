@@ -73,11 +73,10 @@ static bool op_times(const cham_profile_view_t *v, const cham_planner_config_t *
 {
     size_t n = v->n_ops;
     double dur = (double)v->duration_ns, known = 0, total = 0;
-    double overhead = (double)v->kernel_overhead_ns;
     size_t unknown = 0;
     for (size_t k = 0; k < n; k++) {
         total += cfg->op_cost_ns ? cfg->op_cost_ns[k] : 1;
-        known += v->ops[k].has_cost ? v->ops[k].cost_ns + overhead : 0;
+        known += cham_gen_op_ns(v, k, 0);
         unknown += !v->ops[k].has_cost;
     }
     if (cfg->op_cost_ns || unknown == n) {
@@ -87,7 +86,7 @@ static bool op_times(const cham_profile_view_t *v, const cham_planner_config_t *
     }
     double share = unknown && dur > known ? (dur - known) / (double)unknown : 0;
     for (size_t k = 0; k < n; k++)
-        t[k] = v->ops[k].has_cost ? v->ops[k].cost_ns + overhead : share;
+        t[k] = cham_gen_op_ns(v, k, share);
     return true;
 }
 

@@ -68,7 +68,7 @@ static double rebuild_cost(const cham_profile_view_t *v, const storage_uses_t *s
         if (!is || v->uses[is->first_use].output || is->last_op < u || written_in(is, q, u))
             return -1;
     }
-    return op->has_cost ? op->cost_ns + (double)v->kernel_overhead_ns : mean_op_ns;
+    return cham_gen_op_ns(v, q, mean_op_ns);
 }
 
 bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor_t *t,
@@ -117,7 +117,7 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
             continue;
         bool usable = true;
         size_t mark = n_in;
-        double cost = op->has_cost ? op->cost_ns + (double)v->kernel_overhead_ns : mean_op_ns;
+        double cost = cham_gen_op_ns(v, p, mean_op_ns);
         for (uint32_t j = 0; j < op->n_uses && usable; j++) {
             const cham_tensor_use_t *in = &v->uses[op->first_use + j];
             if (in->output)
