@@ -603,9 +603,10 @@ static cham_status_t try_k(const cham_profile_t *profile, const cham_planner_con
 }
 
 /* The kept policy refined against its replay (refine.c), with the ops'
- * times and the curve of the profile it was planned from. */
-static bool refine(const cham_profile_t *profile, const cham_planner_config_t *config,
-                   cham_policy_t *p)
+ * times and the curve of the profile it was planned from; an error only
+ * when the host is out of memory. */
+static cham_status_t refine(const cham_profile_t *profile, const cham_planner_config_t *config,
+                            cham_policy_t *p, char *err, size_t err_size)
 {
     cham_profile_view_t v;
     cham_profile_get(profile, &v);
@@ -621,7 +622,10 @@ static bool refine(const cham_profile_t *profile, const cham_planner_config_t *c
     cham_gen_layers_free(&layers);
     free(curve);
     free(actual);
-    return ok;
+    if (ok)
+        return CHAM_OK;
+    cham_set_err(err, err_size, "planner: out of host memory (refinement)");
+    return CHAM_ERR_HOST_OOM;
 }
 
 /* The prediction is not monotone in the memory: with a little more room
@@ -656,10 +660,9 @@ static cham_status_t with_less_memory(const cham_profile_t *profile,
             cham_set_err(err, err_size, "%s", e);
             return st;
         }
-        if (config->refine && !refine(profile, &less, p)) {
+        if (config->refine && (st = refine(profile, &less, p, err, err_size)) != CHAM_OK) {
             cham_policy_free(p);
-            cham_set_err(err, err_size, "planner: out of host memory (refinement)");
-            return CHAM_ERR_HOST_OOM;
+            return st;
         }
         if (better(p, *best)) {
             cham_policy_free(*best);
@@ -703,12 +706,9 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
     }
     if (!best)     /* none at any k: the swap-only failure says why */
         return plan_layered(profile, config, 0, &n, out, err, err_size);
-    if (config->refine && !refine(profile, config, best)) {
-        cham_policy_free(best);
-        cham_set_err(err, err_size, "planner: out of host memory (refinement)");
-        return CHAM_ERR_HOST_OOM;
-    }
-    if (config->less_memory)
+    if (config->refine)
+        st = refine(profile, config, best, err, err_size);
+    if (st == CHAM_OK && config->less_memory)
         st = with_less_memory(profile, config, best_k, &best, err, err_size);
     if (st != CHAM_OK) {
         cham_policy_free(best);
