@@ -128,28 +128,31 @@ static uint32_t room_after(const int64_t *mem, size_t n, uint32_t free_op, uint3
     return d;
 }
 
-/* When op k began by the last replay's clock less its waits for copies
- * out (k from n on: the next step's, begun that much after the step's end). */
-static uint64_t begin_of(const refiner_t *f, size_t k)
+/* When op k was reached by the last replay's clock, less its waits for
+ * copies out before it when `less_waits` (k from n on: the next step's,
+ * run after this one): never decreasing in k. */
+static uint64_t clock_of(const refiner_t *f, size_t k, bool less_waits)
 {
     size_t n = f->p->n_ops;
-    return k < n ? f->r.op_begin[k] : f->r.end - f->r.out_waited + f->r.op_begin[k - n];
+    if (k >= n)
+        return f->r.end - (less_waits ? f->r.out_waited : 0) + clock_of(f, k - n, less_waits);
+    return less_waits ? f->r.op_begin[k] : f->r.op_at[k];
 }
 
-/* The op after which a block whose copy ends at t is given back without a
- * wait (the replay waits for it before op free_op + 1 begins): the first
- * op begun by t, less one; at most 2 n - 1. */
-static uint32_t free_op_for(const refiner_t *f, uint64_t t)
+/* The first op from `lo` on reached at t or later by that clock; 2 n when
+ * none is. A block whose copy ends at t is given back without a wait
+ * after the op before it (the replay waits for it before op free_op + 1). */
+static size_t first_reached(const refiner_t *f, bool less_waits, size_t lo, uint64_t t)
 {
-    size_t lo = 1, hi = 2 * f->p->n_ops;    /* the first k with begin_of(k) >= t */
+    size_t hi = 2 * f->p->n_ops;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (begin_of(f, mid) >= t)
+        if (clock_of(f, mid, less_waits) >= t)
             hi = mid;
         else
             lo = mid + 1;
     }
-    return (uint32_t)(lo - 1);
+    return lo;
 }
 
 /* Every free back where `was` had it, the memory and the replay with them. */
@@ -186,7 +189,7 @@ static bool move_frees(refiner_t *f, const uint64_t *curve, uint32_t *was)
             if (it->recompute || f->r.out_wait[i] == 0)
                 continue;
             uint32_t last = it->wraps ? (uint32_t)n + it->swap_in_op : it->swap_in_op;
-            uint32_t want = free_op_for(f, f->r.out_done[i]);
+            uint32_t want = (uint32_t)(first_reached(f, true, 1, f->r.out_done[i]) - 1);
             uint32_t room = room_after(f->mem, n, it->free_op, last, it->bytes, p->usable);
             uint32_t to = want < it->free_op + room ? want : it->free_op + room;
             if (to <= it->free_op)
@@ -212,14 +215,6 @@ static bool move_frees(refiner_t *f, const uint64_t *curve, uint32_t *was)
     return any;
 }
 
-/* When op k was reached, before its waits, by the last replay's clock (k
- * from n on: the next step's, run after this one): never decreasing in k. */
-static uint64_t reached_at(const refiner_t *f, size_t k)
-{
-    size_t n = f->p->n_ops;
-    return k < n ? f->r.op_at[k] : f->r.end + f->r.op_at[k - n];
-}
-
 /* Blocks held past where their copies end, by the last replay's clock,
  * given back there (never before placement gave them back): the memory
  * they held is free for the next moves. Undone if the replay stalls more
@@ -235,14 +230,7 @@ static void pull_frees(refiner_t *f, const uint64_t *curve, const uint32_t *plac
         was[i] = it->free_op;
         if (it->recompute || f->r.out_wait[i] > 0)
             continue;
-        size_t lo = placed[i] + 1, hi = 2 * n;    /* the first op reached after the copy */
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (reached_at(f, mid) >= f->r.out_done[i])
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
+        size_t lo = first_reached(f, false, placed[i] + 1, f->r.out_done[i]);
         if (lo - 1 >= it->free_op || lo - 1 == n)   /* n: waited for at the step's end */
             continue;
         it->free_op = (uint32_t)(lo - 1);
