@@ -258,7 +258,7 @@ uint64_t cham_alloc_vm_obtainable(const cham_allocator_t *alloc);
  * counter of its granules). */
 void cham_alloc_vm_note_free(cham_allocator_t *alloc, const cham_block_t *block);
 /* expandable.c: records the checkpoint events when they are due (called
- * at every dispatched op); frees them all. */
+ * at every dispatched op); frees them all, and reclaim's scratch. */
 void cham_alloc_vm_checkpoint(cham_allocator_t *alloc);
 void cham_alloc_vm_free_checkpoints(cham_allocator_t *alloc);
 

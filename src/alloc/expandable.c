@@ -1,4 +1,3 @@
-#include <stdlib.h>
 /* Expandable segments (docs/allocator.md, "Expandable segments"): in this
  * mode a segment is a large reservation of device addresses, one per stream
  * and pool, carved into blocks as usual, with physical memory mapped only
