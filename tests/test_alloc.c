@@ -771,6 +771,58 @@ static void test_reclaim_waits_for_the_free(void **state)
     }
 }
 
+/* Two blocks swapped out and handed back after the same op, the second's
+ * copy queued behind a long kernel: a request that needs only the first
+ * one's pages waits for its copy, not for the second's (nor for the
+ * stream, which waits for both), and one that needs both waits for both;
+ * the hazard detector checks that no page moves while its copy reads it. */
+static void test_reclaim_waits_for_each_copy(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 64 * MiB, false);
+    cham_allocator_free(e->alloc);
+    cham_allocator_config_t ac = {.kind = CHAM_MEM_DEVICE, .limit = 64 * MiB,
+                                  .expandable = true};
+    assert_int_equal(cham_allocator_new(e->dev, &ac, &e->alloc), CHAM_OK);
+    void *host = NULL;
+    assert_int_equal(cham_device_host_alloc(e->dev, 48 * MiB, &host), CHAM_OK);
+    cham_block_t *x = swap_out(e, 24 * MiB, host, false);
+    assert_int_equal(cham_block_free_after_op(e->alloc, x, e->swap, 0), CHAM_OK);
+    cham_block_t *keep = alloc_ok(e, 2 * MiB, e->compute);   /* the holes stay apart */
+    cham_block_t *y = alloc_ok(e, 24 * MiB, e->compute);
+    cham_block_t *keep2 = alloc_ok(e, 2 * MiB, e->compute);
+    touch(e->compute, y, CHAM_ACCESS_WRITE, 0.01, NULL);
+    order(e, e->compute, e->swap);
+    touch(e->swap, keep, CHAM_ACCESS_READ, 1e5, NULL);       /* 100 s */
+    assert_int_equal(cham_copy_async(e->swap, (char *)host + 24 * MiB, cham_block_ptr(y),
+                                     24 * MiB, CHAM_COPY_D2H, "swap-out"), CHAM_OK);
+    assert_int_equal(cham_block_free_after_op(e->alloc, y, e->swap, 0), CHAM_OK);
+    assert_int_equal(cham_allocator_op_dispatched(e->alloc, 0), CHAM_OK);
+
+    /* 26 MiB fit neither hole: 13 granules at new addresses, 6 under the
+     * limit (26 of 32 are mapped), 7 from x's (and 4 more of x's, which
+     * that wait covers, kept spare). */
+    cham_block_t *b, *c;
+    assert_int_equal(cham_block_alloc(e->alloc, 26 * MiB, e->compute, &b), CHAM_OK);
+    assert_true(cham_device_host_time(e->dev) < 1000000000);
+    touch(e->compute, b, CHAM_ACCESS_WRITE, 0.01, NULL);
+    /* 30 MiB at new addresses again: 15 granules, 4 spare and 1 left in x,
+     * so 10 come from y's. */
+    assert_int_equal(cham_block_alloc(e->alloc, 30 * MiB, e->compute, &c), CHAM_OK);
+    assert_true(cham_device_host_time(e->dev) > 100000000000);
+    touch(e->compute, c, CHAM_ACCESS_WRITE, 0.01, NULL);
+    cham_alloc_stats_t st = stats(e);
+    assert_int_equal(st.n_vm_stream_syncs, 0);
+    assert_true(st.n_vm_unmaps >= 10);
+    cham_block_free(e->alloc, b);
+    cham_block_free(e->alloc, c);
+    cham_block_free(e->alloc, keep);
+    cham_block_free(e->alloc, keep2);
+    assert_int_equal(cham_stream_synchronize(e->swap), CHAM_OK);
+    cham_device_host_free(e->dev, host);
+    env_close(e, true);
+}
+
 static void test_expandable_strands_nothing(void **state)
 {
     (void)state;
@@ -1108,6 +1160,7 @@ int main(void)
         cmocka_unit_test(test_out_of_memory_status),
         cmocka_unit_test(test_expandable_strands_nothing),
         cmocka_unit_test(test_reclaim_waits_for_the_free),
+        cmocka_unit_test(test_reclaim_waits_for_each_copy),
         cmocka_unit_test(test_device_refuses_segment),
         cmocka_unit_test(test_fault_injection),
         cmocka_unit_test(test_pinned_host_budget),

@@ -102,21 +102,23 @@ struct cham_segment {
     cham_segment_t *prev, *next;  /* the allocator's segment list */
     cham_phys_t **chunks;         /* expandable: the chunk mapped at each granule, or
                                      NULL; classic segments: NULL */
-    uint64_t *freed_at;           /* expandable: per granule, the op counter when a
-                                     block over it last went back to the pool */
+    uint64_t *freed_at;           /* expandable: per granule, the allocator's vm_tick
+                                     when a block over it last went back to the pool */
     size_t n_mapped;              /* expandable: granules with a chunk */
 };
 
 /* Expandable segments: an event recorded on a segment's stream every
- * CHAM_VM_CHECKPOINT_OPS dispatched ops, the last CHAM_VM_CHECKPOINTS of
- * them, oldest at head. Work that used a granule freed at op counter t was
- * queued before the first checkpoint recorded at a counter > t: unmapping
- * the granule waits for that event, not for the whole stream. */
+ * CHAM_VM_CHECKPOINT_OPS dispatched ops, and on a block's stream after the
+ * waits its free-after-op release queued there; the last
+ * CHAM_VM_CHECKPOINTS of them, oldest at head. Each advances the
+ * allocator's tick. Work that used a granule freed at tick t was queued
+ * before the first checkpoint recorded at a tick > t: unmapping the
+ * granule waits for that event, not for the whole stream. */
 #define CHAM_VM_CHECKPOINT_OPS 8
-#define CHAM_VM_CHECKPOINTS 16
+#define CHAM_VM_CHECKPOINTS 256
 typedef struct cham_vm_checkpoints {
     cham_event_t *event[CHAM_VM_CHECKPOINTS];
-    uint64_t op[CHAM_VM_CHECKPOINTS];
+    uint64_t tick[CHAM_VM_CHECKPOINTS];
     unsigned head, n;
 } cham_vm_checkpoints_t;
 
@@ -189,7 +191,8 @@ struct cham_allocator {
     cham_phys_t **spare;              /* chunks held, mapped nowhere */
     size_t n_spare, cap_spare;
     cham_vm_checkpoints_t *checkpoints[CHAM_ALLOC_MAX_STREAMS]; /* per stream id, lazily */
-    uint64_t last_checkpoint;         /* op counter of the last checkpoints */
+    uint64_t last_checkpoint;         /* op counter of the last periodic checkpoints */
+    uint64_t vm_tick;                 /* advances with every checkpoint */
     struct cham_vm_candidate *candidates;   /* reclaim's scratch */
     size_t cap_candidates;
 
@@ -254,12 +257,17 @@ size_t cham_alloc_vm_missing(const cham_allocator_t *alloc, const cham_block_t *
 uint64_t cham_alloc_vm_release_free(cham_allocator_t *alloc);
 /* expandable.c: physical bytes one allocation could still get. */
 uint64_t cham_alloc_vm_obtainable(const cham_allocator_t *alloc);
-/* expandable.c: notes that the block goes back to the pool now (the op
- * counter of its granules). */
+/* expandable.c: notes that the block goes back to the pool now (the tick
+ * of its granules). */
 void cham_alloc_vm_note_free(cham_allocator_t *alloc, const cham_block_t *block);
 /* expandable.c: records the checkpoint events when they are due (called
  * at every dispatched op); frees them all, and reclaim's scratch. */
 void cham_alloc_vm_checkpoint(cham_allocator_t *alloc);
+/* expandable.c: records a checkpoint on the stream of a block just
+ * released after an op, behind the waits for its copies: its granules can
+ * move once those copies are done, without waiting for the stream's later
+ * work or other blocks' copies. */
+void cham_alloc_vm_checkpoint_released(cham_allocator_t *alloc, const cham_segment_t *seg);
 void cham_alloc_vm_free_checkpoints(cham_allocator_t *alloc);
 
 /* stats.c: the largest cached free block over both pools and all streams. */

@@ -96,7 +96,31 @@ void cham_alloc_vm_note_free(cham_allocator_t *a, const cham_block_t *b)
     size_t g = a->granularity;
     for (size_t i = granule_of(seg, b->ptr, g); i < granule_of(seg, b->ptr + b->size + g - 1, g);
          i++)
-        seg->freed_at[i] = a->op_counter;
+        seg->freed_at[i] = a->vm_tick;
+}
+
+/* Records a checkpoint of tick `tick` on the segment's stream, over the
+ * oldest when the ring is full. */
+static void record_checkpoint(cham_allocator_t *a, const cham_segment_t *seg, uint64_t tick)
+{
+    cham_vm_checkpoints_t *c = a->checkpoints[seg->stream_id];
+    if (!c && !(c = a->checkpoints[seg->stream_id] = calloc(1, sizeof *c)))
+        return;                   /* out of host memory: reclaims wait for the stream */
+    unsigned last = (c->head + c->n + CHAM_VM_CHECKPOINTS - 1) % CHAM_VM_CHECKPOINTS;
+    if (c->n && c->tick[last] == tick)
+        return;                   /* the stream's other pool recorded it */
+    unsigned at = c->n < CHAM_VM_CHECKPOINTS ? (c->head + c->n) % CHAM_VM_CHECKPOINTS : c->head;
+    if (!c->event[at] && cham_event_new(a->dev, &c->event[at]) != CHAM_OK) {
+        c->event[at] = NULL;
+        return;
+    }
+    if (cham_event_record(c->event[at], seg->stream) != CHAM_OK)
+        return;
+    c->tick[at] = tick;
+    if (c->n < CHAM_VM_CHECKPOINTS)
+        c->n++;
+    else
+        c->head = (c->head + 1) % CHAM_VM_CHECKPOINTS;
 }
 
 void cham_alloc_vm_checkpoint(cham_allocator_t *a)
@@ -104,27 +128,15 @@ void cham_alloc_vm_checkpoint(cham_allocator_t *a)
     if (a->op_counter - a->last_checkpoint < CHAM_VM_CHECKPOINT_OPS)
         return;
     a->last_checkpoint = a->op_counter;
-    for (cham_segment_t *seg = a->segments; seg; seg = seg->next) {
-        cham_vm_checkpoints_t *c = a->checkpoints[seg->stream_id];
-        if (!c && !(c = a->checkpoints[seg->stream_id] = calloc(1, sizeof *c)))
-            continue;             /* out of host memory: reclaims wait for the stream */
-        unsigned last = (c->head + c->n + CHAM_VM_CHECKPOINTS - 1) % CHAM_VM_CHECKPOINTS;
-        if (c->n && c->op[last] == a->op_counter)
-            continue;             /* the stream's other pool recorded it */
-        unsigned at = c->n < CHAM_VM_CHECKPOINTS ? (c->head + c->n) % CHAM_VM_CHECKPOINTS
-                                                 : c->head;
-        if (!c->event[at] && cham_event_new(a->dev, &c->event[at]) != CHAM_OK) {
-            c->event[at] = NULL;
-            continue;
-        }
-        if (cham_event_record(c->event[at], seg->stream) != CHAM_OK)
-            continue;
-        c->op[at] = a->op_counter;
-        if (c->n < CHAM_VM_CHECKPOINTS)
-            c->n++;
-        else
-            c->head = (c->head + 1) % CHAM_VM_CHECKPOINTS;
-    }
+    a->vm_tick++;
+    for (cham_segment_t *seg = a->segments; seg; seg = seg->next)
+        record_checkpoint(a, seg, a->vm_tick);
+}
+
+void cham_alloc_vm_checkpoint_released(cham_allocator_t *a, const cham_segment_t *seg)
+{
+    a->vm_tick++;
+    record_checkpoint(a, seg, a->vm_tick);
 }
 
 void cham_alloc_vm_free_checkpoints(cham_allocator_t *a)
@@ -141,31 +153,43 @@ void cham_alloc_vm_free_checkpoints(cham_allocator_t *a)
     a->cap_candidates = 0;
 }
 
-/* The op counter of the first checkpoint of stream id sid recorded after
- * op counter t (the work queued before t is over when that checkpoint's
- * event is); UINT64_MAX when none has been recorded since t. */
-static uint64_t checkpoint_after(const cham_allocator_t *a, int sid, uint64_t t)
+/* The ring slot of the first checkpoint of stream id sid with a tick > t
+ * (the ring is in tick order); CHAM_VM_CHECKPOINTS when there is none. */
+static unsigned slot_after(const cham_allocator_t *a, int sid, uint64_t t)
 {
     const cham_vm_checkpoints_t *c = a->checkpoints[sid];
-    for (unsigned k = 0; c && k < c->n; k++) {
-        unsigned at = (c->head + k) % CHAM_VM_CHECKPOINTS;
-        if (c->op[at] > t)
-            return c->op[at];
+    if (!c)
+        return CHAM_VM_CHECKPOINTS;
+    unsigned lo = 0, hi = c->n;
+    while (lo < hi) {
+        unsigned mid = (lo + hi) / 2;
+        if (c->tick[(c->head + mid) % CHAM_VM_CHECKPOINTS] > t)
+            hi = mid;
+        else
+            lo = mid + 1;
     }
-    return UINT64_MAX;
+    return lo < c->n ? (c->head + lo) % CHAM_VM_CHECKPOINTS : CHAM_VM_CHECKPOINTS;
 }
 
-/* The event of the segment's stream's checkpoint `op`; NULL if none. */
-static cham_event_t *checkpoint_event(const cham_allocator_t *a, const cham_segment_t *seg,
-                                      uint64_t op)
+/* The tick of the first checkpoint of stream id sid recorded after tick t
+ * (the work queued before t is over when that checkpoint's event is);
+ * UINT64_MAX when none has been recorded since t. */
+static uint64_t checkpoint_after(const cham_allocator_t *a, int sid, uint64_t t)
 {
+    unsigned at = slot_after(a, sid, t);
+    return at < CHAM_VM_CHECKPOINTS ? a->checkpoints[sid]->tick[at] : UINT64_MAX;
+}
+
+/* The event of the segment's stream's checkpoint of tick `tick`; NULL if
+ * none (UINT64_MAX, or gone from the ring). */
+static cham_event_t *checkpoint_event(const cham_allocator_t *a, const cham_segment_t *seg,
+                                      uint64_t tick)
+{
+    if (tick == UINT64_MAX || tick == 0)
+        return NULL;
+    unsigned at = slot_after(a, seg->stream_id, tick - 1);
     const cham_vm_checkpoints_t *c = a->checkpoints[seg->stream_id];
-    for (unsigned k = 0; op != UINT64_MAX && c && k < c->n; k++) {
-        unsigned at = (c->head + k) % CHAM_VM_CHECKPOINTS;
-        if (c->op[at] == op)
-            return c->event[at];
-    }
-    return NULL;
+    return at < CHAM_VM_CHECKPOINTS && c->tick[at] == tick ? c->event[at] : NULL;
 }
 
 /* A mapped granule wholly inside a free block, and the checkpoint whose
@@ -215,23 +239,24 @@ static size_t candidates(cham_allocator_t *a)
     return n;
 }
 
-/* Takes the physical chunks of granules wholly inside free blocks and
- * keeps them as spares: the `need` that wait least, then, up to `want`,
- * those their waits cover. Unmapping does not wait, and a free block may
- * still be read or written by work queued before it was freed: on its
- * segment's stream only, since a block other streams use is not free
- * until their events are done (record_stream) and one handed back after
- * an op has that stream wait for the copy (free_after_op). So a granule
- * goes once the first checkpoint of that stream recorded after its free
- * is complete, or, when none has been recorded since, the stream is; not
- * the device, whose copy queues may run far ahead of the compute stream
- * (docs/allocator.md, "Waiting for the frees, not the stream"). Which
- * granules go depends on the frees, not on how far the device has got. */
-static void reclaim(cham_allocator_t *a, size_t need, size_t want)
+/* Chooses among the granules wholly inside free blocks (a->candidates)
+ * the chunks to take as spares: the `need` that wait least, then, up to
+ * `want`, those their waits cover; returns how many (the first of
+ * a->candidates). Unmapping does not wait, and a free block may still be
+ * read or written by work queued before it was freed: on its segment's
+ * stream only, since a block other streams use is not free until their
+ * events are done (record_stream) and one handed back after an op has that
+ * stream wait for the copy (free_after_op). So a granule goes once the
+ * first checkpoint of that stream recorded after its free is complete, or,
+ * when none has been recorded since, the stream is; not the device, whose
+ * copy queues may run far ahead of the compute stream (docs/allocator.md,
+ * "Waiting for the frees, not the stream"). Which granules go depends on
+ * the frees, not on how far the device has got. */
+static size_t choose(cham_allocator_t *a, size_t need, size_t want)
 {
     size_t n = candidates(a);
     if (n == SIZE_MAX)
-        return;                     /* out of host memory: take nothing */
+        return 0;                   /* out of host memory: take nothing */
     uint64_t upto[CHAM_ALLOC_MAX_STREAMS] = {0};   /* the waits of the needed */
     bool any[CHAM_ALLOC_MAX_STREAMS] = {false};
     size_t take = 0;
@@ -246,25 +271,44 @@ static void reclaim(cham_allocator_t *a, size_t need, size_t want)
         if (!any[sid] || a->candidates[take].wait > upto[sid])
             break;
     }
-    bool waited[CHAM_ALLOC_MAX_STREAMS] = {false}, counted = false;
-    for (size_t k = 0; k < take; k++) {
+    return take;
+}
+
+/* How far a reclaim has waited: per stream, the last checkpoint known
+ * complete (UINT64_MAX: the whole stream). */
+typedef struct reclaim {
+    uint64_t done[CHAM_ALLOC_MAX_STREAMS];
+    bool counted;                   /* it waited: counted in n_vm_reclaims */
+} reclaim_t;
+
+/* Takes chosen candidate k's chunk after its wait, and those after it
+ * that wait is then known to cover; returns the next candidate to take
+ * (`to` when the host has no room for more spares). The waits come one
+ * checkpoint at a time, so that the caller maps the chunks that are free
+ * while the device still works towards the later ones. */
+static size_t take_next(cham_allocator_t *a, size_t k, size_t to, reclaim_t *r)
+{
+    const candidate_t *c = &a->candidates[k];
+    int sid = c->seg->stream_id;
+    if (c->wait > r->done[sid]) {
+        uint64_t reached = c->wait;
+        cham_event_t *e = checkpoint_event(a, c->seg, c->wait);
+        if (!e || cham_event_query(e) != CHAM_OK) {
+            if (!e || cham_event_synchronize(e) != CHAM_OK) {
+                cham_stream_synchronize(c->seg->stream);
+                a->stats.n_vm_stream_syncs++;
+                reached = UINT64_MAX;
+            }
+            a->stats.n_vm_reclaims += !r->counted;
+            r->counted = true;
+        }
+        r->done[sid] = reached;
+    }
+    for (; k < to && a->candidates[k].wait <= r->done[a->candidates[k].seg->stream_id]; k++) {
         cham_segment_t *seg = a->candidates[k].seg;
         size_t i = a->candidates[k].granule;
-        int sid = seg->stream_id;
-        if (!waited[sid]) {
-            waited[sid] = true;
-            cham_event_t *e = checkpoint_event(a, seg, upto[sid]);
-            if (!e || cham_event_query(e) != CHAM_OK) {
-                if (!e || cham_event_synchronize(e) != CHAM_OK) {
-                    cham_stream_synchronize(seg->stream);
-                    a->stats.n_vm_stream_syncs++;
-                }
-                a->stats.n_vm_reclaims += !counted;
-                counted = true;
-            }
-        }
         if (!spare_room(a))
-            return;                 /* out of host memory: take no more */
+            return to;              /* out of host memory: take no more */
         /* An unmap of a chunk the device layer knows mapped only fails on
          * a broken backend: then the chunk stays put. */
         if (cham_vm_unmap(seg->chunks[i]) != CHAM_OK)
@@ -274,6 +318,15 @@ static void reclaim(cham_allocator_t *a, size_t need, size_t want)
         seg->n_mapped--;
         a->stats.n_vm_unmaps++;
     }
+    return k;
+}
+
+/* Takes what choose() picks, all at once. */
+static void reclaim(cham_allocator_t *a, size_t need, size_t want)
+{
+    reclaim_t r = {0};
+    for (size_t k = 0, to = choose(a, need, want); k < to;)
+        k = take_next(a, k, to, &r);
 }
 
 size_t cham_alloc_vm_missing(const cham_allocator_t *a, const cham_block_t *b, size_t bytes)
@@ -295,24 +348,37 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
     /* Chunks held = mapped + spare; new ones only while under the limit. */
     uint64_t held = a->stats.reserved / g;
     uint64_t can_make = a->limit / g > held ? a->limit / g - held : 0;
-    if (missing > a->n_spare + can_make)
-        reclaim(a, missing - (size_t)can_make,
-                missing - (size_t)can_make + (size_t)(a->limit / g / 8));
+    size_t k = 0, to = 0;          /* the chosen free granules, those taken */
+    reclaim_t r = {0};
     if (missing > a->n_spare + can_make) {
-        snprintf(dev_err, dev_err_size, "%zu granules of %zu bytes to map, %zu spare and %ju "
-                 "more under the limit after unmapping every free granule",
-                 missing, g, a->n_spare, (uintmax_t)can_make);
-        return CHAM_ERR_OUT_OF_MEMORY;
+        size_t need = missing - (size_t)can_make;
+        to = choose(a, need, need + (size_t)(a->limit / g / 8));
+        if (missing > a->n_spare + can_make + to) {
+            while (k < to)          /* kept as spares for the retry */
+                k = take_next(a, k, to, &r);
+            snprintf(dev_err, dev_err_size, "%zu granules of %zu bytes to map, %zu spare and "
+                     "%ju more under the limit after unmapping every free granule",
+                     missing, g, a->n_spare, (uintmax_t)can_make);
+            return CHAM_ERR_OUT_OF_MEMORY;
+        }
     }
     for (size_t i = lo; i < hi; i++) {
         if (seg->chunks[i])
             continue;
+        while (!a->n_spare && !can_make && k < to)
+            k = take_next(a, k, to, &r);
         cham_phys_t *c = NULL;
         cham_status_t st = CHAM_OK;
-        if (a->n_spare)
+        if (a->n_spare) {
             c = a->spare[--a->n_spare];
-        else if ((st = cham_phys_create(a->dev, g, &c)) == CHAM_OK)
+        } else if (!can_make) {
+            snprintf(dev_err, dev_err_size, "a free granule could not be unmapped (%s)",
+                     cham_device_last_error(a->dev));
+            return CHAM_ERR_OUT_OF_MEMORY;
+        } else if ((st = cham_phys_create(a->dev, g, &c)) == CHAM_OK) {
             a->stats.reserved += g;
+            can_make--;
+        }
         if (st == CHAM_OK && (st = cham_vm_map(c, seg->ptr + i * g)) != CHAM_OK) {
             if (spare_room(a)) {
                 a->spare[a->n_spare++] = c;      /* kept for the next try */
@@ -330,6 +396,8 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
         seg->n_mapped++;
         a->stats.n_vm_maps++;
     }
+    while (k < to)                  /* the rest: their waits are over */
+        k = take_next(a, k, to, &r);
     cham_alloc_bump_peaks(a);
     return CHAM_OK;
 }
