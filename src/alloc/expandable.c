@@ -239,39 +239,28 @@ static size_t candidates(cham_allocator_t *a)
     return n;
 }
 
-/* Chooses among the granules wholly inside free blocks (a->candidates)
- * the chunks to take as spares: the `need` that wait least, then, up to
- * `want`, those their waits cover; returns how many (the first of
- * a->candidates). Unmapping does not wait, and a free block may still be
- * read or written by work queued before it was freed: on its segment's
- * stream only, since a block other streams use is not free until their
- * events are done (record_stream) and one handed back after an op has that
- * stream wait for the copy (free_after_op). So a granule goes once the
- * first checkpoint of that stream recorded after its free is complete, or,
- * when none has been recorded since, the stream is; not the device, whose
- * copy queues may run far ahead of the compute stream (docs/allocator.md,
- * "Waiting for the frees, not the stream"). Which granules go depends on
- * the frees, not on how far the device has got. */
-static size_t choose(cham_allocator_t *a, size_t need, size_t want)
+/* How many of the granules wholly inside free blocks (a->candidates, the
+ * earliest wait first) to take as spares so that `need` are spare: only
+ * what the request needs, since every page moved costs the host a map and
+ * an unmap (docs/allocator.md, "Pages"). Unmapping does not wait, and a
+ * free block may still be read or written by work queued before it was
+ * freed: on its segment's stream only, since a block other streams use is
+ * not free until their events are done (record_stream) and one handed back
+ * after an op has that stream wait for the copy (free_after_op). So a
+ * granule goes once the first checkpoint of that stream recorded after its
+ * free is complete, or, when none has been recorded since, the stream is;
+ * not the device, whose copy queues may run far ahead of the compute
+ * stream (docs/allocator.md, "Waiting for the frees, not the stream").
+ * Which granules go depends on the frees, not on how far the device has
+ * got. */
+static size_t choose(cham_allocator_t *a, size_t need)
 {
+    if (a->n_spare >= need)
+        return 0;
     size_t n = candidates(a);
     if (n == SIZE_MAX)
         return 0;                   /* out of host memory: take nothing */
-    uint64_t upto[CHAM_ALLOC_MAX_STREAMS] = {0};   /* the waits of the needed */
-    bool any[CHAM_ALLOC_MAX_STREAMS] = {false};
-    size_t take = 0;
-    for (; take < n && a->n_spare + take < need; take++) {
-        int sid = a->candidates[take].seg->stream_id;
-        any[sid] = true;
-        if (a->candidates[take].wait > upto[sid])
-            upto[sid] = a->candidates[take].wait;
-    }
-    for (; take < n && a->n_spare + take < want; take++) {
-        int sid = a->candidates[take].seg->stream_id;
-        if (!any[sid] || a->candidates[take].wait > upto[sid])
-            break;
-    }
-    return take;
+    return need - a->n_spare < n ? need - a->n_spare : n;
 }
 
 /* How far a reclaim has waited: per stream, the last checkpoint known
@@ -322,10 +311,10 @@ static size_t take_next(cham_allocator_t *a, size_t k, size_t to, reclaim_t *r)
 }
 
 /* Takes what choose() picks, all at once. */
-static void reclaim(cham_allocator_t *a, size_t need, size_t want)
+static void reclaim(cham_allocator_t *a, size_t need)
 {
     reclaim_t r = {0};
-    for (size_t k = 0, to = choose(a, need, want); k < to;)
+    for (size_t k = 0, to = choose(a, need); k < to;)
         k = take_next(a, k, to, &r);
 }
 
@@ -351,8 +340,7 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
     size_t k = 0, to = 0;          /* the chosen free granules, those taken */
     reclaim_t r = {0};
     if (missing > a->n_spare + can_make) {
-        size_t need = missing - (size_t)can_make;
-        to = choose(a, need, need + (size_t)(a->limit / g / 8));
+        to = choose(a, missing - (size_t)can_make);
         if (missing > a->n_spare + can_make + to) {
             while (k < to)          /* kept as spares for the retry */
                 k = take_next(a, k, to, &r);
@@ -396,8 +384,6 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
         seg->n_mapped++;
         a->stats.n_vm_maps++;
     }
-    while (k < to)                  /* the rest: their waits are over */
-        k = take_next(a, k, to, &r);
     cham_alloc_bump_peaks(a);
     return CHAM_OK;
 }
@@ -407,7 +393,7 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
 uint64_t cham_alloc_vm_release_free(cham_allocator_t *a)
 {
     uint64_t before = a->stats.reserved;
-    reclaim(a, SIZE_MAX, SIZE_MAX);
+    reclaim(a, SIZE_MAX);
     for (size_t i = 0; i < a->n_spare; i++)
         cham_phys_release(a->spare[i]);
     a->stats.reserved -= (uint64_t)a->n_spare * a->granularity;
