@@ -115,7 +115,8 @@ struct cham_segment {
  * before the first checkpoint recorded at a tick > t: unmapping the
  * granule waits for that event, not for the whole stream. */
 #define CHAM_VM_CHECKPOINT_OPS 8
-#define CHAM_VM_CHECKPOINTS 256
+#define CHAM_VM_CHECKPOINTS 256    /* the releases of one op must not push out the
+                                      checkpoints older granules wait for */
 typedef struct cham_vm_checkpoints {
     cham_event_t *event[CHAM_VM_CHECKPOINTS];
     uint64_t tick[CHAM_VM_CHECKPOINTS];
