@@ -61,6 +61,14 @@ static env_t *env_open(uint64_t capacity, uint64_t limit, bool data)
     return &e;
 }
 
+/* Replaces e's allocator with one of expandable segments under `limit`. */
+static void use_expandable(env_t *e, uint64_t limit)
+{
+    cham_allocator_free(e->alloc);
+    cham_allocator_config_t ac = {.kind = CHAM_MEM_DEVICE, .limit = limit, .expandable = true};
+    assert_int_equal(cham_allocator_new(e->dev, &ac, &e->alloc), CHAM_OK);
+}
+
 static void assert_consistent(const cham_allocator_t *a)
 {
     char why[512] = "";
@@ -736,10 +744,7 @@ static void test_reclaim_waits_for_the_free(void **state)
     (void)state;
     for (int checkpointed = 0; checkpointed < 2; checkpointed++) {
         env_t *e = env_open(1024 * MiB, 64 * MiB, false);
-        cham_allocator_free(e->alloc);
-        cham_allocator_config_t ac = {.kind = CHAM_MEM_DEVICE, .limit = 64 * MiB,
-                                      .expandable = true};
-        assert_int_equal(cham_allocator_new(e->dev, &ac, &e->alloc), CHAM_OK);
+        use_expandable(e, 64 * MiB);
         cham_block_t *a, *c, *b;
         assert_int_equal(cham_block_alloc(e->alloc, 32 * MiB, e->compute, &a), CHAM_OK);
         assert_int_equal(cham_block_alloc(e->alloc, 16 * MiB, e->compute, &c), CHAM_OK);
@@ -780,10 +785,7 @@ static void test_reclaim_waits_for_each_copy(void **state)
 {
     (void)state;
     env_t *e = env_open(1024 * MiB, 64 * MiB, false);
-    cham_allocator_free(e->alloc);
-    cham_allocator_config_t ac = {.kind = CHAM_MEM_DEVICE, .limit = 64 * MiB,
-                                  .expandable = true};
-    assert_int_equal(cham_allocator_new(e->dev, &ac, &e->alloc), CHAM_OK);
+    use_expandable(e, 64 * MiB);
     void *host = NULL;
     assert_int_equal(cham_device_host_alloc(e->dev, 48 * MiB, &host), CHAM_OK);
     cham_block_t *x = swap_out(e, 24 * MiB, host, false);
