@@ -310,12 +310,11 @@ static size_t take_next(cham_allocator_t *a, size_t k, size_t to, reclaim_t *r)
     return k;
 }
 
-/* Takes what choose() picks, all at once. */
-static void reclaim(cham_allocator_t *a, size_t need)
+/* Takes candidates [k, to) as spares. */
+static void take_all(cham_allocator_t *a, size_t k, size_t to, reclaim_t *r)
 {
-    reclaim_t r = {0};
-    for (size_t k = 0, to = choose(a, need); k < to;)
-        k = take_next(a, k, to, &r);
+    while (k < to)
+        k = take_next(a, k, to, r);
 }
 
 size_t cham_alloc_vm_missing(const cham_allocator_t *a, const cham_block_t *b, size_t bytes)
@@ -342,8 +341,7 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
     if (missing > a->n_spare + can_make) {
         to = choose(a, missing - (size_t)can_make);
         if (missing > a->n_spare + can_make + to) {
-            while (k < to)          /* kept as spares for the retry */
-                k = take_next(a, k, to, &r);
+            take_all(a, k, to, &r);     /* kept as spares for the retry */
             snprintf(dev_err, dev_err_size, "%zu granules of %zu bytes to map, %zu spare and "
                      "%ju more under the limit after unmapping every free granule",
                      missing, g, a->n_spare, (uintmax_t)can_make);
@@ -393,7 +391,8 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev
 uint64_t cham_alloc_vm_release_free(cham_allocator_t *a)
 {
     uint64_t before = a->stats.reserved;
-    reclaim(a, SIZE_MAX);
+    reclaim_t r = {0};
+    take_all(a, 0, choose(a, SIZE_MAX), &r);
     for (size_t i = 0; i < a->n_spare; i++)
         cham_phys_release(a->spare[i]);
     a->stats.reserved -= (uint64_t)a->n_spare * a->granularity;
