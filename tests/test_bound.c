@@ -87,6 +87,9 @@ static void test_worked_case(void **state)
     assert_true(fabs((double)b.bound_ns / SEC - want) < 1e-6);
     assert_true(b.sample == 5 || b.sample == 6);
     assert_int_equal(b.excess_bytes, 100 * MiB);
+    /* The mix that reaches it. */
+    assert_true(fabs((double)b.recompute_bytes / MiB - r) < 1e-3);
+    assert_true(fabs((double)b.swap_bytes / MiB - (100 - r)) < 1e-3);
 
     /* Two outputs of one op: one re-run makes both, 0.1 s for 400 MiB. */
     cham_profile_t *split = profile_of(USES_SPLIT, sizeof USES_SPLIT / sizeof USES_SPLIT[0]);
@@ -98,6 +101,8 @@ static void test_worked_case(void **state)
     c.recompute = false;
     assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
     assert_true(fabs((double)b.bound_ns / SEC - 12.1) < 1e-6);
+    assert_int_equal(b.recompute_bytes, 0);
+    assert_int_equal(b.swap_bytes, 100 * MiB);
 
     /* A fast link: nothing but the ops themselves. */
     c = config(800, 1024);
@@ -129,6 +134,8 @@ static void test_collectives(void **state)
     c.recompute = false;
     assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
     assert_true(fabs((double)b.bound_ns / SEC - 12.1) < 1e-6);
+    assert_int_equal(b.recompute_bytes, 0);
+    assert_int_equal(b.swap_bytes, 100 * MiB);
     p->ops[2].comm_waited = false;
     c = config(800, 1024);
     assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);

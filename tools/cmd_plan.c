@@ -373,9 +373,10 @@ int cmd_plan(int argc, char **argv)
         if (b.feasible)
             printf("lower bound:        %.3f ms a step (the ops and their collectives alone: "
                    "%.3f ms; binding at memory sample %" PRIu32 ", %.1f MiB above the "
-                   "capacity)\n",
+                   "capacity, %.1f MiB of them copied out and %.1f MiB recomputed)\n",
                    (double)b.bound_ns / 1e6, (double)b.compute_ns / 1e6, b.sample,
-                   (double)b.excess_bytes / MiB);
+                   (double)b.excess_bytes / MiB, (double)b.swap_bytes / MiB,
+                   (double)b.recompute_bytes / MiB);
         else
             printf("lower bound:        none: at memory sample %" PRIu32 " %.1f MiB above the "
                    "capacity cannot leave the device under any policy\n", b.sample,

@@ -181,6 +181,9 @@ typedef struct cham_step_bound {
                                     wants */
     uint32_t sample;             /* the memory sample that binds (2 op + 0|1) */
     uint64_t excess_bytes;       /* the curve above the capacity there */
+    uint64_t swap_bytes;         /* the mix that reaches the bound there: */
+    uint64_t recompute_bytes;    /* bytes copied out and bytes dropped
+                                    (host-backed bytes leave for free) */
 } cham_step_bound_t;
 
 cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_config_t *config,

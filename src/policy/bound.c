@@ -196,9 +196,10 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-/* min over R in [0, min(E, re-runnable bytes)] of the largest term; pts
- * has room for rr->n + out->n + in->n + 2 points. */
-static double best_mix(const sample_terms_t *x, double *pts)
+/* min over R in [0, min(E, re-runnable bytes)] of the largest term, and
+ * the R that reaches it in *r_best; pts has room for rr->n + out->n +
+ * in->n + 2 points. */
+static double best_mix(const sample_terms_t *x, double *pts, double *r_best)
 {
     double rmax = fmin(x->e, x->rr->bytes[x->rr->n]);
     size_t np = 0;
@@ -216,10 +217,14 @@ static double best_mix(const sample_terms_t *x, double *pts)
     double ta[3], tb[3];
     terms(x, pts[0], ta);
     double best = max3(ta);
+    *r_best = pts[0];
     for (size_t i = 1; i < np; i++) {
         double a = pts[i - 1], b = pts[i];
         terms(x, b, tb);
-        best = fmin(best, max3(tb));
+        if (max3(tb) < best) {
+            best = max3(tb);
+            *r_best = b;
+        }
         /* Linear on [a, b]: the max is least at an end or where two cross. */
         for (int p = 0; b > a && p < 3; p++)
             for (int q = p + 1; q < 3; q++) {
@@ -228,7 +233,10 @@ static double best_mix(const sample_terms_t *x, double *pts)
                     double w = da / (da - db), t[3];
                     for (int k = 0; k < 3; k++)
                         t[k] = ta[k] + w * (tb[k] - ta[k]);
-                    best = fmin(best, max3(t));
+                    if (max3(t) < best) {
+                        best = max3(t);
+                        *r_best = a + w * (b - a);
+                    }
                 }
             }
         for (int k = 0; k < 3; k++)
@@ -381,11 +389,13 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
             copy_time_at(&f_in, &rm, s, false, scratch, h2d);
             sample_terms_t x = {.cb = prefix[k], .ca = prefix[n] - prefix[k], .e = e,
                                 .rr = &rr, .out = &f_out, .in = &f_in};
-            double b = best_mix(&x, pts);
+            double r, b = best_mix(&x, pts, &r);
             if (b > best) {
                 best = b;
                 out->sample = (uint32_t)s;
                 out->excess_bytes = curve[s] - capacity;
+                out->recompute_bytes = (uint64_t)r;
+                out->swap_bytes = (uint64_t)(e - r);
             }
         }
         out->compute_ns = floor_ns;
