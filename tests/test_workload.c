@@ -1018,16 +1018,19 @@ static void on_step(const cham_run_step_t *st, void *user)
     } else if (st->stage == CHAM_STAGE_GENPOLICY) {
         /* The stage is the one after the step: the first such step ran in
          * WarmUp, the second was profiled without a policy; each later one
-         * applied a trial. */
-        s->trial_short += ++s->genpolicy > 2 && shortfall;
+         * applied a trial. Trials 1 and 3 plan with a quarter of the
+         * reserve (docs/executor.md, "What the GenPolicy trials vary"):
+         * theirs is a try that may fall short. */
+        uint64_t trial = ++s->genpolicy - 2;
+        s->trial_short += s->genpolicy > 2 && trial != 1 && trial != 3 && shortfall;
     }
 }
 
 /* Issue 16: on expandable segments a policy can use the whole budget. The
  * README's example shape (Llama 2 7B, ZeRO-3 over 8, at about half its
- * unconstrained peak): no trial falls short of memory, so the reserve is
- * never widened, and the kept policy's steps hold at least 93% of the
- * budget (the default reserve is 5%) with no unplanned swap. */
+ * unconstrained peak): no trial planned with the default reserve falls
+ * short of memory, and the kept policy's steps hold at least 93% of the
+ * budget with no unplanned swap. */
 static void test_policy_uses_the_budget(void **state)
 {
     (void)state;

@@ -614,6 +614,8 @@ typedef struct cham_runtime_stats {
     uint64_t policies_generated; /* plans made in GenPolicy */
     uint64_t policy_failures;    /* plans that could not be made */
     uint64_t policy_cache_hits;  /* steps that got a kept policy back */
+    uint64_t stable_switches;    /* kept policies replaced by one that measured
+                                    faster in Stable (docs/executor.md) */
     uint64_t static_researches;  /* planner swapadvisor: plans dropped because
                                     the op sequence changed (each searched
                                     again) */

@@ -196,10 +196,19 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
      * where it did not have to costs link time the replay can misjudge. */
     pc.model_state = ctx->config.model_state && ctx->config.planner == CHAM_PLANNER_CHAMELEON &&
                      kind != 4;
-    if (reserve)
+    /* With expandable segments little memory strands, and the baselines
+     * keep their reserve. The first and third plan with a quarter of it:
+     * what so thin a reserve risks shows in Stable, where the check
+     * (check_stable) finds the policy that runs fastest there. `reserve`,
+     * doubled after a trial that needed passive swaps, is a floor. */
+    if (ctx->memory_moves && ctx->config.planner == CHAM_PLANNER_CHAMELEON) {
+        uint64_t r = cham_planner_default_reserve(pc.capacity, true);
+        if (kind == 0 || kind == 2)
+            r /= 4;
+        pc.reserve = r > reserve ? r : reserve;
+    } else if (reserve) {
         pc.reserve = reserve;
-    else if (ctx->memory_moves && ctx->config.planner == CHAM_PLANNER_CHAMELEON)
-        pc.reserve = cham_planner_default_reserve(pc.capacity, true);   /* the baselines keep theirs */
+    }
     pc.free_delay_ops = *delay;
     cham_policy_t *policy = NULL;
     char err[400] = "";
@@ -394,8 +403,10 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
                                           before->passive + before->on_demand);
             if (c->n_trials >= ctx->config.class_trials && !try_on) {
                 cham_plan_t *best = best_trial(ctx, c->trials, c->n_trials, true);
-                if (best)
+                if (best) {
+                    cham_check_start(&ctx->check, c->trials, c->n_trials, best, c->id);
                     keep(c, best);
+                }
             }
         }
     }
@@ -542,6 +553,57 @@ static bool plans_from(cham_context_t *ctx, const cham_profile_view_t *pv, bool 
     return replans && same_seq(ctx, pv);
 }
 
+bool cham_loop_checking(const cham_context_t *ctx)
+{
+    const cham_check_t *k = &ctx->check;
+    return k->n && !k->done && ctx->exec.plan == k->cand[k->at].plan;
+}
+
+/* The kept policy measured in Stable (stable_check.c): a Stable step that
+ * applied the policy under check after one that did too (same class) is
+ * timed from the compute stream's end of the one before to its own, both
+ * synchronized (dispatch.c), as a trial is but without the idle start.
+ * Returns the plan for the next step: next, or the candidate the check
+ * applies from now on. */
+static cham_plan_t *check_stable(cham_context_t *ctx, cham_class_t *c, cham_stage_t from,
+                                 cham_stage_t to, cham_plan_t *next)
+{
+    cham_check_t *k = &ctx->check;
+    const cham_plan_t *applied = ctx->exec.plan;
+    uint32_t class_id = c ? c->id : 0;
+    bool in_row = from == CHAM_STAGE_STABLE && ctx->synced_step_ns && applied &&
+                  applied == ctx->prev_stable_plan && class_id == ctx->prev_class;
+    ctx->prev_stable_plan = from == CHAM_STAGE_STABLE ? applied : NULL;
+    ctx->prev_class = class_id;
+    /* Outside classes, a step whose sequence left Stable is not the kept
+     * policy's step. */
+    if (!in_row || !cham_loop_checking(ctx) || class_id != k->class_id ||
+        (!ctx->class_mode && to != CHAM_STAGE_STABLE))
+        return next;
+    uint64_t trial_ns = k->cand[k->at].trial_ns;
+    cham_plan_t *plan;
+    cham_check_verdict_t v = cham_check_sample(k, ctx->synced_step_ns, &plan);
+    if (v == CHAM_CHECK_MEASURING)
+        return next;
+    uint64_t stable_ns = k->cand[v == CHAM_CHECK_TRY_NEXT ? k->at - 1 : k->at].stable_ns;
+    if (v == CHAM_CHECK_TRY_NEXT)
+        cham_context_log(ctx, "step %llu: the policy applied takes %.3f ms a step in Stable (its "
+                         "trial %.3f ms); the next trial took %.3f ms: its policy from now on",
+                         (unsigned long long)ctx->number, (double)stable_ns / 1e6,
+                         (double)trial_ns / 1e6, (double)k->cand[k->at].trial_ns / 1e6);
+    else
+        cham_context_log(ctx, "step %llu: kept for good: the policy that takes %.3f ms a step "
+                         "in Stable (its trial %.3f ms)", (unsigned long long)ctx->number,
+                         (double)stable_ns / 1e6, (double)k->cand[k->at].trial_ns / 1e6);
+    if (plan == applied)
+        return next;
+    ctx->stats.stable_switches++;
+    if (c)
+        keep(c, plan);
+    /* In classes, the next step's plan is its predicted class's kept one. */
+    return ctx->class_mode ? next : plan;
+}
+
 void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to)
 {
     cham_exec_t *x = &ctx->exec;
@@ -642,10 +704,13 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
             if (!next)
                 cham_context_log(ctx, "step %llu: Stable without a policy: none could be made; "
                                  "memory is made by passive swaps", (unsigned long long)ctx->number);
-            else if (c)
+            else
+                cham_check_start(&ctx->check, ctx->trials, ctx->n_trials, next, c ? c->id : 0);
+            if (next && c)
                 keep(c, next);
         }
     }
+    next = check_stable(ctx, c, from, *to, next);
     bool sync = false;
     if (ctx->class_mode && *to != CHAM_STAGE_GENPOLICY && c) {
         class_learn(ctx, c, fresh ? prof : NULL);
@@ -681,6 +746,8 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         trials_clear(ctx);
         ctx->reserve = 0;
     }
+    if (ctx->check.done)
+        cham_check_clear(&ctx->check);
 }
 
 bool cham_loop_static(const cham_context_t *ctx)
@@ -692,6 +759,7 @@ void cham_loop_free(cham_context_t *ctx)
 {
     apply(ctx, NULL);
     trials_clear(ctx);
+    cham_check_clear(&ctx->check);
     free(ctx->trials);
     cham_classes_free(ctx);
     free(ctx->exec.storage_of);

@@ -158,6 +158,42 @@ typedef struct cham_trial {
     uint64_t over_budget;         /* advisor mode: bytes the step went past the budget */
 } cham_trial_t;
 
+/* stable_check.c: the kept policy and the next trials by time, each
+ * measured over CHAM_CHECK_STEPS Stable steps until the fastest is known
+ * (docs/executor.md, "The kept policy checked in Stable"). */
+enum { CHAM_CHECK_CANDIDATES = 3, CHAM_CHECK_STEPS = 4 };
+
+typedef struct cham_check_candidate {
+    cham_plan_t *plan;            /* retained */
+    uint64_t trial_ns;            /* its trial's step */
+    uint64_t stable_ns;           /* the mean of its Stable steps; 0: not measured */
+} cham_check_candidate_t;
+
+typedef struct cham_check {
+    cham_check_candidate_t cand[CHAM_CHECK_CANDIDATES];   /* the kept one first */
+    size_t n, at;                 /* candidates (0: no check); the one applied */
+    uint64_t samples[CHAM_CHECK_STEPS];
+    size_t n_samples;
+    uint32_t class_id;            /* the class it keeps the policy of, or 0 */
+    bool done;                    /* the fastest is known: clear after applying it */
+} cham_check_t;
+
+typedef enum {
+    CHAM_CHECK_MEASURING,         /* keep applying the same policy */
+    CHAM_CHECK_TRY_NEXT,          /* apply the next candidate from now on */
+    CHAM_CHECK_DONE,              /* keep this one for good; clear the check */
+} cham_check_verdict_t;
+
+/* Starts checking `kept`, chosen from trials[0..n), against the other
+ * trials that covered their step; no check (n = 0) when there are none or
+ * kept was not measured. */
+void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cham_plan_t *kept,
+                      uint32_t class_id);
+/* A Stable step in a row of steps applying the current candidate took
+ * step_ns. *plan: the policy to apply from now on. */
+cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, cham_plan_t **plan);
+void cham_check_clear(cham_check_t *k);
+
 /* A sequence class (classes.c; docs/profiler.md, "Sequence classes"): a
  * recurring op sequence, its kept policy and, until it has one, the trials
  * made from its own profiles. */
@@ -265,6 +301,9 @@ struct cham_context {
                                      swapadvisor_fail_on_change, cham_step_end
                                      fails (ctx->error says how) */
     uint64_t synced_step_ns;      /* the step that ended, idle to idle, or 0 */
+    cham_check_t check;           /* the kept policy measured in Stable */
+    const cham_plan_t *prev_stable_plan;   /* applied by the step before, if Stable */
+    uint32_t prev_class;          /* that step's class id, or 0 */
     uint64_t step_passive, step_on_demand;  /* this step's unplanned swaps */
     uint64_t step_over_budget;    /* advisor mode: how far the step went past the budget */
     uint64_t step_mem_peak;       /* the most mem_in_use has been this step */
@@ -417,6 +456,9 @@ cham_class_t *cham_class_by_id(cham_context_t *ctx, uint32_t id);
 /* Forgets c's trials (releasing their plans). */
 void cham_class_drop_trials(cham_class_t *c);
 void cham_classes_free(cham_context_t *ctx);
+/* loop.c: a policy under check in Stable is applied (its steps end
+ * synchronized, to be timed). */
+bool cham_loop_checking(const cham_context_t *ctx);
 /* loop.c: frees the trials, the cache and the plans. */
 void cham_loop_free(cham_context_t *ctx);
 /* dispatch.c: the memory sample a swap happening now changes. */

@@ -1,0 +1,85 @@
+/* The kept policy measured in Stable (docs/executor.md, "The kept policy
+ * checked in Stable"). A trial is timed alone, from an idle device, after
+ * a step of another policy; in Stable the same policy runs step after
+ * step, its blocks placed where its own step before left room. Where that
+ * makes it slower than its trial said, the next trial by time may be the
+ * faster policy in the loop: it is applied in turn, and the policy whose
+ * Stable steps measure least is kept. */
+#include "common/assert.h"
+#include "runtime/runtime-impl.h"
+
+static bool usable(const cham_trial_t *t)
+{
+    return t->step_ns && t->passive == 0 && t->on_demand == 0 && t->over_budget == 0;
+}
+
+void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cham_plan_t *kept,
+                      uint32_t class_id)
+{
+    cham_check_clear(k);
+    uint64_t kept_ns = 0;
+    for (size_t i = 0; i < n; i++)
+        if (trials[i].plan == kept)
+            kept_ns = trials[i].step_ns;
+    if (!kept || !kept_ns)
+        return;
+    k->cand[k->n++] = (cham_check_candidate_t){.plan = cham_plan_retain(kept),
+                                               .trial_ns = kept_ns};
+    /* The others that covered their step, fastest first. */
+    while (k->n < CHAM_CHECK_CANDIDATES) {
+        const cham_trial_t *next = NULL;
+        for (size_t i = 0; i < n; i++) {
+            const cham_trial_t *t = &trials[i];
+            bool taken = false;
+            for (size_t j = 0; j < k->n; j++)
+                taken |= k->cand[j].plan == t->plan;
+            if (!taken && usable(t) && (!next || t->step_ns < next->step_ns))
+                next = t;
+        }
+        if (!next)
+            break;
+        k->cand[k->n++] = (cham_check_candidate_t){.plan = cham_plan_retain(next->plan),
+                                                   .trial_ns = next->step_ns};
+    }
+    if (k->n < 2)
+        cham_check_clear(k);   /* nothing to compare the kept policy with */
+    else
+        k->class_id = class_id;
+}
+
+cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, cham_plan_t **plan)
+{
+    CHAM_ASSERT(k->n > 0 && k->at < k->n);
+    *plan = k->cand[k->at].plan;
+    k->samples[k->n_samples++] = step_ns;
+    if (k->n_samples < CHAM_CHECK_STEPS)
+        return CHAM_CHECK_MEASURING;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < k->n_samples; i++)
+        sum += k->samples[i];
+    k->cand[k->at].stable_ns = sum / k->n_samples;
+    k->n_samples = 0;
+    size_t best = 0;
+    for (size_t i = 1; i <= k->at; i++)
+        if (k->cand[i].stable_ns < k->cand[best].stable_ns)
+            best = i;
+    /* The next one is tried only where its trial beats what the best so
+     * far measures by more than noise: each try costs its Stable steps. */
+    uint64_t m = k->cand[best].stable_ns;
+    if (k->at + 1 < k->n && k->cand[k->at + 1].trial_ns < m - m / 100) {
+        k->at++;
+        *plan = k->cand[k->at].plan;
+        return CHAM_CHECK_TRY_NEXT;
+    }
+    k->at = best;
+    k->done = true;
+    *plan = k->cand[best].plan;
+    return CHAM_CHECK_DONE;
+}
+
+void cham_check_clear(cham_check_t *k)
+{
+    for (size_t i = 0; i < k->n; i++)
+        cham_plan_release(k->cand[i].plan);
+    *k = (cham_check_t){0};
+}

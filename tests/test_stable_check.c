@@ -1,0 +1,169 @@
+/* The kept policy checked in Stable (src/runtime/stable_check.c): which
+ * trials it measures, in what order, and which policy it keeps. The
+ * loop's use of it runs in test_trials. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "runtime/runtime-impl.h"
+
+#define MS 1000000ull
+
+static cham_plan_t *plan_new(void)
+{
+    cham_plan_t *p = calloc(1, sizeof *p);
+    assert_non_null(p);
+    p->refs = 1;
+    return p;
+}
+
+/* Five trials: 0 and 2 clean, 1 needed passive swaps, 3 clean and
+ * slowest, 4 never measured. */
+typedef struct fixture {
+    cham_plan_t *plan[5];
+    cham_trial_t trial[5];
+} fixture_t;
+
+static void fixture_init(fixture_t *f, const uint64_t ms[5])
+{
+    for (int i = 0; i < 5; i++) {
+        f->plan[i] = plan_new();
+        f->trial[i] = (cham_trial_t){.plan = f->plan[i], .step_ns = ms[i] * MS};
+    }
+    f->trial[1].passive = 2;
+}
+
+static void fixture_free(fixture_t *f)
+{
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(f->plan[i]->refs, 1);   /* the check let all go */
+        cham_plan_release(f->plan[i]);
+    }
+}
+
+/* Feeds the candidate applied now four Stable steps; returns the verdict
+ * of the last. */
+static cham_check_verdict_t measure(cham_check_t *k, const uint64_t ms[CHAM_CHECK_STEPS],
+                                    cham_plan_t **plan)
+{
+    cham_check_verdict_t v = CHAM_CHECK_MEASURING;
+    for (int i = 0; i < CHAM_CHECK_STEPS; i++) {
+        v = cham_check_sample(k, ms[i] * MS, plan);
+        if (i + 1 < CHAM_CHECK_STEPS)
+            assert_int_equal(v, CHAM_CHECK_MEASURING);
+    }
+    return v;
+}
+
+static void test_candidates(void **state)
+{
+    (void)state;
+    fixture_t f;
+    fixture_init(&f, (const uint64_t[]){200, 100, 190, 300, 0});
+    cham_check_t k = {0};
+    /* The kept one first (not the fastest: the loop may prefer a clean
+     * one), then the clean measured others, fastest first. */
+    cham_check_start(&k, f.trial, 5, f.plan[3], 7);
+    assert_int_equal(k.n, 3);
+    assert_ptr_equal(k.cand[0].plan, f.plan[3]);
+    assert_ptr_equal(k.cand[1].plan, f.plan[2]);
+    assert_ptr_equal(k.cand[2].plan, f.plan[0]);
+    assert_int_equal(k.cand[1].trial_ns, 190 * MS);
+    assert_int_equal(k.class_id, 7);
+    assert_int_equal(f.plan[3]->refs, 2);
+    cham_check_clear(&k);
+    assert_int_equal(k.n, 0);
+
+    /* Nothing to compare with, or a kept policy never measured: no check. */
+    cham_check_start(&k, f.trial, 2, f.plan[0], 0);
+    assert_int_equal(k.n, 0);
+    cham_check_start(&k, f.trial, 5, f.plan[4], 0);
+    assert_int_equal(k.n, 0);
+    fixture_free(&f);
+}
+
+static void test_kept_runs_as_its_trial(void **state)
+{
+    (void)state;
+    fixture_t f;
+    fixture_init(&f, (const uint64_t[]){200, 100, 201, 300, 0});
+    cham_check_t k = {0};
+    cham_check_start(&k, f.trial, 5, f.plan[0], 0);
+    cham_plan_t *p;
+    assert_int_equal(measure(&k, (const uint64_t[]){200, 201, 199, 200}, &p), CHAM_CHECK_DONE);
+    assert_ptr_equal(p, f.plan[0]);
+    assert_true(k.done);
+    assert_int_equal(k.cand[0].stable_ns, 200 * MS);
+    cham_check_clear(&k);
+    fixture_free(&f);
+}
+
+/* One slow step in four counts: a policy is kept by its mean, and the
+ * next trial beats it. The next one then measures faster and is kept. */
+static void test_slower_in_stable_tries_the_next(void **state)
+{
+    (void)state;
+    fixture_t f;
+    fixture_init(&f, (const uint64_t[]){627, 100, 640, 700, 0});
+    cham_check_t k = {0};
+    cham_check_start(&k, f.trial, 5, f.plan[0], 0);
+    cham_plan_t *p;
+    assert_int_equal(measure(&k, (const uint64_t[]){630, 747, 628, 630}, &p),
+                     CHAM_CHECK_TRY_NEXT);
+    assert_ptr_equal(p, f.plan[2]);
+    assert_int_equal(measure(&k, (const uint64_t[]){641, 640, 641, 640}, &p), CHAM_CHECK_DONE);
+    assert_ptr_equal(p, f.plan[2]);
+    cham_check_clear(&k);
+    fixture_free(&f);
+}
+
+/* The next one is slower in Stable still: back to the best measured, and
+ * the third (its trial not faster than that by 1%) is not tried. */
+static void test_back_to_the_best_measured(void **state)
+{
+    (void)state;
+    fixture_t f;
+    fixture_init(&f, (const uint64_t[]){100, 50, 101, 104, 0});
+    cham_check_t k = {0};
+    cham_check_start(&k, f.trial, 5, f.plan[0], 0);
+    cham_plan_t *p;
+    assert_int_equal(measure(&k, (const uint64_t[]){105, 105, 105, 105}, &p),
+                     CHAM_CHECK_TRY_NEXT);
+    assert_ptr_equal(p, f.plan[2]);
+    assert_int_equal(measure(&k, (const uint64_t[]){110, 110, 110, 110}, &p), CHAM_CHECK_DONE);
+    assert_ptr_equal(p, f.plan[0]);
+    cham_check_clear(&k);
+    fixture_free(&f);
+}
+
+/* Within 1% of what the best measures, a trial is not worth the steps. */
+static void test_noise_is_not_worth_a_try(void **state)
+{
+    (void)state;
+    fixture_t f;
+    fixture_init(&f, (const uint64_t[]){1000, 50, 1003, 1100, 0});
+    cham_check_t k = {0};
+    cham_check_start(&k, f.trial, 5, f.plan[0], 0);
+    cham_plan_t *p;
+    assert_int_equal(measure(&k, (const uint64_t[]){1010, 1012, 1008, 1010}, &p),
+                     CHAM_CHECK_DONE);
+    assert_ptr_equal(p, f.plan[0]);
+    cham_check_clear(&k);
+    fixture_free(&f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_candidates),
+        cmocka_unit_test(test_kept_runs_as_its_trial),
+        cmocka_unit_test(test_slower_in_stable_tries_the_next),
+        cmocka_unit_test(test_back_to_the_best_measured),
+        cmocka_unit_test(test_noise_is_not_worth_a_try),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
