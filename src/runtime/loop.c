@@ -311,13 +311,6 @@ static void measure_trial(cham_context_t *ctx, cham_trial_t *t, size_t k, uint64
     }
 }
 
-/* A trial that needed no passive or on-demand swap (in advisor mode: and
- * stayed within the budget): its policy covered the step. */
-static bool clean(const cham_trial_t *t)
-{
-    return t->passive == 0 && t->on_demand == 0 && t->over_budget == 0;
-}
-
 /* The fastest measured of n trials (within the budget, in advisor mode,
  * if any is), or the fastest clean one when it is
  * within 10% of that (a policy that needed passive swaps in its trial may
@@ -339,7 +332,7 @@ static cham_plan_t *best_trial(cham_context_t *ctx, const cham_trial_t *trials, 
             continue;
         if (t->step_ns && (!best || t->step_ns < best->step_ns))
             best = t;
-        if (t->step_ns && clean(t) && (!best_clean || t->step_ns < best_clean->step_ns))
+        if (t->step_ns && cham_trial_clean(t) && (!best_clean || t->step_ns < best_clean->step_ns))
             best_clean = t;
     }
     if (best_clean && (clean_first || (double)best_clean->step_ns <= 1.1 * (double)best->step_ns))
@@ -396,7 +389,7 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
              * before (each is made from a profile its predecessor ran). */
             bool any_clean = false;
             for (size_t i = 0; i < c->n_trials; i++)
-                any_clean = any_clean || clean(&c->trials[i]);
+                any_clean = any_clean || cham_trial_clean(&c->trials[i]);
             const cham_trial_t *before = c->n_trials >= 2 ? tr - 1 : NULL;
             bool try_on = !any_clean && c->n_trials < ctx->config.genpolicy_steps &&
                           (!before || tr->passive + tr->on_demand <

@@ -158,6 +158,13 @@ typedef struct cham_trial {
     uint64_t over_budget;         /* advisor mode: bytes the step went past the budget */
 } cham_trial_t;
 
+/* A trial that needed no passive or on-demand swap (in advisor mode: and
+ * stayed within the budget): its policy covered the step. */
+static inline bool cham_trial_clean(const cham_trial_t *t)
+{
+    return t->passive == 0 && t->on_demand == 0 && t->over_budget == 0;
+}
+
 /* stable_check.c: the kept policy and the next trials by time, each
  * measured over CHAM_CHECK_STEPS Stable steps until the fastest is known
  * (docs/executor.md, "The kept policy checked in Stable"). */

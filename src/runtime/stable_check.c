@@ -8,11 +8,6 @@
 #include "common/assert.h"
 #include "runtime/runtime-impl.h"
 
-static bool usable(const cham_trial_t *t)
-{
-    return t->step_ns && t->passive == 0 && t->on_demand == 0 && t->over_budget == 0;
-}
-
 void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cham_plan_t *kept,
                       uint32_t class_id)
 {
@@ -33,7 +28,7 @@ void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cha
             bool taken = false;
             for (size_t j = 0; j < k->n; j++)
                 taken |= k->cand[j].plan == t->plan;
-            if (!taken && usable(t) && (!next || t->step_ns < next->step_ns))
+            if (!taken && t->step_ns && cham_trial_clean(t) && (!next || t->step_ns < next->step_ns))
                 next = t;
         }
         if (!next)
