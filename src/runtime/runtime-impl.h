@@ -179,7 +179,7 @@ typedef struct cham_check_candidate {
 typedef struct cham_check {
     cham_check_candidate_t cand[CHAM_CHECK_CANDIDATES];   /* the kept one first */
     size_t n, at;                 /* candidates (0: no check); the one applied */
-    uint64_t samples[CHAM_CHECK_STEPS];
+    uint64_t sum_ns;              /* the current candidate's timed steps so far */
     size_t n_samples;
     uint32_t class_id;            /* the class it keeps the policy of, or 0 */
     bool done;                    /* the fastest is known: clear after applying it */

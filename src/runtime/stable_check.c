@@ -46,13 +46,11 @@ cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, cham_p
 {
     CHAM_ASSERT(k->n > 0 && k->at < k->n);
     *plan = k->cand[k->at].plan;
-    k->samples[k->n_samples++] = step_ns;
-    if (k->n_samples < CHAM_CHECK_STEPS)
+    k->sum_ns += step_ns;
+    if (++k->n_samples < CHAM_CHECK_STEPS)
         return CHAM_CHECK_MEASURING;
-    uint64_t sum = 0;
-    for (size_t i = 0; i < k->n_samples; i++)
-        sum += k->samples[i];
-    k->cand[k->at].stable_ns = sum / k->n_samples;
+    k->cand[k->at].stable_ns = k->sum_ns / k->n_samples;
+    k->sum_ns = 0;
     k->n_samples = 0;
     size_t best = 0;
     for (size_t i = 1; i <= k->at; i++)
