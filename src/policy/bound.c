@@ -221,8 +221,9 @@ static double best_mix(const sample_terms_t *x, double *pts, double *r_best)
     for (size_t i = 1; i < np; i++) {
         double a = pts[i - 1], b = pts[i];
         terms(x, b, tb);
-        if (max3(tb) < best) {
-            best = max3(tb);
+        double m = max3(tb);
+        if (m < best) {
+            best = m;
             *r_best = b;
         }
         /* Linear on [a, b]: the max is least at an end or where two cross. */
@@ -233,8 +234,9 @@ static double best_mix(const sample_terms_t *x, double *pts, double *r_best)
                     double w = da / (da - db), t[3];
                     for (int k = 0; k < 3; k++)
                         t[k] = ta[k] + w * (tb[k] - ta[k]);
-                    if (max3(t) < best) {
-                        best = max3(t);
+                    double mt = max3(t);
+                    if (mt < best) {
+                        best = mt;
                         *r_best = a + w * (b - a);
                     }
                 }
