@@ -776,6 +776,72 @@ static void test_reclaim_waits_for_the_free(void **state)
     }
 }
 
+/* A free of a page or more records a checkpoint behind it: a request
+ * that needs its pages in the next op waits for the work queued before
+ * the free, not for the stream's later work (the whole-stream wait is
+ * what the checkpoint every few ops leaves otherwise); the hazard
+ * detector checks that no page moves under that work. */
+static void test_reclaim_waits_for_a_fresh_free(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 64 * MiB, false);
+    use_expandable(e, 64 * MiB);
+    cham_block_t *a = alloc_ok(e, 32 * MiB, e->compute);
+    cham_block_t *c = alloc_ok(e, 16 * MiB, e->compute);
+    touch(e->compute, a, CHAM_ACCESS_WRITE, 1, NULL);
+    /* The last op records the periodic checkpoint, before the free. */
+    for (uint64_t op = 0; op < CHAM_VM_CHECKPOINT_OPS; op++)
+        assert_int_equal(cham_allocator_op_dispatched(e->alloc, op), CHAM_OK);
+    cham_block_free(e->alloc, a);
+    /* Long work queued after the free, on c only, in the same op. */
+    touch(e->compute, c, CHAM_ACCESS_WRITE, 1e5, NULL);
+    uint64_t before = cham_device_host_time(e->dev);
+    /* 40 MiB do not fit a's hole: 20 granules where 8 are left under the
+     * limit, so 12 of a's move. */
+    cham_block_t *b = alloc_ok(e, 40 * MiB, e->compute);
+    uint64_t waited = cham_device_host_time(e->dev) - before;
+    assert_int_equal(stats(e).n_vm_unmaps, 12);
+    assert_int_equal(stats(e).n_vm_stream_syncs, 0);
+    assert_true(waited < 10000000);          /* a's write, not the 1e5 GFLOP kernel */
+    assert_consistent(e->alloc);
+    cham_block_free(e->alloc, b);
+    cham_block_free(e->alloc, c);
+    env_close(e, true);
+}
+
+/* Where a free block's mapped granules lie further in than its start, a
+ * request goes there: none is moved. P's granules went to a larger block
+ * (the lowest address first), so the hole P and Q left has Q's mapped
+ * behind P's unmapped ones; a request of Q's size lands on Q's pages, and
+ * P's part stays a free block of its own. */
+static void test_request_lands_on_mapped_granules(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 64 * MiB, false);
+    use_expandable(e, 64 * MiB);
+    cham_block_t *p = alloc_ok(e, 10 * MiB, e->compute);
+    cham_block_t *q = alloc_ok(e, 10 * MiB, e->compute);
+    cham_block_t *guard = alloc_ok(e, 2 * MiB, e->compute);
+    uintptr_t q_at = addr(q);
+    cham_block_free(e->alloc, p);
+    cham_block_free(e->alloc, q);
+    /* 26 granules behind the guard: 21 under the limit and P's 5. */
+    cham_block_t *big = alloc_ok(e, 52 * MiB, e->compute);
+    assert_int_equal(stats(e).n_vm_unmaps, 5);
+    uint64_t maps = stats(e).n_vm_maps;
+    cham_block_t *r = alloc_ok(e, 10 * MiB, e->compute);
+    assert_int_equal(addr(r), q_at);
+    assert_int_equal(stats(e).n_vm_maps, maps);
+    assert_int_equal(stats(e).n_vm_unmaps, 5);
+    assert_consistent(e->alloc);
+    /* What is left before it is a free block: freeing r merges them. */
+    cham_block_free(e->alloc, r);
+    assert_consistent(e->alloc);
+    cham_block_free(e->alloc, big);
+    cham_block_free(e->alloc, guard);
+    env_close(e, true);
+}
+
 /* Two blocks swapped out and handed back after the same op, the second's
  * copy queued behind a long kernel: a request that needs only the first
  * one's pages waits for its copy, not for the second's (nor for the
@@ -1162,7 +1228,9 @@ int main(void)
         cmocka_unit_test(test_out_of_memory_status),
         cmocka_unit_test(test_expandable_strands_nothing),
         cmocka_unit_test(test_reclaim_waits_for_the_free),
+        cmocka_unit_test(test_reclaim_waits_for_a_fresh_free),
         cmocka_unit_test(test_reclaim_waits_for_each_copy),
+        cmocka_unit_test(test_request_lands_on_mapped_granules),
         cmocka_unit_test(test_device_refuses_segment),
         cmocka_unit_test(test_fault_injection),
         cmocka_unit_test(test_pinned_host_budget),

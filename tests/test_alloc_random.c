@@ -178,18 +178,24 @@ static void assert_oom_is_real(model_t *m, int s, size_t rounded)
     assert_true(st.reserved + need > st.limit);
 }
 
-/* Expandable segments place a request at the start of one of the few
- * smallest free blocks that hold it (the one needing the fewest granules
- * mapped), or in a new reservation: true if ptr is such a start or lies
- * in no block walked before (w). */
-static bool is_fitting_start(const walked_t *w, int sid, bool small, size_t rounded,
+/* Expandable segments place a request in one of the few smallest free
+ * blocks that hold it (the one needing the fewest granules mapped), at its
+ * start or at a granule boundary of its segment far enough in that the
+ * part before is a block of its own, or in a new reservation: true if ptr
+ * is such a place or lies in no block walked before (w). */
+static bool is_fitting_start(const walked_t *w, int sid, bool small, size_t rounded, size_t g,
                              uintptr_t ptr)
 {
     for (size_t i = 0; i < w->n; i++) {
         const cham_alloc_block_info_t *b = &w->v[i];
-        if (ptr >= b->ptr && ptr - b->ptr < b->size)       /* the block holding ptr */
-            return b->ptr == ptr && b->state == CHAM_BLOCK_FREE && b->stream_id == sid &&
-                   b->small == small && b->size >= rounded;
+        if (ptr >= b->ptr && ptr - b->ptr < b->size) {      /* the block holding ptr */
+            size_t front = ptr - b->ptr;
+            bool place = front == 0 ||
+                         ((ptr - b->segment) % g == 0 &&
+                          (small ? front >= CHAM_ALLOC_MIN_BLOCK : front > CHAM_ALLOC_SMALL_SIZE));
+            return place && b->state == CHAM_BLOCK_FREE && b->stream_id == sid &&
+                   b->small == small && b->size - front >= rounded;
+        }
     }
     return true;
 }
@@ -251,7 +257,7 @@ static void do_alloc(model_t *m)
     if (fit && st == CHAM_OK && expandable && m->n_early == early)
         assert_true(is_fitting_start(&before_w, cham_stream_id(m->s[s]),
                                      cham_alloc_round_size(bytes) <= CHAM_ALLOC_SMALL_SIZE,
-                                     cham_alloc_round_size(bytes),
+                                     cham_alloc_round_size(bytes), m->alloc->granularity,
                                      (uintptr_t)cham_block_ptr(b)));
     free(before_w.v);
     if (st != CHAM_OK) {

@@ -108,8 +108,9 @@ struct cham_segment {
 };
 
 /* Expandable segments: an event recorded on a segment's stream every
- * CHAM_VM_CHECKPOINT_OPS dispatched ops, and on a block's stream after the
- * waits its free-after-op release queued there; the last
+ * CHAM_VM_CHECKPOINT_OPS dispatched ops, on a block's stream after the
+ * waits its free-after-op release queued there, and after the first free
+ * of a page or more in an op on the block's stream; the last
  * CHAM_VM_CHECKPOINTS of them, oldest at head. Each advances the
  * allocator's tick. Work that used a granule freed at tick t was queued
  * before the first checkpoint recorded at a tick > t: unmapping the
@@ -121,6 +122,7 @@ typedef struct cham_vm_checkpoints {
     cham_event_t *event[CHAM_VM_CHECKPOINTS];
     uint64_t tick[CHAM_VM_CHECKPOINTS];
     unsigned head, n;
+    uint64_t free_op;             /* 1 + the op_counter of the last one a free recorded */
 } cham_vm_checkpoints_t;
 
 /* One pending event of a deferred free. recordStream frees sit in a FIFO per
@@ -253,6 +255,11 @@ cham_status_t cham_alloc_vm_back(cham_allocator_t *alloc, cham_block_t *block, c
 /* expandable.c: granules of [block, block + bytes) not mapped. */
 size_t cham_alloc_vm_missing(const cham_allocator_t *alloc, const cham_block_t *block,
                              size_t bytes);
+/* expandable.c: where in free block `block` `bytes` need the fewest
+ * granules mapped (that number in *missing): an offset of 0, or of a
+ * granule boundary at least min_front bytes in; 0 on a tie. */
+size_t cham_alloc_vm_mapped_offset(const cham_allocator_t *alloc, const cham_block_t *block,
+                                   size_t bytes, size_t min_front, size_t *missing);
 /* expandable.c: gives back every granule of free blocks, every spare and
  * the reservations left empty; returns the physical bytes given back. */
 uint64_t cham_alloc_vm_release_free(cham_allocator_t *alloc);

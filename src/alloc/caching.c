@@ -422,25 +422,35 @@ static void split(cham_allocator_t *a, cham_block_t *b, size_t rounded)
 }
 
 /* Expandable segments: among the smallest free blocks that hold rounded
- * (up to this many), the one whose first rounded bytes need the fewest
- * granules mapped, the smallest on a tie. Plain best fit ignores where
- * memory is mapped, and then the blocks of a step wander over more
- * addresses than the limit can back: granules follow them around, a map
- * and an unmap each, step after step (measured: 15,000 of each per step of
- * Llama 2 7B on an 88 GiB H100 that needs no swap at all). */
+ * (up to this many), the one where rounded bytes need the fewest granules
+ * mapped, the smallest on a tie; *offset says where in it (0, or far
+ * enough in that the part before is a block of its own). Plain best fit
+ * ignores where memory is mapped, and then the blocks of a step wander
+ * over more addresses than the limit can back: granules follow them
+ * around, a map and an unmap each, step after step (measured: 15,000 of
+ * each per step of Llama 2 7B on an 88 GiB H100 that needs no swap at
+ * all). A block's start alone misses the mapped granules a free block
+ * holds further in, where a block freed next to a larger free region
+ * left them (docs/allocator.md, "Pages"). */
 #define FIT_CANDIDATES 8
 
-static cham_block_t *take_mapped_fit(cham_allocator_t *a, bool small, int sid, size_t rounded)
+static cham_block_t *take_mapped_fit(cham_allocator_t *a, bool small, int sid, size_t rounded,
+                                     size_t *offset)
 {
     cham_block_tree_t *tree = small ? &a->small : &a->large;
     cham_block_tree_node_t *best = NULL;
     size_t best_missing = SIZE_MAX;
+    /* The part before the offset is split off as a free block: as large as
+     * a split's remainder must be. */
+    size_t min_front = small ? CHAM_ALLOC_MIN_BLOCK : cham_alloc_small_size(a->shift) + 1;
     cham_block_tree_node_t *n = cham_block_tree_lower_bound(tree, sid, rounded, 0);
     for (int k = 0; n && n->stream == sid && k < FIT_CANDIDATES; k++, n = cham_block_tree_next(n)) {
-        size_t missing = cham_alloc_vm_missing(a, block_of(n), rounded);
+        size_t missing;
+        size_t off = cham_alloc_vm_mapped_offset(a, block_of(n), rounded, min_front, &missing);
         if (missing < best_missing) {
             best = n;
             best_missing = missing;
+            *offset = off;
             if (missing == 0)
                 break;
         }
@@ -449,6 +459,30 @@ static cham_block_t *take_mapped_fit(cham_allocator_t *a, bool small, int sid, s
         return NULL;
     cham_block_tree_remove(tree, best);
     return block_of(best);
+}
+
+/* Splits the first `offset` bytes off taken block b as a free block of
+ * their own; without a spare struct b stays whole, from its start. */
+static void split_front(cham_allocator_t *a, cham_block_t *b, size_t offset)
+{
+    cham_block_t *front = offset ? cham_alloc_get_block(a) : NULL;
+    if (!front)
+        return;
+    front->ptr = b->ptr;
+    front->size = offset;
+    front->seg = b->seg;
+    front->prev = b->prev;
+    front->next = b;
+    if (b->prev)
+        b->prev->next = front;
+    else
+        b->seg->first = front;
+    b->prev = front;
+    b->ptr += offset;
+    b->size -= offset;
+    front->state = CHAM_BLOCK_FREE;
+    pool_insert(a, front);
+    a->stats.n_splits++;
 }
 
 /* Expandable segments: the best free block (or a new reservation), split,
@@ -461,11 +495,13 @@ static cham_status_t take_expandable(cham_allocator_t *a, cham_stream_t *stream,
                                      char *dev_err, size_t dev_err_size)
 {
     for (int attempt = 0;; attempt++) {
-        cham_block_t *b = take_mapped_fit(a, small, sid, rounded);
+        size_t offset = 0;
+        cham_block_t *b = take_mapped_fit(a, small, sid, rounded, &offset);
         cham_status_t st = CHAM_OK;
-        if (b)
+        if (b) {
             b->state = CHAM_BLOCK_ALLOCATED;       /* not free while it is backed */
-        else if ((st = cham_alloc_vm_segment_new(a, stream, sid, rounded, small, &b, dev_err,
+            split_front(a, b, offset);
+        } else if ((st = cham_alloc_vm_segment_new(a, stream, sid, rounded, small, &b, dev_err,
                                                  dev_err_size)) != CHAM_OK)
             return st;
         b->seg->stream = stream;

@@ -90,15 +90,6 @@ static bool spare_room(cham_allocator_t *a)
     return grown != NULL;
 }
 
-void cham_alloc_vm_note_free(cham_allocator_t *a, const cham_block_t *b)
-{
-    const cham_segment_t *seg = b->seg;
-    size_t g = a->granularity;
-    for (size_t i = granule_of(seg, b->ptr, g); i < granule_of(seg, b->ptr + b->size + g - 1, g);
-         i++)
-        seg->freed_at[i] = a->vm_tick;
-}
-
 /* Records a checkpoint of tick `tick` on the segment's stream, over the
  * oldest when the ring is full. */
 static void record_checkpoint(cham_allocator_t *a, const cham_segment_t *seg, uint64_t tick)
@@ -121,6 +112,28 @@ static void record_checkpoint(cham_allocator_t *a, const cham_segment_t *seg, ui
         c->n++;
     else
         c->head = (c->head + 1) % CHAM_VM_CHECKPOINTS;
+}
+
+/* A free of a page or more records a checkpoint right behind it, the
+ * first in each op on its stream: the next op's outputs often need its
+ * pages (GPT-2's logit gradients, where its logits were), and without it
+ * that reclaim waits for the whole stream, so that the device has nothing
+ * queued while the host maps (docs/allocator.md, "Waiting for the frees,
+ * not the stream"). Frees after it in the same op wait for a later
+ * checkpoint. Without dispatched ops there are none (the ring is made by
+ * the first). */
+void cham_alloc_vm_note_free(cham_allocator_t *a, const cham_block_t *b)
+{
+    const cham_segment_t *seg = b->seg;
+    size_t g = a->granularity;
+    for (size_t i = granule_of(seg, b->ptr, g); i < granule_of(seg, b->ptr + b->size + g - 1, g);
+         i++)
+        seg->freed_at[i] = a->vm_tick;
+    cham_vm_checkpoints_t *c = a->checkpoints[seg->stream_id];
+    if (b->size >= g && c && c->free_op != a->op_counter + 1) {
+        c->free_op = a->op_counter + 1;
+        record_checkpoint(a, seg, ++a->vm_tick);
+    }
 }
 
 void cham_alloc_vm_checkpoint(cham_allocator_t *a)
@@ -324,6 +337,33 @@ size_t cham_alloc_vm_missing(const cham_allocator_t *a, const cham_block_t *b, s
     for (size_t i = granule_of(seg, b->ptr, g); i < granule_of(seg, b->ptr + bytes + g - 1, g); i++)
         missing += !seg->chunks[i];
     return missing;
+}
+
+size_t cham_alloc_vm_mapped_offset(const cham_allocator_t *a, const cham_block_t *b, size_t bytes,
+                                   size_t min_front, size_t *missing)
+{
+    const cham_segment_t *seg = b->seg;
+    size_t g = a->granularity, best_off = 0;
+    *missing = cham_alloc_vm_missing(a, b, bytes);
+    size_t at = (size_t)(b->ptr - seg->ptr);              /* the block's offset in seg */
+    size_t first = (at + min_front + g - 1) / g, w = (bytes + g - 1) / g;
+    CHAM_ASSERT(b->size >= bytes);
+    if (*missing == 0 || (at + b->size - bytes) / g < first)
+        return 0;
+    /* A window of w granules from granule first, slid one at a time. */
+    size_t last = (at + b->size - bytes) / g, unmapped = 0;
+    for (size_t i = first; i < first + w; i++)
+        unmapped += !seg->chunks[i];
+    for (size_t i = first;; i++) {
+        if (unmapped < *missing) {
+            *missing = unmapped;
+            best_off = i * g - at;
+        }
+        if (*missing == 0 || i == last)
+            break;
+        unmapped = unmapped - !seg->chunks[i] + !seg->chunks[i + w];
+    }
+    return best_off;
 }
 
 cham_status_t cham_alloc_vm_back(cham_allocator_t *a, cham_block_t *b, char *dev_err,
