@@ -575,7 +575,8 @@ static cham_plan_t *check_stable(cham_context_t *ctx, cham_class_t *c, cham_stag
         return next;
     uint64_t trial_ns = k->cand[k->at].trial_ns;
     cham_plan_t *plan;
-    cham_check_verdict_t v = cham_check_sample(k, ctx->synced_step_ns, &plan);
+    cham_check_verdict_t v = cham_check_sample(k, ctx->synced_step_ns, ctx->step_passive > 0,
+                                               &plan);
     if (v == CHAM_CHECK_MEASURING)
         return next;
     uint64_t stable_ns = k->cand[v == CHAM_CHECK_TRY_NEXT ? k->at - 1 : k->at].stable_ns;

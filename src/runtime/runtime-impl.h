@@ -197,8 +197,10 @@ typedef enum {
 void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cham_plan_t *kept,
                       uint32_t class_id);
 /* A Stable step in a row of steps applying the current candidate took
- * step_ns. *plan: the policy to apply from now on. */
-cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, cham_plan_t **plan);
+ * step_ns, with passive swaps or not (then the candidate's measurement
+ * ends with it). *plan: the policy to apply from now on. */
+cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, bool passive,
+                                       cham_plan_t **plan);
 void cham_check_clear(cham_check_t *k);
 
 /* A sequence class (classes.c; docs/profiler.md, "Sequence classes"): a

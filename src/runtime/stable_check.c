@@ -42,12 +42,16 @@ void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cha
         k->class_id = class_id;
 }
 
-cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, cham_plan_t **plan)
+cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, bool passive,
+                                       cham_plan_t **plan)
 {
     CHAM_ASSERT(k->n > 0 && k->at < k->n);
     *plan = k->cand[k->at].plan;
     k->sum_ns += step_ns;
-    if (++k->n_samples < CHAM_CHECK_STEPS)
+    /* A policy that ran out of memory in Stable runs out again, where its
+     * trial had not: the steps already timed say what it takes, and the
+     * next candidate need not wait for more of them. */
+    if (++k->n_samples < CHAM_CHECK_STEPS && !passive)
         return CHAM_CHECK_MEASURING;
     k->cand[k->at].stable_ns = k->sum_ns / k->n_samples;
     k->sum_ns = 0;
