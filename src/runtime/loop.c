@@ -197,14 +197,15 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     pc.model_state = ctx->config.model_state && ctx->config.planner == CHAM_PLANNER_CHAMELEON &&
                      kind != 4;
     /* With expandable segments little memory strands, and the baselines
-     * keep their reserve. The first and third plan with a quarter of it:
-     * what so thin a reserve risks shows in Stable, where the check
-     * (check_stable) finds the policy that runs fastest there. `reserve`,
-     * doubled after a trial that needed passive swaps, is a floor. */
+     * keep their reserve. The first plans with a quarter of it, the third
+     * with half, the others with all: a ladder, since what a thin reserve
+     * risks depends on what pages strand at the peak, which no profile
+     * says; the trials and the check in Stable (check_stable) find the
+     * policy that runs fastest. `reserve`, doubled after a trial that
+     * needed passive swaps, is a floor. */
     if (ctx->memory_moves && ctx->config.planner == CHAM_PLANNER_CHAMELEON) {
         uint64_t r = cham_planner_default_reserve(pc.capacity, true);
-        if (kind == 0 || kind == 2)
-            r /= 4;
+        r = kind == 0 ? r / 4 : kind == 2 ? r / 2 : r;
         pc.reserve = r > reserve ? r : reserve;
     } else if (reserve) {
         pc.reserve = reserve;
