@@ -319,6 +319,25 @@ static void test_fallback_stall(void **state)
     cham_profile_free(p);
 }
 
+/* The device's fixed time per copy (the profile's copy_latency_ns) is
+ * part of each copy: the swap-in above then takes 2.5 s + 0.25 s, and the
+ * stall grows by as much. */
+static void test_copy_latency(void **state)
+{
+    (void)state;
+    cham_profile_t *p = test_build_profile(PH1, MEM1, USES1, 3);
+    cham_profile_set_fixed_costs(p, 0, 250000000u);
+    cham_planner_config_t c = cfg_for(PH1, 800, 160, 1024);
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 1);
+    assert_int_equal(v.items[0].swap_in_op, 5);
+    assert_int_equal(v.items[0].stall_ns, 1750000000u);
+    assert_int_equal(v.predicted_step_ns, 8 * SEC + 1750000000u);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
 /* ---- the impossible case ----------------------------------------------- */
 
 /* Excess 450 MiB at samples 5 and 6 (op 2's end, op 3's begin); A removes
@@ -717,6 +736,7 @@ int main(void)
         cmocka_unit_test(test_score_order),
         cmocka_unit_test(test_swap_in_moves_earlier),
         cmocka_unit_test(test_fallback_stall),
+        cmocka_unit_test(test_copy_latency),
         cmocka_unit_test(test_impossible),
         cmocka_unit_test(test_eq1_layers),
         cmocka_unit_test(test_default_layer_count),

@@ -54,7 +54,7 @@ static cham_profile_t *make_sample(void)
     cham_profile_t *p = cham_profile_new(7, UINT64_C(1) << 34);
     assert_non_null(p);
     cham_profile_set_duration(p, 123456789);
-    cham_profile_set_kernel_overhead(p, 2000);
+    cham_profile_set_fixed_costs(p, 2000, 5000);
 
     assert_true(cham_profile_begin_op(p, 0, CHAM_PHASE_FORWARD, -1, 1000));
     cham_tensor_use_t u0 = {.storage = 1, .data_ptr = BIG_PTR, .bytes = 256,
@@ -300,6 +300,7 @@ static void assert_same_profile(const cham_profile_t *a, const cham_profile_t *b
     assert_true(x.duration_ns == y.duration_ns);
     assert_true(x.capacity == y.capacity);
     assert_true(x.kernel_overhead_ns == y.kernel_overhead_ns);
+    assert_true(x.copy_latency_ns == y.copy_latency_ns);
     assert_int_equal(x.n_tokens, y.n_tokens);
     for (size_t t = 0; t < x.n_tokens; t++)
         assert_string_equal(x.token_names[t], y.token_names[t]);
@@ -370,6 +371,7 @@ static void test_round_trip(void **state)
     char *text = test_read_text(path);
     test_assert_contains(text, "\"format\": \"chameleon-profile\"");
     test_assert_contains(text, "\"kernel_overhead_ns\": 2000,");
+    test_assert_contains(text, "\"copy_latency_ns\": 5000,");
     test_assert_contains(text, "\"data_ptr\":\"0xfffffffffffff000\"");
     test_assert_contains(text, "\"history\":\"0x8000000000000001\"");
     test_assert_contains(text, "\"relu \\\"fused\\\" \xC3\xA9\"");   /* UTF-8 as is */
@@ -588,6 +590,8 @@ static const bad_case_t bad_cases[] = {
      CHAM_ERR_INVALID_ARG, {"bad_above_2_53.json: capacity: 9007199254740992 is above 2^53 - 1"}},
     {"negative_overhead", NULL, "\"capacity\": 4096", "\"capacity\": 4096, \"kernel_overhead_ns\": -5",
      0, CHAM_ERR_INVALID_ARG, {"bad_negative_overhead.json:", "kernel_overhead_ns"}},
+    {"fractional_latency", NULL, "\"capacity\": 4096", "\"capacity\": 4096, \"copy_latency_ns\": 2.5",
+     0, CHAM_ERR_INVALID_ARG, {"bad_fractional_latency.json:", "copy_latency_ns"}},
     {"huge_integer", NULL, "\"capacity\": 4096", "\"capacity\": 99999999999999999999", 0,
      CHAM_ERR_INVALID_ARG, {"bad_huge_integer.json:2:", "too big"}},
     {"data_ptr_number", NULL, "\"data_ptr\": \"0x2000\"", "\"data_ptr\": 8192", 0,

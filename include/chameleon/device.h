@@ -84,8 +84,9 @@ typedef struct cham_device_info {
     double host_mem_bandwidth;
     bool data;               /* memory holds real bytes that copies move */
     /* Fixed costs, when known (0: not): the host's time to dispatch a
-     * kernel or copy, and the device's per kernel beyond its roofline. */
-    uint64_t launch_ns, kernel_overhead_ns;
+     * kernel or copy, the device's per kernel beyond its roofline, and
+     * per copy beyond its bytes over the link's bandwidth. */
+    uint64_t launch_ns, kernel_overhead_ns, copy_latency_ns;
 } cham_device_info_t;
 void cham_device_get_info(const cham_device_t *dev, cham_device_info_t *info);
 

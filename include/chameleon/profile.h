@@ -83,6 +83,9 @@ typedef struct cham_profile_view {
     uint64_t kernel_overhead_ns; /* the device's time per kernel beyond its cost,
                                     when the costs leave it out (the sim's
                                     roofline costs); 0: none or unknown */
+    uint64_t copy_latency_ns;    /* the device's time per copy beyond its bytes
+                                    over the link's bandwidth; 0: none or
+                                    unknown */
     size_t n_ops;
     const cham_profile_op_t *ops;
     size_t n_uses;

@@ -605,6 +605,7 @@ static void sim_get_info(void *ctx, cham_device_info_t *info)
     info->data = s->data;
     info->launch_ns = s->launch_ns;
     info->kernel_overhead_ns = s->kernel_overhead_ns;
+    info->copy_latency_ns = s->copy_latency_ns;
 }
 
 static void sim_attach(void *ctx, cham_device_t *dev)

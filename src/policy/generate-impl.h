@@ -39,6 +39,8 @@ typedef struct cham_gen_layers {
      * NULL when the times are shares of the measured step, which already
      * hold what the step waited for its collectives. */
     const cham_profile_op_t *comm;
+    uint64_t copy_latency_ns;    /* the profile's: every copy takes it beyond
+                                    its bytes over the bandwidth */
 } cham_gen_layers_t;
 
 /* The default layer count: the most common occurrence count among forward
@@ -354,7 +356,9 @@ bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t
                      const cham_gen_place_t *pl);
 /* Sets every layer's remaining_ns to its free host-to-device time. */
 void cham_gen_sim_report(cham_gen_sim_t *s);
-/* Nanoseconds to move bytes at bw bytes/s, rounded up. */
-uint64_t cham_gen_transfer_ns(uint64_t bytes, double bw);
+/* Nanoseconds one copy of bytes takes at bw bytes/s, rounded up, with the
+ * device's fixed latency_ns per copy (a copy of a few KiB costs that, not
+ * nothing: re-runs pay the kernel overhead alike). */
+uint64_t cham_gen_transfer_ns(uint64_t bytes, double bw, uint64_t latency_ns);
 
 #endif

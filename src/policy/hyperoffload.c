@@ -196,8 +196,10 @@ static bool items_build(planner_t *p, const cham_planner_config_t *c)
         p->items[p->n_items++] = (ho_item_t){
             .tensor = (uint32_t)k,
             .bytes = t->bytes,
-            .out_ns = t->backed ? 0 : cham_gen_transfer_ns(t->bytes, c->d2h_bandwidth),
-            .in_ns = cham_gen_transfer_ns(t->bytes, c->h2d_bandwidth),
+            .out_ns = t->backed ? 0
+                                : cham_gen_transfer_ns(t->bytes, c->d2h_bandwidth,
+                                                       v->copy_latency_ns),
+            .in_ns = cham_gen_transfer_ns(t->bytes, c->h2d_bandwidth, v->copy_latency_ns),
             .s = t->last_fwd,
             .u = t->first_bwd,
             .wraps = t->wraps,

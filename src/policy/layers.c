@@ -153,6 +153,7 @@ bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_conf
     for (size_t k = 0; k < n && all_cost; k++)
         all_cost = v->ops[k].has_cost;
     out->comm = all_cost ? v->ops : NULL;
+    out->copy_latency_ns = v->copy_latency_ns;
     bool eq1 = !cfg->op_cost_ns && !cfg->recompute;
     out->timed = cfg->op_cost_ns || (cfg->recompute && any_cost);
     for (size_t i = 0; i < out->n; i++) {

@@ -11,9 +11,9 @@
 #include "common/assert.h"
 #include "policy/generate-impl.h"
 
-uint64_t cham_gen_transfer_ns(uint64_t bytes, double bw)
+uint64_t cham_gen_transfer_ns(uint64_t bytes, double bw, uint64_t latency_ns)
 {
-    double t = ceil((double)bytes / bw * 1e9);
+    double t = ceil((double)bytes / bw * 1e9) + (double)latency_ns;
     return t >= 1.8e19 ? UINT64_MAX : (uint64_t)t;
 }
 
@@ -417,8 +417,8 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
     if (!head && !cham_mrl_last(mrl, 2 * ((size_t)t->last_fwd + 1), t->wraps ? ns : hi, &m_last))
         return false;
     *pl = (cham_gen_place_t){
-        .t_out = t->backed ? 0 : cham_gen_transfer_ns(t->bytes, s->d2h_bw),
-        .t_in = cham_gen_transfer_ns(t->bytes, s->h2d_bw),
+        .t_out = t->backed ? 0 : cham_gen_transfer_ns(t->bytes, s->d2h_bw, l->copy_latency_ns),
+        .t_in = cham_gen_transfer_ns(t->bytes, s->h2d_bw, l->copy_latency_ns),
         .wraps = t->wraps,
     };
     /* A copy out across the step's end completes in this step. */

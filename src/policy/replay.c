@@ -181,7 +181,7 @@ static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_ge
             } else {
                 uint64_t away = it->wraps ? r->before[in[c].item] : out_done[in[c].item];
                 h2d = add_ns(max_u64(max_u64(now, h2d), away),
-                             (double)cham_gen_transfer_ns(it->bytes, h2d_bw));
+                             (double)cham_gen_transfer_ns(it->bytes, h2d_bw, l->copy_latency_ns));
                 in_done[in[c].item] = h2d;
             }
         }
@@ -200,7 +200,8 @@ static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_ge
                 out_done[out[a].item] = now;
             if (it->recompute || it->out_use.host_backed)
                 continue;
-            d2h = add_ns(max_u64(now, d2h), (double)cham_gen_transfer_ns(it->bytes, d2h_bw));
+            d2h = add_ns(max_u64(now, d2h),
+                         (double)cham_gen_transfer_ns(it->bytes, d2h_bw, l->copy_latency_ns));
             out_done[out[a].item] = d2h;
         }
     }

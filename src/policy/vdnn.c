@@ -106,8 +106,8 @@ static bool add_items(vdnn_t *d, const cham_profile_view_t *v, const cham_planne
             cur = lf;
             link = out_ns = 0;
         }
-        uint64_t t_out = cham_gen_transfer_ns(t->bytes, c->d2h_bandwidth);
-        uint64_t t_in = cham_gen_transfer_ns(t->bytes, c->h2d_bandwidth);
+        uint64_t t_out = cham_gen_transfer_ns(t->bytes, c->d2h_bandwidth, l->copy_latency_ns);
+        uint64_t t_in = cham_gen_transfer_ns(t->bytes, c->h2d_bandwidth, l->copy_latency_ns);
         /* The copies of one layer go one after the other on the link, each
          * from the end of its op f at the earliest. */
         uint64_t f_end = d->end[t->last_fwd];

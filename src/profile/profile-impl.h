@@ -14,7 +14,7 @@
  * is allowed). */
 struct cham_profile {
     uint64_t step, duration_ns, capacity;
-    uint64_t kernel_overhead_ns;
+    uint64_t kernel_overhead_ns, copy_latency_ns;
     cham_profile_op_t *ops;
     size_t n_ops, cap_ops;
     cham_tensor_use_t *uses;
@@ -51,7 +51,10 @@ bool cham_profile_add_swap(cham_profile_t *p, const cham_profile_swap_t *swap);
 /* Copies the names of tokens 0 .. n - 1. */
 bool cham_profile_set_tokens(cham_profile_t *p, const char *const *names, size_t n);
 void cham_profile_set_duration(cham_profile_t *p, uint64_t duration_ns);
-/* The device's time per kernel beyond the op's cost (view's kernel_overhead_ns). */
-void cham_profile_set_kernel_overhead(cham_profile_t *p, uint64_t ns);
+/* The device's fixed costs: per kernel beyond the op's cost and per copy
+ * beyond its bytes over the bandwidth (the view's kernel_overhead_ns and
+ * copy_latency_ns). */
+void cham_profile_set_fixed_costs(cham_profile_t *p, uint64_t kernel_overhead_ns,
+                                  uint64_t copy_latency_ns);
 
 #endif

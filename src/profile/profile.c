@@ -162,10 +162,12 @@ void cham_profile_set_duration(cham_profile_t *p, uint64_t duration_ns)
     p->duration_ns = duration_ns;
 }
 
-void cham_profile_set_kernel_overhead(cham_profile_t *p, uint64_t ns)
+void cham_profile_set_fixed_costs(cham_profile_t *p, uint64_t kernel_overhead_ns,
+                                  uint64_t copy_latency_ns)
 {
     CHAM_ASSERT(p);
-    p->kernel_overhead_ns = ns;
+    p->kernel_overhead_ns = kernel_overhead_ns;
+    p->copy_latency_ns = copy_latency_ns;
 }
 
 void cham_profile_get(const cham_profile_t *p, cham_profile_view_t *view)
@@ -176,6 +178,7 @@ void cham_profile_get(const cham_profile_t *p, cham_profile_view_t *view)
         .duration_ns = p->duration_ns,
         .capacity = p->capacity,
         .kernel_overhead_ns = p->kernel_overhead_ns,
+        .copy_latency_ns = p->copy_latency_ns,
         .n_ops = p->n_ops,
         .ops = p->ops,
         .n_uses = p->n_uses,

@@ -52,7 +52,7 @@ static const char *const swap_kind_names[] = {
 
 /* The keys of each object, in the order they are written. */
 static const char *const top_keys[] = {"format", "version", "step", "duration_ns",
-                                       "capacity", "?kernel_overhead_ns", "tokens", "ops",
+                                       "capacity", "?kernel_overhead_ns", "?copy_latency_ns", "tokens", "ops",
                                        "swaps"};
 static const char *const op_keys[] = {"token", "phase", "mem_before", "mem_after",
                                       "?cost_ns", "?comm_ns", "?comm_waited", "?recomputable",
@@ -148,7 +148,8 @@ static cham_status_t check_profile(const cham_profile_t *p, char *msg, size_t ms
         const char *key;
         uint64_t v;
     } top[] = {{"step", p->step}, {"duration_ns", p->duration_ns}, {"capacity", p->capacity},
-               {"kernel_overhead_ns", p->kernel_overhead_ns}};
+               {"kernel_overhead_ns", p->kernel_overhead_ns},
+               {"copy_latency_ns", p->copy_latency_ns}};
     for (size_t i = 0; i < N_KEYS(top); i++) {
         if (top[i].v > MAX_EXACT) {
             cham_set_err(msg, msg_size, "%s: %" PRIu64 " is above 2^53 - 1", top[i].key, top[i].v);
@@ -321,6 +322,8 @@ static bool write_profile(FILE *fp, const void *obj)
             "  \"capacity\": %" PRIu64 ",\n", p->step, p->duration_ns, p->capacity);
     if (p->kernel_overhead_ns)
         fprintf(fp, "  \"kernel_overhead_ns\": %" PRIu64 ",\n", p->kernel_overhead_ns);
+    if (p->copy_latency_ns)
+        fprintf(fp, "  \"copy_latency_ns\": %" PRIu64 ",\n", p->copy_latency_ns);
     fputs(p->n_tokens ? "  \"tokens\": [\n" : "  \"tokens\": [", fp);
     for (size_t t = 0; t < p->n_tokens; t++) {
         if (!cham_json_write_value(fp, json_string(p->token_names[t]), t + 1 == p->n_tokens))
@@ -565,13 +568,15 @@ static bool read_profile(cham_json_reader_t *r, const json_t *root, cham_profile
     if (!p)
         return cham_json_fail(r, CHAM_ERR_HOST_OOM, "out of host memory");
     cham_profile_set_duration(p, duration);
-    uint64_t overhead = 0;
-    if (json_object_get(root, "kernel_overhead_ns") &&
-        !cham_json_read_u53(r, root, "kernel_overhead_ns", &overhead)) {
+    uint64_t overhead = 0, latency = 0;
+    if ((json_object_get(root, "kernel_overhead_ns") &&
+         !cham_json_read_u53(r, root, "kernel_overhead_ns", &overhead)) ||
+        (json_object_get(root, "copy_latency_ns") &&
+         !cham_json_read_u53(r, root, "copy_latency_ns", &latency))) {
         cham_profile_free(p);
         return false;
     }
-    cham_profile_set_kernel_overhead(p, overhead);
+    cham_profile_set_fixed_costs(p, overhead, latency);
     if (!read_tokens(r, root, p) || !read_ops(r, root, p) || !read_swaps(r, root, p)) {
         cham_profile_free(p);
         return false;

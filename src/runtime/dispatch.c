@@ -536,5 +536,6 @@ void cham_dispatch_start_profile(cham_context_t *ctx)
     if (!ctx->building)
         profile_failed(ctx);
     else
-        cham_profile_set_kernel_overhead(ctx->building, info.kernel_overhead_ns);
+        cham_profile_set_fixed_costs(ctx->building, info.kernel_overhead_ns,
+                                     info.copy_latency_ns);
 }
