@@ -174,6 +174,7 @@ typedef struct cham_check_candidate {
     cham_plan_t *plan;            /* retained */
     uint64_t trial_ns;            /* its trial's step */
     uint64_t stable_ns;           /* the mean of its Stable steps; 0: not measured */
+    bool ran_out;                 /* a Stable step of it needed passive swaps */
 } cham_check_candidate_t;
 
 typedef struct cham_check {

@@ -5,6 +5,8 @@
  * makes it slower than its trial said, the next trial by time may be the
  * faster policy in the loop: it is applied in turn, and the policy whose
  * Stable steps measure least is kept. */
+#include <stdint.h>
+
 #include "common/assert.h"
 #include "runtime/runtime-impl.h"
 
@@ -42,6 +44,24 @@ void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cha
         k->class_id = class_id;
 }
 
+/* Of the candidates measured so far, the fastest that ran clean in
+ * Stable when it is within 10% of the fastest (a policy that runs out of
+ * memory in Stable leans on passive swaps, as best_trial's trials do),
+ * else the fastest. */
+static size_t best_measured(const cham_check_t *k)
+{
+    size_t best = 0, clean = SIZE_MAX;
+    for (size_t i = 0; i <= k->at; i++) {
+        if (k->cand[i].stable_ns < k->cand[best].stable_ns)
+            best = i;
+        if (!k->cand[i].ran_out &&
+            (clean == SIZE_MAX || k->cand[i].stable_ns < k->cand[clean].stable_ns))
+            clean = i;
+    }
+    uint64_t m = k->cand[best].stable_ns;
+    return clean != SIZE_MAX && k->cand[clean].stable_ns <= m + m / 10 ? clean : best;
+}
+
 cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, bool passive,
                                        cham_plan_t **plan)
 {
@@ -51,19 +71,19 @@ cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, bool p
     /* A policy that ran out of memory in Stable runs out again, where its
      * trial had not: the steps already timed say what it takes, and the
      * next candidate need not wait for more of them. */
+    k->cand[k->at].ran_out |= passive;
     if (++k->n_samples < CHAM_CHECK_STEPS && !passive)
         return CHAM_CHECK_MEASURING;
     k->cand[k->at].stable_ns = k->sum_ns / k->n_samples;
     k->sum_ns = 0;
     k->n_samples = 0;
-    size_t best = 0;
-    for (size_t i = 1; i <= k->at; i++)
-        if (k->cand[i].stable_ns < k->cand[best].stable_ns)
-            best = i;
-    /* The next one is tried only where its trial beats what the best so
-     * far measures by more than noise: each try costs its Stable steps. */
+    size_t best = best_measured(k);
+    /* The next one is tried where its trial beats what the best so far
+     * measures by more than noise (each try costs its Stable steps), or
+     * where the best so far runs out of memory in Stable. */
     uint64_t m = k->cand[best].stable_ns;
-    if (k->at + 1 < k->n && k->cand[k->at + 1].trial_ns < m - m / 100) {
+    if (k->at + 1 < k->n &&
+        (k->cand[k->at + 1].trial_ns < m - m / 100 || k->cand[best].ran_out)) {
         k->at++;
         *plan = k->cand[k->at].plan;
         return CHAM_CHECK_TRY_NEXT;
