@@ -502,8 +502,9 @@ static cham_status_t take_expandable(cham_allocator_t *a, cham_stream_t *stream,
             b->state = CHAM_BLOCK_ALLOCATED;       /* not free while it is backed */
             split_front(a, b, offset);
         } else if ((st = cham_alloc_vm_segment_new(a, stream, sid, rounded, small, &b, dev_err,
-                                                 dev_err_size)) != CHAM_OK)
+                                                   dev_err_size)) != CHAM_OK) {
             return st;
+        }
         b->seg->stream = stream;
         split(a, b, rounded);
         dev_err[0] = '\0';
