@@ -271,11 +271,12 @@ void cham_alloc_vm_note_free(cham_allocator_t *alloc, const cham_block_t *block)
 /* expandable.c: records the checkpoint events when they are due (called
  * at every dispatched op); frees them all, and reclaim's scratch. */
 void cham_alloc_vm_checkpoint(cham_allocator_t *alloc);
-/* expandable.c: records a checkpoint on the stream of a block just
- * released after an op, behind the waits for its copies: its granules can
- * move once those copies are done, without waiting for the stream's later
- * work or other blocks' copies. */
-void cham_alloc_vm_checkpoint_released(cham_allocator_t *alloc, const cham_segment_t *seg);
+/* expandable.c: records a checkpoint on the segment's stream now, behind
+ * the work queued there so far: after a block released after an op (behind
+ * the waits for its copies: its granules can move once those copies are
+ * done, without waiting for the stream's later work or other blocks'
+ * copies), and after a large free (cham_alloc_vm_note_free). */
+void cham_alloc_vm_checkpoint_now(cham_allocator_t *alloc, const cham_segment_t *seg);
 void cham_alloc_vm_free_checkpoints(cham_allocator_t *alloc);
 
 /* stats.c: the largest cached free block over both pools and all streams. */

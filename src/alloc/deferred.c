@@ -225,7 +225,7 @@ static void release_op_block(cham_allocator_t *a, cham_block_t *b)
     const cham_segment_t *seg = b->seg;
     finish_deferred(a, b);
     if (waited && a->granularity)
-        cham_alloc_vm_checkpoint_released(a, seg);
+        cham_alloc_vm_checkpoint_now(a, seg);
 }
 
 cham_status_t cham_block_free_after_op(cham_allocator_t *a, cham_block_t *b,

@@ -132,7 +132,7 @@ void cham_alloc_vm_note_free(cham_allocator_t *a, const cham_block_t *b)
     cham_vm_checkpoints_t *c = a->checkpoints[seg->stream_id];
     if (b->size >= g && c && c->free_op != a->op_counter + 1) {
         c->free_op = a->op_counter + 1;
-        record_checkpoint(a, seg, ++a->vm_tick);
+        cham_alloc_vm_checkpoint_now(a, seg);
     }
 }
 
@@ -146,7 +146,7 @@ void cham_alloc_vm_checkpoint(cham_allocator_t *a)
         record_checkpoint(a, seg, a->vm_tick);
 }
 
-void cham_alloc_vm_checkpoint_released(cham_allocator_t *a, const cham_segment_t *seg)
+void cham_alloc_vm_checkpoint_now(cham_allocator_t *a, const cham_segment_t *seg)
 {
     a->vm_tick++;
     record_checkpoint(a, seg, a->vm_tick);

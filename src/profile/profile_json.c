@@ -52,8 +52,8 @@ static const char *const swap_kind_names[] = {
 
 /* The keys of each object, in the order they are written. */
 static const char *const top_keys[] = {"format", "version", "step", "duration_ns",
-                                       "capacity", "?kernel_overhead_ns", "?copy_latency_ns", "tokens", "ops",
-                                       "swaps"};
+                                       "capacity", "?kernel_overhead_ns", "?copy_latency_ns",
+                                       "tokens", "ops", "swaps"};
 static const char *const op_keys[] = {"token", "phase", "mem_before", "mem_after",
                                       "?cost_ns", "?comm_ns", "?comm_waited", "?recomputable",
                                       "?block", "uses"};
