@@ -313,10 +313,8 @@ static void measure_trial(cham_context_t *ctx, cham_trial_t *t, size_t k, uint64
 }
 
 /* The fastest measured of n trials (within the budget, in advisor mode,
- * if any is), or the fastest clean one when it is
- * within 10% of that (a policy that needed passive swaps in its trial may
- * need more later, when the step's timing differs; but a clean one much
- * slower is no bargain), or at any time with clean_first; NULL when none
+ * if any is), or the fastest clean one when it is close to that
+ * (cham_clean_is_close), or at any time with clean_first; NULL when none
  * was measured. */
 static cham_plan_t *best_trial(cham_context_t *ctx, const cham_trial_t *trials, size_t n,
                                bool clean_first)
@@ -336,7 +334,7 @@ static cham_plan_t *best_trial(cham_context_t *ctx, const cham_trial_t *trials, 
         if (t->step_ns && cham_trial_clean(t) && (!best_clean || t->step_ns < best_clean->step_ns))
             best_clean = t;
     }
-    if (best_clean && (clean_first || (double)best_clean->step_ns <= 1.1 * (double)best->step_ns))
+    if (best_clean && (clean_first || cham_clean_is_close(best_clean->step_ns, best->step_ns)))
         best = best_clean;
     if (!best)
         return NULL;

@@ -165,6 +165,15 @@ static inline bool cham_trial_clean(const cham_trial_t *t)
     return t->passive == 0 && t->on_demand == 0 && t->over_budget == 0;
 }
 
+/* A policy that ran clean, in clean_ns, is kept over the fastest, in
+ * fastest_ns, that did not, when it is within 10% of it: one that needed
+ * passive swaps may need more later, but a clean one much slower is no
+ * bargain. The trials (loop.c's best_trial) and the check in Stable alike. */
+static inline bool cham_clean_is_close(uint64_t clean_ns, uint64_t fastest_ns)
+{
+    return (double)clean_ns <= 1.1 * (double)fastest_ns;
+}
+
 /* stable_check.c: the kept policy and the next trials by time, each
  * measured over CHAM_CHECK_STEPS Stable steps until the fastest is known
  * (docs/executor.md, "The kept policy checked in Stable"). */

@@ -45,9 +45,8 @@ void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cha
 }
 
 /* Of the candidates measured so far, the fastest that ran clean in
- * Stable when it is within 10% of the fastest (a policy that runs out of
- * memory in Stable leans on passive swaps, as best_trial's trials do),
- * else the fastest. */
+ * Stable when it is close to the fastest (cham_clean_is_close), else the
+ * fastest. */
 static size_t best_measured(const cham_check_t *k)
 {
     size_t best = 0, clean = SIZE_MAX;
@@ -58,8 +57,8 @@ static size_t best_measured(const cham_check_t *k)
             (clean == SIZE_MAX || k->cand[i].stable_ns < k->cand[clean].stable_ns))
             clean = i;
     }
-    uint64_t m = k->cand[best].stable_ns;
-    return clean != SIZE_MAX && k->cand[clean].stable_ns <= m + m / 10 ? clean : best;
+    return clean != SIZE_MAX && cham_clean_is_close(k->cand[clean].stable_ns,
+                                                    k->cand[best].stable_ns) ? clean : best;
 }
 
 cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, bool passive,
