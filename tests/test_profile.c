@@ -396,6 +396,28 @@ static void test_round_trip(void **state)
     assert_same_profile(p, q);
     cham_profile_free(q);
     cham_profile_free(p);
+
+    /* Empty lists inside: a first op that uses no tensor (its uses[] grew
+     * by 0 on load and was taken for an allocation failure), one in the
+     * middle and one last, and a step without swaps or tokens. */
+    p = cham_profile_new(3, 1024);
+    add_op(p, 0, 0);
+    assert_true(cham_profile_begin_op(p, 1, CHAM_PHASE_FORWARD, -1, 0));
+    cham_tensor_use_t u = {.storage = 1, .bytes = 8, .storage_bytes = 8,
+                           .dtype = CHAM_DTYPE_F32, .output = true};
+    assert_true(cham_profile_add_use(p, &u));
+    cham_profile_end_op(p, 8);
+    add_op(p, 8, 8);
+    add_op(p, 8, 8);
+    assert_true(cham_profile_set_tokens(p, sample_tokens, 2));
+    assert_int_equal(cham_profile_save_json(p, path, err, sizeof err), CHAM_OK);
+    st = cham_profile_load_json(path, &q, err, sizeof err);
+    if (st != CHAM_OK)
+        print_error("%s\n", err);
+    assert_int_equal(st, CHAM_OK);
+    assert_same_profile(p, q);
+    cham_profile_free(q);
+    cham_profile_free(p);
     unlink(path);
     unlink(path2);
 }
