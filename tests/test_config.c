@@ -276,11 +276,11 @@ static void test_absent_keys_keep_values(void **state)
     c = start;
     assert_int_equal(cham_config_load_json(write_file(fx, "two.json",
                                                       "{\"mode\": \"advisor\", "
-                                                      "\"genpolicy_steps\": 0}"),
+                                                      "\"genpolicy_steps\": 1}"),
                                            &c, err, sizeof err), CHAM_OK);
     cham_config_t want = start;
     want.mode = CHAM_MODE_ADVISOR;
-    want.genpolicy_steps = 0;
+    want.genpolicy_steps = 1;
     assert_configs_equal(&c, &want);
 
     /* null resets the preset to the default one. */
@@ -477,9 +477,12 @@ static const bad_file_t bad_files[] = {
     {"warmup-frac.json", "{\"warmup_steps\": 2.5}",
      {": key \"warmup_steps\": expected a non-negative integer, got 2.5"}},
     {"genpolicy.json", "{\"genpolicy_steps\": -3}",
-     {": key \"genpolicy_steps\": -3 is out of range [0, 1000000]"}},
+     {": key \"genpolicy_steps\": -3 is out of range [1, 1000000]"}},
     {"genpolicy-big.json", "{\"genpolicy_steps\": 1000001}",
-     {": key \"genpolicy_steps\": 1000001 is out of range [0, 1000000]"}},
+     {": key \"genpolicy_steps\": 1000001 is out of range [1, 1000000]"}},
+    /* No step to try a policy in: Stable would never get one. */
+    {"genpolicy-0.json", "{\"warmup_steps\": 0, \"genpolicy_steps\": 0}",
+     {": key \"genpolicy_steps\": 0 is out of range [1, 1000000]"}},
     {"syntax.json", "{\n  \"mode\": \"managed\",\n  \"score_c\": 1.0,,\n}\n",
      {":3:", ": syntax error: "}},
     {"unterminated.json", "{\n  \"mode\": \"managed\"\n", {":3:", ": syntax error: "}},
@@ -764,7 +767,7 @@ static const bad_config_t bad_configs[] = {
     {score_inf, "score_c: inf is out of range [0, 1e6]"},
     {score_neg, "score_c: -2 is out of range [0, 1e6]"},
     {warmup_big, "warmup_steps: 2000000 is out of range [0, 1000000]"},
-    {genpolicy_max, "genpolicy_steps: 4294967295 is out of range [0, 1000000]"},
+    {genpolicy_max, "genpolicy_steps: 4294967295 is out of range [1, 1000000]"},
     {budget_zero, "pinned_budget: 0 is out of range (0, 16EiB) bytes"},
     {capacity_big, "device.capacity: 71468255805440 is out of range [0, 64TiB]"},
     {flops_neg, "device.peak_flops: -1 is out of range 0 (the preset's) or [1e6, 1e18]"},

@@ -245,6 +245,68 @@ static void test_input_overwritten(void **state)
     cham_tensor_release(x);
 }
 
+/* The host writes x's next bytes into its own buffer (an optimizer on the
+ * host), then says they are queued. */
+static void host_update(fixture_t *f, cham_tensor_t *x, void *host, unsigned seed)
+{
+    assert_int_equal(cham_tensor_host_update(x, host), CHAM_OK);
+    for (size_t i = 0; i < N; i++)
+        ((unsigned char *)host)[i] = (unsigned char)(i * 7 + seed);
+    assert_int_equal(cham_tensor_host_ready(x, cham_context_compute_stream(f->ctx)), CHAM_OK);
+}
+
+/* An update on the host is a write to the input of a recomputable op, as
+ * an op's is: y dropped before it is made from the old bytes first; a y
+ * still on the device is no longer recomputable after it (a drop by the
+ * caller is refused, and so none by the out-of-memory path can happen);
+ * the same for bytes written through cham_tensor_data outside an op. */
+static void test_host_write_of_an_input(void **state)
+{
+    fixture_t *f = *state;
+    cham_device_t *dev = cham_context_device(f->ctx);
+    void *host;
+    assert_int_equal(cham_device_host_alloc(dev, N, &host), CHAM_OK);
+    cham_tensor_t *x = new_tensor(f, "x"), *y = new_tensor(f, "y");
+    unsigned char buf[N];
+
+    /* Dropped before the update. */
+    fill(f, x, 1);
+    compute(f, TAG_AFFINE, &x, 1, y);
+    assert_int_equal(cham_tensor_drop(y), CHAM_OK);
+    host_update(f, x, host, 2);
+    assert_int_equal(cham_tensor_residency(y), CHAM_RESIDENT_DEVICE);
+    read_back(f, y, buf);
+    expect_affine(buf, 1);
+    read_back(f, x, buf);
+    assert_int_equal(buf[1], (unsigned char)(7 + 2));
+
+    /* Dropped after it. */
+    fill(f, x, 3);
+    compute(f, TAG_AFFINE, &x, 1, y);
+    host_update(f, x, host, 4);
+    assert_int_equal(cham_tensor_drop(y), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(f->ctx), "written since"));
+    read_back(f, y, buf);
+    expect_affine(buf, 3);
+
+    /* Written through its address outside an op. */
+    fill(f, x, 5);
+    compute(f, TAG_AFFINE, &x, 1, y);
+    assert_int_equal(cham_tensor_drop(y), CHAM_OK);
+    unsigned char *p = cham_tensor_data(x);
+    assert_non_null(p);
+    assert_int_equal(cham_tensor_residency(y), CHAM_RESIDENT_DEVICE);
+    cham_device_synchronize(dev);
+    memset(p, 0xee, N);
+    read_back(f, y, buf);
+    expect_affine(buf, 5);
+    assert_int_equal(cham_tensor_drop(y), CHAM_ERR_INVALID_ARG);
+
+    cham_tensor_release(y);
+    cham_tensor_release(x);
+    cham_device_host_free(dev, host);
+}
+
 /* What cannot be recomputed is refused, each with its reason. */
 static void test_refusals(void **state)
 {
@@ -480,6 +542,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dropped_tensor_comes_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chain, setup, teardown),
         cmocka_unit_test_setup_teardown(test_input_overwritten, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_host_write_of_an_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hook_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_release_dropped, setup, teardown),

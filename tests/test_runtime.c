@@ -796,6 +796,15 @@ static void test_zero_byte_tensors(void **state)
     assert_int_equal(cham_tensor_wrap(ctx, NULL, 8, CHAM_DTYPE_I64, "null", &x),
                      CHAM_ERR_INVALID_ARG);
     test_assert_contains(cham_context_last_error(ctx), "8 bytes at NULL");
+    /* More than the device holds is no tensor it could have (and the step
+     * hook's totals would overflow with a few). */
+    assert_int_equal(cham_tensor_wrap(ctx, (void *)0x1000, SIZE_MAX / 2, CHAM_DTYPE_U8, "vast",
+                                      &x), CHAM_ERR_INVALID_ARG);
+    test_assert_contains(cham_context_last_error(ctx), "is more than the device's 16777216");
+    assert_null(x);
+    assert_int_equal(cham_tensor_wrap(ctx, (void *)0x1000, 16 * MiB, CHAM_DTYPE_U8, "all", &x),
+                     CHAM_OK);
+    cham_tensor_release(x);
     cham_tensor_release(e);
     cham_context_free(ctx);
 }

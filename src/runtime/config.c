@@ -135,7 +135,8 @@ static const field_t fields[] = {
     INTF("allocator_shift", allocator_shift, K_SHIFT, 0, 10, "\"auto\" or [0, 10]"),
     PLAINF("allocator", allocator, K_ALLOCATOR),
     INTF("warmup_steps", warmup_steps, K_U32, 0, 1000000, "[0, 1000000]"),
-    INTF("genpolicy_steps", genpolicy_steps, K_U32, 0, 1000000, "[0, 1000000]"),
+    /* 0 would reach Stable with no step to try a policy in: never a plan. */
+    INTF("genpolicy_steps", genpolicy_steps, K_U32, 1, 1000000, "[1, 1000000]"),
     REALF("length_tolerance", length_tolerance, 0, 1, false, true, false, "[0, 1)"),
     REALF("cosine_threshold", cosine_threshold, 0, 1, true, false, false, "(0, 1]"),
     REALF("score_c", score_c, 0, 1e6, false, false, false, "[0, 1e6]"),

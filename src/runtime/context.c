@@ -8,29 +8,57 @@
 
 #include "chameleon/profile.h"
 #include "common/assert.h"
+#include "common/message.h"
 #include "runtime/runtime-impl.h"
 
 static _Thread_local char new_error[512];
 
+/* Errors and log lines quote the caller's labels and names: escaped
+ * (cham_escape_line), a newline in one cannot forge a line. */
 void cham_context_error(cham_context_t *ctx, const char *fmt, ...)
 {
+    char raw[sizeof new_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(ctx ? ctx->error : new_error, sizeof new_error, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    cham_escape_line(ctx ? ctx->error : new_error, sizeof new_error, raw);
 }
 
 void cham_context_log(cham_context_t *ctx, const char *fmt, ...)
 {
-    char line[512];
+    char raw[512], line[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
-    if (ctx->log_hook)
+    cham_escape_line(line, sizeof line, raw);
+    if (ctx->log_hook) {
+        const char *outer = cham_hook_enter(ctx, "the log hook");
         ctx->log_hook(line, ctx->log_hook_user);
-    else
+        ctx->hook = outer;
+    } else {
         fprintf(stderr, "chameleon: %s\n", line);
+    }
+}
+
+cham_status_t cham_hook_refuse(cham_context_t *ctx, const char *call)
+{
+    if (!ctx->hook)
+        return CHAM_OK;
+    cham_context_error(ctx, "%s called from %s: hooks observe and launch kernels, they do not "
+                       "call back into the runtime (do it after the hook returns)", call,
+                       ctx->hook);
+    return CHAM_ERR_INVALID_ARG;
+}
+
+void cham_hook_forbid(const cham_context_t *ctx, const char *call)
+{
+    if (!ctx->hook)
+        return;
+    fprintf(stderr, "chameleon: %s called from %s: hooks do not call back into the runtime\n",
+            call, ctx->hook);
+    CHAM_ASSERT(!ctx->hook && "no runtime call from a hook");
 }
 
 const char *cham_context_last_error(const cham_context_t *ctx)
@@ -151,6 +179,7 @@ void cham_context_free(cham_context_t *ctx)
 {
     if (!ctx)
         return;
+    cham_hook_forbid(ctx, "cham_context_free");
     CHAM_ASSERT(ctx->live_storages == 0 && "release every tensor before freeing the context");
     if (ctx->dev)
         cham_device_synchronize(ctx->dev);
@@ -202,6 +231,8 @@ uint64_t cham_context_min_swap(const cham_context_t *ctx)
 cham_status_t cham_context_set_memory_budget(cham_context_t *ctx, uint64_t bytes)
 {
     CHAM_ASSERT(ctx);
+    if (cham_hook_refuse(ctx, "cham_context_set_memory_budget") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (ctx->stats.policies_generated || ctx->stats.policy_failures) {
         cham_context_error(ctx, "memory budget: a policy was already planned for %llu bytes; "
                            "the budget changes only before the first (make a new context)",

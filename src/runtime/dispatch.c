@@ -77,6 +77,7 @@ static void use(cham_context_t *ctx, cham_tensor_t *t, bool output,
     }
     s->feat.dtype = (uint32_t)t->dtype;
     s->holds_data = true;
+    cham_victims_update(s);
     if (ctx->building && !ctx->profile_failed)
         record_use(ctx, t, output);
     cham_match_t *m = ctx->exec.plan ? &ctx->exec.plan->match : NULL;
@@ -180,11 +181,8 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
                            cham_op_name(ctx, token), ctx->ops_in_step - 1);
         return CHAM_ERR_INVALID_ARG;
     }
-    if (ctx->in_recompute_hook) {
-        cham_context_error(ctx, "op \"%s\" begun from the recompute hook: the hook launches "
-                           "kernels, it does not dispatch ops", cham_op_name(ctx, token));
+    if (cham_hook_refuse(ctx, "cham_op_begin") != CHAM_OK)
         return CHAM_ERR_INVALID_ARG;
-    }
     if (token < 0 || (uint32_t)token >= ctx->tokens.n) {
         cham_context_error(ctx, "op begin: unknown op token %d", (int)token);
         return CHAM_ERR_INVALID_ARG;
@@ -276,6 +274,8 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
 cham_status_t cham_op_end(cham_context_t *ctx)
 {
     CHAM_ASSERT(ctx);
+    if (cham_hook_refuse(ctx, "cham_op_end") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (!ctx->in_op) {
         cham_context_error(ctx, "op end without op begin (after op %u of step %llu)",
                            ctx->ops_in_step, (unsigned long long)ctx->number);
@@ -296,6 +296,8 @@ cham_status_t cham_op_end(cham_context_t *ctx)
 /* Whether an op is being dispatched; if not, the error names `who`. */
 static bool dispatching(cham_context_t *ctx, const char *who)
 {
+    if (cham_hook_refuse(ctx, who) != CHAM_OK)
+        return false;
     if (!ctx->in_op)
         cham_context_error(ctx, "%s: no op is being dispatched (call it between cham_op_begin "
                                 "and cham_op_end)", who);
@@ -350,6 +352,8 @@ uint64_t cham_context_ops(const cham_context_t *ctx)
 cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase)
 {
     CHAM_ASSERT(ctx);
+    if (cham_hook_refuse(ctx, "cham_phase") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if ((int)phase < 0 || phase > CHAM_PHASE_EVAL) {
         cham_context_error(ctx, "unknown phase %d", (int)phase);
         return CHAM_ERR_INVALID_ARG;
@@ -362,6 +366,8 @@ cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase)
 cham_status_t cham_set_block(cham_context_t *ctx, int32_t block)
 {
     CHAM_ASSERT(ctx);
+    if (cham_hook_refuse(ctx, "cham_set_block") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (block < -1) {
         cham_context_error(ctx, "cham_set_block: %d is not a block (0, 1, ... or -1 for none)",
                            (int)block);
@@ -439,6 +445,8 @@ static uint64_t over_budget(cham_context_t *ctx)
 cham_status_t cham_step_end(cham_context_t *ctx)
 {
     CHAM_ASSERT(ctx);
+    if (cham_hook_refuse(ctx, "cham_step_end") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (ctx->in_op) {
         cham_context_error(ctx, "step end inside op %u: end the op first", ctx->ops_in_step - 1);
         return CHAM_ERR_INVALID_ARG;
@@ -507,7 +515,9 @@ cham_status_t cham_step_end(cham_context_t *ctx)
                                .policies_generated = ctx->stats.policies_generated,
                                .peak_bytes = ctx->step_mem_peak,
                                .over_budget_bytes = ctx->step_over_budget};
+        const char *outer = cham_hook_enter(ctx, "the step hook");
         ctx->step_hook(ctx, &e, ctx->step_hook_user);
+        ctx->hook = outer;
     }
     ctx->step_mem_peak = ctx->stats.mem_in_use;
     ctx->number++;

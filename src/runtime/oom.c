@@ -10,58 +10,53 @@
  * swaps: the resident storage whose size is closest to the request from
  * above, or, when none is big enough, the storages of the cheapest run of
  * neighbouring blocks that would hold it (defragmentation by eviction),
- * each ordered by events; retried until the request fits or nothing
- * movable is left. docs/executor.md, "The OOM path". */
+ * each ordered by events; retried until the request fits, nothing movable
+ * is left, or the loop stops making progress (a storage moved out for the
+ * request is back). Victims come from victims.c's index, O(log n) each.
+ * docs/executor.md, "The OOM path". */
+#include <stdio.h>
+
 #include "common/assert.h"
 #include "runtime/runtime-impl.h"
-
-/* Can s be moved out to make room now? Not if the op being begun uses it,
- * not if it holds no data (its block is given back without a copy
- * instead), not if it has no bytes, and only from the device. */
-static bool movable(const cham_context_t *ctx, const cham_storage_t *s)
-{
-    return s->block && s->holds_data && s->bytes && s->pin != ctx->pin &&
-           (s->residency == CHAM_RESIDENT_DEVICE || s->residency == CHAM_RESIDENT_MOVING_IN);
-}
 
 static bool block_movable(const cham_block_t *b, void *user)
 {
     const cham_storage_t *s = cham_block_owner(b);
-    return s && movable(user, s);
-}
-
-/* The victim: the smallest movable storage of at least bytes (its block
- * alone makes room), else the largest. NULL if none. */
-static cham_storage_t *closest_victim(const cham_context_t *ctx, size_t bytes, bool *enough)
-{
-    cham_storage_t *above = NULL, *below = NULL;
-    for (cham_storage_t *s = ctx->storages; s; s = s->next) {
-        if (!movable(ctx, s))
-            continue;
-        if (s->bytes >= bytes) {
-            if (!above || s->bytes < above->bytes)
-                above = s;
-        } else if (!below || s->bytes > below->bytes) {
-            below = s;
-        }
-    }
-    *enough = above != NULL;
-    return above ? above : below;
+    return s && cham_victims_movable(user, s);
 }
 
 #define MAX_WINDOW 32
+
+/* One request's OOM episode: what it did, for the error message. */
+typedef struct oom_episode {
+    uint64_t n_moved, moved;      /* storages moved out or dropped, and their bytes */
+    uint64_t first_new_id;        /* storages from this id on were made during it */
+    const cham_storage_t *stuck;  /* why it stopped without progress, or NULL */
+    bool move_failed;             /* a move's own error ended it (its message set) */
+} oom_episode_t;
 
 /* Moves a storage out passively: its block is reusable at once, behind
  * the compute stream's wait on the copy. Or drops it, when its op can run
  * again for less than the copies out and back would take on the links
  * (the caller gave the op a cost; config recompute on): Capuchin's
- * choice, made per tensor. */
-static cham_status_t move_out(cham_context_t *ctx, cham_storage_t *s, uint64_t *n_moved,
-                              uint64_t *moved)
+ * choice, made per tensor.
+ *
+ * Each storage that existed when the request failed leaves at most once
+ * for it, and none made since leaves: one that is back on the device (a
+ * swap hook that swaps it in again) or new (a hook that makes tensors)
+ * means the room made is taken as fast as it is made. That bounds the
+ * loop by the storages alive at its start; the episode stops there with
+ * CHAM_ERR_OUT_OF_MEMORY (ep->stuck). */
+static cham_status_t move_out(cham_context_t *ctx, cham_storage_t *s, oom_episode_t *ep)
 {
+    if (s->victim.episode == ctx->oom.episode || s->id >= ep->first_new_id) {
+        ep->stuck = s;
+        return CHAM_ERR_OUT_OF_MEMORY;
+    }
+    s->victim.episode = ctx->oom.episode;
     uint64_t now = ctx->ops_total ? ctx->ops_total - 1 : 0;
-    (*n_moved)++;
-    *moved += s->bytes;
+    ep->n_moved++;
+    ep->moved += s->bytes;
     double rerun = ctx->config.recompute ? cham_recompute_cost(s) : -1;
     if (rerun >= 0 && s->residency == CHAM_RESIDENT_DEVICE) {
         cham_device_info_t info;
@@ -73,7 +68,9 @@ static cham_status_t move_out(cham_context_t *ctx, cham_storage_t *s, uint64_t *
             return CHAM_OK;
         }
     }
-    return cham_storage_swap_out(s, CHAM_SWAP_PASSIVE, now);
+    cham_status_t st = cham_storage_swap_out(s, CHAM_SWAP_PASSIVE, now);
+    ep->move_failed = st != CHAM_OK;
+    return st;
 }
 
 /* Gives back the blocks of storages that hold no data, so this costs no
@@ -84,8 +81,10 @@ static cham_status_t move_out(cham_context_t *ctx, cham_storage_t *s, uint64_t *
 static uint64_t release_unused(cham_context_t *ctx)
 {
     uint64_t bytes = 0;
-    for (cham_storage_t *s = ctx->storages; s; s = s->next) {
-        if (!s->block || s->holds_data || s->residency != CHAM_RESIDENT_DEVICE)
+    cham_storage_t *next;
+    for (cham_storage_t *s = cham_victims_unused_first(ctx); s; s = next) {
+        next = cham_victims_unused_next(s);     /* s leaves the index here */
+        if (s->residency != CHAM_RESIDENT_DEVICE)
             continue;
         if (s->pin == ctx->pin &&
             (s->input_pin == ctx->pin || !ctx->in_begin || ctx->preparing_outputs))
@@ -102,7 +101,7 @@ static uint64_t release_unused(cham_context_t *ctx)
  * device leaves room for a new one (defragmentation by eviction). *done
  * says whether there was such a set. */
 static cham_status_t evict_window(cham_context_t *ctx, size_t bytes, bool *done,
-                                  uint64_t *n_moved, uint64_t *moved)
+                                  oom_episode_t *ep)
 {
     cham_block_t *blocks[MAX_WINDOW];
     long n = cham_allocator_find_window(ctx->mem, bytes, ctx->compute, block_movable, ctx,
@@ -115,11 +114,43 @@ static cham_status_t evict_window(cham_context_t *ctx, size_t bytes, bool *done,
         return CHAM_OK;
     ctx->stats.defrag_evictions++;
     for (long i = 0; i < n; i++) {
-        cham_status_t st = move_out(ctx, cham_block_owner(blocks[i]), n_moved, moved);
+        cham_status_t st = move_out(ctx, cham_block_owner(blocks[i]), ep);
         if (st != CHAM_OK)
             return st;
     }
     return CHAM_OK;
+}
+
+/* Algorithm 3's loop once the allocator's own fallback failed: what makes
+ * room without a copy first, then passive swaps; retried until the block
+ * fits (CHAM_OK), nothing is left to move or the loop makes no progress
+ * (CHAM_ERR_OUT_OF_MEMORY), or a move fails (its status, ep->move_failed).
+ * Each pass either moves a storage out for the first time in the episode
+ * or takes frees that only those moves make, so it ends. */
+static cham_status_t make_room(cham_context_t *ctx, size_t bytes, oom_episode_t *ep,
+                               cham_block_t **out)
+{
+    cham_status_t st = CHAM_ERR_OUT_OF_MEMORY;
+    while (st == CHAM_ERR_OUT_OF_MEMORY) {
+        /* Frees that wait on host event queries (PyTorch's recordStream) are
+         * waited for, as PyTorch does: the host blocks, nothing moves. */
+        if (cham_allocator_sync_deferred(ctx->mem) == 0 && release_unused(ctx) == 0) {
+            bool enough;
+            cham_storage_t *victim = cham_victims_closest(ctx, bytes, &enough);
+            if (!victim)
+                return CHAM_ERR_OUT_OF_MEMORY;
+            bool evicted = false;
+            st = CHAM_OK;
+            if (!enough)
+                st = evict_window(ctx, bytes, &evicted, ep);
+            if (st == CHAM_OK && !evicted)
+                st = move_out(ctx, victim, ep);
+            if (st != CHAM_OK)
+                return st;
+        }
+        st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
+    }
+    return st;
 }
 
 bool cham_oom_passive(const cham_context_t *ctx)
@@ -128,6 +159,35 @@ bool cham_oom_passive(const cham_context_t *ctx)
      * (Capuchin evicts on demand, as its paper's passive mode does). */
     return ctx->config.mode == CHAM_MODE_MANAGED && ctx->config.oom_handling &&
            !(ctx->config.planner == CHAM_PLANNER_VDNN && ctx->exec.plan);
+}
+
+/* The error of a request the OOM path could not meet: the sizes, what was
+ * tried, and why it stopped. */
+static void report_oom(cham_context_t *ctx, const cham_storage_t *owner, const char *what,
+                       size_t bytes, const oom_episode_t *ep)
+{
+    cham_oom_info_t oom;
+    cham_allocator_last_oom(ctx->mem, &oom);
+    cham_alloc_stats_t as;
+    cham_allocator_get_stats(ctx->mem, &as);
+    char why[320];
+    if (!ep->stuck)
+        cham_copy_str(why, sizeof why, "nothing the current op does not use is left to move");
+    else
+        snprintf(why, sizeof why, "stopped without progress: \"%s\" (storage %llu) %s; a hook "
+                 "that brings tensors back or makes new ones takes the room as it is made",
+                 ep->stuck->label, (unsigned long long)ep->stuck->id,
+                 ep->stuck->id >= ep->first_new_id ? "was made while room was being made"
+                                                   : "was moved out for this request and is "
+                                                     "back on the device");
+    cham_context_error(ctx, "%s \"%s\": out of device memory: %zu bytes requested, capacity %llu, "
+                       "%llu allocated, largest free block %llu, %llu bytes waiting for a later "
+                       "op before reuse. Tried: handing back the blocks of swap-outs, returning "
+                       "free segments, and %llu passive swap-outs (%llu bytes); %s", what,
+                       owner->label, bytes, (unsigned long long)oom.limit,
+                       (unsigned long long)oom.allocated, (unsigned long long)oom.largest_free,
+                       (unsigned long long)as.pending_free, (unsigned long long)ep->n_moved,
+                       (unsigned long long)ep->moved, why);
 }
 
 cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, const char *what,
@@ -143,41 +203,28 @@ cham_status_t cham_runtime_alloc(cham_context_t *ctx, cham_storage_t *owner, con
         st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
     if (st != CHAM_ERR_OUT_OF_MEMORY || !cham_oom_passive(ctx))
         goto done;
-    uint64_t moved = 0, n_moved = 0;
-    while (st == CHAM_ERR_OUT_OF_MEMORY) {
-        /* Frees that wait on host event queries (PyTorch's recordStream) are
-         * waited for, as PyTorch does: the host blocks, nothing moves. */
-        if (cham_allocator_sync_deferred(ctx->mem) == 0 && release_unused(ctx) == 0) {
-            bool enough;
-            cham_storage_t *victim = closest_victim(ctx, bytes, &enough);
-            if (!victim)
-                break;
-            bool evicted = false;
-            st = CHAM_OK;
-            if (!enough)
-                st = evict_window(ctx, bytes, &evicted, &n_moved, &moved);
-            if (st == CHAM_OK && !evicted)
-                st = move_out(ctx, victim, &n_moved, &moved);
-            if (st != CHAM_OK)
-                return st;    /* the swap's message says what failed */
-        }
-        st = cham_block_alloc(ctx->mem, bytes, ctx->compute, out);
+    /* Only a caller's hook, run by a move, can ask for memory while room is
+     * being made: that request does not start a second episode inside the
+     * first (which could recurse once per storage). */
+    if (ctx->oom.serving) {
+        cham_context_error(ctx, "%s \"%s\": out of device memory: %zu bytes requested while the "
+                           "out-of-memory path makes room for \"%s\" (a hook called back into "
+                           "the runtime); it does not run inside itself", what, owner->label,
+                           bytes, ctx->oom.serving->label);
+        return CHAM_ERR_OUT_OF_MEMORY;
     }
-    if (st != CHAM_ERR_OUT_OF_MEMORY)
-        goto done;
-    cham_oom_info_t oom;
-    cham_allocator_last_oom(ctx->mem, &oom);
-    cham_alloc_stats_t as;
-    cham_allocator_get_stats(ctx->mem, &as);
-    cham_context_error(ctx, "%s \"%s\": out of device memory: %zu bytes requested, capacity %llu, "
-                       "%llu allocated, largest free block %llu, %llu bytes waiting for a later "
-                       "op before reuse. Tried: handing back the blocks of swap-outs, returning "
-                       "free segments, and %llu passive swap-outs (%llu bytes); nothing the "
-                       "current op does not use is left to move", what, owner->label, bytes,
-                       (unsigned long long)oom.limit, (unsigned long long)oom.allocated,
-                       (unsigned long long)oom.largest_free, (unsigned long long)as.pending_free,
-                       (unsigned long long)n_moved, (unsigned long long)moved);
-    return CHAM_ERR_OUT_OF_MEMORY;
+    cham_victims_debug_check(ctx);
+    oom_episode_t ep = {.first_new_id = ctx->next_storage_id};
+    ctx->oom.episode++;
+    ctx->oom.serving = owner;
+    st = make_room(ctx, bytes, &ep, out);
+    ctx->oom.serving = NULL;
+    if (st == CHAM_ERR_OUT_OF_MEMORY && !ep.move_failed) {
+        report_oom(ctx, owner, what, bytes, &ep);
+        return st;
+    }
+    if (st != CHAM_OK)
+        return st;    /* the move's message says what failed */
 done:
     if (st == CHAM_OK)
         cham_block_set_owner(*out, owner);

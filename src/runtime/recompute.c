@@ -158,6 +158,8 @@ cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag)
     const char *why = NULL;
     cham_tensor_t **ts = ctx->op_tensors;
     size_t n_in = ctx->op_inputs;
+    if (cham_hook_refuse(ctx, "cham_op_set_recompute") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (!ctx->in_op)
         why = "no op is being dispatched (call it between cham_op_begin and cham_op_end)";
     else if (ctx->config.mode == CHAM_MODE_MANAGED && !ctx->recompute_hook)
@@ -307,6 +309,8 @@ cham_status_t cham_recompute_advise(cham_storage_t *s, bool needed)
 static cham_status_t advisor_report(cham_tensor_t *t, const char *what, const char **why)
 {
     cham_storage_t *s = t->storage;
+    if (cham_hook_refuse(s->ctx, what) != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (s->ctx->config.mode != CHAM_MODE_ADVISOR)
         *why = "only in advisor mode; in managed mode Chameleon drops and recomputes itself";
     else if (s->lost)
@@ -331,9 +335,12 @@ cham_status_t cham_tensor_dropped(cham_tensor_t *t)
         return st;
     cham_storage_t *s = t->storage;
     cham_context_t *ctx = s->ctx;
-    if (s->residency != CHAM_RESIDENT_DEVICE) {
-        cham_context_error(ctx, "cham_tensor_dropped of \"%s\": it is not on the device",
-                           t->label);
+    why = s->residency != CHAM_RESIDENT_DEVICE ? "it is not on the device"
+          : cham_storage_in_flight(s) && !cham_storage_advised_now(s, CHAM_ACTION_DROP)
+              ? CHAM_IN_FLIGHT
+              : NULL;
+    if (why) {
+        cham_context_error(ctx, "cham_tensor_dropped of \"%s\": %s", t->label, why);
         return CHAM_ERR_INVALID_ARG;
     }
     s->advised = false;
@@ -460,7 +467,7 @@ cham_status_t cham_storage_drop(cham_storage_t *s)
                                                                 "recomputable op, or was "
                                                                 "written since"
                       : s->residency != CHAM_RESIDENT_DEVICE  ? "it is not on the device"
-                      : s->pin == ctx->pin && ctx->in_op      ? "the op being dispatched uses it"
+                      : cham_storage_in_flight(s)             ? CHAM_IN_FLIGHT
                                                               : NULL;
     if (why) {
         cham_context_error(ctx, "drop of \"%s\": %s", s->label, why);
@@ -484,6 +491,8 @@ cham_status_t cham_tensor_drop(cham_tensor_t *t)
 {
     CHAM_ASSERT(t);
     cham_storage_t *s = t->storage;
+    if (cham_hook_refuse(s->ctx, "cham_tensor_drop") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (s->ctx->config.mode != CHAM_MODE_MANAGED) {
         cham_context_error(s->ctx, "drop of \"%s\": managed mode only", s->label);
         return CHAM_ERR_INVALID_ARG;
@@ -601,9 +610,9 @@ static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int d
                                       .outputs = addr + r->n_inputs,
                                       .output_bytes = bytes + r->n_inputs,
                                       .n_outputs = r->n_outputs, .which = which};
-        ctx->in_recompute_hook = true;
+        const char *outer = cham_hook_enter(ctx, "the recompute hook");
         st = ctx->recompute_hook(ctx, &call, ctx->recompute_hook_user);
-        ctx->in_recompute_hook = false;
+        ctx->hook = outer;
         if (st != CHAM_OK && st != CHAM_ERR_HOST_OOM)
             cham_context_error(ctx, "recomputing \"%s\": the recompute hook failed (%s)",
                                s->label, cham_status_string(st));
@@ -623,6 +632,7 @@ static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int d
         return st;
     }
     s->residency = CHAM_RESIDENT_DEVICE;
+    cham_victims_update(s);
     cham_context_mem_add(ctx, (int64_t)s->bytes);
     ctx->stats.recomputes++;
     /* A kept input made again for a reader is the reader's cost, not an

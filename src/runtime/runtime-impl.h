@@ -7,6 +7,7 @@
  *   config.c    configuration and its JSON file
  *   executor.c  applying a policy: matching, planned swaps (paper §6)
  *   oom.c       allocation with the out-of-memory path (Algorithm 3)
+ *   victims.c   the OOM path's index of storages by size (issue 47)
  *   recompute.c recomputable ops: records, drops, running them again
  *   loop.c      the stage loop: policies generated, tried, kept, cached */
 #ifndef CHAM_RUNTIME_IMPL_H
@@ -15,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "alloc/block_tree.h"
 #include "chameleon/alloc.h"
 #include "chameleon/policy.h"
 #include "chameleon/profile.h"
@@ -57,6 +59,46 @@ struct cham_recompute {
     size_t n_inputs;
     cham_recompute_input_t in[];
 };
+
+/* ---- oom.c and victims.c: the OOM path's index and state (issue 47) ------
+ * Storages with a device block, indexed so that the OOM path finds a
+ * passive swap's victim in O(log n) (victims.c says how). A storage's
+ * place follows its block, residency and holds_data: whoever changes one
+ * calls cham_victims_update(s) after, and storage_unlink calls
+ * cham_victims_forget. Invariant (cham_victims_valid): every live storage
+ * is in the tree its fields name, under its key, and nothing else is. */
+typedef struct cham_victim_link {
+    cham_block_tree_node_t node;  /* key (0, bytes or 0 when unused, ~id) */
+    uint8_t set;                  /* which tree (victims.c), 0: none */
+    uint64_t episode;             /* the OOM episode that last moved it out */
+} cham_victim_link_t;
+
+typedef struct cham_oom_state {
+    cham_block_tree_t data;       /* movable candidates: (bytes, newest first) */
+    cham_block_tree_t unused;     /* holding no data: newest first */
+    uint64_t episode;             /* OOM episodes so far; the current one's number */
+    const cham_storage_t *serving;   /* the request the OOM path makes room
+                                        for now, or NULL: it does not nest */
+} cham_oom_state_t;
+
+void cham_victims_update(cham_storage_t *s);
+void cham_victims_forget(cham_storage_t *s);
+/* Can s be moved out to make room now? Not if the op being begun uses it,
+ * not if it holds no data (its block is given back without a copy
+ * instead), not if it has no bytes, and only from the device. */
+bool cham_victims_movable(const cham_context_t *ctx, const cham_storage_t *s);
+/* The victim for a request of `bytes`: the smallest movable storage of at
+ * least bytes (*enough: its block alone makes room), else the largest;
+ * newest first among equal sizes. NULL if none. O(log n) plus the pinned
+ * storages skipped. */
+cham_storage_t *cham_victims_closest(const cham_context_t *ctx, size_t bytes, bool *enough);
+/* The storages that hold no data, newest first; pinned ones included. */
+cham_storage_t *cham_victims_unused_first(const cham_context_t *ctx);
+cham_storage_t *cham_victims_unused_next(const cham_storage_t *s);
+/* Whole-index check, O(n log n): true, or false and the reason in why. */
+bool cham_victims_valid(const cham_context_t *ctx, char *why, size_t why_size);
+/* Asserts cham_victims_valid under CHAM_DEBUG_CHECKS; nothing otherwise. */
+void cham_victims_debug_check(const cham_context_t *ctx);
 
 /* Bytes of one tensor's data, wherever it is.
  * Invariants: residency DEVICE or MOVING_IN iff block (managed) or ptr
@@ -110,6 +152,7 @@ struct cham_storage {
                                      re-run of it is in the list of the op
                                      being begun */
     cham_storage_t *prev, *next;  /* the context's live storages */
+    cham_victim_link_t victim;    /* oom.c and victims.c: its place in the index */
     char label[48];               /* of its first view */
 };
 
@@ -292,7 +335,8 @@ struct cham_context {
     cham_storage_t *storages;     /* live ones, newest first */
     uint64_t pin;                 /* stamp of the op being begun */
     bool in_begin;                /* inside cham_op_begin */
-    bool in_recompute_hook;       /* the caller's recompute hook is running */
+    const char *hook;             /* the caller's hook running now ("the swap
+                                     hook"), or NULL: see cham_hook_refuse */
     /* The op being dispatched: its tensors (cham_op_set_recompute reads
      * them) and whether it was declared recomputable. */
     cham_tensor_t **op_tensors;
@@ -334,6 +378,7 @@ struct cham_context {
     bool class_mode;              /* per-class policies (loop.c says when) */
     uint64_t last_stable_step;    /* ctx->step when a step last ended Stable */
     uint32_t trial_class;         /* the class whose trial runs this step, 0: none */
+    cham_oom_state_t oom;         /* oom.c and victims.c */
     cham_runtime_stats_t stats;
 
     cham_step_hook_t step_hook;
@@ -351,6 +396,45 @@ struct cham_context {
 void cham_context_error(cham_context_t *ctx, const char *fmt, ...) CHAM_PRINTF(2, 3);
 /* Writes a log line (printf-style) through the hook or to stderr. */
 void cham_context_log(cham_context_t *ctx, const char *fmt, ...) CHAM_PRINTF(2, 3);
+
+/* Hooks observe and launch kernels; they do not call back into the runtime,
+ * which is in the middle of a change when it runs one (recomputing a
+ * storage, making room, ending a step). A public call that would change the
+ * runtime's state checks here first: cham_hook_refuse returns
+ * CHAM_ERR_INVALID_ARG with an error naming `call` and the hook (CHAM_OK
+ * when no hook runs); cham_hook_forbid, for calls that return nothing,
+ * stops the program with that message (status.h: a programmer error). */
+cham_status_t cham_hook_refuse(cham_context_t *ctx, const char *call);
+void cham_hook_forbid(const cham_context_t *ctx, const char *call);
+/* Runs the caller's `hook` ("the swap hook") from here: marks it running. */
+static inline const char *cham_hook_enter(cham_context_t *ctx, const char *hook)
+{
+    const char *outer = ctx->hook;
+    ctx->hook = hook;
+    return outer;
+}
+
+/* Whether the op being dispatched (between cham_op_begin and cham_op_end)
+ * uses s: moving or invalidating s now would lose what the op writes. */
+static inline bool cham_storage_in_flight(const cham_storage_t *s)
+{
+    return s->ctx->in_op && s->pin == s->ctx->pin;
+}
+/* Advisor mode: whether the op being dispatched advised action `kind` for
+ * s. Its swap-outs and drops are carried out after its kernels and may be
+ * reported inside its bracket, operands or not. */
+static inline bool cham_storage_advised_now(const cham_storage_t *s, cham_action_kind_t kind)
+{
+    const cham_context_t *ctx = s->ctx;
+    for (size_t i = 0; i < ctx->n_actions; i++)
+        if (ctx->actions[i].kind == kind && ctx->actions[i].tensor->storage == s)
+            return true;
+    return false;
+}
+
+/* Why such a move is refused, in its error. */
+#define CHAM_IN_FLIGHT "the op being dispatched uses it (move it before its cham_op_begin " \
+                       "or after its cham_op_end)"
 
 /* tensor.c: brings a storage used by the op being begun onto the device
  * and makes the compute stream wait for its swap-in. */

@@ -75,6 +75,7 @@ static void storage_unlink(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
     cham_exec_forget(ctx, s);
+    cham_victims_forget(s);
     if (s->prev)
         s->prev->next = s->next;
     else
@@ -99,6 +100,8 @@ cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dt
 {
     CHAM_ASSERT(ctx && out);
     *out = NULL;
+    if (cham_hook_refuse(ctx, "cham_tensor_new") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (ctx->config.mode != CHAM_MODE_MANAGED) {
         cham_context_error(ctx, "tensor \"%s\": cham_tensor_new needs managed mode; in "
                            "advisor mode report the caller's memory with cham_tensor_wrap",
@@ -125,6 +128,7 @@ cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dt
         return CHAM_ERR_HOST_OOM;
     }
     cham_context_mem_add(ctx, (int64_t)bytes);
+    cham_victims_update(s);
     *out = t;
     return CHAM_OK;
 }
@@ -134,17 +138,29 @@ cham_status_t cham_tensor_wrap(cham_context_t *ctx, void *ptr, size_t bytes,
 {
     CHAM_ASSERT(ctx && out);
     *out = NULL;
+    if (cham_hook_refuse(ctx, "cham_tensor_wrap") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (ctx->config.mode != CHAM_MODE_ADVISOR) {
         cham_context_error(ctx, "tensor \"%s\": cham_tensor_wrap needs advisor mode; in "
                            "managed mode use cham_tensor_new", label ? label : "");
         return CHAM_ERR_INVALID_ARG;
     }
-    if ((!ptr && bytes) || !dtype_ok(ctx, dtype)) {
-        if (!ptr && bytes)
-            cham_context_error(ctx, "tensor \"%s\": wrapping %zu bytes at NULL",
-                               label ? label : "", bytes);
+    cham_device_info_t info;
+    cham_device_get_info(ctx->dev, &info);
+    if (!ptr && bytes) {
+        cham_context_error(ctx, "tensor \"%s\": wrapping %zu bytes at NULL",
+                           label ? label : "", bytes);
         return CHAM_ERR_INVALID_ARG;
     }
+    if (bytes > info.capacity) {
+        /* It could not be on the device, and sums of such sizes overflow. */
+        cham_context_error(ctx, "tensor \"%s\": %zu bytes is more than the device's %llu "
+                           "(\"%s\")", label ? label : "", bytes,
+                           (unsigned long long)info.capacity, info.name);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (!dtype_ok(ctx, dtype))
+        return CHAM_ERR_INVALID_ARG;
     cham_storage_t *s = storage_new(ctx, bytes, label);
     cham_tensor_t *t = s ? view_new(s, 0, bytes, dtype, label) : NULL;
     if (!t) {
@@ -268,6 +284,7 @@ void cham_storage_give_back(cham_storage_t *s)
         free_device_block(s);
         s->block = NULL;
         cham_context_mem_add(ctx, -(int64_t)s->bytes);
+        cham_victims_update(s);
     }
     if (s->host_block)
         free_host_block(s, ctx->swap_in);
@@ -294,6 +311,7 @@ void cham_tensor_release(cham_tensor_t *t)
     if (!t)
         return;
     CHAM_ASSERT(t->refs > 0 && "tensor released more often than retained");
+    cham_hook_forbid(t->storage->ctx, "cham_tensor_release");
     if (--t->refs > 0)
         return;
     cham_storage_t *s = t->storage;
@@ -319,9 +337,21 @@ void *cham_tensor_data(const cham_tensor_t *t)
      * cham_storage_prepare makes): the caller is about to fill it, so it
      * needs one again, now. */
     if (s->ctx->config.mode == CHAM_MODE_MANAGED && s->residency == CHAM_RESIDENT_HOST &&
-        !cham_storage_on_host(s) && cham_storage_materialize(s) != CHAM_OK)
+        !cham_storage_on_host(s) &&
+        (cham_hook_refuse(s->ctx, "cham_tensor_data") != CHAM_OK ||
+         cham_storage_materialize(s) != CHAM_OK))
         return NULL;
+    /* Outside an op the caller may write it through the address as the
+     * host does with cham_tensor_host_update: what was made from its bytes
+     * is made now or forgotten, as before an op's write. */
+    if (s->block && !s->ctx->in_op && !s->ctx->in_begin && (s->dependents || s->recompute)) {
+        if (cham_hook_refuse(s->ctx, "cham_tensor_data") != CHAM_OK ||
+            cham_recompute_before_write(s) != CHAM_OK)
+            return NULL;
+        cham_recompute_written(s);
+    }
     s->holds_data = true;          /* the caller may write it, in or outside an op */
+    cham_victims_update(s);
     char *base = s->block ? cham_block_ptr(s->block) : s->ptr;
     return base ? base + t->offset : NULL;
 }
@@ -461,7 +491,9 @@ static void notify(cham_storage_t *s, bool out, cham_swap_cause_t cause, const v
     cham_swap_event_t e = {.out = out, .cause = cause, .label = s->label, .storage = s->id,
                            .bytes = s->bytes, .device_ptr = dev_ptr, .step = ctx->number,
                            .op = ctx->ops_in_step};
+    const char *outer = cham_hook_enter(ctx, "the swap hook");
     ctx->swap_hook(&e, ctx->swap_hook_user);
+    ctx->hook = outer;
 }
 
 cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
@@ -523,6 +555,7 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
     s->host_block = host;
     s->backed = backed;
     s->residency = CHAM_RESIDENT_HOST;
+    cham_victims_update(s);
     cham_context_mem_add(ctx, -(int64_t)s->bytes);
     ctx->stats.swaps_out++;
     ctx->stats.bytes_out += backed ? 0 : s->bytes;
@@ -545,13 +578,14 @@ cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive)
 {
     CHAM_ASSERT(t);
     cham_context_t *ctx = t->storage->ctx;
-    if (ctx->config.mode != CHAM_MODE_MANAGED) {
-        cham_context_error(ctx, "swap-out of \"%s\": advisor mode; the caller moves memory",
-                           t->label);
+    if (cham_hook_refuse(ctx, "cham_tensor_swap_out") != CHAM_OK)
         return CHAM_ERR_INVALID_ARG;
-    }
-    if (!t->storage->bytes) {
-        cham_context_error(ctx, "swap-out of \"%s\": it has no bytes to move", t->label);
+    const char *why = ctx->config.mode != CHAM_MODE_MANAGED ? "advisor mode; the caller moves memory"
+                      : !t->storage->bytes                  ? "it has no bytes to move"
+                      : cham_storage_in_flight(t->storage)  ? CHAM_IN_FLIGHT
+                                                            : NULL;
+    if (why) {
+        cham_context_error(ctx, "swap-out of \"%s\": %s", t->label, why);
         return CHAM_ERR_INVALID_ARG;
     }
     /* Reusable once the next op is dispatched. */
@@ -599,6 +633,7 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
     s->backed = false;
     s->block = block;
     s->residency = CHAM_RESIDENT_MOVING_IN;
+    cham_victims_update(s);
     cham_context_mem_add(ctx, (int64_t)s->bytes);
     ctx->stats.swaps_in++;
     ctx->stats.bytes_in += s->bytes;
@@ -620,6 +655,8 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t)
 {
     CHAM_ASSERT(t);
     cham_storage_t *s = t->storage;
+    if (cham_hook_refuse(s->ctx, "cham_tensor_swap_in") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (s->residency == CHAM_RESIDENT_DROPPED)
         return cham_storage_recompute(s, CHAM_SWAP_CALLER);
     if (s->residency != CHAM_RESIDENT_HOST)
@@ -634,12 +671,15 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t)
 static cham_status_t host_copy_allowed(cham_storage_t *s, const char *what)
 {
     cham_context_t *ctx = s->ctx;
-    if (ctx->config.mode == CHAM_MODE_MANAGED && s->residency != CHAM_RESIDENT_DROPPED)
+    if (cham_hook_refuse(ctx, what) != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
+    const char *why = ctx->config.mode != CHAM_MODE_MANAGED ? "advisor mode; the caller moves memory"
+                      : s->residency == CHAM_RESIDENT_DROPPED ? "it is dropped, to be recomputed"
+                      : cham_storage_in_flight(s)             ? CHAM_IN_FLIGHT
+                                                              : NULL;
+    if (!why)
         return CHAM_OK;
-    cham_context_error(ctx, "%s of \"%s\": %s", what, s->label,
-                       ctx->config.mode != CHAM_MODE_MANAGED
-                           ? "advisor mode; the caller moves memory"
-                           : "it is dropped, to be recomputed");
+    cham_context_error(ctx, "%s of \"%s\": %s", what, s->label, why);
     return CHAM_ERR_INVALID_ARG;
 }
 
@@ -673,6 +713,12 @@ cham_status_t cham_tensor_host_update(cham_tensor_t *t, void *host)
     cham_status_t st = host_copy_allowed(s, "host update");
     if (st != CHAM_OK)
         return st;
+    /* An update is a write: tensors dropped to be made again from these
+     * bytes are made now, the records of the others go, and so does the
+     * record that made these bytes. */
+    if ((st = cham_recompute_before_write(s)) != CHAM_OK)
+        return st;
+    cham_recompute_written(s);
     if (s->residency == CHAM_RESIDENT_MOVING_IN &&
         (st = cham_event_synchronize(s->in_event)) != CHAM_OK)
         return device_error(ctx, st, "waiting for the swap-in", s->label);
@@ -709,6 +755,8 @@ cham_status_t cham_tensor_host_ready(cham_tensor_t *t, cham_stream_t *stream)
 {
     CHAM_ASSERT(t && stream);
     cham_storage_t *s = t->storage;
+    if (cham_hook_refuse(s->ctx, "cham_tensor_host_ready") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (!s->host_pending) {
         cham_context_error(s->ctx, "host ready of \"%s\": no update on the host was "
                            "announced (cham_tensor_host_update)", s->label);
@@ -724,6 +772,8 @@ cham_status_t cham_tensor_record_stream(cham_tensor_t *t, cham_stream_t *stream)
 {
     CHAM_ASSERT(t && stream);
     cham_storage_t *s = t->storage;
+    if (cham_hook_refuse(s->ctx, "cham_tensor_record_stream") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     cham_status_t st = record_caller(s, stream, "record_stream", &s->ext_event);
     if (st == CHAM_OK)
         s->ext_stream = stream;
@@ -741,6 +791,7 @@ void cham_storage_dematerialize(cham_storage_t *s)
     cham_block_free(ctx->mem, s->block);
     s->block = NULL;
     s->residency = CHAM_RESIDENT_HOST;
+    cham_victims_update(s);
     cham_context_mem_add(ctx, -(int64_t)s->bytes);
 }
 
@@ -752,6 +803,7 @@ cham_status_t cham_storage_materialize(cham_storage_t *s)
     if (st != CHAM_OK)
         return st;
     s->residency = CHAM_RESIDENT_DEVICE;
+    cham_victims_update(s);
     cham_context_mem_add(ctx, (int64_t)s->bytes);
     return CHAM_OK;
 }
@@ -770,6 +822,8 @@ static cham_swap_cause_t reported_cause(cham_storage_t *s)
 static cham_status_t advisor_only(cham_tensor_t *t, const char *what)
 {
     cham_context_t *ctx = t->storage->ctx;
+    if (cham_hook_refuse(ctx, what) != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
     if (ctx->config.mode == CHAM_MODE_ADVISOR)
         return CHAM_OK;
     cham_context_error(ctx, "%s \"%s\": only in advisor mode; in managed mode Chameleon "
@@ -785,9 +839,13 @@ cham_status_t cham_tensor_swapped_out(cham_tensor_t *t)
         return st;
     cham_storage_t *s = t->storage;
     cham_context_t *ctx = s->ctx;
-    if (s->residency != CHAM_RESIDENT_DEVICE) {
-        cham_context_error(ctx, "cham_tensor_swapped_out of \"%s\": it is already on the host",
-                           t->label);
+    const char *why = s->residency != CHAM_RESIDENT_DEVICE ? "it is already on the host"
+                      : cham_storage_in_flight(s) &&
+                              !cham_storage_advised_now(s, CHAM_ACTION_SWAP_OUT)
+                          ? CHAM_IN_FLIGHT
+                          : NULL;
+    if (why) {
+        cham_context_error(ctx, "cham_tensor_swapped_out of \"%s\": %s", t->label, why);
         return CHAM_ERR_INVALID_ARG;
     }
     cham_swap_cause_t cause = reported_cause(s);
