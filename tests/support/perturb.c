@@ -114,15 +114,18 @@ typedef struct ref {
 
 /* E_OP with token K_SEND runs its kernel on a communication stream and
  * calls cham_tensor_record_stream; E_SWAP_OUT / E_SWAP_IN are the caller's
- * own cham_tensor_swap_out / cham_tensor_swap_in of a slot. */
-typedef enum { E_OP, E_HOST_NEW, E_PHASE, E_SWAP_OUT, E_SWAP_IN } entry_kind_t;
+ * own cham_tensor_swap_out / cham_tensor_swap_in of a slot; E_HOST_UPDATE
+ * is an update of a parameter on the host (cham_tensor_host_update, new
+ * bytes written into the caller's pinned buffer, cham_tensor_host_ready),
+ * as an optimizer on the host does during the backward. */
+typedef enum { E_OP, E_HOST_NEW, E_PHASE, E_SWAP_OUT, E_SWAP_IN, E_HOST_UPDATE } entry_kind_t;
 
 typedef struct entry {
     uint8_t kind;                /* entry_kind_t */
     uint8_t phase;               /* E_PHASE */
     uint8_t token;               /* E_OP: K_* */
     uint8_t n_in, n_out;
-    uint16_t slot;               /* E_HOST_NEW, E_SWAP_* */
+    uint16_t slot;               /* E_HOST_NEW, E_SWAP_*, E_HOST_UPDATE */
     ref_t in[MAX_IN], out[MAX_OUT];  /* an output also read is also an input */
     int8_t layer;                /* backward ops: the layer (-1 none) */
     uint32_t ws;                 /* workspace bytes allocated inside the op */
@@ -157,6 +160,8 @@ typedef struct gen {
     uint32_t next_id;
     bool init_op;                /* step 0 begins with an op that uses no tensor */
     bool recompute;              /* single-output ops are declared recomputable */
+    cham_strategy_t strategy;    /* the planner and its knobs */
+    bool call_back;              /* hooks call back into the runtime (refused) */
 } gen_t;
 
 static size_t dtype_size(int dtype)
@@ -706,6 +711,35 @@ static void gen_program(gen_t *g, test_rng_t *r)
         free(with);
     }
 
+    /* In some programs the host updates parameters right after their last
+     * use in the backward (from numbers of their own, so that the rest of
+     * every seed's program stays as it was). */
+    test_rng_t hr = rng_for(g->seed, 5);
+    if (chance(&hr, 0.3)) {
+        list_t *with = calloc(1, sizeof *with);
+        if (!with)
+            abort();
+        int after[MAX_SLOTS];
+        for (int i = 0; i < MAX_SLOTS; i++)
+            after[i] = -1;
+        for (int i = 0; i < b->n_params; i++) {
+            int ps = b->params[i];
+            for (int j = 0; j < b->bwd.n; j++)
+                for (int k = 0; k < b->bwd.e[j].n_in; k++)
+                    if (b->bwd.e[j].in[k].slot == ps)
+                        after[ps] = j;
+        }
+        for (int j = 0; j < b->bwd.n; j++) {
+            push(with, b->bwd.e[j]);
+            for (int i = 0; i < b->n_params; i++)
+                if (after[b->params[i]] == j && chance(&hr, 0.6))
+                    push(with, (entry_t){.kind = E_HOST_UPDATE,
+                                         .slot = (uint16_t)b->params[i]});
+        }
+        b->bwd = *with;
+        free(with);
+    }
+
     /* The top: every persistent tensor (made once), then the step's own,
      * in a random order. */
     list_t *top = calloc(1, sizeof *top);
@@ -790,7 +824,7 @@ static gen_t *gen_new(uint64_t seed, pt_mode_t mode)
         c.device.kernel_overhead_ns = (uint64_t)log_uniform(&r, 100, 20000);
     c.pinned_budget = (uint64_t)1 << 30;
     c.warmup_steps = (uint32_t)below(&r, 4);
-    c.genpolicy_steps = (uint32_t)below(&r, 6);
+    c.genpolicy_steps = 1 + (uint32_t)below(&r, 5);
     static const uint64_t mins[] = {0, 512, 4096, 16384, 65536, 1 << 20};
     c.min_swap_bytes = mins[below(&r, 6)];
     static const uint32_t caches[] = {0, 1, 4};
@@ -812,6 +846,24 @@ static gen_t *gen_new(uint64_t seed, pt_mode_t mode)
     g->recompute = seed % 3 != 1;
     g->budget_share = chance(&r, 0.15) ? 0.7 + 0.3 * unit(&r) : 0;
     g->init_op = chance(&r, 0.5);
+    /* The planner, and hooks that call back, from numbers of their own:
+     * the other knobs of every seed stay as they were. Half the seeds run
+     * Chameleon's planner, the others one of the rest. */
+    test_rng_t pr = rng_for(seed, 6);
+    static const cham_strategy_t others[] = {
+        CHAM_STRATEGY_CHAMELEON_SWAP, CHAM_STRATEGY_VDNN, CHAM_STRATEGY_CAPUCHIN,
+        CHAM_STRATEGY_SWAPADVISOR, CHAM_STRATEGY_HYPEROFFLOAD};
+    g->strategy = chance(&pr, 0.5) ? CHAM_STRATEGY_CHAMELEON
+                                   : others[below(&pr, (int)(sizeof others / sizeof *others))];
+    if (g->strategy != CHAM_STRATEGY_CHAMELEON) {
+        bool executor = c.executor;
+        cham_strategy_apply(g->strategy, &c);
+        c.executor = executor;
+        c.swapadvisor.generations = 4;        /* a short search: many seeds run it */
+        c.swapadvisor.population = 8;
+        c.swapadvisor.threads = 1;
+    }
+    g->call_back = chance(&pr, 0.3);
     g->knobs = c;
     g->next_id = 1;
     gen_program(g, &r);
@@ -1088,12 +1140,21 @@ static void kernel_fn(void *arg)
 /* Runs an op again for the runtime (a dropped tensor is needed): the
  * kernel is a pure function of its inputs and the salt the tag carries,
  * so the bytes are those of the first run. */
+typedef struct run run_t;
+static bool calls_back(const run_t *r);
+
 static cham_status_t rerun(cham_context_t *ctx, const cham_recompute_call_t *call, void *user)
 {
-    (void)ctx;
-    (void)user;
+    const run_t *r = user;
     if (call->n_inputs > MAX_IN || call->n_outputs > MAX_OUT)
         return CHAM_ERR_INVALID_ARG;
+    /* A hook that calls back into the runtime is refused (issue 47). */
+    cham_tensor_t *t = NULL;
+    if (calls_back(r) &&
+        (cham_step_end(ctx) != CHAM_ERR_INVALID_ARG ||
+         cham_tensor_new(ctx, 64, CHAM_DTYPE_U8, "from the recompute hook", &t) !=
+             CHAM_ERR_INVALID_ARG || t))
+        return CHAM_ERR_BACKEND;      /* fails the run, naming the hook */
     kern_t k = {.n_in = (int)call->n_inputs, .n_out = (int)call->n_outputs, .ws_ok = true,
                 .salt = call->tag};
     cham_access_t acc[MAX_IN + MAX_OUT];
@@ -1153,7 +1214,7 @@ typedef struct note {
     char label[24];
 } note_t;
 
-typedef struct run {
+struct run {
     cham_context_t *ctx;
     const gen_t *g;
     bool reference;
@@ -1183,7 +1244,14 @@ typedef struct run {
     cham_stream_t *comm;
     cham_event_t *ev_compute, *ev_comm;
     bool comm_reads[MAX_SLOTS];
-} run_t;
+    void *host_buf[MAX_SLOTS];   /* E_HOST_UPDATE's pinned buffers */
+    size_t host_buf_bytes[MAX_SLOTS];
+};
+
+static bool calls_back(const run_t *r)
+{
+    return r->g->call_back;
+}
 
 static void fail(run_t *r, pt_verdict_t v, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -1229,6 +1297,12 @@ static void on_swap(const cham_swap_event_t *e, void *user)
     *n = (note_t){.out = e->out, .cause = (uint8_t)e->cause, .step = (uint32_t)e->step,
                   .op = e->op};
     snprintf(n->label, sizeof n->label, "%s", e->label);
+    /* A hook that calls back into the runtime is refused (issue 47). */
+    if (r->g->call_back && (cham_step_end(r->ctx) != CHAM_ERR_INVALID_ARG ||
+                            cham_op_begin(r->ctx, r->tok[0], NULL, 0, NULL, 0) !=
+                                CHAM_ERR_INVALID_ARG))
+        fail(r, PT_FAIL_ERROR, "step %d: the swap hook's calls into the runtime were not "
+             "refused", r->step);
     if (r->verbose)
         fprintf(stderr, "  [run] step %llu op %u: swap-%s of \"%s\" (%llu bytes, %s)\n",
                 (unsigned long long)e->step, e->op, e->out ? "out" : "in", e->label,
@@ -1393,6 +1467,11 @@ static void runtime_failed(run_t *r, cham_status_t st, const char *what, const c
         r->oom = true;
         fail(r, PT_CLEAN_OOM, "step %d: %s of op \"%s\": %.400s%s", r->step, what, name,
              cham_context_last_error(r->ctx), view);
+    } else if (st == CHAM_ERR_POLICY_MISMATCH && r->g->strategy == CHAM_STRATEGY_CAPUCHIN) {
+        /* Capuchin's policy names tensors by position: a changed step is
+         * the clear error it promises (docs/baselines.md). */
+        fail(r, PT_CLEAN_STATIC, "step %d: %s of op \"%s\": %.400s", r->step, what, name,
+             cham_context_last_error(r->ctx));
     } else {
         fail(r, PT_FAIL_ERROR, "step %d: %s of op \"%s\" returned %s: %s", r->step, what, name,
              cham_status_string(st), cham_context_last_error(r->ctx));
@@ -1448,6 +1527,25 @@ static void record(run_t *r, const kern_t *k, const entry_t *e, int pos, cham_te
     }
     fail(r, PT_FAIL_MISMATCH, "step %d op %d \"%s\": same inputs, other result (harness?)",
          r->step, pos, name);
+}
+
+/* A caller that moves a tensor of the op it is dispatching, inside the
+ * op's bracket: each move must be refused, else the op's write could be
+ * lost (issue 47). Whether all were. */
+static bool moves_refused(run_t *r, cham_tensor_t *t, const char *name, int pos)
+{
+    static unsigned char host[64];
+    if (!t)
+        return true;
+    const char *moved = cham_tensor_swap_out(t, false) == CHAM_OK ? "cham_tensor_swap_out"
+                        : cham_tensor_host_update(t, host) == CHAM_OK ? "cham_tensor_host_update"
+                        : cham_tensor_set_host_copy(t, host) == CHAM_OK
+                            ? "cham_tensor_set_host_copy"
+                            : NULL;
+    if (moved)
+        fail(r, PT_FAIL_ERROR, "step %d op %d \"%s\": %s of its own \"%s\" inside its bracket "
+             "was not refused", r->step, pos, name, moved, cham_tensor_label(t));
+    return !moved;
 }
 
 static void run_op(run_t *r, const prog_t *p, const entry_t *e, int pos)
@@ -1613,6 +1711,11 @@ static void run_op(run_t *r, const prog_t *p, const entry_t *e, int pos)
         cham_op_end(r->ctx);
         goto out;
     }
+    if (r->g->call_back && mix64(r->g->seed ^ mix64((uint64_t)r->step << 20 | (uint64_t)pos)) % 8 == 0 &&
+        !moves_refused(r, n_out ? outs[0] : n_in ? ins[0] : NULL, name, pos)) {
+        cham_op_end(r->ctx);
+        goto out;
+    }
     st = cham_op_end(r->ctx);
     if (st != CHAM_OK) {
         runtime_failed(r, st, "end", name);
@@ -1632,7 +1735,8 @@ static void sweep(run_t *r, const prog_t *p, int i)
 {
     const entry_t *e = &p->e[i];
     int slots[MAX_IN + MAX_OUT + 1], n = 0;
-    if (e->kind == E_HOST_NEW || e->kind == E_SWAP_OUT || e->kind == E_SWAP_IN)
+    if (e->kind == E_HOST_NEW || e->kind == E_SWAP_OUT || e->kind == E_SWAP_IN ||
+        e->kind == E_HOST_UPDATE)
         slots[n++] = e->slot;
     for (int k = 0; e->kind == E_OP && k < e->n_in; k++)
         slots[n++] = e->in[k].slot;
@@ -1669,6 +1773,42 @@ static void run_caller_swap(run_t *r, const prog_t *p, const entry_t *e)
              cham_context_last_error(r->ctx));
 }
 
+/* The host writes a parameter's next bytes (a hash of the seed, the step
+ * and the slot) into its pinned buffer: an update on the host, which must
+ * first make again whatever was dropped to be recomputed from the old
+ * bytes (issue 47). */
+static void run_host_update(run_t *r, const prog_t *p, const entry_t *e)
+{
+    cham_tensor_t *t = NULL;
+    for (int h = 0; h <= MAX_CHUNKS && !t; h++)
+        t = r->h[e->slot][h];
+    if (!t || !r->written[e->slot])
+        return;
+    size_t bytes = cham_tensor_storage_bytes(t);
+    cham_device_t *dev = cham_context_device(r->ctx);
+    if (r->host_buf[e->slot] && r->host_buf_bytes[e->slot] != bytes)
+        return;                  /* its size changed: no update this time */
+    if (!r->host_buf[e->slot]) {
+        if (cham_device_host_alloc(dev, bytes, &r->host_buf[e->slot]) != CHAM_OK) {
+            fail(r, PT_FAIL_ERROR, "step %d: a host buffer for \"%s\": %s", r->step,
+                 p->slots[e->slot].label, cham_device_last_error(dev));
+            return;
+        }
+        r->host_buf_bytes[e->slot] = bytes;
+    }
+    cham_status_t st = cham_tensor_host_update(t, r->host_buf[e->slot]);
+    if (st == CHAM_OK) {
+        /* No copy may still read the buffer: the host waits for the device. */
+        cham_device_synchronize(dev);
+        fill_bytes(r->host_buf[e->slot], bytes,
+                   mix64(r->g->seed * 1000003u + (uint64_t)r->step * 1009u + e->slot));
+        st = cham_tensor_host_ready(t, cham_context_compute_stream(r->ctx));
+    }
+    if (st != CHAM_OK)
+        fail(r, PT_FAIL_ERROR, "step %d: the host's update of \"%s\" returned %s: %s", r->step,
+             p->slots[e->slot].label, cham_status_string(st), cham_context_last_error(r->ctx));
+}
+
 static void run_step(run_t *r, const prog_t *p)
 {
     r->prog = p;
@@ -1697,6 +1837,8 @@ static void run_step(run_t *r, const prog_t *p)
             run_host_new(r, p, e->slot);
         } else if (e->kind == E_SWAP_OUT || e->kind == E_SWAP_IN) {
             run_caller_swap(r, p, e);
+        } else if (e->kind == E_HOST_UPDATE) {
+            run_host_update(r, p, e);
         } else {
             run_op(r, p, e, pos++);
         }
@@ -1778,6 +1920,11 @@ static void run_program(run_t *r, uint64_t capacity, cham_runtime_stats_t *stats
         release_slot(r, s);
     r->prog = NULL;
     cham_device_synchronize(dev);
+    for (int s = 0; s < MAX_SLOTS; s++) {
+        if (r->host_buf[s])
+            cham_device_host_free(dev, r->host_buf[s]);
+        r->host_buf[s] = NULL;
+    }
     r->hazards = cham_device_hazard_count(dev);
     cham_event_free(r->ev_compute);
     cham_event_free(r->ev_comm);
@@ -1803,11 +1950,12 @@ static void describe(const gen_t *g, char *buf, size_t size)
     const cham_config_t *c = &g->knobs;
     snprintf(buf, size, "%d layers, %d ops a step, %d tensors (%d persistent), %d sends, %d "
              "caller swaps, init op %s; %s, warmup %u, genpolicy %u, min_swap %llu, cache %u, "
-             "executor %s, memory_budget %.0f%%",
+             "executor %s, memory_budget %.0f%%, planner %s%s",
              g->n_layers, ops, p->n_slots, persistent, sends, swaps, g->init_op ? "yes" : "no",
              c->device.preset, c->warmup_steps, c->genpolicy_steps,
              (unsigned long long)c->min_swap_bytes, c->policy_cache, c->executor ? "on" : "off",
-             100 * g->budget_share);
+             100 * g->budget_share, cham_strategy_name(g->strategy),
+             g->call_back ? ", hooks call back" : "");
 }
 
 /* ---- one seed ----------------------------------------------------------------------*/
@@ -1819,13 +1967,15 @@ const char *pt_verdict_name(pt_verdict_t v)
         "clean (out of memory: free bytes split by the running op's operands)", "MISMATCH",
         "HAZARD",
         "OPERAND NOT ON THE DEVICE", "ERROR", "OOM WITHOUT A CLEAR MESSAGE",
-        "OOM ABOVE THE WORKING SET", "REFERENCE RUN FAILED", "CRASH"};
+        "OOM ABOVE THE WORKING SET", "REFERENCE RUN FAILED", "CRASH",
+        "clean (a static policy stopped at a changed step)"};
     return (int)v >= 0 && v < PT_VERDICT_COUNT_ ? names[v] : "?";
 }
 
 bool pt_verdict_ok(pt_verdict_t v)
 {
-    return v == PT_CLEAN || v == PT_CLEAN_OOM || v == PT_CLEAN_OOM_FRAGMENTED;
+    return v == PT_CLEAN || v == PT_CLEAN_OOM || v == PT_CLEAN_OOM_FRAGMENTED ||
+           v == PT_CLEAN_STATIC;
 }
 
 static double now_s(void)
@@ -1889,7 +2039,9 @@ void pt_run_seed(const pt_options_t *o, pt_result_t *res)
          * below twice what the largest op needs at once. */
         if (!strstr(run->detail, "bytes"))
             res->verdict = PT_FAIL_OOM_MESSAGE;
-        else if (res->budget >= 2 * res->bound)
+        else if (res->budget >= 2 * res->bound && g->strategy != CHAM_STRATEGY_VDNN)
+            /* (vDNN has no passive swaps once its policy applies: its
+             * out-of-memory error is the baseline's, at any budget.) */
             res->verdict = run->fragmented ? PT_CLEAN_OOM_FRAGMENTED : PT_FAIL_OOM_ABOVE;
     }
     if (run->hazards && pt_verdict_ok(res->verdict)) {

@@ -42,6 +42,8 @@ typedef enum pt_verdict {
     PT_FAIL_OOM_ABOVE,           /* out of memory at a budget >= 2x the bound */
     PT_FAIL_REFERENCE,           /* the unconstrained run itself failed */
     PT_FAIL_CRASH,               /* the run died (assertion, signal, sanitizer) */
+    PT_CLEAN_STATIC,             /* Capuchin's static policy refused a changed
+                                    step with its clear error */
     PT_VERDICT_COUNT_
 } pt_verdict_t;
 
