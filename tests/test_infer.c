@@ -1,7 +1,8 @@
 /* Inference on the workload generator (docs/workloads.md, "Inference"):
  * prefill and decode steps, the KV caches' size, HyperOffload's KV offload
  * (the peak falls by about the caches, no hazard, the longest context
- * grows), Chameleon serving decode steps with one policy, and bad input. */
+ * grows), Chameleon serving decode steps with one policy, bad input, and
+ * the longest sequence a model takes. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -141,6 +142,62 @@ static void test_bad_input(void **state)
     assert_non_null(strstr(r.error, "inference runs 1 + generate (12) steps"));
 }
 
+/* cham_model_max_seq is the largest seq cham_model_validate accepts: the
+ * validation itself is the oracle, at the answer and one past it. */
+static void check_max_seq(const cham_model_config_t *m, uint32_t want)
+{
+    char err[400];
+    uint32_t got = cham_model_max_seq(m);
+    assert_int_equal(got, want);
+    cham_model_config_t c = *m;
+    c.seq = got;
+    if (cham_model_validate(&c, err, sizeof err) != CHAM_OK)
+        fail_msg("seq %u refused: %s", got, err);
+    c.seq = got + 1;
+    assert_int_equal(cham_model_validate(&c, err, sizeof err), CHAM_ERR_INVALID_ARG);
+}
+
+/* One limit on the sequence, stated once (CHAM_MODEL_MAX_SEQ, 2^20 tokens):
+ * the validation takes it and refuses one more, naming the limit; a large
+ * batch lowers the longest sequence to what the tensors allow. */
+static void test_max_seq(void **state)
+{
+    (void)state;
+    assert_int_equal(CHAM_MODEL_MAX_SEQ, 1048576);
+    cham_run_config_t c = infer_config(1024, false);
+    check_max_seq(&c.model, CHAM_MODEL_MAX_SEQ);
+    char err[400];
+    c.model.seq = CHAM_MODEL_MAX_SEQ + 1;
+    assert_int_equal(cham_model_validate(&c.model, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "1..1048576"));
+    c.model.infer = false;                 /* training has the same limit */
+    c.model.generate = 0;
+    check_max_seq(&c.model, CHAM_MODEL_MAX_SEQ);
+    /* The generated tokens have theirs. */
+    c = infer_config(1024, false);
+    c.model.generate = CHAM_MODEL_MAX_GENERATE;
+    assert_int_equal(cham_model_validate(&c.model, err, sizeof err), CHAM_OK);
+    c.model.generate++;
+    assert_int_equal(cham_model_validate(&c.model, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "0..1000000"));
+    /* 64 heads of one channel, batch 65536: a prompt's attention scores
+     * (seq x seq x heads x batch, 2 bytes) must stay under 9e15 bytes
+     * (docs/workloads.md), so seq^2 x 8388608 < 9e15: seq 32754. */
+    cham_model_config_t m = c.model;
+    m.generate = 0;
+    m.layers = 1;
+    m.hidden = 64;
+    m.ffn = 64;
+    m.heads = 64;
+    m.kv_heads = 1;
+    m.vocab = 100;
+    m.mbs = 65536;
+    check_max_seq(&m, 32754);
+    /* A fault elsewhere: no seq is accepted. */
+    m.heads = 3;
+    assert_int_equal(cham_model_max_seq(&m), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -148,6 +205,7 @@ int main(void)
         cmocka_unit_test(test_longer_context),
         cmocka_unit_test(test_chameleon_serves_decode),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_max_seq),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -113,6 +113,18 @@ const char *cham_arch_name(cham_arch_t arch);
  * the value. */
 cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_t err_size);
 
+/* The most tokens per sequence (seq: training's sequence, inference's
+ * prompt) cham_model_validate accepts, and the most tokens inference
+ * generates after the prompt (generate). */
+#define CHAM_MODEL_MAX_SEQ (UINT32_C(1) << 20)
+#define CHAM_MODEL_MAX_GENERATE UINT32_C(1000000)
+/* The largest seq cham_model_validate accepts for m with its other fields
+ * as they are: CHAM_MODEL_MAX_SEQ, or less when a longer sequence would
+ * make a tensor too large to simulate (a large batch) or too many
+ * parameters (GPT-2's positions); every shorter seq is accepted too. 0
+ * when even seq 1 is refused (the fault is in another field). */
+uint32_t cham_model_max_seq(const cham_model_config_t *m);
+
 /* Parameters of the whole model (every stage, unsharded). */
 uint64_t cham_model_parameters(const cham_model_config_t *m);
 /* Parameters this device holds (its pipeline stage, its tensor shard),

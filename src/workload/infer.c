@@ -12,7 +12,10 @@
  * fetch stream), the step's new keys and values go back to the host
  * (Store, on the offload stream) and the device copy is released two
  * layers later (Detach), when the compute stream has waited for the
- * store. At most four layers' caches are on the device at once. */
+ * store. At most four layers' caches are on the device at once.
+ *
+ * Also the longest sequence a model takes (cham_model_max_seq), where
+ * `chameleon infer --find-max-context` stops its search. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,6 +37,33 @@ uint64_t cham_model_kv_cache_bytes(const cham_model_config_t *m)
     if (!m->infer)
         return 0;
     return wl_kv_token_bytes(m) * ((uint64_t)m->seq + m->generate) * m->layers;
+}
+
+static bool seq_accepted(const cham_model_config_t *m, uint32_t seq)
+{
+    cham_model_config_t c = *m;
+    c.seq = seq;
+    char err[8];   /* the message is not wanted */
+    return cham_model_validate(&c, err, sizeof err) == CHAM_OK;
+}
+
+/* Bisection: every check of cham_model_validate that involves seq (its
+ * range, the context seq + generate, the largest tensors, GPT-2's position
+ * table) grows with it, so the accepted lengths are 1 .. some maximum.
+ * Here, not in the CLI, so that `infer --find-max-context` never runs into
+ * a limit it has to find by failing. */
+uint32_t cham_model_max_seq(const cham_model_config_t *m)
+{
+    if (!seq_accepted(m, 1))
+        return 0;
+    if (seq_accepted(m, CHAM_MODEL_MAX_SEQ))
+        return CHAM_MODEL_MAX_SEQ;
+    uint32_t good = 1, bad = CHAM_MODEL_MAX_SEQ;
+    while (bad - good > 1) {
+        uint32_t mid = good + (bad - good) / 2;
+        *(seq_accepted(m, mid) ? &good : &bad) = mid;
+    }
+    return good;
 }
 
 cham_status_t wl_infer_new(cham_workload_t *w)

@@ -122,7 +122,8 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
               "model: experts and topk are for mixtral, got %u and %u for %s", m->experts,
               m->topk, cham_arch_name(m->arch));
     }
-    CHECK(m->seq >= 1 && m->seq <= (1u << 20), "model: seq must be 1..1048576, got %u", m->seq);
+    CHECK(m->seq >= 1 && m->seq <= CHAM_MODEL_MAX_SEQ, "model: seq must be 1..%u, got %u",
+          CHAM_MODEL_MAX_SEQ, m->seq);
     CHECK(m->mbs >= 1 && m->mbs <= 65536, "model: mbs must be 1..65536, got %u", m->mbs);
     CHECK(m->dtype == CHAM_DTYPE_F16 || m->dtype == CHAM_DTYPE_BF16,
           "model: dtype must be fp16 or bf16, got %s", cham_dtype_name(m->dtype));
@@ -165,7 +166,8 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
                   m->layer_drop == 0,
               "model: inference has no backward or optimizer: recompute, host_optimizer, "
               "protrain, accumulate, validate_every, overflow and layer_drop must be off");
-        CHECK(m->generate <= 1000000, "model: generate must be 0..1000000, got %u", m->generate);
+        CHECK(m->generate <= CHAM_MODEL_MAX_GENERATE, "model: generate must be 0..%u, got %u",
+              CHAM_MODEL_MAX_GENERATE, m->generate);
         CHECK((uint64_t)m->seq + m->generate <= (UINT64_C(1) << 24),
               "model: the context, seq %u + generate %u tokens, is over 16M", m->seq,
               m->generate);
