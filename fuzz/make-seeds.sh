@@ -210,4 +210,20 @@ cli experiment-list experiment --list
 cli devices devices --backend sim
 cli demo demo --device a100-80g --layers 8
 cli help simulate --help
+# ---- generator inputs for fuzz_planners: bytes, not files -------------------------
+# Read in order by its generator (fuzz/fuzz_planners.c, gen() and then
+# LLVMFuzzerTestOneInput): layers, size unit, persistent gradients, per
+# layer the parameter's size and an optimizer state, the batch's size,
+# per layer view / size / second op / op without tensors, then reserve,
+# smallest swap, generations, seed, the capacity's share of the peak and a
+# recomputation flag per runtime planner. Each seed is a shape worth
+# keeping: one layer; six with everything on; a capacity at a fifth of
+# the peak; the smallest swap at 1 MiB (no candidate).
+mkdir -p "$corpus/planners"
+seed() { local name=$1; shift; printf "$(printf '\\x%02x' "$@")" >"$corpus/planners/$name"; }
+seed one-layer 0 3 0 1 1 1 0 1 0 1 1 2 60 1 0 1 0 1
+seed six-layers 5 7 1 3 1 2 1 1 0 0 1 2 1 3 0 1 0 0 3 1 0 0 0 2 0 0 1 3 0 0 2 1 0 3 1 2 0 0 \
+  0 1 2 1 0 2 3 0 3 9 100 1 1 0 1 0
+seed tight 2 1 0 1 1 1 1 2 0 0 0 1 2 1 0 2 0 1 1 1 0 0 0 0 1 2 0 1 1 1
+seed no-candidates 3 2 1 2 0 2 1 0 1 3 0 1 1 1 2 0 0 0 3 0 1 2 130 0 0 1 1 0
 echo "make-seeds: corpora written to $corpus"

@@ -9,7 +9,7 @@
 # a scratch directory. --runs N runs every target N times instead.
 # --time SECONDS fuzzes each target that long, keeping what it finds in
 # BUILD/fuzz-corpus/TARGET (reused by the next run) on top of the seeds.
-# Targets: profile policy config report cli (default: all, one after another).
+# Targets: profile policy config report cli planners (default: all, one after another).
 # Any crash, sanitizer report, leak, timeout (an input over 10 s) or
 # out-of-memory (over 2 GiB) fails the run; the input is saved as
 # BUILD/fuzz-artifacts/TARGET-crash-... and the log is in BUILD/fuzz-logs/.
@@ -29,12 +29,12 @@ while [ $# -gt 0 ]; do
     *) targets+=("$1"); shift ;;
   esac
 done
-[ ${#targets[@]} -gt 0 ] || targets=(profile policy config report cli)
+[ ${#targets[@]} -gt 0 ] || targets=(profile policy config report cli planners)
 
 # Runs per target in the smoke run: from the exec/s measured on a 2-core
 # machine (docs/fuzzing.md), about 11 s each when it is otherwise idle.
 declare -A smoke_runs=([profile]=90000 [policy]=120000 [config]=150000 [report]=200000
-                       [cli]=300000)
+                       [cli]=300000 [planners]=60)   # planners: ~3 runs/s under ASan
 
 mkdir -p "$build/fuzz-logs" "$build/fuzz-artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}

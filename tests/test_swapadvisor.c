@@ -36,8 +36,10 @@ typedef struct rand_prog {
 } rand_prog_t;
 
 /* n_ops ops over a few storages: each op reads or writes one to three of
- * them (writes create what was not there), now and then an op using none. */
-static void random_prog(test_rng_t *r, int n_ops, rand_prog_t *p)
+ * them (writes create what was not there, unless pre: then a first use may
+ * read a tensor on the device since before the step), now and then an op
+ * using none. */
+static void random_prog_pre(test_rng_t *r, int n_ops, bool pre, rand_prog_t *p)
 {
     p->n_ops = n_ops;
     p->n_uses = 0;
@@ -52,12 +54,18 @@ static void random_prog(test_rng_t *r, int n_ops, rand_prog_t *p)
             if (used[s])
                 continue;
             used[s] = true;
-            bool write = !made[s] || test_rng_below(r, 3) == 0;
+            bool write = !made[s] ? !(pre && test_rng_below(r, 3) == 0)
+                                  : test_rng_below(r, 3) == 0;
             made[s] = true;
             p->uses[p->n_uses++] = (use_spec_t){.op = k, .storage = s + 1, .bytes = 1 + s % 3,
                                                 .output = write};
         }
     }
+}
+
+static void random_prog(test_rng_t *r, int n_ops, rand_prog_t *p)
+{
+    random_prog_pre(r, n_ops, false, p);
 }
 
 static cham_profile_t *prog_profile(const rand_prog_t *p)
@@ -448,8 +456,234 @@ static void test_search_deterministic_and_checked(void **state)
                      CHAM_ERR_OUT_OF_MEMORY);
     assert_null(pol);
     assert_non_null(strstr(err, "no memory pool of 67108864 usable bytes"));
-    assert_non_null(strstr(err, "alone uses"));
+    assert_non_null(strstr(err, "holds every op's tensors at once; op "));
     cham_profile_free(prof);
+}
+
+/* ---- tiny profiles, waiting tensors, early stops ------------------------- */
+
+/* Tensors on the device since before the step (read before any write) stay
+ * until their first use: A, B, C (1 MiB each) are read first by ops 0, 1
+ * and 2; D, E, F, G are written by ops 0-3. No op uses more than three
+ * tensors, but op 0 needs four objects at once: A and D, and B and C
+ * waiting for ops 1 and 2. */
+static const use_spec_t waiting_uses[] = {
+    {0, 1, 1, false}, {0, 4, 1, true},  {1, 2, 1, false}, {1, 5, 1, true},
+    {2, 3, 1, false}, {2, 4, 1, false}, {2, 6, 1, true},  {3, 5, 1, false},
+    {3, 6, 1, false}, {3, 7, 1, true},  {4, 7, 1, false},
+};
+
+static cham_profile_t *waiting_profile(void)
+{
+    static const uint64_t mem[10] = {3, 4, 4, 4, 4, 4, 4, 3, 3, 0};
+    return test_build_profile("FFFBB", mem, waiting_uses, 11);
+}
+
+/* Search settings the tests cycle through: the defaults, no generation
+ * after the first, one, a few, and a time limit the first generation
+ * already passes. */
+static cham_swapadvisor_options_t early_stop(int i)
+{
+    cham_swapadvisor_options_t o = cham_swapadvisor_options_default();
+    o.threads = 1;
+    switch (i % 5) {
+    case 1: o.generations = 0; break;
+    case 2: o.generations = 1; break;
+    case 3: o.generations = 1 + (uint32_t)(i % 10); break;
+    case 4: o.search_seconds = 1e-9; break;
+    default: break;
+    }
+    return o;
+}
+
+/* A pool one object short of what op 0 needs is refused with the reason;
+ * one that fits is found however early the search stops, and its
+ * schedule's pool is the four objects. (Before: every candidate failed,
+ * the search kept an uninitialised best and crashed reading it.) */
+static void test_waiting_tensors_need_room(void **state)
+{
+    (void)state;
+    cham_profile_t *prof = waiting_profile();
+    char err[512];
+    for (int i = 0; i < 5; i++) {
+        cham_swapadvisor_options_t o = early_stop(i);
+        cham_planner_config_t pc = a100(3 * MiB);
+        cham_policy_t *pol = (cham_policy_t *)&pc;   /* must come back NULL */
+        cham_swapadvisor_result_t r;
+        assert_int_equal(cham_plan_swapadvisor(prof, &pc, &o, &pol, &r, err, sizeof err),
+                         CHAM_ERR_OUT_OF_MEMORY);
+        assert_null(pol);
+        if (!strstr(err, "no memory pool of 3145728 usable bytes") ||
+            !strstr(err, "op 0 (") || !strstr(err, "4194304 bytes on the device at once") ||
+            !strstr(err, "wait for their first use"))
+            fail_msg("case %d: unexpected message: %s", i, err);
+
+        pc = a100(4 * MiB);
+        if (cham_plan_swapadvisor(prof, &pc, &o, &pol, &r, err, sizeof err) != CHAM_OK)
+            fail_msg("case %d: %s", i, err);
+        assert_int_equal(r.pool_bytes, 4 * MiB);
+        assert_true(r.profile_order_ns != UINT64_MAX);
+        cham_policy_view_t v;
+        cham_policy_get(pol, &v);
+        assert_true(v.predicted_peak <= v.usable);
+        cham_policy_free(pol);
+        cham_swapadvisor_result_free(&r);
+    }
+    cham_profile_free(prof);
+}
+
+/* The repair's minimum is what a schedule needs: a pool it leaves within
+ * the usable bytes runs the chromosome's schedule (the search relies on
+ * it, and on a best that is always a whole chromosome). */
+static void test_repaired_pools_run(void **state)
+{
+    (void)state;
+    test_rng_t r = {.state = 23};
+    int fitted = 0;
+    for (int seed = 0; seed < 300; seed++) {
+        rand_prog_t p;
+        random_prog_pre(&r, 1 + (int)test_rng_below(&r, 12), true, &p);
+        cham_profile_t *prof = prog_profile(&p);
+        if (test_rng_below(&r, 2))
+            test_mark_persistent(prof, 1 + test_rng_below(&r, 6));
+        sa_graph_t g;
+        graph_of(prof, 1e9, (2 + test_rng_below(&r, 10)) * MiB, &g);
+        sa_genes_t x;
+        assert_true(sa_genes_init(&x, &g, 0.1, 0.5));
+        sa_work_t *w = sa_work_new(&g);
+        sa_chrom_t c;
+        assert_true(w && sa_chrom_alloc(&g, &c));
+        sa_rng_t rng = {.s = (uint64_t)seed};
+        for (int i = 0; i < 8; i++) {
+            sa_genes_random(&x, &c, &rng, i % 2 ? 0.5 : 0, i == 0);
+            if (!sa_genes_repair(&x, &c))
+                continue;
+            sa_eval_result_t res;
+            sa_eval(&g, &c, w, &res, NULL, NULL, NULL, NULL);
+            if (!isfinite(res.time_ns))
+                fail_msg("seed %d, chromosome %d: a repaired pool cannot run its schedule",
+                         seed, i);
+            fitted++;
+        }
+        sa_chrom_free(&c);
+        sa_work_free(w);
+        sa_genes_free(&x);
+        sa_graph_free(&g);
+        cham_profile_free(prof);
+    }
+    assert_true(fitted > 500);
+}
+
+/* Profiles of 1, 3 and 5 ops (some with an op that uses no tensor, or no
+ * tensor at all, model state and tensors there since before the step) at
+ * capacities from too small to ample, the search stopped early or not:
+ * a policy that fits and reads back, or the reason no pool does. Never a
+ * crash. */
+static void test_tiny_profiles(void **state)
+{
+    (void)state;
+    test_rng_t r = {.state = 5};
+    char err[512];
+    int planned = 0, refused = 0;
+    for (int i = 0; i < 150; i++) {
+        static const int sizes[] = {1, 3, 5};
+        rand_prog_t p;
+        random_prog_pre(&r, sizes[i % 3], i % 4 != 0, &p);
+        if (i % 7 == 0)
+            p.n_uses = 0;                      /* ops without tensors */
+        cham_profile_t *prof = prog_profile(&p);
+        if (i % 2)
+            test_mark_persistent(prof, 1 + test_rng_below(&r, 6));
+        cham_planner_config_t pc = a100((1 + test_rng_below(&r, 8)) * MiB);
+        cham_swapadvisor_options_t o = early_stop(i);
+        cham_policy_t *pol = NULL;
+        cham_swapadvisor_result_t res;
+        cham_status_t st = cham_plan_swapadvisor(prof, &pc, &o, &pol, &res, err, sizeof err);
+        if (st == CHAM_OK) {
+            cham_policy_view_t v;
+            cham_policy_get(pol, &v);
+            if (res.profile_order_ns == UINT64_MAX || res.pool_bytes > v.usable)
+                fail_msg("case %d: a pool over the memory: %llu of %llu usable bytes", i,
+                         (unsigned long long)res.pool_bytes, (unsigned long long)v.usable);
+            cham_policy_t *back;
+            assert_int_equal(cham_policy_save_json(pol, "test_swapadvisor_tiny.json", err,
+                                                   sizeof err), CHAM_OK);
+            if (cham_policy_load_json("test_swapadvisor_tiny.json", &back, err, sizeof err) !=
+                CHAM_OK)
+                fail_msg("case %d: %s", i, err);
+            cham_policy_free(back);
+            cham_policy_free(pol);
+            cham_swapadvisor_result_free(&res);
+            planned++;
+        } else {
+            assert_int_equal(st, CHAM_ERR_OUT_OF_MEMORY);
+            assert_null(pol);
+            if (strncmp(err, "swapadvisor planner: no memory pool of ", 39) != 0)
+                fail_msg("case %d: unexpected message: %s", i, err);
+            refused++;
+        }
+        cham_profile_free(prof);
+    }
+    remove("test_swapadvisor_tiny.json");
+    assert_true(planned > 50 && refused > 5);
+}
+
+/* A three-op training step replayed through the runtime, as a framework
+ * runs it: W (model state) persists; X and Y, filled by the host before
+ * the step, are read by the forward and the backward op; the optimizer
+ * updates W. At 4 MiB the default search found no candidate (Y waits
+ * through op 0) and crashed in cham_step_end; at every capacity each
+ * step now ends OK, planned or not, with no hazard. */
+static void test_runtime_three_ops(void **state)
+{
+    (void)state;
+    for (uint64_t cap = 4; cap <= 6; cap++) {
+        cham_config_t c = cham_config_default();
+        c.device.capacity = cap * MiB;
+        c.device.hazard_check = true;
+        c.planner = CHAM_PLANNER_SWAPADVISOR;
+        c.swapadvisor.threads = 1;
+        cham_context_t *ctx;
+        assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+        cham_op_token_t tok[3];
+        const char *names[] = {"fwd", "bwd", "opt"};
+        for (int k = 0; k < 3; k++)
+            assert_int_equal(cham_op_token(ctx, names[k], &tok[k]), CHAM_OK);
+        cham_tensor_t *w;
+        assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "W", &w), CHAM_OK);
+        assert_non_null(cham_tensor_data(w));
+        for (int step = 0; step < 10; step++) {
+            cham_tensor_t *x, *y, *a, *g;
+            assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "X", &x), CHAM_OK);
+            assert_non_null(cham_tensor_data(x));
+            assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "Y", &y), CHAM_OK);
+            assert_non_null(cham_tensor_data(y));
+            assert_int_equal(cham_phase(ctx, CHAM_PHASE_FORWARD), CHAM_OK);
+            assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "A", &a), CHAM_OK);
+            cham_tensor_t *in0[] = {x, w};
+            assert_int_equal(cham_op_begin(ctx, tok[0], in0, 2, &a, 1), CHAM_OK);
+            assert_int_equal(cham_op_end(ctx), CHAM_OK);
+            cham_tensor_release(x);
+            assert_int_equal(cham_phase(ctx, CHAM_PHASE_BACKWARD), CHAM_OK);
+            assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "G", &g), CHAM_OK);
+            cham_tensor_t *in1[] = {a, y};
+            assert_int_equal(cham_op_begin(ctx, tok[1], in1, 2, &g, 1), CHAM_OK);
+            assert_int_equal(cham_op_end(ctx), CHAM_OK);
+            cham_tensor_release(a);
+            cham_tensor_release(y);
+            assert_int_equal(cham_phase(ctx, CHAM_PHASE_OPTIMIZER), CHAM_OK);
+            cham_tensor_t *in2[] = {g, w};
+            assert_int_equal(cham_op_begin(ctx, tok[2], in2, 2, &w, 1), CHAM_OK);
+            assert_int_equal(cham_op_end(ctx), CHAM_OK);
+            cham_tensor_release(g);
+            if (cham_step_end(ctx) != CHAM_OK)
+                fail_msg("%llu MiB, step %d: %s", (unsigned long long)cap, step,
+                         cham_context_last_error(ctx));
+        }
+        assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
+        cham_tensor_release(w);
+        cham_context_free(ctx);
+    }
 }
 
 /* ---- applied by the runtime ------------------------------------------------ */
@@ -503,6 +737,10 @@ int main(void)
         cmocka_unit_test(test_belady_is_optimal),
         cmocka_unit_test(test_simulator_by_hand),
         cmocka_unit_test(test_search_deterministic_and_checked),
+        cmocka_unit_test(test_waiting_tensors_need_room),
+        cmocka_unit_test(test_repaired_pools_run),
+        cmocka_unit_test(test_tiny_profiles),
+        cmocka_unit_test(test_runtime_three_ops),
         cmocka_unit_test(test_trainer_bit_exact),
         cmocka_unit_test(test_changed_sequence_fails_clearly),
     };

@@ -282,7 +282,8 @@ static bool find_chunks(reader_t *r, cham_protrain_model_t *m, const uint32_t *f
                                                   u->data_ptr + u->bytes, chunk_of_seg(m, s)};
             }
         }
-    qsort(r->spans, r->n_spans, sizeof *r->spans, cmp_span);
+    if (r->n_spans > 1)   /* spans is NULL when no op reads a weight */
+        qsort(r->spans, r->n_spans, sizeof *r->spans, cmp_span);
     size_t n = 0;
     for (size_t i = 0; i < r->n_spans; i++) {
         span_t *last = n ? &r->spans[n - 1] : NULL;

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/assert.h"
 #include "common/grow.h"
 #include "common/order.h"
 #include "policy/swapadvisor-impl.h"
@@ -256,22 +257,26 @@ static bool place_initial(pass_t *p)
     const uint32_t *order = p->c->order;
     for (size_t t = 0; t < g->n_tensors; t++)
         w->state[t] = g->persistent[t] ? AWAY : NONE;
-    for (size_t i = 0; i < g->n_ops; i++)
-        for (uint32_t r = g->op_start[order[i]]; r < g->op_start[order[i] + 1]; r++) {
-            uint32_t t = g->refs[r].tensor, k = w->cls[g->size_of[t]];
-            bool pre = g->preexisting[t] && w->state[t] == NONE;
-            bool kept = g->persistent[t] && w->in_r[t] && w->state[t] == AWAY;
-            if (!pre && !kept)
-                continue;
-            if (w->free_n[k] == 0) {
-                if (pre)
-                    return false;
-                w->in_r[t] = 0;
-                continue;
+    /* Preexisting tensors first: they must all be there, model state
+     * only may be, and must not take their objects. */
+    for (int model_state = 0; model_state < 2; model_state++)
+        for (size_t i = 0; i < g->n_ops; i++)
+            for (uint32_t r = g->op_start[order[i]]; r < g->op_start[order[i] + 1]; r++) {
+                uint32_t t = g->refs[r].tensor, k = w->cls[g->size_of[t]];
+                bool pre = !model_state && g->preexisting[t] && w->state[t] == NONE;
+                bool kept = model_state && g->persistent[t] && w->in_r[t] &&
+                            w->state[t] == AWAY;
+                if (!pre && !kept)
+                    continue;
+                if (w->free_n[k] == 0) {
+                    if (pre)
+                        return false;
+                    w->in_r[t] = 0;
+                    continue;
+                }
+                take_free(p, k);
+                res_add(w, k, t);
             }
-            take_free(p, k);
-            res_add(w, k, t);
-        }
     return true;
 }
 
@@ -285,7 +290,8 @@ static void leave_at_end(pass_t *p)
     for (size_t t = 0; t < g->n_tensors; t++)
         if (g->persistent[t] && w->state[t] == RES && !w->in_r[t])
             w->keys[m++] = (uint64_t)w->last_pos[t] << 32 | t;
-    qsort(w->keys, m, sizeof *w->keys, cham_order_u64);
+    if (m > 1)
+        qsort(w->keys, m, sizeof *w->keys, cham_order_u64);
     for (size_t i = 0; i < m; i++) {
         uint32_t t = (uint32_t)w->keys[i];
         bool backed = g->refs[w->last_ref[t]].backed;
@@ -405,6 +411,7 @@ static void use_positions(const sa_graph_t *g, const sa_chrom_t *c, sa_work_t *w
     memset(fill, 0, g->n_tensors * sizeof *fill);
     for (size_t i = 0; i < g->n_ops; i++) {
         uint32_t op = c->order[i];
+        CHAM_ASSERT(op < g->n_ops);   /* a schedule: a permutation of the ops */
         for (uint32_t r = g->op_start[op]; r < g->op_start[op + 1]; r++) {
             uint32_t t = g->refs[r].tensor;
             w->use_pos[w->use_start[t] + fill[t]++] = (uint32_t)i;

@@ -111,37 +111,6 @@ static bool demand(sa_genes_t *x)
     return true;
 }
 
-/* Per op, how many tensors of each size it uses. */
-static bool op_needs(sa_genes_t *x)
-{
-    const sa_graph_t *g = x->g;
-    size_t nr = g->op_start[g->n_ops];
-    x->op_need_start = malloc((g->n_ops + 1) * sizeof *x->op_need_start);
-    x->op_need_size = malloc((nr ? nr : 1) * sizeof *x->op_need_size);
-    x->op_need_count = malloc((nr ? nr : 1) * sizeof *x->op_need_count);
-    if (!x->op_need_start || !x->op_need_size || !x->op_need_count)
-        return false;
-    uint32_t *at = x->scratch;   /* per size: its entry in the current op + 1 */
-    memset(at, 0, g->n_sizes * sizeof *at);
-    uint32_t m = 0;
-    for (size_t k = 0; k < g->n_ops; k++) {
-        x->op_need_start[k] = m;
-        for (uint32_t i = g->op_start[k]; i < g->op_start[k + 1]; i++) {
-            uint32_t s = g->size_of[g->refs[i].tensor];
-            if (!at[s]) {
-                x->op_need_size[m] = s;
-                x->op_need_count[m] = 0;
-                at[s] = ++m;
-            }
-            x->op_need_count[at[s] - 1]++;
-        }
-        for (uint32_t i = x->op_need_start[k]; i < m; i++)
-            at[x->op_need_size[i]] = 0;
-    }
-    x->op_need_start[g->n_ops] = m;
-    return true;
-}
-
 bool sa_genes_init(sa_genes_t *x, const sa_graph_t *g, double mutation,
                    double schedule_mutation)
 {
@@ -151,7 +120,8 @@ bool sa_genes_init(sa_genes_t *x, const sa_graph_t *g, double mutation,
     x->schedule_mutation = schedule_mutation;
     x->demand = calloc(g->n_sizes ? g->n_sizes : 1, sizeof *x->demand);
     x->scratch = malloc((4 * g->n_ops + 8 * g->n_sizes + 1) * sizeof *x->scratch);
-    if (x->demand && x->scratch && demand(x) && op_needs(x))
+    x->seen = malloc(g->n_tensors ? g->n_tensors : 1);
+    if (x->demand && x->scratch && x->seen && demand(x))
         return true;
     sa_genes_free(x);
     return false;
@@ -160,9 +130,7 @@ bool sa_genes_init(sa_genes_t *x, const sa_graph_t *g, double mutation,
 void sa_genes_free(sa_genes_t *x)
 {
     free(x->demand);
-    free(x->op_need_start);
-    free(x->op_need_size);
-    free(x->op_need_count);
+    free(x->seen);
     free(x->scratch);
     memset(x, 0, sizeof *x);
 }
@@ -242,33 +210,54 @@ static void counts_from(const sa_graph_t *g, sa_chrom_t *c, const uint32_t *ext,
         c->cnt[k] = 0;
 }
 
+/* Per class, the fewest objects that run c's schedule (mn): at each
+ * position, the objects its op uses plus every preexisting tensor not used
+ * yet. Those cannot leave (the evaluation's victims skip them: a swap-out
+ * hangs on a use), so a pool with fewer objects finds no victim there
+ * whatever else it holds. cls, tens and last are per size / per class. */
+static void least_counts(sa_genes_t *x, const sa_chrom_t *c, const uint32_t *cls, uint32_t nc,
+                         uint32_t *mn, uint32_t *wait, uint32_t *tmp)
+{
+    const sa_graph_t *g = x->g;
+    memset(mn, 0, nc * sizeof *mn);
+    memset(wait, 0, nc * sizeof *wait);
+    memset(tmp, 0, nc * sizeof *tmp);
+    memset(x->seen, 0, g->n_tensors);
+    for (size_t s = 0; s < g->n_sizes; s++)
+        wait[cls[s]] += g->size_pre[s];    /* all resident at the start */
+    memcpy(mn, wait, nc * sizeof *mn);
+    for (size_t i = 0; i < g->n_ops; i++) {
+        uint32_t op = c->order[i], a = g->op_start[op], b = g->op_start[op + 1];
+        for (uint32_t r = a; r < b; r++) {
+            uint32_t t = g->refs[r].tensor, k = cls[g->size_of[t]];
+            tmp[k]++;
+            if (g->preexisting[t] && !x->seen[t])
+                wait[k]--;                     /* counted once: as the op's */
+            x->seen[t] = 1;
+        }
+        for (uint32_t r = a; r < b; r++) {
+            uint32_t k = cls[g->size_of[g->refs[r].tensor]];
+            if (tmp[k] + wait[k] > mn[k])
+                mn[k] = tmp[k] + wait[k];
+        }
+        for (uint32_t r = a; r < b; r++)
+            tmp[cls[g->size_of[g->refs[r].tensor]]] = 0;
+    }
+}
+
 bool sa_genes_repair(sa_genes_t *x, sa_chrom_t *c)
 {
     const sa_graph_t *g = x->g;
     size_t ns = g->n_sizes;
     uint32_t *cls = x->scratch, *mn = cls + ns, *tens = mn + ns, *last = tens + ns,
-             *tmp = last + ns;
+             *tmp = last + ns, *wait = tmp + ns;
     uint32_t nc = sa_classes(g, c->step, cls);
-    memset(mn, 0, nc * sizeof *mn);
     memset(tens, 0, nc * sizeof *tens);
-    memset(tmp, 0, nc * sizeof *tmp);
     for (size_t s = 0; s < ns; s++) {
         tens[cls[s]] += g->size_tensors[s];
-        mn[cls[s]] += g->size_pre[s];    /* preexisting ones all resident at the start */
         last[cls[s]] = (uint32_t)s;
     }
-    for (size_t k = 0; k < g->n_ops; k++) {
-        uint32_t a = x->op_need_start[k], b = x->op_need_start[k + 1];
-        for (uint32_t i = a; i < b; i++)
-            tmp[cls[x->op_need_size[i]]] += x->op_need_count[i];
-        for (uint32_t i = a; i < b; i++) {
-            uint32_t cl = cls[x->op_need_size[i]];
-            if (tmp[cl] > mn[cl])
-                mn[cl] = tmp[cl];
-        }
-        for (uint32_t i = a; i < b; i++)
-            tmp[cls[x->op_need_size[i]]] = 0;
-    }
+    least_counts(x, c, cls, nc, mn, wait, tmp);
     double total = 0, least = 0;
     for (uint32_t k = 0; k < nc; k++) {
         double size = (double)g->sizes[last[k]];

@@ -167,7 +167,8 @@ static bool build_sizes(sa_graph_t *g)
     if (!g->sizes || !g->size_of)
         return false;
     memcpy(g->sizes, g->bytes, nt * sizeof *g->sizes);
-    qsort(g->sizes, nt, sizeof *g->sizes, cham_order_u64);
+    if (nt > 1)
+        qsort(g->sizes, nt, sizeof *g->sizes, cham_order_u64);
     size_t ns = 0;
     for (size_t i = 0; i < nt; i++)
         if (ns == 0 || g->sizes[ns - 1] != g->sizes[i])
@@ -206,8 +207,10 @@ bool sa_graph_build(const cham_profile_view_t *v, const double *cost_ns, double 
     g->cost_ns = malloc((n ? n : 1) * sizeof *g->cost_ns);
     bool ok = g->cost_ns && build(v, g, &e) && build_sizes(g);
     if (ok) {
-        memcpy(g->cost_ns, cost_ns, n * sizeof *cost_ns);
-        qsort(e.v, e.n, sizeof *e.v, cham_order_u64);
+        if (n)   /* cost_ns may be NULL without ops */
+            memcpy(g->cost_ns, cost_ns, n * sizeof *cost_ns);
+        if (e.n > 1)   /* e.v is NULL without edges */
+            qsort(e.v, e.n, sizeof *e.v, cham_order_u64);
         size_t m = 0;
         for (size_t i = 0; i < e.n; i++)
             if (m == 0 || e.v[m - 1] != e.v[i])

@@ -188,7 +188,8 @@ cham_status_t sa_policy(const cham_profile_t *profile, const cham_planner_config
             ok = tensor_items(&b, (uint32_t)t);
     }
     if (ok) {
-        qsort(b.pol->items, b.pol->n_items, sizeof *b.pol->items, cmp_item);
+        if (b.pol->n_items > 1)   /* items is NULL when nothing is planned */
+            qsort(b.pol->items, b.pol->n_items, sizeof *b.pol->items, cmp_item);
         cham_profile_memory_curve(profile, actual, curve);
         ok = cham_gen_replay(b.pol, &b.layers, v.n_ops, config->h2d_bandwidth,
                              config->d2h_bandwidth) &&

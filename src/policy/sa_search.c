@@ -205,6 +205,10 @@ static void first_generation(search_t *s, const cham_swapadvisor_options_t *o, s
         sa_genes_random(&s->genes, &s->all[i], rng, i % 2 && o->reorder ? o->schedule_mutation : 0,
                         i == 0);
     score(&s->batch, s->all, s->n_pop);
+    /* The best starts as a whole chromosome, feasible or not: note_best
+     * only replaces it by a faster one, and a search that finds none
+     * feasible still ends with a legal schedule to report on. */
+    sa_chrom_copy(s->g, &s->best, &s->all[0]);
     note_best(s, s->all, s->n_pop);
 }
 
@@ -261,6 +265,8 @@ static cham_status_t check_options(const cham_swapadvisor_options_t *o, char *er
 static bool some_pool_fits(search_t *s)
 {
     sa_chrom_t *c = &s->all[s->n_pop];
+    for (size_t k = 0; k < s->g->n_ops; k++)   /* the repair's minimum depends on it */
+        c->order[k] = (uint32_t)k;
     for (int coarse = 0; coarse < 2; coarse++) {
         for (size_t z = 0; z < s->g->n_sizes; z++)
             c->step[z] = z > 0 && !coarse;
@@ -270,28 +276,57 @@ static bool some_pool_fits(search_t *s)
     return false;
 }
 
-/* Says why no pool fits: the op whose tensors take the most bytes. */
+/* Says why no pool fits: the op that needs the most bytes on the device
+ * at once in the profile's order, its own tensors and the preexisting
+ * ones still waiting for their first use (a tensor leaves only after a
+ * use: sa_genes_repair). With any_order false, some schedule found runs
+ * but the profile's op order (the one the runtime applies) does not. */
 static void no_pool(const sa_graph_t *g, const cham_profile_view_t *v, uint64_t capacity,
-                    char *err, size_t err_size)
+                    bool any_order, char *err, size_t err_size)
 {
-    uint64_t most = 0;
-    size_t at = 0;
+    bool *seen = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *seen);
+    uint64_t waiting = 0, most = 0, most_wait = 0;
+    size_t at = 0, n_wait = 0, most_n_wait = 0;
+    for (size_t t = 0; seen && t < g->n_tensors; t++)
+        if (g->preexisting[t]) {
+            waiting += g->bytes[t];
+            n_wait++;
+        }
     for (size_t k = 0; k < g->n_ops; k++) {
-        uint64_t sum = 0;
-        for (uint32_t r = g->op_start[k]; r < g->op_start[k + 1]; r++)
-            sum += g->bytes[g->refs[r].tensor];
-        if (sum > most) {
-            most = sum;
+        uint64_t own = 0;
+        for (uint32_t r = g->op_start[k]; r < g->op_start[k + 1]; r++) {
+            uint32_t t = g->refs[r].tensor;
+            own += g->bytes[t];
+            if (seen && g->preexisting[t] && !seen[t]) {
+                seen[t] = true;
+                waiting -= g->bytes[t];
+                n_wait--;
+            }
+        }
+        if (own + waiting > most) {
+            most = own + waiting;
+            most_wait = waiting;
+            most_n_wait = n_wait;
             at = k;
         }
     }
+    free(seen);
     cham_op_token_t tok = g->n_ops ? v->ops[at].token : -1;
     const char *name = tok >= 0 && (size_t)tok < v->n_tokens ? v->token_names[tok] : "?";
-    cham_set_err(err, err_size, "swapadvisor planner: no memory pool of %llu usable bytes "
-                 "(capacity %llu) holds every op's tensors at once; op %zu (%s) alone uses "
-                 "%llu bytes, and the tensors on the device when the step begins count too",
-                 (unsigned long long)g->usable, (unsigned long long)capacity, at, name,
+    char why[200];
+    if (most_n_wait)
+        snprintf(why, sizeof why, "op %zu (%s) needs %llu bytes on the device at once: its "
+                 "tensors and %zu more (%llu bytes) there since the step began, which wait for "
+                 "their first use (a tensor leaves only after a use)", at, name,
+                 (unsigned long long)most, most_n_wait, (unsigned long long)most_wait);
+    else
+        snprintf(why, sizeof why, "op %zu (%s) alone uses %llu bytes", at, name,
                  (unsigned long long)most);
+    cham_set_err(err, err_size, "swapadvisor planner: no memory pool of %llu usable bytes "
+                 "(capacity %llu) holds every op's tensors at once%s; %s, and a pool's objects "
+                 "are as large as their size class's largest tensor",
+                 (unsigned long long)g->usable, (unsigned long long)capacity,
+                 any_order ? "" : " in the profile's op order (the one the policy is for)", why);
 }
 
 cham_status_t cham_plan_swapadvisor(const cham_profile_t *profile,
@@ -329,7 +364,7 @@ cham_status_t cham_plan_swapadvisor(const cham_profile_t *profile,
     sa_rng_t rng = {.s = o.seed};
     first_generation(&s, &o, &rng);
     if (!isfinite(s.best.time_ns) && !some_pool_fits(&s)) {
-        no_pool(&g, &v, capacity, err, err_size);
+        no_pool(&g, &v, capacity, true, err, err_size);
         search_free(&s);
         sa_graph_free(&g);
         return CHAM_ERR_OUT_OF_MEMORY;
@@ -342,16 +377,19 @@ cham_status_t cham_plan_swapadvisor(const cham_profile_t *profile,
     }
     uint64_t evals = s.n_pop + (uint64_t)gens * s.n_kids;
 
-    /* The best pool in the profile's order: what the runtime can apply. */
+    /* The best pool in the profile's order: what the runtime can apply.
+     * Repaired for that order, whose preexisting tensors may wait longer
+     * than in the best schedule's (more objects where it needs them). */
     sa_chrom_t fixed = s.all[s.n_pop];   /* a child's storage, free now */
     sa_chrom_copy(&g, &fixed, &s.best);
     for (size_t k = 0; k < g.n_ops; k++)
         fixed.order[k] = (uint32_t)k;
+    sa_genes_repair(&s.genes, &fixed);
     sa_eval_result_t fr, br;
     sa_eval(&g, &fixed, s.batch.work[0], &fr, NULL, NULL, NULL, NULL);
     sa_eval(&g, &s.best, s.batch.work[0], &br, NULL, NULL, NULL, NULL);
-    if (!isfinite(br.time_ns)) {
-        no_pool(&g, &v, capacity, err, err_size);
+    if (!isfinite(br.time_ns) || !isfinite(fr.time_ns)) {
+        no_pool(&g, &v, capacity, !isfinite(br.time_ns), err, err_size);
         search_free(&s);
         sa_graph_free(&g);
         return CHAM_ERR_OUT_OF_MEMORY;

@@ -92,8 +92,7 @@ typedef struct sa_genes {
     const sa_graph_t *g;
     uint32_t *demand;            /* per size: most tensors of it live at once
                                     in the profile's order (initial counts) */
-    uint32_t *op_need_start;     /* per op, the sizes it uses and how many: */
-    uint32_t *op_need_size, *op_need_count;
+    uint8_t *seen;               /* per tensor, the repair's walk */
     uint32_t *scratch;
     double mutation, schedule_mutation;
 } sa_genes_t;
@@ -111,9 +110,12 @@ void sa_genes_cross(sa_genes_t *x, const sa_chrom_t *a, const sa_chrom_t *b, sa_
                     sa_chrom_t *o2, sa_rng_t *r, bool reorder);
 /* Mutates schedule (with reorder), classes and counts, then repairs. */
 void sa_genes_mutate(sa_genes_t *x, sa_chrom_t *c, sa_rng_t *r, bool reorder);
-/* Counts within [the most tensors of the class one op uses at once, the
- * tensors of the class] and the pool within usable; false (counts at
- * their minimum) when even the minimum pool is too large. */
+/* Counts within [the fewest objects that run c's schedule, the tensors of
+ * the class] and the pool within usable; false (counts at their minimum)
+ * when even the minimum pool is too large. The minimum, per class, is the
+ * most objects one position needs: its op's tensors and the preexisting
+ * tensors not used yet (which cannot leave), so every pool repaired
+ * within usable runs c's schedule. */
 bool sa_genes_repair(sa_genes_t *x, sa_chrom_t *c);
 /* The dataflow-scheduler mutation: a topological order that follows `in`
  * except that, with probability p, each pick is a random ready op. */
