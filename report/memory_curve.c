@@ -8,7 +8,27 @@
 #include <sys/stat.h>
 
 #include "plot.h"
+/* The one writer of every output file (report/ is built without src/ on
+ * its include path). */
+#include "../src/common/file.h"
 
+/* An op name as one CSV field (RFC 4180): quoted, its quotes doubled, when
+ * it holds a comma, a quote or a line break, which the caller's names
+ * may. */
+static void csv_field(FILE *f, const char *s)
+{
+    if (!strpbrk(s, ",\"\r\n")) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
 
 bool plot_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *limit_name,
                       const char *dir, const char *name, char *err, size_t err_size)
@@ -29,22 +49,20 @@ bool plot_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *l
     if (ok) {
         cham_profile_memory_curve(p, actual, rebuilt);
         snprintf(path, sizeof path, "%s/%s.csv", dir, name);
-        FILE *f = fopen(path, "w");
-        if (f) {
+        cham_out_t *o;
+        ok = cham_out_open(path, &o, err, err_size) == CHAM_OK;
+        if (ok) {
+            FILE *f = cham_out_file(o);
             fputs("op,sample,name,in_use_bytes,without_swaps_bytes,capacity_bytes\r\n", f);
-            for (size_t k = 0; k < n; k++) {
+            for (size_t k = 0; k < n && cham_out_ok(o); k++) {
                 cham_op_token_t tok = v.ops[k / 2].token;
-                fprintf(f, "%zu,%s,%s,%llu,%llu,%llu\r\n", k / 2, k % 2 ? "after" : "before",
-                        (size_t)tok < v.n_tokens ? v.token_names[tok] : "?",
-                        (unsigned long long)actual[k], (unsigned long long)rebuilt[k],
-                        (unsigned long long)capacity);
+                fprintf(f, "%zu,%s,", k / 2, k % 2 ? "after" : "before");
+                csv_field(f, (size_t)tok < v.n_tokens ? v.token_names[tok] : "?");
+                fprintf(f, ",%llu,%llu,%llu\r\n", (unsigned long long)actual[k],
+                        (unsigned long long)rebuilt[k], (unsigned long long)capacity);
             }
-            ok = fclose(f) == 0;
-        } else {
-            ok = false;
+            ok = cham_out_commit(o, err, err_size) == CHAM_OK;
         }
-        if (!ok)
-            snprintf(err, err_size, "%s: cannot write: %s", path, strerror(errno));
     }
     if (ok) {
         /* GiB, or MiB for small devices. */

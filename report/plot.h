@@ -58,7 +58,9 @@ void plot_init(plot_t *p, const char *name, const char *title, const char *x_lab
 bool plot_add(plot_t *p, const char *series, double x, double y);
 void plot_free(plot_t *p);
 /* A self-contained SVG line plot: axes with ticks, one coloured line with
- * markers per series, a legend. false when the file cannot be written. */
+ * markers per series, a legend. false, with errno saying why, when the
+ * file cannot be written; the file is complete or not there
+ * (cham_out_open, src/common/file.h). */
 bool plot_write_svg(const plot_t *p, const char *path);
 /* The same SVG into an open stream (to inline it in HTML). */
 void plot_print_svg(const plot_t *p, FILE *f);

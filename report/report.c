@@ -8,6 +8,9 @@
 
 #include "report.h"
 #include "plot.h"
+/* The one writer of every output file (report/ is built without src/ on
+ * its include path). */
+#include "../src/common/file.h"
 
 static void html_text(FILE *f, const char *s)
 {
@@ -385,12 +388,35 @@ static void stage_table(FILE *f, json_t *run, json_t *series)
                 (long long)json_integer_value(counted), shown);
 }
 
+/* A run that did not finish, or whose check failed, says so first, above
+ * everything that would read as its result: the run's "error" (a string
+ * when it failed, as `simulate --json` and `train --json` write it) and a
+ * "bit_exact" or "decode_bit_exact" that is false. */
+static void banner(FILE *f, json_t *run)
+{
+    const char *error = json_string_value(json_object_get(run, "error"));
+    if (error) {
+        fputs("<p class=\"failed\" id=\"failed\"><strong>FAILED:</strong> the run did not "
+              "finish. ", f);
+        html_text(f, error);
+        fputs(" The figures below are of the steps before the failure.</p>\n", f);
+    }
+    if (json_is_false(json_object_get(run, "bit_exact")))
+        fputs("<p class=\"failed\" id=\"differs\"><strong>DIFFERS:</strong> a loss or a "
+              "parameter byte differs from the unconstrained run's.</p>\n", f);
+    if (json_is_false(json_object_get(run, "decode_bit_exact")) &&
+        json_integer_value(json_object_get(run, "decoded_tokens")) > 0)
+        fputs("<p class=\"failed\" id=\"decode-differs\"><strong>DIFFERS:</strong> the "
+              "decoded tokens differ from the unconstrained run's.</p>\n", f);
+}
+
 static const char style[] =
     "body{font-family:Helvetica,Arial,sans-serif;margin:2em auto;max-width:1000px;"
     "color:#222}h1{margin-bottom:0}.sub{color:#666;margin-top:.3em}"
     "table{border-collapse:collapse;margin:1em 0}th,td{padding:3px 12px;text-align:left;"
     "border-bottom:1px solid #eee}th{font-weight:600}figure{margin:1.5em 0}"
-    "figcaption{color:#555;font-size:.9em;max-width:720px}";
+    "figcaption{color:#555;font-size:.9em;max-width:720px}"
+    ".failed{background:#fde8e8;border-left:4px solid #c0392b;padding:.6em 1em}";
 
 json_t *report_policy_json(const cham_policy_t *pol)
 {
@@ -491,11 +517,10 @@ bool report_write_curve(const cham_profile_t *profile, const char *limit_name, c
 bool report_write_html(json_t *run, const char *out, char *err, size_t err_size)
 {
     json_t *series = json_object_get(run, "series");
-    FILE *f = fopen(out, "w");
-    if (!f) {
-        snprintf(err, err_size, "%s: %s", out, strerror(errno));
+    cham_out_t *o;
+    if (cham_out_open(out, &o, err, err_size) != CHAM_OK)
         return false;
-    }
+    FILE *f = cham_out_file(o);
     const char *model = json_string_value(json_object_get(run, "model"));
     /* "policy" named the strategy in the JSON of earlier builds. */
     const char *strategy = json_string_value(json_object_get(run, "strategy"));
@@ -510,7 +535,9 @@ bool report_write_html(json_t *run, const char *out, char *err, size_t err_size)
     html_text(f, strategy ? strategy : "?");
     fputs(", simulated ", f);
     html_text(f, device ? device : "?");
-    fputs("</p>\n<h2>Summary</h2>\n", f);
+    fputs("</p>\n", f);
+    banner(f, run);
+    fputs("<h2>Summary</h2>\n", f);
     summary(f, run);
     fputs("<h2>Memory</h2>\n", f);
     if (!memory_figure(f, json_object_get(run, "memory_curve")))
@@ -536,9 +563,5 @@ bool report_write_html(json_t *run, const char *out, char *err, size_t err_size)
     fputs("<h2>Stage changes</h2>\n", f);
     stage_table(f, run, series);
     fputs("</body></html>\n", f);
-    bool ok = !ferror(f);
-    ok = fclose(f) == 0 && ok;
-    if (!ok)
-        snprintf(err, err_size, "%s: writing failed", out);
-    return ok;
+    return cham_out_commit(o, err, err_size) == CHAM_OK;
 }

@@ -50,6 +50,36 @@ trap 'rm -rf "$dir"' EXIT
 # seconds to minutes): nothing is printed but the problem.
 check_not experiment-out-file 1 "--out $dir/file: not a directory \(it is a regular file\)" \
   'experiment record-stream on' -- experiment record-stream --reduced --out "$dir/file"
+# Issue 47, item 7: standard output is checked at exit like any file: a
+# full disk is exit 1 with the errno, for every command.
+if [ -w /dev/full ]; then
+  for args in "version" "--help" "devices" "train --help"; do
+    out=$("$bin" $args 2>&1 >/dev/full); status=$?
+    if [ $status -eq 1 ] && [ "$out" = "chameleon: cannot write to standard output: No space left on device" ]; then
+      echo "ok   stdout-full-${args// /-}"
+    else echo "FAIL stdout-full-${args// /-}: status $status: $out"; fails=$((fails + 1)); fi
+  done
+fi
+# Items 7 and 8: `plan --json` saves the policy whole or not at all: a full
+# disk is exit 1 (and /dev/full stays a device), an earlier file is
+# replaced whole, and no temporary file is left beside it.
+"$bin" train --steps 2 --quiet --memory-curve "$dir/prof" >/dev/null 2>&1
+profile="$dir/prof/last-step-profile.json"
+# (Through a link: a writer that removes what it failed to write removes
+# the link, never the device.)
+if [ -w /dev/full ]; then
+  ln -s /dev/full "$dir/full.json"
+  check plan-json-full 1 "chameleon plan: $dir/full.json: cannot write: No space left on device" -- \
+    plan "$profile" --json "$dir/full.json"
+  [ -c /dev/full ] && [ -L "$dir/full.json" ] && echo "ok   plan-dev-full-kept" ||
+    { echo "FAIL plan-dev-full-kept"; fails=$((fails + 1)); }
+fi
+mkdir -p "$dir/pol"
+echo stale >"$dir/pol/p.json"
+check plan-json-saved 0 "policy saved to $dir/pol/p.json" -- plan "$profile" --json "$dir/pol/p.json"
+if python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$dir/pol/p.json" 2>/dev/null &&
+   [ "$(ls -A "$dir/pol")" = "p.json" ]; then echo "ok   plan-json-whole"
+else echo "FAIL plan-json-whole: $(ls -A "$dir/pol")"; fails=$((fails + 1)); fi
 check unknown-command 2 'unknown command "frobnicate"' -- frobnicate
 check no-command 2 'usage: chameleon' --
 checks_done "cli"

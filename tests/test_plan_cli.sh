@@ -126,6 +126,59 @@ check plan-sa-bad-reorder 2 '--reorder must be on or off, got "maybe"' -- \
   "${plan[@]}" --strategy swapadvisor --reorder maybe
 check plan-sa-no-pool 1 'no memory pool of 16777216 usable bytes \(capacity 16777216\) holds every op.s tensors at once; op 1 \(linear\) alone uses 134217728 bytes' -- \
   "${plan[@]}" --strategy swapadvisor --capacity 16MiB --reserve 0
+# Tensors on the device since before the step stay until their first use:
+# ops 0-2 read W, X, Y (64 MiB each) for the first time and write P, Q, R;
+# op 3 reads Q and R and writes Z; op 4 reads Z. No op uses more than three
+# tensors, but op 0 needs four at once (W, P, and X and Y waiting). With
+# room for three, every candidate failed, and the search read an
+# uninitialised best (undefined behaviour: a crash, exit 139, or another
+# op named), with the defaults and when it stopped early; now it says why. With room for four (the profile's 256
+# MiB) it plans.
+W=0x00007f0010000000 X=0x00007f0014000000 Y=0x00007f0018000000
+P=0x00007f001c000000 Q=0x00007f0020000000 R=0x00007f0024000000 Z=0x00007f0028000000
+cat >"$dir/waiting.json" <<JSON
+{
+  "format": "chameleon-profile", "version": 1, "step": 3, "duration_ns": 5000000,
+  "capacity": 268435456,
+  "tokens": ["embed", "linear", "matmul", "loss", "loss_backward"],
+  "ops": [
+    {"token":0,"phase":"forward","mem_before":$((3 * M)),"mem_after":$((4 * M)),"uses":[$(use 4 $W $M 0 $H0 false),$(use 7 $P $M 0 $H0 true)]},
+    {"token":1,"phase":"forward","mem_before":$((3 * M)),"mem_after":$((4 * M)),"uses":[$(use 5 $X $M 0 $H0 false),$(use 8 $Q $M 0 $H0 true)]},
+    {"token":2,"phase":"forward","mem_before":$((3 * M)),"mem_after":$((4 * M)),"uses":[$(use 6 $Y $M 0 $H0 false),$(use 7 $P $M 1 $H0 false),$(use 9 $R $M 0 $H0 true)]},
+    {"token":3,"phase":"backward","mem_before":$((2 * M)),"mem_after":$((3 * M)),"uses":[$(use 8 $Q $M 1 0x0000000000000001 false),$(use 9 $R $M 1 0x0000000000000002 false),$(use 10 $Z $M 0 $H0 true)]},
+    {"token":4,"phase":"backward","mem_before":$M,"mem_after":$M,"uses":[$(use 10 $Z $M 1 0x0000000000000003 false)]}
+  ],
+  "swaps": []
+}
+JSON
+for stop in "" "--generations 1" "--generations 10" "--search-seconds 0.01"; do
+  # shellcheck disable=SC2086 # $stop is zero or two words
+  check "plan-sa-waiting-refused${stop:+ $stop}" 1 "no memory pool of 209715200 usable bytes .*; op 0 \\(embed\\) needs 268435456 bytes on the device at once: its tensors and 2 more" -- \
+    plan "$dir/waiting.json" --device a100-80g --capacity 200MiB --reserve 0 \
+    --strategy swapadvisor $stop
+  # shellcheck disable=SC2086
+  check "plan-sa-waiting-planned${stop:+ $stop}" 0 '^planner: +swapadvisor \(device a100-80g, 5 ops' -- \
+    plan "$dir/waiting.json" --device a100-80g --reserve 0 --strategy swapadvisor $stop
+done
+# Issue 47: every strategy follows the chameleon planner's rule. A policy
+# whose predicted peak is over the usable memory is no policy: exit 1,
+# naming the peak and the memory, and no plan printed; --partial prints it
+# (still exit 1). At 100 MiB vDNN's and HyperOffload's policies keep A and
+# B (128 MiB) at op 1, as every policy must.
+for s in vdnn hyperoffload; do
+  check_not "plan-$s-over" 1 "no policy fits 100\.0 MiB on a100-80g: the $s planner.s policy predicts a peak of 128\.0 MiB \(134217728 bytes\), over the 100\.0 MiB usable \(104857600 bytes\); --partial prints" \
+    '^planner:' -- plan "$prof" --device a100-80g --capacity 100MiB --reserve 0 --strategy "$s"
+  check "plan-$s-partial" 1 "^planner: +$s \(device a100-80g, 12 ops" -- \
+    plan "$prof" --device a100-80g --capacity 100MiB --reserve 0 --strategy "$s" --partial
+done
+check plan-partial-says-so 1 'the partial policy follows \(--partial\)' -- \
+  plan "$prof" --device a100-80g --capacity 100MiB --reserve 0 --strategy vdnn --partial
+check plan-chameleon-partial 1 '^peak: +144\.0 MiB without swaps -> 1[0-9][0-9]\.0 MiB predicted' -- \
+  plan "$prof" --device a100-80g --capacity 100MiB --reserve 0 --partial
+check plan-chameleon-partial-why 1 'no policy fits 100\.0 MiB on a100-80g: the chameleon planner.s policy predicts a peak of 128\.0 MiB' -- \
+  plan "$prof" --device a100-80g --capacity 100MiB --reserve 0 --partial
+check plan-sa-over 1 'no memory pool of 104857600 usable bytes' -- \
+  plan "$prof" --device a100-80g --capacity 100MiB --reserve 0 --strategy swapadvisor --partial
 # HyperOffload's planner: what insertion and refinement did, then the policy.
 check plan-ho-summary 0 '^cache operators: +[1-9][0-9]* of [0-9]+ idle tensors offloaded' -- \
   "${plan[@]}" --strategy hyperoffload

@@ -135,7 +135,7 @@ check report-ulp 0 "report written to $dir/ulp.html" -- report "$dir/ulp.json"
 size=$(stat -c %s "$dir/ulp.html" 2>/dev/null || echo 0)
 if [ "$size" -gt 0 ] && [ "$size" -lt 100000 ]; then ok "report-ulp-size ($size bytes)"
 else fail "report-ulp-size: $size bytes"; fi
-printf '{"series":{"step_time_s":[-1.7e308,1.7e308,0],"swapped_bytes":[1e308,5e-324]}}' >"$dir/huge.json"
+printf '{"series":{"step_time_s":[1.7e308,0,5e-324],"swapped_bytes":[1e308,5e-324,0]}}' >"$dir/huge.json"
 check report-huge-values 0 "report written to $dir/huge.html" -- report "$dir/huge.json"
 # Item 7: a directory is named as one; an output that is the input is refused.
 check report-dir 1 "$dir: cannot read: Is a directory" -- report "$dir"
@@ -161,6 +161,69 @@ printf '{"series":{}}' >"$dir/nosteps.json"
 check report-no-steps 0 'report written' -- report "$dir/nosteps.json"
 n=$(grep -c '<polyline' <<<"$(figure step-time "$(cat "$dir/nosteps.html")")")
 [ "$n" -eq 0 ] && ok "report-no-steps-no-line" || fail "report-no-steps-no-line: $n"
+
+# Issue 47, item 11: a run JSON the page would misdraw is refused (exit 1)
+# with the file, the path of the value and the value, and no page is
+# written: series of different lengths, unknown stages, negative byte
+# counts, times and op numbers, numbers JSON cannot hold.
+# refused NAME JSON PATTERN: report exits 1 naming the file and matching
+# PATTERN, and writes no page.
+refused() {
+  printf '%s' "$2" >"$dir/bad-$1.json"
+  check "report-refuses-$1" 1 "^chameleon report: $dir/bad-$1\\.json:( |[0-9]+:[0-9]+: )$3" -- \
+    report "$dir/bad-$1.json" --out "$dir/bad-$1.html"
+  if [ -e "$dir/bad-$1.html" ]; then fail "report-refuses-$1-no-page"; else ok "report-refuses-$1-no-page"; fi
+}
+refused lengths '{"series":{"step_time_s":[1,2,3],"swapped_bytes":[1,2]}}' \
+  'series\.swapped_bytes has 2 value\(s\) but series\.step_time_s has 3: each series needs one value per step'
+refused stage '{"series":{"step_time_s":[1,2,3],"stage":["WarmUp","GenPolicy","Warmup"]}}' \
+  'series\.stage\[2\]: expected a stage \(WarmUp, GenPolicy or Stable\), got "Warmup"'
+refused stage-null '{"series":{"stage":["Stable",null]}}' 'series\.stage\[1\]: expected a stage .*, got null'
+refused bytes '{"series":{"step_time_s":[1,2],"swapped_bytes":[0,-4096]}}' \
+  'series\.swapped_bytes\[1\]: expected a byte count \(a number, 0 or more, or null\), got -4096'
+refused summary-bytes '{"series":{},"peak_device_bytes":-1}' 'peak_device_bytes: expected a byte count .*, got -1'
+refused time '{"series":{"step_time_s":[-1.7e308,1]}}' 'series\.step_time_s\[0\]: expected a time in seconds .*, got -1\.[0-9]+e\+?308'
+refused validation '{"series":{"step_time_s":[1,2],"validation":{"after_step":[0,1],"loss":[2.5]}}}' \
+  'series\.validation\.loss has 1 value\(s\) but series\.validation\.after_step has 2'
+refused after-step '{"series":{"validation":{"after_step":[-1]}}}' \
+  'series\.validation\.after_step\[0\]: expected a whole number \(0 or more, or null\), got -1'
+refused curve '{"series":{},"memory_curve":{"ops":["a"],"in_use_bytes":[1,2],"without_swaps_bytes":[1]}}' \
+  'memory_curve\.in_use_bytes and memory_curve\.without_swaps_bytes must be arrays of one length, got 2 and 1'
+refused curve-ops '{"series":{},"memory_curve":{"ops":["a","b"],"in_use_bytes":[1,2],"without_swaps_bytes":[1,2]}}' \
+  'memory_curve\.ops has 2 op\(s\) but memory_curve\.in_use_bytes has 2 value\(s\)'
+refused curve-bytes '{"series":{},"memory_curve":{"in_use_bytes":[1,-2],"without_swaps_bytes":[1,2]}}' \
+  'memory_curve\.in_use_bytes\[1\]: expected a byte count'
+refused policy-item '{"series":{},"policy_applied":{"items":[{"bytes":-5}]}}' \
+  'policy_applied\.items\[0\]\.bytes: expected a byte count .*, got -5'
+refused policy-op '{"series":{},"policy_applied":{"items":[{"bytes":5,"swap_in_before_op":2.5}]}}' \
+  'policy_applied\.items\[0\]\.swap_in_before_op: expected a whole number .*, got 2\.5'
+refused not-series '{"series":{"step_time_s":3}}' 'series\.step_time_s: expected an array with one value per step, got 3'
+refused overflow '{"series":{"step_time_s":[1e400]}}' 'real number overflow'
+# A key with a control character is shown without it (no forged lines).
+refused key '{"series":{"x\ny_bytes":[-1]}}' 'series\.x\?y_bytes\[0\]: expected a byte count'
+# Nulls (what the commands write for a value they do not have) pass.
+printf '{"series":{"step_time_s":[null,0.5],"stage":["WarmUp","Stable"]},"memory_curve":null,"oom_step":null}' >"$dir/nulls.json"
+check report-nulls 0 'report written' -- report "$dir/nulls.json"
+
+# Issue 47, item 3: a run that did not finish opens with a FAILED banner
+# naming its error, and one whose verification differs with DIFFERS; a
+# finished, equal run has neither (the negative control).
+printf '{"series":{},"steps":4,"bit_exact":null,"error":"step 4 (training): <no policy>"}' >"$dir/failed.json"
+check report-failed 0 'report written' -- report "$dir/failed.json"
+has report-failed-banner "$(cat "$dir/failed.html")" \
+  '<p class="failed" id="failed"><strong>FAILED:</strong> the run did not finish\. step 4 \(training\): &lt;no policy&gt;'
+hasnt report-failed-no-claim "$(cat "$dir/failed.html")" 'bit for bit</th><td>yes'
+printf '{"series":{},"bit_exact":false,"error":null}' >"$dir/differs.json"
+check report-differs 0 'report written' -- report "$dir/differs.json"
+has report-differs-banner "$(cat "$dir/differs.html")" '<p class="failed" id="differs"><strong>DIFFERS:</strong>'
+printf '{"series":{},"bit_exact":true,"error":null}' >"$dir/equal.json"
+check report-equal 0 'report written' -- report "$dir/equal.json"
+hasnt report-equal-no-banner "$(cat "$dir/equal.html")" 'class="failed"'
+# Item 7: a page that cannot be written whole is exit 1 with the errno.
+if [ -w /dev/full ]; then
+  check report-out-full 1 'chameleon report: /dev/full: cannot write: No space left on device' -- \
+    report "$dir/equal.json" --out /dev/full
+fi
 
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
 if [ -z "$browser" ]; then

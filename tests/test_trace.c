@@ -203,7 +203,129 @@ static void test_run_trace(void **state)
     c.trace_path = "/proc/no/such/trace.json";
     assert_int_equal(cham_run(&c, &r), CHAM_OK);
     assert_int_not_equal(r.status, CHAM_OK);
-    assert_non_null(strstr(r.error, "/proc/no/such/trace.json: cannot write the trace"));
+    assert_non_null(strstr(r.error, "trace: /proc/no/such/trace.json: cannot create: No such "
+                                    "file or directory"));
+}
+
+static void no_log(const char *line, void *user)
+{
+    (void)line;
+    (void)user;
+}
+
+static void collect_log(const char *line, void *user)
+{
+    char *all = user;
+    size_t n = strlen(all);
+    snprintf(all + n, 8192 - n, "%s\n", line);
+}
+
+/* Issue 47, item 11: a label is the caller's string. One with a newline, a
+ * quote, a backslash and bytes that are not UTF-8 still gives valid JSON in
+ * the trace (the label as it was, the bad bytes as U+FFFD), and no log
+ * line of its own: in the log the newline is "\n". */
+static void test_hostile_label(void **state)
+{
+    (void)state;
+    static const char label[] = "act\nchameleon: forged \"line\" \\ \xff\xc3(";
+    cham_config_t c = cham_config_default();
+    c.device.preset = "a100-80g";
+    c.executor = false;
+    cham_context_t *ctx;
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    static char log[8192];
+    log[0] = '\0';
+    cham_context_set_log(ctx, collect_log, log);
+    cham_trace_t *t;
+    char err[256];
+    assert_int_equal(cham_trace_open(ctx, path, &t, err, sizeof err), CHAM_OK);
+    cham_tensor_t *a, *b;
+    assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, label, &a), CHAM_OK);
+    assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "out", &b), CHAM_OK);
+    cham_op_token_t fill, use;
+    assert_int_equal(cham_op_token(ctx, "fill", &fill), CHAM_OK);
+    assert_int_equal(cham_op_token(ctx, "use", &use), CHAM_OK);
+    assert_int_equal(cham_op_begin(ctx, fill, NULL, 0, &a, 1), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_tensor_swap_out(a, false), CHAM_OK);
+    /* Its next use brings it back on demand, which the log says by label. */
+    assert_int_equal(cham_op_begin(ctx, use, &a, 1, &b, 1), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);
+    cham_device_synchronize(cham_context_device(ctx));
+    assert_int_equal(cham_trace_close(t, err, sizeof err), CHAM_OK);
+    cham_tensor_release(a);
+    cham_tensor_release(b);
+    cham_context_free(ctx);
+
+    if (!strstr(log, "act\\nchameleon: forged"))
+        fail_msg("no escaped label in the log:\n%s", log);
+    for (const char *line = log; *line; line = strchr(line, '\n') + 1)
+        assert_false(strncmp(line, "chameleon: forged", 17) == 0);
+    json_t *root = load();
+    check_schema(root);
+    size_t i, found = 0;
+    json_t *e;
+    json_array_foreach(json_object_get(root, "traceEvents"), i, e) {
+        const char *name = json_string_value(json_object_get(e, "name"));
+        found += strcmp(name, "act\nchameleon: forged \"line\" \\ \xef\xbf\xbd\xef\xbf\xbd(") == 0;
+    }
+    assert_true(found >= 2);         /* the copy out and the copy back */
+    json_decref(root);
+}
+
+/* A step of one op that writes a. */
+static void one_step(cham_context_t *ctx, cham_op_token_t tok, cham_tensor_t *a)
+{
+    assert_int_equal(cham_op_begin(ctx, tok, NULL, 0, &a, 1), CHAM_OK);
+    assert_int_equal(cham_op_end(ctx), CHAM_OK);
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);
+}
+
+/* Issue 47, items 7 and 8: the trace is written under a temporary name
+ * beside the final one and renamed when closed, so the final name never
+ * holds a partial trace (an earlier file stays as it was until then); a
+ * write that fails is reported at close with the path and the errno. */
+static void test_trace_whole_or_not(void **state)
+{
+    (void)state;
+    cham_config_t c = cham_config_default();
+    c.device.preset = "a100-80g";
+    cham_context_t *ctx;
+    assert_int_equal(cham_context_new(&c, &ctx), CHAM_OK);
+    cham_context_set_log(ctx, no_log, NULL);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("earlier", f);
+    assert_int_equal(fclose(f), 0);
+    cham_trace_t *t;
+    char err[256];
+    assert_int_equal(cham_trace_open(ctx, path, &t, err, sizeof err), CHAM_OK);
+    cham_tensor_t *a;
+    assert_int_equal(cham_tensor_new(ctx, MiB, CHAM_DTYPE_F32, "a", &a), CHAM_OK);
+    cham_op_token_t fill;
+    assert_int_equal(cham_op_token(ctx, "fill", &fill), CHAM_OK);
+    one_step(ctx, fill, a);
+    char buf[16] = "";
+    f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(buf, sizeof buf, f));
+    fclose(f);
+    assert_string_equal(buf, "earlier");     /* not yet replaced */
+    cham_device_synchronize(cham_context_device(ctx));
+    assert_int_equal(cham_trace_close(t, err, sizeof err), CHAM_OK);
+    json_decref(load());                      /* now the whole trace */
+
+    /* A full disk: the error names the file and why. */
+    if (access("/dev/full", W_OK) == 0) {
+        assert_int_equal(cham_trace_open(ctx, "/dev/full", &t, err, sizeof err), CHAM_OK);
+        for (int k = 0; k < 2000; k++)
+            one_step(ctx, fill, a);
+        assert_int_equal(cham_trace_close(t, err, sizeof err), CHAM_ERR_INVALID_ARG);
+        assert_string_equal(err, "trace: /dev/full: cannot write: No space left on device");
+    }
+    cham_tensor_release(a);
+    cham_context_free(ctx);
 }
 
 static int setup(void **state)
@@ -228,6 +350,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_slices),
         cmocka_unit_test(test_run_trace),
+        cmocka_unit_test(test_hostile_label),
+        cmocka_unit_test(test_trace_whole_or_not),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -199,4 +199,86 @@ check train-trace-is-report 2 "--trace $dir/same.html and --report $dir/same.htm
   "${small[@]}" --trace "$dir/same.html" --report "$dir/same.html"
 if [ -e "$dir/same.html" ]; then echo "FAIL train-check-leaves-nothing"; fails=$((fails + 1))
 else echo "ok   train-check-leaves-nothing"; fi
+# ---- issue 47 ----------------------------------------------------------------
+# Item 3: a run that stops says so in every output. capuchin's static policy
+# cannot follow the op sequence of the first validation-free GenPolicy step
+# and stops at step 4 of 60: the summary starts with FAILED and makes no
+# verification claim, the JSON has the error and no bit-exact verdict, the
+# report opens with a banner. Exit 1.
+failing=(train --steps 60 --verify --strategy capuchin --quiet)
+check_not train-failed-summary 1 '^summary$' 'every loss and every parameter byte equal' -- \
+  "${failing[@]}"
+out=$("$bin" "${failing[@]}" 2>/dev/null)
+if [ "$(grep -A1 '^summary$' <<<"$out" | tail -1)" = "$(grep -m1 'FAILED' <<<"$out")" ] &&
+   grep -qE '^  FAILED +after 4 of 60 steps: step 4 \(training\): capuchin policy' <<<"$out"; then
+  echo "ok   train-failed-first"
+else
+  echo "FAIL train-failed-first: the summary does not start with FAILED:"; echo "$out" | head -5
+  fails=$((fails + 1))
+fi
+check train-failed-json 1 '"bit_exact": null.*"decode_bit_exact": null.*"error": "step 4 \(training\): capuchin policy' -- \
+  "${failing[@]}" --json
+"$bin" "${failing[@]}" --report "$dir/failed.html" >/dev/null 2>&1
+if grep -qE '<p class="failed" id="failed"><strong>FAILED:</strong> the run did not finish\. step 4 \(training\)' "$dir/failed.html" &&
+   ! grep -q 'bit for bit</th><td>yes' "$dir/failed.html"; then
+  echo "ok   train-failed-report"
+else
+  echo "FAIL train-failed-report: no banner, or a bit-exact claim"; fails=$((fails + 1))
+fi
+# The negative control: the same run, finished, claims it and has no banner.
+check train-finished-json 0 '"bit_exact": true.*"error": null' -- \
+  train --steps 3 --verify --strategy capuchin --quiet --json
+"$bin" train --steps 3 --quiet --report "$dir/fine.html" >/dev/null 2>&1
+if grep -q 'class="failed"' "$dir/fine.html"; then
+  echo "FAIL train-finished-report: a banner on a finished run"; fails=$((fails + 1))
+else echo "ok   train-finished-report"; fi
+
+# Item 7: every write is checked, stdout included: a full disk is exit 1
+# with the path and the errno, and the summary names no file it could not
+# write.
+if [ -w /dev/full ]; then
+  check_not train-report-full 1 '--report /dev/full: cannot write: No space left on device' \
+    '^  report ' -- "${small[@]}" --report /dev/full
+  check_not train-trace-full 1 'trace: /dev/full: cannot write: No space left on device' \
+    '^  timeline ' -- "${small[@]}" --trace /dev/full
+  out=$("$bin" "${small[@]}" --json 2>&1 >/dev/full); status=$?
+  if [ $status -eq 1 ] && grep -q '^chameleon: cannot write to standard output: No space left on device$' <<<"$out"; then
+    echo "ok   train-json-full"
+  else echo "FAIL train-json-full: status $status: $out"; fails=$((fails + 1)); fi
+  mkdir -p "$dir/full-curve"
+  ln -sf /dev/full "$dir/full-curve/memory_curve.csv"
+  check train-curve-full 1 '--memory-curve .*memory_curve\.csv: cannot write: No space left on device' -- \
+    "${small[@]}" --memory-curve "$dir/full-curve"
+  [ -c /dev/full ] && echo "ok   train-dev-full-kept" || { echo "FAIL train-dev-full-kept"; fails=$((fails + 1)); }
+else
+  echo "skip train-*-full: no writable /dev/full"
+fi
+
+# Item 8: an interrupted run leaves nothing under the final name (the
+# trace is written under a temporary name and renamed when complete) and
+# no temporary file: SIGINT removes it. Job control gives the background
+# run SIGINT back (a script's background jobs ignore it).
+mkdir -p "$dir/int"
+set -m
+"$bin" train --steps 100000 --quiet --trace "$dir/int/t.json" >/dev/null 2>&1 &
+pid=$!
+set +m
+for _ in $(seq 1 300); do
+  tmp=$(ls -A "$dir/int")
+  [ -n "$tmp" ] && [ "$(stat -c %s "$dir/int/$tmp" 2>/dev/null || echo 0)" -gt 0 ] && break
+  sleep 0.1
+done
+kill -INT "$pid" 2>/dev/null
+for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+kill -KILL "$pid" 2>/dev/null
+wait "$pid" 2>/dev/null
+left=$(ls -A "$dir/int")
+if [ -n "${tmp:-}" ] && [ -z "$left" ]; then echo "ok   train-sigint-trace"
+else echo "FAIL train-sigint-trace: written as \"${tmp:-nothing}\", left: $left"; fails=$((fails + 1)); fi
+# A finished run's trace is complete JSON under its name, nothing beside it.
+check train-trace-complete 0 'timeline +.*/int/t\.json' -- "${small[@]}" --trace "$dir/int/t.json"
+if python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$dir/int/t.json" 2>/dev/null &&
+   [ "$(ls -A "$dir/int")" = "t.json" ]; then echo "ok   train-trace-renamed"
+else echo "FAIL train-trace-renamed: $(ls -A "$dir/int")"; fails=$((fails + 1)); fi
+
 checks_done "train cli"

@@ -123,6 +123,20 @@ int tool_check_outputs(const char *cmd, const char *curve_dir, const tool_output
                        size_t n_files, const char *input_flag, const char *input_path,
                        bool *made);
 
+/* Prints text and a newline on stdout (a command's JSON). A write that
+ * fails keeps its errno in tool_stdout_errno, for main's message at exit:
+ * stdio forgets it once the text it could not write is dropped. */
+bool tool_print_text(const char *text);
+extern int tool_stdout_errno;
+
+/* cham_profile_save_json and cham_policy_save_json as cham_out_save's
+ * writers (common/file.h): every profile and policy the command saves is
+ * complete under its name or not there. */
+cham_status_t tool_save_profile(const void *profile, const char *path, char *err,
+                                size_t err_size);
+cham_status_t tool_save_policy(const void *policy, const char *path, char *err,
+                               size_t err_size);
+
 /* The host memory available to a new allocation (MemAvailable in
  * /proc/meminfo), or 0 when it cannot be known. */
 uint64_t tool_host_available(void);

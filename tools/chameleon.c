@@ -1,10 +1,14 @@
-/* The `chameleon` command: dispatches to a subcommand. */
+/* The `chameleon` command: dispatches to a subcommand, then checks that
+ * everything it printed reached standard output. */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
+#include "common/file.h"
 
 static const struct {
     const char *name;
@@ -35,7 +39,61 @@ static void usage(FILE *f)
                "conflict. Nothing runs before the command line is checked (docs/cli.md).\n");
 }
 
+/* SIGINT, SIGTERM, SIGHUP: the output files still being written are under
+ * temporary names (common/file.h); they go, and the signal then ends the
+ * process as it would have. */
+static void on_signal(int sig)
+{
+    cham_out_remove_pending();
+    raise(sig);               /* the default action, once this returns */
+}
+
+static void catch_signals(void)
+{
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+        struct sigaction old, sa;
+        /* A signal the shell made us ignore (a background job) stays so. */
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN)
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sa.sa_flags = SA_RESETHAND;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+/* Standard output is an output like the others: a summary or JSON cut
+ * short by a full disk is a failure (exit 1), not a success. */
+static int finish_stdout(int rc)
+{
+    errno = 0;
+    int e = 0;
+    if (fflush(stdout) != 0)
+        e = errno ? errno : EIO;
+    else if (ferror(stdout))      /* an earlier write failed, its text dropped */
+        e = tool_stdout_errno ? tool_stdout_errno : EIO;
+    errno = 0;
+    /* EBADF with nothing left to write: stdout was closed (>&-) and the
+     * command printed nothing, as gnulib's close_stdout allows. */
+    if (fclose(stdout) != 0 && !e && errno != EBADF)
+        e = errno ? errno : EIO;
+    if (!e)
+        return rc;
+    fprintf(stderr, "chameleon: cannot write to standard output: %s\n", strerror(e));
+    return rc ? rc : 1;
+}
+
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv)
+{
+    catch_signals();
+    return finish_stdout(run(argc, argv));
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);

@@ -36,8 +36,8 @@ static void usage(FILE *f)
         "generated token, each layer's KV cache sized for the whole context.\n"
         "  --model NAME        as simulate (llama2-7b); --layers --hidden --ffn --heads\n"
         "                      --kv-heads --vocab --experts --topk override it\n"
-        "  --prompt N          prompt tokens per sequence (4096)\n"
-        "  --generate N        tokens generated per sequence (32)\n"
+        "  --prompt N          prompt tokens per sequence (4096; at most %lu)\n"
+        "  --generate N        tokens generated per sequence (32; at most %lu)\n"
         "  --batch N           sequences decoded together (1)\n"
         "  --kv-offload on|off the KV caches in pinned host memory, each layer's\n"
         "                      prefetched before its attention and its new keys and\n"
@@ -49,11 +49,12 @@ static void usage(FILE *f)
         "  --device PRESET     simulated device (ascend-910b)\n"
         "  --capacity SIZE     device memory instead of the preset's\n"
         "  --find-max-context  also the longest context (prompt + generate, in steps of\n"
-        "                      %d prompt tokens) that runs at this capacity\n"
+        "                      %d prompt tokens) that runs at this capacity, up to the\n"
+        "                      longest prompt the model takes\n"
         "  --json              one JSON object with the summary\n"
         "  --quiet             no progress lines\n"
         "  --log               the runtime's log (stages, policies) on stderr\n",
-        CONTEXT_STEP);
+        (unsigned long)CHAM_MODEL_MAX_SEQ, (unsigned long)CHAM_MODEL_MAX_GENERATE, CONTEXT_STEP);
 }
 
 static void log_line(const char *line, void *user)
@@ -71,29 +72,32 @@ static const tool_opt_t opts[] = {
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
-/* The numeric settings, by flag, with their lowest value. */
-static uint32_t *dim_of(const char *a, cham_model_config_t *m, uint64_t *lo)
+/* The numeric settings, by flag, with their lowest and highest value:
+ * the prompt's and the generated tokens' are the model's own limits
+ * (cham_model_validate), the others' are checked there with the model. */
+static uint32_t *dim_of(const char *a, cham_model_config_t *m, uint64_t *lo, uint64_t *hi)
 {
     static const struct {
         const char *flag;
         size_t offset;
-        uint64_t lo;
+        uint64_t lo, hi;
     } dims[] = {
-        {"--layers", offsetof(cham_model_config_t, layers), 1},
-        {"--hidden", offsetof(cham_model_config_t, hidden), 1},
-        {"--ffn", offsetof(cham_model_config_t, ffn), 1},
-        {"--heads", offsetof(cham_model_config_t, heads), 1},
-        {"--kv-heads", offsetof(cham_model_config_t, kv_heads), 1},
-        {"--vocab", offsetof(cham_model_config_t, vocab), 1},
-        {"--experts", offsetof(cham_model_config_t, experts), 0},
-        {"--topk", offsetof(cham_model_config_t, topk), 0},
-        {"--prompt", offsetof(cham_model_config_t, seq), 1},
-        {"--generate", offsetof(cham_model_config_t, generate), 0},
-        {"--batch", offsetof(cham_model_config_t, mbs), 1},
+        {"--layers", offsetof(cham_model_config_t, layers), 1, 1u << 24},
+        {"--hidden", offsetof(cham_model_config_t, hidden), 1, 1u << 24},
+        {"--ffn", offsetof(cham_model_config_t, ffn), 1, 1u << 24},
+        {"--heads", offsetof(cham_model_config_t, heads), 1, 1u << 24},
+        {"--kv-heads", offsetof(cham_model_config_t, kv_heads), 1, 1u << 24},
+        {"--vocab", offsetof(cham_model_config_t, vocab), 1, 1u << 24},
+        {"--experts", offsetof(cham_model_config_t, experts), 0, 1u << 24},
+        {"--topk", offsetof(cham_model_config_t, topk), 0, 1u << 24},
+        {"--prompt", offsetof(cham_model_config_t, seq), 1, CHAM_MODEL_MAX_SEQ},
+        {"--generate", offsetof(cham_model_config_t, generate), 0, CHAM_MODEL_MAX_GENERATE},
+        {"--batch", offsetof(cham_model_config_t, mbs), 1, 1u << 24},
     };
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
         if (strcmp(a, dims[i].flag) == 0) {
             *lo = dims[i].lo;
+            *hi = dims[i].hi;
             return (uint32_t *)((char *)m + dims[i].offset);
         }
     return NULL;
@@ -117,8 +121,8 @@ static int parse(int argc, char **argv, infer_opts_t *o)
     for (int i = 0; i < argc; i++) {
         const char *v;
         const char *a = tool_find_opt(CMD, opts, N_OPTS, argc, argv, &i, &v)->name;
-        uint64_t n, lo;
-        uint32_t *dim = dim_of(a, m, &lo);
+        uint64_t n, lo, hi;
+        uint32_t *dim = dim_of(a, m, &lo, &hi);
         if (!v) {
             o->json = o->json || strcmp(a, "--json") == 0;
             o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
@@ -126,9 +130,12 @@ static int parse(int argc, char **argv, infer_opts_t *o)
                 o->run.log = log_line;
             o->find_max = o->find_max || strcmp(a, "--find-max-context") == 0;
         } else if (dim) {
-            if (!tool_parse_uint(v, lo, 1u << 24, &n))
-                return tool_bad_value(CMD, a, lo ? "a whole number from 1 to 16777216"
-                                                 : "a whole number from 0 to 16777216", v);
+            if (!tool_parse_uint(v, lo, hi, &n)) {
+                char want[64];
+                snprintf(want, sizeof want, "a whole number from %llu to %llu",
+                         (unsigned long long)lo, (unsigned long long)hi);
+                return tool_bad_value(CMD, a, want, v);
+            }
             *dim = (uint32_t)n;
         } else if (strcmp(a, "--kv-offload") == 0) {
             if (strcmp(v, "on") && strcmp(v, "off"))
@@ -168,35 +175,48 @@ static cham_status_t run_at(const infer_opts_t *o, uint32_t prompt, cham_run_res
     return cham_run(&c, r);
 }
 
-/* The longest prompt, in steps of CONTEXT_STEP tokens, whose run completes:
- * doubling, then bisecting. 0 when even the shortest fails. */
-static cham_status_t longest_prompt(const infer_opts_t *o, uint32_t *out)
+/* What --find-max-context found: the longest prompt that runs (0: none)
+ * and the longest the model takes, where the search stops. */
+typedef struct context_search {
+    uint32_t prompt, limit;
+} context_search_t;
+
+/* Candidate k of the search: k steps of CONTEXT_STEP tokens, the last one
+ * cut to the model's limit (so the limit itself is tried). */
+static uint32_t candidate(uint32_t k, uint32_t limit)
 {
-    uint32_t limit = ((1u << 24) - o->run.model.generate) / CONTEXT_STEP, good = 0, bad = 0;
+    uint64_t p = (uint64_t)k * CONTEXT_STEP;
+    return p < limit ? (uint32_t)p : limit;
+}
+
+/* The longest prompt whose run completes, in steps of CONTEXT_STEP tokens
+ * up to the model's limit: doubling, then bisecting. Never past the limit,
+ * which cham_run would refuse (a run that cannot be set up ends the search
+ * with its message: 2). */
+static int longest_prompt(const infer_opts_t *o, context_search_t *out)
+{
+    uint32_t limit = cham_model_max_seq(&o->run.model);
+    uint32_t n = (uint32_t)(((uint64_t)limit + CONTEXT_STEP - 1) / CONTEXT_STEP);
+    uint32_t good = 0, bad = n + 1;
     cham_run_result_t r;
-    for (uint32_t k = 1; k <= limit; k *= 2) {
-        cham_status_t st = run_at(o, k * CONTEXT_STEP, &r);
-        if (st != CHAM_OK)
-            return st;
-        if (r.status != CHAM_OK) {
-            bad = k;
-            break;
+    bool doubling = true;
+    /* Doubling, then bisecting (good runs, bad does not). */
+    for (uint32_t k = 1; bad - good > 1;) {
+        uint32_t prompt = candidate(k, limit);
+        if (run_at(o, prompt, &r) != CHAM_OK) {
+            fprintf(stderr, "chameleon infer: --find-max-context: prompt %u: %s\n", prompt,
+                    r.error);
+            return 2;
         }
-        good = k;
-        if (!o->quiet)
-            fprintf(stderr, "  context %u: runs\n", k * CONTEXT_STEP + o->run.model.generate);
+        *(r.status == CHAM_OK ? &good : &bad) = k;
+        if (r.status == CHAM_OK && !o->quiet)
+            fprintf(stderr, "  context %llu: runs\n",
+                    (unsigned long long)prompt + o->run.model.generate);
+        doubling = doubling && r.status == CHAM_OK && k < n;
+        k = doubling ? (k <= n / 2 ? 2 * k : n) : good + (bad - good) / 2;
     }
-    if (!bad)
-        bad = limit + 1;
-    while (bad - good > 1) {
-        uint32_t mid = good + (bad - good) / 2;
-        cham_status_t st = run_at(o, mid * CONTEXT_STEP, &r);
-        if (st != CHAM_OK)
-            return st;
-        *(r.status == CHAM_OK ? &good : &bad) = mid;
-    }
-    *out = good * CONTEXT_STEP;
-    return CHAM_OK;
+    *out = (context_search_t){.prompt = good ? candidate(good, limit) : 0, .limit = limit};
+    return 0;
 }
 
 int cmd_infer(int argc, char **argv)
@@ -212,38 +232,52 @@ int cmd_infer(int argc, char **argv)
         fprintf(stderr, "chameleon infer: %s\n", r.error);
         return 2;
     }
-    uint32_t longest = 0;
-    if (o.find_max && (st = longest_prompt(&o, &longest)) != CHAM_OK) {
-        fprintf(stderr, "chameleon infer: --find-max-context: %s\n",
-                cham_status_string(st));
-        return 2;
-    }
+    context_search_t found = {0};
+    if (o.find_max && (rc = longest_prompt(&o, &found)) != 0)
+        return rc;
+    /* Contexts: the prompt and the generated tokens. */
+    uint64_t longest = found.prompt ? (uint64_t)found.prompt + m->generate : 0;
+    uint64_t limit = (uint64_t)found.limit + m->generate;
+    bool at_limit = found.prompt && found.prompt == found.limit;
     uint64_t kv = cham_model_kv_cache_bytes(m);
     uint64_t context = (uint64_t)m->seq + m->generate;
     if (o.json) {
-        json_t *j = json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:I, s:s, s:s}", "model", o.model,
+        /* A run that stopped: its "error", and no times that would read as
+         * its result. */
+        bool ok = r.status == CHAM_OK;
+        json_t *j = json_pack("{s:s, s:s, s:b, s:i, s:i, s:i, s:I, s:s, s:o}", "model", o.model,
                               "strategy", cham_strategy_name(o.run.strategy), "kv_offload",
                               m->kv_offload, "batch", (json_int_t)m->mbs, "prompt",
                               (json_int_t)m->seq, "generate", (json_int_t)m->generate,
                               "capacity_bytes", (json_int_t)r.capacity_bytes, "status",
-                              cham_status_string(r.status), "error", r.error);
+                              cham_status_string(r.status), "error",
+                              ok ? json_null() : json_string(r.error));
         json_object_set_new(j, "kv_cache_bytes", json_integer((json_int_t)kv));
         json_object_set_new(j, "peak_device_bytes", json_integer((json_int_t)r.peak_device_bytes));
-        json_object_set_new(j, "prefill_time_s", json_real(r.prefill_time_s));
-        json_object_set_new(j, "decode_time_per_token_s", json_real(r.step_time_s));
+        json_object_set_new(j, "prefill_time_s", ok ? json_real(r.prefill_time_s) : json_null());
+        json_object_set_new(j, "decode_time_per_token_s",
+                            ok ? json_real(r.step_time_s) : json_null());
         json_object_set_new(j, "swapped_bytes_per_step", json_real(r.swapped_bytes_per_step));
         json_object_set_new(j, "hazards", json_integer((json_int_t)r.hazards));
-        if (o.find_max)
-            json_object_set_new(j, "max_context",
-                                json_integer(longest ? (json_int_t)(longest + m->generate) : 0));
-        char *text = json_dumps(j, JSON_INDENT(2));
+        if (o.find_max) {
+            json_object_set_new(j, "max_context", json_integer((json_int_t)longest));
+            json_object_set_new(j, "max_context_limit", json_integer((json_int_t)limit));
+            json_object_set_new(j, "max_context_at_limit", json_boolean(at_limit));
+        }
+        char *text = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
         if (text)
-            puts(text);
+            tool_print_text(text);
+        else
+            fprintf(stderr, "chameleon infer: out of host memory writing the JSON\n");
         free(text);
         json_decref(j);
-        return r.status == CHAM_OK ? 0 : 1;
+        return ok && text ? 0 : 1;
     }
     printf("inference (simulated time on %s)\n", o.run.runtime.device.preset);
+    /* A run that stopped says so first. */
+    if (r.status != CHAM_OK)
+        printf("  FAILED              at step %llu: %s\n", (unsigned long long)r.fail_step,
+               r.error);
     printf("  model               %s: %u layers, batch %u, context %llu (prompt %u + %u "
            "generated)\n", o.model, m->layers, m->mbs, (unsigned long long)context, m->seq,
            m->generate);
@@ -251,9 +285,6 @@ int cmd_infer(int argc, char **argv)
            cham_strategy_name(o.run.strategy), m->kv_offload ? "offloaded to the host"
                                                              : "on the device",
            (double)kv / GiB);
-    if (r.status != CHAM_OK)
-        printf("  FAILED              at step %llu: %s\n", (unsigned long long)r.fail_step,
-               r.error);
     printf("  memory              peak %.2f GiB of %.2f GiB\n",
            (double)r.peak_device_bytes / GiB, (double)r.capacity_bytes / GiB);
     if (r.status == CHAM_OK) {
@@ -261,8 +292,11 @@ int cmd_infer(int argc, char **argv)
         printf("  decode              %.3f ms a token\n", r.step_time_s * 1e3);
     }
     printf("  hazards             %llu\n", (unsigned long long)r.hazards);
-    if (o.find_max)
-        printf("  max context         %llu tokens (prompt in steps of %d)\n",
-               longest ? (unsigned long long)(longest + m->generate) : 0ull, CONTEXT_STEP);
+    if (o.find_max && at_limit)
+        printf("  max context         %llu tokens: the search stopped at the model's limit "
+               "(prompt %u tokens)\n", (unsigned long long)longest, found.limit);
+    else if (o.find_max)
+        printf("  max context         %llu tokens (prompt in steps of %d; the model's limit: "
+               "%llu)\n", (unsigned long long)longest, CONTEXT_STEP, (unsigned long long)limit);
     return r.status == CHAM_OK ? 0 : 1;
 }

@@ -15,6 +15,7 @@
 #include "chameleon/swapadvisor.h"
 #include "args.h"
 #include "commands.h"
+#include "common/file.h"
 #include "train.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -33,6 +34,7 @@ typedef struct plan_opts {
     bool swap_only;          /* --swap-only: no recomputation */
     bool early_swap_in;      /* --early-swap-in: the planner's early_swap_in */
     bool no_refine;          /* --no-refine: the planner's refine off */
+    bool partial;            /* --partial: print a policy that does not fit */
     const char *strategy;    /* --strategy: chameleon, chameleon-swap, vdnn, swapadvisor,
                                 hyperoffload */
     cham_swapadvisor_options_t sa;   /* --search-seconds, --generations, ... */
@@ -44,7 +46,7 @@ static void usage(FILE *f)
             "usage: chameleon plan PROFILE.json [--device PRESET] [--capacity SIZE]\n"
             "                      [--reserve SIZE] [--layers N] [--free-delay N]\n"
             "                      [--min-swap SIZE] [--swap-only] [--early-swap-in]\n"
-            "                      [--no-refine]\n"
+            "                      [--no-refine] [--partial]\n"
             "                      [--bound] [--json OUT] [--strategy NAME]\n"
             "                      [--search-seconds S] [--generations N]\n"
             "                      [--population N] [--seed N] [--reorder on|off]\n"
@@ -76,6 +78,9 @@ static void usage(FILE *f)
             "                    for any mix of keeping, swapping and recomputing\n"
             "                    (docs/policy.md, \"The lower bound\")\n"
             "  --json OUT        also save the policy as JSON\n"
+            "  --partial         when no policy fits (its predicted peak is over the usable\n"
+            "                    memory), print (and save) what the planner could place\n"
+            "                    anyway; the exit status stays 1\n"
             "  --strategy NAME   the planner: chameleon (default), chameleon-swap (the\n"
             "                    same as --swap-only), vdnn, swapadvisor (a genetic\n"
             "                    search over op schedules and memory pools; docs/\n"
@@ -100,6 +105,7 @@ static const tool_opt_t opts[] = {
     {"--device", true}, {"--capacity", true}, {"--reserve", true}, {"--layers", true},
     {"--free-delay", true}, {"--min-swap", true}, {"--json", true}, {"--bound", false},
     {"--swap-only", false}, {"--early-swap-in", false}, {"--no-refine", false},
+    {"--partial", false},
     {"--strategy", true},
     {"--search-seconds", true}, {"--generations", true}, {"--population", true},
     {"--seed", true}, {"--reorder", true},
@@ -138,6 +144,8 @@ static int parse(int argc, char **argv, plan_opts_t *o)
             o->early_swap_in = true;
         } else if (strcmp(a, "--no-refine") == 0) {
             o->no_refine = true;
+        } else if (strcmp(a, "--partial") == 0) {
+            o->partial = true;
         } else if (strcmp(a, "--device") == 0) {
             if (!tool_check_preset(CMD, a, v))
                 return 2;
@@ -362,6 +370,7 @@ int cmd_plan(int argc, char **argv)
     cfg.recompute = !o.swap_only && strcmp(o.strategy, "chameleon") == 0;
     cfg.early_swap_in = o.early_swap_in;
     cfg.refine = !o.no_refine;
+    cfg.partial = o.partial;     /* Chameleon's planner: what it could place */
 
     if (o.bound) {
         cham_step_bound_t b;
@@ -385,6 +394,7 @@ int cmd_plan(int argc, char **argv)
 
     cham_policy_t *pol;
     cham_status_t st;
+    err[0] = '\0';   /* a planner that succeeds may still say what is left */
     if (strcmp(o.strategy, "vdnn") == 0) {
         st = cham_plan_vdnn(prof, &cfg, &pol, err, sizeof err);
     } else if (strcmp(o.strategy, "swapadvisor") == 0) {
@@ -411,11 +421,30 @@ int cmd_plan(int argc, char **argv)
     }
     cham_policy_view_t v;
     cham_policy_get(pol, &v);
+    /* One rule for every strategy: a policy whose predicted peak is over the
+     * usable memory is no policy (exit 1); --partial prints it anyway. */
+    bool fits = v.predicted_peak <= v.usable;
+    if (!fits) {
+        char peak[32], usable[32], cap[32];
+        fprintf(stderr, "chameleon plan: %s: no policy fits %s on %s: the %s planner's policy "
+                "predicts a peak of %s (%" PRIu64 " bytes), over the %s usable (%" PRIu64
+                " bytes)%s%s%s; %s\n", o.profile, size_str(cap, sizeof cap, cfg.capacity),
+                preset->name, v.planner, size_str(peak, sizeof peak, v.predicted_peak),
+                v.predicted_peak, size_str(usable, sizeof usable, v.usable), v.usable,
+                err[0] ? " (" : "", err[0] ? err : "", err[0] ? ")" : "",
+                o.partial ? "the partial policy follows (--partial)"
+                          : "--partial prints what it could place");
+        if (!o.partial) {
+            cham_policy_free(pol);
+            cham_profile_free(prof);
+            return 1;
+        }
+    }
     print_policy(&v, &pv, preset->name);
 
-    rc = 0;
+    rc = fits ? 0 : 1;
     if (o.json) {
-        if (cham_policy_save_json(pol, o.json, err, sizeof err) != CHAM_OK) {
+        if (cham_out_save(o.json, tool_save_policy, pol, err, sizeof err) != CHAM_OK) {
             fprintf(stderr, "chameleon plan: %s\n", err);
             rc = 1;
         } else {

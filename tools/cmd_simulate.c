@@ -14,6 +14,7 @@
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
+#include "common/file.h"
 #include "plot.h"
 #include "report.h"
 
@@ -27,6 +28,7 @@ typedef struct sim_opts {
     json_t *series;              /* --json or --report: per-step arrays */
     report_parts_t parts;        /* --json or --report: the curve and policy (on_finish) */
     bool curve_failed;           /* --memory-curve: a file could not be written */
+    bool curve_written;          /* --memory-curve: the curve and profile are there */
     char curve_err[600];
     double capacity_fraction;    /* --capacity P%: P / 100 of the ideal run's peak */
 } sim_opts_t;
@@ -351,9 +353,15 @@ static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy
     sim_opts_t *o = user;
     if (o->series)
         report_parts_take(&o->parts, profile, policy);
-    if (o->curve_dir && profile &&
-        !report_write_curve(profile, "capacity", o->curve_dir, o->curve_err, sizeof o->curve_err))
+    if (!o->curve_dir || !profile)
+        return;
+    if (!report_write_curve(profile, "capacity", o->curve_dir, o->curve_err,
+                            sizeof o->curve_err) ||
+        cham_out_save(o->profile_path, tool_save_profile, profile, o->curve_err,
+                      sizeof o->curve_err) != CHAM_OK)
         o->curve_failed = true;
+    else
+        o->curve_written = true;
 }
 
 /* The estimate's error against the simulated run, as a fraction. */
@@ -442,6 +450,11 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
 {
     const cham_model_config_t *m = &o->run.model;
     printf("\nsummary (simulated time on %s)\n", o->run.runtime.device.preset);
+    /* A run that stopped says so first, before anything that would read
+     * as its result. */
+    if (r->status != CHAM_OK)
+        printf("  FAILED              at step %llu, op %llu: %s\n",
+               (unsigned long long)r->fail_step, (unsigned long long)r->fail_op, r->error);
     printf("  model               %s: %.2fB parameters, %u layers, seq %u, mbs %u, gbs %u, "
            "tp %u pp %u dp %u zero %u\n", o->model, (double)cham_model_parameters(m) * 1e-9,
            m->layers, m->seq, m->mbs, m->gbs ? m->gbs : m->mbs * m->dp, m->tp, m->pp, m->dp, m->zero);
@@ -452,9 +465,6 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
                m->device_groups == CHAM_DEVICE_GROUPS_AUTO ? " (auto)" : "");
     printf("  steps               %llu of %llu\n", (unsigned long long)r->steps,
            (unsigned long long)o->run.steps);
-    if (r->status != CHAM_OK)
-        printf("  FAILED              at step %llu, op %llu: %s\n",
-               (unsigned long long)r->fail_step, (unsigned long long)r->fail_op, r->error);
     printf("  memory              peak %.2f GiB of %.2f GiB\n", gib((double)r->peak_device_bytes),
            gib((double)r->capacity_bytes));
     if (r->steps) {
@@ -554,8 +564,8 @@ int cmd_simulate(int argc, char **argv)
             json_decref(o.series);
             return 1;
         }
+        /* Saved by on_finish, through the writer of every output. */
         snprintf(o.profile_path, sizeof o.profile_path, "%s/" TOOL_CURVE_PROFILE, o.curve_dir);
-        o.run.profile_path = o.profile_path;
     }
     cham_status_t st = cham_run(&o.run, &r);
     rc = st != CHAM_OK ? 2 : r.status != CHAM_OK ? 1 : 0;
@@ -563,7 +573,11 @@ int cmd_simulate(int argc, char **argv)
     if (st != CHAM_OK)
         fprintf(stderr, "chameleon simulate: %s\n", r.error);
     else if (o.curve_failed) {
-        fprintf(stderr, "chameleon simulate: %s\n", o.curve_err);
+        fprintf(stderr, "chameleon simulate: --memory-curve %s\n", o.curve_err);
+        rc = 1;
+    } else if (o.curve_dir && !o.curve_written && r.status == CHAM_OK) {
+        fprintf(stderr, "chameleon simulate: --memory-curve %s: no detailed profile of the "
+                "last step was made\n", o.curve_dir);
         rc = 1;
     }
     if (st == CHAM_OK && o.run.strategy == CHAM_STRATEGY_IDEAL) {
@@ -571,18 +585,30 @@ int cmd_simulate(int argc, char **argv)
         ideal_ok = r.status == CHAM_OK;
     }
     json_t *run = st == CHAM_OK && o.series ? run_json(&o, &r, ideal_s, ideal_ok) : NULL;
-    if (run && o.report && !report_write_html(run, o.report, err, sizeof err)) {
-        fprintf(stderr, "chameleon simulate: %s\n", err);
+    /* The report is written for a failed run too: its banner says so. */
+    bool report_ok = run && o.report && report_write_html(run, o.report, err, sizeof err);
+    if (st == CHAM_OK && o.report && !report_ok) {
+        if (run)
+            fprintf(stderr, "chameleon simulate: --report %s\n", err);
+        else
+            fprintf(stderr, "chameleon simulate: --report %s: out of host memory\n", o.report);
         rc = 1;
     }
     if (st == CHAM_OK && o.json) {
-        char *text = json_dumps(run, JSON_INDENT(2));
-        if (text)
-            printf("%s\n", text);
+        char *text = run ? json_dumps(run, JSON_INDENT(2)) : NULL;
+        if (text) {
+            tool_print_text(text);
+        } else {
+            fprintf(stderr, "chameleon simulate: out of host memory writing the JSON\n");
+            rc = 1;
+        }
         free(text);
     } else if (st == CHAM_OK) {
         print_summary(&o, &r, ideal_s, ideal_ok);
-        if (o.report)
+        if (o.curve_written)
+            printf("  memory curve        %s/memory_curve.svg (data: memory_curve.csv)\n",
+                   o.curve_dir);
+        if (report_ok)
             printf("  report              %s\n", o.report);
     }
     if (st == CHAM_OK && r.status != CHAM_OK && !o.json)

@@ -30,6 +30,7 @@ typedef struct train_opts {
     json_t *series;              /* with --report or --json: per-step values */
     report_parts_t parts;        /* with --report or --json: curve and policy (on_finish) */
     bool curve_failed;           /* --memory-curve: a file could not be written */
+    bool curve_written;          /* --memory-curve: the curve and profile are there */
     char curve_err[600];
     bool json, quiet;
     uint64_t overflow_at[MAX_OVERFLOW_AT];
@@ -421,16 +422,28 @@ static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy
     train_opts_t *o = user;
     if (o->series)
         report_parts_take(&o->parts, profile, policy);
-    if (o->curve_dir && profile &&
-        !report_write_curve(profile, "budget", o->curve_dir, o->curve_err, sizeof o->curve_err))
+    if (!o->curve_dir || !profile)
+        return;
+    if (!report_write_curve(profile, "budget", o->curve_dir, o->curve_err, sizeof o->curve_err) ||
+        cham_out_save(o->profile_path, tool_save_profile, profile, o->curve_err,
+                      sizeof o->curve_err) != CHAM_OK)
         o->curve_failed = true;
+    else
+        o->curve_written = true;
+}
+
+/* A comparison's verdict: null when the run stopped (error), for it
+ * compared only what it reached. */
+static json_t *verdict(bool equal, const char *error)
+{
+    return error ? json_null() : json_boolean(equal);
 }
 
 /* The run as one JSON object (--json, and the report's input): what was
  * run, the summary, the per-step series, the last step's memory curve
  * and the policy applied at the end. NaN and infinities (no step, no
  * validation, a diverged loss) are null. */
-static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
+static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r, const char *error)
 {
     bool verify = o->c.verify;
     json_t *j = json_object();
@@ -450,7 +463,7 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
         {"budget_bytes", json_integer((json_int_t)r->budget_bytes), false},
         {"unconstrained_peak_bytes", json_integer((json_int_t)r->unconstrained_peak_bytes), false},
         {"peak_device_bytes", json_integer((json_int_t)r->peak_device_bytes), false},
-        {"bit_exact", json_boolean(r->bit_exact), true},
+        {"bit_exact", verdict(r->bit_exact, error), true},
         {"hazards", json_integer((json_int_t)r->hazards), false},
         {"oom", json_integer((json_int_t)r->oom), false},
         {"stage_changes", json_integer((json_int_t)r->stage_changes), false},
@@ -462,7 +475,7 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
         {"stable_on_demand_swapins", json_integer((json_int_t)r->stable_on_demand), false},
         {"recomputes", json_integer((json_int_t)r->recomputes), false},
         {"decoded_tokens", json_integer(r->decoded), false},
-        {"decode_bit_exact", json_boolean(r->decode_bit_exact), true},
+        {"decode_bit_exact", verdict(r->decode_bit_exact, error), true},
         {"sim_step_time_s", plot_json_number(r->steps ? r->sim_step_time_s : NAN), false},
         {"ideal_step_time_s", plot_json_number(r->steps ? r->ideal_step_time_s : NAN), true},
         {"overhead_vs_ideal", plot_json_number(r->overhead_vs_ideal), true},
@@ -488,22 +501,34 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r)
         else
             json_object_set_new(j, values[k].key, values[k].v);
     }
+    json_object_set_new(j, "error", error ? json_string(error) : json_null());
     json_object_set_new(j, "series", json_incref(o->series));
     report_parts_give(&o->parts, j, "budget_bytes", r->budget_bytes);
     return j;
 }
 
-static void print_json(json_t *run)
+/* false when out of host memory (stdout's errors are main's). */
+static bool print_json(json_t *run)
 {
-    char *text = json_dumps(run, 0);
+    char *text = run ? json_dumps(run, 0) : NULL;
     if (text)
-        printf("%s\n", text);
+        tool_print_text(text);
     free(text);
+    return text != NULL;
 }
 
-static void print_summary(const gpt_train_result_t *r, bool verify)
+/* The summary; error: the run's failure, said first, before anything that
+ * would read as its result. */
+static void print_summary(const gpt_train_result_t *r, const gpt_train_config_t *c,
+                          const char *error)
 {
+    bool verify = c->verify;
     printf("\nsummary\n");
+    if (error)
+        printf("  FAILED                after %d of %d steps: %s\n", r->steps, c->steps, error);
+    else if (verify && (!r->bit_exact || (r->decoded && !r->decode_bit_exact)))
+        printf("  FAILED                --verify: the run differs from the unconstrained "
+               "run (below)\n");
     printf("  model                 %llu parameters\n", (unsigned long long)r->param_count);
     if (r->steps == 0)
         printf("  steps                 0 (--steps 0: the model was made and one unconstrained "
@@ -570,12 +595,15 @@ static void print_summary(const gpt_train_result_t *r, bool verify)
         for (int i = 0; i < r->decoded && i < 8; i++)
             printf(" %d", (int)r->first_tokens[i]);
         printf("%s\n", r->decoded > 8 ? " ..." : "");
-        if (verify)
+        if (verify && !error)
             printf("  decoded tokens        %s\n", r->decode_bit_exact
                        ? "equal the unconstrained run's (its KV caches on the device)"
                        : "DIFFER from the unconstrained run's");
     }
-    if (verify)
+    if (verify && error)
+        printf("  verification          none: the run stopped before the end, so the final "
+               "parameters were never compared\n");
+    else if (verify)
         printf("  verification          %s\n", r->bit_exact
                    ? "every loss and every parameter byte equal the unconstrained run's"
                    : "DIFFERS from the unconstrained run");
@@ -611,8 +639,8 @@ int cmd_train(int argc, char **argv)
             gpt_data_free(&data);
             return 1;
         }
+        /* Saved by on_finish, through the writer of every output. */
         snprintf(o.profile_path, sizeof o.profile_path, "%s/" TOOL_CURVE_PROFILE, o.curve_dir);
-        o.c.profile_path = o.profile_path;
     }
     if (o.report || o.json)                 /* the series, curve and policy, in memory */
         o.series = json_object();
@@ -623,33 +651,55 @@ int cmd_train(int argc, char **argv)
     gpt_train_result_t r;
     cham_status_t st = gpt_train(&o.c, &data, progress, &o, &r, err, sizeof err);
     gpt_data_free(&data);
-    json_t *run = o.series ? run_json(&o, &r) : NULL;
-    if (st == CHAM_OK && o.report && !report_write_html(run, o.report, err, sizeof err))
-        st = CHAM_ERR_HOST_OOM;           /* reported below, exit 1 */
+    /* The command line was checked before the run: whatever fails now is
+     * the run's or its files' failure, exit 1 (docs/cli.md, "Exit status").
+     * A run that stopped says so in every output: the JSON's "error", the
+     * report's banner, the summary's first line. */
+    const char *failed = st == CHAM_OK ? NULL : err;
+    json_t *run = o.series ? run_json(&o, &r, failed) : NULL;
+    bool report_ok = false;
+    char why[600];
+    if (o.report && run) {
+        report_ok = report_write_html(run, o.report, why, sizeof why);
+        if (!report_ok)
+            fprintf(stderr, "chameleon train: --report %s\n", why);
+    } else if (o.report) {
+        fprintf(stderr, "chameleon train: --report %s: out of host memory\n", o.report);
+    }
+    bool files_ok = report_ok || !o.report;
     json_decref(o.series);
     report_parts_clear(&o.parts);
-    if (st == CHAM_OK && o.curve_failed) {
-        snprintf(err, sizeof err, "%s", o.curve_err);
-        st = CHAM_ERR_HOST_OOM;           /* reported below, exit 1 */
+    if (o.curve_failed) {
+        fprintf(stderr, "chameleon train: --memory-curve %s\n", o.curve_err);
+        files_ok = false;
+    } else if (o.curve_dir && !o.curve_written && !failed) {
+        fprintf(stderr, "chameleon train: --memory-curve %s: no detailed profile of the last "
+                "step was made\n", o.curve_dir);
+        files_ok = false;
     }
-    if (o.json)
-        print_json(run);
-    else if (st == CHAM_OK || r.steps > 0)
-        print_summary(&r, o.c.verify);
+    if (o.json && !print_json(run)) {
+        fprintf(stderr, "chameleon train: out of host memory writing the JSON\n");
+        files_ok = false;
+    } else if (!o.json && (!failed || r.steps > 0)) {
+        print_summary(&r, &o.c, failed);
+        /* Only the files that were written; a trace only after a run that
+         * closed it (examples/gpt/train.c reports a trace it could not
+         * write as the run's failure). */
+        if (o.c.trace_path && !failed)
+            printf("  timeline              %s (open it in https://ui.perfetto.dev)\n",
+                   o.c.trace_path);
+        if (o.curve_written)
+            printf("  memory curve          %s/memory_curve.svg (data: memory_curve.csv)\n",
+                   o.curve_dir);
+        if (report_ok)
+            printf("  report                %s\n", o.report);
+    }
     json_decref(run);
-    /* The command line was checked before the run: whatever fails now is
-     * the run's or its files' failure (docs/cli.md, "Exit status"). */
-    if (st != CHAM_OK) {
+    if (failed) {
         fprintf(stderr, "chameleon train: %s\n", err);
         return 1;
     }
-    if (!o.json && o.c.trace_path)
-        printf("  timeline              %s (open it in https://ui.perfetto.dev)\n",
-               o.c.trace_path);
-    if (!o.json && o.curve_dir)
-        printf("  memory curve          %s/memory_curve.svg (data: memory_curve.csv)\n",
-               o.curve_dir);
-    if (!o.json && o.report)
-        printf("  report                %s\n", o.report);
-    return o.c.verify && !r.bit_exact ? 1 : 0;
+    if (!files_ok)
+        return 1;
+    return o.c.verify && (!r.bit_exact || (r.decoded && !r.decode_bit_exact)) ? 1 : 0;
 }

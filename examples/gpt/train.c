@@ -598,6 +598,15 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         }
         res->hazards += cham_device_hazard_count(cham_context_device(b.ctx));
     }
+    /* A trace that could not be written is the run's failure. */
+    if (a.trace) {
+        cham_device_synchronize(cham_context_device(a.ctx));
+        cham_status_t tst = cham_trace_close(a.trace, st == CHAM_OK ? err : NULL,
+                                             st == CHAM_OK ? err_size : 0);
+        a.trace = NULL;
+        if (st == CHAM_OK)
+            st = tst;
+    }
     run_close(&a);
     run_close(&b);
     return st;

@@ -1,14 +1,20 @@
-/* Reading a whole file with a size cap (file.h). */
+/* Reading a whole file with a size cap, and writing one whole or not at
+ * all (file.h). */
+#define _XOPEN_SOURCE 700           /* realpath */
 #include "common/file.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "common/assert.h"
 #include "common/grow.h"
 #include "common/message.h"
 
@@ -132,4 +138,352 @@ cham_status_t cham_file_read(const char *path, size_t max_bytes, const char *wha
     *out = buf;
     *len = n;
     return CHAM_OK;
+}
+
+/* ---- writing (file.h) ---------------------------------------------------------------*/
+
+#define OUT_PATH 4096
+
+struct cham_out {
+    FILE *f;
+    char name[OUT_PATH];         /* the path as given: messages name it */
+    char final[OUT_PATH];        /* the file replaced: name, or what its link points to */
+    char tmp[OUT_PATH];          /* the temporary file; "" when written in place */
+    int err;                     /* the first failed write's errno (0: none yet) */
+    int slot;                    /* in the pending table, or -1 */
+};
+
+/* Temporary files not yet committed, for cham_out_remove_pending. A slot is
+ * 0 free, 1 being filled, 2 holding a path; a signal handler reads only
+ * slots in state 2 and calls only unlink. A process with more outputs open
+ * at once than slots still writes them, without the clean-up on a signal. */
+#define PENDING_SLOTS 16
+static char pending_path[PENDING_SLOTS][OUT_PATH];
+static atomic_int pending_state[PENDING_SLOTS];
+static atomic_uint temp_counter;
+
+static int pending_add(const char *path)
+{
+    for (int i = 0; i < PENDING_SLOTS; i++) {
+        int expect = 0;
+        if (atomic_compare_exchange_strong(&pending_state[i], &expect, 1)) {
+            cham_copy_str(pending_path[i], OUT_PATH, path);
+            atomic_store(&pending_state[i], 2);
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void pending_drop(int slot)
+{
+    if (slot >= 0)
+        atomic_store(&pending_state[slot], 0);
+}
+
+void cham_out_remove_pending(void)
+{
+    for (int i = 0; i < PENDING_SLOTS; i++)
+        if (atomic_load(&pending_state[i]) == 2)
+            unlink(pending_path[i]);
+}
+
+/* "DIR/.NAME.tmp-PID-N" beside final: the same directory, so that rename
+ * replaces the file atomically; hidden, and named after the file it will
+ * become. false when it would be too long. */
+static bool temp_name(char *buf, size_t size, const char *final)
+{
+    const char *slash = strrchr(final, '/');
+    const char *base = slash ? slash + 1 : final;
+    int dir_len = slash ? (int)(slash - final + 1) : 0;
+    /* NAME_MAX is 255 on Linux: room for the suffix. */
+    int base_len = (int)strnlen(base, 200);
+    int n = snprintf(buf, size, "%.*s.%.*s.tmp-%ld-%u", dir_len, final, base_len, base,
+                     (long)getpid(), atomic_fetch_add(&temp_counter, 1u));
+    return n > 0 && (size_t)n < size;
+}
+
+/* Creates o->tmp beside o->final, with mode (new_file: 0666 less the
+ * umask), registered for the clean-up. -1 with errno on failure. */
+static int create_temp(cham_out_t *o, bool new_file, mode_t mode)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        if (!temp_name(o->tmp, sizeof o->tmp, o->final)) {
+            o->tmp[0] = '\0';        /* cut short: never unlinked */
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        o->slot = pending_add(o->tmp);
+        int fd = open(o->tmp, O_WRONLY | O_CREAT | O_EXCL, new_file ? 0666 : 0600);
+        int e = errno;
+        if (fd >= 0) {
+            /* An existing file keeps its permissions. */
+            if (!new_file)
+                (void)fchmod(fd, mode);
+            return fd;
+        }
+        pending_drop(o->slot);
+        o->slot = -1;
+        o->tmp[0] = '\0';
+        if (e != EEXIST) {
+            errno = e;
+            return -1;
+        }
+    }
+    errno = EEXIST;
+    return -1;
+}
+
+/* Opens path itself: a device, a FIFO, or a file whose directory takes no
+ * new files. */
+static cham_status_t open_in_place(cham_out_t *o, char *err, size_t err_size)
+{
+    o->tmp[0] = '\0';
+    if (!(o->f = fopen(o->name, "w"))) {
+        int e = errno;
+        cham_set_err(err, err_size, "%s: cannot open for writing: %s", o->name, strerror(e));
+        return e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG;
+    }
+    return CHAM_OK;
+}
+
+/* Where the file goes: o->final, and whether it is written in place (not a
+ * regular file) and whether it is new; *mode the permissions it keeps. */
+static cham_status_t resolve(cham_out_t *o, bool *in_place, bool *new_file, mode_t *mode,
+                             char *err, size_t err_size)
+{
+    struct stat s;
+    *in_place = *new_file = false;
+    *mode = 0666;
+    cham_copy_str(o->final, sizeof o->final, o->name);
+    if (stat(o->name, &s) != 0) {
+        int e = errno;
+        if (e != ENOENT) {
+            cham_set_err(err, err_size, "%s: cannot write: %s", o->name, strerror(e));
+            return e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG;
+        }
+        *new_file = true;         /* a dangling link is replaced by the file */
+        return CHAM_OK;
+    }
+    if (S_ISDIR(s.st_mode)) {
+        cham_set_err(err, err_size, "%s: cannot write: %s", o->name, strerror(EISDIR));
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (!S_ISREG(s.st_mode)) {
+        *in_place = true;
+        return CHAM_OK;
+    }
+    *mode = s.st_mode & 07777;
+    struct stat ls;
+    char *real;
+    if (lstat(o->name, &ls) == 0 && S_ISLNK(ls.st_mode) && (real = realpath(o->name, NULL))) {
+        cham_copy_str(o->final, sizeof o->final, real);
+        free(real);
+    }
+    return CHAM_OK;
+}
+
+cham_status_t cham_out_open(const char *path, cham_out_t **out, char *err, size_t err_size)
+{
+    *out = NULL;
+    if (strlen(path) >= OUT_PATH) {
+        cham_set_err(err, err_size, "%.200s...: cannot write: %s", path, strerror(ENAMETOOLONG));
+        return CHAM_ERR_INVALID_ARG;
+    }
+    cham_out_t *o = calloc(1, sizeof *o);
+    if (!o) {
+        cham_set_err(err, err_size, "%s: out of host memory", path);
+        return CHAM_ERR_HOST_OOM;
+    }
+    o->slot = -1;
+    cham_copy_str(o->name, sizeof o->name, path);
+    bool in_place, new_file;
+    mode_t mode;
+    cham_status_t st = resolve(o, &in_place, &new_file, &mode, err, err_size);
+    if (st == CHAM_OK && in_place) {
+        st = open_in_place(o, err, err_size);
+    } else if (st == CHAM_OK) {
+        int fd = create_temp(o, new_file, mode);
+        int e = errno;
+        if (fd < 0 && !new_file && (e == EACCES || e == EPERM || e == EROFS) &&
+            access(o->name, W_OK) == 0) {
+            st = open_in_place(o, err, err_size);        /* no new files there */
+        } else if (fd < 0) {
+            cham_set_err(err, err_size, "%s: cannot create: %s", o->name, strerror(e));
+            st = e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG;
+        } else if (!(o->f = fdopen(fd, "w"))) {
+            cham_set_err(err, err_size, "%s: out of host memory", o->name);
+            close(fd);
+            st = CHAM_ERR_HOST_OOM;
+        }
+    }
+    if (st != CHAM_OK) {
+        int e = errno;
+        cham_out_abort(o);
+        errno = e;                /* for callers without a message buffer */
+        return st;
+    }
+    *out = o;
+    return CHAM_OK;
+}
+
+FILE *cham_out_file(cham_out_t *o)
+{
+    return o->f;
+}
+
+bool cham_out_ok(cham_out_t *o)
+{
+    if (!o->err && o->f && ferror(o->f))
+        o->err = errno ? errno : EIO;
+    return o->err == 0;
+}
+
+/* Frees o after its stream is closed and its temporary file dealt with. */
+static void out_free(cham_out_t *o)
+{
+    pending_drop(o->slot);
+    free(o);
+}
+
+void cham_out_abort(cham_out_t *o)
+{
+    if (!o)
+        return;
+    if (o->f)
+        fclose(o->f);
+    if (o->tmp[0])
+        unlink(o->tmp);
+    out_free(o);
+}
+
+/* Closes the stream, syncs and renames; the errno of the first failure
+ * (0: none). */
+static int finish(cham_out_t *o)
+{
+    int e = o->err;
+    errno = 0;
+    if (fflush(o->f) != 0 && !e)
+        e = errno ? errno : EIO;
+    if (ferror(o->f) && !e)
+        e = EIO;
+    /* On disk before it takes the name: a crash after the rename must not
+     * leave an empty file there. Devices and FIFOs are not synced. */
+    if (!e && o->tmp[0] && fsync(fileno(o->f)) != 0)
+        e = errno;
+    if (fclose(o->f) != 0 && !e)
+        e = errno ? errno : EIO;
+    o->f = NULL;
+    if (!e && o->tmp[0] && rename(o->tmp, o->final) != 0)
+        e = errno;
+    return e;
+}
+
+cham_status_t cham_out_commit(cham_out_t *o, char *err, size_t err_size)
+{
+    CHAM_ASSERT(o && o->f);
+    cham_out_ok(o);
+    int e = finish(o);
+    if (e) {
+        cham_set_err(err, err_size, "%s: cannot write: %s", o->name, strerror(e));
+        if (o->tmp[0])
+            unlink(o->tmp);
+        out_free(o);
+        errno = e;
+        return CHAM_ERR_INVALID_ARG;
+    }
+    o->tmp[0] = '\0';
+    out_free(o);
+    return CHAM_OK;
+}
+
+/* err with the temporary path tmp replaced by the final name. */
+static void rename_in_message(char *err, size_t err_size, const char *tmp, const char *name)
+{
+    char *at = err ? strstr(err, tmp) : NULL;
+    if (!at)
+        return;
+    char rest[1024];
+    cham_copy_str(rest, sizeof rest, at + strlen(tmp));
+    *at = '\0';
+    size_t n = strlen(err);
+    snprintf(err + n, err_size - n, "%s%s", name, rest);
+}
+
+/* Copies the file at from into o's stream; errno of a failed read, or 0. */
+static int copy_into(cham_out_t *o, const char *from)
+{
+    FILE *in = fopen(from, "rb");
+    if (!in)
+        return errno;
+    char buf[65536];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, in)) > 0 && cham_out_ok(o))
+        fwrite(buf, 1, got, o->f);
+    int e = ferror(in) ? EIO : 0;
+    fclose(in);
+    return e;
+}
+
+cham_status_t cham_out_save(const char *path, cham_out_save_fn save, const void *obj, char *err,
+                            size_t err_size)
+{
+    cham_out_t *o;
+    cham_status_t st = cham_out_open(path, &o, err, err_size);
+    if (st != CHAM_OK)
+        return st;
+    if (o->tmp[0]) {
+        /* The writer opens the temporary file itself, by name. */
+        fclose(o->f);
+        o->f = NULL;
+        if ((st = save(obj, o->tmp, err, err_size)) != CHAM_OK) {
+            rename_in_message(err, err_size, o->tmp, o->name);
+            cham_out_abort(o);
+            return st;
+        }
+        int fd = open(o->tmp, O_RDONLY);
+        int e = fd < 0 || fsync(fd) != 0 ? errno : 0;
+        if (fd >= 0)
+            close(fd);
+        if (!e && rename(o->tmp, o->final) != 0)
+            e = errno;
+        if (e) {
+            cham_set_err(err, err_size, "%s: cannot write: %s", o->name, strerror(e));
+            cham_out_abort(o);
+            return CHAM_ERR_INVALID_ARG;
+        }
+        o->tmp[0] = '\0';
+        out_free(o);
+        return CHAM_OK;
+    }
+    /* Written in place (a device, a FIFO): into a private temporary file
+     * first, then copied, so the writer never sees the device's path. */
+    const char *dir = getenv("TMPDIR");
+    char tmp[OUT_PATH];
+    snprintf(tmp, sizeof tmp, "%s/chameleon-out-XXXXXX", dir && dir[0] ? dir : "/tmp");
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        cham_set_err(err, err_size, "%s: cannot make a temporary file in %s: %s", path,
+                     dir && dir[0] ? dir : "/tmp", strerror(errno));
+        cham_out_abort(o);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    int slot = pending_add(tmp);
+    close(fd);
+    if ((st = save(obj, tmp, err, err_size)) == CHAM_OK) {
+        int e = copy_into(o, tmp);
+        if (e) {
+            cham_set_err(err, err_size, "%s: cannot read it back: %s", tmp, strerror(e));
+            st = CHAM_ERR_INVALID_ARG;
+        }
+    } else {
+        rename_in_message(err, err_size, tmp, path);
+    }
+    unlink(tmp);
+    pending_drop(slot);
+    if (st != CHAM_OK) {
+        cham_out_abort(o);
+        return st;
+    }
+    return cham_out_commit(o, err, err_size);
 }

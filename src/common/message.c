@@ -24,3 +24,28 @@ void cham_copy_str(char *dst, size_t size, const char *src)
     memcpy(dst, src ? src : "", n);
     dst[n] = '\0';
 }
+
+void cham_escape_line(char *dst, size_t size, const char *src)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)(src ? src : ""); *p; p++) {
+        char esc[5];
+        size_t k;
+        if (*p == '\n' || *p == '\r' || *p == '\t') {
+            esc[0] = '\\';
+            esc[1] = *p == '\n' ? 'n' : *p == '\r' ? 'r' : 't';
+            k = 2;
+        } else if (*p < 0x20 || *p == 0x7f) {
+            snprintf(esc, sizeof esc, "\\x%02x", *p);
+            k = 4;
+        } else {
+            esc[0] = (char)*p;
+            k = 1;
+        }
+        if (n + k + 1 > size)
+            break;
+        memcpy(dst + n, esc, k);
+        n += k;
+    }
+    dst[n] = '\0';
+}

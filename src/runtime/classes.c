@@ -77,7 +77,8 @@ cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, siz
     cham_op_token_t *copy = malloc((len ? len : 1) * sizeof *copy);
     if (!copy)
         return NULL;
-    memcpy(copy, seq, len * sizeof *seq);
+    if (len)                      /* a step of no ops has no sequence (seq NULL) */
+        memcpy(copy, seq, len * sizeof *seq);
     if (ctx->n_classes < cap) {
         c = &ctx->classes[ctx->n_classes++];
     } else {                      /* full: the least recently used goes */

@@ -1,7 +1,11 @@
 /* Chrome trace-event JSON from the sim's task hook and the runtime's stage
  * hook (chameleon/trace.h). Events are written as they come, so a long run
  * costs no memory; the file is one JSON object with a "traceEvents" array.
- * Times are microseconds of the device's virtual clock. */
+ * Times are microseconds of the device's virtual clock. The file is written
+ * through common/file.h's writer: under a temporary name until
+ * cham_trace_close renames it, so an interrupted run leaves no truncated
+ * trace under the name asked for, and a failed write is reported with its
+ * errno at close. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +13,7 @@
 
 #include "chameleon/chameleon.h"
 #include "chameleon/trace.h"
+#include "common/file.h"
 #include "common/message.h"
 
 #define PID 1                    /* one process: the device and its host */
@@ -17,7 +22,9 @@
 struct cham_trace {
     cham_context_t *ctx;
     cham_device_t *dev;
-    FILE *f;
+    cham_out_t *out;
+    FILE *f;                     /* out's stream */
+    bool failed;                 /* a write failed: nothing more is written */
     uint64_t capacity;
     uint64_t policies;           /* policies generated, as last seen */
     uint64_t last_mem;           /* the memory counter as last written */
@@ -37,18 +44,55 @@ uint64_t cham_trace_cpu_ns(const cham_trace_t *t)
     return t ? t->cpu_ns : 0;
 }
 
-/* s as a JSON string body (quotes and control characters escaped). */
+/* The length of the well-formed UTF-8 sequence at s (1 to 4), or 0 when
+ * it is not one (a stray continuation byte, a truncated, overlong or
+ * surrogate sequence, a code point above U+10FFFF). */
+static size_t utf8_length(const unsigned char *s)
+{
+    unsigned c = s[0];
+    size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3
+                        : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 0)
+        return 0;
+    unsigned cp = n == 1 ? c : n == 2 ? c & 0x1f : n == 3 ? c & 0x0f : c & 0x07;
+    for (size_t k = 1; k < n; k++) {
+        if ((s[k] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[k] & 0x3f);
+    }
+    static const unsigned least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+/* s as a JSON string body: quotes, backslashes and control characters
+ * escaped, and bytes that are not UTF-8 as U+FFFD, so that a label with
+ * a newline, a quote or binary bytes still gives valid JSON. */
 static void json_text(FILE *f, const char *s)
 {
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
+    const unsigned char *p = (const unsigned char *)s;
+    while (p && *p) {
+        size_t n = utf8_length(p);
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\u%04x", *p);
+        else if (n == 0)
+            fputs("\\ufffd", f);
         else
-            fputc(c, f);
+            fwrite(p, 1, n, f);
+        p += n ? n : 1;
     }
+}
+
+/* Whether the file still takes events: after the first failed write the
+ * trace stops writing (the disk is full, say) and close reports it. */
+static bool writable(cham_trace_t *t)
+{
+    if (!t->failed && !cham_out_ok(t->out))
+        t->failed = true;
+    return !t->failed;
 }
 
 static double us(uint64_t ns)
@@ -81,6 +125,8 @@ static void memory_counter(cham_trace_t *t, uint64_t at_ns)
 static void on_task(const cham_task_record_t *r, void *user)
 {
     cham_trace_t *t = user;
+    if (!writable(t))
+        return;
     uint64_t t0 = cpu_now();
     static const char *const cat[] = {"kernel", "h2d", "d2h", "d2d", "host wait"};
     int tid = r->stream_id < 0 ? HOST_TID : r->stream_id + 1;
@@ -100,6 +146,8 @@ static void on_task(const cham_task_record_t *r, void *user)
 
 static void instant(cham_trace_t *t, const char *name)
 {
+    if (!writable(t))
+        return;
     fprintf(t->f, ",\n{\"ph\":\"i\",\"s\":\"g\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"name\":\"",
             PID, HOST_TID, us(cham_device_host_time(t->dev)));
     json_text(t->f, name);
@@ -142,11 +190,14 @@ cham_status_t cham_trace_open(cham_context_t *ctx, const char *path, cham_trace_
         cham_set_err(err, err_size, "trace: out of host memory");
         return CHAM_ERR_HOST_OOM;
     }
-    if (!(t->f = fopen(path, "w"))) {
-        cham_set_err(err, err_size, "%s: cannot write the trace", path);
+    char why[600];
+    cham_status_t st = cham_out_open(path, &t->out, why, sizeof why);
+    if (st != CHAM_OK) {
+        cham_set_err(err, err_size, "trace: %s", why);
         free(t);
-        return CHAM_ERR_INVALID_ARG;
+        return st == CHAM_ERR_HOST_OOM ? st : CHAM_ERR_INVALID_ARG;
     }
+    t->f = cham_out_file(t->out);
     t->ctx = ctx;
     t->dev = dev;
     cham_device_info_t info;
@@ -173,12 +224,13 @@ cham_status_t cham_trace_close(cham_trace_t *t, char *err, size_t err_size)
         return CHAM_OK;
     cham_device_set_task_hook(t->dev, NULL, NULL);
     cham_context_on_step(t->ctx, NULL, NULL);
-    fputs("\n]}\n", t->f);
-    bool ok = !ferror(t->f);
-    ok = fclose(t->f) == 0 && ok;
+    if (writable(t))
+        fputs("\n]}\n", t->f);
+    char why[600];
+    cham_status_t st = cham_out_commit(t->out, why, sizeof why);
     free(t);
-    if (!ok) {
-        cham_set_err(err, err_size, "trace: writing the file failed");
+    if (st != CHAM_OK) {
+        cham_set_err(err, err_size, "trace: %s", why);
         return CHAM_ERR_INVALID_ARG;
     }
     return CHAM_OK;
