@@ -22,6 +22,8 @@
 
 #include <cmocka.h>
 
+#include "support/cases.h"
+
 #include <jansson.h>
 
 #include "experiment.h"
@@ -632,21 +634,6 @@ static void test_json_non_finite(void **state)
     exp_result_free(&r);
 }
 
-/* Runs only the case named `name` (CTest runs each case as a test of its
- * own: tests/CMakeLists.txt); false, saying so, when there is none, so a
- * misspelt or renamed case fails instead of passing with nothing run. */
-static bool pick_case(const struct CMUnitTest *tests, size_t n, const char *name)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(tests[i].name, name) == 0) {
-            cmocka_set_test_filter(name);
-            return true;
-        }
-    }
-    fprintf(stderr, "no test case \"%s\" here\n", name);
-    return false;
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -669,7 +656,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_svg_awkward_ranges),
         cmocka_unit_test(test_json_non_finite),
     };
-    if (argc > 1 && !pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
+    if (argc > 1 && !test_pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
         return 2;
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

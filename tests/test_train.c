@@ -19,6 +19,7 @@
 
 #include "data.h"
 #include "model.h"
+#include "support/cases.h"
 #include "support/gpt_train.h"
 #include "train.h"
 
@@ -634,21 +635,6 @@ static void test_host_optimizer_needs_host_figures(void **state)
     assert_int_equal(r.steps, 0);
 }
 
-/* Runs only the case named `name` (CTest runs each case as a test of its
- * own: tests/CMakeLists.txt); false, saying so, when there is none, so a
- * misspelt or renamed case fails instead of passing with nothing run. */
-static bool pick_case(const struct CMUnitTest *tests, size_t n, const char *name)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (strcmp(tests[i].name, name) == 0) {
-            cmocka_set_test_filter(name);
-            return true;
-        }
-    }
-    fprintf(stderr, "no test case \"%s\" here\n", name);
-    return false;
-}
-
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -668,7 +654,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_corrupted_swap_is_caught),
         cmocka_unit_test(test_planted_race_is_counted),
     };
-    if (argc > 1 && !pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
+    if (argc > 1 && !test_pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
         return 2;
     return cmocka_run_group_tests(tests, test_data_setup, test_data_teardown);
 }
