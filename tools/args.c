@@ -376,18 +376,6 @@ bool tool_print_text(const char *text)
     return ok;
 }
 
-cham_status_t tool_save_profile(const void *profile, const char *path, char *err,
-                                size_t err_size)
-{
-    return cham_profile_save_json(profile, path, err, err_size);
-}
-
-cham_status_t tool_save_policy(const void *policy, const char *path, char *err,
-                               size_t err_size)
-{
-    return cham_policy_save_json(policy, path, err, err_size);
-}
-
 uint64_t tool_host_available(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");

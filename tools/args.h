@@ -129,14 +129,6 @@ int tool_check_outputs(const char *cmd, const char *curve_dir, const tool_output
 bool tool_print_text(const char *text);
 extern int tool_stdout_errno;
 
-/* cham_profile_save_json and cham_policy_save_json as cham_out_save's
- * writers (common/file.h): every profile and policy the command saves is
- * complete under its name or not there. */
-cham_status_t tool_save_profile(const void *profile, const char *path, char *err,
-                                size_t err_size);
-cham_status_t tool_save_policy(const void *policy, const char *path, char *err,
-                               size_t err_size);
-
 /* The host memory available to a new allocation (MemAvailable in
  * /proc/meminfo), or 0 when it cannot be known. */
 uint64_t tool_host_available(void);

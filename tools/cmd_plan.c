@@ -15,7 +15,6 @@
 #include "chameleon/swapadvisor.h"
 #include "args.h"
 #include "commands.h"
-#include "common/file.h"
 #include "train.h"
 
 #define MiB (1024.0 * 1024.0)
@@ -444,7 +443,7 @@ int cmd_plan(int argc, char **argv)
 
     rc = fits ? 0 : 1;
     if (o.json) {
-        if (cham_out_save(o.json, tool_save_policy, pol, err, sizeof err) != CHAM_OK) {
+        if (cham_policy_save_json(pol, o.json, err, sizeof err) != CHAM_OK) {
             fprintf(stderr, "chameleon plan: %s\n", err);
             rc = 1;
         } else {

@@ -14,7 +14,6 @@
 #include "chameleon/chameleon.h"
 #include "args.h"
 #include "commands.h"
-#include "common/file.h"
 #include "plot.h"
 #include "report.h"
 
@@ -357,8 +356,8 @@ static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy
         return;
     if (!report_write_curve(profile, "capacity", o->curve_dir, o->curve_err,
                             sizeof o->curve_err) ||
-        cham_out_save(o->profile_path, tool_save_profile, profile, o->curve_err,
-                      sizeof o->curve_err) != CHAM_OK)
+        cham_profile_save_json(profile, o->profile_path, o->curve_err, sizeof o->curve_err) !=
+            CHAM_OK)
         o->curve_failed = true;
     else
         o->curve_written = true;

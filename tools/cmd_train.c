@@ -425,8 +425,8 @@ static void on_finish(const cham_profile_t *profile, const cham_policy_t *policy
     if (!o->curve_dir || !profile)
         return;
     if (!report_write_curve(profile, "budget", o->curve_dir, o->curve_err, sizeof o->curve_err) ||
-        cham_out_save(o->profile_path, tool_save_profile, profile, o->curve_err,
-                      sizeof o->curve_err) != CHAM_OK)
+        cham_profile_save_json(profile, o->profile_path, o->curve_err, sizeof o->curve_err) !=
+            CHAM_OK)
         o->curve_failed = true;
     else
         o->curve_written = true;

@@ -49,7 +49,7 @@ const char *cham_file_kind(const char *path);
 
 /* ---- writing ------------------------------------------------------------------------
  * Every file the library and the command write (traces, profiles and
- * policies the command saves, memory curves, reports) goes through one
+ * policies, memory curves, reports) goes through one
  * writer, so that a file is either complete under its name or not there,
  * and every failed write, flush or close is an error with its errno:
  *
@@ -92,16 +92,6 @@ bool cham_out_ok(cham_out_t *o);
 cham_status_t cham_out_commit(cham_out_t *o, char *err, size_t err_size);
 /* Drops the file (above) and frees o; NULL is fine. */
 void cham_out_abort(cham_out_t *o);
-
-/* For writers that take a path (cham_profile_save_json,
- * cham_policy_save_json): save(obj, tmp) writes the whole file at tmp, a
- * temporary path beside path, which then replaces path as cham_out_commit
- * does (or is copied into it, for a device or FIFO). Messages name path,
- * never the temporary. */
-typedef cham_status_t (*cham_out_save_fn)(const void *obj, const char *tmp, char *err,
-                                          size_t err_size);
-cham_status_t cham_out_save(const char *path, cham_out_save_fn save, const void *obj, char *err,
-                            size_t err_size);
 
 /* Removes every temporary file still open in this process; only unlink(2),
  * so a signal handler may call it. */

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "common/file.h"
 #include "common/message.h"
 #include "json/format.h"
 #include "json/write.h"
@@ -60,31 +61,16 @@ bool cham_json_write_value(FILE *fp, json_t *v, bool last)
 }
 
 cham_status_t cham_json_save_file(const char *path, bool (*write)(FILE *fp, const void *obj),
-                        const void *obj, char *err, size_t err_size)
+                                  const void *obj, char *err, size_t err_size)
 {
-    FILE *fp = fopen(path, "wb");
-    if (!fp) {
-        int e = errno;
-        cham_set_err(err, err_size, "%s: cannot open for writing: %s", path, strerror(e));
-        return e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG;
-    }
+    cham_out_t *o;
+    cham_status_t st = cham_out_open(path, &o, err, err_size);
+    if (st != CHAM_OK)
+        return st;
     errno = 0;
-    bool ok = write(fp, obj);
-    int e = errno;
-    bool write_failed = ferror(fp) != 0;
-    if (fclose(fp) != 0 && ok) {
-        ok = false;
-        write_failed = true;
-        e = errno;
-    }
-    if (ok)
-        return CHAM_OK;
-    /* Leave no half-written file behind. */
-    remove(path);
-    if (write_failed) {
-        cham_set_err(err, err_size, "%s: cannot write: %s", path, strerror(e ? e : EIO));
-        return CHAM_ERR_INVALID_ARG;
-    }
+    if (write(cham_out_file(o), obj) || !cham_out_ok(o))
+        return cham_out_commit(o, err, err_size);     /* a write error names its errno */
+    cham_out_abort(o);
     cham_set_err(err, err_size, "%s: out of host memory", path);
     return CHAM_ERR_HOST_OOM;
 }

@@ -24,10 +24,11 @@ json_t *cham_json_use_to_json(const cham_tensor_use_t *u);
 /* Writes "    " + v compact + "," unless last + newline, and drops v;
  * false when v is NULL (out of memory) or the write failed. */
 bool cham_json_write_value(FILE *fp, json_t *v, bool last);
-/* Opens path, runs write(fp, obj), closes; on failure removes the file and
- * sets err to "PATH: cannot open for writing: ...", "PATH: cannot write:
- * ..." or "PATH: out of host memory" (write returning false with no stream
- * error means out of memory). */
+/* Writes the file at path through the one writer (common/file.h: whole
+ * under its name or not there) with write(fp, obj); on failure the file at
+ * path is as it was and err is "PATH: cannot create: ...", "PATH: cannot
+ * write: ..." or "PATH: out of host memory" (write returning false with no
+ * stream error means out of memory). */
 cham_status_t cham_json_save_file(const char *path, bool (*write)(FILE *fp, const void *obj),
                                   const void *obj, char *err, size_t err_size);
 
