@@ -122,22 +122,6 @@ void exp_table_print(const exp_table_t *t, FILE *f)
     }
 }
 
-/* A CSV field: quoted when it holds a comma, quote or line break. */
-static void csv_field(FILE *f, const char *s)
-{
-    if (!strpbrk(s, ",\"\n\r")) {
-        fputs(s, f);
-        return;
-    }
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"')
-            fputc('"', f);
-        fputc(*s, f);
-    }
-    fputc('"', f);
-}
-
 bool exp_table_write_csv(const exp_table_t *t, const char *path)
 {
     FILE *f = fopen(path, "w");
@@ -147,7 +131,7 @@ bool exp_table_write_csv(const exp_table_t *t, const char *path)
     for (size_t k = 0; k < t->n_cols; k++) {
         if (k)
             fputc(',', f);
-        csv_field(f, t->cols[k]);
+        plot_csv_field(f, t->cols[k]);
     }
     fputs("\r\n", f);
     for (size_t r = 0; r < t->n_rows; r++) {
@@ -159,7 +143,7 @@ bool exp_table_write_csv(const exp_table_t *t, const char *path)
                 continue;                         /* an empty field */
             if (!c->text[0])
                 snprintf(buf, sizeof buf, "%.17g", c->num);
-            csv_field(f, c->text[0] ? c->text : buf);
+            plot_csv_field(f, c->text[0] ? c->text : buf);
         }
         fputs("\r\n", f);
     }

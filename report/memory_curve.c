@@ -8,14 +8,9 @@
 #include <sys/stat.h>
 
 #include "plot.h"
-/* The one writer of every output file (report/ is built without src/ on
- * its include path). */
-#include "../src/common/file.h"
+#include "common/file.h"
 
-/* An op name as one CSV field (RFC 4180): quoted, its quotes doubled, when
- * it holds a comma, a quote or a line break, which the caller's names
- * may. */
-static void csv_field(FILE *f, const char *s)
+void plot_csv_field(FILE *f, const char *s)
 {
     if (!strpbrk(s, ",\"\r\n")) {
         fputs(s, f);
@@ -57,7 +52,7 @@ bool plot_memory_curve(const cham_profile_t *p, uint64_t capacity, const char *l
             for (size_t k = 0; k < n && cham_out_ok(o); k++) {
                 cham_op_token_t tok = v.ops[k / 2].token;
                 fprintf(f, "%zu,%s,", k / 2, k % 2 ? "after" : "before");
-                csv_field(f, (size_t)tok < v.n_tokens ? v.token_names[tok] : "?");
+                plot_csv_field(f, (size_t)tok < v.n_tokens ? v.token_names[tok] : "?");
                 fprintf(f, ",%llu,%llu,%llu\r\n", (unsigned long long)actual[k],
                         (unsigned long long)rebuilt[k], (unsigned long long)capacity);
             }

@@ -76,6 +76,10 @@ bool plot_band(plot_t *p, const char *label, double x0, double x1);
  * many. Any lo and hi work: NaN, infinite, equal, an ulp apart, +-DBL_MAX. */
 size_t plot_axis_ticks(double lo, double hi, bool from_zero, double ticks[PLOT_MAX_TICKS]);
 
+/* s as one CSV field (RFC 4180): quoted, its quotes doubled, when it holds
+ * a comma, a quote or a line break (op names and labels are the caller's). */
+void plot_csv_field(FILE *f, const char *s);
+
 /* The memory curve of one profiled step (paper Fig. 3): device memory in
  * use before and after each op, as measured and as it would have been
  * without the swaps, and the limit (the device's capacity, or a budget:

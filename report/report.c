@@ -8,9 +8,7 @@
 
 #include "report.h"
 #include "plot.h"
-/* The one writer of every output file (report/ is built without src/ on
- * its include path). */
-#include "../src/common/file.h"
+#include "common/file.h"
 
 static void html_text(FILE *f, const char *s)
 {

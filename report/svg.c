@@ -8,9 +8,7 @@
 #include <string.h>
 
 #include "plot.h"
-/* The one writer of every output file (report/ is built without src/ on
- * its include path). */
-#include "../src/common/file.h"
+#include "common/file.h"
 
 /* Copies s into dst, cut at a character boundary: a UTF-8 sequence cut in
  * half would make the SVG ill-formed. */
