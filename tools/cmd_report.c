@@ -200,8 +200,8 @@ static bool check_series(run_check_t *c, json_t *series)
         if (json_is_object(x) && !same_lengths(c, name, x))
             return false;
         if (!json_is_array(x) && !json_is_object(x)) {
-            snprintf(c->path, sizeof c->path, "%s", name);
-            c->len = strlen(c->path);
+            c->len = 0;
+            path_push(c, "%s", name);
             return refuse(c, "an array with one value per step", x);
         }
     }
@@ -242,8 +242,7 @@ static bool check_run(json_t *run, const char *file, char *err, size_t err_size)
     for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
         json_t *x = json_object_get(run, parts[k]);
         if (x && !json_is_object(x) && !json_is_null(x)) {
-            snprintf(c.path, sizeof c.path, "%s", parts[k]);
-            c.len = strlen(c.path);
+            path_push(&c, "%s", parts[k]);
             return refuse(&c, "an object or null", x);
         }
     }
@@ -252,8 +251,7 @@ static bool check_run(json_t *run, const char *file, char *err, size_t err_size)
     json_t *it;
     json_array_foreach(items, i, it) {
         if (!json_is_object(it)) {
-            snprintf(c.path, sizeof c.path, "policy_applied.items[%zu]", i);
-            c.len = strlen(c.path);
+            path_push(&c, "policy_applied.items[%zu]", i);
             return refuse(&c, "an object (a policy item)", it);
         }
     }

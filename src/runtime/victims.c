@@ -75,8 +75,7 @@ void cham_victims_update(cham_storage_t *s)
 
 bool cham_victims_movable(const cham_context_t *ctx, const cham_storage_t *s)
 {
-    return s->block && s->holds_data && s->bytes && s->pin != ctx->pin &&
-           (s->residency == CHAM_RESIDENT_DEVICE || s->residency == CHAM_RESIDENT_MOVING_IN);
+    return set_of(s) == SET_DATA && s->pin != ctx->pin;
 }
 
 /* The first movable storage from n on, within storages of `bytes` when
