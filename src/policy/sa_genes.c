@@ -214,7 +214,8 @@ static void counts_from(const sa_graph_t *g, sa_chrom_t *c, const uint32_t *ext,
  * position, the objects its op uses plus every preexisting tensor not used
  * yet. Those cannot leave (the evaluation's victims skip them: a swap-out
  * hangs on a use), so a pool with fewer objects finds no victim there
- * whatever else it holds. cls, tens and last are per size / per class. */
+ * whatever else it holds. cls is per size; mn, wait and tmp per class
+ * (scratch). */
 static void least_counts(sa_genes_t *x, const sa_chrom_t *c, const uint32_t *cls, uint32_t nc,
                          uint32_t *mn, uint32_t *wait, uint32_t *tmp)
 {
