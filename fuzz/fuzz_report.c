@@ -26,7 +26,7 @@ static bool known_tag(const char *s)
     static const char *const tags[] = {
         "!DOCTYPE", "html", "head", "meta", "title", "style", "body", "h1", "h2", "p",
         "table", "tr", "th", "td", "code", "figure", "figcaption", "svg", "rect", "line", "text",
-        "polyline", "circle"};
+        "polyline", "circle", "strong"};   /* strong: the banner of a run that failed */
     if (*s == '/')
         s++;
     for (size_t i = 0; i < sizeof tags / sizeof tags[0]; i++) {

@@ -4,6 +4,7 @@
  * (64-bit values above 2^53 included), and one test per malformed file,
  * each checked for the position its message names. Files go to a mkdtemp
  * directory that is removed at the end. */
+#define _GNU_SOURCE       /* memfd_create */
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -422,6 +424,28 @@ static void test_round_trip(void **state)
     unlink(path2);
 }
 
+/* A path whose directory takes no new files but whose file takes writes
+ * (/proc/self/fd/N of a memfd, as the fuzz targets use) is written in
+ * place: the save works and loads back. */
+static void test_save_in_place(void **state)
+{
+    (void)state;
+    int fd = memfd_create("profile", 0);
+    assert_true(fd >= 0);
+    char path[64], err[512];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    cham_profile_t *p = make_sample(), *q = NULL;
+    cham_status_t st = cham_profile_save_json(p, path, err, sizeof err);
+    if (st != CHAM_OK)
+        print_error("%s\n", err);
+    assert_int_equal(st, CHAM_OK);
+    assert_int_equal(cham_profile_load_json(path, &q, err, sizeof err), CHAM_OK);
+    assert_same_profile(p, q);
+    cham_profile_free(q);
+    cham_profile_free(p);
+    close(fd);
+}
+
 static void test_save_refuses(void **state)
 {
     (void)state;
@@ -772,6 +796,7 @@ int main(void)
         cmocka_unit_test(test_builder_misuse_asserts),
         cmocka_unit_test(test_memory_curve),
         cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_save_in_place),
         cmocka_unit_test(test_save_refuses),
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_out_of_memory),

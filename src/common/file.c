@@ -305,9 +305,12 @@ cham_status_t cham_out_open(const char *path, cham_out_t **out, char *err, size_
     } else if (st == CHAM_OK) {
         int fd = create_temp(o, new_file, mode);
         int e = errno;
-        if (fd < 0 && !new_file && (e == EACCES || e == EPERM || e == EROFS) &&
+        /* No new files there (no permission, read-only, or no directory at
+         * all: /proc/self/fd/N of a memfd), but the file itself takes
+         * writes. */
+        if (fd < 0 && !new_file && (e == EACCES || e == EPERM || e == EROFS || e == ENOENT) &&
             access(o->name, W_OK) == 0) {
-            st = open_in_place(o, err, err_size);        /* no new files there */
+            st = open_in_place(o, err, err_size);
         } else if (fd < 0) {
             cham_set_err(err, err_size, "%s: cannot create: %s", o->name, strerror(e));
             st = e == ENOENT || e == ENOTDIR ? CHAM_ERR_NOT_FOUND : CHAM_ERR_INVALID_ARG;

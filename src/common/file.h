@@ -67,7 +67,8 @@ const char *cham_file_kind(const char *path);
  * A path that exists and is not a regular file (/dev/null, /dev/stdout, a
  * FIFO) is written in place: it cannot be replaced, and it holds nothing
  * to protect. A regular file in a directory where no file can be created
- * (but that is itself writable) is written in place too, as before.
+ * (but that is itself writable: a read-only directory, /proc/self/fd/N of
+ * a memfd) is written in place too, as before.
  * A symbolic link to a regular file replaces the file it points to.
  *
  * A process that is killed between open and commit leaves the temporary
