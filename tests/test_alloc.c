@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -1182,6 +1183,214 @@ static void test_granularity_shift(void **state)
     env_close(e, true);
 }
 
+/* ---- the OOM path's indexes, against walks ---------------------------------*/
+
+static uint64_t test_rand(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* The idle list and its count and bytes against a walk of every segment. */
+static void assert_idle_matches_walk(const cham_allocator_t *a)
+{
+    size_t idle = 0, listed = 0;
+    uint64_t bytes = 0;
+    for (const cham_segment_t *seg = a->segments; seg; seg = seg->next)
+        if (seg->first->state == CHAM_BLOCK_FREE && !seg->first->next) {
+            idle++;
+            bytes += seg->size;
+        }
+    for (const cham_segment_t *seg = a->idle; seg; seg = seg->idle_next)
+        listed++;
+    assert_int_equal(a->n_idle, idle);
+    assert_int_equal(listed, idle);
+    assert_int_equal(a->idle_bytes, bytes);
+}
+
+/* Classic segments: the idle segments the OOM path gives back are counted
+ * as blocks come and go (allocations that split and take whole segments,
+ * frees that merge, out-of-memory fallbacks that release, empty_cache), and
+ * the count is always what a walk finds; the largest free block of an
+ * out-of-memory counts their room. */
+static void test_idle_segments_counted(void **state)
+{
+    (void)state;
+    env_t *e = env_open(0, 48 * MiB, false);
+    cham_block_t *live[64] = {0};
+    uint64_t x = 0x9E3779B97F4A7C15u;
+    size_t n_oom = 0, n_released = 0;
+    for (int step = 0; step < 4000; step++) {
+        size_t k = test_rand(&x) % 64;
+        if (live[k]) {
+            cham_block_free(e->alloc, live[k]);
+            live[k] = NULL;
+        } else if (test_rand(&x) % 50 == 0) {
+            assert_int_equal(cham_allocator_empty_cache(e->alloc), CHAM_OK);
+            assert_int_equal(e->alloc->n_idle, 0);
+        } else {
+            /* Small blocks, large ones sharing 20 MiB segments, and big ones
+             * of their own segment. */
+            static const size_t sizes[] = {100 * KiB, 900 * KiB, 3 * MiB, 7 * MiB, 12 * MiB};
+            size_t bytes = sizes[test_rand(&x) % 5];
+            uint64_t frees = e->alloc->stats.n_segment_frees;
+            if (cham_block_alloc(e->alloc, bytes, e->compute, &live[k]) != CHAM_OK) {
+                n_oom++;
+                cham_oom_info_t oom;
+                assert_int_equal(cham_allocator_last_oom(e->alloc, &oom), CHAM_OK);
+                uint64_t room = e->alloc->limit - e->alloc->stats.reserved +
+                                e->alloc->idle_bytes;
+                assert_true(oom.largest_free >= room);
+            }
+            n_released += e->alloc->stats.n_segment_frees > frees;
+        }
+        assert_idle_matches_walk(e->alloc);
+        if (step % 64 == 0)
+            assert_consistent(e->alloc);
+    }
+    /* The sequence reached the paths under test. */
+    assert_true(n_oom > 0);
+    assert_true(n_released > 0);
+    for (size_t k = 0; k < 64; k++)
+        if (live[k])
+            cham_block_free(e->alloc, live[k]);
+    assert_idle_matches_walk(e->alloc);
+    env_close(e, true);
+}
+
+/* The reclaim's order before the index: every mapped granule wholly inside
+ * a free block, sorted by (wait, segment address, granule). */
+static int by_reclaim_order(const void *x, const void *y)
+{
+    const cham_vm_candidate_t *a = x, *b = y;
+    if (a->wait != b->wait)
+        return a->wait < b->wait ? -1 : 1;
+    if (a->seg != b->seg)
+        return a->seg->ptr < b->seg->ptr ? -1 : 1;
+    return (a->granule > b->granule) - (a->granule < b->granule);
+}
+
+static uint64_t first_checkpoint_after(const cham_allocator_t *a, int sid, uint64_t t)
+{
+    const cham_vm_checkpoints_t *c = a->checkpoints[sid];
+    for (unsigned k = 0; c && k < c->n; k++)
+        if (c->tick[(c->head + k) % CHAM_VM_CHECKPOINTS] > t)
+            return c->tick[(c->head + k) % CHAM_VM_CHECKPOINTS];
+    return UINT64_MAX;
+}
+
+static size_t walk_candidates(const cham_allocator_t *a, cham_vm_candidate_t *v, size_t cap)
+{
+    size_t g = a->granularity, n = 0;
+    for (cham_segment_t *seg = a->segments; seg; seg = seg->next)
+        for (const cham_block_t *b = seg->first; b; b = b->next) {
+            if (b->state != CHAM_BLOCK_FREE)
+                continue;
+            size_t at = (size_t)(b->ptr - seg->ptr);
+            for (size_t i = (at + g - 1) / g; i < (at + b->size) / g; i++)
+                if (seg->chunks[i]) {
+                    assert_true(n < cap);
+                    v[n++] = (cham_vm_candidate_t){
+                        seg, i, first_checkpoint_after(a, seg->stream_id, seg->freed_at[i])};
+                }
+        }
+    qsort(v, n, sizeof *v, by_reclaim_order);
+    return n;
+}
+
+/* The best fit's offset before the index: every window slid one granule
+ * at a time. */
+static size_t walk_mapped_offset(const cham_allocator_t *a, const cham_block_t *b, size_t bytes,
+                                 size_t min_front, size_t *missing)
+{
+    const cham_segment_t *seg = b->seg;
+    size_t g = a->granularity, at = (size_t)(b->ptr - seg->ptr), best = 0;
+    size_t w = (bytes + g - 1) / g;
+    *missing = 0;
+    for (size_t i = at / g; i < (at + bytes + g - 1) / g; i++)
+        *missing += !seg->chunks[i];
+    for (size_t i = (at + min_front + g - 1) / g; i * g + bytes <= at + b->size; i++) {
+        size_t unmapped = 0;
+        for (size_t j = i; j < i + w; j++)
+            unmapped += !seg->chunks[j];
+        if (unmapped < *missing) {
+            *missing = unmapped;
+            best = i * g - at;
+        }
+    }
+    return best;
+}
+
+/* Expandable segments: the free-granule index stays what the blocks and
+ * chunks say through allocations (which take granules from free blocks),
+ * frees, and op checkpoints; the reclaim's candidates come out in the order
+ * a sort of every free granule gives, and the best fit's offsets are a
+ * slide over every window's. */
+static void test_free_granule_index(void **state)
+{
+    (void)state;
+    env_t *e = env_open(0, 0, false);
+    use_expandable(e, 64 * MiB);         /* 2 MiB granules, 128 MiB of addresses */
+    cham_allocator_t *a = e->alloc;
+    cham_block_t *live[48] = {0};
+    cham_vm_candidate_t want[256];
+    uint64_t x = 0x2545F4914F6CDD1Du, op = 0;
+    size_t n_compared = 0, n_offsets = 0;
+    for (int step = 0; step < 3000; step++) {
+        size_t k = test_rand(&x) % 48;
+        if (live[k]) {
+            cham_block_free(a, live[k]);
+            live[k] = NULL;
+        } else {
+            size_t bytes = (1 + test_rand(&x) % 40) * 256 * KiB;
+            if (cham_block_alloc(a, bytes, test_rand(&x) % 4 ? e->compute : e->swap,
+                                 &live[k]) != CHAM_OK)
+                live[k] = NULL;
+        }
+        if (test_rand(&x) % 3 == 0)
+            assert_int_equal(cham_allocator_op_dispatched(a, op++), CHAM_OK);
+        char why[256] = "";
+        bool ok = cham_allocator_check_vm_index(a, why, sizeof why);
+        if (!ok)
+            print_error("free-granule index: %s\n", why);
+        assert_true(ok);
+        size_t n = walk_candidates(a, want, 256);
+        size_t prefix = test_rand(&x) % (n + 2);
+        size_t got = cham_alloc_vm_candidates(a, prefix);
+        assert_int_equal(got, prefix < n ? prefix : n);
+        for (size_t i = 0; i < got; i++) {
+            assert_ptr_equal(a->candidates[i].seg, want[i].seg);
+            assert_int_equal(a->candidates[i].granule, want[i].granule);
+            assert_int_equal(a->candidates[i].wait, want[i].wait);
+        }
+        n_compared += got;
+        assert_true(cham_allocator_check_vm_index(a, why, sizeof why));   /* put back */
+        for (const cham_segment_t *seg = a->segments; seg; seg = seg->next)
+            for (const cham_block_t *b = seg->first; b; b = b->next) {
+                if (b->state != CHAM_BLOCK_FREE)
+                    continue;
+                size_t bytes = (1 + test_rand(&x) % 12) * 512 * KiB;
+                size_t front = test_rand(&x) % 2 ? CHAM_ALLOC_MIN_BLOCK : MiB + 1;
+                if (bytes > b->size)
+                    continue;
+                size_t m1, m2;
+                size_t o1 = cham_alloc_vm_mapped_offset(a, b, bytes, front, &m1);
+                size_t o2 = walk_mapped_offset(a, b, bytes, front, &m2);
+                assert_int_equal(m1, m2);
+                assert_int_equal(o1, o2);
+                n_offsets++;
+            }
+    }
+    assert_true(n_compared > 100);
+    assert_true(n_offsets > 1000);
+    for (size_t k = 0; k < 48; k++)
+        if (live[k])
+            cham_block_free(a, live[k]);
+    env_close(e, true);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1209,6 +1418,8 @@ int main(void)
         cmocka_unit_test(test_data_patterns),
         cmocka_unit_test(test_free_allocator_with_pending),
         cmocka_unit_test(test_find_window),
+        cmocka_unit_test(test_idle_segments_counted),
+        cmocka_unit_test(test_free_granule_index),
         cmocka_unit_test(test_granularity_shift),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

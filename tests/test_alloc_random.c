@@ -390,6 +390,12 @@ static void deep_check(model_t *m)
     if (!ok)
         print_error("allocator check: %s\n", why);
     assert_true(ok);
+    /* Expandable: the free-granule index the reclaim and the best fit
+     * read, against every granule. */
+    ok = cham_allocator_check_vm_index(m->alloc, why, sizeof why);
+    if (!ok)
+        print_error("free-granule index: %s\n", why);
+    assert_true(ok);
 
     walked_t w = {0};
     cham_allocator_walk(m->alloc, collect, &w);

@@ -105,6 +105,17 @@ struct cham_segment {
     uint64_t *freed_at;           /* expandable: per granule, the allocator's vm_tick
                                      when a block over it last went back to the pool */
     size_t n_mapped;              /* expandable: granules with a chunk */
+    uint64_t seq;                 /* creation order: the segment list's order */
+    cham_segment_t *idle_prev, *idle_next;  /* the allocator's idle list, while idle */
+    /* Expandable: the free-granule index, a min-tree over the granules
+     * (leaf i at vm_free[vm_leaves + i], node k the min of 2k and 2k + 1;
+     * vm_leaves a power of 2): leaf i is freed_at[i] if granule i is
+     * mapped and wholly inside a free block, else CHAM_VM_NOT_FREE. The
+     * reclaim takes the earliest of those granules and the best fit looks
+     * for mapped ones inside a free block: both were walks of every block,
+     * once per allocation that needed memory (issue 47, bench_oom). */
+    uint64_t *vm_free;
+    size_t vm_leaves;
 };
 
 /* Expandable segments: an event recorded on a segment's stream every
@@ -162,6 +173,16 @@ struct cham_allocator {
 
     cham_block_tree_t small, large;   /* free blocks: the two pools */
     cham_segment_t *segments;         /* all segments, newest first */
+    /* Idle segments: those that are one FREE block, which the OOM path
+     * gives back to the device. Kept as they become idle and stop being
+     * so, because that path runs once per failed allocation, thousands of
+     * times in a step, and a walk of every segment made it quadratic in
+     * live tensors (issue 47, bench_oom). Invariant: the list holds
+     * exactly the idle segments, n_idle of them, idle_bytes in all. */
+    cham_segment_t *idle;
+    size_t n_idle;
+    uint64_t idle_bytes;
+    uint64_t segment_seq;             /* seq of the next segment */
     cham_stream_t *streams[CHAM_ALLOC_MAX_STREAMS]; /* last stream seen per id */
 
     /* Spare structs, carved from slabs so that the hot path never mallocs. */
@@ -197,6 +218,8 @@ struct cham_allocator {
     uint64_t last_checkpoint;         /* op counter of the last periodic checkpoints */
     uint64_t vm_tick;                 /* advances with every checkpoint */
     struct cham_vm_candidate *candidates;   /* reclaim's scratch */
+    size_t n_vm_free;                 /* leaves of the free-granule indexes that are not
+                                         CHAM_VM_NOT_FREE */
     size_t cap_candidates;
 
     cham_alloc_stats_t stats;         /* counters; derived fields filled on read */
@@ -236,6 +259,13 @@ void cham_alloc_release_all_op_blocks(cham_allocator_t *alloc);
 /* deferred.c: waits for and releases every deferred free; frees the events. */
 void cham_alloc_drain_deferred(cham_allocator_t *alloc);
 
+/* caching.c: takes an idle segment off the idle list (before it stops
+ * being idle or is freed). */
+void cham_alloc_idle_remove(cham_allocator_t *alloc, cham_segment_t *seg);
+/* caching.c: sorts the idle list newest first (the segment list's order)
+ * and returns its head. O(idle log idle). */
+cham_segment_t *cham_alloc_idle_newest_first(cham_allocator_t *alloc);
+
 /* caching.c: links seg (size bytes at ptr, for stream sid's pool) into the
  * allocator's list with b as its one block, taken (ALLOCATED); unlinks it. */
 void cham_alloc_segment_link(cham_allocator_t *alloc, cham_segment_t *seg, cham_block_t *b,
@@ -260,6 +290,27 @@ size_t cham_alloc_vm_missing(const cham_allocator_t *alloc, const cham_block_t *
  * granule boundary at least min_front bytes in; 0 on a tie. */
 size_t cham_alloc_vm_mapped_offset(const cham_allocator_t *alloc, const cham_block_t *block,
                                    size_t bytes, size_t min_front, size_t *missing);
+/* A mapped granule wholly inside a free block, and the checkpoint whose
+ * event its unmapping waits for (UINT64_MAX: the whole stream). */
+typedef struct cham_vm_candidate {
+    cham_segment_t *seg;
+    size_t granule;
+    uint64_t wait;
+} cham_vm_candidate_t;
+
+/* expandable.c: a leaf of the free-granule index that is no granule of a
+ * free block (freed_at values are ticks, far below). */
+#define CHAM_VM_NOT_FREE UINT64_MAX
+/* expandable.c: brings the free-granule index up to date for the granules
+ * overlapping [lo, hi), which lie in block b: after b went back to the pool
+ * (merged; [lo, hi) what was freed) or was taken from it. */
+void cham_alloc_vm_index(cham_allocator_t *alloc, const cham_block_t *block, const char *lo,
+                         const char *hi);
+/* expandable.c: the first `want` granules a reclaim would take (mapped,
+ * wholly inside a free block; earliest wait, then address) into
+ * alloc->candidates; their number, or SIZE_MAX when the host is out of
+ * memory. Exposed for the tests, which compare it with a walk. */
+size_t cham_alloc_vm_candidates(cham_allocator_t *alloc, size_t want);
 /* expandable.c: gives back every granule of free blocks, every spare and
  * the reservations left empty; returns the physical bytes given back. */
 uint64_t cham_alloc_vm_release_free(cham_allocator_t *alloc);
@@ -306,6 +357,11 @@ static inline void cham_alloc_bump_peaks(cham_allocator_t *alloc)
  * public operation when built with CHAM_DEBUG_CHECKS=1. Returns true if all
  * hold, else false with a reason in why. O(blocks). */
 bool cham_allocator_check(const cham_allocator_t *alloc, char *why, size_t why_size);
+
+/* Expandable segments: the free-granule indexes against every granule
+ * (each leaf, each node, the count). Not part of cham_allocator_check,
+ * which must stay O(blocks): O(granules of every reservation). */
+bool cham_allocator_check_vm_index(const cham_allocator_t *alloc, char *why, size_t why_size);
 
 /* CHAM_ASSERTs cham_allocator_check when CHAM_DEBUG_CHECKS=1; no-op else. */
 void cham_alloc_debug_check(const cham_allocator_t *alloc);

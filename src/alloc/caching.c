@@ -158,6 +158,84 @@ static inline cham_block_t *block_of(cham_block_tree_node_t *n)
     return (cham_block_t *)(void *)n;
 }
 
+/* ---- idle segments --------------------------------------------------------*/
+
+static void idle_add(cham_allocator_t *a, cham_segment_t *seg)
+{
+    seg->idle_prev = NULL;
+    seg->idle_next = a->idle;
+    if (a->idle)
+        a->idle->idle_prev = seg;
+    a->idle = seg;
+    a->n_idle++;
+    a->idle_bytes += seg->size;
+}
+
+void cham_alloc_idle_remove(cham_allocator_t *a, cham_segment_t *seg)
+{
+    CHAM_ASSERT(a->n_idle > 0 && a->idle_bytes >= seg->size);
+    if (seg->idle_prev)
+        seg->idle_prev->idle_next = seg->idle_next;
+    else
+        a->idle = seg->idle_next;
+    if (seg->idle_next)
+        seg->idle_next->idle_prev = seg->idle_prev;
+    seg->idle_prev = seg->idle_next = NULL;
+    a->n_idle--;
+    a->idle_bytes -= seg->size;
+}
+
+/* Merges two idle lists sorted newest first (by idle_next only). */
+static cham_segment_t *idle_merge(cham_segment_t *x, cham_segment_t *y)
+{
+    cham_segment_t head = {0}, *tail = &head;
+    while (x && y) {
+        cham_segment_t **from = x->seq > y->seq ? &x : &y;
+        tail->idle_next = *from;
+        tail = *from;
+        *from = (*from)->idle_next;
+    }
+    tail->idle_next = x ? x : y;
+    return head.idle_next;
+}
+
+/* Sorts an idle list newest first by merge sort (by idle_next only): no
+ * host memory, so the OOM path cannot fail for it. */
+static cham_segment_t *idle_sort(cham_segment_t *list)
+{
+    if (!list || !list->idle_next)
+        return list;
+    cham_segment_t *slow = list, *fast = list->idle_next;
+    while (fast && fast->idle_next) {
+        slow = slow->idle_next;
+        fast = fast->idle_next->idle_next;
+    }
+    cham_segment_t *second = slow->idle_next;
+    slow->idle_next = NULL;
+    return idle_merge(idle_sort(list), idle_sort(second));
+}
+
+cham_segment_t *cham_alloc_idle_newest_first(cham_allocator_t *a)
+{
+    a->idle = idle_sort(a->idle);
+    cham_segment_t *prev = NULL;
+    for (cham_segment_t *seg = a->idle; seg; prev = seg, seg = seg->idle_next)
+        seg->idle_prev = prev;
+    return a->idle;
+}
+
+/* Takes free block n out of its pool tree: its segment is no longer idle
+ * if n was all of it. */
+static cham_block_t *pool_take(cham_allocator_t *a, cham_block_tree_t *tree,
+                               cham_block_tree_node_t *n)
+{
+    cham_block_tree_remove(tree, n);
+    cham_block_t *b = block_of(n);
+    if (!b->prev && !b->next)
+        cham_alloc_idle_remove(a, b->seg);
+    return b;
+}
+
 /* Best fit: the smallest free block of stream sid with >= rounded bytes,
  * lowest address first; taken out of its pool. */
 static cham_block_t *take_best_fit(cham_allocator_t *a, bool small, int sid, size_t rounded)
@@ -166,8 +244,7 @@ static cham_block_t *take_best_fit(cham_allocator_t *a, bool small, int sid, siz
     cham_block_tree_node_t *n = cham_block_tree_lower_bound(tree, sid, rounded, 0);
     if (!n || n->stream != sid)
         return NULL;
-    cham_block_tree_remove(tree, n);
-    return block_of(n);
+    return pool_take(a, tree, n);
 }
 
 void cham_alloc_release_block(cham_allocator_t *a, cham_block_t *b)
@@ -177,6 +254,7 @@ void cham_alloc_release_block(cham_allocator_t *a, cham_block_t *b)
     b->state = CHAM_BLOCK_FREE;
     b->recorded = 0;
     b->requested = 0;
+    const char *freed_lo = b->ptr, *freed_hi = b->ptr + b->size;
     if (a->granularity)
         cham_alloc_vm_note_free(a, b);
     cham_block_tree_t *tree = pool_of(a, b->seg);
@@ -202,6 +280,12 @@ void cham_alloc_release_block(cham_allocator_t *a, cham_block_t *b)
         a->stats.n_merges++;
     }
     pool_insert(a, b);
+    if (!b->prev && !b->next)
+        idle_add(a, b->seg);
+    /* Only granules over the freed bytes change: the others were already
+     * wholly inside the merged neighbours, or still straddle a block in use. */
+    if (a->granularity)
+        cham_alloc_vm_index(a, b, freed_lo, freed_hi);
 }
 
 /* ---- segments -----------------------------------------------------------------*/
@@ -260,6 +344,8 @@ void cham_alloc_segment_link(cham_allocator_t *a, cham_segment_t *seg, cham_bloc
     seg->stream_id = sid;
     seg->small = small;
     seg->first = b;
+    seg->seq = a->segment_seq++;
+    seg->idle_prev = seg->idle_next = NULL;
     seg->prev = NULL;
     seg->next = a->segments;
     if (a->segments)
@@ -294,22 +380,25 @@ static void segment_free(cham_allocator_t *a, cham_segment_t *seg)
 }
 
 /* Returns every wholly free segment to the device (expandable: every
- * granule of a free block); returns the bytes. */
+ * granule of a free block); returns the bytes. The idle list, not every
+ * segment: the OOM path calls this after each failed allocation. Newest
+ * first, the order of the segment list, so the device sees the frees in
+ * the order a walk of every segment gave them. */
 static uint64_t release_free_segments(cham_allocator_t *a)
 {
     if (a->granularity)
         return cham_alloc_vm_release_free(a);
     uint64_t bytes = 0;
-    cham_segment_t *seg = a->segments;
+    cham_segment_t *seg = a->n_idle ? cham_alloc_idle_newest_first(a) : NULL;
     while (seg) {
-        cham_segment_t *next = seg->next;
+        cham_segment_t *next = seg->idle_next;
         cham_block_t *b = seg->first;
-        if (b->state == CHAM_BLOCK_FREE && !b->next) {
-            cham_block_tree_remove(pool_of(a, seg), &b->node);
-            cham_alloc_put_block(a, b);
-            bytes += seg->size;
-            segment_free(a, seg);
-        }
+        CHAM_ASSERT(b->state == CHAM_BLOCK_FREE && !b->next);
+        cham_alloc_idle_remove(a, seg);
+        cham_block_tree_remove(pool_of(a, seg), &b->node);
+        cham_alloc_put_block(a, b);
+        bytes += seg->size;
+        segment_free(a, seg);
         seg = next;
     }
     return bytes;
@@ -457,8 +546,7 @@ static cham_block_t *take_mapped_fit(cham_allocator_t *a, bool small, int sid, s
     }
     if (!best)
         return NULL;
-    cham_block_tree_remove(tree, best);
-    return block_of(best);
+    return pool_take(a, tree, best);
 }
 
 /* Splits the first `offset` bytes off taken block b as a free block of
@@ -507,6 +595,9 @@ static cham_status_t take_expandable(cham_allocator_t *a, cham_stream_t *stream,
         }
         b->seg->stream = stream;
         split(a, b, rounded);
+        /* Its granules are not free any more (those of the parts split off
+         * still are), before backing it looks for free ones. */
+        cham_alloc_vm_index(a, b, b->ptr, b->ptr + b->size);
         dev_err[0] = '\0';
         if ((st = cham_alloc_vm_back(a, b, dev_err, dev_err_size)) == CHAM_OK) {
             *out = b;

@@ -176,6 +176,46 @@ static bool check_deferred(const cham_allocator_t *a, const totals_t *t, char *w
     return true;
 }
 
+static bool segment_is_idle(const cham_segment_t *seg)
+{
+    return seg->first->state == CHAM_BLOCK_FREE && !seg->first->next;
+}
+
+/* The idle list against a walk of every segment: exactly the segments that
+ * are one free block, with their count and bytes; the segment list newest
+ * first (the order the OOM path releases idle segments in). */
+static bool check_idle(const cham_allocator_t *a, char *why, size_t n)
+{
+    size_t idle = 0;
+    uint64_t idle_bytes = 0;
+    for (const cham_segment_t *seg = a->segments; seg; seg = seg->next) {
+        if (seg->next && seg->next->seq >= seg->seq)
+            return fail(why, n, "segment %p: not newer than the next", (void *)seg->ptr);
+        if (segment_is_idle(seg)) {
+            idle++;
+            idle_bytes += seg->size;
+        }
+    }
+    size_t listed = 0;
+    uint64_t listed_bytes = 0;
+    const cham_segment_t *prev = NULL;
+    for (const cham_segment_t *seg = a->idle; seg; prev = seg, seg = seg->idle_next) {
+        if (seg->idle_prev != prev)
+            return fail(why, n, "idle list: broken prev link");
+        if (!segment_is_idle(seg))
+            return fail(why, n, "idle list: segment %p is in use", (void *)seg->ptr);
+        if (++listed > idle)
+            return fail(why, n, "idle list: more entries than idle segments (%zu)", idle);
+        listed_bytes += seg->size;
+    }
+    if (listed != idle || listed_bytes != idle_bytes || a->n_idle != idle ||
+        a->idle_bytes != idle_bytes)
+        return fail(why, n, "%zu idle segments (%ju B); the list holds %zu (%ju B), the "
+                    "counts say %zu (%ju B)", idle, (uintmax_t)idle_bytes, listed,
+                    (uintmax_t)listed_bytes, a->n_idle, (uintmax_t)a->idle_bytes);
+    return true;
+}
+
 bool cham_allocator_check(const cham_allocator_t *a, char *why, size_t n)
 {
     CHAM_ASSERT(a);
@@ -193,6 +233,9 @@ bool cham_allocator_check(const cham_allocator_t *a, char *why, size_t n)
         if (!check_segment(a, seg, &t, why, n))
             return false;
     }
+
+    if (!check_idle(a, why, n))
+        return false;
 
     /* No two segments overlap. */
     span_t *spans = t.n_segments ? malloc(t.n_segments * sizeof *spans) : NULL;
@@ -273,4 +316,60 @@ void cham_allocator_walk(const cham_allocator_t *a,
             fn(&info, user);
         }
     }
+}
+
+/* One reservation's free-granule index against its blocks and chunks;
+ * adds its free granules to *count. */
+static bool check_vm_segment(const cham_allocator_t *a, const cham_segment_t *seg,
+                             size_t *count, char *why, size_t n)
+{
+    size_t g = a->granularity, granules = seg->size / g, leaves = seg->vm_leaves;
+    const uint64_t *t = seg->vm_free;
+    if (!t || leaves < granules || (leaves & (leaves - 1)))
+        return fail(why, n, "segment %p: no index, or %zu leaves for %zu granules",
+                    (void *)seg->ptr, leaves, granules);
+    uint64_t *want = malloc(leaves * sizeof *want);
+    if (!want)
+        return true;              /* out of host memory: nothing to compare with */
+    for (size_t i = 0; i < leaves; i++)
+        want[i] = CHAM_VM_NOT_FREE;
+    for (const cham_block_t *b = seg->first; b; b = b->next) {
+        if (b->state != CHAM_BLOCK_FREE)
+            continue;
+        size_t at = (size_t)(b->ptr - seg->ptr);
+        for (size_t i = (at + g - 1) / g; i < (at + b->size) / g; i++)
+            if (seg->chunks[i])
+                want[i] = seg->freed_at[i];
+    }
+    for (size_t i = 0; i < leaves; i++) {
+        if (t[leaves + i] != want[i]) {
+            uint64_t has = t[leaves + i], should = want[i];
+            free(want);
+            return fail(why, n, "segment %p granule %zu: index says %#jx, blocks %#jx",
+                        (void *)seg->ptr, i, (uintmax_t)has, (uintmax_t)should);
+        }
+        *count += want[i] != CHAM_VM_NOT_FREE;
+    }
+    free(want);
+    for (size_t k = 1; k < leaves; k++) {
+        uint64_t m = t[2 * k] < t[2 * k + 1] ? t[2 * k] : t[2 * k + 1];
+        if (t[k] != m)
+            return fail(why, n, "segment %p: index node %zu is not its children's min",
+                        (void *)seg->ptr, k);
+    }
+    return true;
+}
+
+bool cham_allocator_check_vm_index(const cham_allocator_t *a, char *why, size_t n)
+{
+    CHAM_ASSERT(a);
+    if (!a->granularity)
+        return true;
+    size_t count = 0;
+    for (const cham_segment_t *seg = a->segments; seg; seg = seg->next)
+        if (!check_vm_segment(a, seg, &count, why, n))
+            return false;
+    if (count != a->n_vm_free)
+        return fail(why, n, "%zu free granules, the count says %zu", count, a->n_vm_free);
+    return true;
 }

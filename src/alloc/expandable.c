@@ -56,15 +56,20 @@ cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *a, cham_stream_t *stre
     cham_segment_t *seg = calloc(1, sizeof *seg);
     cham_phys_t **chunks = calloc(size / g, sizeof *chunks);
     uint64_t *freed_at = calloc(size / g, sizeof *freed_at);
+    size_t leaves = 1;
+    while (leaves < size / g)
+        leaves *= 2;
+    uint64_t *index = malloc(2 * leaves * sizeof *index);
     void *va = NULL;
-    cham_status_t st = b && seg && chunks && freed_at ? cham_vm_reserve(a->dev, size, &va)
-                                                      : CHAM_ERR_HOST_OOM;
+    cham_status_t st = b && seg && chunks && freed_at && index
+                           ? cham_vm_reserve(a->dev, size, &va) : CHAM_ERR_HOST_OOM;
     if (st != CHAM_OK) {
         if (b)
             cham_alloc_put_block(a, b);
         free(seg);
         free(chunks);
         free(freed_at);
+        free(index);
         snprintf(dev_err, dev_err_size, "%s", st == CHAM_ERR_HOST_OOM
                  ? "out of host memory for the allocator's bookkeeping"
                  : cham_device_last_error(a->dev));
@@ -72,6 +77,10 @@ cham_status_t cham_alloc_vm_segment_new(cham_allocator_t *a, cham_stream_t *stre
     }
     seg->chunks = chunks;
     seg->freed_at = freed_at;
+    for (size_t k = 0; k < 2 * leaves; k++)    /* nothing mapped yet */
+        index[k] = CHAM_VM_NOT_FREE;
+    seg->vm_free = index;
+    seg->vm_leaves = leaves;
     /* Taken: the caller splits and backs it. */
     cham_alloc_segment_link(a, seg, b, va, size, stream, sid, small);
     a->stats.va_reserved += size;
@@ -205,51 +214,126 @@ static cham_event_t *checkpoint_event(const cham_allocator_t *a, const cham_segm
     return at < CHAM_VM_CHECKPOINTS && c->tick[at] == tick ? c->event[at] : NULL;
 }
 
-/* A mapped granule wholly inside a free block, and the checkpoint whose
- * event its unmapping waits for (UINT64_MAX: the whole stream). */
-typedef struct cham_vm_candidate {
-    cham_segment_t *seg;
-    size_t granule;
-    uint64_t wait;
-} candidate_t;
+typedef cham_vm_candidate_t candidate_t;
 
-/* The earliest wait first; then by address, the order granules were taken
- * in before there were checkpoints. */
-static int earliest_wait_first(const void *x, const void *y)
+/* ---- the free-granule index ------------------------------------------------*/
+
+/* Sets leaf i to v and its ancestors to their children's min. */
+static void index_put(cham_segment_t *seg, size_t i, uint64_t v)
 {
-    const candidate_t *a = x, *b = y;
-    if (a->wait != b->wait)
-        return a->wait < b->wait ? -1 : 1;
-    if (a->seg != b->seg)
-        return a->seg->ptr < b->seg->ptr ? -1 : 1;
-    return (a->granule > b->granule) - (a->granule < b->granule);
+    uint64_t *t = seg->vm_free;
+    size_t k = seg->vm_leaves + i;
+    t[k] = v;
+    for (k /= 2; k; k /= 2) {
+        uint64_t m = t[2 * k] < t[2 * k + 1] ? t[2 * k] : t[2 * k + 1];
+        if (t[k] == m)
+            break;                  /* the ancestors above are unchanged too */
+        t[k] = m;
+    }
 }
 
-/* Every mapped granule wholly inside a free block, earliest wait first, in
- * a->candidates; their number, or SIZE_MAX when the host is out of memory. */
-static size_t candidates(cham_allocator_t *a)
+/* index_put that keeps the count of free granules. */
+static void index_set(cham_allocator_t *a, cham_segment_t *seg, size_t i, uint64_t v)
 {
-    size_t g = a->granularity, n = 0;
-    for (cham_segment_t *seg = a->segments; seg; seg = seg->next)
-        for (cham_block_t *b = seg->first; b; b = b->next) {
-            if (b->state != CHAM_BLOCK_FREE)
-                continue;
-            for (size_t i = granule_of(seg, b->ptr + g - 1, g);
-                 i < granule_of(seg, b->ptr + b->size, g); i++) {
-                if (!seg->chunks[i])
-                    continue;
-                candidate_t *v = cham_grow(a->candidates, &a->cap_candidates, n + 1,
-                                           sizeof *v, 64);
-                if (!v)
-                    return SIZE_MAX;
-                a->candidates = v;
-                v[n++] = (candidate_t){seg, i,
-                                       checkpoint_after(a, seg->stream_id, seg->freed_at[i])};
-            }
+    uint64_t old = seg->vm_free[seg->vm_leaves + i];
+    if (old == v)
+        return;
+    a->n_vm_free += (old == CHAM_VM_NOT_FREE) - (v == CHAM_VM_NOT_FREE);
+    index_put(seg, i, v);
+}
+
+/* The first granule >= x whose leaf is below bound (CHAM_VM_NOT_FREE: any
+ * free granule), or SIZE_MAX. O(log granules). */
+static size_t index_first_below(const cham_segment_t *seg, size_t x, uint64_t bound)
+{
+    const uint64_t *t = seg->vm_free;
+    size_t leaves = seg->vm_leaves;
+    if (x >= leaves)
+        return SIZE_MAX;
+    /* Climb to the first subtree right of x holding a leaf below bound... */
+    size_t k = leaves + x;
+    while (t[k] >= bound) {
+        while (k & 1)               /* a right child: its parent holds leaves left of x */
+            k /= 2;
+        if (k == 0)
+            return SIZE_MAX;        /* climbed past the root */
+        k++;                        /* the right sibling */
+    }
+    /* ... then down to its leftmost such leaf. */
+    while (k < leaves) {
+        k *= 2;
+        if (t[k] >= bound)
+            k++;
+    }
+    return k - leaves;
+}
+
+void cham_alloc_vm_index(cham_allocator_t *a, const cham_block_t *b, const char *lo,
+                         const char *hi)
+{
+    cham_segment_t *seg = b->seg;
+    size_t g = a->granularity;
+    CHAM_ASSERT(lo >= b->ptr && hi <= b->ptr + b->size && lo < hi);
+    /* Granules wholly inside b: [in_lo, in_hi); those overlapping [lo, hi)
+     * but not wholly inside b straddle its ends, so no free block holds
+     * them whole. */
+    size_t in_lo = granule_of(seg, b->ptr + g - 1, g), in_hi = granule_of(seg, b->ptr + b->size, g);
+    bool free_block = b->state == CHAM_BLOCK_FREE;
+    for (size_t i = granule_of(seg, lo, g); i < granule_of(seg, hi + g - 1, g); i++) {
+        bool is_free = free_block && i >= in_lo && i < in_hi && seg->chunks[i];
+        index_set(a, seg, i, is_free ? seg->freed_at[i] : CHAM_VM_NOT_FREE);
+    }
+}
+
+/* The segment whose next granule comes first in the reclaim's order
+ * (earliest wait, then address), with that wait in *wait; NULL when no
+ * granule is free. A segment's earliest wait is its least freed_at's:
+ * checkpoint_after grows with the tick. */
+static cham_segment_t *earliest_segment(const cham_allocator_t *a, uint64_t *wait)
+{
+    cham_segment_t *best = NULL;
+    for (cham_segment_t *seg = a->segments; seg; seg = seg->next) {
+        if (!seg->vm_free || seg->vm_free[1] == CHAM_VM_NOT_FREE)
+            continue;
+        uint64_t w = checkpoint_after(a, seg->stream_id, seg->vm_free[1]);
+        if (!best || w < *wait || (w == *wait && seg->ptr < best->ptr)) {
+            best = seg;
+            *wait = w;
         }
-    if (n > 1)          /* qsort of none may not be given NULL */
-        qsort(a->candidates, n, sizeof *a->candidates, earliest_wait_first);
-    return n;
+    }
+    return best;
+}
+
+/* The reclaim's order is (wait, segment address, granule), the order of
+ * a sort of every free granule; this merges the segments' indexes, a
+ * granule at a time: within a segment whose earliest wait is w, the
+ * granules with that wait are those freed before tick w (every other is
+ * freed at or after the checkpoint before w), the lowest first. Each one
+ * taken is hidden from the index until the end, then put back: the
+ * caller unmaps those it uses. */
+size_t cham_alloc_vm_candidates(cham_allocator_t *a, size_t want)
+{
+    size_t n = 0;
+    bool host_oom = false;
+    uint64_t wait = 0;
+    cham_segment_t *seg;
+    while (n < want && (seg = earliest_segment(a, &wait)) != NULL) {
+        size_t i = index_first_below(seg, 0, wait);
+        CHAM_ASSERT(i != SIZE_MAX && seg->chunks[i]);
+        candidate_t *v = cham_grow(a->candidates, &a->cap_candidates, n + 1, sizeof *v, 64);
+        if (!v) {
+            host_oom = true;
+            break;
+        }
+        a->candidates = v;
+        v[n++] = (candidate_t){seg, i, wait};
+        index_put(seg, i, CHAM_VM_NOT_FREE);
+    }
+    for (size_t k = 0; k < n; k++) {
+        const candidate_t *c = &a->candidates[k];
+        index_put(c->seg, c->granule, c->seg->freed_at[c->granule]);
+    }
+    return host_oom ? SIZE_MAX : n;
 }
 
 /* How many of the granules wholly inside free blocks (a->candidates, the
@@ -270,10 +354,10 @@ static size_t choose(cham_allocator_t *a, size_t need)
 {
     if (a->n_spare >= need)
         return 0;
-    size_t n = candidates(a);
+    size_t n = cham_alloc_vm_candidates(a, need - a->n_spare);
     if (n == SIZE_MAX)
         return 0;                   /* out of host memory: take nothing */
-    return need - a->n_spare < n ? need - a->n_spare : n;
+    return n;
 }
 
 /* How far a reclaim has waited: per stream, the last checkpoint known
@@ -318,6 +402,7 @@ static size_t take_next(cham_allocator_t *a, size_t k, size_t to, reclaim_t *r)
         a->spare[a->n_spare++] = seg->chunks[i];
         seg->chunks[i] = NULL;
         seg->n_mapped--;
+        index_set(a, seg, i, CHAM_VM_NOT_FREE);
         a->stats.n_vm_unmaps++;
     }
     return k;
@@ -339,6 +424,40 @@ size_t cham_alloc_vm_missing(const cham_allocator_t *a, const cham_block_t *b, s
     return missing;
 }
 
+/* The mapped granules of [from, to) in address order, where every granule
+ * of that range lies in free block b at or after its start: those wholly
+ * inside b from the index, and the one b ends in part way, if mapped. */
+typedef struct mapped_iter {
+    const cham_segment_t *seg;
+    size_t at;                      /* the current one; SIZE_MAX past the end */
+    size_t to, tail;                /* tail: the granule b ends in part way, or SIZE_MAX */
+} mapped_iter_t;
+
+static void mapped_seek(mapped_iter_t *it, size_t from)
+{
+    size_t i = index_first_below(it->seg, from, CHAM_VM_NOT_FREE);
+    if (it->tail != SIZE_MAX && it->tail >= from && it->tail < i)
+        i = it->tail;
+    it->at = i < it->to ? i : SIZE_MAX;
+}
+
+static mapped_iter_t mapped_iter(const cham_allocator_t *a, const cham_block_t *b, size_t from,
+                                 size_t to)
+{
+    const cham_segment_t *seg = b->seg;
+    size_t g = a->granularity, end = (size_t)(b->ptr + b->size - seg->ptr);
+    mapped_iter_t it = {seg, SIZE_MAX, to, SIZE_MAX};
+    if (end % g && seg->chunks[end / g])
+        it.tail = end / g;
+    mapped_seek(&it, from);
+    return it;
+}
+
+static void mapped_next(mapped_iter_t *it)
+{
+    mapped_seek(it, it->at + 1);
+}
+
 size_t cham_alloc_vm_mapped_offset(const cham_allocator_t *a, const cham_block_t *b, size_t bytes,
                                    size_t min_front, size_t *missing)
 {
@@ -347,21 +466,36 @@ size_t cham_alloc_vm_mapped_offset(const cham_allocator_t *a, const cham_block_t
     *missing = cham_alloc_vm_missing(a, b, bytes);
     size_t at = (size_t)(b->ptr - seg->ptr);              /* the block's offset in seg */
     size_t first = (at + min_front + g - 1) / g, w = (bytes + g - 1) / g;
-    CHAM_ASSERT(b->size >= bytes);
+    CHAM_ASSERT(b->size >= bytes && b->state == CHAM_BLOCK_FREE);
     if (*missing == 0 || (at + b->size - bytes) / g < first)
         return 0;
-    /* A window of w granules from granule first, slid one at a time. */
-    size_t last = (at + b->size - bytes) / g, unmapped = 0;
-    for (size_t i = first; i < first + w; i++)
-        unmapped += !seg->chunks[i];
-    for (size_t i = first;; i++) {
+    /* A window of w granules from granule i, for i from first to last: the
+     * first i with the fewest unmapped, if fewer than at offset 0. Only
+     * where a mapped granule enters the window can that number fall, so
+     * the windows that end at a mapped granule are the only ones to look
+     * at besides the first: the mapped granules come from the index, not
+     * from every granule of a block that may span the reservation. */
+    size_t last = (at + b->size - bytes) / g;
+    mapped_iter_t in = mapped_iter(a, b, first, last + w), out = in;
+    size_t entered = 0, left = 0;  /* mapped granules before in.at, before out.at */
+    for (size_t i = first;;) {
+        while (in.at < i + w) {
+            entered++;
+            mapped_next(&in);
+        }
+        while (out.at < i) {
+            left++;
+            mapped_next(&out);
+        }
+        size_t unmapped = w - (entered - left);
         if (unmapped < *missing) {
             *missing = unmapped;
             best_off = i * g - at;
         }
-        if (*missing == 0 || i == last)
+        /* The next window that ends at a mapped granule. */
+        if (*missing == 0 || in.at == SIZE_MAX || in.at - w + 1 > last)
             break;
-        unmapped = unmapped - !seg->chunks[i] + !seg->chunks[i + w];
+        i = in.at - w + 1;
     }
     return best_off;
 }
@@ -437,11 +571,13 @@ uint64_t cham_alloc_vm_release_free(cham_allocator_t *a)
         cham_phys_release(a->spare[i]);
     a->stats.reserved -= (uint64_t)a->n_spare * a->granularity;
     a->n_spare = 0;
-    cham_segment_t *seg = a->segments;
+    /* The idle reservations, newest first as in the segment list. */
+    cham_segment_t *seg = a->n_idle ? cham_alloc_idle_newest_first(a) : NULL;
     while (seg) {
-        cham_segment_t *next = seg->next;
+        cham_segment_t *next = seg->idle_next;
         cham_block_t *b = seg->first;
-        if (b->state == CHAM_BLOCK_FREE && !b->next && seg->n_mapped == 0) {
+        if (seg->n_mapped == 0) {
+            cham_alloc_idle_remove(a, seg);
             cham_block_tree_remove(seg->small ? &a->small : &a->large, &b->node);
             cham_alloc_put_block(a, b);
             cham_vm_release(a->dev, seg->ptr, seg->size);
@@ -450,6 +586,7 @@ uint64_t cham_alloc_vm_release_free(cham_allocator_t *a)
             a->stats.n_segment_frees++;
             free(seg->chunks);
             free(seg->freed_at);
+            free(seg->vm_free);
             free(seg);
         }
         seg = next;
@@ -461,15 +598,6 @@ uint64_t cham_alloc_vm_release_free(cham_allocator_t *a)
  * and every granule wholly inside a free block. */
 uint64_t cham_alloc_vm_obtainable(const cham_allocator_t *a)
 {
-    size_t g = a->granularity;
-    uint64_t free_granules = a->n_spare;
-    for (const cham_segment_t *seg = a->segments; seg; seg = seg->next)
-        for (const cham_block_t *b = seg->first; b; b = b->next) {
-            if (b->state != CHAM_BLOCK_FREE)
-                continue;
-            for (size_t i = granule_of(seg, b->ptr + g - 1, g);
-                 i < granule_of(seg, b->ptr + b->size, g); i++)
-                free_granules += seg->chunks[i] != NULL;
-        }
-    return a->limit - a->stats.reserved + free_granules * g;
+    uint64_t free_granules = a->n_spare + a->n_vm_free;
+    return a->limit - a->stats.reserved + free_granules * a->granularity;
 }

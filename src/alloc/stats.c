@@ -24,17 +24,6 @@ uint64_t cham_alloc_largest_cached(const cham_allocator_t *a)
     return largest;
 }
 
-/* Bytes of cached segments that are one free block: the out-of-memory path
- * returns them to the device, so their room is as good as unreserved. */
-static uint64_t idle_segment_bytes(const cham_allocator_t *a)
-{
-    uint64_t idle = 0;
-    for (const cham_segment_t *seg = a->segments; seg; seg = seg->next)
-        if (!seg->first->next && seg->first->state == CHAM_BLOCK_FREE)
-            idle += seg->size;
-    return idle;
-}
-
 /* max(largest cached free block, room under the limit once idle segments
  * are released): the largest block one allocation can get. */
 static uint64_t largest_free(const cham_allocator_t *a)
@@ -42,7 +31,10 @@ static uint64_t largest_free(const cham_allocator_t *a)
     if (a->granularity)        /* addresses are plenty: physical memory decides */
         return cham_alloc_vm_obtainable(a);
     uint64_t cached = cham_alloc_largest_cached(a);
-    uint64_t room = a->limit - a->stats.reserved + idle_segment_bytes(a);
+    /* Idle segments (one free block each): the out-of-memory path returns
+     * them to the device, so their room is as good as unreserved. Kept as
+     * a sum, not walked: this runs at every failed allocation. */
+    uint64_t room = a->limit - a->stats.reserved + a->idle_bytes;
     return cached > room ? cached : room;
 }
 
