@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "chameleon/chameleon.h"
+#include "copier.h"
 
 static PyObject *ChameleonError;
 
@@ -490,28 +491,33 @@ static PyObject *context_view_strided(ContextObject *c, PyObject *args)
     return handle_new(c, t);
 }
 
-/* A tuple or list of Handles as tensor pointers (into buf of n). */
-static int handles(ContextObject *c, PyObject *seq, cham_tensor_t **buf, size_t cap, size_t *n,
-                   const char *what)
+/* A tuple or list of Handles as tensor pointers: into buf when they fit in
+ * cap, else into *heap (malloc'ed, the caller frees it); their number in *n. */
+static int handles(ContextObject *c, PyObject *seq, cham_tensor_t **buf, size_t cap,
+                   cham_tensor_t ***heap, size_t *n, const char *what)
 {
     PyObject *fast = PySequence_Fast(seq, what);
     if (!fast)
         return -1;
-    Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
-    if ((size_t)len > cap) {
-        PyErr_Format(PyExc_ValueError, "%s: more than %zu tensors", what, cap);
-        Py_DECREF(fast);
-        return -1;
+    size_t len = (size_t)PySequence_Fast_GET_SIZE(fast);
+    cham_tensor_t **out = buf;
+    if (len > cap) {
+        out = *heap = malloc(len * sizeof *out);
+        if (!out) {
+            Py_DECREF(fast);
+            PyErr_NoMemory();
+            return -1;
+        }
     }
-    for (Py_ssize_t i = 0; i < len; i++) {
-        HandleObject *h = as_handle(c, PySequence_Fast_GET_ITEM(fast, i), what);
+    for (size_t i = 0; i < len; i++) {
+        HandleObject *h = as_handle(c, PySequence_Fast_GET_ITEM(fast, (Py_ssize_t)i), what);
         if (!h) {
             Py_DECREF(fast);
             return -1;
         }
-        buf[i] = h->t;
+        out[i] = h->t;
     }
-    *n = (size_t)len;
+    *n = len;
     Py_DECREF(fast);
     return 0;
 }
@@ -521,7 +527,9 @@ static const char *const action_names[] = {
     [CHAM_ACTION_DROP] = "drop",         [CHAM_ACTION_RECOMPUTE] = "recompute",
 };
 
-enum { MAX_OP_TENSORS = 1024 };
+/* Ops with more tensors than this (torch.stack of a long list, a foreach op
+ * over every parameter) take their arrays from the heap. */
+enum { OP_TENSORS_ON_STACK = 64 };
 
 /* op(token, inputs, outputs, cost_ns=-1, bandwidth=0, comm_ns=0,
  * comm_waited=False): the op ran; reports it and returns the runtime's
@@ -540,11 +548,16 @@ static PyObject *context_op(ContextObject *c, PyObject *args)
                           &comm_waited) ||
         check_open(c))
         return NULL;
-    cham_tensor_t *in[MAX_OP_TENSORS], *out[MAX_OP_TENSORS];
+    cham_tensor_t *in_buf[OP_TENSORS_ON_STACK], *out_buf[OP_TENSORS_ON_STACK];
+    cham_tensor_t **in_heap = NULL, **out_heap = NULL;
     size_t n_in, n_out;
-    if (handles(c, in_seq, in, MAX_OP_TENSORS, &n_in, "op inputs") ||
-        handles(c, out_seq, out, MAX_OP_TENSORS, &n_out, "op outputs"))
+    if (handles(c, in_seq, in_buf, OP_TENSORS_ON_STACK, &in_heap, &n_in, "op inputs") ||
+        handles(c, out_seq, out_buf, OP_TENSORS_ON_STACK, &out_heap, &n_out, "op outputs")) {
+        free(in_heap);
+        free(out_heap);
         return NULL;
+    }
+    cham_tensor_t **in = in_heap ? in_heap : in_buf, **out = out_heap ? out_heap : out_buf;
     if (cost < 0 && bandwidth > 0) {
         size_t bytes = 0;
         for (size_t i = 0; i < n_in; i++)
@@ -580,6 +593,8 @@ static PyObject *context_op(ContextObject *c, PyObject *args)
         if (st == CHAM_OK)
             st = end;
     }
+    free(in_heap);
+    free(out_heap);
     const char *name = cham_op_name(c->ctx, tok);
     if (leave_with(c, st, name ? name : "op")) {
         Py_XDECREF(list);
@@ -764,7 +779,7 @@ static PyObject *mod_save(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "Kn", &ptr, &n))
         return NULL;
     if (!ptr || n < 0) {
-        PyErr_Format(PyExc_ValueError, "save: bad source (%#llx, %zd bytes)", ptr, n);
+        PyErr_Format(PyExc_ValueError, "save: bad source (address %llu, %zd bytes)", ptr, n);
         return NULL;
     }
     return PyByteArray_FromStringAndSize((const char *)(uintptr_t)ptr, n);
@@ -826,6 +841,7 @@ PyMODINIT_FUNC PyInit__chameleon(void)
     ChameleonError = PyErr_NewException("chameleon.ChameleonError", PyExc_RuntimeError, NULL);
     if (!ChameleonError || PyModule_AddObjectRef(m, "ChameleonError", ChameleonError) ||
         PyModule_AddObjectRef(m, "Context", (PyObject *)&ContextType) ||
+        cham_py_copier_init(m) ||
         PyModule_AddObjectRef(m, "Handle", (PyObject *)&HandleType)) {
         Py_DECREF(m);
         return NULL;
