@@ -8,22 +8,31 @@
             off.step()
     off.stats
 
-Inside the context a TorchDispatchMode reports every aten op to the runtime
-(advisor mode: the framework owns memory), and the runtime's actions are
-carried out on the op's storages: a swap-out copies the storage's bytes to
-host memory and releases the storage (``resize_(0)``), a swap-in restores
-it. A released storage is never read: every op's inputs and every view's
-base are brought back first. Saved activations need no hook: autograd holds
-the same storages, which are released and restored in place.
+Inside the context a TorchDispatchMode sees every aten op. The runtime runs
+in advisor mode (torch owns the memory): it profiles the ops and plans what
+to move, and the glue carries its actions out on the ops' storages. A
+swap-out copies a storage's bytes to host memory and releases the storage
+(``resize_(0)``); a swap-in restores it. Every tensor and view of the
+storage follows, saved activations included: autograd holds the same
+storage. Before an op runs the glue also makes room for the bytes it is
+about to make, sending away the storages used least recently (the passive
+path), so the budget holds from the first op, plan or no plan. A released
+storage is never read: every op's inputs, every view's base and every
+tensor read outside aten (``numpy()``, pickling, ``deepcopy``) come back
+first.
 """
 import json
-import weakref
+import os
+import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _chameleon
 from ._chameleon import ChameleonError
+from ._estimate import OpBytes
+from ._moves import CpuMoves, CudaMoves
+from ._table import StorageTable, storage_of
 
 __all__ = ["Offload", "ChameleonError", "allreduce_hook"]
 
@@ -41,9 +50,40 @@ for _name, _code in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2")):
 _MATMUL_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2),
                     "addbmm": (1, 2)}
 
+# Planners that cannot work under the glue, and why (docs/pytorch.md).
+_REFUSED_PLANNERS = {
+    "swapadvisor": "it plans one fixed op sequence ahead of time, and its plan moves model "
+                   "state the optimizer must update on the device: a PyTorch loop's ops "
+                   "change between steps (evaluation, skipped steps) and its optimizer runs "
+                   "on the device",
+    "hyperoffload": "it keeps model state on the host for an optimizer on the host, which a "
+                    "PyTorch optimizer is not",
+}
+
+_STATIC_PLANNERS = ("vdnn", "capuchin")
+
+# Tensor methods that read a storage's bytes without an aten op: inside the
+# block they bring the storage back first (torch.save and pickle go through
+# __reduce_ex__, copy.deepcopy through __deepcopy__, numpy and TensorBoard
+# through numpy/__array__).
+_READERS = ("numpy", "__array__", "tolist", "__reduce_ex__", "__deepcopy__", "storage")
+
+# The Offload whose block is running: one at a time per process.
+_active = None
+
+
+def _after_fork_in_child():
+    # A DataLoader worker forked inside the block inherits the dispatch
+    # mode: its ops are the worker's own and the runtime is the parent's.
+    if _active is not None:
+        _active._busy = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 def _parse_budget(budget):
-    """Bytes, a percentage string of the first step's peak, or None."""
+    """Bytes, a percentage string of the steady peak, or None."""
     if budget is None:
         return None, None
     if isinstance(budget, str):
@@ -64,11 +104,6 @@ def _parse_budget(budget):
     return budget, None
 
 
-# The storage object of a tensor: torch 2 names it untyped_storage, 1.13
-# has it as _storage (Tensor.storage() wraps it, at ten times the cost).
-_untyped_storage = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
-
-
 def _tensors(args, out):
     """The tensors among args, one level into lists and tuples."""
     for a in args:
@@ -83,67 +118,23 @@ def _tensors(args, out):
 
 class _Op:
     """What the glue knows of one aten overload."""
-    __slots__ = ("name", "token", "is_view", "matmul")
+    __slots__ = ("name", "token", "is_view", "makes", "matmul", "bookkeeping")
 
     def __init__(self, ctx, func):
         self.name = str(func)
+        # The profiler's ops carry torch's own records, not data: they run
+        # as they are (one of their tensors is a C++ object in disguise).
+        self.bookkeeping = self.name.startswith("profiler.")
         self.token = ctx.token(self.name)
         returns = func._schema.returns
         # A view op only makes new metadata over its input's storage: it
         # neither reads nor writes data and is not reported as an op.
         self.is_view = bool(returns) and all(
             r.alias_info is not None and not r.alias_info.is_write for r in returns)
+        # An op whose every return aliases an input (in place, out=) makes
+        # no storage.
+        self.makes = any(r.alias_info is None for r in returns)
         self.matmul = _MATMUL_OPERANDS.get(func.overloadpacket.__name__)
-
-
-class _CudaMoves:
-    """Swaps of CUDA storages, on a side stream each way per device.
-
-    Out: the side stream waits for the compute stream's work so far (the
-    op that wrote the storage), copies into pinned host memory, and the
-    block is marked used by that stream (record_stream) before the storage
-    is released, so the caching allocator reuses it only after the copy
-    read it. In: the storage gets a block again (on the compute stream),
-    the side stream waits for that and for the copy out, copies back, and
-    the compute stream waits for it when an op next uses the storage.
-
-    Written and reviewed against torch's API but never run: no GPU is
-    available to this project (docs/pytorch.md, limits)."""
-
-    def __init__(self):
-        self._streams = {}
-
-    def _pair(self, device):
-        pair = self._streams.get(device)
-        if pair is None:
-            pair = self._streams[device] = (torch.cuda.Stream(device), torch.cuda.Stream(device))
-        return pair
-
-    @staticmethod
-    def _as_bytes(storage):
-        return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
-
-    def copy_out(self, storage):
-        out, _ = self._pair(storage.device)
-        src = self._as_bytes(storage)
-        host = torch.empty(storage.nbytes(), dtype=torch.uint8, pin_memory=True)
-        out.wait_stream(torch.cuda.current_stream(storage.device))
-        with torch.cuda.stream(out):
-            host.copy_(src, non_blocking=True)
-        src.record_stream(out)
-        return host, out.record_event()
-
-    def copy_in(self, moved, storage):
-        host, copied_out = moved
-        _, into = self._pair(storage.device)
-        storage.resize_(host.numel())
-        dst = self._as_bytes(storage)
-        into.wait_stream(torch.cuda.current_stream(storage.device))
-        into.wait_event(copied_out)
-        with torch.cuda.stream(into):
-            dst.copy_(host, non_blocking=True)
-        dst.record_stream(into)
-        return into.record_event()
 
 
 class _Mode(TorchDispatchMode):
@@ -158,74 +149,131 @@ class _Mode(TorchDispatchMode):
 class Offload:
     """Runs the ops of the ``with`` block under Chameleon's runtime.
 
-    budget: device bytes the step may hold, or "P%" of the peak of the
-        first step (which runs unconstrained), or None (the device's).
+    budget: device bytes every step may hold (from the first op on), or
+        "P%" of the steady peak, estimated from the first step, which runs
+        unconstrained and measured (the budget holds from the second step
+        on), or None (the device's).
     device: the device preset whose link and compute speeds the planner
         assumes (``chameleon presets`` lists them).
     log: a callable taking each log line, or None (stderr).
+    strict: an op that cannot run within the budget (its own inputs and
+        outputs, plus what torch will not let go, exceed it) raises
+        ChameleonError naming the op and the bytes; False: it runs over the
+        budget, counted in ``stats["over_budget_steps"]`` and logged once
+        per op.
     Any other keyword is a runtime config key (docs/config.md).
     """
 
-    def __init__(self, budget=None, device="a100-80g", log=None, **config):
-        self._budget_bytes, self._budget_pct = _parse_budget(budget)
+    def __init__(self, budget=None, device="a100-80g", log=None, strict=True, **config):
+        self._budget, self._budget_pct = _parse_budget(budget)
         if "memory_budget" in config or "mode" in config or "preset" in config:
             raise ValueError("Offload: give the budget as budget=, the preset as device=; "
                              "the mode is always advisor")
+        planner = self._planner = config.get("planner", "chameleon")
+        if planner in _REFUSED_PLANNERS:
+            raise ValueError(f"Offload: planner {planner!r} cannot run under the PyTorch glue: "
+                             f"{_REFUSED_PLANNERS[planner]} (use \"chameleon\", the default)")
         config = dict(config, preset=device, mode="advisor")
-        if self._budget_bytes is not None:
-            config["memory_budget"] = self._budget_bytes
+        if self._budget is not None:
+            config["memory_budget"] = self._budget
         try:
             text = json.dumps(config)
         except TypeError as e:
             raise ValueError(f"Offload: a config value is not JSON: {e}") from None
+        self._log = log
         self._ctx = _chameleon.Context(text, "Offload", log)
-        # A tensor carries its handle of each Offload that saw it.
-        self._attr = f"_chameleon_handle_{id(self._ctx):x}"
         dev = self._ctx.device()
         self._flops = dev["peak_flops"] or 1e12
         self._bandwidth = dev["hbm_bandwidth"] or 1e11
         self._p2p = dev["p2p_bandwidth"]
+        self._strict = bool(strict)
+        self._table = StorageTable(self._ctx)
+        self._op_bytes = OpBytes()
+        # On the CPU device (the tests') host memory stands for device
+        # memory; its copies run on worker threads as a GPU's would.
+        self._cpu = CpuMoves()
+        self._cuda = None            # CudaMoves, made at the first CUDA storage
         self._ops = {}
-        self._storages = {}          # storage key -> weakref to its base Handle
         self._mode = None
         self._patched = None
         self._phase = None
         self._in_backward = 0
         self._after_backward = False
-        self._steps = 0
-        self._largest_op = (0, "")   # step 0: the most bytes one op touched
-        self._peaks = {}             # stable: the most a step held in Stable / before
-        self._late = 0
-        self._hazards = 0
-        self._cuda = None            # _CudaMoves, made at the first CUDA tensor
-        self._inbound = {}           # id(base) -> (device, event): CUDA swap-ins in flight
         self._busy = False           # the glue's own torch calls pass through
+        self._opno = 0               # ops dispatched since the Offload was made
+        self._steps = 0
+        self._step_peak = 0          # the most bytes on the device in this step
+        self._peak_op = 0            # the op at which it was reached
+        self._peaks = []             # each step's peak
+        self._largest_op = (0, "")   # step 0: the most bytes one op touched
+        self._steady = None          # percentage budgets: the steady peak estimated
+        self._counts = dict(hazards=0, late=0, passive=0, pinned=0, unplanned=0,
+                            over_ops=0)
+        self._over_steps = 0
+        self._over_now = False       # this step went past the budget (strict=False)
+        self._over_logged = set()
+        self._warned_no_step = False
 
     # ---- the context ---------------------------------------------------------
 
     def __enter__(self):
+        global _active
         if self._mode is not None:
             raise RuntimeError("Offload: already entered")
+        if _active is not None:
+            raise RuntimeError("Offload: another Offload is active; nesting them is not "
+                               "supported (one Offload manages the device at a time: leave "
+                               "the outer block first)")
         self._mode = _Mode(self)
         self._mode.__enter__()
-        self._patch_autograd()
+        _active = self
+        self._patch()
         return self
 
-    def __exit__(self, *exc):
-        self._unpatch_autograd()
-        self._mode.__exit__(*exc)
-        self._mode = None
-        # What is away comes back: tensors outside the context hold data.
-        for ref in list(self._storages.values()):
-            base = ref()
-            if base is not None and base.host is not None:
-                self._bring_back(base, base, late=False)
-        for device, event in self._inbound.values():
-            torch.cuda.current_stream(device).wait_event(event)
-        self._inbound.clear()
+    def __exit__(self, exc_type, exc, tb):
+        global _active
+        self._unpatch()
+        _active = None
+        try:
+            self._mode.__exit__(exc_type, exc, tb)
+        finally:
+            self._mode = None
+            first = self._restore_all()
+        if exc_type is None and self._steps == 0 and self._opno and not self._warned_no_step:
+            self._warned_no_step = True
+            warnings.warn("Offload: the block ran ops but never called off.step(): the "
+                          "runtime saw one endless step, so it planned nothing and the "
+                          "budget was not measured; call off.step() at the end of each "
+                          "training iteration", RuntimeWarning, stacklevel=2)
+        if first is not None and exc_type is None:
+            raise first
         return False
 
-    def _patch_autograd(self):
+    def _restore_all(self):
+        """Brings every storage still away back (tensors outside the
+        context hold their data); the first error, after trying them all."""
+        first = None
+        table = self._table
+        for e in list(table.entries.values()):
+            try:
+                if e.moved is not None:
+                    storage = e.storage()
+                    if storage is None:
+                        table.forget(e)
+                        continue
+                    self._bring_back(e, storage, late=False)
+                if e.inbound is not None:
+                    self._wait(e)
+            except Exception as err:          # keep going: restore what can be
+                if first is None:
+                    first = err
+        for moves in (self._cpu, self._cuda):
+            if moves is not None:
+                moves.synchronize()
+        table.sweep()
+        return first
+
+    def _patch(self):
         # Ops run by the autograd engine are the backward phase.
         backward, grad = torch.autograd.backward, torch.autograd.grad
 
@@ -238,53 +286,87 @@ class Offload:
                     self._in_backward -= 1
                     self._after_backward = True
             return run
-        self._patched = (backward, grad)
+        readers = {name: torch.Tensor.__dict__.get(name) for name in _READERS}
+        self._patched = (backward, grad, readers)
         torch.autograd.backward, torch.autograd.grad = wrap(backward), wrap(grad)
+        for name in _READERS:
+            setattr(torch.Tensor, name, _reader(getattr(torch.Tensor, name)))
 
-    def _unpatch_autograd(self):
-        torch.autograd.backward, torch.autograd.grad = self._patched
+    def _unpatch(self):
+        backward, grad, readers = self._patched
+        torch.autograd.backward, torch.autograd.grad = backward, grad
+        for name, original in readers.items():
+            if original is None:
+                delattr(torch.Tensor, name)
+            else:
+                setattr(torch.Tensor, name, original)
 
     # ---- steps and counters ------------------------------------------------
 
     def step(self):
         """One training iteration ended."""
+        self._table.sweep()
+        measured = self._steps == 0 and self._budget_pct is not None
+        if measured:
+            self._set_percentage_budget()
+        # A static planner plans once, at the first step's end: it must know
+        # the budget by then. The others hear of it after the measured step,
+        # which ran (as it should) past it.
+        if measured and self._planner in _STATIC_PLANNERS:
+            self._ctx.set_budget(self._budget)
         info = self._ctx.step_end()
+        if measured and self._planner not in _STATIC_PLANNERS:
+            self._ctx.set_budget(self._budget)
         self._steps += 1
-        stable = info["from"] == "Stable"
-        self._peaks[stable] = max(self._peaks.get(stable, 0), info["peak_bytes"])
+        peak = self._step_peak
+        self._peaks.append(peak)
+        info["runtime_peak_bytes"] = info["peak_bytes"]
+        info["peak_bytes"] = peak
+        budget = self._budget if self._steps > 1 or self._budget_pct is None else None
+        info["over_budget_bytes"] = max(0, peak - budget) if budget is not None else 0
+        self._over_steps += self._over_now
+        self._over_now = False
         self._after_backward = False
         self._phase = None
-        if self._steps == 1:
-            self._first_step_done(info["peak_bytes"])
+        self._step_peak = self._table.resident
+        self._peak_op = self._opno
         return info
 
-    def _first_step_done(self, peak):
+    def _set_percentage_budget(self):
+        """The first step ran unconstrained: its peak, plus what it made
+        after the peak and still holds (optimizer state made by the first
+        opt.step(), gradients), is what a later step holds at its peak."""
+        later = sum(e.nbytes for e in self._table.entries.values() if e.born > self._peak_op)
+        self._steady = self._step_peak + later
+        budget = int(self._steady * self._budget_pct / 100)
         need, op = self._largest_op
-        if self._budget_pct is not None:
-            budget = int(peak * self._budget_pct / 100)
-        else:
-            budget = self._ctx.stats()["budget_bytes"]
         if budget < need:
-            raise ValueError(f"Offload: budget of {budget} bytes is below the {need} bytes op "
-                             f"{op} reads and writes at once (the first step's largest op)")
-        if self._budget_pct is not None:
-            self._ctx.set_budget(budget)
+            raise ValueError(f"Offload: budget of {budget} bytes ({self._budget_pct:g}% of "
+                             f"the {self._steady} bytes steady peak) is below the {need} bytes "
+                             f"op {op} reads and writes at once (the first step's largest op)")
+        self._budget = budget
 
     @property
     def stats(self):
         s = self._ctx.stats()
-        before = self._peaks.get(False, 0)
+        c = self._counts
+        planned = self._peaks[1:] if self._budget_pct is not None else self._peaks
         return {
-            # Advisor mode moves nothing before the first policy applies, so
-            # the budget holds from Stable on; earlier steps are apart.
-            "peak_device_bytes": self._peaks.get(True, before),
-            "warmup_peak_bytes": before,
-            "budget_bytes": s["budget_bytes"],
-            "hazards": self._hazards,
+            # What the glue counted on the device: every storage an op used
+            # until torch freed it (an upper bound between the glue's looks).
+            "peak_device_bytes": max(planned, default=0),
+            "warmup_peak_bytes": self._peaks[0] if self._budget_pct is not None and
+            self._peaks else 0,
+            "steady_peak_estimate": self._steady,
+            "budget_bytes": self._budget if self._budget is not None else s["budget_bytes"],
+            "hazards": c["hazards"],
             "planned_swaps": s["planned_swaps_out"],
-            "passive_swaps": s["passive_swaps_out"],
-            "on_demand_swapins": s["on_demand_swaps_in"] + self._late,
-            "over_budget_steps": s["over_budget_steps"],
+            "passive_swaps": c["passive"],
+            "on_demand_swapins": s["on_demand_swaps_in"] + c["late"],
+            "over_budget_steps": self._over_steps,
+            "over_budget_ops": c["over_ops"],
+            "pinned_storages": c["pinned"],
+            "unplanned_tensors": c["unplanned"],
             "stage": s["stage"],
             "policies_generated": s["policies_generated"],
             "steps": self._steps,
@@ -295,92 +377,161 @@ class Offload:
         """The runtime context (chameleon.Context)."""
         return self._ctx
 
-    # ---- tensors -----------------------------------------------------------
+    # ---- storages ----------------------------------------------------------
 
-    def _handle(self, t, label):
-        """t's handle: a view of its storage's base handle; None for a tensor
-        of no bytes (it holds no memory)."""
-        h = getattr(t, self._attr, None)
-        if h is not None:
-            return h
+    def _lookup(self, t, label):
+        """(entry, handle) of tensor t; None for a tensor the glue does not
+        plan: no elements, or not a dense tensor of a known dtype on the
+        CPU or a CUDA device (sparse, quantized, meta: they pass through
+        and are counted)."""
+        code = _DTYPES.get(t.dtype)
+        if code is None or t.layout != torch.strided or t.device.type not in ("cpu", "cuda"):
+            self._counts["unplanned"] += 1
+            return None
         if t.numel() == 0:
             return None
-        code = _DTYPES.get(t.dtype)
-        if code is None:
-            raise TypeError(f"Offload: tensor of dtype {t.dtype} is not supported (supported: "
-                            f"{', '.join(str(d) for d in _DTYPES)})")
-        device = t.device.type
-        if device != "cpu":
-            if device != "cuda":
-                raise TypeError(f"Offload: tensor on {t.device}: cpu and cuda only")
+        storage = storage_of(t)
+        table = self._table
+        e = table.entries.get(storage._cdata)
+        if e is None:
+            if storage.nbytes() == 0:
+                return None
+            e = table.add(storage, code, label, self._opno)
+        elif e.moved is None and storage.nbytes() != e.nbytes:
+            # resize_ or set_ changed it: a new storage to the runtime.
+            table.forget(e)
+            e = table.add(storage, code, label, self._opno)
+        if not t.storage_offset() and t.numel() * t.element_size() == e.nbytes and \
+                t.is_contiguous():
+            return e, e.base           # the whole storage: its base handle serves
+        return e, table.view(e, t, code, label)
+
+    def _moves(self, storage):
+        if storage.device.type == "cuda":
             if self._cuda is None:
-                self._cuda = _CudaMoves()
-        storage = _untyped_storage(t)
-        key = storage._cdata
-        ref = self._storages.get(key)
-        base = ref() if ref is not None else None
-        if base is None:
-            nbytes = storage.nbytes()
-            base = self._ctx.wrap(storage.data_ptr(), nbytes, code, label)
-            base.storage = storage
-            base.host = None
-            self._storages[key] = weakref.ref(base, self._forget(key))
-            if not t.storage_offset() and t.is_contiguous() and \
-                    t.numel() * t.element_size() == nbytes:
-                h = base         # the whole storage: its base handle serves
-        if h is None:
-            h = self._ctx.view_strided(base, t.storage_offset(), t.size(), t.stride(), code,
-                                       label)
-            h.base = base
-        setattr(t, self._attr, h)
-        return h
+                self._cuda = CudaMoves()
+            return self._cuda
+        return self._cpu
 
-    def _forget(self, key):
-        def gone(ref):
-            if self._storages.get(key) is ref:
-                del self._storages[key]
-        return gone
-
-    def _send_away(self, base, h):
-        storage = base.storage
-        if storage.device.type == "cuda":
-            self._busy = True
+    def _send_away(self, e, passive):
+        """Copies e's storage to the host and releases it; False when it
+        cannot go (torch freed it, or will not resize it)."""
+        table = self._table
+        storage = e.storage()
+        if storage is None:
+            table.forget(e)
+            return False
+        if e.inbound is not None:
+            self._wait(e)             # its copy back must land before it leaves again
+        moves = self._moves(storage)
+        self._busy = True
+        try:
+            moved = moves.copy_out(storage)
             try:
-                base.host = self._cuda.copy_out(storage)
-            finally:
-                self._busy = False
-        else:
-            base.host = _chameleon.save(storage.data_ptr(), storage.nbytes())
-        storage.resize_(0)
-        self._ctx.swapped_out(h)
+                moves.release(moved, storage)
+            except RuntimeError as err:
+                if "resizable" not in str(err):
+                    raise
+                # numpy arrays, shared memory (DataLoader workers), from_numpy:
+                # torch will not release it; it stays on the device.
+                table.pin(e)
+                self._counts["pinned"] += 1
+                return False
+        finally:
+            self._busy = False
+        e.moved = moved
+        table.away(e)
+        self._ctx.swapped_out(e.base)
+        self._counts["passive"] += passive
+        return True
 
-    def _bring_back(self, base, h, late):
-        if late and h.residency != "host":
-            self._hazards += 1      # the runtime thought it was on the device
-        storage = base.storage
-        host = base.host
-        if storage.device.type == "cuda":
-            self._busy = True
-            try:
-                self._inbound[id(base)] = (storage.device,
-                                           self._cuda.copy_in(host, storage))
-            finally:
-                self._busy = False
-        else:
-            storage.resize_(len(host))
-            _chameleon.restore(host, storage.data_ptr())
-        base.host = None
-        self._ctx.swapped_in(h, storage.data_ptr())
-        self._late += late
+    def _bring_back(self, e, storage, late, protect=None):
+        """Restores e's storage (making room first when protect is given)."""
+        if protect is not None and self._budget is not None:
+            self._make_room(e.nbytes, protect, f"bringing back {e.base.label}")
+        if late and e.base.residency != "host":
+            self._counts["hazards"] += 1      # the runtime thought it was on the device
+        moves = self._moves(storage)
+        self._busy = True
+        try:
+            e.inbound = moves.copy_in(e.moved, storage)
+        finally:
+            self._busy = False
+        e.moved = None
+        self._table.back(e)
+        self._ctx.swapped_in(e.base, storage.data_ptr())
+        self._counts["late"] += late
 
-    def _resident(self, t):
-        """Brings t's storage back if it is away (a late restore)."""
-        h = self._handle(t, "input")
-        if h is not None:
-            base = getattr(h, "base", h)
-            if base.host is not None:
-                self._bring_back(base, h, late=True)
-        return h
+    def _wait(self, e):
+        inbound, e.inbound = e.inbound, None
+        if inbound is not None:
+            self._moves(e.storage()).wait(inbound)
+
+    def _restore_for_read(self, t):
+        """t is about to be read outside aten: its storage comes back."""
+        if t.layout != torch.strided or t.device.type not in ("cpu", "cuda"):
+            return
+        e = self._table.entries.get(storage_of(t)._cdata)
+        if e is None:
+            return
+        if e.moved is not None:
+            self._bring_back(e, storage_of(t), late=True, protect={e.key})
+        if e.inbound is not None:
+            self._wait(e)
+
+    # ---- the budget ---------------------------------------------------------
+
+    def _make_room(self, need, protect, what):
+        """Sends storages away, least recently used first and none of
+        protect, until need more bytes fit in the budget."""
+        table, budget = self._table, self._budget
+        if table.resident + need <= budget:
+            return
+        table.sweep()
+        excess = table.resident + need - budget
+        if excess <= 0:
+            return
+        victims = []
+        for key, e in table.lru.items():
+            if key in protect:
+                continue
+            victims.append(e)
+            excess -= e.nbytes
+            if excess <= 0:
+                break
+        for e in victims:
+            self._send_away(e, passive=True)
+        excess = table.resident + need - budget
+        if excess > 0:
+            self._over_budget(need, protect, what, excess)
+
+    def _over_budget(self, need, protect, what, excess):
+        entries = self._table.entries
+        own = need + sum(entries[k].nbytes for k in protect if k in entries)
+        pinned = sum(e.nbytes for e in entries.values() if e.pinned and e.moved is None
+                     and e.key not in protect)
+        message = (f"Offload: {what} needs {own} bytes on the device at once (the storages "
+                   f"it reads and the {need} bytes it makes), {excess} bytes past the budget "
+                   f"of {self._budget} bytes with everything else sent away")
+        if pinned:
+            message += (f"; {pinned} of the bytes left are storages torch will not release "
+                        "(shared with numpy, shared memory or DataLoader workers)")
+        if self._strict:
+            raise ChameleonError(message + " (strict=False runs on over the budget)")
+        self._counts["over_ops"] += 1
+        self._over_now = True
+        if what not in self._over_logged:
+            self._over_logged.add(what)
+            (self._log or _stderr)(message)
+
+    def _note_peak(self):
+        table = self._table
+        if table.resident > self._step_peak:
+            if self._steps == 0 and self._budget_pct is not None:
+                table.sweep()         # the measured step: the exact peak
+            if table.resident > self._step_peak:
+                self._step_peak = table.resident
+                self._peak_op = self._opno
 
     # ---- dispatch ------------------------------------------------------------
 
@@ -403,59 +554,92 @@ class Offload:
         op = self._ops.get(func)
         if op is None:
             op = self._ops[func] = _Op(self._ctx, func)
+        if op.bookkeeping:
+            return func(*args, **kwargs)
         ins = _tensors(args, [])
         if kwargs:
             _tensors(kwargs.values(), ins)
-        # Inputs first: a released storage is brought back before anything
-        # reads it. A view op only makes metadata, but not over a released
-        # storage (its bounds are checked); it is not reported as an op.
-        attr, hin = self._attr, []
+        self._opno += 1
+        table, budget = self._table, self._budget
+        used = []
         for t in ins:
-            h = getattr(t, attr, None) or self._handle(t, "input")
-            if h is not None:
-                base = getattr(h, "base", h)
-                if base.host is not None:
-                    self._bring_back(base, h, late=True)
-                hin.append(h)
-        if self._inbound:
-            self._await_inbound(hin)
-        result = func(*args, **kwargs)
+            r = self._lookup(t, "input")
+            if r is not None:
+                used.append(r)
+        protect = {e.key for e, _ in used}
+        # Inputs first: a released storage comes back before anything reads
+        # it. A view op only makes metadata, but not over a released
+        # storage (its bounds are checked); it is not reported as an op.
+        for e, h in used:
+            if e.moved is not None:
+                self._bring_back(e, e.storage(), late=True,
+                                 protect=protect if budget is not None else None)
+            if e.inbound is not None:
+                self._wait(e)
         if op.is_view:
-            return result
-        hout = []
-        for t in _tensors((result,), []):
-            h = getattr(t, attr, None) or self._handle(t, op.name)
-            if h is not None:
-                hout.append(h)
+            return func(*args, **kwargs)
+        key = None
+        if op.makes and budget is not None:
+            key = self._op_bytes.key(func, args, kwargs)
+            self._busy = True
+            try:
+                need = self._op_bytes.guess(key, func, args, kwargs,
+                                            sum(e.nbytes for e, _ in used))
+            finally:
+                self._busy = False
+            self._make_room(need, protect, f"op {op.name}")
+        before = table.added
+        result = func(*args, **kwargs)
+        made = []
+        for t in _tensors(result if isinstance(result, (list, tuple)) else (result,), []):
+            r = self._lookup(t, op.name)
+            if r is not None:
+                made.append(r)
+        if key is not None:
+            self._op_bytes.made(key, table.added - before)
+        opno = self._opno
+        for e, _ in used:
+            table.touch(e, opno)
+        for e, _ in made:
+            table.touch(e, opno)
         self._set_phase()
+        hin = [h for _, h in used]
+        hout = [h for _, h in made]
         if op.matmul is None:
             actions = self._ctx.op(op.token, hin, hout, -1.0, self._bandwidth)
         else:
             actions = self._ctx.op(op.token, hin, hout, self._matmul_ns(op, args))
-        if actions:
-            self._act(actions)
+        self._note_peak()
         if self._steps == 0:
-            touched = sum({id(getattr(h, "base", h)): h.storage_nbytes
-                           for h in hin + hout}.values())
+            touched = sum({e.key: e.nbytes for e, _ in used + made}.values())
             if touched > self._largest_op[0]:
                 self._largest_op = (touched, op.name)
+        if actions:
+            self._act(actions)
+        if budget is not None and table.resident > budget:
+            # The op made more than it was thought to (a data-dependent size).
+            self._make_room(0, {e.key for e, _ in made}, f"op {op.name}")
+        elif not opno & 31:
+            table.sweep()        # the runtime learns of frees within 32 ops
         return result
 
-    def _await_inbound(self, handles):
-        """The compute stream waits for CUDA swap-ins of what the op reads."""
-        for h in handles:
-            inbound = self._inbound.pop(id(getattr(h, "base", h)), None)
-            if inbound is not None:
-                torch.cuda.current_stream(inbound[0]).wait_event(inbound[1])
-
     def _act(self, actions):
-        for kind, h, _ in actions:
-            base = getattr(h, "base", h)
+        table, budget = self._table, self._budget
+        for kind, h, needed in actions:
+            e = table.entries.get(h.key)
+            if e is None:
+                continue
             if kind == "swap_out":
-                self._send_away(base, h)
+                if e.moved is None and not e.pinned:
+                    self._send_away(e, passive=False)
             elif kind == "swap_in":
-                if base.host is not None:
-                    self._bring_back(base, h, late=False)
+                if e.moved is None:
+                    continue
+                if budget is not None and table.resident + e.nbytes > budget:
+                    table.sweep()
+                    if table.resident + e.nbytes > budget:
+                        continue      # a prefetch that does not fit waits for its use
+                self._bring_back(e, e.storage(), late=False)
             else:
                 raise ChameleonError(f"Offload: action {kind} for {h.label}: the glue "
                                      "declares no op recomputable")
@@ -468,14 +652,23 @@ class Offload:
         for when comm_waited (cham_op_set_comm)."""
         if self._mode is None:
             return fn()
-        handles = [h for h in map(self._resident, tensors) if h is not None]
-        if self._inbound:
-            self._await_inbound(handles)
+        used = [r for r in (self._lookup(t, "input") for t in tensors) if r is not None]
+        protect = {e.key for e, _ in used}
+        for e, _ in used:
+            if e.moved is not None:
+                self._bring_back(e, e.storage(), late=True,
+                                 protect=protect if self._budget is not None else None)
+            if e.inbound is not None:
+                self._wait(e)
         result = fn()
+        self._opno += 1
+        for e, _ in used:
+            self._table.touch(e, self._opno)
         token = self._ops.get(name)
         if token is None:
             token = self._ops[name] = self._ctx.token(name)
         self._set_phase()
+        handles = [h for _, h in used]
         self._act(self._ctx.op(token, handles, handles, cost_ns, 0.0, comm_ns, comm_waited))
         return result
 
@@ -492,6 +685,24 @@ class Offload:
         at the memory's bandwidth: Context.op)."""
         a, b = args[op.matmul[0]], args[op.matmul[1]]
         return 2.0 * a.numel() * b.size(-1) / self._flops * 1e9
+
+
+def _stderr(line):
+    import sys
+    print(line, file=sys.stderr)
+
+
+def _reader(original):
+    """original (a Tensor method reading bytes outside aten), bringing the
+    tensor's storage back first while an Offload's block runs."""
+    def read(t, *args, **kwargs):
+        off = _active
+        if off is not None and not off._busy:
+            off._restore_for_read(t)
+        return original(t, *args, **kwargs)
+    read.__name__ = getattr(original, "__name__", "read")
+    read.__doc__ = getattr(original, "__doc__", None)
+    return read
 
 
 def allreduce_hook(off, bucket):

@@ -1,0 +1,114 @@
+"""The bytes an op is about to make, known before it runs: what the glue
+must make room for (docs/pytorch.md, "The budget").
+
+The op's outputs that alias no input are new storages. Their size comes
+from, in order: the same op on inputs of the same shapes and the same other
+arguments seen before (what it made then: exact for ops whose output sizes
+follow from their arguments, which is all of aten's but a few data-dependent
+ones such as nonzero); running the op on meta tensors (shapes only, no
+data); else the bytes of its inputs, a guess corrected after the op.
+"""
+import torch
+
+_SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
+            torch.memory_format)
+
+
+def _signature(args, out):
+    """args as something hashable: tensors as their shapes and dtypes."""
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            out.append((a.shape, a.dtype))
+        elif isinstance(a, _SCALARS):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.append(len(a))
+            _signature(a, out)
+        else:
+            raise TypeError
+    return out
+
+
+_META = torch.device("meta")
+# Ops whose meta run could touch real state: random ones (a factory op
+# given a real device would draw from the generator), and ops whose output
+# size depends on the data.
+_NOT_ON_META = tuple(getattr(torch.Tag, name) for name in
+                     ("nondeterministic_seeded", "data_dependent_output", "dynamic_output_shape")
+                     if hasattr(torch, "Tag") and hasattr(torch.Tag, name))
+
+
+def _to_meta(a):
+    if isinstance(a, torch.Tensor):
+        if a.layout != torch.strided:
+            raise TypeError
+        return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=_META)
+    if isinstance(a, torch.device):
+        return _META
+    if isinstance(a, (list, tuple)):
+        return type(a)(_to_meta(b) for b in a)
+    if isinstance(a, torch.Generator):
+        raise TypeError
+    return a
+
+
+def _meta_bytes(func, args, kwargs):
+    if any(tag in _NOT_ON_META for tag in getattr(func, "tags", ())):
+        raise TypeError
+    margs = _to_meta(args)
+    mkwargs = {k: _to_meta(v) for k, v in kwargs.items()}
+    if "device" in kwargs or func.overloadpacket.__name__.startswith(("new_", "empty", "zeros",
+                                                                      "ones", "full", "arange")):
+        mkwargs["device"] = _META
+    seen = {id(t) for t in _flat(margs) if isinstance(t, torch.Tensor)}
+    seen.update(id(t) for t in _flat(mkwargs.values()) if isinstance(t, torch.Tensor))
+    result = func(*margs, **mkwargs)
+    total = 0
+    for t in _flat((result,)):
+        if isinstance(t, torch.Tensor) and id(t) not in seen:
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _flat(args):
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            yield from _flat(a)
+        else:
+            yield a
+
+
+class OpBytes:
+    """Bytes of the new storages an op makes, by its arguments."""
+
+    def __init__(self):
+        self._made = {}
+        self.misses = 0
+
+    def key(self, func, args, kwargs):
+        """The lookup key of a call, or None when an argument has no
+        stable signature (then nothing is remembered)."""
+        try:
+            sig = _signature(args, [func])
+            if kwargs:
+                _signature(sorted(kwargs.items()), sig)
+            return tuple(sig)
+        except TypeError:
+            return None
+
+    def guess(self, key, func, args, kwargs, input_bytes):
+        """The bytes the call will make: remembered, else from meta tensors,
+        else input_bytes (a guess)."""
+        made = self._made.get(key) if key is not None else None
+        if made is not None:
+            return made
+        self.misses += 1
+        try:
+            return _meta_bytes(func, args, kwargs)
+        except Exception:            # no meta kernel, data-dependent shape, ...
+            return input_bytes
+
+    def made(self, key, nbytes):
+        """The call made nbytes of new storages."""
+        if key is not None:
+            self._made[key] = nbytes

@@ -1,0 +1,137 @@
+"""The storages an Offload knows: one entry per torch storage, keyed by the
+storage itself, never by the user's tensors (docs/pytorch.md, "Storages").
+
+An entry holds a weak reference to its storage (torch's own: it keeps the
+storage's bookkeeping alive but not its bytes, so the key cannot be reused
+while the entry exists), the runtime's handle of the whole storage, the
+handles of views ops have used, whether its bytes are away, and whether
+torch lets it be released at all. A storage is gone when torch frees it,
+whoever held it last (a user's tensor, autograd's saved outputs, an
+accumulated gradient): the table finds out by asking the weak reference
+(`sweep`), never from the user's Python objects.
+"""
+from collections import OrderedDict
+
+import torch
+
+# The storage object of a tensor: torch 2 names it untyped_storage, 1.13
+# has it as _storage. Taken at import: the glue may patch Tensor methods.
+storage_of = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
+_Storage = type(storage_of(torch.empty(0)))
+
+# Views of one storage the table keeps handles of; an op using more
+# distinct views of it (slices of a cache at every offset) gets handles
+# that live for the op only.
+_VIEWS_KEPT = 256
+
+
+class Entry:
+    """One storage."""
+    __slots__ = ("key", "weak", "base", "views", "nbytes", "moved", "inbound", "pinned",
+                 "born", "last_use")
+
+    def __init__(self, key, weak, base, nbytes, born):
+        self.key = key
+        self.weak = weak          # torch's weak reference (an int)
+        self.base = base          # the runtime's handle of all of it
+        self.views = {}           # (offset, sizes, strides, dtype) -> handle
+        self.nbytes = nbytes      # its bytes on the device when there
+        self.moved = None         # the host copy while away, else None
+        self.inbound = None       # a copy back still in flight
+        self.pinned = False       # torch refuses to release it
+        self.born = born          # the op that made it (-1: made outside)
+        self.last_use = born
+
+    def storage(self):
+        """The storage, or None once torch freed it."""
+        return _Storage._new_with_weak_ptr(self.weak)
+
+
+class StorageTable:
+    """The storages the runtime tracks, and how many bytes are on the device."""
+
+    def __init__(self, ctx):
+        self._ctx = ctx
+        self.entries = {}
+        # Entries on the device that may be sent away, least recently used first.
+        self.lru = OrderedDict()
+        self.resident = 0         # bytes on the device, freed storages included until swept
+        self.added = 0            # bytes of all entries ever added (what ops made)
+
+    def find(self, storage):
+        return self.entries.get(storage._cdata)
+
+    def add(self, storage, dtype, label, op):
+        """A new entry for storage (on the device)."""
+        nbytes = storage.nbytes()
+        base = self._ctx.wrap(storage.data_ptr(), nbytes, dtype, label)
+        key = storage._cdata
+        base.key = key
+        e = self.entries[key] = Entry(key, storage._weak_ref(), base, nbytes, op)
+        self.resident += nbytes
+        self.added += nbytes
+        self.lru[key] = e
+        return e
+
+    def view(self, e, t, dtype, label):
+        """The handle of tensor t, a view of e's storage."""
+        offset = t.storage_offset()
+        sizes = tuple(t.size())
+        strides = t.stride()
+        vkey = (offset, sizes, strides, dtype)
+        h = e.views.get(vkey)
+        if h is None:
+            h = self._ctx.view_strided(e.base, offset, sizes, strides, dtype, label)
+            h.key = e.key
+            if len(e.views) < _VIEWS_KEPT:
+                e.views[vkey] = h
+        return h
+
+    def touch(self, e, op):
+        e.last_use = op
+        if e.key in self.lru:
+            self.lru.move_to_end(e.key)
+
+    def forget(self, e):
+        """e's storage is gone, or is no longer the storage e describes
+        (resized by the user): the runtime sees it freed."""
+        del self.entries[e.key]
+        self.lru.pop(e.key, None)
+        if e.moved is None:
+            self.resident -= e.nbytes
+        e.views.clear()
+        e.base = None
+        e.moved = None
+        e.inbound = None
+        _Storage._free_weak_ref(e.weak)
+
+    def sweep(self):
+        """Forgets the entries whose storage torch has freed; their bytes."""
+        expired = _Storage._expired
+        gone = [e for e in self.entries.values() if expired(e.weak)]
+        freed = 0
+        for e in gone:
+            if e.moved is None:
+                freed += e.nbytes
+            self.forget(e)
+        return freed
+
+    def away(self, e):
+        """e's bytes left the device."""
+        self.resident -= e.nbytes
+        self.lru.pop(e.key, None)
+
+    def back(self, e):
+        """e's bytes are on the device again."""
+        self.resident += e.nbytes
+        if not e.pinned:
+            self.lru[e.key] = e
+
+    def pin(self, e):
+        """torch will not release e's storage: it stays on the device."""
+        e.pinned = True
+        self.lru.pop(e.key, None)
+
+    def clear(self):
+        for e in list(self.entries.values()):
+            self.forget(e)
