@@ -145,7 +145,7 @@ class BadInput(unittest.TestCase):
         q = torch.quantize_per_tensor(torch.randn(16), 0.1, 0, torch.quint8)
         m = torch.empty(4, device="meta")
         off = ct.Offload(log=quiet)
-        with off, self.assertWarnsRegex(RuntimeWarning, r"step\(\)"):
+        with self.assertWarnsRegex(RuntimeWarning, r"step\(\)"), off:
             d = q.dequantize()
             m2 = m.add(1)
             s = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,)).to_dense()
