@@ -491,7 +491,11 @@ typedef struct cham_action {
 size_t cham_op_actions(const cham_context_t *ctx, const cham_action_t **actions);
 
 /* Advisor mode: the caller moved the storage of t to its host memory (the
- * device copy is no longer used) / back to the device at device_ptr. */
+ * device copy is no longer used) / back to the device at device_ptr. A
+ * move no action advised is counted as the caller's own: a passive
+ * swap-out (it made room the policy did not) / an on-demand swap-in; a
+ * trial that needed them ranks below one that did not, as in managed
+ * mode. */
 cham_status_t cham_tensor_swapped_out(cham_tensor_t *t);
 cham_status_t cham_tensor_swapped_in(cham_tensor_t *t, void *device_ptr);
 /* Advisor mode: the caller freed the device memory of t's storage, which

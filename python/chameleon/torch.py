@@ -207,12 +207,12 @@ class Offload:
         self._peaks = []             # each step's peak
         self._largest_op = (0, "")   # step 0: the most bytes one op touched
         self._steady = None          # percentage budgets: the steady peak estimated
-        self._counts = dict(hazards=0, late=0, passive=0, pinned=0, unplanned=0,
-                            over_ops=0)
+        self._counts = dict(hazards=0, pinned=0, unplanned=0, over_ops=0)
         self._over_steps = 0
         self._over_now = False       # this step went past the budget (strict=False)
         self._over_logged = set()
         self._warned_no_step = False
+        self._read_pins = set()      # storages read outside aten since the last op
 
     # ---- the context ---------------------------------------------------------
 
@@ -361,8 +361,8 @@ class Offload:
             "budget_bytes": self._budget if self._budget is not None else s["budget_bytes"],
             "hazards": c["hazards"],
             "planned_swaps": s["planned_swaps_out"],
-            "passive_swaps": c["passive"],
-            "on_demand_swapins": s["on_demand_swaps_in"] + c["late"],
+            "passive_swaps": s["passive_swaps_out"],
+            "on_demand_swapins": s["on_demand_swaps_in"],
             "over_budget_steps": self._over_steps,
             "over_budget_ops": c["over_ops"],
             "pinned_storages": c["pinned"],
@@ -413,7 +413,7 @@ class Offload:
             return self._cuda
         return self._cpu
 
-    def _send_away(self, e, passive):
+    def _send_away(self, e):
         """Copies e's storage to the host and releases it; False when it
         cannot go (torch freed it, or will not resize it)."""
         table = self._table
@@ -441,14 +441,13 @@ class Offload:
             self._busy = False
         e.moved = moved
         table.away(e)
-        self._ctx.swapped_out(e.base)
-        self._counts["passive"] += passive
+        self._ctx.swapped_out(e.base)    # unadvised: the runtime counts it passive
         return True
 
-    def _bring_back(self, e, storage, late, protect=None):
+    def _bring_back(self, e, storage, late, protect=None, reading=False):
         """Restores e's storage (making room first when protect is given)."""
         if protect is not None and self._budget is not None:
-            self._make_room(e.nbytes, protect, f"bringing back {e.base.label}")
+            self._make_room(e.nbytes, protect, f"bringing back {e.base.label}", reading)
         if late and e.base.residency != "host":
             self._counts["hazards"] += 1      # the runtime thought it was on the device
         moves = self._moves(storage)
@@ -459,8 +458,7 @@ class Offload:
             self._busy = False
         e.moved = None
         self._table.back(e)
-        self._ctx.swapped_in(e.base, storage.data_ptr())
-        self._counts["late"] += late
+        self._ctx.swapped_in(e.base, storage.data_ptr())   # unadvised: on demand
 
     def _wait(self, e):
         inbound, e.inbound = e.inbound, None
@@ -468,22 +466,29 @@ class Offload:
             self._moves(e.storage()).wait(inbound)
 
     def _restore_for_read(self, t):
-        """t is about to be read outside aten: its storage comes back."""
+        """t is about to be read outside aten: its storage comes back, and
+        stays until the next op. torch.save reads the bytes of every
+        storage it saves at its end: sending one away to bring the next back
+        would save nothing for it, so a save may hold what it saves on the
+        device at once (docs/pytorch.md, "Reads outside aten")."""
         if t.layout != torch.strided or t.device.type not in ("cpu", "cuda"):
             return
         e = self._table.entries.get(storage_of(t)._cdata)
         if e is None:
             return
+        self._read_pins.add(e.key)
         if e.moved is not None:
-            self._bring_back(e, storage_of(t), late=True, protect={e.key})
+            self._bring_back(e, storage_of(t), late=True, protect={e.key}, reading=True)
         if e.inbound is not None:
             self._wait(e)
 
     # ---- the budget ---------------------------------------------------------
 
-    def _make_room(self, need, protect, what):
+    def _make_room(self, need, protect, what, reading=False):
         """Sends storages away, least recently used first and none of
-        protect, until need more bytes fit in the budget."""
+        protect or of those read outside aten since the last op, until need
+        more bytes fit in the budget. reading: a read outside aten, which
+        may go past the budget rather than fail."""
         table, budget = self._table, self._budget
         if table.resident + need <= budget:
             return
@@ -492,17 +497,18 @@ class Offload:
         if excess <= 0:
             return
         victims = []
+        pins = self._read_pins
         for key, e in table.lru.items():
-            if key in protect:
+            if key in protect or key in pins:
                 continue
             victims.append(e)
             excess -= e.nbytes
             if excess <= 0:
                 break
         for e in victims:
-            self._send_away(e, passive=True)
+            self._send_away(e)
         excess = table.resident + need - budget
-        if excess > 0:
+        if excess > 0 and not reading:
             self._over_budget(need, protect, what, excess)
 
     def _over_budget(self, need, protect, what, excess):
@@ -556,6 +562,8 @@ class Offload:
             op = self._ops[func] = _Op(self._ctx, func)
         if op.bookkeeping:
             return func(*args, **kwargs)
+        if self._read_pins:
+            self._read_pins.clear()
         ins = _tensors(args, [])
         if kwargs:
             _tensors(kwargs.values(), ins)
@@ -631,7 +639,7 @@ class Offload:
                 continue
             if kind == "swap_out":
                 if e.moved is None and not e.pinned:
-                    self._send_away(e, passive=False)
+                    self._send_away(e)
             elif kind == "swap_in":
                 if e.moved is None:
                     continue

@@ -265,8 +265,8 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     if (plan->view.predicted_peak > plan->view.usable)
         cham_context_log(ctx, "step %llu: partial policy; %s: %s", (unsigned long long)ctx->number,
                          ctx->config.mode == CHAM_MODE_ADVISOR
-                             ? "advisor mode has no passive swaps, so the caller's memory goes "
-                               "past the budget unless it frees more"
+                             ? "in advisor mode the caller makes the rest of the room (its "
+                               "moves count as passive swaps) or goes past the budget"
                              : "passive swaps make up the rest",
                          err);
     size_t n_rc = 0;

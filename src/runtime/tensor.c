@@ -856,6 +856,12 @@ cham_status_t cham_tensor_swapped_out(cham_tensor_t *t)
     ctx->stats.swaps_out++;
     ctx->stats.bytes_out += s->bytes;
     ctx->stats.planned_swaps_out += cause == CHAM_SWAP_PLANNED;
+    /* A move no action advised made room the policy did not: a passive
+     * swap, which ranks the trial below clean ones (loop.c). */
+    if (cause == CHAM_SWAP_CALLER) {
+        ctx->stats.passive_swaps_out++;
+        ctx->step_passive++;
+    }
     cham_dispatch_note_swap(ctx, CHAM_SWAP_OUT, s, false, false);
     notify(s, true, cause, old);
     return CHAM_OK;
@@ -881,6 +887,12 @@ cham_status_t cham_tensor_swapped_in(cham_tensor_t *t, void *device_ptr)
     ctx->stats.swaps_in++;
     ctx->stats.bytes_in += s->bytes;
     ctx->stats.planned_swaps_in += cause == CHAM_SWAP_PLANNED;
+    /* Brought back unadvised: the caller needed it before the policy
+     * brought it (or the policy had it away when something read it). */
+    if (cause == CHAM_SWAP_CALLER) {
+        ctx->stats.on_demand_swaps_in++;
+        ctx->step_on_demand++;
+    }
     cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false, false);
     notify(s, false, cause, device_ptr);
     return CHAM_OK;
