@@ -19,6 +19,7 @@
 #include "chameleon/hyperoffload.h"
 #include "chameleon/workload.h"
 #include "profile/profile-impl.h"
+#include "support/cases.h"
 #include "support/gpt_train.h"
 #include "support/profile_build.h"
 #include "support/rng.h"
@@ -330,7 +331,7 @@ static void test_serves_decode(void **state)
     assert_true(r.step_time_s > 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refinement_never_slower),
@@ -339,5 +340,8 @@ int main(void)
         cmocka_unit_test(test_trainer_bit_exact),
         cmocka_unit_test(test_serves_decode),
     };
+    /* CTest runs one case a test (tests/CMakeLists.txt, CHAM_SPLIT_TESTS). */
+    if (argc > 1 && !test_pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
+        return 2;
     return cmocka_run_group_tests(tests, test_data_setup, test_data_teardown);
 }

@@ -20,6 +20,7 @@
 #include "chameleon/workload.h"
 #include "policy/swapadvisor-impl.h"
 #include "profile/profile-impl.h"
+#include "support/cases.h"
 #include "support/gpt_train.h"
 #include "support/profile_build.h"
 #include "support/rng.h"
@@ -730,7 +731,7 @@ static void test_changed_sequence_fails_clearly(void **state)
     assert_true(r.policy_regenerations >= 2);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedules_stay_legal),
@@ -744,5 +745,8 @@ int main(void)
         cmocka_unit_test(test_trainer_bit_exact),
         cmocka_unit_test(test_changed_sequence_fails_clearly),
     };
+    /* CTest runs one case a test (tests/CMakeLists.txt, CHAM_SPLIT_TESTS). */
+    if (argc > 1 && !test_pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
+        return 2;
     return cmocka_run_group_tests(tests, test_data_setup, test_data_teardown);
 }

@@ -49,11 +49,22 @@ gpt_train_result_t test_train_verified(const gpt_train_config_t *c, gpt_progress
     return r;
 }
 
+/* 60 steps; 40 under a sanitizer (CHAM_SANITIZED, tests/CMakeLists.txt),
+ * as test_train's half budget: both overflows (steps 12 and 33), two
+ * validations and skipped blocks still change the sequence, so each
+ * planner still plans again after a change; the plain build of `make
+ * test` runs the 60. */
+#ifdef CHAM_SANITIZED
+enum { DYNAMIC_STEPS = 40 };
+#else
+enum { DYNAMIC_STEPS = 60 };
+#endif
+
 void test_train_dynamic_bit_exact(cham_strategy_t strategy)
 {
-    gpt_train_config_t c = test_train_dynamic_config(strategy, 0.5, 60);
+    gpt_train_config_t c = test_train_dynamic_config(strategy, 0.5, DYNAMIC_STEPS);
     gpt_train_result_t r = test_train_verified(&c, NULL, NULL);
-    assert_int_equal(r.steps, 60);
+    assert_int_equal(r.steps, DYNAMIC_STEPS);
     assert_true(r.swapped_bytes > 0);
     assert_true(r.policy_regenerations > 1);   /* planned again after changes */
 }

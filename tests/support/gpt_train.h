@@ -25,7 +25,7 @@ gpt_train_config_t test_train_dynamic_config(cham_strategy_t strategy, double fr
 gpt_train_result_t test_train_verified(const gpt_train_config_t *c, gpt_progress_fn progress,
                                        void *user);
 
-/* That run at half the memory for 60 steps: bit-exact, no hazard,
+/* That run at half the memory for 60 steps (40 under a sanitizer): bit-exact, no hazard,
  * something swapped and more than one policy made (the static planners
  * plan again after each change). Fails the test otherwise. */
 void test_train_dynamic_bit_exact(cham_strategy_t strategy);
