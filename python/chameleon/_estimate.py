@@ -24,17 +24,17 @@ def _signature(args, out):
         elif isinstance(a, (list, tuple)):
             out.append(len(a))
             _signature(a, out)
+        elif isinstance(a, torch.Generator):
+            out.append(torch.Generator)      # which one does not change sizes
         else:
             raise TypeError
     return out
 
 
 _META = torch.device("meta")
-# Ops whose meta run could touch real state: random ones (a factory op
-# given a real device would draw from the generator), and ops whose output
-# size depends on the data.
+# Ops whose output size depends on the data: no meta run can say.
 _NOT_ON_META = tuple(getattr(torch.Tag, name) for name in
-                     ("nondeterministic_seeded", "data_dependent_output", "dynamic_output_shape")
+                     ("data_dependent_output", "dynamic_output_shape")
                      if hasattr(torch, "Tag") and hasattr(torch.Tag, name))
 
 
@@ -48,7 +48,7 @@ def _to_meta(a):
     if isinstance(a, (list, tuple)):
         return type(a)(_to_meta(b) for b in a)
     if isinstance(a, torch.Generator):
-        raise TypeError
+        return None          # a meta kernel draws nothing; no real generator goes near it
     return a
 
 
@@ -57,8 +57,11 @@ def _meta_bytes(func, args, kwargs):
         raise TypeError
     margs = _to_meta(args)
     mkwargs = {k: _to_meta(v) for k, v in kwargs.items()}
-    if "device" in kwargs or func.overloadpacket.__name__.startswith(("new_", "empty", "zeros",
-                                                                      "ones", "full", "arange")):
+    # Every tensor and device became meta: nothing runs on a real device (a
+    # random factory op given its real device would draw from the
+    # generator and change the user's random stream). Factory ops without a
+    # device argument are told it.
+    if "device" in kwargs or not any(isinstance(a, torch.Tensor) for a in _flat(args)):
         mkwargs["device"] = _META
     seen = {id(t) for t in _flat(margs) if isinstance(t, torch.Tensor)}
     seen.update(id(t) for t in _flat(mkwargs.values()) if isinstance(t, torch.Tensor))
@@ -107,6 +110,10 @@ class OpBytes:
             return _meta_bytes(func, args, kwargs)
         except Exception:            # no meta kernel, data-dependent shape, ...
             return input_bytes
+
+    def known(self, key):
+        """What the call made before; 0 when never seen."""
+        return self._made.get(key, 0)
 
     def made(self, key, nbytes):
         """The call made nbytes of new storages."""

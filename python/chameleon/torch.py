@@ -21,6 +21,7 @@ storage is never read: every op's inputs, every view's base and every
 tensor read outside aten (``numpy()``, pickling, ``deepcopy``) come back
 first.
 """
+import gc
 import json
 import os
 import warnings
@@ -228,7 +229,32 @@ class Offload:
         self._mode.__enter__()
         _active = self
         self._patch()
+        try:
+            self._adopt_model_state()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
         return self
+
+    def _adopt_model_state(self):
+        """Counts, from the first op, the storages of every module's
+        parameters, buffers and gradients and every optimizer's state alive
+        when the block is entered: on a device they take its memory before
+        any op uses them. Made room for like an op's (a byte budget)."""
+        found = []
+        for o in gc.get_objects():
+            if isinstance(o, torch.nn.Module):
+                found.extend(t for t in o._parameters.values() if t is not None)
+                found.extend(t.grad for t in o._parameters.values()
+                             if t is not None and t.grad is not None)
+                found.extend(t for t in o._buffers.values() if t is not None)
+            elif isinstance(o, torch.optim.Optimizer):
+                for state in o.state.values():
+                    found.extend(v for v in state.values() if isinstance(v, torch.Tensor))
+        for t in found:
+            r = self._lookup(t, "model state")
+            if r is not None and self._budget is not None:
+                self._make_room(0, {r[0].key}, "the model state alive at entry")
 
     def __exit__(self, exc_type, exc, tb):
         global _active
@@ -340,11 +366,15 @@ class Offload:
         self._steady = self._step_peak + later
         budget = int(self._steady * self._budget_pct / 100)
         need, op = self._largest_op
+        self._budget = budget             # what stats report, even when refused
         if budget < need:
-            raise ValueError(f"Offload: budget of {budget} bytes ({self._budget_pct:g}% of "
-                             f"the {self._steady} bytes steady peak) is below the {need} bytes "
-                             f"op {op} reads and writes at once (the first step's largest op)")
-        self._budget = budget
+            raise ChameleonError(f"Offload: budget of {budget} bytes ({self._budget_pct:g}% of "
+                                 f"the {self._steady} bytes steady peak) is below the {need} "
+                                 f"bytes op {op} reads and writes at once (the first step's "
+                                 "largest op)")
+        # What the measured step left on the device must fit before the
+        # next step's first op.
+        self._make_room(0, set(), "what the measured first step left")
 
     @property
     def stats(self):
@@ -444,10 +474,11 @@ class Offload:
         self._ctx.swapped_out(e.base)    # unadvised: the runtime counts it passive
         return True
 
-    def _bring_back(self, e, storage, late, protect=None, reading=False):
-        """Restores e's storage (making room first when protect is given)."""
+    def _bring_back(self, e, storage, late, protect=None, reading=False, what=None):
+        """Restores e's storage (making room first when protect is given;
+        what: the op that needs it, for the error)."""
         if protect is not None and self._budget is not None:
-            self._make_room(e.nbytes, protect, f"bringing back {e.base.label}", reading)
+            self._make_room(e.nbytes, protect, what or f"reading {e.base.label}", reading)
         if late and e.base.residency != "host":
             self._counts["hazards"] += 1      # the runtime thought it was on the device
         moves = self._moves(storage)
@@ -517,8 +548,8 @@ class Offload:
         pinned = sum(e.nbytes for e in entries.values() if e.pinned and e.moved is None
                      and e.key not in protect)
         message = (f"Offload: {what} needs {own} bytes on the device at once (the storages "
-                   f"it reads and the {need} bytes it makes), {excess} bytes past the budget "
-                   f"of {self._budget} bytes with everything else sent away")
+                   f"it uses), {excess} bytes past the budget of {self._budget} bytes with "
+                   "everything else sent away")
         if pinned:
             message += (f"; {pinned} of the bytes left are storages torch will not release "
                         "(shared with numpy, shared memory or DataLoader workers)")
@@ -561,7 +592,7 @@ class Offload:
         if op is None:
             op = self._ops[func] = _Op(self._ctx, func)
         if op.bookkeeping:
-            return func(*args, **kwargs)
+            return self._bookkeeping(op, func, args, kwargs)
         if self._read_pins:
             self._read_pins.clear()
         ins = _tensors(args, [])
@@ -581,7 +612,8 @@ class Offload:
         for e, h in used:
             if e.moved is not None:
                 self._bring_back(e, e.storage(), late=True,
-                                 protect=protect if budget is not None else None)
+                                 protect=protect if budget is not None else None,
+                                 what=f"op {op.name}")
             if e.inbound is not None:
                 self._wait(e)
         if op.is_view:
@@ -631,6 +663,22 @@ class Offload:
             table.sweep()        # the runtime learns of frees within 32 ops
         return result
 
+    def _bookkeeping(self, op, func, args, kwargs):
+        """A profiler op (an optimizer's step records one): its tensor is
+        torch's own record, read in C++ and never by an op. It runs as it
+        is, and its bytes are counted and never moved."""
+        table, key = self._table, (func,)
+        if self._budget is not None and op.makes:
+            self._make_room(self._op_bytes.known(key), set(), f"op {op.name}")
+        before = table.added
+        result = func(*args, **kwargs)
+        for t in _tensors(result if isinstance(result, (list, tuple)) else (result,), []):
+            r = self._lookup(t, op.name)
+            if r is not None:
+                table.pin(r[0])
+        self._op_bytes.made(key, table.added - before)
+        return result
+
     def _act(self, actions):
         table, budget = self._table, self._budget
         for kind, h, needed in actions:
@@ -665,7 +713,8 @@ class Offload:
         for e, _ in used:
             if e.moved is not None:
                 self._bring_back(e, e.storage(), late=True,
-                                 protect=protect if self._budget is not None else None)
+                                 protect=protect if self._budget is not None else None,
+                                 what=f"op {name}")
             if e.inbound is not None:
                 self._wait(e)
         result = fn()

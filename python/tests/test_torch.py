@@ -135,7 +135,7 @@ class BadInput(unittest.TestCase):
             self.assertEqual(p.storage().nbytes(), p.numel() * p.element_size())
         # A percentage below the first step's largest op, known at its end.
         off = ct.Offload(budget="1%", log=quiet)
-        with self.assertRaises(ValueError) as e:
+        with self.assertRaises(ct.ChameleonError) as e:
             tiny_gpt.train(tiny_gpt.make(layers=1), off, steps=2, validate_every=0)
         self.assertIn("largest op", str(e.exception))
 
