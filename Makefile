@@ -64,15 +64,20 @@ test-long: deps
 	cmake --build build-asan -j $(JOBS)
 	$(ASAN_RUN) ctest --test-dir build-asan --output-on-failure -j $(JOBS) -L long
 
-# The library's one threaded part, SwapAdvisor's parallel search
-# (src/policy/sa_search.c), under ThreadSanitizer: its test runs searches
-# on two threads and the runtime applying their plans.
+# The threaded parts under ThreadSanitizer: SwapAdvisor's parallel search
+# (src/policy/sa_search.c), whose test runs searches on two threads and the
+# runtime applying their plans; and the Python package's copy engine
+# (python/chameleon/_copier.c, its worker threads), driven from C by
+# copier_tsan.c since the interpreter is not built with TSan.
 test-thread:
 	rm -rf build-tsan
 	CC=clang cmake -S . -B build-tsan -DCHAM_DEBUG_CHECKS=ON \
 	  -DCHAM_SANITIZE=thread $(CMAKE_ARGS)
 	cmake --build build-tsan -j $(JOBS) --target test_swapadvisor
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_swapadvisor
+	clang -std=c11 -g -O1 -fsanitize=thread -DCHAM_DEBUG_CHECKS=1 -Wall -Wextra \
+	  -Wpedantic -Werror python/tests/copier_tsan.c -o build-tsan/copier_tsan -lpthread
+	TSAN_OPTIONS=halt_on_error=1 build-tsan/copier_tsan
 
 # Everything compiled as a user's Release build would (-O3 -DNDEBUG; gcc
 # warns about different things at -O3), warnings as errors. CI runs it.
