@@ -174,7 +174,8 @@ def bench_loop(name, rounds, rows):
     for w in wraps:
         variants[w] = (run, None, {"wrap": w})
     for frac, budget in budgets.items():
-        variants[frac] = (run, (lambda b=budget: ct.Offload(budget=b, log=quiet())), {})
+        variants[frac] = (run, (lambda b=budget: ct.Offload(budget=b, log=quiet(),
+                                                            cpu_copies=CPU_COPIES)), {})
     times, errors = timed_all(variants, rounds, steps)
     t_plain = times["plain"]
     others = {w: (times[w], peak_of(run, None, steps, wrap=w)[0]) for w in wraps}
@@ -233,7 +234,8 @@ def overhead(rounds, min_op_us=100.0):
         zoo.gpt(steps=1, **size)
     med_op = statistics.median(ops.times) * 1e6
     times, _ = timed_all({"plain": (zoo.gpt, None, size),
-                          "off": (zoo.gpt, lambda: ct.Offload(log=quiet()), size)}, rounds, steps)
+                          "off": (zoo.gpt, lambda: ct.Offload(log=quiet(), cpu_copies=CPU_COPIES),
+                                  size)}, rounds, steps)
     t_plain, t_off = times["plain"], times["off"]
     extra = t_off / t_plain - 1
     size_ok = med_op >= min_op_us
@@ -247,15 +249,25 @@ def overhead(rounds, min_op_us=100.0):
     return size_ok
 
 
+CPU_COPIES = "inline"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--loops", default=",".join(zoo.LOOPS),
                     help="comma-separated, of: " + ", ".join(zoo.LOOPS))
     ap.add_argument("--no-overhead", action="store_true")
+    ap.add_argument("--cpu-copies", choices=("inline", "worker"), default="inline",
+                    help="Offload's copies of CPU storages: inline (default: the glue's own "
+                         "cost, as a GPU's copies on their streams cost the host nothing) or "
+                         "on the Copier's worker threads (each copy a thread handoff)")
     a = ap.parse_args()
+    global CPU_COPIES
+    CPU_COPIES = a.cpu_copies
     torch.set_num_threads(1)
-    print(f"measured, {machine()}; {a.rounds} rounds, medians")
+    print(f"measured, {machine()}; {a.rounds} rounds, medians; Offload's CPU copies "
+          f"{CPU_COPIES}")
     rows = []
     for name in a.loops.split(","):
         bench_loop(name, a.rounds, rows)

@@ -105,6 +105,11 @@ class StorageTable:
         e.inbound = None
         _Storage._free_weak_ref(e.weak)
 
+    @staticmethod
+    def expired(e):
+        """True once torch has freed e's storage."""
+        return _Storage._expired(e.weak)
+
     def sweep(self):
         """Forgets the entries whose storage torch has freed; their bytes."""
         expired = _Storage._expired

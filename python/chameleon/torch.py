@@ -32,7 +32,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from . import _chameleon
 from ._chameleon import ChameleonError
 from ._estimate import OpBytes
-from ._moves import CpuMoves, CudaMoves
+from ._moves import CpuMoves, CudaMoves, InlineMoves
 from ._table import StorageTable, storage_of
 
 __all__ = ["Offload", "ChameleonError", "allreduce_hook"]
@@ -157,6 +157,9 @@ class Offload:
     device: the device preset whose link and compute speeds the planner
         assumes (``chameleon presets`` lists them).
     log: a callable taking each log line, or None (stderr).
+    cpu_copies: how storages on the CPU device are copied: "worker" (on the
+        Copier's threads, with the ordering a GPU's streams need) or
+        "inline" (at once, on the calling thread: the glue's own cost).
     strict: an op that cannot run within the budget (its own inputs and
         outputs, plus what torch will not let go, exceed it) raises
         ChameleonError naming the op and the bytes; False: it runs over the
@@ -165,7 +168,8 @@ class Offload:
     Any other keyword is a runtime config key (docs/config.md).
     """
 
-    def __init__(self, budget=None, device="a100-80g", log=None, strict=True, **config):
+    def __init__(self, budget=None, device="a100-80g", log=None, strict=True,
+                 cpu_copies="worker", **config):
         self._budget, self._budget_pct = _parse_budget(budget)
         if "memory_budget" in config or "mode" in config or "preset" in config:
             raise ValueError("Offload: give the budget as budget=, the preset as device=; "
@@ -191,8 +195,11 @@ class Offload:
         self._table = StorageTable(self._ctx)
         self._op_bytes = OpBytes()
         # On the CPU device (the tests') host memory stands for device
-        # memory; its copies run on worker threads as a GPU's would.
-        self._cpu = CpuMoves()
+        # memory; its copies run on worker threads as a GPU's would, or
+        # inline to measure the glue alone.
+        if cpu_copies not in ("worker", "inline"):
+            raise ValueError(f"Offload: cpu_copies {cpu_copies!r}: \"worker\" or \"inline\"")
+        self._cpu = CpuMoves() if cpu_copies == "worker" else InlineMoves()
         self._cuda = None            # CudaMoves, made at the first CUDA storage
         self._ops = {}
         self._mode = None
@@ -214,6 +221,8 @@ class Offload:
         self._over_logged = set()
         self._warned_no_step = False
         self._read_pins = set()      # storages read outside aten since the last op
+        self._next_sweep = 0         # the op at which the table is next swept
+        self._adopted = False        # the model state alive at entry is counted
 
     # ---- the context ---------------------------------------------------------
 
@@ -230,7 +239,9 @@ class Offload:
         _active = self
         self._patch()
         try:
-            self._adopt_model_state()
+            if not self._adopted:
+                self._adopted = True
+                self._adopt_model_state()
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -239,8 +250,10 @@ class Offload:
     def _adopt_model_state(self):
         """Counts, from the first op, the storages of every module's
         parameters, buffers and gradients and every optimizer's state alive
-        when the block is entered: on a device they take its memory before
-        any op uses them. Made room for like an op's (a byte budget)."""
+        when the block is first entered: on a device they take its memory
+        before any op uses them. Made room for like an op's (a byte
+        budget). Once per Offload: the look at every Python object costs
+        about 0.1 s, and what a later entry would find was used since."""
         found = []
         for o in gc.get_objects():
             if isinstance(o, torch.nn.Module):
@@ -521,24 +534,31 @@ class Offload:
         more bytes fit in the budget. reading: a read outside aten, which
         may go past the budget rather than fail."""
         table, budget = self._table, self._budget
-        if table.resident + need <= budget:
-            return
-        table.sweep()
         excess = table.resident + need - budget
         if excess <= 0:
             return
+        # Least recently used first: the storages torch freed since the
+        # glue last looked are among them, and cost no copy (no sweep of
+        # the whole table: that is O(storages) per op under pressure).
         victims = []
         pins = self._read_pins
+        expired = table.expired
         for key, e in table.lru.items():
             if key in protect or key in pins:
                 continue
             victims.append(e)
-            excess -= e.nbytes
+            if not expired(e):
+                excess -= e.nbytes
             if excess <= 0:
                 break
         for e in victims:
-            self._send_away(e)
+            if expired(e):
+                table.forget(e)
+            else:
+                self._send_away(e)
         excess = table.resident + need - budget
+        if excess > 0 and table.sweep():
+            excess = table.resident + need - budget     # freed storages away from the LRU
         if excess > 0 and not reading:
             self._over_budget(need, protect, what, excess)
 
@@ -659,8 +679,11 @@ class Offload:
         if budget is not None and table.resident > budget:
             # The op made more than it was thought to (a data-dependent size).
             self._make_room(0, {e.key for e, _ in made}, f"op {op.name}")
-        elif not opno & 31:
-            table.sweep()        # the runtime learns of frees within 32 ops
+        elif opno >= self._next_sweep:
+            # The runtime learns of frees every so many ops: at most an
+            # eighth of a sweep's cost (one look per storage) per op.
+            table.sweep()
+            self._next_sweep = opno + max(32, len(table.entries) // 8)
         return result
 
     def _bookkeeping(self, op, func, args, kwargs):
