@@ -8,7 +8,9 @@
  * on the device and on the host (device_groups auto: the first groups
  * updated on the device, as many as ProTrain's cost model keeps there);
  * the step time of each at its largest, and ProTrain's and Chameleon's at
- * ProTrain's largest. */
+ * ProTrain's largest. Four searches, one per row of the table (device
+ * by dimension): c->part picks one, so the tests run them as four CTest
+ * tests that `ctest -j` spreads over the cores. */
 #include <math.h>
 #include <string.h>
 
@@ -36,6 +38,7 @@ static const method_t methods[] = {
 };
 #define N_METHODS (sizeof methods / sizeof methods[0])
 enum { PROTRAIN = 2 };
+enum { N_PARTS = 4 };            /* two devices by two dimensions */
 
 typedef struct setup {
     uint32_t hidden, layers, seq;
@@ -95,6 +98,11 @@ static cham_status_t largest(const exp_config_t *c, const setup_t *s, size_t d, 
 
 static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size_t err_size)
 {
+    if (c->part > N_PARTS) {
+        snprintf(err, err_size, "model-size has parts 1 to %d (or 0 for all), not %u", N_PARTS,
+                 c->part);
+        return CHAM_ERR_INVALID_ARG;
+    }
     /* Reduced: an eighth of the hidden size on 2 GiB, a few units. */
     setup_t s = c->reduced
                     ? (setup_t){512, 4, 512, {{"layers", 4, 4}, {"hidden", 512, 128}}, 24,
@@ -124,6 +132,9 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
         exp_config_t dc = *c;
         dc.device = devices[dv];
         for (size_t d = 0; d < 2; d++) {
+            /* Part 2 dv + d + 1 is this row of the whole experiment. */
+            if (c->part && c->part != 2 * dv + d + 1)
+                continue;
             long row = exp_table_add_row(t);
             if (row < 0)
                 return CHAM_ERR_HOST_OOM;

@@ -75,6 +75,11 @@ typedef struct exp_config {
     const char *device;          /* preset (each experiment has a default) */
     bool reduced;                /* the tests' size: seconds, same shape */
     bool progress;               /* a line per run on stderr */
+    /* 0: the whole experiment. k > 0: only its k-th part, so a test can
+     * run the parts of a long experiment as separate CTest tests; only
+     * model-size has parts (1-4, the rows of its table: ascend-910b
+     * layers, hidden, a100-80g layers, hidden), and refuses any other k. */
+    unsigned part;
 } exp_config_t;
 
 typedef struct exp_def {

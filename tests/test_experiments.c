@@ -62,25 +62,84 @@ static void test_max_size(void **state)
     exp_result_free(&r);
 }
 
+/* model-size, reduced, one part (exp_config_t.part: 1-4, one search each,
+ * about 30 s of CPU) into *r, so the four are CTest tests of their own. */
+static void run_model_size_part(unsigned part, exp_result_t *r)
+{
+    const exp_def_t *e = exp_find("model-size");
+    assert_non_null(e);
+    exp_config_t c = {.device = e->device, .reduced = true, .part = part};
+    char err[1024] = "";
+    memset(r, 0, sizeof *r);
+    if (e->run(&c, r, err, sizeof err) != CHAM_OK)
+        fail_msg("model-size part %u: %s", part, err);
+}
+
 /* Every method that moves model state trains larger models than native;
  * ProTrain's plan at least as large as unplanned offload, and Chameleon
- * (optimizer on the host) at least as large as ProTrain. */
-static void test_model_size(void **state)
+ * (optimizer on the host) at least as large as ProTrain. Part `part` is
+ * the one row on `device` along `dim`. */
+static void check_model_size_part(unsigned part, const char *device, const char *dim)
+{
+    exp_result_t r;
+    run_model_size_part(part, &r);
+    const exp_table_t *t = &r.tables[0];
+    assert_int_equal(t->n_rows, 1);
+    const exp_cell_t *row = t->cells;
+    assert_string_equal(row[0].text, device);
+    assert_string_equal(row[1].text, dim);
+    double native = row[2].num, zero = row[3].num, protrain = row[4].num, host = row[6].num;
+    if (!(native > 0 && zero > native && protrain >= zero && host >= protrain))
+        fail_msg("%s %s: native %g, zero-offload %g, protrain %g, chameleon+host %g",
+                 row[0].text, row[1].text, native, zero, protrain, host);
+    assert_true(row[7].num > 0);                      /* ProTrain's step was measured */
+    /* Its points sit where the whole experiment's plot puts this row. */
+    assert_int_equal(r.plots[0].n_series, 5);
+    for (size_t i = 0; i < r.plots[0].n_series; i++) {
+        assert_int_equal(r.plots[0].series[i].n, 1);
+        assert_true(r.plots[0].series[i].x[0] == part);
+    }
+    exp_result_free(&r);
+}
+
+static void test_model_size_910b_layers(void **state)
 {
     (void)state;
-    exp_result_t r;
-    run("model-size", &r);
-    const exp_table_t *t = &r.tables[0];
-    assert_int_equal(t->n_rows, 4);
-    for (size_t i = 0; i < t->n_rows; i++) {
-        const exp_cell_t *row = &t->cells[i * t->n_cols];
-        double native = row[2].num, zero = row[3].num, protrain = row[4].num,
-               host = row[6].num;
-        if (!(native > 0 && zero > native && protrain >= zero && host >= protrain))
-            fail_msg("%s %s: native %g, zero-offload %g, protrain %g, chameleon+host %g",
-                     row[0].text, row[1].text, native, zero, protrain, host);
-        assert_true(row[7].num > 0);                  /* ProTrain's step was measured */
-    }
+    check_model_size_part(1, "ascend-910b", "layers");
+}
+
+static void test_model_size_910b_hidden(void **state)
+{
+    (void)state;
+    check_model_size_part(2, "ascend-910b", "hidden");
+}
+
+static void test_model_size_a100_layers(void **state)
+{
+    (void)state;
+    check_model_size_part(3, "a100-80g", "layers");
+}
+
+static void test_model_size_a100_hidden(void **state)
+{
+    (void)state;
+    check_model_size_part(4, "a100-80g", "hidden");
+}
+
+/* A part model-size does not have is refused, not run as the whole
+ * experiment or as nothing (the whole experiment, part 0, is the four
+ * parts' rows in this order: the cases above, and `chameleon experiment
+ * model-size`, which runs it). */
+static void test_model_size_bad_part(void **state)
+{
+    (void)state;
+    const exp_def_t *e = exp_find("model-size");
+    assert_non_null(e);
+    exp_config_t c = {.device = e->device, .reduced = true, .part = 5};
+    char err[1024] = "";
+    exp_result_t r = {0};
+    assert_int_equal(e->run(&c, &r, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "not 5"));
     exp_result_free(&r);
 }
 
@@ -638,7 +697,11 @@ int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_max_size),
-        cmocka_unit_test(test_model_size),
+        cmocka_unit_test(test_model_size_910b_layers),
+        cmocka_unit_test(test_model_size_910b_hidden),
+        cmocka_unit_test(test_model_size_a100_layers),
+        cmocka_unit_test(test_model_size_a100_hidden),
+        cmocka_unit_test(test_model_size_bad_part),
         cmocka_unit_test(test_scaling),
         cmocka_unit_test(test_stability),
         cmocka_unit_test(test_record_stream),
