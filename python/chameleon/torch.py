@@ -401,7 +401,9 @@ class Offload:
             "warmup_peak_bytes": self._peaks[0] if self._budget_pct is not None and
             self._peaks else 0,
             "steady_peak_estimate": self._steady,
-            "budget_bytes": self._budget if self._budget is not None else s["budget_bytes"],
+            # None while a percentage waits for its measured first step.
+            "budget_bytes": (self._budget if self._budget is not None else
+                             None if self._budget_pct is not None else s["budget_bytes"]),
             "hazards": c["hazards"],
             "planned_swaps": s["planned_swaps_out"],
             "passive_swaps": s["passive_swaps_out"],
