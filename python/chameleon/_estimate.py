@@ -32,6 +32,7 @@ def _signature(args, out):
 
 
 _META = torch.device("meta")
+_REMEMBERED = 1 << 16        # calls whose sizes are kept
 # Ops whose output size depends on the data: no meta run can say.
 _NOT_ON_META = tuple(getattr(torch.Tag, name) for name in
                      ("data_dependent_output", "dynamic_output_shape")
@@ -118,4 +119,8 @@ class OpBytes:
     def made(self, key, nbytes):
         """The call made nbytes of new storages."""
         if key is not None:
+            if len(self._made) >= _REMEMBERED:
+                # A loop whose shapes never repeat (a sequence length per
+                # batch): start again rather than grow without end.
+                self._made.clear()
             self._made[key] = nbytes

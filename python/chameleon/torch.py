@@ -256,14 +256,19 @@ class Offload:
         about 0.1 s, and what a later entry would find was used since."""
         found = []
         for o in gc.get_objects():
+            # getattr: a module or optimizer half made (its __init__ still
+            # running in another frame) has no dicts yet.
             if isinstance(o, torch.nn.Module):
-                found.extend(t for t in o._parameters.values() if t is not None)
-                found.extend(t.grad for t in o._parameters.values()
+                params = getattr(o, "_parameters", None) or {}
+                found.extend(t for t in params.values() if t is not None)
+                found.extend(t.grad for t in params.values()
                              if t is not None and t.grad is not None)
-                found.extend(t for t in o._buffers.values() if t is not None)
+                found.extend(t for t in (getattr(o, "_buffers", None) or {}).values()
+                             if t is not None)
             elif isinstance(o, torch.optim.Optimizer):
-                for state in o.state.values():
-                    found.extend(v for v in state.values() if isinstance(v, torch.Tensor))
+                for state in (getattr(o, "state", None) or {}).values():
+                    if isinstance(state, dict):
+                        found.extend(v for v in state.values() if isinstance(v, torch.Tensor))
         for t in found:
             r = self._lookup(t, "model state")
             if r is not None and self._budget is not None:
