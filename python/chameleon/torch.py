@@ -62,6 +62,7 @@ _REFUSED_PLANNERS = {
 }
 
 _STATIC_PLANNERS = ("vdnn", "capuchin")
+_STRIDED = torch.strided
 
 # Tensor methods that read a storage's bytes without an aten op: inside the
 # block they bring the storage back first (torch.save and pickle go through
@@ -435,7 +436,7 @@ class Offload:
         CPU or a CUDA device (sparse, quantized, meta: they pass through
         and are counted)."""
         code = _DTYPES.get(t.dtype)
-        if code is None or t.layout != torch.strided or t.device.type not in ("cpu", "cuda"):
+        if code is None or t.layout != _STRIDED or not (t.is_cpu or t.is_cuda):
             self._counts["unplanned"] += 1
             return None
         if t.numel() == 0:
@@ -522,7 +523,7 @@ class Offload:
         storage it saves at its end: sending one away to bring the next back
         would save nothing for it, so a save may hold what it saves on the
         device at once (docs/pytorch.md, "Reads outside aten")."""
-        if t.layout != torch.strided or t.device.type not in ("cpu", "cuda"):
+        if t.layout != _STRIDED or not (t.is_cpu or t.is_cuda):
             return
         e = self._table.entries.get(storage_of(t)._cdata)
         if e is None:
@@ -615,9 +616,10 @@ class Offload:
     def _dispatch(self, func, args, kwargs):
         if self._busy:
             return func(*args, **kwargs)
-        op = self._ops.get(func)
+        # By id: an OpOverload hashes in Python, and lives as long as torch.
+        op = self._ops.get(id(func))
         if op is None:
-            op = self._ops[func] = _Op(self._ctx, func)
+            op = self._ops[id(func)] = _Op(self._ctx, func)
         if op.bookkeeping:
             return self._bookkeeping(op, func, args, kwargs)
         if self._read_pins:
