@@ -30,22 +30,13 @@ Storages are untyped storages: ``storage_of(tensor)``.
 import torch
 
 from . import _chameleon
+from ._table import storage_of  # noqa: F401 (tensor -> its untyped storage, for callers)
 
 __all__ = ["CpuMoves", "InlineMoves", "CudaMoves", "POISON", "storage_of"]
 
 # What released and unfilled memory holds under CpuMoves: bytes F5 7F
 # repeated (the 16-bit word 0x7FF5, a quiet NaN as f16, bf16, f32 and f64).
 POISON = _chameleon.POISON
-
-# The storage object of a tensor: torch 2 names it untyped_storage, 1.13
-# has it as _storage (Tensor.storage() wraps it, at ten times the cost).
-_untyped_storage = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
-
-
-def storage_of(tensor):
-    """tensor's untyped storage (torch 1.13 and 2)."""
-    return _untyped_storage(tensor)
-
 
 def _check_device(storage, kind, what):
     if storage.device.type != kind:

@@ -28,7 +28,7 @@ _VIEWS_KEPT = 256
 class Entry:
     """One storage."""
     __slots__ = ("key", "weak", "base", "views", "nbytes", "moved", "inbound", "pinned",
-                 "born", "last_use")
+                 "born")
 
     def __init__(self, key, weak, base, nbytes, born):
         self.key = key
@@ -39,8 +39,7 @@ class Entry:
         self.moved = None         # the host copy while away, else None
         self.inbound = None       # a copy back still in flight
         self.pinned = False       # torch refuses to release it
-        self.born = born          # the op that made it (-1: made outside)
-        self.last_use = born
+        self.born = born          # the op at which the glue first saw it
 
     def storage(self):
         """The storage, or None once torch freed it."""
@@ -87,8 +86,8 @@ class StorageTable:
                 e.views[vkey] = h
         return h
 
-    def touch(self, e, op):
-        e.last_use = op
+    def touch(self, e):
+        """e was used: it goes to the back of the least-recently-used order."""
         if e.key in self.lru:
             self.lru.move_to_end(e.key)
 

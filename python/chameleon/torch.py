@@ -118,6 +118,11 @@ def _tensors(args, out):
     return out
 
 
+def _outputs(result):
+    """The tensors an op returned (one, or a list or tuple of them)."""
+    return _tensors(result if isinstance(result, (list, tuple)) else (result,), [])
+
+
 class _Op:
     """What the glue knows of one aten overload."""
     __slots__ = ("name", "token", "is_view", "makes", "matmul", "bookkeeping")
@@ -525,12 +530,13 @@ class Offload:
         device at once (docs/pytorch.md, "Reads outside aten")."""
         if t.layout != _STRIDED or not (t.is_cpu or t.is_cuda):
             return
-        e = self._table.entries.get(storage_of(t)._cdata)
+        storage = storage_of(t)
+        e = self._table.entries.get(storage._cdata)
         if e is None:
             return
         self._read_pins.add(e.key)
         if e.moved is not None:
-            self._bring_back(e, storage_of(t), late=True, protect={e.key}, reading=True)
+            self._bring_back(e, storage, late=True, protect={e.key}, reading=True)
         if e.inbound is not None:
             self._wait(e)
 
@@ -634,14 +640,14 @@ class Offload:
             r = self._lookup(t, "input")
             if r is not None:
                 used.append(r)
-        protect = {e.key for e, _ in used}
+        # What room-making must not send away; only wanted under a budget.
+        protect = {e.key for e, _ in used} if budget is not None else None
         # Inputs first: a released storage comes back before anything reads
         # it. A view op only makes metadata, but not over a released
         # storage (its bounds are checked); it is not reported as an op.
         for e, h in used:
             if e.moved is not None:
-                self._bring_back(e, e.storage(), late=True,
-                                 protect=protect if budget is not None else None,
+                self._bring_back(e, e.storage(), late=True, protect=protect,
                                  what=f"op {op.name}")
             if e.inbound is not None:
                 self._wait(e)
@@ -660,7 +666,7 @@ class Offload:
         before = table.added
         result = func(*args, **kwargs)
         made = []
-        for t in _tensors(result if isinstance(result, (list, tuple)) else (result,), []):
+        for t in _outputs(result):
             r = self._lookup(t, op.name)
             if r is not None:
                 made.append(r)
@@ -668,9 +674,9 @@ class Offload:
             self._op_bytes.made(key, table.added - before)
         opno = self._opno
         for e, _ in used:
-            table.touch(e, opno)
+            table.touch(e)
         for e, _ in made:
-            table.touch(e, opno)
+            table.touch(e)
         self._set_phase()
         hin = [h for _, h in used]
         hout = [h for _, h in made]
@@ -704,7 +710,7 @@ class Offload:
             self._make_room(self._op_bytes.known(key), set(), f"op {op.name}")
         before = table.added
         result = func(*args, **kwargs)
-        for t in _tensors(result if isinstance(result, (list, tuple)) else (result,), []):
+        for t in _outputs(result):
             r = self._lookup(t, op.name)
             if r is not None:
                 table.pin(r[0])
@@ -752,7 +758,7 @@ class Offload:
         result = fn()
         self._opno += 1
         for e, _ in used:
-            self._table.touch(e, self._opno)
+            self._table.touch(e)
         token = self._ops.get(name)
         if token is None:
             token = self._ops[name] = self._ctx.token(name)
