@@ -38,7 +38,8 @@ class Entry:
         self.nbytes = nbytes      # its bytes on the device when there
         self.moved = None         # the host copy while away, else None
         self.inbound = None       # a copy back still in flight
-        self.pinned = False       # torch refuses to release it
+        self.pinned = None        # why it never leaves the device: "unreleasable"
+                                  # (torch refuses) or "host-read" (read by C++)
         self.born = born          # the op at which the glue first saw it
 
     def storage(self):
@@ -131,9 +132,9 @@ class StorageTable:
         if not e.pinned:
             self.lru[e.key] = e
 
-    def pin(self, e):
-        """torch will not release e's storage: it stays on the device."""
-        e.pinned = True
+    def pin(self, e, why):
+        """e's storage stays on the device (why: Entry.pinned)."""
+        e.pinned = why
         self.lru.pop(e.key, None)
 
     def clear(self):

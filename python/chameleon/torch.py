@@ -48,6 +48,13 @@ for _name, _code in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2")):
 
 # Ops that multiply matrices: cost from their shapes (2 flops per
 # multiply-add); every other op costs the bytes it reads and writes.
+# Integer storages this small are what C++ code reads on the host outside
+# aten: a packed sequence's batch_sizes, the lengths ctc_loss and
+# pack_padded_sequence take. A GPU run keeps them in host memory; the CPU
+# device, which stands in for one in tests, pins them (docs/pytorch.md).
+_INTEGERS = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8}
+_HOST_READ_BYTES = 64 << 10
+
 _MATMUL_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2),
                     "addbmm": (1, 2)}
 
@@ -207,6 +214,7 @@ class Offload:
             raise ValueError(f"Offload: cpu_copies {cpu_copies!r}: \"worker\" or \"inline\"")
         self._cpu = CpuMoves() if cpu_copies == "worker" else InlineMoves()
         self._cuda = None            # CudaMoves, made at the first CUDA storage
+        self._cuda_run = False       # a CUDA tensor was seen: CPU storages are the host's
         self._ops = {}
         self._mode = None
         self._patched = None
@@ -437,13 +445,17 @@ class Offload:
 
     def _lookup(self, t, label):
         """(entry, handle) of tensor t; None for a tensor the glue does not
-        plan: no elements, or not a dense tensor of a known dtype on the
-        CPU or a CUDA device (sparse, quantized, meta: they pass through
-        and are counted)."""
+        plan: no elements, on the host of a GPU run, or not a dense tensor
+        of a known dtype on the CPU or a CUDA device (sparse, quantized,
+        meta: they pass through and are counted)."""
         code = _DTYPES.get(t.dtype)
         if code is None or t.layout != _STRIDED or not (t.is_cpu or t.is_cuda):
             self._counts["unplanned"] += 1
             return None
+        if t.is_cuda != self._cuda_run:
+            if t.is_cpu:
+                return None           # host memory of a GPU run: not the device's
+            self._start_cuda_run()
         if t.numel() == 0:
             return None
         storage = storage_of(t)
@@ -452,15 +464,34 @@ class Offload:
         if e is None:
             if storage.nbytes() == 0:
                 return None
-            e = table.add(storage, code, label, self._opno)
+            e = self._add(storage, t.dtype, code, label)
         elif e.moved is None and storage.nbytes() != e.nbytes:
             # resize_ or set_ changed it: a new storage to the runtime.
             table.forget(e)
-            e = table.add(storage, code, label, self._opno)
+            e = self._add(storage, t.dtype, code, label)
         if not t.storage_offset() and t.numel() * t.element_size() == e.nbytes and \
                 t.is_contiguous():
             return e, e.base           # the whole storage: its base handle serves
         return e, table.view(e, t, code, label)
+
+    def _add(self, storage, dtype, code, label):
+        e = self._table.add(storage, code, label, self._opno)
+        if dtype in _INTEGERS and e.nbytes <= _HOST_READ_BYTES and not self._cuda_run:
+            # On a GPU these stay on the host (C++ reads them there); the
+            # CPU device, standing in for one, keeps them in place.
+            self._table.pin(e, "host-read")
+            self._counts["pinned"] += 1
+        return e
+
+    def _start_cuda_run(self):
+        """The first CUDA tensor: the device is the GPU, and CPU storages
+        are host memory, no longer the budget's. Those the glue counted
+        come back and are forgotten."""
+        first = self._restore_all()
+        if first is not None:
+            raise first
+        self._table.clear()
+        self._cuda_run = True
 
     def _moves(self, storage):
         if storage.device.type == "cuda":
@@ -490,7 +521,7 @@ class Offload:
                     raise
                 # numpy arrays, shared memory (DataLoader workers), from_numpy:
                 # torch will not release it; it stays on the device.
-                table.pin(e)
+                table.pin(e, "unreleasable")
                 self._counts["pinned"] += 1
                 return False
         finally:
@@ -579,14 +610,19 @@ class Offload:
     def _over_budget(self, need, protect, what, excess):
         entries = self._table.entries
         own = need + sum(entries[k].nbytes for k in protect if k in entries)
-        pinned = sum(e.nbytes for e in entries.values() if e.pinned and e.moved is None
-                     and e.key not in protect)
+        kept = {}
+        for e in entries.values():
+            if e.pinned and e.moved is None and e.key not in protect:
+                kept[e.pinned] = kept.get(e.pinned, 0) + e.nbytes
         message = (f"Offload: {what} needs {own} bytes on the device at once (the storages "
                    f"it uses), {excess} bytes past the budget of {self._budget} bytes with "
                    "everything else sent away")
-        if pinned:
-            message += (f"; {pinned} of the bytes left are storages torch will not release "
-                        "(shared with numpy, shared memory or DataLoader workers)")
+        if kept.get("unreleasable"):
+            message += (f"; {kept['unreleasable']} of the bytes left are storages torch will "
+                        "not release (shared with numpy, shared memory or DataLoader workers)")
+        if kept.get("host-read"):
+            message += (f"; {kept['host-read']} are storages C++ code reads outside aten "
+                        "(small integer tensors, profiler records), kept in place")
         if self._strict:
             raise ChameleonError(message + " (strict=False runs on over the budget)")
         self._counts["over_ops"] += 1
@@ -713,7 +749,7 @@ class Offload:
         for t in _outputs(result):
             r = self._lookup(t, op.name)
             if r is not None:
-                table.pin(r[0])
+                table.pin(r[0], "host-read")
         self._op_bytes.made(key, table.added - before)
         return result
 

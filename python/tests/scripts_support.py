@@ -814,6 +814,58 @@ def scenario_user_exception(rep):
     rep.check(plain.losses == got.losses, "training after the block differs from plain")
 
 
+# ---- 15: storages C++ reads outside aten -----------------------------------------
+
+class Speech(nn.Module):
+    """A 2-layer GRU over packed variable-length sequences, trained with
+    CTC: pack_padded_sequence's backward reads the packed batch_sizes, and
+    ctc_loss its length tensors, in C++ without an op the glue sees."""
+
+    def __init__(self, feats=20, hidden=48, symbols=12):
+        super().__init__()
+        self.rnn = nn.GRU(feats, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, symbols)
+
+    def forward(self, x, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        out, _ = self.rnn(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True)
+        return self.head(out).log_softmax(-1)
+
+
+def scenario_host_read(rep):
+    g = torch.Generator().manual_seed(6)
+    steps, batch, frames = 14, 8, 30
+    xs = torch.randn(steps, batch, frames, 20, generator=g)
+    lengths = torch.randint(12, frames + 1, (steps, batch), generator=g)
+    targets = torch.randint(1, 12, (steps, batch, 6), generator=g)
+    target_lengths = torch.randint(2, 7, (steps, batch), generator=g)
+
+    def script(run):
+        torch.manual_seed(0)
+        model = Speech()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        run.models.append(model)
+        run.opts.append(opt)
+        with run.block():
+            for step in range(steps):
+                n = lengths[step].clone()
+                logp = model(xs[step], n)
+                loss = F.ctc_loss(logp[:, : int(n.max())].transpose(0, 1), targets[step], n,
+                                  target_lengths[step].clone())
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                run.losses.append(loss.item())
+                run.step()
+    # The lengths change every step: new shapes, so no Stable stage; what
+    # is tested is the passive path sending storages away under the budget.
+    # At 35% the glue of 6cd3bc5 sent batch_sizes away before backward
+    # ("data is not allocated yet"); at 25% C++ read its bytes as lengths.
+    check_same(rep, *run_pair(rep, script, offload("25%")), stable_actions=False)
+
+
 SCENARIOS = {
     "dataloader": scenario_dataloader,
     "from_numpy": scenario_from_numpy,
@@ -830,6 +882,7 @@ SCENARIOS = {
     "planner": scenario_planner,
     "no_step": scenario_no_step,
     "user_exception": scenario_user_exception,
+    "host_read": scenario_host_read,
 }
 
 
