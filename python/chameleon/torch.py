@@ -33,7 +33,7 @@ from . import _chameleon
 from ._chameleon import ChameleonError
 from ._estimate import OpBytes
 from ._moves import CpuMoves, CudaMoves, InlineMoves
-from ._table import StorageTable, storage_of
+from ._table import StorageTable, _Storage, storage_of
 
 __all__ = ["Offload", "ChameleonError", "allreduce_hook"]
 
@@ -236,6 +236,7 @@ class Offload:
         self._warned_no_step = False
         self._read_pins = set()      # storages read outside aten since the last op
         self._next_sweep = 0         # the op at which the table is next swept
+        self._recent = ()            # entries the last ops used (a budget only)
         self._adopted = False        # the model state alive at entry is counted
 
     # ---- the context ---------------------------------------------------------
@@ -669,6 +670,8 @@ class Offload:
         ins = _tensors(args, [])
         if kwargs:
             _tensors(kwargs.values(), ins)
+        if self._recent:
+            self._forget_recent_frees()
         self._opno += 1
         table, budget = self._table, self._budget
         used = []
@@ -713,6 +716,12 @@ class Offload:
             table.touch(e)
         for e, _ in made:
             table.touch(e)
+        if budget is not None or self._budget_pct is not None:
+            # Entries, not the (entry, handle) pairs: a view's handle held
+            # here would keep the view alive in the runtime's count.
+            seen = [e for e, _ in used]
+            seen.extend(e for e, _ in made)
+            self._recent = (seen, self._recent[0] if self._recent else ())
         self._set_phase()
         hin = [h for _, h in used]
         hout = [h for _, h in made]
@@ -736,6 +745,20 @@ class Offload:
             table.sweep()
             self._next_sweep = opno + max(32, len(table.entries) // 8)
         return result
+
+    def _forget_recent_frees(self):
+        """Forgets the storages the last two ops used that torch has freed
+        since: most storages die just after their last use (a temporary, a
+        saved tensor once its backward node ran), and the runtime's
+        profile must see the free there, not at the next sweep, or the
+        planner, thinking them alive, cannot fit its plan in the budget
+        and leaves the room to the passive path (docs/pytorch.md, "The
+        budget")."""
+        expired, forget = _Storage._expired, self._table.forget
+        for group in self._recent:
+            for e in group:
+                if e.base is not None and expired(e.weak):
+                    forget(e)
 
     def _bookkeeping(self, op, func, args, kwargs):
         """A profiler op (an optimizer's step records one): its tensor is

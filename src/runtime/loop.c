@@ -207,7 +207,10 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
         uint64_t r = cham_planner_default_reserve(pc.capacity, true);
         r = kind == 0 ? r / 4 : kind == 2 ? r / 2 : r;
         pc.reserve = r > reserve ? r : reserve;
-    } else if (reserve) {
+    } else if (reserve || ctx->config.mode == CHAM_MODE_ADVISOR) {
+        /* In advisor mode the budget is of the bytes the caller reports:
+         * its allocator's rounding is on its side, not in the budget. No
+         * reserve until a trial shows one is needed (measure_trial). */
         pc.reserve = reserve;
     }
     pc.free_delay_ops = *delay;
@@ -308,7 +311,9 @@ static void measure_trial(cham_context_t *ctx, cham_trial_t *t, size_t k, uint64
     const cham_policy_view_t *p = &t->plan->view;
     if (t->passive && p->predicted_peak <= p->usable) {
         uint64_t r = p->capacity - p->usable;
-        *reserve = r < p->capacity / 4 ? 2 * r + 1 : p->capacity / 2;
+        *reserve = r == 0                 ? p->capacity / 32
+                   : r < p->capacity / 4 ? 2 * r + 1
+                                         : p->capacity / 2;
     }
 }
 
