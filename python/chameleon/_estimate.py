@@ -39,6 +39,10 @@ _NOT_ON_META = tuple(getattr(torch.Tag, name) for name in
                      if hasattr(torch, "Tag") and hasattr(torch.Tag, name))
 
 
+def _data_dependent(func):
+    return any(tag in _NOT_ON_META for tag in getattr(func, "tags", ()))
+
+
 def _to_meta(a):
     if isinstance(a, torch.Tensor):
         if a.layout != torch.strided:
@@ -54,7 +58,7 @@ def _to_meta(a):
 
 
 def _meta_bytes(func, args, kwargs):
-    if any(tag in _NOT_ON_META for tag in getattr(func, "tags", ())):
+    if _data_dependent(func):
         raise TypeError
     margs = _to_meta(args)
     mkwargs = {k: _to_meta(v) for k, v in kwargs.items()}
@@ -101,16 +105,17 @@ class OpBytes:
             return None
 
     def guess(self, key, func, args, kwargs, input_bytes):
-        """The bytes the call will make: remembered, else from meta tensors,
-        else input_bytes (a guess)."""
+        """(bytes, exact): the bytes the call will make, remembered or from
+        meta tensors (exact), else input_bytes (a guess)."""
         made = self._made.get(key) if key is not None else None
         if made is not None:
-            return made
+            # nonzero, unique, ...: the same shapes need not make as much.
+            return made, not _data_dependent(func)
         self.misses += 1
         try:
-            return _meta_bytes(func, args, kwargs)
+            return _meta_bytes(func, args, kwargs), True
         except Exception:            # no meta kernel, data-dependent shape, ...
-            return input_bytes
+            return input_bytes, False
 
     def known(self, key):
         """What the call made before; 0 when never seen."""

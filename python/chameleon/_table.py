@@ -39,7 +39,8 @@ class Entry:
         self.moved = None         # the host copy while away, else None
         self.inbound = None       # a copy back still in flight
         self.pinned = None        # why it never leaves the device: "unreleasable"
-                                  # (torch refuses) or "host-read" (read by C++)
+                                  # (torch refuses), "host-read" (a small integer
+                                  # storage C++ may read), "record" (the profiler's)
         self.born = born          # the op at which the glue first saw it
 
     def storage(self):
@@ -136,6 +137,12 @@ class StorageTable:
         """e's storage stays on the device (why: Entry.pinned)."""
         e.pinned = why
         self.lru.pop(e.key, None)
+
+    def unpin(self, e):
+        """e's storage may leave the device again."""
+        e.pinned = None
+        if e.moved is None:
+            self.lru[e.key] = e
 
     def clear(self):
         for e in list(self.entries.values()):

@@ -74,8 +74,10 @@ _STRIDED = torch.strided
 # Tensor methods that read a storage's bytes without an aten op: inside the
 # block they bring the storage back first (torch.save and pickle go through
 # __reduce_ex__, copy.deepcopy through __deepcopy__, numpy and TensorBoard
-# through numpy/__array__).
-_READERS = ("numpy", "__array__", "tolist", "__reduce_ex__", "__deepcopy__", "storage")
+# through numpy/__array__; data_ptr, which a released storage answers with
+# 0: tied-weight detection compares them).
+_READERS = ("numpy", "__array__", "tolist", "__reduce_ex__", "__deepcopy__", "storage",
+            "data_ptr")
 
 # The Offload whose block is running: one at a time per process.
 _active = None
@@ -470,6 +472,11 @@ class Offload:
             # resize_ or set_ changed it: a new storage to the runtime.
             table.forget(e)
             e = self._add(storage, t.dtype, code, label)
+        elif e.pinned == "host-read" and t.dtype not in _INTEGERS:
+            # Seen first as bytes (a storage's clone copies through a uint8
+            # view: deepcopy, load_state_dict), used as numbers: not metadata.
+            table.unpin(e)
+            self._counts["pinned"] -= 1
         if not t.storage_offset() and t.numel() * t.element_size() == e.nbytes and \
                 t.is_contiguous():
             return e, e.base           # the whole storage: its base handle serves
@@ -536,7 +543,8 @@ class Offload:
         """Restores e's storage (making room first when protect is given;
         what: the op that needs it, for the error)."""
         if protect is not None and self._budget is not None:
-            self._make_room(e.nbytes, protect, what or f"reading {e.base.label}", reading)
+            self._make_room(e.nbytes, protect, what or f"reading {e.base.label}",
+                            may_pass=reading)
         if late and e.base.residency != "host":
             self._counts["hazards"] += 1      # the runtime thought it was on the device
         moves = self._moves(storage)
@@ -574,43 +582,53 @@ class Offload:
 
     # ---- the budget ---------------------------------------------------------
 
-    def _make_room(self, need, protect, what, reading=False):
+    def _make_room(self, need, protect, what, may_pass=False):
         """Sends storages away, least recently used first and none of
         protect or of those read outside aten since the last op, until need
-        more bytes fit in the budget. reading: a read outside aten, which
-        may go past the budget rather than fail."""
+        more bytes fit in the budget. may_pass: need is a guess, or the
+        room is for a read outside aten: the budget may be passed rather
+        than fail (a guess is checked against what the op made)."""
         table, budget = self._table, self._budget
         excess = table.resident + need - budget
         if excess <= 0:
             return
         # Least recently used first: the storages torch freed since the
         # glue last looked are among them, and cost no copy (no sweep of
-        # the whole table: that is O(storages) per op under pressure).
-        victims = []
+        # the whole table: that is O(storages) per op under pressure). A
+        # victim torch will not release is pinned, leaves the order, and
+        # the next round picks others.
         pins = self._read_pins
         expired = table.expired
-        for key, e in table.lru.items():
-            if key in protect or key in pins:
-                continue
-            victims.append(e)
-            if not expired(e):
-                excess -= e.nbytes
-            if excess <= 0:
+        while excess > 0:
+            victims = []
+            for key, e in table.lru.items():
+                if key in protect or key in pins:
+                    continue
+                victims.append(e)
+                if not expired(e):
+                    excess -= e.nbytes
+                if excess <= 0:
+                    break
+            if not victims:
                 break
-        for e in victims:
-            if expired(e):
-                table.forget(e)
-            else:
-                self._send_away(e)
+            for e in victims:
+                if expired(e):
+                    table.forget(e)
+                else:
+                    self._send_away(e)
+            excess = table.resident + need - budget
         excess = table.resident + need - budget
         if excess > 0 and table.sweep():
             excess = table.resident + need - budget     # freed storages away from the LRU
-        if excess > 0 and not reading:
+        if excess > 0 and not may_pass:
             self._over_budget(need, protect, what, excess)
 
     def _over_budget(self, need, protect, what, excess):
         entries = self._table.entries
-        own = need + sum(entries[k].nbytes for k in protect if k in entries)
+        # The protected storages on the device; one being brought back is
+        # still away, and is need.
+        own = need + sum(entries[k].nbytes for k in protect
+                         if k in entries and entries[k].moved is None)
         kept = {}
         for e in entries.values():
             if e.pinned and e.moved is None and e.key not in protect:
@@ -621,9 +639,10 @@ class Offload:
         if kept.get("unreleasable"):
             message += (f"; {kept['unreleasable']} of the bytes left are storages torch will "
                         "not release (shared with numpy, shared memory or DataLoader workers)")
-        if kept.get("host-read"):
-            message += (f"; {kept['host-read']} are storages C++ code reads outside aten "
-                        "(small integer tensors, profiler records), kept in place")
+        host = kept.get("host-read", 0) + kept.get("record", 0)
+        if host:
+            message += (f"; {host} are storages C++ code reads outside aten (small integer "
+                        "tensors, profiler records), kept in place")
         if self._strict:
             raise ChameleonError(message + " (strict=False runs on over the budget)")
         self._counts["over_ops"] += 1
@@ -693,15 +712,17 @@ class Offload:
         if op.is_view:
             return func(*args, **kwargs)
         key = None
-        if op.makes and budget is not None:
+        if op.makes and (budget is not None or self._budget_pct is not None):
+            # The measured step of a percentage only learns the sizes.
             key = self._op_bytes.key(func, args, kwargs)
+        if key is not None and budget is not None:
             self._busy = True
             try:
-                need = self._op_bytes.guess(key, func, args, kwargs,
-                                            sum(e.nbytes for e, _ in used))
+                need, exact = self._op_bytes.guess(key, func, args, kwargs,
+                                                   sum(e.nbytes for e, _ in used))
             finally:
                 self._busy = False
-            self._make_room(need, protect, f"op {op.name}")
+            self._make_room(need, protect, f"op {op.name}", may_pass=not exact)
         before = table.added
         result = func(*args, **kwargs)
         made = []
@@ -772,7 +793,7 @@ class Offload:
         for t in _outputs(result):
             r = self._lookup(t, op.name)
             if r is not None:
-                table.pin(r[0], "host-read")
+                table.pin(r[0], "record")
         self._op_bytes.made(key, table.added - before)
         return result
 
@@ -788,11 +809,15 @@ class Offload:
             elif kind == "swap_in":
                 if e.moved is None:
                     continue
+                storage = e.storage()
+                if storage is None:           # torch freed it while it was away
+                    table.forget(e)
+                    continue
                 if budget is not None and table.resident + e.nbytes > budget:
                     table.sweep()
                     if table.resident + e.nbytes > budget:
                         continue      # a prefetch that does not fit waits for its use
-                self._bring_back(e, e.storage(), late=False)
+                self._bring_back(e, storage, late=False)
             else:
                 raise ChameleonError(f"Offload: action {kind} for {h.label}: the glue "
                                      "declares no op recomputable")

@@ -114,9 +114,21 @@ class OrdinaryScripts(unittest.TestCase):
     def test_14_user_exception_mid_step(self):
         self.scenario("user_exception")
 
-    # 15: not an item of the issue; found by a loop written outside it.
+    # 15-19: not items of the issue; found by loops written outside it.
     def test_15_packed_sequences_and_ctc_lengths(self):
         self.scenario("host_read")
+
+    def test_16_lbfgs_strong_wolfe_closure(self):
+        self.scenario("lbfgs")
+
+    def test_17_checkpoint_saved_and_loaded_in_the_block(self):
+        self.scenario("reload")
+
+    def test_18_data_ptr_tie_detection(self):
+        self.scenario("data_ptr")
+
+    def test_19_ops_without_a_meta_kernel(self):
+        self.scenario("no_meta_kernel")
 
 
 if __name__ == "__main__":
