@@ -170,7 +170,7 @@ class Offload:
         unconstrained and measured (the budget holds from the second step
         on), or None (the device's).
     device: the device preset whose link and compute speeds the planner
-        assumes (``chameleon presets`` lists them).
+        assumes (``chameleon devices`` lists them).
     log: a callable taking each log line, or None (stderr).
     cpu_copies: how storages on the CPU device are copied: "worker" (on the
         Copier's threads, with the ordering a GPU's streams need) or
