@@ -51,42 +51,42 @@ typedef struct cham_allocator_config {
     bool expandable;
 } cham_allocator_config_t;
 
-cham_status_t cham_allocator_new(cham_device_t *dev, const cham_allocator_config_t *config,
-                                 cham_allocator_t **out);
+CHAM_API cham_status_t cham_allocator_new(cham_device_t *dev, const cham_allocator_config_t *config,
+                                          cham_allocator_t **out);
 /* Returns every segment to the device. Blocks still allocated are a
  * programmer error (asserted). Pending deferred frees are waited for. */
-void cham_allocator_free(cham_allocator_t *alloc);
+CHAM_API void cham_allocator_free(cham_allocator_t *alloc);
 
 /* Allocates at least bytes (> 0) for use on stream. On CHAM_ERR_OUT_OF_MEMORY
  * (device) or CHAM_ERR_HOST_BUDGET (pinned host) nothing is allocated and
  * cham_allocator_last_oom() / cham_allocator_last_error() say why. Before
  * failing the allocator completes deferred frees whose events are done and
  * releases cached segments that are wholly free. */
-cham_status_t cham_block_alloc(cham_allocator_t *alloc, size_t bytes, cham_stream_t *stream,
-                               cham_block_t **out);
+CHAM_API cham_status_t cham_block_alloc(cham_allocator_t *alloc, size_t bytes,
+                                        cham_stream_t *stream, cham_block_t **out);
 
 /* The block's memory, its usable size (the request rounded up), the size
  * that was requested, and the stream it belongs to. */
-void *cham_block_ptr(const cham_block_t *block);
-size_t cham_block_size(const cham_block_t *block);
-size_t cham_block_requested(const cham_block_t *block);
-cham_stream_t *cham_block_stream(const cham_block_t *block);
+CHAM_API void *cham_block_ptr(const cham_block_t *block);
+CHAM_API size_t cham_block_size(const cham_block_t *block);
+CHAM_API size_t cham_block_requested(const cham_block_t *block);
+CHAM_API cham_stream_t *cham_block_stream(const cham_block_t *block);
 
 /* A pointer the caller keeps with an allocated block (NULL at allocation):
  * the runtime notes which storage holds it. */
-void cham_block_set_owner(cham_block_t *block, void *owner);
-void *cham_block_owner(const cham_block_t *block);
+CHAM_API void cham_block_set_owner(cham_block_t *block, void *owner);
+CHAM_API void *cham_block_owner(const cham_block_t *block);
 
 /* Marks the block as used by work queued on another stream (PyTorch's
  * recordStream): when freed, it is reused only after that work is done. */
-cham_status_t cham_block_record_stream(cham_allocator_t *alloc, cham_block_t *block,
-                                       cham_stream_t *stream);
+CHAM_API cham_status_t cham_block_record_stream(cham_allocator_t *alloc, cham_block_t *block,
+                                                cham_stream_t *stream);
 
 /* Frees the block. Work already queued on the block's own stream is
  * ordered before any reuse by stream order; if other streams were recorded,
  * an event is recorded on each and the block returns to the pool when
  * queries (made at later allocations) find them all complete. */
-void cham_block_free(cham_allocator_t *alloc, cham_block_t *block);
+CHAM_API void cham_block_free(cham_allocator_t *alloc, cham_block_t *block);
 
 /* Chameleon's custom recordStream: frees a block that work queued on
  * `user` (a swap stream) still reads. An event is recorded on `user` now;
@@ -94,18 +94,18 @@ void cham_block_free(cham_allocator_t *alloc, cham_block_t *block);
  * block's own stream is made to wait on that event and the block returns to
  * that stream's pool. No host polling. op_index must not be earlier than the
  * last dispatched op. */
-cham_status_t cham_block_free_after_op(cham_allocator_t *alloc, cham_block_t *block,
-                                       cham_stream_t *user, uint64_t op_index);
+CHAM_API cham_status_t cham_block_free_after_op(cham_allocator_t *alloc, cham_block_t *block,
+                                                cham_stream_t *user, uint64_t op_index);
 
 /* Tells the allocator that operator op_index (increasing) has been
  * dispatched: blocks freed after this op become reusable. */
-cham_status_t cham_allocator_op_dispatched(cham_allocator_t *alloc, uint64_t op_index);
+CHAM_API cham_status_t cham_allocator_op_dispatched(cham_allocator_t *alloc, uint64_t op_index);
 
 /* Waits on the host for the events of every recordStream free still
  * pending and returns those blocks to their pools: PyTorch's answer to a
  * failed allocation (synchronize_and_free_events). The host blocks until
  * the device catches up. Returns the bytes handed back. */
-uint64_t cham_allocator_sync_deferred(cham_allocator_t *alloc);
+CHAM_API uint64_t cham_allocator_sync_deferred(cham_allocator_t *alloc);
 
 /* Defragmentation help for a request of bytes on stream that failed: the
  * run of address-neighbouring blocks of one segment that would hold it if
@@ -114,23 +114,23 @@ uint64_t cham_allocator_sync_deferred(cham_allocator_t *alloc);
  * deferred free) the one with the fewest allocated bytes. Writes up to max
  * of those blocks to out and returns how many the run has; -1 when no run
  * exists. A run with more than max blocks is reported but not written. */
-long cham_allocator_find_window(const cham_allocator_t *alloc, size_t bytes,
-                                cham_stream_t *stream,
-                                bool (*can_move)(const cham_block_t *block, void *user),
-                                void *user, cham_block_t **out, size_t max);
+CHAM_API long cham_allocator_find_window(const cham_allocator_t *alloc, size_t bytes,
+                                         cham_stream_t *stream,
+                                         bool (*can_move)(const cham_block_t *block, void *user),
+                                         void *user, cham_block_t **out, size_t max);
 
 /* The same when no segment can hold the request: the allocated blocks of
  * the segments to empty (fewest allocated bytes per segment byte first)
  * so that, returned to the device, they leave room for a new segment that
  * holds it. -1 when no such set exists. */
-long cham_allocator_find_segments(const cham_allocator_t *alloc, size_t bytes,
-                                  cham_stream_t *stream,
-                                  bool (*can_move)(const cham_block_t *block, void *user),
-                                  void *user, cham_block_t **out, size_t max);
+CHAM_API long cham_allocator_find_segments(const cham_allocator_t *alloc, size_t bytes,
+                                           cham_stream_t *stream,
+                                           bool (*can_move)(const cham_block_t *block, void *user),
+                                           void *user, cham_block_t **out, size_t max);
 
 /* Returns every wholly free cached segment to the device. Deferred frees
  * whose events have completed are processed first. */
-cham_status_t cham_allocator_empty_cache(cham_allocator_t *alloc);
+CHAM_API cham_status_t cham_allocator_empty_cache(cham_allocator_t *alloc);
 
 typedef struct cham_alloc_stats {
     uint64_t limit;              /* bytes of segments allowed */
@@ -167,9 +167,9 @@ typedef struct cham_alloc_stats {
     uint64_t va_reserved;
     uint64_t n_vm_maps, n_vm_unmaps, n_vm_reclaims, n_vm_stream_syncs;
 } cham_alloc_stats_t;
-void cham_allocator_get_stats(const cham_allocator_t *alloc, cham_alloc_stats_t *stats);
+CHAM_API void cham_allocator_get_stats(const cham_allocator_t *alloc, cham_alloc_stats_t *stats);
 /* Resets the peaks to the current values (for per-step peaks). */
-void cham_allocator_reset_peaks(cham_allocator_t *alloc);
+CHAM_API void cham_allocator_reset_peaks(cham_allocator_t *alloc);
 
 /* Details of the last failed allocation. */
 typedef struct cham_oom_info {
@@ -180,9 +180,10 @@ typedef struct cham_oom_info {
     uint64_t reserved, allocated, limit;
 } cham_oom_info_t;
 /* CHAM_OK and fills info if an allocation has failed, else CHAM_ERR_NOT_FOUND. */
-cham_status_t cham_allocator_last_oom(const cham_allocator_t *alloc, cham_oom_info_t *info);
+CHAM_API cham_status_t cham_allocator_last_oom(const cham_allocator_t *alloc,
+                                               cham_oom_info_t *info);
 /* A sentence about the last failure ("" if none). */
-const char *cham_allocator_last_error(const cham_allocator_t *alloc);
+CHAM_API const char *cham_allocator_last_error(const cham_allocator_t *alloc);
 
 #ifdef __cplusplus
 }

@@ -95,17 +95,17 @@ typedef struct cham_backend_iface {
 
 /* Opens a device over a backend table. On success the device owns ctx and
  * calls iface->destroy(ctx) when closed. */
-cham_status_t cham_device_open_iface(const cham_backend_iface_t *iface, void *ctx,
-                                     cham_device_t **out);
+CHAM_API cham_status_t cham_device_open_iface(const cham_backend_iface_t *iface, void *ctx,
+                                              cham_device_t **out);
 
 /* The backend context of a device opened over iface, or NULL if the device
  * runs another backend. Lets backend-specific functions find their state. */
-void *cham_device_backend_ctx(const cham_device_t *dev,
-                              const cham_backend_iface_t *iface);
+CHAM_API void *cham_device_backend_ctx(const cham_device_t *dev,
+                                       const cham_backend_iface_t *iface);
 
 /* Records a failure message on the device (printf-style); backends use it
  * so that cham_device_last_error() explains a failed call. */
-void cham_device_set_error(cham_device_t *dev, const char *fmt, ...)
+CHAM_API void cham_device_set_error(cham_device_t *dev, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
 #endif

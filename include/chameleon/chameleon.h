@@ -25,7 +25,7 @@ extern "C" {
 #define CHAM_VERSION_PATCH 0
 
 /* "MAJOR.MINOR.PATCH" of the library actually linked. */
-const char *cham_version(void);
+CHAM_API const char *cham_version(void);
 
 #ifdef __cplusplus
 }

@@ -54,18 +54,18 @@ typedef struct cham_device_config {
 } cham_device_config_t;
 
 /* The defaults: sim backend, default preset, hazard detector on, no data. */
-cham_device_config_t cham_device_config_default(void);
+CHAM_API cham_device_config_t cham_device_config_default(void);
 
 /* Opens a device. On failure *out is NULL and the status says why;
  * cham_device_last_error(NULL) then holds a message naming the problem. */
-cham_status_t cham_device_open(const cham_device_config_t *config,
-                               cham_device_t **out);
+CHAM_API cham_status_t cham_device_open(const cham_device_config_t *config,
+                                        cham_device_t **out);
 /* Waits for all work, frees streams, events and memory still held. */
-void cham_device_close(cham_device_t *dev);
+CHAM_API void cham_device_close(cham_device_t *dev);
 
 /* The message of the last failure on this device (or of the last failed
  * open when dev is NULL); "" when none. Valid until the next call. */
-const char *cham_device_last_error(const cham_device_t *dev);
+CHAM_API const char *cham_device_last_error(const cham_device_t *dev);
 
 /* What the device is; all figures after overrides. */
 typedef struct cham_device_info {
@@ -88,17 +88,17 @@ typedef struct cham_device_info {
      * per copy beyond its bytes over the link's bandwidth. */
     uint64_t launch_ns, kernel_overhead_ns, copy_latency_ns;
 } cham_device_info_t;
-void cham_device_get_info(const cham_device_t *dev, cham_device_info_t *info);
+CHAM_API void cham_device_get_info(const cham_device_t *dev, cham_device_info_t *info);
 
 /* ---- memory -------------------------------------------------------------
  * Raw segments of device memory and of pinned host memory, as cudaMalloc and
  * cudaHostAlloc give them. Both are slow and synchronising on real hardware:
  * use them through a caching allocator (chameleon/alloc.h). */
-cham_status_t cham_device_mem_alloc(cham_device_t *dev, size_t bytes, void **ptr);
+CHAM_API cham_status_t cham_device_mem_alloc(cham_device_t *dev, size_t bytes, void **ptr);
 /* Waits for all device work first, like cudaFree. */
-void cham_device_mem_free(cham_device_t *dev, void *ptr);
-cham_status_t cham_device_host_alloc(cham_device_t *dev, size_t bytes, void **ptr);
-void cham_device_host_free(cham_device_t *dev, void *ptr);
+CHAM_API void cham_device_mem_free(cham_device_t *dev, void *ptr);
+CHAM_API cham_status_t cham_device_host_alloc(cham_device_t *dev, size_t bytes, void **ptr);
+CHAM_API void cham_device_host_free(cham_device_t *dev, void *ptr);
 
 /* ---- virtual memory (optional: a backend may not offer it) -----------------
  * CUDA's virtual memory management (cuMemAddressReserve, cuMemCreate,
@@ -116,33 +116,33 @@ typedef struct cham_phys cham_phys_t;
 
 /* The granularity of reservations, chunks and mappings, or 0 when the
  * device has no virtual memory management. */
-size_t cham_vm_granularity(const cham_device_t *dev);
+CHAM_API size_t cham_vm_granularity(const cham_device_t *dev);
 /* Reserves bytes of address space (no memory behind it). */
-cham_status_t cham_vm_reserve(cham_device_t *dev, size_t bytes, void **va);
+CHAM_API cham_status_t cham_vm_reserve(cham_device_t *dev, size_t bytes, void **va);
 /* Gives a reservation back; nothing in it may be mapped. */
-cham_status_t cham_vm_release(cham_device_t *dev, void *va, size_t bytes);
+CHAM_API cham_status_t cham_vm_release(cham_device_t *dev, void *va, size_t bytes);
 /* A physical chunk of bytes of device memory: CHAM_ERR_OUT_OF_MEMORY when
  * the device has no more. */
-cham_status_t cham_phys_create(cham_device_t *dev, size_t bytes, cham_phys_t **out);
+CHAM_API cham_status_t cham_phys_create(cham_device_t *dev, size_t bytes, cham_phys_t **out);
 /* Gives the chunk back; it must not be mapped. NULL is fine. */
-void cham_phys_release(cham_phys_t *phys);
-size_t cham_phys_size(const cham_phys_t *phys);
+CHAM_API void cham_phys_release(cham_phys_t *phys);
+CHAM_API size_t cham_phys_size(const cham_phys_t *phys);
 /* Maps the whole chunk at va (inside a reservation, over nothing mapped)
  * and makes it readable and writable by the device. A chunk is mapped at
  * one address at a time. Its bytes stay what they were across unmap and
  * map. */
-cham_status_t cham_vm_map(cham_phys_t *phys, void *va);
+CHAM_API cham_status_t cham_vm_map(cham_phys_t *phys, void *va);
 /* Unmaps the chunk from where it is mapped (a chunk not mapped: an error). */
-cham_status_t cham_vm_unmap(cham_phys_t *phys);
+CHAM_API cham_status_t cham_vm_unmap(cham_phys_t *phys);
 /* Where the chunk is mapped, or NULL. */
-void *cham_phys_mapped_at(const cham_phys_t *phys);
+CHAM_API void *cham_phys_mapped_at(const cham_phys_t *phys);
 
 /* ---- streams ------------------------------------------------------------
  * In-order queues of device work. Work on different streams may overlap;
  * order between them only comes from events. */
-cham_status_t cham_stream_new(cham_device_t *dev, const char *name,
-                              cham_stream_t **out);
-void cham_stream_free(cham_stream_t *stream);
+CHAM_API cham_status_t cham_stream_new(cham_device_t *dev, const char *name,
+                                       cham_stream_t **out);
+CHAM_API void cham_stream_free(cham_stream_t *stream);
 /* Small dense id (0, 1, ...) of the stream within its device. */
 /* A host stream: work the host CPU runs in stream order, ordered against
  * device streams by events (an optimizer on the host, ZeRO-Offload style).
@@ -153,29 +153,29 @@ void cham_stream_free(cham_stream_t *stream);
  * host_mem_bandwidth) instead of the device's. Copies on it are refused.
  * CHAM_ERR_UNSUPPORTED when the backend has no host streams or, on sim,
  * the device has no host figures (err names the preset). */
-cham_status_t cham_stream_new_host(cham_device_t *dev, const char *name,
-                                   cham_stream_t **out);
-bool cham_stream_on_host(const cham_stream_t *stream);
-int cham_stream_id(const cham_stream_t *stream);
-const char *cham_stream_name(const cham_stream_t *stream);
-cham_device_t *cham_stream_device(const cham_stream_t *stream);
+CHAM_API cham_status_t cham_stream_new_host(cham_device_t *dev, const char *name,
+                                            cham_stream_t **out);
+CHAM_API bool cham_stream_on_host(const cham_stream_t *stream);
+CHAM_API int cham_stream_id(const cham_stream_t *stream);
+CHAM_API const char *cham_stream_name(const cham_stream_t *stream);
+CHAM_API cham_device_t *cham_stream_device(const cham_stream_t *stream);
 /* Blocks the host until all work queued on the stream has finished. */
-cham_status_t cham_stream_synchronize(cham_stream_t *stream);
+CHAM_API cham_status_t cham_stream_synchronize(cham_stream_t *stream);
 /* Work queued on stream after this call starts only once event completes.
  * An event never recorded is complete. Does not block the host. */
-cham_status_t cham_stream_wait_event(cham_stream_t *stream, cham_event_t *event);
+CHAM_API cham_status_t cham_stream_wait_event(cham_stream_t *stream, cham_event_t *event);
 
 /* ---- events -------------------------------------------------------------*/
-cham_status_t cham_event_new(cham_device_t *dev, cham_event_t **out);
-void cham_event_free(cham_event_t *event);
+CHAM_API cham_status_t cham_event_new(cham_device_t *dev, cham_event_t **out);
+CHAM_API void cham_event_free(cham_event_t *event);
 /* Captures the work queued on stream so far; re-recording replaces it. */
-cham_status_t cham_event_record(cham_event_t *event, cham_stream_t *stream);
+CHAM_API cham_status_t cham_event_record(cham_event_t *event, cham_stream_t *stream);
 /* CHAM_OK if the captured work has finished at the host's current time,
  * CHAM_NOT_READY if not. Costs host time on the sim backend, as on real
  * hardware: polling events is what makes a runtime host-bound. */
-cham_status_t cham_event_query(cham_event_t *event);
+CHAM_API cham_status_t cham_event_query(cham_event_t *event);
 /* Blocks the host until the captured work has finished. */
-cham_status_t cham_event_synchronize(cham_event_t *event);
+CHAM_API cham_status_t cham_event_synchronize(cham_event_t *event);
 
 /* ---- work ---------------------------------------------------------------*/
 typedef enum cham_copy_kind {
@@ -186,9 +186,9 @@ typedef enum cham_copy_kind {
 
 /* Queues a copy of bytes from src to dst on stream. label names the copy in
  * hazard reports and timelines (for example the tensor's name); may be NULL. */
-cham_status_t cham_copy_async(cham_stream_t *stream, void *dst, const void *src,
-                              size_t bytes, cham_copy_kind_t kind,
-                              const char *label);
+CHAM_API cham_status_t cham_copy_async(cham_stream_t *stream, void *dst, const void *src,
+                                       size_t bytes, cham_copy_kind_t kind,
+                                       const char *label);
 
 typedef enum cham_access_mode {
     CHAM_ACCESS_READ = 1,
@@ -222,20 +222,20 @@ typedef struct cham_kernel {
     void *arg;
 } cham_kernel_t;
 
-cham_status_t cham_kernel_launch(cham_stream_t *stream, const cham_kernel_t *kernel);
+CHAM_API cham_status_t cham_kernel_launch(cham_stream_t *stream, const cham_kernel_t *kernel);
 
 /* Blocks the host until all work on all streams has finished. */
-cham_status_t cham_device_synchronize(cham_device_t *dev);
+CHAM_API cham_status_t cham_device_synchronize(cham_device_t *dev);
 
 /* ---- host clock ---------------------------------------------------------
  * Nanoseconds on the device's host clock: virtual on sim (starts at 0 and
  * moves only through the calls above and cham_device_host_work), monotonic
  * wall time on real backends. */
-uint64_t cham_device_host_time(const cham_device_t *dev);
+CHAM_API uint64_t cham_device_host_time(const cham_device_t *dev);
 /* Tells the device the host spent ns on its own work (the framework's
  * per-op overhead, a profiler's hooks). Advances the sim's host clock;
  * no effect on real backends, where time passes by itself. */
-void cham_device_host_work(cham_device_t *dev, uint64_t ns);
+CHAM_API void cham_device_host_work(cham_device_t *dev, uint64_t ns);
 
 /* ---- watching (optional: a backend may not offer it) ----------------------
  * The sim backend offers both; cuda neither yet (docs/device.md). */
@@ -265,7 +265,8 @@ typedef void (*cham_task_hook_t)(const cham_task_record_t *task, void *user);
 /* Installs a hook that sees every task with its device start and end (NULL
  * removes it); timelines (chameleon/trace.h) are built on it.
  * CHAM_ERR_UNSUPPORTED when the backend cannot time its tasks. */
-cham_status_t cham_device_set_task_hook(cham_device_t *dev, cham_task_hook_t hook, void *user);
+CHAM_API cham_status_t cham_device_set_task_hook(cham_device_t *dev, cham_task_hook_t hook,
+                                                 void *user);
 
 /* A hazard: two accesses to overlapping bytes on different streams whose
  * times overlap where one of them writes. Strings live for the call. */
@@ -286,15 +287,15 @@ typedef void (*cham_hazard_hook_t)(const cham_hazard_t *hazard, void *user);
 /* A backend with a hazard detector counts every hazard and by default
  * prints it to stderr; a hook replaces the printing (NULL restores it).
  * CHAM_ERR_UNSUPPORTED when the backend has no detector. */
-cham_status_t cham_device_set_hazard_hook(cham_device_t *dev, cham_hazard_hook_t hook,
-                                          void *user);
+CHAM_API cham_status_t cham_device_set_hazard_hook(cham_device_t *dev, cham_hazard_hook_t hook,
+                                                   void *user);
 /* Hazards detected so far (0 when the backend has no detector or it is off). */
-uint64_t cham_device_hazard_count(const cham_device_t *dev);
+CHAM_API uint64_t cham_device_hazard_count(const cham_device_t *dev);
 /* Whether the device checks for hazards at all: a count of 0 means
  * something only then. */
-bool cham_device_checks_hazards(const cham_device_t *dev);
+CHAM_API bool cham_device_checks_hazards(const cham_device_t *dev);
 /* Formats a hazard as one line of text into buf; returns buf. */
-char *cham_hazard_format(const cham_hazard_t *hazard, char *buf, size_t size);
+CHAM_API char *cham_hazard_format(const cham_hazard_t *hazard, char *buf, size_t size);
 
 /* ---- presets (sim) ------------------------------------------------------*/
 typedef struct cham_preset {
@@ -311,12 +312,12 @@ typedef struct cham_preset {
 } cham_preset_t;
 
 /* Number of built-in presets and the i-th one (NULL past the end). */
-size_t cham_preset_count(void);
-const cham_preset_t *cham_preset_at(size_t i);
+CHAM_API size_t cham_preset_count(void);
+CHAM_API const cham_preset_t *cham_preset_at(size_t i);
 /* The preset named name, or NULL. */
-const cham_preset_t *cham_preset_find(const char *name);
+CHAM_API const cham_preset_t *cham_preset_find(const char *name);
 /* The preset used when a config names none. */
-const char *cham_preset_default_name(void);
+CHAM_API const char *cham_preset_default_name(void);
 
 #ifdef __cplusplus
 }

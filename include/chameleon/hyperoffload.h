@@ -58,7 +58,7 @@ typedef struct cham_hyperoffload_options {
                                     1..100 (1, as the paper) */
 } cham_hyperoffload_options_t;
 
-cham_hyperoffload_options_t cham_hyperoffload_options_default(void);
+CHAM_API cham_hyperoffload_options_t cham_hyperoffload_options_default(void);
 
 /* One placement's cost (its simulation). */
 typedef struct cham_hyperoffload_cost {
@@ -88,11 +88,12 @@ typedef struct cham_hyperoffload_result {
  * says by how much), as vdnn's. Errors: CHAM_ERR_INVALID_ARG (a NULL
  * argument, a bad config or option; err names it), CHAM_ERR_HOST_OOM.
  * result may be NULL. */
-cham_status_t cham_plan_hyperoffload(const cham_profile_t *profile,
-                                     const cham_planner_config_t *config,
-                                     const cham_hyperoffload_options_t *options,
-                                     cham_policy_t **out, cham_hyperoffload_result_t *result,
-                                     char *err, size_t err_size);
+CHAM_API cham_status_t cham_plan_hyperoffload(const cham_profile_t *profile,
+                                              const cham_planner_config_t *config,
+                                              const cham_hyperoffload_options_t *options,
+                                              cham_policy_t **out,
+                                              cham_hyperoffload_result_t *result, char *err,
+                                              size_t err_size);
 
 #ifdef __cplusplus
 }

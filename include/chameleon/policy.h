@@ -79,10 +79,10 @@ typedef struct cham_planner_config {
  * segments: only partly used pages strand it), 5% where it cannot (classic
  * segments, or an allocator the planner does not know: the default rule);
  * at least 256 MiB, at most 20% (docs/policy.md, "Inputs and knobs"). */
-uint64_t cham_planner_default_reserve(uint64_t capacity, bool memory_moves);
+CHAM_API uint64_t cham_planner_default_reserve(uint64_t capacity, bool memory_moves);
 
 /* reserve: default rule; score_c 1; min_swap_bytes 1 MiB; no op costs. */
-cham_planner_config_t cham_planner_config_default(void);
+CHAM_API cham_planner_config_t cham_planner_config_default(void);
 
 /* A logical layer (paper §5.4): a run of ops of one phase. */
 typedef struct cham_logical_layer {
@@ -141,15 +141,15 @@ typedef struct cham_policy_view {
     size_t n_ops;                /* ops of the profile planned for */
 } cham_policy_view_t;
 
-void cham_policy_get(const cham_policy_t *policy, cham_policy_view_t *view);
-void cham_policy_free(cham_policy_t *policy);
+CHAM_API void cham_policy_get(const cham_policy_t *policy, cham_policy_view_t *view);
+CHAM_API void cham_policy_free(cham_policy_t *policy);
 
 /* Chameleon's generator (paper Algorithm 2). When the memory reduction list
  * cannot be emptied it fails with CHAM_ERR_OUT_OF_MEMORY and err says how
  * many bytes could not be removed and at which op. */
-cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
-                                  const cham_planner_config_t *config,
-                                  cham_policy_t **out, char *err, size_t err_size);
+CHAM_API cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
+                                           const cham_planner_config_t *config,
+                                           cham_policy_t **out, char *err, size_t err_size);
 
 /* vDNN-style baseline: every tensor idle between its last forward use and
  * its first backward use (at least min_swap_bytes) is swapped out after its
@@ -160,8 +160,9 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
  * same whatever the capacity, and predicted_peak says whether it fits. Fails
  * only with CHAM_ERR_INVALID_ARG (bad inputs, as cham_plan_chameleon's) or
  * CHAM_ERR_HOST_OOM, err saying why. docs/policy.md, "vDNN baseline". */
-cham_status_t cham_plan_vdnn(const cham_profile_t *profile, const cham_planner_config_t *config,
-                             cham_policy_t **out, char *err, size_t err_size);
+CHAM_API cham_status_t cham_plan_vdnn(const cham_profile_t *profile,
+                                      const cham_planner_config_t *config, cham_policy_t **out,
+                                      char *err, size_t err_size);
 
 /* A lower bound on the step time of any policy that keeps, swaps and
  * recomputes (the ops the profile marks recomputable) on a device of the
@@ -186,15 +187,16 @@ typedef struct cham_step_bound {
                                     (host-backed bytes leave for free) */
 } cham_step_bound_t;
 
-cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_config_t *config,
-                              cham_step_bound_t *out, char *err, size_t err_size);
+CHAM_API cham_status_t cham_plan_bound(const cham_profile_t *profile,
+                                       const cham_planner_config_t *config, cham_step_bound_t *out,
+                                       char *err, size_t err_size);
 
 /* JSON (docs/policy-format.md). Loading checks everything; errors name the
  * file and the position or field. */
-cham_status_t cham_policy_save_json(const cham_policy_t *policy, const char *path, char *err,
-                                    size_t err_size);
-cham_status_t cham_policy_load_json(const char *path, cham_policy_t **out, char *err,
-                                    size_t err_size);
+CHAM_API cham_status_t cham_policy_save_json(const cham_policy_t *policy, const char *path,
+                                             char *err, size_t err_size);
+CHAM_API cham_status_t cham_policy_load_json(const char *path, cham_policy_t **out, char *err,
+                                             size_t err_size);
 
 #ifdef __cplusplus
 }

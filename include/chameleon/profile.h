@@ -96,21 +96,21 @@ typedef struct cham_profile_view {
     const char *const *token_names;
 } cham_profile_view_t;
 
-void cham_profile_get(const cham_profile_t *p, cham_profile_view_t *view);
+CHAM_API void cham_profile_get(const cham_profile_t *p, cham_profile_view_t *view);
 
 /* Memory in use at each of the 2 * n_ops samples (before and after each
  * op): as measured, and as it would have been without the swaps. Arrays
  * must hold 2 * n_ops values. */
-void cham_profile_memory_curve(const cham_profile_t *p, uint64_t *actual,
-                               uint64_t *without_swaps);
+CHAM_API void cham_profile_memory_curve(const cham_profile_t *p, uint64_t *actual,
+                                        uint64_t *without_swaps);
 
-cham_status_t cham_profile_save_json(const cham_profile_t *p, const char *path, char *err,
-                                     size_t err_size);
+CHAM_API cham_status_t cham_profile_save_json(const cham_profile_t *p, const char *path, char *err,
+                                              size_t err_size);
 /* On failure *out is NULL and err names the file and the position (line and
  * column for syntax, the JSON path of the field for content). */
-cham_status_t cham_profile_load_json(const char *path, cham_profile_t **out, char *err,
-                                     size_t err_size);
-void cham_profile_free(cham_profile_t *p);
+CHAM_API cham_status_t cham_profile_load_json(const char *path, cham_profile_t **out, char *err,
+                                              size_t err_size);
+CHAM_API void cham_profile_free(cham_profile_t *p);
 
 #ifdef __cplusplus
 }

@@ -55,13 +55,13 @@ typedef enum cham_block_mode {
  * n_swap + n_checkpoint blocks are managed, swap blocks spread evenly
  * among them from the first (each followed by its share of checkpoint
  * blocks), the later blocks keep theirs. */
-cham_block_mode_t cham_protrain_block_mode(const cham_protrain_config_t *c, uint32_t n_blocks,
-                                           uint32_t b);
-const char *cham_block_mode_name(cham_block_mode_t mode);
+CHAM_API cham_block_mode_t cham_protrain_block_mode(const cham_protrain_config_t *c,
+                                                    uint32_t n_blocks, uint32_t b);
+CHAM_API const char *cham_block_mode_name(cham_block_mode_t mode);
 /* How many blocks before its backward a swapped block's activations come
  * back (and how many blocks' forward its swap-out is given): swap_interval,
  * at least 1. The estimators and every runtime use this one rule. */
-uint32_t cham_protrain_swap_ahead(const cham_protrain_config_t *c);
+CHAM_API uint32_t cham_protrain_swap_ahead(const cham_protrain_config_t *c);
 
 /* What the estimators need beyond the profile: the device and its host;
  * and what the caller allows the search. */
@@ -84,7 +84,7 @@ typedef struct cham_protrain_device {
 
 /* A device's figures (chameleon/device.h), the planners' default
  * reserve, no chunk held on the device. */
-cham_protrain_device_t cham_protrain_device_of(const cham_device_info_t *info);
+CHAM_API cham_protrain_device_t cham_protrain_device_of(const cham_device_info_t *info);
 
 /* One profile's structure as ProTrain sees it. */
 typedef struct cham_protrain_model cham_protrain_model_t;
@@ -96,12 +96,13 @@ typedef struct cham_protrain_model cham_protrain_model_t;
  * cham_set_block, forward before backward, each block's forward and
  * backward ops contiguous; otherwise CHAM_ERR_INVALID_ARG with err naming
  * the op and what is wrong. */
-cham_status_t cham_protrain_model_new(const cham_profile_t *profile,
-                                      const cham_protrain_device_t *dev,
-                                      cham_protrain_model_t **out, char *err, size_t err_size);
-void cham_protrain_model_free(cham_protrain_model_t *m);
-uint32_t cham_protrain_blocks(const cham_protrain_model_t *m);
-uint32_t cham_protrain_chunks(const cham_protrain_model_t *m);
+CHAM_API cham_status_t cham_protrain_model_new(const cham_profile_t *profile,
+                                               const cham_protrain_device_t *dev,
+                                               cham_protrain_model_t **out, char *err,
+                                               size_t err_size);
+CHAM_API void cham_protrain_model_free(cham_protrain_model_t *m);
+CHAM_API uint32_t cham_protrain_blocks(const cham_protrain_model_t *m);
+CHAM_API uint32_t cham_protrain_chunks(const cham_protrain_model_t *m);
 
 /* The estimators: one configuration's step time and peak device bytes
  * held by tensors. CHAM_ERR_INVALID_ARG for a configuration out of range
@@ -112,11 +113,11 @@ typedef struct cham_protrain_estimate {
     bool fits;                   /* peak_bytes <= capacity - reserve */
 } cham_protrain_estimate_t;
 
-cham_status_t cham_protrain_estimate(const cham_protrain_model_t *m,
-                                     const cham_protrain_device_t *dev,
-                                     const cham_protrain_config_t *c,
-                                     cham_protrain_estimate_t *out, char *err,
-                                     size_t err_size);
+CHAM_API cham_status_t cham_protrain_estimate(const cham_protrain_model_t *m,
+                                              const cham_protrain_device_t *dev,
+                                              const cham_protrain_config_t *c,
+                                              cham_protrain_estimate_t *out, char *err,
+                                              size_t err_size);
 
 /* The search: the configuration of the shortest estimated step among
  * those that fit. CHAM_ERR_OUT_OF_MEMORY when none fits (err names the
@@ -130,9 +131,9 @@ typedef struct cham_protrain_plan {
                                     above the best step found */
 } cham_protrain_plan_t;
 
-cham_status_t cham_protrain_search(const cham_protrain_model_t *m,
-                                   const cham_protrain_device_t *dev, cham_protrain_plan_t *out,
-                                   char *err, size_t err_size);
+CHAM_API cham_status_t cham_protrain_search(const cham_protrain_model_t *m,
+                                            const cham_protrain_device_t *dev,
+                                            cham_protrain_plan_t *out, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }

@@ -69,7 +69,7 @@ typedef enum cham_planner_kind {
     CHAM_PLANNER_SWAPADVISOR,
     CHAM_PLANNER_HYPEROFFLOAD,
 } cham_planner_kind_t;
-const char *cham_planner_kind_name(cham_planner_kind_t kind);
+CHAM_API const char *cham_planner_kind_name(cham_planner_kind_t kind);
 
 /* How the device allocator obtains memory (docs/allocator.md).
  *   CLASSIC     PyTorch's segments, one per request that finds no free block
@@ -84,9 +84,9 @@ typedef enum cham_allocator_mode {
     CHAM_ALLOCATOR_CLASSIC,
     CHAM_ALLOCATOR_EXPANDABLE,
 } cham_allocator_mode_t;
-const char *cham_allocator_mode_name(cham_allocator_mode_t mode);
+CHAM_API const char *cham_allocator_mode_name(cham_allocator_mode_t mode);
 /* CHAM_ERR_INVALID_ARG for a name that is not a mode. */
-cham_status_t cham_allocator_mode_parse(const char *name, cham_allocator_mode_t *out);
+CHAM_API cham_status_t cham_allocator_mode_parse(const char *name, cham_allocator_mode_t *out);
 
 typedef struct cham_config {
     cham_device_config_t device; /* backend, preset, capacity, sim knobs */
@@ -147,35 +147,36 @@ typedef struct cham_config {
 /* The shift for a device of `capacity` bytes: the smallest (0: PyTorch's
  * sizes) whose 20 MiB large segments, made finer, fit 16 times into it;
  * at most 10. A device of tens of GiB gets 0, one of a few MiB ~5. */
-uint32_t cham_allocator_shift_for(uint64_t capacity);
+CHAM_API uint32_t cham_allocator_shift_for(uint64_t capacity);
 
 /* The defaults: the sim device's defaults, managed mode, a 16 GiB pinned
  * budget, the paper's knobs, the executor and OOM handling on. */
-cham_config_t cham_config_default(void);
+CHAM_API cham_config_t cham_config_default(void);
 
 /* Reads a JSON object of config fields (docs/config.md) over *config, which
  * should hold the defaults. Unknown keys, wrong types and out-of-range
  * values are errors; err receives a message naming the file, the key and
  * the value (or the line and column of a syntax error). */
-cham_status_t cham_config_load_json(const char *path, cham_config_t *config, char *err,
-                                    size_t err_size);
+CHAM_API cham_status_t cham_config_load_json(const char *path, cham_config_t *config, char *err,
+                                             size_t err_size);
 
 /* The same from JSON text in memory (len bytes, no NUL needed); `origin`
  * stands for the file name in messages (a language binding's call, say). */
-cham_status_t cham_config_parse_json(const char *text, size_t len, const char *origin,
-                                     cham_config_t *config, char *err, size_t err_size);
+CHAM_API cham_status_t cham_config_parse_json(const char *text, size_t len, const char *origin,
+                                              cham_config_t *config, char *err, size_t err_size);
 
 /* The device bytes policies plan for under config on a device of
  * `capacity` bytes: memory_budget, or capacity when that is 0 or larger. */
-uint64_t cham_config_budget(const cham_config_t *config, uint64_t capacity);
+CHAM_API uint64_t cham_config_budget(const cham_config_t *config, uint64_t capacity);
 
 /* Checks every field; on failure err names the field and the value. */
-cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_t err_size);
+CHAM_API cham_status_t cham_config_validate(const cham_config_t *config, char *err,
+                                            size_t err_size);
 
 /* Whether a context of this config may move model state off the device
  * (Chameleon's planner applied, model_state on, the OOM path on): then
  * model state larger than the device is not by itself a failure. */
-bool cham_config_moves_model_state(const cham_config_t *config);
+CHAM_API bool cham_config_moves_model_state(const cham_config_t *config);
 
 /* ---- strategies ---------------------------------------------------------*/
 
@@ -205,48 +206,48 @@ typedef enum cham_strategy {
 } cham_strategy_t;
 #define CHAM_STRATEGY_COUNT 11
 
-const char *cham_strategy_name(cham_strategy_t strategy);
+CHAM_API const char *cham_strategy_name(cham_strategy_t strategy);
 /* CHAM_ERR_INVALID_ARG for a name that is not a strategy. */
-cham_status_t cham_strategy_parse(const char *name, cham_strategy_t *out);
+CHAM_API cham_status_t cham_strategy_parse(const char *name, cham_strategy_t *out);
 /* Sets executor, oom_handling, planner and recompute as the strategy has them, and
  * for IDEAL the capacity (the largest the config allows). RECOMPUTE is
  * the caller's work: the runtime cannot re-run the caller's ops, so it only
  * turns the runtime's management off. */
-cham_status_t cham_strategy_apply(cham_strategy_t strategy, cham_config_t *config);
+CHAM_API cham_status_t cham_strategy_apply(cham_strategy_t strategy, cham_config_t *config);
 
 /* ---- context ------------------------------------------------------------*/
 
 /* Opens the device and sets up allocators, streams and the profiler. On
  * failure *out is NULL and cham_context_last_error(NULL) says why. */
-cham_status_t cham_context_new(const cham_config_t *config, cham_context_t **out);
+CHAM_API cham_status_t cham_context_new(const cham_config_t *config, cham_context_t **out);
 /* Frees the context. Tensors still alive are a programmer error. */
-void cham_context_free(cham_context_t *ctx);
+CHAM_API void cham_context_free(cham_context_t *ctx);
 /* The message of the last failure (ctx NULL: of the last failed creation). */
-const char *cham_context_last_error(const cham_context_t *ctx);
+CHAM_API const char *cham_context_last_error(const cham_context_t *ctx);
 
-cham_device_t *cham_context_device(const cham_context_t *ctx);
+CHAM_API cham_device_t *cham_context_device(const cham_context_t *ctx);
 /* The config the context was made with (validated). */
-const cham_config_t *cham_context_config(const cham_context_t *ctx);
+CHAM_API const cham_config_t *cham_context_config(const cham_context_t *ctx);
 /* cham_config_budget of the context's config and device. */
-uint64_t cham_context_budget(const cham_context_t *ctx);
+CHAM_API uint64_t cham_context_budget(const cham_context_t *ctx);
 /* The smallest tensor the planner swaps: min_swap_bytes, or when that is
  * 0 a 1024th of the budget within [4 KiB, 1 MiB] (1 MiB from a 1 GiB
  * budget up: a copy's fixed cost is not worth paying for less; a device
  * of a few MiB still has candidates). */
-uint64_t cham_context_min_swap(const cham_context_t *ctx);
+CHAM_API uint64_t cham_context_min_swap(const cham_context_t *ctx);
 /* Sets memory_budget (0: the device's capacity), as a budget given as a
  * share of the peak of a first, unconstrained step needs. Only before the
  * first policy is planned (CHAM_ERR_INVALID_ARG after: make a new context). */
-cham_status_t cham_context_set_memory_budget(cham_context_t *ctx, uint64_t bytes);
+CHAM_API cham_status_t cham_context_set_memory_budget(cham_context_t *ctx, uint64_t bytes);
 /* The stream operators run on; kernels are launched there by the caller. */
-cham_stream_t *cham_context_compute_stream(const cham_context_t *ctx);
+CHAM_API cham_stream_t *cham_context_compute_stream(const cham_context_t *ctx);
 
 /* ---- op tokens ------------------------------------------------------------*/
 
 /* The token of name, interned on first use; stable for the context's life. */
-cham_status_t cham_op_token(cham_context_t *ctx, const char *name, cham_op_token_t *out);
+CHAM_API cham_status_t cham_op_token(cham_context_t *ctx, const char *name, cham_op_token_t *out);
 /* The name of a token, or NULL if unknown. */
-const char *cham_op_name(const cham_context_t *ctx, cham_op_token_t token);
+CHAM_API const char *cham_op_name(const cham_context_t *ctx, cham_op_token_t token);
 
 /* ---- tensors --------------------------------------------------------------
  * A tensor handle is a view of a storage: an offset and a length into it.
@@ -260,15 +261,15 @@ const char *cham_op_name(const cham_context_t *ctx, cham_op_token_t token);
  * Managed mode: a new storage of bytes on the device, and a view of all of
  * it. CHAM_ERR_OUT_OF_MEMORY when it does not fit (message in
  * cham_context_last_error). */
-cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dtype,
-                              const char *label, cham_tensor_t **out);
+CHAM_API cham_status_t cham_tensor_new(cham_context_t *ctx, size_t bytes, cham_dtype_t dtype,
+                                       const char *label, cham_tensor_t **out);
 /* Advisor mode: the caller allocated bytes at device pointer ptr (NULL
  * only for 0 bytes); Chameleon tracks it. Releasing the last view reports the free. */
-cham_status_t cham_tensor_wrap(cham_context_t *ctx, void *ptr, size_t bytes,
-                               cham_dtype_t dtype, const char *label, cham_tensor_t **out);
+CHAM_API cham_status_t cham_tensor_wrap(cham_context_t *ctx, void *ptr, size_t bytes,
+                                        cham_dtype_t dtype, const char *label, cham_tensor_t **out);
 /* A new view of base's storage: [offset, offset + bytes) of base's view. */
-cham_status_t cham_tensor_view(cham_tensor_t *base, size_t offset, size_t bytes,
-                               cham_dtype_t dtype, const char *label, cham_tensor_t **out);
+CHAM_API cham_status_t cham_tensor_view(cham_tensor_t *base, size_t offset, size_t bytes,
+                                        cham_dtype_t dtype, const char *label, cham_tensor_t **out);
 /* A strided view, as a framework describes one (a transpose, a slice with a
  * step, an expand): `offset` elements of dtype into base's view, then ndim
  * sizes and strides in elements (strides >= 0; 0 repeats an element). The
@@ -276,13 +277,13 @@ cham_status_t cham_tensor_view(cham_tensor_t *base, size_t offset, size_t bytes,
  * the storage's, so a view needs only where it starts and ends. A size of
  * 0 makes a view of no bytes. Making a view is no op: it neither moves data
  * nor costs time. */
-cham_status_t cham_tensor_view_strided(cham_tensor_t *base, size_t offset, size_t ndim,
-                                       const int64_t *sizes, const int64_t *strides,
-                                       cham_dtype_t dtype, const char *label,
-                                       cham_tensor_t **out);
+CHAM_API cham_status_t cham_tensor_view_strided(cham_tensor_t *base, size_t offset, size_t ndim,
+                                                const int64_t *sizes, const int64_t *strides,
+                                                cham_dtype_t dtype, const char *label,
+                                                cham_tensor_t **out);
 
-cham_tensor_t *cham_tensor_retain(cham_tensor_t *t);
-void cham_tensor_release(cham_tensor_t *t);
+CHAM_API cham_tensor_t *cham_tensor_retain(cham_tensor_t *t);
+CHAM_API void cham_tensor_release(cham_tensor_t *t);
 
 /* The view's device address, valid for the op being dispatched (it may
  * change when the storage is swapped out and back). NULL while the storage
@@ -291,20 +292,20 @@ void cham_tensor_release(cham_tensor_t *t);
  * a copy. A storage that held nothing may have had its block given back
  * by the OOM path (managed mode); it gets one again here, NULL only when
  * none can be made (cham_context_last_error says why). */
-void *cham_tensor_data(const cham_tensor_t *t);
-size_t cham_tensor_bytes(const cham_tensor_t *t);
+CHAM_API void *cham_tensor_data(const cham_tensor_t *t);
+CHAM_API size_t cham_tensor_bytes(const cham_tensor_t *t);
 /* Bytes of the storage the view belongs to (>= cham_tensor_bytes). */
-size_t cham_tensor_storage_bytes(const cham_tensor_t *t);
-cham_dtype_t cham_tensor_dtype(const cham_tensor_t *t);
-const char *cham_tensor_label(const cham_tensor_t *t);
-cham_residency_t cham_tensor_residency(const cham_tensor_t *t);
+CHAM_API size_t cham_tensor_storage_bytes(const cham_tensor_t *t);
+CHAM_API cham_dtype_t cham_tensor_dtype(const cham_tensor_t *t);
+CHAM_API const char *cham_tensor_label(const cham_tensor_t *t);
+CHAM_API cham_residency_t cham_tensor_residency(const cham_tensor_t *t);
 /* The caller's own pointer on this handle (a framework's tensor, say),
  * NULL until set; Chameleon never reads it. Views made from a handle do
  * not inherit it. */
-void cham_tensor_set_user(cham_tensor_t *t, void *user);
-void *cham_tensor_user(const cham_tensor_t *t);
+CHAM_API void cham_tensor_set_user(cham_tensor_t *t, void *user);
+CHAM_API void *cham_tensor_user(const cham_tensor_t *t);
 /* True if a and b are views of one storage. */
-bool cham_tensor_same_storage(const cham_tensor_t *a, const cham_tensor_t *b);
+CHAM_API bool cham_tensor_same_storage(const cham_tensor_t *a, const cham_tensor_t *b);
 
 /* Managed mode: moves the storage to pinned host memory (planned, or
  * passive when an allocation failed), and back. The executor calls these
@@ -314,8 +315,8 @@ bool cham_tensor_same_storage(const cham_tensor_t *a, const cham_tensor_t *b);
  * swap-in stream and makes the compute stream wait before the next use.
  * A storage that is used by an op while on the host is brought back on
  * demand (counted). Both are logged for the profiler. */
-cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive);
-cham_status_t cham_tensor_swap_in(cham_tensor_t *t);
+CHAM_API cham_status_t cham_tensor_swap_out(cham_tensor_t *t, bool passive);
+CHAM_API cham_status_t cham_tensor_swap_in(cham_tensor_t *t);
 
 /* Managed mode: `host`, pinned memory of at least the storage's bytes
  * (cham_device_host_alloc), holds the same bytes as t's storage from now
@@ -327,7 +328,7 @@ cham_status_t cham_tensor_swap_in(cham_tensor_t *t);
  * device's weights need no copy of their own. NULL: `host` is about to
  * change; a storage away on it comes back first, and the call waits for
  * that copy. CHAM_ERR_INVALID_ARG in advisor mode or for a dropped storage. */
-cham_status_t cham_tensor_set_host_copy(cham_tensor_t *t, void *host);
+CHAM_API cham_status_t cham_tensor_set_host_copy(cham_tensor_t *t, void *host);
 /* Managed mode: the caller is about to write t's next contents into
  * `host` (pinned, at least the storage's bytes): an optimizer on the host
  * that updates the weights in place while the backward goes on. The
@@ -339,20 +340,20 @@ cham_status_t cham_tensor_set_host_copy(cham_tensor_t *t, void *host);
  * never stale bytes. A swap-in still reading the old bytes is waited for
  * first. Like a swap-out by the caller, it is counted and profiled.
  * CHAM_ERR_INVALID_ARG in advisor mode or for a dropped storage. */
-cham_status_t cham_tensor_host_update(cham_tensor_t *t, void *host);
+CHAM_API cham_status_t cham_tensor_host_update(cham_tensor_t *t, void *host);
 /* The update announced by cham_tensor_host_update is queued on `stream`
  * (a host stream, cham_stream_new_host): t comes back after that stream's
  * work so far. Unlike cham_tensor_record_stream, the stream never touches
  * t's device memory, so the block's reuse does not wait for it.
  * CHAM_ERR_INVALID_ARG when no update was announced. */
-cham_status_t cham_tensor_host_ready(cham_tensor_t *t, cham_stream_t *stream);
+CHAM_API cham_status_t cham_tensor_host_ready(cham_tensor_t *t, cham_stream_t *stream);
 
 /* Work queued on `stream` so far (a stream the caller made, for example
  * for communication) uses t, as PyTorch's Tensor.record_stream says: its
  * swap-outs wait for that work, and its device block is not reused before
  * it is done. Call it after queuing the work, from within the op that
  * dispatched it. One foreign stream per storage is remembered (the last). */
-cham_status_t cham_tensor_record_stream(cham_tensor_t *t, cham_stream_t *stream);
+CHAM_API cham_status_t cham_tensor_record_stream(cham_tensor_t *t, cham_stream_t *stream);
 
 /* ---- dispatch -------------------------------------------------------------*/
 
@@ -361,10 +362,10 @@ cham_status_t cham_tensor_record_stream(cham_tensor_t *t, cham_stream_t *stream)
  * compute stream wait for swap-ins in flight (managed mode) or advises the
  * caller what to move (advisor mode). Launch the op's kernels on the
  * compute stream between begin and end. */
-cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
-                            cham_tensor_t *const *inputs, size_t n_inputs,
-                            cham_tensor_t *const *outputs, size_t n_outputs);
-cham_status_t cham_op_end(cham_context_t *ctx);
+CHAM_API cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
+                                     cham_tensor_t *const *inputs, size_t n_inputs,
+                                     cham_tensor_t *const *outputs, size_t n_outputs);
+CHAM_API cham_status_t cham_op_end(cham_context_t *ctx);
 
 /* ---- recomputation ---------------------------------------------------------
  * Instead of swapping a tensor out, a policy may drop it after its last
@@ -410,21 +411,22 @@ typedef struct cham_recompute_call {
 typedef cham_status_t (*cham_recompute_hook_t)(cham_context_t *ctx,
                                                const cham_recompute_call_t *call, void *user);
 /* One hook per context; NULL removes it (recomputable ops are then refused). */
-void cham_context_on_recompute(cham_context_t *ctx, cham_recompute_hook_t hook, void *user);
-cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag);
+CHAM_API void cham_context_on_recompute(cham_context_t *ctx, cham_recompute_hook_t hook,
+                                        void *user);
+CHAM_API cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag);
 /* Managed mode: drops a recomputable tensor's storage now (its block is
  * reused in stream order); it is recomputed at its next use. A policy does
  * this itself; callers may too. CHAM_ERR_INVALID_ARG, saying why, when the
  * storage cannot be recomputed (not declared, written since, not on the
  * device, an input gone). */
-cham_status_t cham_tensor_drop(cham_tensor_t *t);
+CHAM_API cham_status_t cham_tensor_drop(cham_tensor_t *t);
 
 /* Between cham_op_begin and cham_op_end: the caller's estimate of the op's
  * time on the compute stream, in ns (a roofline, a measurement). Planners
  * take the ops with a cost at their word and share what is left of the
  * measured step time among the others; without any, Eq. 1 spreads the
  * measured step time evenly (docs/policy.md, "Op costs"). */
-cham_status_t cham_op_set_cost(cham_context_t *ctx, double ns);
+CHAM_API cham_status_t cham_op_set_cost(cham_context_t *ctx, double ns);
 
 /* Between cham_op_begin and cham_op_end: the op runs a collective of `ns`
  * on a communication stream, which starts once the compute stream's work
@@ -434,12 +436,12 @@ cham_status_t cham_op_set_cost(cham_context_t *ctx, double ns);
  * runs a recomputation due right after waited collectives before them,
  * where it overlaps the collectives still queued (docs/policy.md,
  * "Recomputation"). */
-cham_status_t cham_op_set_comm(cham_context_t *ctx, double ns, bool waited);
+CHAM_API cham_status_t cham_op_set_comm(cham_context_t *ctx, double ns, bool waited);
 
 /* Ops dispatched since the context was made: the numbering free_after_op
  * of an action uses (the op being dispatched has number cham_context_ops
  * until its cham_op_end). */
-uint64_t cham_context_ops(const cham_context_t *ctx);
+CHAM_API uint64_t cham_context_ops(const cham_context_t *ctx);
 
 /* ---- advisor mode: actions ------------------------------------------------
  * In advisor mode Chameleon moves nothing; it says what to move, and the
@@ -488,7 +490,7 @@ typedef struct cham_action {
 } cham_action_t;
 
 /* The actions of the op begun last; their number (0 in managed mode). */
-size_t cham_op_actions(const cham_context_t *ctx, const cham_action_t **actions);
+CHAM_API size_t cham_op_actions(const cham_context_t *ctx, const cham_action_t **actions);
 
 /* Advisor mode: the caller moved the storage of t to its host memory (the
  * device copy is no longer used) / back to the device at device_ptr. A
@@ -496,34 +498,34 @@ size_t cham_op_actions(const cham_context_t *ctx, const cham_action_t **actions)
  * swap-out (it made room the policy did not) / an on-demand swap-in; a
  * trial that needed them ranks below one that did not, as in managed
  * mode. */
-cham_status_t cham_tensor_swapped_out(cham_tensor_t *t);
-cham_status_t cham_tensor_swapped_in(cham_tensor_t *t, void *device_ptr);
+CHAM_API cham_status_t cham_tensor_swapped_out(cham_tensor_t *t);
+CHAM_API cham_status_t cham_tensor_swapped_in(cham_tensor_t *t, void *device_ptr);
 /* Advisor mode: the caller freed the device memory of t's storage, which
  * an op declared recomputable made (CHAM_ACTION_DROP) / made it again at
  * device_ptr (CHAM_ACTION_RECOMPUTE). CHAM_ERR_INVALID_ARG, saying why, for
  * a storage no recomputable op made, one written since, or one not in the
  * state the report implies. */
-cham_status_t cham_tensor_dropped(cham_tensor_t *t);
-cham_status_t cham_tensor_recomputed(cham_tensor_t *t, void *device_ptr);
+CHAM_API cham_status_t cham_tensor_dropped(cham_tensor_t *t);
+CHAM_API cham_status_t cham_tensor_recomputed(cham_tensor_t *t, void *device_ptr);
 /* The inputs of the op that made t's storage, in the order given to
  * cham_op_begin: views the caller holds (NULL for an input it holds no view
  * of any more); up to max of them; returns their number, 0 when no
  * recomputable op made it. */
-size_t cham_tensor_recompute_inputs(const cham_tensor_t *t, cham_tensor_t **inputs,
-                                    size_t max);
+CHAM_API size_t cham_tensor_recompute_inputs(const cham_tensor_t *t, cham_tensor_t **inputs,
+                                             size_t max);
 
 /* Marks the phase of the ops that follow (forward at the start of a step). */
-cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase);
+CHAM_API cham_status_t cham_phase(cham_context_t *ctx, cham_phase_t phase);
 
 /* Marks the transformer block (0, 1, ... in the forward's order) the ops
  * that follow belong to, or -1 for none (the default, and again at each
  * step's start): what a module hook around each block would say. The
  * detailed profile records it per op; ProTrain's planner
  * (chameleon/protrain.h) manages memory per block and needs it. */
-cham_status_t cham_set_block(cham_context_t *ctx, int32_t block);
+CHAM_API cham_status_t cham_set_block(cham_context_t *ctx, int32_t block);
 
 /* Ends the step: runs the stage machine on the step's op sequence. */
-cham_status_t cham_step_end(cham_context_t *ctx);
+CHAM_API cham_status_t cham_step_end(cham_context_t *ctx);
 
 /* Numbers the step being run as the caller's loop does, so that log lines,
  * the step hook, profiles and traces say "step 57" where the caller's own
@@ -531,15 +533,15 @@ cham_status_t cham_step_end(cham_context_t *ctx);
  * (the first step is 0). Numbers need not be unique: a validation pass run
  * after training step 49 may be numbered 49 too. The runtime's own
  * bookkeeping never depends on them. */
-void cham_step_set_number(cham_context_t *ctx, uint64_t number);
+CHAM_API void cham_step_set_number(cham_context_t *ctx, uint64_t number);
 
-cham_stage_t cham_context_stage(const cham_context_t *ctx);
+CHAM_API cham_stage_t cham_context_stage(const cham_context_t *ctx);
 /* The number of the step being run (see cham_step_set_number). */
-uint64_t cham_context_step(const cham_context_t *ctx);
-const char *cham_stage_name(cham_stage_t stage);
-const char *cham_phase_name(cham_phase_t phase);
-const char *cham_dtype_name(cham_dtype_t dtype);
-size_t cham_dtype_size(cham_dtype_t dtype);
+CHAM_API uint64_t cham_context_step(const cham_context_t *ctx);
+CHAM_API const char *cham_stage_name(cham_stage_t stage);
+CHAM_API const char *cham_phase_name(cham_phase_t phase);
+CHAM_API const char *cham_dtype_name(cham_dtype_t dtype);
+CHAM_API size_t cham_dtype_size(cham_dtype_t dtype);
 
 /* What the step hook learns when a step ends. */
 typedef struct cham_step_ended {
@@ -556,12 +558,12 @@ typedef struct cham_step_ended {
 /* Called at the end of every step, after the runtime decided what the next
  * step runs. One hook per context: cham_trace_open takes it. */
 typedef void (*cham_step_hook_t)(cham_context_t *ctx, const cham_step_ended_t *step, void *user);
-void cham_context_on_step(cham_context_t *ctx, cham_step_hook_t hook, void *user);
+CHAM_API void cham_context_on_step(cham_context_t *ctx, cham_step_hook_t hook, void *user);
 
 /* Log lines (stage changes, on-demand swaps, errors). By default lines go
  * to stderr; a hook replaces that, NULL restores it. */
 typedef void (*cham_log_hook_t)(const char *line, void *user);
-void cham_context_set_log(cham_context_t *ctx, cham_log_hook_t hook, void *user);
+CHAM_API void cham_context_set_log(cham_context_t *ctx, cham_log_hook_t hook, void *user);
 
 /* Why a storage moved. */
 typedef enum cham_swap_cause {
@@ -584,20 +586,20 @@ typedef struct cham_swap_event {
 } cham_swap_event_t;
 typedef void (*cham_swap_hook_t)(const cham_swap_event_t *swap, void *user);
 /* Called for every swap; NULL removes the hook. */
-void cham_context_on_swap(cham_context_t *ctx, cham_swap_hook_t hook, void *user);
-const char *cham_swap_cause_name(cham_swap_cause_t cause);
+CHAM_API void cham_context_on_swap(cham_context_t *ctx, cham_swap_hook_t hook, void *user);
+CHAM_API const char *cham_swap_cause_name(cham_swap_cause_t cause);
 
 /* ---- profiling ------------------------------------------------------------*/
 
 /* Profile the next step in detail even outside GenPolicy. */
-void cham_context_request_profile(cham_context_t *ctx);
+CHAM_API void cham_context_request_profile(cham_context_t *ctx);
 /* The last detailed profile completed (owned by the context, valid until
  * the next one completes or the context is freed), or NULL. */
-const cham_profile_t *cham_context_last_profile(const cham_context_t *ctx);
+CHAM_API const cham_profile_t *cham_context_last_profile(const cham_context_t *ctx);
 
 /* The swap policy applied now (the executor's), or NULL: owned by the
  * context, valid until the next cham_step_end. chameleon/policy.h reads it. */
-const cham_policy_t *cham_context_policy(const cham_context_t *ctx);
+CHAM_API const cham_policy_t *cham_context_policy(const cham_context_t *ctx);
 
 /* Counters a caller may watch. */
 typedef struct cham_runtime_stats {
@@ -637,13 +639,14 @@ typedef struct cham_runtime_stats {
                                     all taken) */
     uint64_t over_budget_bytes;  /* the most any step went past it */
 } cham_runtime_stats_t;
-void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *stats);
+CHAM_API void cham_context_get_stats(const cham_context_t *ctx, cham_runtime_stats_t *stats);
 /* Starts mem_peak again from the memory in use now (for per-step peaks). */
-void cham_context_reset_peak(cham_context_t *ctx);
+CHAM_API void cham_context_reset_peak(cham_context_t *ctx);
 /* Managed mode: the device allocator's counters (chameleon/alloc.h), among
  * them the memory block reuse interval. CHAM_ERR_INVALID_ARG in advisor
  * mode, where the caller owns memory. */
-cham_status_t cham_context_alloc_stats(const cham_context_t *ctx, cham_alloc_stats_t *stats);
+CHAM_API cham_status_t cham_context_alloc_stats(const cham_context_t *ctx,
+                                                cham_alloc_stats_t *stats);
 
 #ifdef __cplusplus
 }

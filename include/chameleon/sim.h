@@ -13,7 +13,7 @@ extern "C" {
 #endif
 
 /* True if dev runs the sim backend. */
-bool cham_sim_is_sim(const cham_device_t *dev);
+CHAM_API bool cham_sim_is_sim(const cham_device_t *dev);
 
 #define CHAM_SIM_MAX_STREAMS 64
 
@@ -35,7 +35,7 @@ typedef struct cham_sim_stats {
     int n_streams;               /* streams ever made; ids < n_streams */
     uint64_t stream_busy_ns[CHAM_SIM_MAX_STREAMS];
 } cham_sim_stats_t;
-cham_status_t cham_sim_get_stats(const cham_device_t *dev, cham_sim_stats_t *stats);
+CHAM_API cham_status_t cham_sim_get_stats(const cham_device_t *dev, cham_sim_stats_t *stats);
 
 /* Fault injection: the next `after`-th call (0 = the very next) of the given
  * kind fails with the given status, once. */
@@ -44,8 +44,8 @@ typedef enum cham_sim_fault {
     CHAM_SIM_FAULT_HOST_ALLOC,
     CHAM_SIM_FAULT_COUNT_
 } cham_sim_fault_t;
-cham_status_t cham_sim_inject_fault(cham_device_t *dev, cham_sim_fault_t fault,
-                                    uint64_t after, cham_status_t status);
+CHAM_API cham_status_t cham_sim_inject_fault(cham_device_t *dev, cham_sim_fault_t fault,
+                                             uint64_t after, cham_status_t status);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,17 @@
 #ifndef CHAMELEON_STATUS_H
 #define CHAMELEON_STATUS_H
 
+/* CHAM_API marks what libchameleon.so exports: the library is compiled with
+ * -fvisibility=hidden, so a function without it stays internal and cannot
+ * collide with a user's symbols. Every public header includes this one.
+ * tests/test_exports.sh checks that the exports and the CHAM_API
+ * declarations are the same set. */
+#if defined(__GNUC__) || defined(__clang__)
+#define CHAM_API __attribute__((visibility("default")))
+#else
+#define CHAM_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -26,7 +37,7 @@ typedef enum cham_status {
 } cham_status_t;
 
 /* A short constant description of the status, never NULL. */
-const char *cham_status_string(cham_status_t status);
+CHAM_API const char *cham_status_string(cham_status_t status);
 
 #ifdef __cplusplus
 }

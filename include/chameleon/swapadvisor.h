@@ -47,7 +47,7 @@ typedef struct cham_swapadvisor_options {
                                     apply */
 } cham_swapadvisor_options_t;
 
-cham_swapadvisor_options_t cham_swapadvisor_options_default(void);
+CHAM_API cham_swapadvisor_options_t cham_swapadvisor_options_default(void);
 
 /* What the search found. */
 typedef struct cham_swapadvisor_result {
@@ -71,7 +71,7 @@ typedef struct cham_swapadvisor_result {
                                     (owned: cham_swapadvisor_result_free) */
 } cham_swapadvisor_result_t;
 
-void cham_swapadvisor_result_free(cham_swapadvisor_result_t *r);
+CHAM_API void cham_swapadvisor_result_free(cham_swapadvisor_result_t *r);
 
 /* Searches and, when out is not NULL, makes the policy the runtime applies
  * in the profile's op order: the swaps of the best pool for that order
@@ -84,11 +84,11 @@ void cham_swapadvisor_result_free(cham_swapadvisor_result_t *r);
  * input, CHAM_ERR_OUT_OF_MEMORY (err names the op and the bytes) when no
  * pool of the usable bytes holds some op's tensors at once, and
  * CHAM_ERR_HOST_OOM. */
-cham_status_t cham_plan_swapadvisor(const cham_profile_t *profile,
-                                    const cham_planner_config_t *config,
-                                    const cham_swapadvisor_options_t *options,
-                                    cham_policy_t **out, cham_swapadvisor_result_t *result,
-                                    char *err, size_t err_size);
+CHAM_API cham_status_t cham_plan_swapadvisor(const cham_profile_t *profile,
+                                             const cham_planner_config_t *config,
+                                             const cham_swapadvisor_options_t *options,
+                                             cham_policy_t **out, cham_swapadvisor_result_t *result,
+                                             char *err, size_t err_size);
 
 #ifdef __cplusplus
 }

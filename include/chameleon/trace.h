@@ -23,14 +23,14 @@ typedef struct cham_trace cham_trace_t;
  * hook (cham_device_set_task_hook: sim does, cuda not yet). The trace
  * takes the context's step hook and the device's task hook until it is
  * closed. On failure err says why. */
-cham_status_t cham_trace_open(cham_context_t *ctx, const char *path, cham_trace_t **out,
-                              char *err, size_t err_size);
+CHAM_API cham_status_t cham_trace_open(cham_context_t *ctx, const char *path, cham_trace_t **out,
+                                       char *err, size_t err_size);
 /* Host CPU time spent writing the trace so far (ns): a caller measuring
  * its own overhead subtracts it. */
-uint64_t cham_trace_cpu_ns(const cham_trace_t *t);
+CHAM_API uint64_t cham_trace_cpu_ns(const cham_trace_t *t);
 /* Finishes the file and gives the hooks back; CHAM_OK when every byte was
  * written. NULL is fine. */
-cham_status_t cham_trace_close(cham_trace_t *t, char *err, size_t err_size);
+CHAM_API cham_status_t cham_trace_close(cham_trace_t *t, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }

@@ -103,15 +103,16 @@ typedef struct cham_model_config {
  * defaults to sequence 4096 (1024 for GPT-2), micro-batch 1, global batch 0
  * (= mbs * dp), bf16 (fp16 for GPT-2), flash attention, no recomputation,
  * no parallelism, no variation. CHAM_ERR_INVALID_ARG for an unknown name. */
-cham_status_t cham_model_preset(const char *name, cham_model_config_t *out);
-size_t cham_model_preset_count(void);
-const char *cham_model_preset_name(size_t i);
-const char *cham_arch_name(cham_arch_t arch);
+CHAM_API cham_status_t cham_model_preset(const char *name, cham_model_config_t *out);
+CHAM_API size_t cham_model_preset_count(void);
+CHAM_API const char *cham_model_preset_name(size_t i);
+CHAM_API const char *cham_arch_name(cham_arch_t arch);
 
 /* Checks every field and their combinations (heads divisible by kv_heads
  * and by tp, layers by pp, gbs by mbs * dp, ...); err names the field and
  * the value. */
-cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_t err_size);
+CHAM_API cham_status_t cham_model_validate(const cham_model_config_t *m, char *err,
+                                           size_t err_size);
 
 /* The most tokens per sequence (seq: training's sequence, inference's
  * prompt) cham_model_validate accepts, and the most tokens inference
@@ -123,13 +124,13 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
  * make a tensor too large to simulate (a large batch) or too many
  * parameters (GPT-2's positions); every shorter seq is accepted too. 0
  * when even seq 1 is refused (the fault is in another field). */
-uint32_t cham_model_max_seq(const cham_model_config_t *m);
+CHAM_API uint32_t cham_model_max_seq(const cham_model_config_t *m);
 
 /* Parameters of the whole model (every stage, unsharded). */
-uint64_t cham_model_parameters(const cham_model_config_t *m);
+CHAM_API uint64_t cham_model_parameters(const cham_model_config_t *m);
 /* Parameters this device holds (its pipeline stage, its tensor shard),
  * before ZeRO sharding. */
-uint64_t cham_model_device_parameters(const cham_model_config_t *m);
+CHAM_API uint64_t cham_model_device_parameters(const cham_model_config_t *m);
 /* Bytes of model state this device holds for the whole run: weights and
  * gradients in the compute type, fp32 master weights and two Adam moments,
  * for its parameters (cham_model_device_parameters) with ZeRO's sharding
@@ -137,14 +138,14 @@ uint64_t cham_model_device_parameters(const cham_model_config_t *m);
  * gradients live during the backward, the rest on the host). A job whose
  * model state exceeds the device's capacity runs only where Chameleon
  * moves model state. */
-uint64_t cham_model_state_bytes(const cham_model_config_t *m);
+CHAM_API uint64_t cham_model_state_bytes(const cham_model_config_t *m);
 /* Inference: the bytes of every layer's KV cache for the whole context
  * (seq + generate tokens, mbs sequences); 0 when not inferring. */
-uint64_t cham_model_kv_cache_bytes(const cham_model_config_t *m);
+CHAM_API uint64_t cham_model_kv_cache_bytes(const cham_model_config_t *m);
 /* Device bytes one transformer layer keeps for its backward per
  * micro-batch, by the formula of docs/workloads.md (the generator's saved
  * tensors sum to it; a Mixtral layer with its routing's balanced counts). */
-uint64_t cham_model_layer_activation_bytes(const cham_model_config_t *m);
+CHAM_API uint64_t cham_model_layer_activation_bytes(const cham_model_config_t *m);
 
 /* ---- the generator --------------------------------------------------------*/
 
@@ -156,9 +157,9 @@ typedef struct cham_workload cham_workload_t;
  * CHAM_ERR_OUT_OF_MEMORY, before anything is created, when the model state
  * alone exceeds the device's capacity (err names the sizes and the
  * settings). */
-cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *m,
-                                cham_workload_t **out, char *err, size_t err_size);
-void cham_workload_free(cham_workload_t *w);
+CHAM_API cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *m,
+                                         cham_workload_t **out, char *err, size_t err_size);
+CHAM_API void cham_workload_free(cham_workload_t *w);
 
 /* What one step did. */
 typedef struct cham_step_info {
@@ -174,21 +175,22 @@ typedef struct cham_step_info {
  * with cham_step_end. Failures (out of memory, a policy that does not fit)
  * return the runtime's status; cham_workload_last_error says why. After a
  * failure only cham_workload_free is allowed. */
-cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_info_t *info);
-const char *cham_workload_last_error(const cham_workload_t *w);
+CHAM_API cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step,
+                                          cham_step_info_t *info);
+CHAM_API const char *cham_workload_last_error(const cham_workload_t *w);
 /* Waits until the device has done the step's own work: every stream the
  * workload issues to (compute, communication, offload, the host's). The
  * runtime's swap copies may run on into the next step, as they do in a
  * loop that runs step after step; cham_device_synchronize waits for them
  * too. Every stream is waited for; the first failure is returned. */
-cham_status_t cham_workload_wait(cham_workload_t *w);
+CHAM_API cham_status_t cham_workload_wait(cham_workload_t *w);
 
 /* The op sequence's variation knobs decide per step; these say what they
  * decided (for tests and progress lines) without running anything. */
-bool cham_workload_overflows(const cham_model_config_t *m, uint64_t step);
-bool cham_workload_validates(const cham_model_config_t *m, uint64_t step);
+CHAM_API bool cham_workload_overflows(const cham_model_config_t *m, uint64_t step);
+CHAM_API bool cham_workload_validates(const cham_model_config_t *m, uint64_t step);
 /* Whether step updates the weights (accumulate: every accumulate-th). */
-bool cham_workload_updates(const cham_model_config_t *m, uint64_t step);
+CHAM_API bool cham_workload_updates(const cham_model_config_t *m, uint64_t step);
 
 /* ---- running a workload under a strategy ---------------------------------*/
 
@@ -237,7 +239,7 @@ typedef struct cham_run_config {
 
 /* 50 steps, Chameleon, the runtime's defaults with 2 TiB of pinned host
  * memory and the sim's hazard detector on; the model must be set. */
-cham_run_config_t cham_run_config_default(void);
+CHAM_API cham_run_config_t cham_run_config_default(void);
 
 typedef struct cham_run_result {
     cham_status_t status;        /* of the training: CHAM_OK if every step ran */
@@ -294,14 +296,14 @@ typedef struct cham_run_result {
  * run could be set up (r->status says how the training went: a model state
  * larger than the device is CHAM_ERR_OUT_OF_MEMORY at step 0 before any
  * op); CHAM_ERR_INVALID_ARG with r->error for a bad configuration. */
-cham_status_t cham_run(const cham_run_config_t *config, cham_run_result_t *r);
+CHAM_API cham_status_t cham_run(const cham_run_config_t *config, cham_run_result_t *r);
 
 /* What cham_run would refuse before its first op, from the settings alone
  * (no device is opened): CHAM_ERR_INVALID_ARG for a bad configuration,
  * CHAM_ERR_OUT_OF_MEMORY when the model state exceeds the capacity the
  * strategy runs with; err says why. CHAM_OK otherwise (the run may still
  * fail later, out of memory for activations). */
-cham_status_t cham_run_check(const cham_run_config_t *config, char *err, size_t err_size);
+CHAM_API cham_status_t cham_run_check(const cham_run_config_t *config, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }
