@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "chameleon/chameleon.h"
+#include "common/rng.h"
 #include "lib/machine.h"
 
 #define N_OPS 10000
@@ -54,10 +55,7 @@ static void make_ops(cham_context_t *ctx, bench_op_t *ops)
         ops[i].flops = mm ? 2 * b * s * h * h : attn ? 4 * b * s * s * h : 0;
         ops[i].bytes = mm ? 2 * act : 3 * act;
         for (int k = 0; k < 3; k++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            int t = (int)(x % N_TENSORS);
+            int t = (int)(cham_xorshift64(&x) % N_TENSORS);
             if (k < 2)
                 ops[i].in[k] = t;
             else

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "chameleon/chameleon.h"
+#include "common/rng.h"
 #include "lib/machine.h"
 
 #define KiB (UINT64_C(1) << 10)
@@ -48,11 +49,8 @@ static void die(const char *what, cham_context_t *ctx)
  * tie-break is exercised. */
 static uint64_t tensor_bytes(size_t i)
 {
-    uint64_t x = 88172645463325252u ^ (uint64_t)(i + 1) * 0x9E3779B97F4A7C15u;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return (1 + x % 16) * 64 * KiB;
+    uint64_t x = 88172645463325252u ^ (uint64_t)(i + 1) * CHAM_GOLDEN64;
+    return (1 + cham_xorshift64(&x) % 16) * 64 * KiB;
 }
 
 /* CPU time of the calling thread, in ns. */

@@ -18,6 +18,7 @@
 
 #include "alloc/alloc-impl.h"
 #include "chameleon/chameleon.h"
+#include "common/rng.h"
 
 #define KiB ((size_t)1024)
 #define MiB ((size_t)1024 * 1024)
@@ -1185,14 +1186,6 @@ static void test_granularity_shift(void **state)
 
 /* ---- the OOM path's indexes, against walks ---------------------------------*/
 
-static uint64_t test_rand(uint64_t *x)
-{
-    *x ^= *x << 13;
-    *x ^= *x >> 7;
-    *x ^= *x << 17;
-    return *x;
-}
-
 /* The idle list and its count and bytes against a walk of every segment. */
 static void assert_idle_matches_walk(const cham_allocator_t *a)
 {
@@ -1223,18 +1216,18 @@ static void test_idle_segments_counted(void **state)
     uint64_t x = 0x9E3779B97F4A7C15u;
     size_t n_oom = 0, n_released = 0;
     for (int step = 0; step < 4000; step++) {
-        size_t k = test_rand(&x) % 64;
+        size_t k = cham_xorshift64(&x) % 64;
         if (live[k]) {
             cham_block_free(e->alloc, live[k]);
             live[k] = NULL;
-        } else if (test_rand(&x) % 50 == 0) {
+        } else if (cham_xorshift64(&x) % 50 == 0) {
             assert_int_equal(cham_allocator_empty_cache(e->alloc), CHAM_OK);
             assert_int_equal(e->alloc->n_idle, 0);
         } else {
             /* Small blocks, large ones sharing 20 MiB segments, and big ones
              * of their own segment. */
             static const size_t sizes[] = {100 * KiB, 900 * KiB, 3 * MiB, 7 * MiB, 12 * MiB};
-            size_t bytes = sizes[test_rand(&x) % 5];
+            size_t bytes = sizes[cham_xorshift64(&x) % 5];
             uint64_t frees = e->alloc->stats.n_segment_frees;
             if (cham_block_alloc(e->alloc, bytes, e->compute, &live[k]) != CHAM_OK) {
                 n_oom++;
@@ -1339,17 +1332,17 @@ static void test_free_granule_index(void **state)
     uint64_t x = 0x2545F4914F6CDD1Du, op = 0;
     size_t n_compared = 0, n_offsets = 0;
     for (int step = 0; step < 3000; step++) {
-        size_t k = test_rand(&x) % 48;
+        size_t k = cham_xorshift64(&x) % 48;
         if (live[k]) {
             cham_block_free(a, live[k]);
             live[k] = NULL;
         } else {
-            size_t bytes = (1 + test_rand(&x) % 40) * 256 * KiB;
-            if (cham_block_alloc(a, bytes, test_rand(&x) % 4 ? e->compute : e->swap,
+            size_t bytes = (1 + cham_xorshift64(&x) % 40) * 256 * KiB;
+            if (cham_block_alloc(a, bytes, cham_xorshift64(&x) % 4 ? e->compute : e->swap,
                                  &live[k]) != CHAM_OK)
                 live[k] = NULL;
         }
-        if (test_rand(&x) % 3 == 0)
+        if (cham_xorshift64(&x) % 3 == 0)
             assert_int_equal(cham_allocator_op_dispatched(a, op++), CHAM_OK);
         char why[256] = "";
         bool ok = cham_allocator_check_vm_index(a, why, sizeof why);
@@ -1357,7 +1350,7 @@ static void test_free_granule_index(void **state)
             print_error("free-granule index: %s\n", why);
         assert_true(ok);
         size_t n = walk_candidates(a, want, 256);
-        size_t prefix = test_rand(&x) % (n + 2);
+        size_t prefix = cham_xorshift64(&x) % (n + 2);
         size_t got = cham_alloc_vm_candidates(a, prefix);
         assert_int_equal(got, prefix < n ? prefix : n);
         for (size_t i = 0; i < got; i++) {
@@ -1371,8 +1364,8 @@ static void test_free_granule_index(void **state)
             for (const cham_block_t *b = seg->first; b; b = b->next) {
                 if (b->state != CHAM_BLOCK_FREE)
                     continue;
-                size_t bytes = (1 + test_rand(&x) % 12) * 512 * KiB;
-                size_t front = test_rand(&x) % 2 ? CHAM_ALLOC_MIN_BLOCK : MiB + 1;
+                size_t bytes = (1 + cham_xorshift64(&x) % 12) * 512 * KiB;
+                size_t front = cham_xorshift64(&x) % 2 ? CHAM_ALLOC_MIN_BLOCK : MiB + 1;
                 if (bytes > b->size)
                     continue;
                 size_t m1, m2;

@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "chameleon/chameleon.h"
+#include "common/rng.h"
 #include "runtime/runtime-impl.h"
 
 #define KiB (UINT64_C(1) << 10)
@@ -66,10 +67,7 @@ typedef struct model {
 
 static uint64_t rnd(model_t *m, uint64_t n)
 {
-    m->rng ^= m->rng << 13;
-    m->rng ^= m->rng >> 7;
-    m->rng ^= m->rng << 17;
-    return m->rng % n;
+    return cham_xorshift64(&m->rng) % n;
 }
 
 static bool on_device(const model_storage_t *s)

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/rng.h"
+
 #define NIL LIVE_SET_NONE
 
 bool live_set_init(live_set_t *c, uint32_t n_slots)
@@ -95,10 +97,7 @@ uint32_t live_set_add(live_set_t *c, uint32_t s, uint64_t lo, uint64_t size)
     c->lo[s] = lo;
     c->hi[s] = hi;
     c->left[s] = c->right[s] = NIL;
-    c->rng ^= c->rng << 13;
-    c->rng ^= c->rng >> 7;
-    c->rng ^= c->rng << 17;
-    c->prio[s] = (uint32_t)c->rng;
+    c->prio[s] = (uint32_t)cham_xorshift64(&c->rng);
     c->root = treap_insert(c, c->root, s);
     return NIL;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/grow.h"
+#include "common/rng.h"
 #include "lib/trace_builder.h"
 
 void bench_trace_config_default(bench_trace_config_t *c)
@@ -82,10 +83,7 @@ typedef struct gen {
 /* splitmix64: small, fast, and the same on every platform. */
 static uint64_t rnd(gen_t *g)
 {
-    uint64_t z = (g->rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return cham_splitmix64(&g->rng);
 }
 
 static uint64_t rnd_below(gen_t *g, uint64_t n)

@@ -5,20 +5,13 @@
 #include <string.h>
 
 #include "data.h"
+#include "common/rng.h" /* header-only (src/, private): the public API stays the only link */
 
-/* splitmix64: small, fast, and enough for data and sampling. */
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15u;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
-    return x ^ (x >> 31);
-}
-
+/* splitmix64's mix of a counter: small, fast, and enough for data and
+ * sampling. */
 static uint64_t next(uint64_t *state)
 {
-    *state += 1;
-    return mix64(*state);
+    return cham_counter_hash64(state);
 }
 
 /* Validation gets the last tenth. */
@@ -100,7 +93,9 @@ void gpt_data_batch(const gpt_data_t *d, int validation, uint64_t seed, uint64_t
     }
     size_t positions = len - (size_t)T;          /* starts with T + 1 tokens after them */
     for (int b = 0; b < B; b++) {
-        uint64_t h = mix64(seed ^ mix64(step * 2 + (uint64_t)validation) ^ mix64((uint64_t)b));
+        uint64_t h = cham_splitmix64_hash(seed ^
+                                          cham_splitmix64_hash(step * 2 + (uint64_t)validation) ^
+                                          cham_splitmix64_hash((uint64_t)b));
         size_t at = base + (size_t)(h % positions);
         memcpy(tokens + (size_t)b * T, d->tokens + at, (size_t)T * sizeof *tokens);
         memcpy(targets + (size_t)b * T, d->tokens + at + 1, (size_t)T * sizeof *targets);

@@ -5,6 +5,7 @@
 
 #include "kernels.h"
 #include "ops.h"
+#include "common/rng.h" /* header-only (src/, private): the public API stays the only link */
 
 static const char *const names[GPT_KINDS] = {
     "load_tokens", "init_params", "zero",
@@ -49,11 +50,7 @@ static void init_params(gpt_args_t *a)
             a->f[0][i] = a->scale;
             continue;
         }
-        uint64_t x = a->seed * 0x9e3779b97f4a7c15u + i;
-        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
-        x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
-        x ^= x >> 31;
-        double u = (double)(x >> 11) / 9007199254740992.0;     /* [0, 1) */
+        double u = cham_unit53(cham_mix64(a->seed * CHAM_GOLDEN64 + i));   /* [0, 1) */
         a->f[0][i] = (float)((2.0 * u - 1.0) * a->scale);
     }
 }

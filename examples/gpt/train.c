@@ -6,6 +6,7 @@
 
 #include "decode.h"
 #include "train.h"
+#include "common/rng.h" /* header-only (src/, private): the public API stays the only link */
 
 #define GiB (UINT64_C(1) << 30)
 /* The loss scale starts here, halves on an overflow and doubles after this
@@ -132,10 +133,8 @@ static int choose_skips(const gpt_train_config_t *c, int step, bool *skip)
 {
     int n = 0;
     for (int l = 0; l < c->shape.layers; l++) {
-        uint64_t h = c->seed * 0x9e3779b97f4a7c15u ^ ((uint64_t)step << 20) ^ (uint64_t)l;
-        h = (h ^ (h >> 31)) * 0xbf58476d1ce4e5b9u;
-        h ^= h >> 29;
-        skip[l] = (double)(h >> 11) / 9007199254740992.0 < c->drop_prob;
+        uint64_t h = c->seed * CHAM_GOLDEN64 ^ ((uint64_t)step << 20) ^ (uint64_t)l;
+        skip[l] = cham_unit53(cham_mix64_short(h)) < c->drop_prob;
         n += skip[l];
     }
     if (n == c->shape.layers) {

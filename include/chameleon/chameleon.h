@@ -24,8 +24,7 @@ extern "C" {
 #define CHAM_VERSION_MINOR 1
 #define CHAM_VERSION_PATCH 0
 
-/* "MAJOR.MINOR.PATCH" of the library actually linked. */
-CHAM_API const char *cham_version(void);
+/* cham_version(), the linked library's version: chameleon/status.h. */
 
 #ifdef __cplusplus
 }

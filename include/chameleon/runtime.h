@@ -541,7 +541,7 @@ CHAM_API uint64_t cham_context_step(const cham_context_t *ctx);
 CHAM_API const char *cham_stage_name(cham_stage_t stage);
 CHAM_API const char *cham_phase_name(cham_phase_t phase);
 CHAM_API const char *cham_dtype_name(cham_dtype_t dtype);
-CHAM_API size_t cham_dtype_size(cham_dtype_t dtype);
+/* cham_dtype_size: chameleon/types.h. */
 
 /* What the step hook learns when a step ends. */
 typedef struct cham_step_ended {

@@ -39,6 +39,10 @@ typedef enum cham_status {
 /* A short constant description of the status, never NULL. */
 CHAM_API const char *cham_status_string(cham_status_t status);
 
+/* "MAJOR.MINOR.PATCH" of the library actually linked (CHAM_VERSION_* in
+ * chameleon.h are the headers'). */
+CHAM_API const char *cham_version(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,11 +1,14 @@
 /* The vocabulary every other public header shares: the opaque handles that
  * pass between modules (context, tensor, profile, policy), op tokens,
- * phases, stages and dtypes. Small on purpose, so that a header needing
+ * phases, stages, and dtypes with their sizes. Small on purpose, so that a header needing
  * one of these words does not pull in the runtime's whole API. */
 #ifndef CHAMELEON_TYPES_H
 #define CHAMELEON_TYPES_H
 
+#include <stddef.h>
 #include <stdint.h>
+
+#include "chameleon/status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -51,6 +54,9 @@ typedef enum cham_dtype {
     CHAM_DTYPE_F8_E5M2,      /* float8_e5m2 */
     CHAM_DTYPE_COUNT_
 } cham_dtype_t;
+
+/* Bytes per element of dtype; 0 for a value outside the enum. */
+CHAM_API size_t cham_dtype_size(cham_dtype_t dtype);
 
 #ifdef __cplusplus
 }

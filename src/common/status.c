@@ -1,5 +1,5 @@
 /* Descriptions of status codes and the library's version string. */
-#include "chameleon/chameleon.h"
+#include "chameleon/status.h"
 
 const char *cham_version(void)
 {

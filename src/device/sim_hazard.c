@@ -24,6 +24,7 @@
 #include "common/assert.h"
 #include "common/grow.h"
 #include "common/intern.h"
+#include "common/rng.h"
 
 /* Readers remembered per range: compute, swap-out, swap-in and one more.
  * With more streams reading the same bytes between two writes, the reader
@@ -113,7 +114,7 @@ sim_hazard_t *sim_hazard_new(sim_hazard_report_fn report, void *user)
     hz->report = report;
     hz->user = user;
     hz->top = 1;             /* index 0 is the empty tree */
-    hz->prio_state = UINT64_C(0x9E3779B97F4A7C15);
+    hz->prio_state = CHAM_GOLDEN64;
     cham_intern_init(&hz->labels);
     if (cham_intern_add(&hz->labels, "") != 0 || !reserve(&hz->scratch, &hz->scratch_cap, 64) ||
         !reserve(&hz->old, &hz->old_cap, 64) || !reserve_nodes(hz, 64)) {
@@ -159,11 +160,7 @@ static uint32_t node_new(sim_hazard_t *hz, const hz_range_t *r)
         CHAM_ASSERT(hz->top < hz->cap);      /* reserve_nodes came first */
         i = (uint32_t)hz->top++;
     }
-    uint64_t x = hz->prio_state;             /* xorshift64 */
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    hz->prio_state = x;
+    uint64_t x = cham_xorshift64(&hz->prio_state);
     hz->nodes[i] = (hz_node_t){*r, 0, 0, (uint32_t)(x >> 32)};
     return i;
 }

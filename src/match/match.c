@@ -4,16 +4,16 @@
 #include <string.h>
 
 #include "common/assert.h"
+#include "common/rng.h"
 #include "match/match.h"
 
 /* ---- keys -----------------------------------------------------------------*/
 
+/* Combines v into the key h (Boost's hash_combine with a 64-bit constant). */
 static inline uint64_t mix(uint64_t h, uint64_t v)
 {
-    h ^= v + 0x9e3779b97f4a7c15u + (h << 6) + (h >> 2);
-    h ^= h >> 31;
-    h *= 0xbf58476d1ce4e5b9u;
-    return h ^ (h >> 29);
+    h ^= v + CHAM_GOLDEN64 + (h << 6) + (h >> 2);
+    return cham_mix64_short(h);
 }
 
 static inline uint64_t nonzero(uint64_t h)

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chameleon/runtime.h"
+#include "chameleon/types.h"
 #include "common/message.h"
 #include "common/order.h"
 #include "policy/generate-impl.h"

@@ -9,20 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/rng.h"
 #include "policy/swapadvisor-impl.h"
 
+/* splitmix64: small, fast and good enough for a search. */
 uint64_t sa_rand(sa_rng_t *r)
 {
-    /* splitmix64: small, fast and good enough for a search. */
-    uint64_t z = (r->s += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
+    return cham_splitmix64(&r->s);
 }
 
 double sa_rand_unit(sa_rng_t *r)
 {
-    return (double)(sa_rand(r) >> 11) * 0x1.0p-53;
+    return cham_unit53(sa_rand(r));
 }
 
 static uint32_t below(sa_rng_t *r, uint32_t n)

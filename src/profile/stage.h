@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chameleon/runtime.h"
+#include "chameleon/types.h"     /* cham_stage_t, cham_op_token_t */
 
 /* Invariant: prev holds the previous step's sequence (prev_len tokens)
  * once have_prev is set. */

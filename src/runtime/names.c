@@ -1,4 +1,4 @@
-/* Names of the runtime's enums, and dtype sizes. */
+/* Names of the runtime's enums. */
 #include <string.h>
 
 #include "chameleon/runtime.h"
@@ -37,22 +37,11 @@ const char *cham_swap_cause_name(cham_swap_cause_t cause)
     return "?";
 }
 
-/* Bytes per element; the names are the profile format's (json/format.c). */
-static const size_t dtype_sizes[CHAM_DTYPE_COUNT_] = {
-    [CHAM_DTYPE_F32] = 4, [CHAM_DTYPE_F16] = 2,  [CHAM_DTYPE_BF16] = 2,    [CHAM_DTYPE_F64] = 8,
-    [CHAM_DTYPE_I64] = 8, [CHAM_DTYPE_I32] = 4,  [CHAM_DTYPE_I8] = 1,      [CHAM_DTYPE_U8] = 1,
-    [CHAM_DTYPE_BOOL] = 1, [CHAM_DTYPE_I16] = 2, [CHAM_DTYPE_C64] = 8,     [CHAM_DTYPE_C128] = 16,
-    [CHAM_DTYPE_F8_E4M3] = 1, [CHAM_DTYPE_F8_E5M2] = 1,
-};
-
+/* The names are the profile format's (json/format.c); the sizes live below
+ * every module (common/dtype.c). */
 const char *cham_dtype_name(cham_dtype_t dtype)
 {
     return (int)dtype >= 0 && dtype < CHAM_DTYPE_COUNT_ ? cham_json_dtype_names[dtype] : "?";
-}
-
-size_t cham_dtype_size(cham_dtype_t dtype)
-{
-    return (int)dtype >= 0 && dtype < CHAM_DTYPE_COUNT_ ? dtype_sizes[dtype] : 0;
 }
 
 static const char *const allocator_modes[] = {

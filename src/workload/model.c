@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/message.h"
+#include "common/rng.h"
 #include "workload/workload-impl.h"
 
 typedef struct preset {
@@ -492,15 +493,12 @@ uint64_t cham_model_layer_activation_bytes(const cham_model_config_t *m)
 
 uint64_t wl_hash(uint64_t seed, uint64_t a, uint64_t b)
 {
-    uint64_t z = seed ^ (a * 0x9e3779b97f4a7c15u) ^ (b * 0xbf58476d1ce4e5b9u);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
+    return cham_mix64(seed ^ (a * CHAM_GOLDEN64) ^ (b * UINT64_C(0xbf58476d1ce4e5b9)));
 }
 
 double wl_uniform(uint64_t seed, uint64_t a, uint64_t b)
 {
-    return (double)(wl_hash(seed, a, b) >> 11) * 0x1.0p-53;
+    return cham_unit53(wl_hash(seed, a, b));
 }
 
 bool cham_workload_overflows(const cham_model_config_t *m, uint64_t step)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "common/assert.h"
+#include "common/rng.h"
 #include "workload/workload-impl.h"
 
 static const char *const op_names[WL_N_OPS] = {
@@ -62,7 +63,7 @@ bool wl_ops_init(cham_workload_t *w, char *err, size_t err_size)
 
 static size_t slot_of(const cham_tensor_t *t, size_t cap)
 {
-    uint64_t h = (uint64_t)(uintptr_t)t * 0x9e3779b97f4a7c15u;
+    uint64_t h = (uint64_t)(uintptr_t)t * CHAM_GOLDEN64;   /* Fibonacci hashing */
     return (size_t)(h >> 20) & (cap - 1);
 }
 

@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "chameleon/chameleon.h"
+#include "common/rng.h"
 #include "support/rng.h"
 
 #define KiB ((size_t)1 << 10)
@@ -44,24 +45,15 @@
 
 /* ---- random numbers ----------------------------------------------------------*/
 
-static uint64_t mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
-}
-
 static test_rng_t rng_for(uint64_t a, uint64_t b)
 {
-    uint64_t s = mix64(a * UINT64_C(0x9e3779b97f4a7c15) ^ mix64(b + 0x51ed27));
+    uint64_t s = cham_mix64(a * CHAM_GOLDEN64 ^ cham_mix64(b + 0x51ed27));
     return (test_rng_t){s ? s : 1};
 }
 
 static double unit(test_rng_t *r)
 {
-    return (double)(test_rng_next(r) >> 11) * 0x1p-53;
+    return cham_unit53(test_rng_next(r));
 }
 
 static bool chance(test_rng_t *r, double p)
@@ -905,7 +897,7 @@ static void insert_op(gen_t *g, prog_t *p, int step, test_rng_t *r)
         return;
     int at = g->fwd0 + below(r, p->n - g->fwd0 + 1);
     entry_t e = {.kind = E_OP, .token = (uint8_t)(K_EXTRA0 + below(r, 4))};
-    e.id = (uint32_t)mix64((uint64_t)step << 32 | (uint64_t)test_rng_next(r));
+    e.id = (uint32_t)cham_mix64((uint64_t)step << 32 | (uint64_t)test_rng_next(r));
     e.intensity = (float)log_uniform(r, 0.5, 2000);
     /* Read what ops nearby read or write. */
     int n_in = below(r, 3);
@@ -1091,24 +1083,23 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n)
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, p + i, 8);
-        h = (h ^ w) * UINT64_C(0x9e3779b97f4a7c15);
+        h = (h ^ w) * CHAM_GOLDEN64;
         h ^= h >> 29;
     }
     for (; i < n; i++)
         h = (h ^ p[i]) * UINT64_C(0x100000001b3);
-    return mix64(h);
+    return cham_mix64(h);
 }
 
 static void fill_bytes(unsigned char *p, size_t n, uint64_t s)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        s += UINT64_C(0x9e3779b97f4a7c15);
-        uint64_t w = mix64(s);
+        uint64_t w = cham_splitmix64(&s);
         memcpy(p + i, &w, 8);
     }
     if (i < n) {
-        uint64_t w = mix64(s + UINT64_C(0x9e3779b97f4a7c15));
+        uint64_t w = cham_splitmix64(&s);
         memcpy(p + i, &w, n - i);
     }
 }
@@ -1120,7 +1111,7 @@ static void kernel_fn(void *arg)
     uint64_t h = k->salt;
     for (int i = 0; i < k->n_in; i++) {
         k->in_hash[i] = hash_bytes(k->in[i], k->in_bytes[i]);
-        h = mix64(h ^ k->in_hash[i]) + (uint64_t)i;
+        h = cham_mix64(h ^ k->in_hash[i]) + (uint64_t)i;
     }
     if (k->ws)
         fill_bytes(k->ws, k->ws_bytes, h ^ 0x77);
@@ -1428,7 +1419,7 @@ static void run_host_new(run_t *r, const prog_t *p, int slot)
              r->step, s->label);
         return;
     }
-    uint64_t salt = mix64(r->g->seed ^ (uint64_t)slot << 20 ^
+    uint64_t salt = cham_mix64(r->g->seed ^ (uint64_t)slot << 20 ^
                           (s->persistent ? 0 : (uint64_t)r->step << 40));
     fill_bytes(d, s->bytes, salt);
     r->written[slot] = (uint8_t)((1u << s->n_chunks) - 1);
@@ -1607,7 +1598,7 @@ static void run_op(run_t *r, const prog_t *p, const entry_t *e, int pos)
     }
     r->ops++;
     kern_t k = {.n_in = n_in, .n_out = n_out, .ws_ok = true};
-    k.salt = mix64(r->g->seed ^ (uint64_t)e->id * UINT64_C(0x2545f4914f6cdd1d) ^
+    k.salt = cham_mix64(r->g->seed ^ (uint64_t)e->id * UINT64_C(0x2545f4914f6cdd1d) ^
                    (uint64_t)r->step << 48);
     cham_access_t acc[MAX_IN + MAX_OUT + 1];
     size_t n_acc = 0;
@@ -1711,7 +1702,8 @@ static void run_op(run_t *r, const prog_t *p, const entry_t *e, int pos)
         cham_op_end(r->ctx);
         goto out;
     }
-    if (r->g->call_back && mix64(r->g->seed ^ mix64((uint64_t)r->step << 20 | (uint64_t)pos)) % 8 == 0 &&
+    if (r->g->call_back &&
+        cham_mix64(r->g->seed ^ cham_mix64((uint64_t)r->step << 20 | (uint64_t)pos)) % 8 == 0 &&
         !moves_refused(r, n_out ? outs[0] : n_in ? ins[0] : NULL, name, pos)) {
         cham_op_end(r->ctx);
         goto out;
@@ -1801,7 +1793,7 @@ static void run_host_update(run_t *r, const prog_t *p, const entry_t *e)
         /* No copy may still read the buffer: the host waits for the device. */
         cham_device_synchronize(dev);
         fill_bytes(r->host_buf[e->slot], bytes,
-                   mix64(r->g->seed * 1000003u + (uint64_t)r->step * 1009u + e->slot));
+                   cham_mix64(r->g->seed * 1000003u + (uint64_t)r->step * 1009u + e->slot));
         st = cham_tensor_host_ready(t, cham_context_compute_stream(r->ctx));
     }
     if (st != CHAM_OK)
