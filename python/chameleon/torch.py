@@ -24,6 +24,7 @@ first.
 import gc
 import json
 import os
+import threading
 import warnings
 
 import torch
@@ -77,7 +78,11 @@ _STRIDED = torch.strided
 # through numpy/__array__; data_ptr, which a released storage answers with
 # 0: tied-weight detection compares them).
 _READERS = ("numpy", "__array__", "tolist", "__reduce_ex__", "__deepcopy__", "storage",
-            "data_ptr")
+            "data_ptr", "__dlpack__")
+# Readers whose result keeps pointing at the storage's memory after they
+# return (a DLPack capsule: numpy.from_dlpack): the storage is pinned for
+# good, as torch itself does for numpy().
+_SHARING_READERS = ("__dlpack__",)
 
 # The Offload whose block is running: one at a time per process.
 _active = None
@@ -88,6 +93,7 @@ def _after_fork_in_child():
     # mode: its ops are the worker's own and the runtime is the parent's.
     if _active is not None:
         _active._busy = True
+        _active._lock = threading.RLock()    # a lock held at the fork stays held
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -134,7 +140,7 @@ def _outputs(result):
 
 class _Op:
     """What the glue knows of one aten overload."""
-    __slots__ = ("name", "token", "is_view", "makes", "matmul", "bookkeeping")
+    __slots__ = ("name", "token", "is_view", "makes", "writes_hidden", "matmul", "bookkeeping")
 
     def __init__(self, ctx, func):
         self.name = str(func)
@@ -150,6 +156,12 @@ class _Op:
         # An op whose every return aliases an input (in place, out=) makes
         # no storage.
         self.makes = any(r.alias_info is None for r in returns)
+        # An op writing an argument it does not return may resize it
+        # (fake-quant observers grow their buffers from 1 element).
+        self.writes_hidden = any(
+            a.alias_info is not None and a.alias_info.is_write
+            for a in func._schema.arguments) and not all(
+            r.alias_info is not None for r in returns)
         self.matmul = _MATMUL_OPERANDS.get(func.overloadpacket.__name__)
 
 
@@ -159,7 +171,13 @@ class _Mode(TorchDispatchMode):
         self.off = off
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        return self.off._dispatch(func, args, kwargs or {})
+        off = self.off
+        if off._mode is None:        # a thread still running after the block ended
+            return func(*args, **(kwargs or {}))
+        # One thread in the glue at a time: a thread started in the block
+        # runs its ops under this mode too (Offload._patch).
+        with off._lock:
+            return off._dispatch(func, args, kwargs or {})
 
 
 class Offload:
@@ -224,6 +242,7 @@ class Offload:
         self._in_backward = 0
         self._after_backward = False
         self._busy = False           # the glue's own torch calls pass through
+        self._lock = threading.RLock()   # the glue's state, for threads in the block
         self._opno = 0               # ops dispatched since the Offload was made
         self._steps = 0
         self._step_peak = 0          # the most bytes on the device in this step
@@ -295,11 +314,12 @@ class Offload:
         global _active
         self._unpatch()
         _active = None
-        try:
-            self._mode.__exit__(exc_type, exc, tb)
-        finally:
-            self._mode = None
-            first = self._restore_all()
+        with self._lock:
+            try:
+                self._mode.__exit__(exc_type, exc, tb)
+            finally:
+                self._mode = None
+                first = self._restore_all()
         if exc_type is None and self._steps == 0 and self._opno and not self._warned_no_step:
             self._warned_no_step = True
             warnings.warn("Offload: the block ran ops but never called off.step(): the "
@@ -348,14 +368,40 @@ class Offload:
                     self._after_backward = True
             return run
         readers = {name: torch.Tensor.__dict__.get(name) for name in _READERS}
-        self._patched = (backward, grad, readers)
+        save, start = torch.save, threading.Thread.start
+        self._patched = (backward, grad, readers, save, start)
         torch.autograd.backward, torch.autograd.grad = wrap(backward), wrap(grad)
+
+        def save_whole(*args, **kwargs):
+            # torch.save reads every storage's bytes at its end: no other
+            # thread's op may send one away before.
+            with self._lock:
+                return save(*args, **kwargs)
+        torch.save = save_whole
+        off = self
+
+        def start_under_mode(thread):
+            # A thread started in the block runs its ops through the glue
+            # (a dispatch mode is the thread's own): they read storages the
+            # glue may have released.
+            run = thread.run
+
+            def run_under_mode():
+                if _active is not off:
+                    return run()
+                with _Mode(off):
+                    return run()
+            thread.run = run_under_mode
+            return start(thread)
+        threading.Thread.start = start_under_mode
         for name in _READERS:
-            setattr(torch.Tensor, name, _reader(getattr(torch.Tensor, name)))
+            setattr(torch.Tensor, name, _reader(getattr(torch.Tensor, name),
+                                                name in _SHARING_READERS))
 
     def _unpatch(self):
-        backward, grad, readers = self._patched
+        backward, grad, readers, save, start = self._patched
         torch.autograd.backward, torch.autograd.grad = backward, grad
+        torch.save, threading.Thread.start = save, start
         for name, original in readers.items():
             if original is None:
                 delattr(torch.Tensor, name)
@@ -366,6 +412,10 @@ class Offload:
 
     def step(self):
         """One training iteration ended."""
+        with self._lock:
+            return self._step()
+
+    def _step(self):
         self._table.sweep()
         measured = self._steps == 0 and self._budget_pct is not None
         if measured:
@@ -461,7 +511,13 @@ class Offload:
             self._start_cuda_run()
         if t.numel() == 0:
             return None
-        storage = storage_of(t)
+        try:
+            storage = storage_of(t)
+        except (NotImplementedError, RuntimeError):
+            # A wrapper subclass (_make_wrapper_subclass) has no storage of
+            # its own: the tensors it wraps are what its ops use.
+            self._counts["unplanned"] += 1
+            return None
         table = self._table
         e = table.entries.get(storage._cdata)
         if e is None:
@@ -562,7 +618,7 @@ class Offload:
         if inbound is not None:
             self._moves(e.storage()).wait(inbound)
 
-    def _restore_for_read(self, t):
+    def _restore_for_read(self, t, pin=False):
         """t is about to be read outside aten: its storage comes back, and
         stays until the next op. torch.save reads the bytes of every
         storage it saves at its end: sending one away to bring the next back
@@ -579,6 +635,9 @@ class Offload:
             self._bring_back(e, storage, late=True, protect={e.key}, reading=True)
         if e.inbound is not None:
             self._wait(e)
+        if pin and not e.pinned:
+            self._table.pin(e, "unreleasable")
+            self._counts["pinned"] += 1
 
     # ---- the budget ---------------------------------------------------------
 
@@ -725,6 +784,9 @@ class Offload:
             self._make_room(need, protect, f"op {op.name}", may_pass=not exact)
         before = table.added
         result = func(*args, **kwargs)
+        if op.writes_hidden and any(e.storage().nbytes() != e.nbytes for e, _ in used):
+            # It resized what it wrote: a new storage to the runtime (_lookup).
+            used = [r for r in (self._lookup(t, "input") for t in ins) if r is not None]
         made = []
         for t in _outputs(result):
             r = self._lookup(t, op.name)
@@ -871,14 +933,20 @@ def _stderr(line):
     print(line, file=sys.stderr)
 
 
-def _reader(original):
+def _reader(original, shares=False):
     """original (a Tensor method reading bytes outside aten), bringing the
-    tensor's storage back first while an Offload's block runs."""
+    tensor's storage back first while an Offload's block runs; shares: its
+    result keeps the memory, which must then never be released."""
     def read(t, *args, **kwargs):
         off = _active
-        if off is not None and not off._busy:
-            off._restore_for_read(t)
-        return original(t, *args, **kwargs)
+        if off is None:
+            return original(t, *args, **kwargs)
+        # Held through the read: another thread's op must not send the
+        # storage away before the read is done.
+        with off._lock:
+            if not off._busy:
+                off._restore_for_read(t, pin=shares)
+            return original(t, *args, **kwargs)
     read.__name__ = getattr(original, "__name__", "read")
     read.__doc__ = getattr(original, "__doc__", None)
     return read

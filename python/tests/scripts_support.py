@@ -997,6 +997,109 @@ def scenario_no_meta_kernel(rep):
                stable_actions=False)
 
 
+def scenario_threads(rep):
+    """A thread started in the block reads the model between forward and
+    backward, when a Stable step has sent weights away: norms through aten
+    ops (a dispatch mode is per thread: the glue of 963ae15 never saw them,
+    and the interpreter died), and torch.save of the state dict (its bytes
+    read after another thread's op could send them away)."""
+    import io
+    import threading
+    data = batches()
+
+    def script(run):
+        model, opt = mlp_run(run)
+        with run.block():
+            for step in range(STEPS):
+                if step == ACTION:
+                    run.mark("a thread reading the model")
+                x, y = data[step]
+                loss = F.cross_entropy(model(x), y)
+                out = {}
+
+                def read():
+                    out["norms"] = [p.norm().item() for p in model.parameters()]
+                    buf = io.BytesIO()
+                    torch.save(model.state_dict(), buf)
+                    out["saved"] = buf.getvalue()
+                worker = threading.Thread(target=read)
+                worker.start()
+                worker.join()
+                run.record(f"norms {step}", out["norms"])
+                loaded = torch.load(io.BytesIO(out["saved"]))
+                run.record(f"saved {step}", [value(t) for t in loaded.values()])
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                run.losses.append(loss.item())
+                run.step()
+    check_same(rep, *run_pair(rep, script, offload("35%")))
+
+
+class Wrapped(torch.Tensor):
+    """A wrapper subclass (the LoggingTensor pattern): no storage of its
+    own, its ops run on the tensor it wraps."""
+
+    @staticmethod
+    def __new__(cls, elem):
+        r = torch.Tensor._make_wrapper_subclass(cls, elem.size(), strides=elem.stride(),
+                                                 dtype=elem.dtype, device=elem.device)
+        r.elem = elem
+        return r
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch.utils._pytree import tree_map
+        unwrap = lambda t: t.elem if isinstance(t, Wrapped) else t    # noqa: E731
+        wrap = lambda t: Wrapped(t) if isinstance(t, torch.Tensor) else t   # noqa: E731
+        return tree_map(wrap, func(*tree_map(unwrap, args), **tree_map(unwrap, kwargs or {})))
+
+
+def scenario_subclass_and_dlpack(rep):
+    """Ops on a wrapper subclass (the glue of 963ae15 asked it for a
+    storage and raised), and numpy.from_dlpack of a parameter, whose array
+    keeps pointing at the storage (released, it read freed memory)."""
+    data = batches()
+
+    def script(run):
+        model, opt = mlp_run(run)
+        with run.block():
+            for step in range(STEPS):
+                if step == ACTION:
+                    run.mark("a wrapper subclass and DLPack")
+                    w = Wrapped(model[0].weight.detach())
+                    run.record("wrapped", value((w * 2).elem))
+                    arr = np.from_dlpack(model[-1].weight.detach())
+                train_step(run, model, opt, *data[step])
+                if step >= ACTION:
+                    run.record(f"dlpack {step}", arr.tolist())
+                run.step()
+    check_same(rep, *run_pair(rep, script, offload(PINNED_BUDGET, lenient=True)))
+
+
+def scenario_qat(rep):
+    """Quantization-aware training: the fake-quant observers' op writes
+    scale, zero_point and the running min/max without returning them, and
+    grows them from 1 element (the glue of 963ae15 kept their old size and
+    failed once one was away: "view ... is not inside the 4 bytes")."""
+    import torch.ao.quantization as tq
+    data = batches()
+
+    def script(run):
+        model = mlp()
+        model.train()
+        model.qconfig = tq.get_default_qat_qconfig("fbgemm")
+        tq.prepare_qat(model, inplace=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        run.models.append(model)
+        run.opts.append(opt)
+        with run.block():
+            for step in range(STEPS):
+                train_step(run, model, opt, *data[step])
+                run.step()
+    check_same(rep, *run_pair(rep, script, offload()), stable_actions=False)
+
+
 SCENARIOS = {
     "dataloader": scenario_dataloader,
     "from_numpy": scenario_from_numpy,
@@ -1018,6 +1121,9 @@ SCENARIOS = {
     "reload": scenario_reload,
     "data_ptr": scenario_data_ptr,
     "no_meta_kernel": scenario_no_meta_kernel,
+    "threads": scenario_threads,
+    "subclass_dlpack": scenario_subclass_and_dlpack,
+    "qat": scenario_qat,
 }
 
 

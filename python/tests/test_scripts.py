@@ -114,7 +114,7 @@ class OrdinaryScripts(unittest.TestCase):
     def test_14_user_exception_mid_step(self):
         self.scenario("user_exception")
 
-    # 15-19: not items of the issue; found by loops written outside it.
+    # 15-22: not items of the issue; found by loops written outside it.
     def test_15_packed_sequences_and_ctc_lengths(self):
         self.scenario("host_read")
 
@@ -129,6 +129,15 @@ class OrdinaryScripts(unittest.TestCase):
 
     def test_19_ops_without_a_meta_kernel(self):
         self.scenario("no_meta_kernel")
+
+    def test_20_a_thread_reading_the_model(self):
+        self.scenario("threads")
+
+    def test_21_wrapper_subclass_and_dlpack(self):
+        self.scenario("subclass_dlpack")
+
+    def test_22_quantization_aware_training(self):
+        self.scenario("qat")
 
 
 if __name__ == "__main__":
