@@ -769,6 +769,10 @@ class Offload:
             if e.inbound is not None:
                 self._wait(e)
         if op.is_view:
+            if budget is not None and table.resident > budget:
+                # Its input was first seen here (a tensor made before the
+                # block): room for it now, not at the next op.
+                self._make_room(0, protect, f"op {op.name}", may_pass=True)
             return func(*args, **kwargs)
         key = None
         if op.makes and (budget is not None or self._budget_pct is not None):
