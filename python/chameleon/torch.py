@@ -47,8 +47,6 @@ for _name, _code in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2")):
     if hasattr(torch, _name):
         _DTYPES[getattr(torch, _name)] = _code
 
-# Ops that multiply matrices: cost from their shapes (2 flops per
-# multiply-add); every other op costs the bytes it reads and writes.
 # Integer storages this small are what C++ code reads on the host outside
 # aten: a packed sequence's batch_sizes, the lengths ctc_loss and
 # pack_padded_sequence take. A GPU run keeps them in host memory; the CPU
@@ -56,6 +54,8 @@ for _name, _code in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2")):
 _INTEGERS = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8}
 _HOST_READ_BYTES = 64 << 10
 
+# Ops that multiply matrices: cost from their shapes (2 flops per
+# multiply-add); every other op costs the bytes it reads and writes.
 _MATMUL_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2),
                     "addbmm": (1, 2)}
 
