@@ -676,7 +676,6 @@ class Offload:
                 else:
                     self._send_away(e)
             excess = table.resident + need - budget
-        excess = table.resident + need - budget
         if excess > 0 and table.sweep():
             excess = table.resident + need - budget     # freed storages away from the LRU
         if excess > 0 and not may_pass:
