@@ -716,6 +716,14 @@ static PyObject *context_device(ContextObject *c, PyObject *unused)
                          "p2p_bandwidth", i.p2p_bandwidth);
 }
 
+static PyObject *context_min_swap(ContextObject *c, PyObject *unused)
+{
+    (void)unused;
+    if (check_open(c))
+        return NULL;
+    return PyLong_FromUnsignedLongLong(cham_context_min_swap(c->ctx));
+}
+
 static PyObject *context_close_method(ContextObject *c, PyObject *unused)
 {
     (void)unused;
@@ -750,6 +758,8 @@ static PyMethodDef context_methods[] = {
      "set_budget(bytes): the memory budget, before the first policy."},
     {"stats", (PyCFunction)context_stats, METH_NOARGS, "stats() -> dict: the runtime's counters."},
     {"device", (PyCFunction)context_device, METH_NOARGS, "device() -> dict: the device preset."},
+    {"min_swap", (PyCFunction)context_min_swap, METH_NOARGS,
+     "min_swap() -> int: the smallest storage the planner swaps (cham_context_min_swap)."},
     {"close", (PyCFunction)context_close_method, METH_NOARGS, "close(): frees the context."},
     {NULL, NULL, 0, NULL},
 };

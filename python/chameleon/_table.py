@@ -11,6 +11,7 @@ accumulated gradient): the table finds out by asking the weak reference
 (`sweep`), never from the user's Python objects.
 """
 from collections import OrderedDict
+from itertools import chain
 
 import torch
 
@@ -54,8 +55,13 @@ class StorageTable:
     def __init__(self, ctx):
         self._ctx = ctx
         self.entries = {}
-        # Entries on the device that may be sent away, least recently used first.
+        # Entries on the device that may be sent away, least recently used
+        # first: those of at least `small` bytes, then the smaller ones
+        # (by_age), so room is made with few moves of large storages
+        # before many of tiny ones, each of which costs a copy's overhead.
         self.lru = OrderedDict()
+        self.lru_small = OrderedDict()
+        self.small = 0
         self.resident = 0         # bytes on the device, freed storages included until swept
         self.added = 0            # bytes of all entries ever added (what ops made)
 
@@ -71,8 +77,25 @@ class StorageTable:
         e = self.entries[key] = Entry(key, storage._weak_ref(), base, nbytes, op)
         self.resident += nbytes
         self.added += nbytes
-        self.lru[key] = e
+        self._lru_of(e)[key] = e
         return e
+
+    def _lru_of(self, e):
+        return self.lru_small if e.nbytes < self.small else self.lru
+
+    def set_small(self, nbytes):
+        """Storages under nbytes are sent away after the larger ones (each
+        order kept; the two merged as large ones first when it changes)."""
+        entries = list(chain(self.lru.values(), self.lru_small.values()))
+        self.small = nbytes
+        self.lru, self.lru_small = OrderedDict(), OrderedDict()
+        for e in entries:
+            self._lru_of(e)[e.key] = e
+
+    def by_age(self):
+        """(key, entry) of the entries that may be sent away, in the order
+        room is made: least recently used first, large before small."""
+        return chain(self.lru.items(), self.lru_small.items())
 
     def view(self, e, t, dtype, label):
         """The handle of tensor t, a view of e's storage."""
@@ -90,14 +113,15 @@ class StorageTable:
 
     def touch(self, e):
         """e was used: it goes to the back of the least-recently-used order."""
-        if e.key in self.lru:
-            self.lru.move_to_end(e.key)
+        lru = self._lru_of(e)
+        if e.key in lru:
+            lru.move_to_end(e.key)
 
     def forget(self, e):
         """e's storage is gone, or is no longer the storage e describes
         (resized by the user): the runtime sees it freed."""
         del self.entries[e.key]
-        self.lru.pop(e.key, None)
+        self._lru_of(e).pop(e.key, None)
         if e.moved is None:
             self.resident -= e.nbytes
         e.views.clear()
@@ -125,24 +149,24 @@ class StorageTable:
     def away(self, e):
         """e's bytes left the device."""
         self.resident -= e.nbytes
-        self.lru.pop(e.key, None)
+        self._lru_of(e).pop(e.key, None)
 
     def back(self, e):
         """e's bytes are on the device again."""
         self.resident += e.nbytes
         if not e.pinned:
-            self.lru[e.key] = e
+            self._lru_of(e)[e.key] = e
 
     def pin(self, e, why):
         """e's storage stays on the device (why: Entry.pinned)."""
         e.pinned = why
-        self.lru.pop(e.key, None)
+        self._lru_of(e).pop(e.key, None)
 
     def unpin(self, e):
         """e's storage may leave the device again."""
         e.pinned = None
         if e.moved is None:
-            self.lru[e.key] = e
+            self._lru_of(e)[e.key] = e
 
     def clear(self):
         for e in list(self.entries.values()):

@@ -226,6 +226,8 @@ class Offload:
         self._p2p = dev["p2p_bandwidth"]
         self._strict = bool(strict)
         self._table = StorageTable(self._ctx)
+        if self._budget is not None:
+            self._table.set_small(self._ctx.min_swap())
         self._op_bytes = OpBytes()
         # On the CPU device (the tests') host memory stands for device
         # memory; its copies run on worker threads as a GPU's would, or
@@ -428,6 +430,8 @@ class Offload:
         info = self._ctx.step_end()
         if measured and self._planner not in _STATIC_PLANNERS:
             self._ctx.set_budget(self._budget)
+        if measured:
+            self._table.set_small(self._ctx.min_swap())
         self._steps += 1
         peak = self._step_peak
         self._peaks.append(peak)
@@ -642,8 +646,10 @@ class Offload:
     # ---- the budget ---------------------------------------------------------
 
     def _make_room(self, need, protect, what, may_pass=False):
-        """Sends storages away, least recently used first and none of
-        protect or of those read outside aten since the last op, until need
+        """Sends storages away, least recently used first (those under the
+        planner's smallest swap after the others: each move costs its own
+        overhead) and none of protect or of those read outside aten since
+        the last op, until need
         more bytes fit in the budget. may_pass: need is a guess, or the
         room is for a read outside aten: the budget may be passed rather
         than fail (a guess is checked against what the op made)."""
@@ -660,7 +666,7 @@ class Offload:
         expired = table.expired
         while excess > 0:
             victims = []
-            for key, e in table.lru.items():
+            for key, e in table.by_age():
                 if key in protect or key in pins:
                     continue
                 victims.append(e)
