@@ -132,6 +132,28 @@ def _varying_lengths(model, off=None, tr=None, steps=12):
 
 
 @needs_torch
+class MakingRoom(unittest.TestCase):
+    def test_large_storages_leave_before_tiny_ones(self):
+        # Each move costs its own overhead, whatever its size: room comes
+        # from storages of at least the planner's smallest swap (a 1024th
+        # of a 4 MiB budget: 4 KiB) first, least recently used first, and
+        # from smaller ones only after (docs/pytorch.md, "The budget").
+        storage_of = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
+        with ct.Offload(budget=4 << 20, log=quiet, cpu_copies="inline") as off:
+            tiny = [torch.full((16,), float(i)) for i in range(64)]     # 64 bytes each, oldest
+            big = [torch.full((256 << 10,), float(i)) for i in range(3)]   # 1 MiB each
+            fresh = torch.full((512 << 10,), 7.0)     # 2 MiB: room for 1 MiB and a bit
+            tiny_home = [storage_of(t).nbytes() == 64 for t in tiny]
+            big_away = [storage_of(t).nbytes() == 0 for t in big]
+            self.assertEqual(off.context.min_swap(), 4096)
+            off.step()
+        self.assertTrue(all(tiny_home), "a tiny storage was sent away before the large ones")
+        self.assertEqual(big_away, [True, True, False])   # the two least recently used
+        self.assertEqual([t[0].item() for t in tiny], [float(i) for i in range(64)])
+        self.assertEqual([t[-1].item() for t in big] + [fresh[0].item()], [0.0, 1.0, 2.0, 7.0])
+
+
+@needs_torch
 class ShapesThatChange(unittest.TestCase):
     def test_byte_budget_holds_from_step_0_with_a_new_length_each_step(self):
         # Judged by the zoo's tracker, which asks the runtime nothing.
