@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "chameleon/runtime.h"
+#include "policy/registry.h"
 #include "support/files.h"
 #include "support/rng.h"
 
@@ -863,9 +864,39 @@ static void test_random_damage(void **state)
     assert_true(loaded > 0);
 }
 
+/* The planners' table (src/policy/registry.h) is what the loop, the
+ * parser and the names read: a row out of its enum's order, or a name the
+ * config does not parse back, is a planner the runtime mistakes for another. */
+static void test_planner_table(void **state)
+{
+    (void)state;
+    assert_true(cham_n_planners > 0);
+    for (size_t i = 0; i < cham_n_planners; i++) {
+        const cham_planner_iface_t *p = &cham_planners[i];
+        assert_int_equal(p->kind, (int)i);
+        assert_ptr_equal(cham_planner_of(p->kind), p);
+        assert_ptr_equal(cham_planner_by_name(p->name), p);
+        assert_string_equal(cham_planner_kind_name(p->kind), p->name);
+        assert_non_null(p->plan);
+        assert_true(!p->defaults == !p->options_size);
+        /* REPLANS is a kind of static planner. */
+        if (p->flags & CHAM_PLANNER_FLAG_REPLANS)
+            assert_true(p->flags & CHAM_PLANNER_FLAG_STATIC);
+        char json[128], err[256] = "";
+        snprintf(json, sizeof json, "{\"planner\": \"%s\"}", p->name);
+        cham_config_t c = cham_config_default();
+        assert_int_equal(cham_config_parse_json(json, strlen(json), "t", &c, err, sizeof err),
+                         CHAM_OK);
+        assert_int_equal(c.planner, p->kind);
+    }
+    assert_null(cham_planner_by_name("chameleo"));
+    assert_null(cham_planner_by_name(NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_planner_table),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test_setup_teardown(test_full_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_absent_keys_keep_values, setup, teardown),

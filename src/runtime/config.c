@@ -23,6 +23,7 @@
 #include "common/file.h"
 #include "common/message.h"
 #include "common/size.h"
+#include "policy/registry.h"
 
 #define KiB (UINT64_C(1) << 10)
 #define MiB (UINT64_C(1) << 20)
@@ -53,8 +54,7 @@ cham_config_t cham_config_default(void)
     c.policy_cache = 8;
     c.class_trials = 2;
     c.profiler = true;
-    c.swapadvisor = cham_swapadvisor_options_default();
-    c.hyperoffload = cham_hyperoffload_options_default();
+    cham_planner_set_defaults(&c);    /* swapadvisor's, hyperoffload's options */
     return c;
 }
 
@@ -367,14 +367,15 @@ static cham_status_t apply(cham_config_t *c, const field_t *f, const json_t *v, 
         return CHAM_OK;
     }
     case K_PLANNER: {
-        const char *s = json_is_string(v) ? json_string_value(v) : NULL;
-        for (int k = CHAM_PLANNER_CHAMELEON; s && k <= CHAM_PLANNER_HYPEROFFLOAD; k++)
-            if (strcmp(s, cham_planner_kind_name((cham_planner_kind_t)k)) == 0) {
-                *(cham_planner_kind_t *)dst = (cham_planner_kind_t)k;
-                return CHAM_OK;
-            }
-        snprintf(why, why_size, "unknown planner %s (known: chameleon, vdnn, capuchin, "
-                 "swapadvisor, hyperoffload)", got);
+        const cham_planner_iface_t *p =
+            cham_planner_by_name(json_is_string(v) ? json_string_value(v) : NULL);
+        if (p) {
+            *(cham_planner_kind_t *)dst = p->kind;
+            return CHAM_OK;
+        }
+        char known[200];
+        cham_planner_list(known, sizeof known);
+        snprintf(why, why_size, "unknown planner %s (known: %s)", got, known);
         return CHAM_ERR_INVALID_ARG;
     }
     case K_ALLOCATOR: {
@@ -619,7 +620,7 @@ static bool check_field(const cham_config_t *c, const field_t *f, char *why, siz
     }
     case K_PLANNER: {
         int k = (int)*(const cham_planner_kind_t *)src;
-        if (k < CHAM_PLANNER_CHAMELEON || k > CHAM_PLANNER_HYPEROFFLOAD) {
+        if (!cham_planner_of((cham_planner_kind_t)k)) {
             snprintf(why, why_size, "%s: %d is not a planner (CHAM_PLANNER_*)", f->name, k);
             return false;
         }
@@ -703,8 +704,7 @@ uint64_t cham_config_budget(const cham_config_t *config, uint64_t capacity)
 
 bool cham_config_moves_model_state(const cham_config_t *c)
 {
-    return c->executor && c->oom_handling &&
-           ((c->planner == CHAM_PLANNER_CHAMELEON && c->model_state) ||
-            c->planner == CHAM_PLANNER_SWAPADVISOR ||
-            (c->planner == CHAM_PLANNER_HYPEROFFLOAD && c->hyperoffload.persistent));
+    const cham_planner_iface_t *p = cham_planner_of(c->planner);
+    return c->executor && c->oom_handling && p && p->moves_model_state &&
+           p->moves_model_state(c->model_state, cham_planner_options(p, c));
 }

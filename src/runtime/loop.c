@@ -23,6 +23,7 @@
 #include "common/assert.h"
 #include "common/grow.h"
 #include "common/order.h"
+#include "policy/registry.h"
 #include "runtime/runtime-impl.h"
 
 /* ---- plans ----------------------------------------------------------------*/
@@ -173,6 +174,8 @@ static uint32_t trial_delay(size_t k)
 static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile, size_t k,
                              uint64_t reserve, uint32_t *delay)
 {
+    const cham_planner_iface_t *planner = cham_planner_of(ctx->config.planner);
+    CHAM_ASSERT(planner);    /* the config was validated */
     cham_device_info_t info;
     cham_device_get_info(ctx->dev, &info);
     cham_planner_config_t pc = cham_planner_config_default();
@@ -194,8 +197,8 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     pc.early_swap_in = pc.recompute && (kind == 0 || kind == 4);
     /* The fifth plans activations only, as the paper: model state moved
      * where it did not have to costs link time the replay can misjudge. */
-    pc.model_state = ctx->config.model_state && ctx->config.planner == CHAM_PLANNER_CHAMELEON &&
-                     kind != 4;
+    pc.model_state = ctx->config.model_state &&
+                     (planner->flags & CHAM_PLANNER_FLAG_MODEL_STATE) && kind != 4;
     /* With expandable segments little memory strands, and the baselines
      * keep their reserve. The first plans with a quarter of it, the third
      * with half, the others with all: a ladder, since what a thin reserve
@@ -203,7 +206,7 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
      * says; the trials and the check in Stable (check_stable) find the
      * policy that runs fastest. `reserve`, doubled after a trial that
      * needed passive swaps, is a floor. */
-    if (ctx->memory_moves && ctx->config.planner == CHAM_PLANNER_CHAMELEON) {
+    if (ctx->memory_moves && !(planner->flags & CHAM_PLANNER_FLAG_STATIC)) {
         uint64_t r = cham_planner_default_reserve(pc.capacity, true);
         r = kind == 0 ? r / 4 : kind == 2 ? r / 2 : r;
         pc.reserve = r > reserve ? r : reserve;
@@ -215,50 +218,19 @@ static cham_plan_t *generate(cham_context_t *ctx, const cham_profile_t *profile,
     }
     pc.free_delay_ops = *delay;
     cham_policy_t *policy = NULL;
-    char err[400] = "";
-    cham_status_t st;
-    if (ctx->config.planner == CHAM_PLANNER_VDNN) {
-        st = cham_plan_vdnn(profile, &pc, &policy, err, sizeof err);
-    } else if (ctx->config.planner == CHAM_PLANNER_SWAPADVISOR) {
-        cham_swapadvisor_options_t so = ctx->config.swapadvisor;
-        so.reorder = false;    /* the caller runs its ops in its own order */
-        cham_swapadvisor_result_t r;
-        st = cham_plan_swapadvisor(profile, &pc, &so, &policy, &r, err, sizeof err);
-        if (st == CHAM_OK)
-            cham_context_log(ctx, "step %llu: swapadvisor searched %u generations, %llu "
-                             "candidates in %.2f s: %.3f ms simulated (ops alone %.3f ms)",
-                             (unsigned long long)ctx->number, r.generations,
-                             (unsigned long long)r.evaluations, r.search_seconds,
-                             (double)r.step_ns / 1e6, (double)r.ideal_ns / 1e6);
-        cham_swapadvisor_result_free(&r);
-    } else if (ctx->config.planner == CHAM_PLANNER_HYPEROFFLOAD) {
-        cham_hyperoffload_result_t r;
-        st = cham_plan_hyperoffload(profile, &pc, &ctx->config.hyperoffload, &policy, &r, err,
-                                    sizeof err);
-        if (st == CHAM_OK)
-            cham_context_log(ctx, "step %llu: hyperoffload offloaded %zu of %zu idle tensors; "
-                             "refinement moved %zu operators: %.3f ms simulated (ops alone "
-                             "%.3f ms)", (unsigned long long)ctx->number, r.offloaded,
-                             r.candidates, r.moved, (double)r.refined.step_ns / 1e6,
-                             (double)r.ideal_ns / 1e6);
-    } else {
-        st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
-        if (st == CHAM_ERR_OUT_OF_MEMORY && *delay > 0) {
-            pc.free_delay_ops = *delay = 0;
-            st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
-        }
-        if (st == CHAM_ERR_OUT_OF_MEMORY) {
-            pc.partial = true;    /* what can be planned; passive swaps do the rest */
-            st = cham_plan_chameleon(profile, &pc, &policy, err, sizeof err);
-        }
-    }
+    char err[400] = "", note[300] = "";
+    cham_status_t st = planner->plan(profile, &pc, cham_planner_options(planner, &ctx->config),
+                                     &policy, note, sizeof note, err, sizeof err);
+    *delay = pc.free_delay_ops;    /* the planner may have reused blocks at once instead */
+    if (st == CHAM_OK && note[0])
+        cham_context_log(ctx, "step %llu: %s", (unsigned long long)ctx->number, note);
     if (st != CHAM_OK) {
         ctx->stats.policy_failures++;
         cham_context_log(ctx, "step %llu: no policy: %s", (unsigned long long)ctx->number, err);
         return NULL;
     }
-    cham_plan_t *plan = plan_new(policy, profile,
-                                 ctx->config.planner == CHAM_PLANNER_CAPUCHIN);
+    cham_plan_t *plan =
+        plan_new(policy, profile, (planner->flags & CHAM_PLANNER_FLAG_POSITIONAL) != 0);
     if (!plan) {
         cham_context_log(ctx, "step %llu: out of host memory indexing a policy",
                          (unsigned long long)ctx->number);
@@ -628,8 +600,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
          * step (the first with a backward), kept for good; SwapAdvisor's
          * and HyperOffload's for as long as the op sequence stays the one
          * they planned. */
-        bool replans = ctx->config.planner == CHAM_PLANNER_SWAPADVISOR ||
-                       ctx->config.planner == CHAM_PLANNER_HYPEROFFLOAD;
+        bool replans = cham_planner_has(ctx->config.planner, CHAM_PLANNER_FLAG_REPLANS);
         if (replans && ctx->static_planned)
             static_check(ctx);
         if (!ctx->static_planned && fresh && plans_from(ctx, &pv, replans)) {
@@ -750,7 +721,8 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
 
 bool cham_loop_static(const cham_context_t *ctx)
 {
-    return ctx->config.executor && ctx->config.planner != CHAM_PLANNER_CHAMELEON;
+    return ctx->config.executor &&
+           cham_planner_has(ctx->config.planner, CHAM_PLANNER_FLAG_STATIC);
 }
 
 void cham_loop_free(cham_context_t *ctx)

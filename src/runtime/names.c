@@ -3,6 +3,7 @@
 
 #include "chameleon/runtime.h"
 #include "json/format.h"
+#include "policy/registry.h"
 
 const char *cham_stage_name(cham_stage_t stage)
 {
@@ -66,14 +67,9 @@ cham_status_t cham_allocator_mode_parse(const char *name, cham_allocator_mode_t 
     return CHAM_ERR_INVALID_ARG;
 }
 
+/* The planners' names are their rows' (policy/registry.c). */
 const char *cham_planner_kind_name(cham_planner_kind_t kind)
 {
-    switch (kind) {
-    case CHAM_PLANNER_CHAMELEON: return "chameleon";
-    case CHAM_PLANNER_VDNN: return "vdnn";
-    case CHAM_PLANNER_CAPUCHIN: return "capuchin";
-    case CHAM_PLANNER_SWAPADVISOR: return "swapadvisor";
-    case CHAM_PLANNER_HYPEROFFLOAD: return "hyperoffload";
-    }
-    return "?";
+    const cham_planner_iface_t *p = cham_planner_of(kind);
+    return p ? p->name : "?";
 }

@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "common/assert.h"
+#include "policy/registry.h"
 #include "runtime/runtime-impl.h"
 
 static bool block_movable(const cham_block_t *b, void *user)
@@ -155,10 +156,12 @@ static cham_status_t make_room(cham_context_t *ctx, size_t bytes, oom_episode_t 
 
 bool cham_oom_passive(const cham_context_t *ctx)
 {
-    /* vDNN has no passive swaps to fall back on once its policy applies
-     * (Capuchin evicts on demand, as its paper's passive mode does). */
+    /* A planner without passive swaps (vDNN) has none to fall back on once
+     * its policy applies (Capuchin evicts on demand, as its paper's passive
+     * mode does). */
     return ctx->config.mode == CHAM_MODE_MANAGED && ctx->config.oom_handling &&
-           !(ctx->config.planner == CHAM_PLANNER_VDNN && ctx->exec.plan);
+           !(ctx->exec.plan &&
+             cham_planner_has(ctx->config.planner, CHAM_PLANNER_FLAG_NO_PASSIVE));
 }
 
 /* The error of a request the OOM path could not meet: the sizes, what was
