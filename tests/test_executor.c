@@ -673,9 +673,11 @@ typedef struct advisor {
     adv_tensor_t ts[2 * ADV_L + 8];
     int n;
     uint64_t bytes, step_max;    /* device bytes the caller holds */
-    uint64_t needed_swaps_in;    /* this step: on-demand advice */
+    uint64_t needed_swaps_in;    /* this step: advice the kernel waited for */
     bool recompute;              /* the forward's ops are declared recomputable */
     bool dynamic;                /* validation and changed-op steps now and then */
+    bool late;                   /* runs an op's kernel before its actions,
+                                    those its kernel needs apart */
 } advisor_t;
 
 static adv_tensor_t *adv_find(advisor_t *a, const cham_tensor_t *t)
@@ -784,27 +786,39 @@ static void adv_recompute(advisor_t *a, adv_tensor_t *x, const cham_action_t *ac
 /* Carries out the actions of the op just begun: swap-ins and re-runs now,
  * swap-outs and drops after the kernel (synchronous copies: the caller
  * keeps it simple). */
-static void adv_actions(advisor_t *a, bool after_kernel)
+static void adv_actions(advisor_t *a, bool after_kernel, cham_tensor_t *const *ins, size_t n_in)
 {
     const cham_action_t *act;
     size_t n = cham_op_actions(a->ctx, &act);
     cham_stream_t *s = cham_context_compute_stream(a->ctx);
     for (size_t i = 0; i < n; i++) {
         adv_tensor_t *x = adv_find(a, act[i].tensor);
-        if (act[i].kind == CHAM_ACTION_RECOMPUTE && !after_kernel) {
+        bool before = act[i].kind == CHAM_ACTION_SWAP_IN ||
+                      act[i].kind == CHAM_ACTION_RECOMPUTE;
+        /* A late caller does what the kernel needs before it, the rest after. */
+        bool after = before && a->late && !act[i].needed ? !after_kernel : after_kernel;
+        /* (A re-run planned at the op that uses it, or one another re-run
+         * reads, is marked needed too: the kernel waits for it only when
+         * it reads it and it was not planned ahead.) */
+        bool input = false;
+        for (size_t j = 0; j < n_in; j++)
+            input = input || cham_tensor_same_storage(act[i].tensor, ins[j]);
+        if (before && !after && act[i].needed && input &&
+            (a->late || act[i].kind == CHAM_ACTION_SWAP_IN))
+            a->needed_swaps_in++;
+        if (act[i].kind == CHAM_ACTION_RECOMPUTE && !after) {
             adv_recompute(a, x, &act[i]);
-        } else if (act[i].kind == CHAM_ACTION_DROP && after_kernel) {
+        } else if (act[i].kind == CHAM_ACTION_DROP && after) {
             adv_release(a, x->dev), x->dev = NULL;   /* the kernel ran: stream order */
             assert_int_equal(cham_tensor_dropped(x->t), CHAM_OK);
-        } else if (act[i].kind == CHAM_ACTION_SWAP_IN && !after_kernel) {
-            a->needed_swaps_in += act[i].needed;
+        } else if (act[i].kind == CHAM_ACTION_SWAP_IN && !after) {
             x->dev = adv_alloc(a);
             assert_int_equal(cham_copy_async(s, x->dev, x->host, ADV_BYTES, CHAM_COPY_H2D, "in"),
                              CHAM_OK);
             assert_int_equal(cham_stream_synchronize(s), CHAM_OK);
             cham_device_host_free(cham_context_device(a->ctx), x->host), x->host = NULL;
             assert_int_equal(cham_tensor_swapped_in(x->t, x->dev), CHAM_OK);
-        } else if (act[i].kind == CHAM_ACTION_SWAP_OUT && after_kernel) {
+        } else if (act[i].kind == CHAM_ACTION_SWAP_OUT && after) {
             assert_true(act[i].free_after_op > cham_context_ops(a->ctx));
             assert_int_equal(cham_device_host_alloc(cham_context_device(a->ctx), ADV_BYTES,
                                                     &x->host), CHAM_OK);
@@ -823,7 +837,7 @@ static void adv_op(advisor_t *a, cham_op_token_t tok, cham_tensor_t *in0, cham_t
     cham_tensor_t *ins[2] = {in0, in1};
     size_t n_in = in1 ? 2 : in0 ? 1 : 0;
     assert_int_equal(cham_op_begin(a->ctx, tok, ins, n_in, &out, 1), CHAM_OK);
-    adv_actions(a, false);
+    adv_actions(a, false, ins, n_in);
     const uint32_t *in[2] = {NULL, NULL};
     for (size_t i = 0; i < n_in; i++) {
         in[i] = cham_tensor_data(ins[i]);
@@ -836,7 +850,7 @@ static void adv_op(advisor_t *a, cham_op_token_t tok, cham_tensor_t *in0, cham_t
         assert_int_equal(cham_op_set_cost(a->ctx, 1e4), CHAM_OK);
         assert_int_equal(cham_op_set_recompute(a->ctx, seed), CHAM_OK);
     }
-    adv_actions(a, true);
+    adv_actions(a, true, ins, n_in);
     assert_int_equal(cham_op_end(a->ctx), CHAM_OK);
 }
 
@@ -896,14 +910,16 @@ typedef struct adv_result {
 } adv_result_t;
 
 /* Runs the caller on a roomy device, with policies planned for budget. */
-static void adv_run(uint64_t budget, int steps, bool recompute, bool dynamic, adv_result_t *r)
+static void adv_run_ahead(uint64_t budget, int steps, bool recompute, bool dynamic,
+                          bool late, uint32_t ahead, adv_result_t *r)
 {
     cham_config_t c = config(1024 * MiB);
     c.mode = CHAM_MODE_ADVISOR;
     c.memory_budget = budget;
+    c.advise_ahead = ahead;
     if (recompute)   /* a link too slow to hide the copies: re-runs win */
         c.device.h2d_bandwidth = c.device.d2h_bandwidth = 1e9;
-    advisor_t a = {.recompute = recompute, .dynamic = dynamic};
+    advisor_t a = {.recompute = recompute, .dynamic = dynamic, .late = late};
     assert_int_equal(cham_context_new(&c, &a.ctx), CHAM_OK);
     run_t quiet_log = {0};
     cham_context_set_log(a.ctx, on_log, &quiet_log);
@@ -917,6 +933,11 @@ static void adv_run(uint64_t budget, int steps, bool recompute, bool dynamic, ad
     }
     r->hazards = cham_device_hazard_count(cham_context_device(a.ctx));
     cham_context_free(a.ctx);
+}
+
+static void adv_run(uint64_t budget, int steps, bool recompute, bool dynamic, adv_result_t *r)
+{
+    adv_run_ahead(budget, steps, recompute, dynamic, false, 0, r);
 }
 
 /* Runs the caller unconstrained and at 60% of its need; both compute the
@@ -1007,6 +1028,31 @@ static void test_advisor_recomputes_dynamic(void **state)
     assert_true(end->recomputes <= end->drops);   /* some go dropped, unread */
 }
 
+/* A caller that runs an op's kernel before carrying out its actions (the
+ * PyTorch glue: it learns an op's outputs only then) needs each planned
+ * swap-in and re-run one op before its op: advise_ahead 1 lists them
+ * there. With it, nothing is needed on demand once Stable; without, every
+ * re-run is (the planner puts one at the tensor's first use). Bytes as the
+ * unconstrained run's either way. */
+static void test_advisor_advise_ahead(void **state)
+{
+    (void)state;
+    enum { STEPS = 24 };
+    static adv_result_t all, some, late, ahead;
+    uint64_t budget;
+    adv_run_both(true, STEPS, &all, &some, &budget);
+    adv_run_ahead(budget, STEPS, true, false, true, 0, &late);
+    adv_run_ahead(budget, STEPS, true, false, true, 1, &ahead);
+    assert_int_equal(late.hazards + ahead.hazards, 0);
+    for (int s = 0; s < STEPS; s++)
+        assert_true(late.sum[s] == all.sum[s] && ahead.sum[s] == all.sum[s]);
+    int s = STEPS - 1;
+    assert_int_equal(ahead.stage[s], CHAM_STAGE_STABLE);
+    assert_true(ahead.after[s].drops > ahead.after[s - 1].drops);
+    assert_int_equal(ahead.needed[s], 0);
+    assert_true(late.needed[s] > 0);
+}
+
 /* Reports that do not fit what happened are refused, naming why: a tensor
  * no recomputable op made, one not dropped, and a dropped tensor whose
  * input the caller released (its next use fails, naming it). */
@@ -1071,6 +1117,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_advisor_mode_recomputes),
         cmocka_unit_test(test_advisor_recomputes_dynamic),
         cmocka_unit_test(test_advisor_recompute_misuse),
+        cmocka_unit_test(test_advisor_advise_ahead),
     };
     /* CTest runs one case a test (tests/CMakeLists.txt, CHAM_SPLIT_TESTS). */
     if (argc > 1 && !test_pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))

@@ -91,6 +91,10 @@ CHAM_API cham_status_t cham_allocator_mode_parse(const char *name, cham_allocato
 typedef struct cham_config {
     cham_device_config_t device; /* backend, preset, capacity, sim knobs */
     cham_mode_t mode;
+    uint32_t advise_ahead;       /* advisor mode: planned swap-ins and re-runs are
+                                    advised this many ops before the op they are
+                                    for (0; 1 for a caller that carries out an
+                                    op's actions after running it) */
     uint64_t pinned_budget;      /* bytes of pinned host memory for swaps */
     uint32_t allocator_shift;    /* the allocators' granularity_shift, 0..10, or
                                     CHAM_ALLOCATOR_SHIFT_AUTO (the default): from
@@ -446,7 +450,9 @@ CHAM_API uint64_t cham_context_ops(const cham_context_t *ctx);
 /* ---- advisor mode: actions ------------------------------------------------
  * In advisor mode Chameleon moves nothing; it says what to move, and the
  * caller reports what it moved. After cham_op_begin, cham_op_actions lists
- * what to do around the op just begun, in order:
+ * what to do around the op just begun, in order (with the config's
+ * advise_ahead n, also the swap-ins and re-runs planned for the next n ops,
+ * as prefetches):
  *   CHAM_ACTION_SWAP_IN   the storage of `tensor` is on the host: copy it
  *                         back and report cham_tensor_swapped_in. With
  *                         `needed` this op reads it: its kernels must wait

@@ -131,6 +131,7 @@ static const field_t fields[] = {
     INTF("vm_granularity", device.vm_granularity, K_SIZE, 0, 1 * GiB,
          "0 (2 MiB) or a power of two up to 1GiB bytes"),
     PLAINF("mode", mode, K_MODE),
+    INTF("advise_ahead", advise_ahead, K_U32, 0, 1000, "[0, 1000] ops"),
     INTF("pinned_budget", pinned_budget, K_SIZE, 1, UINT64_MAX, "(0, 16EiB) bytes"),
     INTF("allocator_shift", allocator_shift, K_SHIFT, 0, 10, "\"auto\" or [0, 10]"),
     PLAINF("allocator", allocator, K_ALLOCATOR),

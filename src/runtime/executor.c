@@ -344,15 +344,19 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
     uint32_t k = ctx->ops_in_step;               /* the op being begun */
+    /* A caller that carries out an op's actions after running it hears
+     * of what the next ops need ahead (advise_ahead). */
+    uint32_t until = ctx->config.mode == CHAM_MODE_ADVISOR ? k + ctx->config.advise_ahead : k;
     /* Advisor mode: what the plan wants away from the step's start but is
      * on the device (a new plan's, or brought back by the caller between
      * steps) goes after the first op. */
     for (size_t i = 0; k == 0 && ctx->config.mode == CHAM_MODE_ADVISOR && i < x->n_carried; i++) {
         cham_storage_t *s = x->carried[i].storage;
-        if (s && s->residency == CHAM_RESIDENT_DEVICE && x->carried[i].op > 0)
+        if (s && s->residency == CHAM_RESIDENT_DEVICE && x->carried[i].op > until)
             cham_exec_advise(ctx, CHAM_ACTION_SWAP_OUT, s->view_list, false, ctx->ops_total + 1);
     }
-    for (; x->carry_next < x->n_carried && x->carried[x->carry_next].op <= k; x->carry_next++) {
+    for (; x->carry_next < x->n_carried && x->carried[x->carry_next].op <= until;
+         x->carry_next++) {
         cham_storage_t *s = x->carried[x->carry_next].storage;
         cham_status_t st = s ? bring_back(ctx, s) : CHAM_OK;
         if (st != CHAM_OK)
@@ -363,7 +367,7 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
     const cham_policy_view_t *pol = &x->plan->view;
     while (x->in_next < pol->n_items) {
         uint32_t item = x->plan->in_order[x->in_next];
-        if (pol->items[item].swap_in_op > k)
+        if (pol->items[item].swap_in_op > until)
             break;
         x->in_next++;
         cham_storage_t *s = x->storage_of[item];
