@@ -532,20 +532,22 @@ static const char *const action_names[] = {
 enum { OP_TENSORS_ON_STACK = 64 };
 
 /* op(token, inputs, outputs, cost_ns=-1, bandwidth=0, comm_ns=0,
- * comm_waited=False): the op ran; reports it and returns the runtime's
- * actions as (kind, handle, needed) tuples. A negative cost with a
- * bandwidth (bytes/s) is the bytes of the inputs and outputs at that
+ * comm_waited=False, recompute=False): the op ran; reports it and returns
+ * the runtime's actions as (kind, handle, needed) tuples. A negative cost
+ * with a bandwidth (bytes/s) is the bytes of the inputs and outputs at that
  * bandwidth; without either the op has no cost. comm_ns > 0: the op ran a
  * collective of that time on a communication stream, which the compute
- * stream waited for when comm_waited (cham_op_set_comm). */
+ * stream waited for when comm_waited (cham_op_set_comm). recompute: the
+ * caller can run the op again on the same inputs (cham_op_set_recompute;
+ * the caller finds its own record from the output's handle, so no tag). */
 static PyObject *context_op(ContextObject *c, PyObject *args)
 {
     int tok;
     PyObject *in_seq, *out_seq;
     double cost = -1, bandwidth = 0, comm = 0;
-    int comm_waited = 0;
-    if (!PyArg_ParseTuple(args, "iOO|dddp", &tok, &in_seq, &out_seq, &cost, &bandwidth, &comm,
-                          &comm_waited) ||
+    int comm_waited = 0, recompute = 0;
+    if (!PyArg_ParseTuple(args, "iOO|dddpp", &tok, &in_seq, &out_seq, &cost, &bandwidth, &comm,
+                          &comm_waited, &recompute) ||
         check_open(c))
         return NULL;
     cham_tensor_t *in_buf[OP_TENSORS_ON_STACK], *out_buf[OP_TENSORS_ON_STACK];
@@ -574,6 +576,8 @@ static PyObject *context_op(ContextObject *c, PyObject *args)
             st = cham_op_set_cost(c->ctx, cost);
         if (st == CHAM_OK && (comm != 0 || comm_waited))
             st = cham_op_set_comm(c->ctx, comm, comm_waited);
+        if (st == CHAM_OK && recompute)
+            st = cham_op_set_recompute(c->ctx, 0);
         const cham_action_t *acts;
         size_t n = cham_op_actions(c->ctx, &acts);
         list = PyList_New((Py_ssize_t)n);
@@ -627,6 +631,34 @@ static PyObject *context_swapped_in(ContextObject *c, PyObject *args)
     enter(c);
     cham_status_t st = cham_tensor_swapped_in(h->t, (void *)(uintptr_t)ptr);
     if (leave_with(c, st, "swapped_in"))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *context_dropped(ContextObject *c, PyObject *h_obj)
+{
+    HandleObject *h = as_handle(c, h_obj, "dropped");
+    if (!h || check_open(c))
+        return NULL;
+    enter(c);
+    cham_status_t st = cham_tensor_dropped(h->t);
+    if (leave_with(c, st, "dropped"))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *context_recomputed(ContextObject *c, PyObject *args)
+{
+    PyObject *h_obj;
+    unsigned long long ptr;
+    if (!PyArg_ParseTuple(args, "OK", &h_obj, &ptr) || check_open(c))
+        return NULL;
+    HandleObject *h = as_handle(c, h_obj, "recomputed");
+    if (!h)
+        return NULL;
+    enter(c);
+    cham_status_t st = cham_tensor_recomputed(h->t, (void *)(uintptr_t)ptr);
+    if (leave_with(c, st, "recomputed"))
         return NULL;
     Py_RETURN_NONE;
 }
@@ -688,8 +720,8 @@ static PyObject *context_stats(ContextObject *c, PyObject *unused)
     cham_runtime_stats_t s;
     cham_context_get_stats(c->ctx, &s);
     return Py_BuildValue(
-        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKss}", "ops", (unsigned long long)s.ops, "swaps_out",
-        (unsigned long long)s.swaps_out, "swaps_in", (unsigned long long)s.swaps_in,
+        "{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKss}", "ops", (unsigned long long)s.ops,
+        "swaps_out", (unsigned long long)s.swaps_out, "swaps_in", (unsigned long long)s.swaps_in,
         "on_demand_swaps_in", (unsigned long long)s.on_demand_swaps_in, "passive_swaps_out",
         (unsigned long long)s.passive_swaps_out, "planned_swaps_out",
         (unsigned long long)s.planned_swaps_out, "planned_swaps_in",
@@ -698,7 +730,9 @@ static PyObject *context_stats(ContextObject *c, PyObject *unused)
         "mem_peak", (unsigned long long)s.mem_peak, "items_matched",
         (unsigned long long)s.items_matched, "items_missed", (unsigned long long)s.items_missed,
         "policies_generated", (unsigned long long)s.policies_generated, "over_budget_steps",
-        (unsigned long long)s.over_budget_steps, "budget_bytes",
+        (unsigned long long)s.over_budget_steps, "drops", (unsigned long long)s.drops,
+        "recomputes", (unsigned long long)s.recomputes, "on_demand_recomputes",
+        (unsigned long long)s.on_demand_recomputes, "budget_bytes",
         (unsigned long long)cham_context_budget(c->ctx), "stage",
         cham_stage_name(cham_context_stage(c->ctx)));
 }
@@ -746,12 +780,16 @@ static PyMethodDef context_methods[] = {
      "view_strided(base, offset, sizes, strides, dtype, label) -> Handle: a strided view "
      "(elements)."},
     {"op", (PyCFunction)context_op, METH_VARARGS,
-     "op(token, inputs, outputs, cost_ns=-1, bandwidth=0, comm_ns=0, comm_waited=False) -> "
-     "[(kind, handle, needed)]: one op that ran."},
+     "op(token, inputs, outputs, cost_ns=-1, bandwidth=0, comm_ns=0, comm_waited=False, "
+     "recompute=False) -> [(kind, handle, needed)]: one op that ran."},
     {"swapped_out", (PyCFunction)context_swapped_out, METH_O,
      "swapped_out(handle): the storage is on the host now."},
     {"swapped_in", (PyCFunction)context_swapped_in, METH_VARARGS,
      "swapped_in(handle, ptr): the storage is back at ptr."},
+    {"dropped", (PyCFunction)context_dropped, METH_O,
+     "dropped(handle): the storage's memory was freed; its op runs again before its next use."},
+    {"recomputed", (PyCFunction)context_recomputed, METH_VARARGS,
+     "recomputed(handle, ptr): the storage was made again at ptr."},
     {"phase", (PyCFunction)context_phase, METH_O, "phase(name): the phase of the ops that follow."},
     {"step_end", (PyCFunction)context_step_end, METH_NOARGS, "step_end() -> dict: ends a step."},
     {"set_budget", (PyCFunction)context_set_budget, METH_O,

@@ -15,6 +15,8 @@ from itertools import chain
 
 import torch
 
+from ._recompute import DROPPED
+
 # The storage object of a tensor: torch 2 names it untyped_storage, 1.13
 # has it as _storage. Taken at import: the glue may patch Tensor methods.
 storage_of = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
@@ -29,7 +31,7 @@ _VIEWS_KEPT = 256
 class Entry:
     """One storage."""
     __slots__ = ("key", "weak", "base", "views", "nbytes", "moved", "inbound", "pinned",
-                 "born")
+                 "born", "record", "writes", "exposed")
 
     def __init__(self, key, weak, base, nbytes, born):
         self.key = key
@@ -43,6 +45,9 @@ class Entry:
                                   # (torch refuses), "host-read" (a small integer
                                   # storage C++ may read), "record" (the profiler's)
         self.born = born          # the op at which the glue first saw it
+        self.record = None        # the recomputable op that made it (_recompute.Record)
+        self.writes = 0           # ops that wrote it (a record of a reader is then stale)
+        self.exposed = False      # code outside aten may write it (numpy, data_ptr)
 
     def storage(self):
         """The storage, or None once torch freed it."""
@@ -63,6 +68,9 @@ class StorageTable:
         self.lru_small = OrderedDict()
         self.small = 0
         self.resident = 0         # bytes on the device, freed storages included until swept
+        # Storage key -> the records with a dropped output that read it: an
+        # op about to write one makes those outputs again first.
+        self.readers = {}
         self.added = 0            # bytes of all entries ever added (what ops made)
 
     def find(self, storage):
@@ -120,6 +128,8 @@ class StorageTable:
     def forget(self, e):
         """e's storage is gone, or is no longer the storage e describes
         (resized by the user): the runtime sees it freed."""
+        if e.moved is DROPPED:
+            self._undrop(e)
         del self.entries[e.key]
         self._lru_of(e).pop(e.key, None)
         if e.moved is None:
@@ -156,6 +166,33 @@ class StorageTable:
         self.resident += e.nbytes
         if not e.pinned:
             self._lru_of(e)[e.key] = e
+
+    def drop(self, e):
+        """e's bytes were freed (its record holds its inputs: Record.hold);
+        its op makes them again."""
+        rec = e.record
+        if rec.dropped == 1:
+            for s in rec.inputs:
+                self.readers.setdefault(s.entry.key, set()).add(rec)
+        e.moved = DROPPED
+        self.away(e)
+
+    def recomputed(self, e):
+        """e's bytes were made again, on the device."""
+        self._undrop(e)
+        e.moved = None
+        self.back(e)
+
+    def _undrop(self, e):
+        rec = e.record
+        rec.release()
+        if rec.dropped == 0:
+            for s in rec.inputs:
+                recs = self.readers.get(s.entry.key)
+                if recs is not None:
+                    recs.discard(rec)
+                    if not recs:
+                        del self.readers[s.entry.key]
 
     def pin(self, e, why):
         """e's storage stays on the device (why: Entry.pinned)."""

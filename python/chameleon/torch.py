@@ -34,6 +34,7 @@ from . import _chameleon
 from ._chameleon import ChameleonError
 from ._estimate import OpBytes
 from ._moves import CpuMoves, CudaMoves, InlineMoves
+from ._recompute import DROPPED, Record, cudnn_may_differ, recomputable
 from ._table import StorageTable, _Storage, storage_of
 
 __all__ = ["Offload", "ChameleonError", "allreduce_hook"]
@@ -83,6 +84,8 @@ _READERS = ("numpy", "__array__", "tolist", "__reduce_ex__", "__deepcopy__", "st
 # return (a DLPack capsule: numpy.from_dlpack): the storage is pinned for
 # good, as torch itself does for numpy().
 _SHARING_READERS = ("__dlpack__",)
+# Readers that hand out the memory, which code outside aten may then write.
+_EXPOSING_READERS = ("numpy", "__array__", "storage", "data_ptr", "__dlpack__")
 
 # The Offload whose block is running: one at a time per process.
 _active = None
@@ -140,7 +143,8 @@ def _outputs(result):
 
 class _Op:
     """What the glue knows of one aten overload."""
-    __slots__ = ("name", "token", "is_view", "makes", "writes_hidden", "matmul", "bookkeeping")
+    __slots__ = ("name", "token", "is_view", "makes", "writes_hidden", "matmul", "bookkeeping",
+                 "writes", "recomputable")
 
     def __init__(self, ctx, func):
         self.name = str(func)
@@ -163,6 +167,23 @@ class _Op:
             for a in func._schema.arguments) and not all(
             r.alias_info is not None for r in returns)
         self.matmul = _MATMUL_OPERANDS.get(func.overloadpacket.__name__)
+        # The arguments it writes (place, name): a dropped storage made
+        # from one is made again before the op runs.
+        self.writes = tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
+                            if a.alias_info is not None and a.alias_info.is_write)
+        self.recomputable = recomputable(func)
+
+
+def _written(op, args, kwargs):
+    """The tensors op writes among args and kwargs."""
+    out = []
+    for i, name in op.writes:
+        a = args[i] if i < len(args) else kwargs.get(name)
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(b for b in a if isinstance(b, torch.Tensor))
+    return out
 
 
 class _Mode(TorchDispatchMode):
@@ -211,7 +232,9 @@ class Offload:
         if planner in _REFUSED_PLANNERS:
             raise ValueError(f"Offload: planner {planner!r} cannot run under the PyTorch glue: "
                              f"{_REFUSED_PLANNERS[planner]} (use \"chameleon\", the default)")
-        config = dict(config, preset=device, mode="advisor")
+        # The glue carries out an op's actions after running it (only then
+        # are its outputs known): what the next op needs is advised now.
+        config = dict({"advise_ahead": 1}, **config, preset=device, mode="advisor")
         if self._budget is not None:
             config["memory_budget"] = self._budget
         try:
@@ -258,9 +281,14 @@ class Offload:
         self._over_logged = set()
         self._warned_no_step = False
         self._read_pins = set()      # storages read outside aten since the last op
+        self._reading = 0            # readers running (one may call another)
         self._next_sweep = 0         # the op at which the table is next swept
         self._recent = ()            # entries the last ops used (a budget only)
         self._adopted = False        # the model state alive at entry is counted
+        # Under a budget, ops that can run again are declared to the
+        # runtime, whose plans may then drop what they made (_recompute).
+        self._recompute_on = bool(config.get("recompute", True)) and (
+            self._budget is not None or self._budget_pct is not None)
 
     # ---- the context ---------------------------------------------------------
 
@@ -376,9 +404,14 @@ class Offload:
 
         def save_whole(*args, **kwargs):
             # torch.save reads every storage's bytes at its end: no other
-            # thread's op may send one away before.
+            # thread's op may send one away before. The readers it calls
+            # hand nothing out.
             with self._lock:
-                return save(*args, **kwargs)
+                self._reading += 1
+                try:
+                    return save(*args, **kwargs)
+                finally:
+                    self._reading -= 1
         torch.save = save_whole
         off = self
 
@@ -398,7 +431,8 @@ class Offload:
         threading.Thread.start = start_under_mode
         for name in _READERS:
             setattr(torch.Tensor, name, _reader(getattr(torch.Tensor, name),
-                                                name in _SHARING_READERS))
+                                                name in _SHARING_READERS,
+                                                name in _EXPOSING_READERS))
 
     def _unpatch(self):
         backward, grad, readers, save, start = self._patched
@@ -484,6 +518,9 @@ class Offload:
             "planned_swaps": s["planned_swaps_out"],
             "passive_swaps": s["passive_swaps_out"],
             "on_demand_swapins": s["on_demand_swaps_in"],
+            "drops": s["drops"],
+            "recomputes": s["recomputes"],
+            "on_demand_recomputes": s["on_demand_recomputes"],
             "over_budget_steps": self._over_steps,
             "over_budget_ops": c["over_ops"],
             "pinned_storages": c["pinned"],
@@ -599,9 +636,72 @@ class Offload:
         self._ctx.swapped_out(e.base)    # unadvised: the runtime counts it passive
         return True
 
+    def _drop(self, e):
+        """Frees e's storage without a copy, its op to be run again before
+        its next use; False when it cannot be (no record of its op, or one
+        that no longer describes it): it is sent to the host instead."""
+        rec = e.record
+        if rec is None or not rec.can_hold(self._table.entries):
+            return False
+        storage = e.storage()
+        if storage is None or e.inbound is not None or not rec.hold():
+            return False
+        self._busy = True
+        try:
+            storage.resize_(0)
+        except RuntimeError as err:
+            if "resizable" not in str(err):
+                raise
+            rec.release()
+            return False
+        finally:
+            self._busy = False
+        self._table.drop(e)
+        self._ctx.dropped(e.base)
+        return True
+
+    def _recompute(self, e, storage, late, protect, reading, what):
+        """Makes dropped e again: its op runs on its inputs (each brought
+        back or made again first) and the output's bytes go into e's
+        storage. The op's outputs exist at once while it runs: room is made
+        for them too."""
+        table, rec = self._table, e.record
+        keep = {s.entry.key for s in rec.inputs} | {e.key} | (protect or set())
+        for s, held in zip(rec.inputs, rec.held):
+            ie = s.entry
+            if ie.moved is not None:
+                self._bring_back(ie, held, late, keep if protect is not None else None,
+                                 reading, what)
+            if ie.inbound is not None:
+                self._wait(ie)
+        if protect is not None and self._budget is not None:
+            self._make_room(e.nbytes + sum(oe.nbytes for oe, _ in rec.outputs), keep,
+                            what or f"making {e.base.label} again", may_pass=reading)
+        if late and e.base.residency != "dropped":
+            self._counts["hazards"] += 1      # the runtime thought it was on the device
+        place = next(p for oe, p in rec.outputs if oe is e)
+        self._busy = True
+        try:
+            out = storage_of(rec.run(place))
+            if out.nbytes() != e.nbytes:
+                raise ChameleonError(f"Offload: {rec.func} made {out.nbytes()} bytes again for "
+                                     f"\"{e.base.label}\", which held {e.nbytes}")
+            storage.resize_(e.nbytes)
+            _as_bytes(storage).copy_(_as_bytes(out))
+        finally:
+            self._busy = False
+        table.recomputed(e)
+        self._ctx.recomputed(e.base, storage.data_ptr())
+
     def _bring_back(self, e, storage, late, protect=None, reading=False, what=None):
         """Restores e's storage (making room first when protect is given;
         what: the op that needs it, for the error)."""
+        if e.moved is DROPPED:
+            if storage is None:               # torch freed it while it was dropped
+                self._table.forget(e)
+            else:
+                self._recompute(e, storage, late, protect, reading, what)
+            return
         if protect is not None and self._budget is not None:
             self._make_room(e.nbytes, protect, what or f"reading {e.base.label}",
                             may_pass=reading)
@@ -622,12 +722,15 @@ class Offload:
         if inbound is not None:
             self._moves(e.storage()).wait(inbound)
 
-    def _restore_for_read(self, t, pin=False):
+    def _restore_for_read(self, t, pin=False, exposes=False):
         """t is about to be read outside aten: its storage comes back, and
         stays until the next op. torch.save reads the bytes of every
         storage it saves at its end: sending one away to bring the next back
         would save nothing for it, so a save may hold what it saves on the
-        device at once (docs/pytorch.md, "Reads outside aten")."""
+        device at once (docs/pytorch.md, "Reads outside aten"). exposes:
+        the reader hands out the memory itself (a numpy array, a pointer),
+        which code outside aten may write: nothing dropped is made from it
+        from then on."""
         if t.layout != _STRIDED or not (t.is_cpu or t.is_cuda):
             return
         storage = storage_of(t)
@@ -637,6 +740,13 @@ class Offload:
         self._read_pins.add(e.key)
         if e.moved is not None:
             self._bring_back(e, storage, late=True, protect={e.key}, reading=True)
+        if exposes and not e.exposed:
+            e.exposed = True
+            for rec in list(self._table.readers.get(e.key, ())):
+                for oe, _ in rec.outputs:
+                    if oe.moved is DROPPED:
+                        self._bring_back(oe, oe.storage(), late=True, protect={e.key},
+                                         reading=True)
         if e.inbound is not None:
             self._wait(e)
         if pin and not e.pinned:
@@ -773,6 +883,8 @@ class Offload:
                                  what=f"op {op.name}")
             if e.inbound is not None:
                 self._wait(e)
+        if self._recompute_on and op.writes:
+            self._before_write(op, args, kwargs, protect)
         if op.is_view:
             if budget is not None and table.resident > budget:
                 # Its input was first seen here (a tensor made before the
@@ -796,11 +908,14 @@ class Offload:
         if op.writes_hidden and any(e.storage().nbytes() != e.nbytes for e, _ in used):
             # It resized what it wrote: a new storage to the runtime (_lookup).
             used = [r for r in (self._lookup(t, "input") for t in ins) if r is not None]
-        made = []
-        for t in _outputs(result):
+        made, places = [], []
+        for place, t in enumerate(_outputs(result)):
             r = self._lookup(t, op.name)
             if r is not None:
                 made.append(r)
+                places.append(place)
+        recompute = (self._recompute_on and op.recomputable and made and len(used) == len(ins) and
+                     self._record(func, args, kwargs, ins, used, made, places))
         if key is not None:
             self._op_bytes.made(key, table.added - before)
         opno = self._opno
@@ -817,10 +932,8 @@ class Offload:
         self._set_phase()
         hin = [h for _, h in used]
         hout = [h for _, h in made]
-        if op.matmul is None:
-            actions = self._ctx.op(op.token, hin, hout, -1.0, self._bandwidth)
-        else:
-            actions = self._ctx.op(op.token, hin, hout, self._matmul_ns(op, args))
+        cost = -1.0 if op.matmul is None else self._matmul_ns(op, args)
+        actions = self._ctx.op(op.token, hin, hout, cost, self._bandwidth, 0.0, False, recompute)
         self._note_peak()
         if self._steps == 0:
             touched = sum({e.key: e.nbytes for e, _ in used + made}.values())
@@ -852,6 +965,44 @@ class Offload:
                 if e.base is not None and expired(e.weak):
                     forget(e)
 
+    def _before_write(self, op, args, kwargs, protect):
+        """op is about to write tensors: what a dropped storage was made
+        from must not change before it is made again, and a record that
+        read them no longer describes its output."""
+        table = self._table
+        for t in _written(op, args, kwargs):
+            try:
+                e = table.entries.get(storage_of(t)._cdata)
+            except (NotImplementedError, RuntimeError):
+                continue
+            if e is None:
+                continue
+            e.writes += 1
+            e.record = None
+            for rec in list(table.readers.get(e.key, ())):
+                for oe, _ in rec.outputs:
+                    if oe.moved is DROPPED:
+                        self._bring_back(oe, oe.storage(), late=True, protect=protect,
+                                         what=f"op {op.name}")
+
+    def _record(self, func, args, kwargs, ins, used, made, places):
+        """Whether the op just run may be run again to make its outputs
+        (the runtime may then drop them): each a whole storage of its own
+        and large enough to be worth planning, every input one the glue
+        tracks and only aten writes; if so its Record is kept with them."""
+        keys = {e.key for e, _ in made}
+        if len(keys) != len(made) or any(h is not e.base for e, h in made) or \
+                any(e.key in keys or e.exposed or e.pinned == "unreleasable" for e, _ in used):
+            return False
+        if sum(e.nbytes for e, _ in made) < self._table.small or \
+                (self._cuda_run and cudnn_may_differ(func)):
+            return False
+        rec = Record(func, args, kwargs, [(e, t) for (e, _), t in zip(used, ins)],
+                     [(e, p) for (e, _), p in zip(made, places)])
+        for e, _ in made:
+            e.record = rec
+        return True
+
     def _bookkeeping(self, op, func, args, kwargs):
         """A profiler op (an optimizer's step records one): its tensor is
         torch's own record, read in C++ and never by an op. It runs as it
@@ -874,24 +1025,24 @@ class Offload:
             e = table.entries.get(h.key)
             if e is None:
                 continue
-            if kind == "swap_out":
-                if e.moved is None and not e.pinned:
+            if kind == "swap_out" or kind == "drop":
+                if e.moved is None and not e.pinned and not (kind == "drop" and self._drop(e)):
                     self._send_away(e)
-            elif kind == "swap_in":
+            else:                              # swap_in, recompute: a prefetch
                 if e.moved is None:
                     continue
                 storage = e.storage()
                 if storage is None:           # torch freed it while it was away
                     table.forget(e)
                     continue
-                if budget is not None and table.resident + e.nbytes > budget:
+                need = e.nbytes
+                if e.moved is DROPPED:        # its op's outputs, while it runs
+                    need += sum(oe.nbytes for oe, _ in e.record.outputs)
+                if budget is not None and table.resident + need > budget:
                     table.sweep()
-                    if table.resident + e.nbytes > budget:
+                    if table.resident + need > budget:
                         continue      # a prefetch that does not fit waits for its use
                 self._bring_back(e, storage, late=False)
-            else:
-                raise ChameleonError(f"Offload: action {kind} for {h.label}: the glue "
-                                     "declares no op recomputable")
 
     def run_op(self, name, tensors, fn, cost_ns=-1.0, comm_ns=0.0, comm_waited=False):
         """Runs fn(), which reads and writes tensors outside aten's dispatch
@@ -937,15 +1088,21 @@ class Offload:
         return 2.0 * a.numel() * b.size(-1) / self._flops * 1e9
 
 
+def _as_bytes(storage):
+    """A uint8 tensor over all of storage (an aten op: the glue's own)."""
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
 def _stderr(line):
     import sys
     print(line, file=sys.stderr)
 
 
-def _reader(original, shares=False):
+def _reader(original, shares=False, exposes=False):
     """original (a Tensor method reading bytes outside aten), bringing the
     tensor's storage back first while an Offload's block runs; shares: its
-    result keeps the memory, which must then never be released."""
+    result keeps the memory, which must then never be released; exposes:
+    it hands out the memory (Offload._restore_for_read)."""
     def read(t, *args, **kwargs):
         off = _active
         if off is None:
@@ -954,8 +1111,14 @@ def _reader(original, shares=False):
         # storage away before the read is done.
         with off._lock:
             if not off._busy:
-                off._restore_for_read(t, pin=shares)
-            return original(t, *args, **kwargs)
+                # A reader another reader calls (deepcopy and pickling take
+                # storage()) hands nothing out to the user.
+                off._restore_for_read(t, pin=shares, exposes=exposes and not off._reading)
+            off._reading += 1
+            try:
+                return original(t, *args, **kwargs)
+            finally:
+                off._reading -= 1
     read.__name__ = getattr(original, "__name__", "read")
     read.__doc__ = getattr(original, "__doc__", None)
     return read

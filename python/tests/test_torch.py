@@ -153,6 +153,145 @@ class MakingRoom(unittest.TestCase):
         self.assertEqual([t[-1].item() for t in big] + [fresh[0].item()], [0.0, 1.0, 2.0, 7.0])
 
 
+def _entry(off, t):
+    storage_of = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
+    return off._table.entries[storage_of(t)._cdata]
+
+
+@needs_torch
+class Recomputation(unittest.TestCase):
+    """Drops and re-runs under the glue (docs/pytorch.md, "Recomputation").
+    The runtime decides where to drop; these tests drop by hand (the glue's
+    own _drop, what a DROP action runs) to reach each case for sure."""
+
+    MB = 1 << 18                 # floats in 1 MiB, the planner's smallest swap here
+
+    def offload(self):
+        return ct.Offload(budget=1 << 30, log=quiet, cpu_copies="worker")
+
+    def test_a_kept_policy_drops_and_reruns_nothing_on_demand(self):
+        import zoo
+        plain = tracker.Tracker()
+        losses, params = zoo.cnn(tracker=plain)
+        budget = int(plain.steady_peak(2) * 0.5)
+        for recompute in (True, False):
+            off = ct.Offload(budget=budget, log=quiet, recompute=recompute)
+            tr = tracker.Tracker()
+            got_losses, got_params = zoo.cnn(off=off, tracker=tr)
+            self.assertEqual(got_losses, losses)
+            for k in params:
+                self.assertTrue(torch.equal(got_params[k], params[k]), k)
+            self.assertLessEqual(max(tr.peaks), budget)
+            st = off.stats
+            if recompute:
+                self.assertEqual(st["stage"], "Stable")
+                self.assertGreater(st["drops"], 0)
+                self.assertGreater(st["recomputes"], 0)
+                self.assertEqual(st["on_demand_recomputes"], 0)
+            else:
+                self.assertEqual(st["drops"], 0)
+
+    def test_an_input_written_after_the_drop_is_not_what_the_rerun_reads(self):
+        x = torch.randn(2 * self.MB)
+        with self.offload() as off:
+            y = torch.relu(x)
+            want = y.clone()
+            self.assertTrue(off._drop(_entry(off, y)))
+            x.add_(1.0)                  # y is made again first, from the old x
+            self.assertEqual(off.stats["recomputes"], 1)
+            x.mul_(3.0)
+            self.assertTrue(torch.equal(y, want))
+            # Its record no longer describes it: sent to the host, not dropped.
+            self.assertFalse(off._drop(_entry(off, y)))
+            off.step()
+        self.assertTrue(torch.equal(y, want))
+
+    def test_a_chain_comes_back_with_its_inputs_on_the_host(self):
+        x = torch.randn(2 * self.MB)
+        with self.offload() as off:
+            y = x * 2.0
+            z = torch.tanh(y)
+            want_y, want_z = y.clone(), z.clone()
+            ey, ez, ex = _entry(off, y), _entry(off, z), _entry(off, x)
+            self.assertTrue(off._drop(ez))
+            self.assertTrue(off._drop(ey))
+            self.assertTrue(off._send_away(ex))
+            del y                        # the record of z holds y's storage
+            out = z + 1.0                # z, then y, then x come back
+            self.assertTrue(torch.equal(out, want_z + 1.0))
+            self.assertEqual(off.stats["recomputes"], 2)
+            self.assertEqual(off._table.readers, {})
+            off.step()
+        self.assertTrue(torch.equal(x * 2.0, want_y))
+
+    def test_what_is_dropped_at_the_end_of_the_block_comes_back(self):
+        x = torch.randn(2 * self.MB)
+        with self.offload() as off:
+            y = torch.sigmoid(x)
+            want = y.clone()
+            self.assertTrue(off._drop(_entry(off, y)))
+            off.step()
+        self.assertEqual(off.stats["recomputes"], 1)
+        self.assertTrue(torch.equal(y, want))
+
+    def test_memory_handed_out_is_never_an_input_of_a_drop(self):
+        x = torch.randn(2 * self.MB)
+        with self.offload() as off:
+            y = torch.exp(x)
+            want = y.clone()
+            self.assertTrue(off._drop(_entry(off, y)))
+            arr = x.numpy()              # y comes back before numpy may write x
+            self.assertEqual(off.stats["recomputes"], 1)
+            arr += 1.0
+            self.assertTrue(torch.equal(y, want))
+            self.assertFalse(off._drop(_entry(off, y)))
+            w = torch.exp(x)             # read numpy-written memory: not recorded
+            self.assertIsNone(_entry(off, w).record)
+            off.step()
+
+    def test_random_and_in_place_ops_are_never_rerun(self):
+        x = torch.randn(2 * self.MB)
+        with self.offload() as off:
+            self.assertIsNone(_entry(off, torch.rand_like(x)).record)
+            self.assertIsNone(_entry(off, torch.bernoulli(torch.full_like(x, 0.5))).record)
+            # CPU dropout is a random mask (bernoulli_, in place) and a
+            # product, which could run again on the mask: but the mask is
+            # freed when dropout returns, so the product goes to the host.
+            d = torch.nn.functional.dropout(x, 0.5, training=True)
+            self.assertEqual(str(_entry(off, d).record.func), "aten.mul.Tensor")
+            self.assertFalse(off._drop(_entry(off, d)))
+            e = torch.empty(2 * self.MB)
+            self.assertIsNone(_entry(off, e).record)
+            x.relu_()
+            self.assertIsNone(_entry(off, x).record)
+            self.assertIsNotNone(_entry(off, torch.relu(x)).record)
+            off.step()
+
+    def test_a_rerun_outside_any_op_is_the_op_as_it_ran(self):
+        # A reader under autocast makes a float32 product again: not in
+        # bfloat16, which autocast would make of it.
+        a, b = torch.randn(512, 1024), torch.randn(1024, 512)
+        with self.offload() as off:
+            y = torch.mm(a, b)
+            want = y.clone()
+            self.assertTrue(off._drop(_entry(off, y)))
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                got = y.tolist()
+            self.assertEqual(got, want.tolist())
+            off.step()
+
+    def test_freed_while_dropped_lets_its_inputs_go(self):
+        x = torch.randn(2 * self.MB)
+        with self.offload() as off:
+            y = torch.relu(x)
+            self.assertTrue(off._drop(_entry(off, y)))
+            self.assertTrue(off._table.readers)
+            del y
+            off.step()                   # the step's sweep sees it freed
+            self.assertEqual(off._table.readers, {})
+            self.assertEqual(off.stats["recomputes"], 0)
+
+
 @needs_torch
 class ShapesThatChange(unittest.TestCase):
     def test_byte_budget_holds_from_step_0_with_a_new_length_each_step(self):
