@@ -22,7 +22,7 @@ the storage. What keeps this exact:
 """
 import torch
 
-__all__ = ["DROPPED", "Record", "Spec", "recomputable"]
+__all__ = ["DROPPED", "Record", "Spec", "recomputable", "written_arguments"]
 
 # Entry.moved of a dropped storage: no host copy; its op runs again.
 DROPPED = object()
@@ -37,6 +37,21 @@ _CUDNN_CHOOSES = ("convolution", "_convolution", "cudnn_convolution", "conv2d", 
                   "conv3d", "cudnn_batch_norm")
 
 
+# Ops that write arguments their schema does not mark as written (torch
+# 1.13: batch norm updates its running statistics in place).
+_UNMARKED_WRITES = {name: ("running_mean", "running_var") for name in
+                    ("native_batch_norm", "cudnn_batch_norm", "miopen_batch_norm",
+                     "_native_batch_norm_legit")}
+
+
+def written_arguments(func):
+    """(place, name) of each argument func writes: those its schema marks,
+    and those it writes unmarked."""
+    unmarked = _UNMARKED_WRITES.get(func.overloadpacket.__name__, ())
+    return tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
+                 if (a.alias_info is not None and a.alias_info.is_write) or a.name in unmarked)
+
+
 def recomputable(func):
     """Whether func (an aten overload) makes its outputs from its inputs
     alone: every return a new tensor, no argument written, no random
@@ -48,7 +63,7 @@ def recomputable(func):
         return False
     if any(str(r.type) != "Tensor" for r in returns):
         return False
-    if any(a.alias_info is not None for a in schema.arguments):
+    if any(a.alias_info is not None for a in schema.arguments) or written_arguments(func):
         return False
     if any(t in _TAGS for t in getattr(func, "tags", ())):
         return False

@@ -34,7 +34,7 @@ from . import _chameleon
 from ._chameleon import ChameleonError
 from ._estimate import OpBytes
 from ._moves import CpuMoves, CudaMoves, InlineMoves
-from ._recompute import DROPPED, Record, cudnn_may_differ, recomputable
+from ._recompute import DROPPED, Record, cudnn_may_differ, recomputable, written_arguments
 from ._table import StorageTable, _Storage, storage_of
 
 __all__ = ["Offload", "ChameleonError", "allreduce_hook"]
@@ -169,8 +169,7 @@ class _Op:
         self.matmul = _MATMUL_OPERANDS.get(func.overloadpacket.__name__)
         # The arguments it writes (place, name): a dropped storage made
         # from one is made again before the op runs.
-        self.writes = tuple((i, a.name) for i, a in enumerate(func._schema.arguments)
-                            if a.alias_info is not None and a.alias_info.is_write)
+        self.writes = written_arguments(func)
         self.recomputable = recomputable(func)
 
 
@@ -284,6 +283,7 @@ class Offload:
         self._reading = 0            # readers running (one may call another)
         self._next_sweep = 0         # the op at which the table is next swept
         self._recent = ()            # entries the last ops used (a budget only)
+        self._deferred = []          # prefetches that did not fit after the last op
         self._adopted = False        # the model state alive at entry is counted
         # Under a budget, ops that can run again are declared to the
         # runtime, whose plans may then drop what they made (_recompute).
@@ -581,6 +581,11 @@ class Offload:
 
     def _add(self, storage, dtype, code, label):
         e = self._table.add(storage, code, label, self._opno)
+        # First seen as an op's input: made outside aten (torch.from_numpy,
+        # before the block), so numpy may hold and write its memory, until
+        # torch lets the glue release it (a storage numpy shares cannot
+        # be). Never the input of a drop until then.
+        e.exposed = label == "input"
         if dtype in _INTEGERS and e.nbytes <= _HOST_READ_BYTES and not self._cuda_run:
             # On a GPU these stay on the host (C++ reads them there); the
             # CPU device, standing in for one, keeps them in place.
@@ -632,6 +637,7 @@ class Offload:
         finally:
             self._busy = False
         e.moved = moved
+        e.exposed = False                # torch released it: no numpy array shares it
         table.away(e)
         self._ctx.swapped_out(e.base)    # unadvised: the runtime counts it passive
         return True
@@ -865,6 +871,13 @@ class Offload:
             _tensors(kwargs.values(), ins)
         if self._recent:
             self._forget_recent_frees()
+        if self._deferred:
+            # A prefetch that did not fit after the last op: once more now;
+            # one that still does not waits for its use.
+            deferred, self._deferred = self._deferred, []
+            for e in deferred:
+                if self._table.entries.get(e.key) is e:
+                    self._prefetch(e)
         self._opno += 1
         table, budget = self._table, self._budget
         used = []
@@ -994,6 +1007,10 @@ class Offload:
         if len(keys) != len(made) or any(h is not e.base for e, h in made) or \
                 any(e.key in keys or e.exposed or e.pinned == "unreleasable" for e, _ in used):
             return False
+        # A conjugate or negative view is a bit on the tensor, not in its
+        # bytes or strides: a record of the view would lose it.
+        if any(t.is_conj() or t.is_neg() for t in ins):
+            return False
         if sum(e.nbytes for e, _ in made) < self._table.small or \
                 (self._cuda_run and cudnn_may_differ(func)):
             return False
@@ -1020,7 +1037,7 @@ class Offload:
         return result
 
     def _act(self, actions):
-        table, budget = self._table, self._budget
+        table = self._table
         for kind, h, needed in actions:
             e = table.entries.get(h.key)
             if e is None:
@@ -1028,21 +1045,33 @@ class Offload:
             if kind == "swap_out" or kind == "drop":
                 if e.moved is None and not e.pinned and not (kind == "drop" and self._drop(e)):
                     self._send_away(e)
-            else:                              # swap_in, recompute: a prefetch
-                if e.moved is None:
-                    continue
-                storage = e.storage()
-                if storage is None:           # torch freed it while it was away
-                    table.forget(e)
-                    continue
-                need = e.nbytes
-                if e.moved is DROPPED:        # its op's outputs, while it runs
-                    need += sum(oe.nbytes for oe, _ in e.record.outputs)
-                if budget is not None and table.resident + need > budget:
-                    table.sweep()
-                    if table.resident + need > budget:
-                        continue      # a prefetch that does not fit waits for its use
-                self._bring_back(e, storage, late=False)
+            elif not self._prefetch(e):        # swap_in, recompute
+                # The op just run still holds its inputs (its arguments are
+                # alive until it returns): the next op may have the room.
+                self._deferred.append(e)
+
+    def _prefetch(self, e):
+        """Brings e back ahead of its use if it fits in the budget; False
+        when it does not (yet)."""
+        table, budget = self._table, self._budget
+        if e.moved is None:
+            return True
+        storage = e.storage()
+        if storage is None:                   # torch freed it while it was away
+            table.forget(e)
+            return True
+        dropped = e.moved is DROPPED
+        need = _rerun_bytes(e) if dropped else e.nbytes
+        if budget is not None and table.resident + need > budget:
+            table.sweep()
+            if table.resident + need > budget:
+                return False
+        # A re-run's inputs come back within the room just checked (an
+        # empty protect set: room is made if the count was short, never
+        # an error for a prefetch).
+        self._bring_back(e, storage, late=False, protect=set() if dropped else None,
+                         reading=dropped)
+        return True
 
     def run_op(self, name, tensors, fn, cost_ns=-1.0, comm_ns=0.0, comm_waited=False):
         """Runs fn(), which reads and writes tensors outside aten's dispatch
@@ -1086,6 +1115,20 @@ class Offload:
         at the memory's bandwidth: Context.op)."""
         a, b = args[op.matmul[0]], args[op.matmul[1]]
         return 2.0 * a.numel() * b.size(-1) / self._flops * 1e9
+
+
+def _rerun_bytes(e):
+    """The most bytes making dropped e again adds on the device: its
+    inputs that are away (made again first if dropped themselves), e, and
+    the op's other outputs while it runs."""
+    need = e.nbytes + sum(oe.nbytes for oe, _ in e.record.outputs)
+    for s in e.record.inputs:
+        ie = s.entry
+        if ie.moved is DROPPED:
+            need += _rerun_bytes(ie)
+        elif ie.moved is not None:
+            need += ie.nbytes
+    return need
 
 
 def _as_bytes(storage):
