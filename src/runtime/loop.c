@@ -290,9 +290,9 @@ static void measure_trial(cham_context_t *ctx, cham_trial_t *t, size_t k, uint64
 }
 
 /* The fastest measured of n trials (within the budget, in advisor mode,
- * if any is), or the fastest clean one when it is close to that
- * (cham_clean_is_close), or at any time with clean_first; NULL when none
- * was measured. */
+ * if any is, and with the fewest moves of the caller's own), or the
+ * fastest clean one when it is close to that (cham_clean_is_close), or at
+ * any time with clean_first; NULL when none was measured. */
 static cham_plan_t *best_trial(cham_context_t *ctx, const cham_trial_t *trials, size_t n,
                                bool clean_first)
 {
@@ -301,12 +301,20 @@ static cham_plan_t *best_trial(cham_context_t *ctx, const cham_trial_t *trials, 
     bool some_within = false;
     for (size_t i = 0; i < n; i++)
         some_within |= trials[i].step_ns && !trials[i].over_budget;
+    /* Advisor mode: the caller's own moves (passive, on demand) are copies
+     * the caller makes outside the plan, which the trial's time does not
+     * show: fewer of them first, then the faster. */
+    bool advisor = ctx->config.mode == CHAM_MODE_ADVISOR;
     const cham_trial_t *best = NULL, *best_clean = NULL;
     for (size_t i = 0; i < n; i++) {
         const cham_trial_t *t = &trials[i];
         if (some_within && t->over_budget)
             continue;
-        if (t->step_ns && (!best || t->step_ns < best->step_ns))
+        uint64_t moves = t->passive + t->on_demand;
+        uint64_t best_moves = best ? best->passive + best->on_demand : 0;
+        if (t->step_ns &&
+            (!best || (advisor && moves != best_moves ? moves < best_moves
+                                                      : t->step_ns < best->step_ns)))
             best = t;
         if (t->step_ns && cham_trial_clean(t) && (!best_clean || t->step_ns < best_clean->step_ns))
             best_clean = t;
