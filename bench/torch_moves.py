@@ -1,8 +1,10 @@
 """The moves chameleon.torch.Offload makes in each of the zoo's loops
 (python/tests/zoo.py), per step, at budgets of 70%, 50% and 35% (of the
-steady peak Offload estimates from its measured first step): planned swaps (a policy's), passive swaps (the glue making
-room) and on-demand swap-ins (a storage needed before the policy brought
-it back), for the last three steps and in all. The counts do not depend
+steady peak Offload estimates from its measured first step): planned
+swaps (a policy's), passive swaps (the glue making room), on-demand
+swap-ins (a storage needed before the policy brought it back) and drops
+(outputs a policy freed to make them again, docs/pytorch.md,
+"Recomputation"), for the last three steps and in all. The counts do not depend
 on the machine's speed (the runtime times its trials on the preset's
 virtual clock), so they compare commits (docs/pytorch.md, "The budget").
 
@@ -22,7 +24,7 @@ import tracker  # noqa: E402
 import zoo  # noqa: E402
 
 FRACTIONS = (0.70, 0.50, 0.35)
-KEYS = ("planned_swaps", "passive_swaps", "on_demand_swapins")
+KEYS = ("planned_swaps", "passive_swaps", "on_demand_swapins", "drops")
 
 
 class Counting(tracker.Tracker):
@@ -45,8 +47,8 @@ def main():
     ap.add_argument("--loops", default=",".join(zoo.LOOPS))
     args = ap.parse_args()
     torch.set_num_threads(1)
-    print("loop            budget  stage      last three steps (planned/passive/on-demand)"
-          "       all steps      within (tracker, from step 1)")
+    print("loop            budget  stage      last three steps "
+          "(planned/passive/on-demand/drops)   all steps          within (tracker, from step 1)")
     for name in args.loops.split(","):
         run = zoo.LOOPS[name]
         for frac in FRACTIONS:
@@ -58,14 +60,14 @@ def main():
             except ct.ChameleonError as e:
                 print(f"{name:15s} {frac:4.0%}   ChameleonError: {str(e)[:90]}")
                 continue
-            rows = [(0, 0, 0)] + tr.rows
+            rows = [(0,) * len(KEYS)] + tr.rows
             last = [tuple(b - a for a, b in zip(rows[i - 1], rows[i]))
                     for i in range(len(rows) - 3, len(rows))]
             s = off.stats
             within = all(p <= s["budget_bytes"] for p in tr.peaks[1:])
             print(f"{name:15s} {frac:4.0%}   {s['stage']:9s}  "
-                  f"{' '.join('%d/%d/%d' % r for r in last):40s} "
-                  f"{'/'.join(str(x) for x in rows[-1]):15s} {'yes' if within else 'NO'}")
+                  f"{' '.join('/'.join(map(str, r)) for r in last):42s} "
+                  f"{'/'.join(str(x) for x in rows[-1]):18s} {'yes' if within else 'NO'}")
 
 
 if __name__ == "__main__":
