@@ -607,60 +607,56 @@ static PyObject *context_op(ContextObject *c, PyObject *args)
     return list;
 }
 
-static PyObject *context_swapped_out(ContextObject *c, PyObject *h_obj)
+/* A report of the caller's move of one storage: fn(tensor). */
+static PyObject *report(ContextObject *c, PyObject *h_obj, const char *what,
+                        cham_status_t (*fn)(cham_tensor_t *))
 {
-    HandleObject *h = as_handle(c, h_obj, "swapped_out");
+    HandleObject *h = as_handle(c, h_obj, what);
     if (!h || check_open(c))
         return NULL;
     enter(c);
-    cham_status_t st = cham_tensor_swapped_out(h->t);
-    if (leave_with(c, st, "swapped_out"))
+    cham_status_t st = fn(h->t);
+    if (leave_with(c, st, what))
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* The same with the storage's new address: args (handle, ptr). */
+static PyObject *report_at(ContextObject *c, PyObject *args, const char *what,
+                           cham_status_t (*fn)(cham_tensor_t *, void *))
+{
+    PyObject *h_obj;
+    unsigned long long ptr;
+    if (!PyArg_ParseTuple(args, "OK", &h_obj, &ptr) || check_open(c))
+        return NULL;
+    HandleObject *h = as_handle(c, h_obj, what);
+    if (!h)
+        return NULL;
+    enter(c);
+    cham_status_t st = fn(h->t, (void *)(uintptr_t)ptr);
+    if (leave_with(c, st, what))
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *context_swapped_out(ContextObject *c, PyObject *h_obj)
+{
+    return report(c, h_obj, "swapped_out", cham_tensor_swapped_out);
 }
 
 static PyObject *context_swapped_in(ContextObject *c, PyObject *args)
 {
-    PyObject *h_obj;
-    unsigned long long ptr;
-    if (!PyArg_ParseTuple(args, "OK", &h_obj, &ptr) || check_open(c))
-        return NULL;
-    HandleObject *h = as_handle(c, h_obj, "swapped_in");
-    if (!h)
-        return NULL;
-    enter(c);
-    cham_status_t st = cham_tensor_swapped_in(h->t, (void *)(uintptr_t)ptr);
-    if (leave_with(c, st, "swapped_in"))
-        return NULL;
-    Py_RETURN_NONE;
+    return report_at(c, args, "swapped_in", cham_tensor_swapped_in);
 }
 
 static PyObject *context_dropped(ContextObject *c, PyObject *h_obj)
 {
-    HandleObject *h = as_handle(c, h_obj, "dropped");
-    if (!h || check_open(c))
-        return NULL;
-    enter(c);
-    cham_status_t st = cham_tensor_dropped(h->t);
-    if (leave_with(c, st, "dropped"))
-        return NULL;
-    Py_RETURN_NONE;
+    return report(c, h_obj, "dropped", cham_tensor_dropped);
 }
 
 static PyObject *context_recomputed(ContextObject *c, PyObject *args)
 {
-    PyObject *h_obj;
-    unsigned long long ptr;
-    if (!PyArg_ParseTuple(args, "OK", &h_obj, &ptr) || check_open(c))
-        return NULL;
-    HandleObject *h = as_handle(c, h_obj, "recomputed");
-    if (!h)
-        return NULL;
-    enter(c);
-    cham_status_t st = cham_tensor_recomputed(h->t, (void *)(uintptr_t)ptr);
-    if (leave_with(c, st, "recomputed"))
-        return NULL;
-    Py_RETURN_NONE;
+    return report_at(c, args, "recomputed", cham_tensor_recomputed);
 }
 
 static PyObject *context_phase(ContextObject *c, PyObject *name)

@@ -96,11 +96,9 @@ class Spec:
             storage, self.offset, self.sizes, self.strides)
 
 
-def _template(args, specs):
-    """args with each tensor (one level into lists and tuples, as the glue
-    finds them) replaced by the next of specs (an iterator)."""
-    def one(a):
-        return next(specs) if isinstance(a, torch.Tensor) else a
+def _each(args, one):
+    """args with one(a) for each (one level into lists and tuples, where
+    the glue finds tensors)."""
     out = []
     for a in args:
         if isinstance(a, (list, tuple)):
@@ -109,20 +107,16 @@ def _template(args, specs):
         else:
             out.append(one(a))
     return out
+
+
+def _template(args, specs):
+    """args with each tensor replaced by the next of specs (an iterator)."""
+    return _each(args, lambda a: next(specs) if isinstance(a, torch.Tensor) else a)
 
 
 def _fill(args, tensors):
     """The template's arguments with each Spec's tensor."""
-    def one(a):
-        return tensors[id(a)] if isinstance(a, Spec) else a
-    out = []
-    for a in args:
-        if isinstance(a, (list, tuple)):
-            filled = [one(b) for b in a]
-            out.append(filled if isinstance(a, list) else tuple(filled))
-        else:
-            out.append(one(a))
-    return out
+    return _each(args, lambda a: tensors[id(a)] if isinstance(a, Spec) else a)
 
 
 class Record:
