@@ -7,6 +7,13 @@ arguments seen before (what it made then: exact for ops whose output sizes
 follow from their arguments, which is all of aten's but a few data-dependent
 ones such as nonzero); running the op on meta tensors (shapes only, no
 data); else the bytes of its inputs, a guess corrected after the op.
+
+A meta run gives the outputs' shapes, not the storage the kernel keeps:
+some of torch 1.13's CPU losses (mse_loss, smooth_l1_loss,
+binary_cross_entropy, soft_margin_loss) return their scalar as a view of
+an input-sized buffer. A call never seen whose outputs are all scalars
+is therefore given room for its largest input instead (a guess: it never
+raises), and what it made is remembered.
 """
 import torch
 
@@ -71,11 +78,12 @@ def _meta_bytes(func, args, kwargs):
     seen = {id(t) for t in _flat(margs) if isinstance(t, torch.Tensor)}
     seen.update(id(t) for t in _flat(mkwargs.values()) if isinstance(t, torch.Tensor))
     result = func(*margs, **mkwargs)
-    total = 0
+    total, scalars = 0, True
     for t in _flat((result,)):
         if isinstance(t, torch.Tensor) and id(t) not in seen:
             total += t.numel() * t.element_size()
-    return total
+            scalars = scalars and t.dim() == 0
+    return total, scalars and total > 0
 
 
 def _flat(args):
@@ -104,18 +112,22 @@ class OpBytes:
         except TypeError:
             return None
 
-    def guess(self, key, func, args, kwargs, input_bytes):
+    def guess(self, key, func, args, kwargs, input_bytes, largest_input):
         """(bytes, exact): the bytes the call will make, remembered or from
-        meta tensors (exact), else input_bytes (a guess)."""
+        meta tensors (exact; largest_input instead if the outputs are all
+        scalars, a guess), else input_bytes (a guess)."""
         made = self._made.get(key) if key is not None else None
         if made is not None:
             # nonzero, unique, ...: the same shapes need not make as much.
             return made, not _data_dependent(func)
         self.misses += 1
         try:
-            return _meta_bytes(func, args, kwargs), True
+            nbytes, scalars = _meta_bytes(func, args, kwargs)
         except Exception:            # no meta kernel, data-dependent shape, ...
             return input_bytes, False
+        if scalars and largest_input > nbytes:
+            return largest_input, False
+        return nbytes, True
 
     def known(self, key):
         """What the call made before; 0 when never seen."""

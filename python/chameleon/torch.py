@@ -911,8 +911,9 @@ class Offload:
         if key is not None and budget is not None:
             self._busy = True
             try:
-                need, exact = self._op_bytes.guess(key, func, args, kwargs,
-                                                   sum(e.nbytes for e, _ in used))
+                sizes = [e.nbytes for e, _ in used]
+                need, exact = self._op_bytes.guess(key, func, args, kwargs, sum(sizes),
+                                                   max(sizes, default=0))
             finally:
                 self._busy = False
             self._make_room(need, protect, f"op {op.name}", may_pass=not exact)
