@@ -99,6 +99,8 @@ class OpBytes:
 
     def __init__(self):
         self._made = {}
+        self._meta = {}          # key -> (func, bytes a meta run said), until made
+        self._short = {}         # func -> the most its kernel made past its meta run
         self.misses = 0
 
     def key(self, func, args, kwargs):
@@ -125,6 +127,14 @@ class OpBytes:
             nbytes, scalars = _meta_bytes(func, args, kwargs)
         except Exception:            # no meta kernel, data-dependent shape, ...
             return input_bytes, False
+        if key is not None:
+            self._meta[key] = func, nbytes
+        # A meta kernel that said less than the op made before (torch
+        # 1.13's _embedding_bag leaves max_indices empty): that much more,
+        # and a guess.
+        short = self._short.get(func)
+        if short is not None:
+            return nbytes + short, False
         if scalars and largest_input > nbytes:
             return largest_input, False
         return nbytes, True
@@ -135,6 +145,10 @@ class OpBytes:
 
     def made(self, key, nbytes):
         """The call made nbytes of new storages."""
+        said = self._meta.pop(key, None) if self._meta else None
+        if said is not None and nbytes > said[1]:
+            func, meta = said
+            self._short[func] = max(self._short.get(func, 0), nbytes - meta)
         if key is not None:
             if len(self._made) >= _REMEMBERED:
                 # A loop whose shapes never repeat (a sequence length per

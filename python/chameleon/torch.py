@@ -649,6 +649,12 @@ class Offload:
         rec = e.record
         if rec is None or not rec.can_hold(self._table.entries):
             return False
+        # It is made again inside the op that needs it, whose own storages
+        # are on the device then: its inputs, itself and the op's fresh
+        # outputs must fit beside the largest op seen.
+        if self._budget is not None and \
+                _rerun_bytes(e, all_inputs=True) + self._largest_op[0] > self._budget:
+            return False
         storage = e.storage()
         if storage is None or e.inbound is not None or not rec.hold():
             return False
@@ -1118,16 +1124,15 @@ class Offload:
         return 2.0 * a.numel() * b.size(-1) / self._flops * 1e9
 
 
-def _rerun_bytes(e):
+def _rerun_bytes(e, all_inputs=False):
     """The most bytes making dropped e again adds on the device: its
-    inputs that are away (made again first if dropped themselves), e, and
-    the op's other outputs while it runs."""
+    inputs that are away (made again first if dropped themselves; with
+    all_inputs, every input), e, and the op's outputs while it runs."""
     need = e.nbytes + sum(oe.nbytes for oe, _ in e.record.outputs)
-    for s in e.record.inputs:
-        ie = s.entry
+    for ie in {s.entry.key: s.entry for s in e.record.inputs}.values():
         if ie.moved is DROPPED:
-            need += _rerun_bytes(ie)
-        elif ie.moved is not None:
+            need += _rerun_bytes(ie, all_inputs)
+        elif ie.moved is not None or all_inputs:
             need += ie.nbytes
     return need
 
