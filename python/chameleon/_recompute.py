@@ -16,9 +16,13 @@ the storage. What keeps this exact:
     no memory. When the output is dropped the record holds its inputs'
     storages (they cannot be freed while it needs them), and before any op
     or reader may write one of them the output is made again first;
-  - a storage whose bytes code outside aten may write (a numpy array over
-    it, a data pointer handed out, shared memory) is never an input of a
-    dropped output: such an output is sent to the host instead.
+  - a storage whose bytes code outside aten may write (made outside aten,
+    so numpy may share it, until torch lets the glue release it; a numpy
+    array or a data pointer handed out since) is never an input of a
+    dropped output, nor is a conjugate or negative view (a bit a record
+    would lose): such an output is sent to the host instead.
+The glue also declines a drop whose re-run would not fit beside the
+largest op (torch.py, Offload._drop).
 """
 import torch
 
@@ -34,7 +38,7 @@ _TAGS = tuple(getattr(torch.Tag, n) for n in ("nondeterministic_seeded",
 # Convolutions on a GPU pick their algorithm per call unless cuDNN is made
 # deterministic: a re-run may differ in the last bits.
 _CUDNN_CHOOSES = ("convolution", "_convolution", "cudnn_convolution", "conv2d", "conv1d",
-                  "conv3d", "cudnn_batch_norm")
+                  "conv3d")
 
 
 # Ops that write arguments their schema does not mark as written (torch
