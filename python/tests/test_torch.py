@@ -3,7 +3,6 @@ bad input as clear exceptions, DDP on two processes (docs/pytorch.md)."""
 import contextlib
 import os
 import socket
-import sys
 import unittest
 
 try:
