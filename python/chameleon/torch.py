@@ -285,10 +285,12 @@ class Offload:
         self._recent = ()            # entries the last ops used (a budget only)
         self._deferred = []          # prefetches that did not fit after the last op
         self._adopted = False        # the model state alive at entry is counted
+        # A budget in bytes, or a percentage (in bytes after its measured
+        # step): op sizes are learned and frees looked for at each op.
+        self._budgeted = self._budget is not None or self._budget_pct is not None
         # Under a budget, ops that can run again are declared to the
         # runtime, whose plans may then drop what they made (_recompute).
-        self._recompute_on = bool(config.get("recompute", True)) and (
-            self._budget is not None or self._budget_pct is not None)
+        self._recompute_on = bool(config.get("recompute", True)) and self._budgeted
 
     # ---- the context ---------------------------------------------------------
 
@@ -413,7 +415,6 @@ class Offload:
                 finally:
                     self._reading -= 1
         torch.save = save_whole
-        off = self
 
         def start_under_mode(thread):
             # A thread started in the block runs its ops through the glue
@@ -422,9 +423,9 @@ class Offload:
             run = thread.run
 
             def run_under_mode():
-                if _active is not off:
+                if _active is not self:
                     return run()
-                with _Mode(off):
+                with _Mode(self):
                     return run()
             thread.run = run_under_mode
             return start(thread)
@@ -911,7 +912,7 @@ class Offload:
                 self._make_room(0, protect, f"op {op.name}", may_pass=True)
             return func(*args, **kwargs)
         key = None
-        if op.makes and (budget is not None or self._budget_pct is not None):
+        if op.makes and self._budgeted:
             # The measured step of a percentage only learns the sizes.
             key = self._op_bytes.key(func, args, kwargs)
         if key is not None and budget is not None:
@@ -943,7 +944,7 @@ class Offload:
             table.touch(e)
         for e, _ in made:
             table.touch(e)
-        if budget is not None or self._budget_pct is not None:
+        if self._budgeted:
             # Entries, not the (entry, handle) pairs: a view's handle held
             # here would keep the view alive in the runtime's count.
             seen = [e for e, _ in used]
