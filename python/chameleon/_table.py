@@ -47,7 +47,9 @@ class Entry:
         self.born = born          # the op at which the glue first saw it
         self.record = None        # the recomputable op that made it (_recompute.Record)
         self.writes = 0           # ops that wrote it (a record of a reader is then stale)
-        self.exposed = False      # code outside aten may write it (numpy, data_ptr)
+        self.exposed = False      # code outside aten may write it: made outside aten
+                                  # (numpy may share it) and never released, or its
+                                  # memory handed out (numpy(), data_ptr())
 
     def storage(self):
         """The storage, or None once torch freed it."""
