@@ -165,6 +165,14 @@ def cnn(off=None, tracker=None, steps=14, wrap=None, batch=16, image=16, width=1
     model = _ResNet(width)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5)
+    return _classify(model, opt, sched, g, off, tracker, steps, wrap, batch, image)
+
+
+def _classify(model, opt, sched, g, off, tracker, steps, wrap, batch, image,
+              set_to_none=False, label_smoothing=0.0):
+    """The image classifiers' loop (cnn, vit): random images and labels
+    from g, cross entropy, zero_grad, backward, the optimizer's and the
+    schedule's step."""
     _watch(tracker, model, [opt])
     losses = []
     with _contexts(tracker, off):
@@ -172,8 +180,8 @@ def cnn(off=None, tracker=None, steps=14, wrap=None, batch=16, image=16, width=1
             x = torch.randn(batch, 3, image, image, generator=g)
             y = torch.randint(0, 10, (batch,), generator=g)
             with _saving(wrap):
-                loss = F.cross_entropy(model(x, wrap), y)
-            opt.zero_grad()
+                loss = F.cross_entropy(model(x, wrap), y, label_smoothing=label_smoothing)
+            opt.zero_grad(set_to_none=set_to_none)
             loss.backward()
             opt.step()
             sched.step()
@@ -410,21 +418,8 @@ def vit(off=None, tracker=None, steps=14, wrap=None, batch=16, image=32, patch=4
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (s + 1) / warm if s < warm else
                                               0.5 * (1 + math.cos(math.pi * (s - warm) /
                                                                   (steps - warm))))
-    _watch(tracker, model, [opt])
-    losses = []
-    with _contexts(tracker, off):
-        for _ in range(steps):
-            x = torch.randn(batch, 3, image, image, generator=g)
-            y = torch.randint(0, 10, (batch,), generator=g)
-            with _saving(wrap):
-                loss = F.cross_entropy(model(x, wrap), y, label_smoothing=0.1)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            sched.step()
-            losses.append(loss.item())
-            _end_step(off, tracker)
-    return losses, _params(model)
+    return _classify(model, opt, sched, g, off, tracker, steps, wrap, batch, image,
+                     set_to_none=True, label_smoothing=0.1)
 
 
 LOOPS = {"mlp": mlp, "cnn": cnn, "lstm": lstm, "gpt": gpt, "gpt_checkpoint": gpt_checkpoint,
