@@ -83,13 +83,13 @@ static void test_prediction_interleaved(void **state)
     train_seq(u, LEN - 20);
     const cham_op_token_t *seqs[] = {t, v, u};
     const size_t lens[] = {LEN, LEN / 3, LEN - 20};
-    const int period[] = {0, 0, 0, 1, 2};
+    const int pattern[] = {0, 0, 0, 1, 2};
     uint32_t ids[3] = {0};
     int right = 0;
     for (int s = 0; s < 40; s++) {
-        int k = period[s % 5];
-        uint32_t context = 0;
-        cham_class_t *predicted = cham_class_predict(ctx, &context);
+        int k = pattern[s % 5];
+        uint32_t context, period;
+        cham_class_t *predicted = cham_class_predict(ctx, &context, &period);
         cham_class_t *c = see(ctx, seqs[k], lens[k]);
         if (!ids[k])
             ids[k] = c->id;
@@ -105,6 +105,84 @@ static void test_prediction_interleaved(void **state)
     cham_context_free(ctx);
 }
 
+/* Steps 0..n-1 of a loop whose step s is of sequence kind(s) (0: a first
+ * step unlike the others, 1: training, 2.. the rarer ones), predicted
+ * before each step. Returns how many steps from `from` on were predicted
+ * wrong, and in *wrong_by_period how many of those predictions were made
+ * from a period. */
+static int replay(int n, int from, int (*kind)(int), int *wrong_by_period)
+{
+    cham_context_t *ctx = open_ctx(8);
+    static cham_op_token_t seqs[5][LEN];
+    static const size_t lens[5] = {LEN / 4, LEN, LEN / 3, LEN / 2, LEN * 2 / 3};
+    for (int k = 0; k < 5; k++)
+        for (size_t i = 0; i < lens[k]; i++)
+            seqs[k][i] = (cham_op_token_t)(k * 100 + (int)(i % 10));
+    uint32_t ids[5] = {0};
+    int wrong = 0;
+    *wrong_by_period = 0;
+    for (int s = 0; s < n; s++) {
+        int k = kind(s);
+        uint32_t context, period;
+        cham_class_t *predicted = cham_class_predict(ctx, &context, &period);
+        uint32_t predicted_id = predicted ? predicted->id : 0;
+        cham_class_t *c = see(ctx, seqs[k], lens[k]);
+        if (!ids[k])
+            ids[k] = c->id;
+        assert_int_equal(c->id, ids[k]);
+        if (s >= from && predicted_id != c->id) {
+            wrong++;
+            *wrong_by_period += period != 0;
+        }
+    }
+    cham_context_free(ctx);
+    return wrong;
+}
+
+/* The zoo's LM: a first step of its own, an evaluation every 5th step. */
+static int eval_every_5(int s)
+{
+    return s == 0 ? 0 : s % 5 == 4 ? 2 : 1;
+}
+
+/* The zoo's skip loop: an update skipped every 7th step, a validation
+ * every 10th. */
+static int skip_7_validate_10(int s)
+{
+    return s == 0 ? 0 : s % 7 == 6 ? 2 : s % 10 == 9 ? 3 : 1;
+}
+
+/* A class at irregular steps (a loss-scale overflow now and then). */
+static int irregular(int s)
+{
+    return s == 0 ? 0 : (s == 3 || s == 5 || s == 12 || s == 14 || s == 20 || s == 31) ? 2 : 1;
+}
+
+/* A class that recurs every k steps is predicted from its third
+ * appearance on (the first two give its period), whatever the context:
+ * the evaluation every 5 steps from step 14, and every training step
+ * between (the context alone took the run of training steps before an
+ * evaluation for the evaluation's beat: wrong at steps 13 and 14). Two
+ * periods over one another are each predicted: an update skipped every
+ * 7 steps from step 20, a validation every 10 from step 29. */
+static void test_prediction_periodic(void **state)
+{
+    (void)state;
+    int by_period;
+    assert_int_equal(replay(40, 10, eval_every_5, &by_period), 0);
+    assert_int_equal(replay(60, 20, skip_7_validate_10, &by_period), 0);
+}
+
+/* A class at irregular steps is taken for periodic once (seen twice, at
+ * steps 3 and 5: due at 7), then no longer. */
+static void test_prediction_irregular(void **state)
+{
+    (void)state;
+    int by_period;
+    replay(40, 1, irregular, &by_period);
+    assert_int_equal(by_period, 1);
+}
+
 /* A one-off change: the most frequent successor wins over the latest. */
 static void test_prediction_votes(void **state)
 {
@@ -116,10 +194,10 @@ static void test_prediction_votes(void **state)
     for (int s = 0; s < 10; s++)
         see(ctx, t, LEN);
     cham_class_t *once = see(ctx, v, LEN / 3);
-    uint32_t context = 7;
-    assert_null(cham_class_predict(ctx, &context));          /* never followed before */
+    uint32_t context = 7, period = 7;
+    assert_null(cham_class_predict(ctx, &context, &period));          /* never followed before */
     cham_class_t *train = see(ctx, t, LEN);
-    cham_class_t *next = cham_class_predict(ctx, &context);
+    cham_class_t *next = cham_class_predict(ctx, &context, &period);
     assert_non_null(next);
     assert_int_equal(next->id, train->id);                    /* 9 votes against 1 */
     assert_true(once->id != train->id);
@@ -158,6 +236,8 @@ int main(void)
         cmocka_unit_test(test_same_alike_and_longer),
         cmocka_unit_test(test_prediction_interleaved),
         cmocka_unit_test(test_prediction_votes),
+        cmocka_unit_test(test_prediction_periodic),
+        cmocka_unit_test(test_prediction_irregular),
         cmocka_unit_test(test_eviction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -3,6 +3,7 @@
  * accumulation, an evaluation every k steps, skipped updates), each with
  * its own policy, and a prediction of the next step's class from the
  * history of classes. The loop (loop.c) decides what to apply. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,10 +116,59 @@ cham_class_t *cham_class_by_id(cham_context_t *ctx, uint32_t id)
     return NULL;
 }
 
-cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context)
+enum { PERIOD_GAPS = 4 };         /* the most recent gaps a period must match */
+
+/* A class that recurs every k > 1 steps: k when its last gaps in the
+ * history (up to PERIOD_GAPS of them; one when it was seen only twice) are
+ * all k, else 0 (a class seen at irregular steps is taken for periodic
+ * once, then no longer). *next is the history position it is due at. */
+static size_t period_of(const cham_context_t *ctx, uint32_t id, size_t *next)
+{
+    const uint32_t *h = ctx->history;
+    size_t seen = 0, newest = 0, prev = 0, gap = 0;
+    for (size_t j = ctx->n_history; j-- > 0 && seen <= PERIOD_GAPS;) {
+        if (h[j] != id)
+            continue;
+        if (seen == 0)
+            newest = j;
+        else if (seen == 1)
+            gap = prev - j;
+        else if (prev - j != gap)
+            return 0;
+        prev = j;
+        seen++;
+    }
+    if (seen < 2 || gap < 2)
+        return 0;
+    *next = newest + gap;
+    return gap;
+}
+
+/* A periodic class that is not due next: the context's votes for it are
+ * the beat of its period, not a prediction (a run of training steps is
+ * followed by an evaluation once in every period). */
+static bool off_beat(const cham_context_t *ctx, uint32_t id)
+{
+    size_t next;
+    return period_of(ctx, id, &next) && next != ctx->n_history;
+}
+
+cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context, uint32_t *period)
 {
     const uint32_t *h = ctx->history;
     size_t n = ctx->n_history;
+    *context = *period = 0;
+    /* A periodic class due next, the longest period first: a rarer class
+     * is the more specific one (an evaluation every 10 steps over
+     * accumulation every 2). */
+    cham_class_t *due = NULL;
+    for (size_t i = 0; i < ctx->n_classes; i++) {
+        size_t next, k = period_of(ctx, ctx->classes[i].id, &next);
+        if (k > *period && next == n)
+            due = &ctx->classes[i], *period = (uint32_t)k;
+    }
+    if (due)
+        return due;
     size_t longest = n > CONTEXT_MAX ? CONTEXT_MAX : n ? n - 1 : 0;
     for (size_t len = longest; len >= 1; len--) {
         /* Every earlier run h[end - len + 1 .. end] equal to the last len
@@ -139,6 +189,8 @@ cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context)
         size_t best = k;
         uint32_t total = 0;
         for (size_t i = 0; i < k; i++) {
+            if (off_beat(ctx, ids[i]))
+                continue;
             total += votes[i];
             if (cham_class_by_id(ctx, ids[i]) && (best == k || votes[i] > votes[best]))
                 best = i;

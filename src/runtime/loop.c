@@ -399,8 +399,8 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
 static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
                                  cham_stage_t *to, bool *sync)
 {
-    uint32_t context = 0;
-    cham_class_t *p = cham_class_predict(ctx, &context);
+    uint32_t context, period;
+    cham_class_t *p = cham_class_predict(ctx, &context, &period);
     bool passing = !p && ctx->n_history >= 2;
     if (passing) {
         /* A sequence never followed before is taken for a passing change:
@@ -433,6 +433,8 @@ static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
         snprintf(who, sizeof who, "none predicted");
     else if (passing)
         snprintf(who, sizeof who, "class %u again (a passing change)", p->id);
+    else if (period)
+        snprintf(who, sizeof who, "class %u (due: every %u steps)", p->id, period);
     else
         snprintf(who, sizeof who, "class %u (%u steps of context)", p->id, context);
     cham_context_log(ctx, "step %llu was class %u (seen %u times); next step: %s: %s",

@@ -549,12 +549,13 @@ bool cham_loop_static(const cham_context_t *ctx);
 cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, size_t len);
 /* Counts a step of class c and adds it to the history. */
 void cham_class_seen(cham_context_t *ctx, cham_class_t *c);
-/* The class the next step should be: what most often followed the earlier
- * runs of classes equal to the last ones, the longest such run that
- * occurred before (for runs of two or more: followed by that class at
- * least twice and in most of its occurrences; *context its length); NULL
- * when none did. */
-cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context);
+/* The class the next step should be: a class that recurs every k > 1
+ * steps and is due (*period k, the longest such); else what most often
+ * followed the earlier runs of classes equal to the last ones, the longest
+ * such run that occurred before (for runs of two or more: followed by that
+ * class at least twice and in most of its occurrences; *context its
+ * length); NULL when none did. */
+cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context, uint32_t *period);
 cham_class_t *cham_class_by_id(cham_context_t *ctx, uint32_t id);
 /* Forgets c's trials (releasing their plans). */
 void cham_class_drop_trials(cham_class_t *c);
