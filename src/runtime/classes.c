@@ -2,7 +2,7 @@
  * op sequences of a loop that changes every few steps (gradient
  * accumulation, an evaluation every k steps, skipped updates), each with
  * its own policy, and a prediction of the next step's class from the
- * history of classes. The loop (loop.c) decides what to apply. */
+ * history of classes. The loop (loop_classes.c) decides what to apply. */
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>

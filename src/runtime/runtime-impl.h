@@ -9,7 +9,13 @@
  *   oom.c       allocation with the out-of-memory path (Algorithm 3)
  *   victims.c   the OOM path's index of storages by size (issue 47)
  *   recompute.c recomputable ops: records, drops, running them again
- *   loop.c      the stage loop: policies generated, tried, kept, cached */
+ *   loop.c      the stage loop's step end: Algorithm 1 (GenPolicy, WarmUp,
+ *               the check in Stable), and which mode runs
+ *   loop_static.c   the static planners' loop (one plan, kept or re-planned)
+ *   loop_classes.c  the loop in sequence classes (classes.c: what a class is)
+ *   plans.c     plans: a policy indexed for the executor, applied
+ *   trials.c    trials: a plan generated, measured, the best kept
+ *               (loop-impl.h is what these five share) */
 #ifndef CHAM_RUNTIME_IMPL_H
 #define CHAM_RUNTIME_IMPL_H
 
@@ -211,7 +217,7 @@ static inline bool cham_trial_clean(const cham_trial_t *t)
 /* A policy that ran clean, in clean_ns, is kept over the fastest, in
  * fastest_ns, that did not, when it is within 10% of it: one that needed
  * passive swaps may need more later, but a clean one much slower is no
- * bargain. The trials (loop.c's best_trial) and the check in Stable alike. */
+ * bargain. The trials (trials.c's cham_loop_best_trial) and the check in Stable alike. */
 static inline bool cham_clean_is_close(uint64_t clean_ns, uint64_t fastest_ns)
 {
     return (double)clean_ns <= 1.1 * (double)fastest_ns;
@@ -375,7 +381,7 @@ struct cham_context {
     uint32_t next_class_id;
     uint32_t history[CHAM_CLASS_HISTORY];   /* class ids of the last steps */
     size_t n_history;
-    bool class_mode;              /* per-class policies (loop.c says when) */
+    bool class_mode;              /* per-class policies (loop_classes.c says when) */
     uint64_t last_stable_step;    /* ctx->step when a step last ended Stable */
     uint32_t trial_class;         /* the class whose trial runs this step, 0: none */
     cham_oom_state_t oom;         /* oom.c and victims.c */

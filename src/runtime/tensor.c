@@ -857,7 +857,7 @@ cham_status_t cham_tensor_swapped_out(cham_tensor_t *t)
     ctx->stats.bytes_out += s->bytes;
     ctx->stats.planned_swaps_out += cause == CHAM_SWAP_PLANNED;
     /* A move no action advised made room the policy did not: a passive
-     * swap, which ranks the trial below clean ones (loop.c). */
+     * swap, which ranks the trial below clean ones (trials.c). */
     if (cause == CHAM_SWAP_CALLER) {
         ctx->stats.passive_swaps_out++;
         ctx->step_passive++;

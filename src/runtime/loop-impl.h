@@ -1,0 +1,58 @@
+/* What the loop's files share (loop.c, plans.c, trials.c, loop_static.c,
+ * loop_classes.c; runtime-impl.h has what the rest of the runtime calls). */
+#ifndef CHAM_RUNTIME_LOOP_IMPL_H
+#define CHAM_RUNTIME_LOOP_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/runtime-impl.h"
+
+/* plans.c: a plan of policy for profile (taking the policy, freed on
+ * failure; NULL out of host memory). With positional, its items are named
+ * by (op index, i-th tensor), Capuchin's way. */
+cham_plan_t *cham_plan_new(cham_policy_t *policy, const cham_profile_t *profile,
+                           bool positional);
+/* plans.c: applies plan from the next step on (NULL: none). */
+void cham_loop_apply(cham_context_t *ctx, cham_plan_t *plan);
+
+/* trials.c: frees Algorithm 1's GenPolicy trials. */
+void cham_loop_trials_clear(cham_context_t *ctx);
+/* trials.c: the release delay of trial k: 0, 1, 2, 4, 8, 16, ... */
+uint32_t cham_loop_trial_delay(size_t k);
+/* trials.c: trial k's plan from a step's profile, with the planner reserve
+ * `reserve` (0: the default rule); NULL (logged) if none can be made.
+ * *delay is the release delay asked for, and on return the one planned. */
+cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profile, size_t k,
+                                uint64_t reserve, uint32_t *delay);
+/* trials.c: records in t (trial k) how the step that applied it went;
+ * doubles *reserve after a complete trial that needed passive swaps. */
+void cham_loop_measure_trial(cham_context_t *ctx, cham_trial_t *t, size_t k, uint64_t step_ns,
+                             uint64_t *reserve);
+/* trials.c: the plan of the trial to keep of n measured (clean ones first
+ * with clean_first); NULL when none was measured. */
+cham_plan_t *cham_loop_best_trial(cham_context_t *ctx, const cham_trial_t *trials, size_t n,
+                                  bool clean_first);
+
+/* loop_static.c: the step end of a static planner (vDNN, Capuchin,
+ * SwapAdvisor, HyperOffload); fresh is the step's profile if it was
+ * profiled, else NULL. */
+void cham_loop_static_end(cham_context_t *ctx, const cham_profile_t *fresh);
+
+/* loop_classes.c: the class of the step that ended, counted in the
+ * history (NULL with the cache off or out of host memory); turns the loop
+ * to classes once a second sequence recurs where Algorithm 1 has not
+ * settled. */
+cham_class_t *cham_loop_class_of_step(cham_context_t *ctx);
+/* loop_classes.c: the class c keeps plan from now on. */
+void cham_loop_keep(cham_class_t *c, cham_plan_t *plan);
+/* loop_classes.c: the step end in classes (the step was of class c; fresh
+ * its profile or NULL): its trial measured, the next one made, and the
+ * plan for the next step from the class predicted for it (*to Stable when
+ * that is a kept policy; *sync when a trial must start from an idle
+ * device). */
+cham_plan_t *cham_loop_classes_end(cham_context_t *ctx, cham_class_t *c,
+                                   const cham_profile_t *fresh, cham_stage_t *to, bool *sync);
+
+#endif

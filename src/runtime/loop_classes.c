@@ -1,0 +1,154 @@
+/* The loop in sequence classes (docs/executor.md, "Sequence classes"):
+ * for a loop whose op sequence changes every few steps, each recurring
+ * sequence (classes.c) gets its own trials and kept policy, and the next
+ * step gets the policy of the class predicted for it. The loop turns to
+ * classes for good once a second sequence recurs where Algorithm 1 has not
+ * settled (cham_loop_class_of_step); loop.c then calls
+ * cham_loop_classes_end at each step end. */
+#include <stdio.h>
+
+#include "common/grow.h"
+#include "runtime/loop-impl.h"
+#include "runtime/runtime-impl.h"
+
+cham_class_t *cham_loop_class_of_step(cham_context_t *ctx)
+{
+    /* The step's class; a second one that recurs (a one-off, the first
+     * step or a rare evaluation, does not) turns the loop to classes for
+     * good. */
+    cham_class_t *c =
+        ctx->config.policy_cache ? cham_class_of(ctx, ctx->seq, ctx->ops_in_step) : NULL;
+    if (!c)
+        return NULL;
+    cham_class_seen(ctx, c);
+    size_t recurring = 0, kept = 0;
+    for (size_t i = 0; i < ctx->n_classes; i++) {
+        recurring += ctx->classes[i].seen >= 2;
+        kept += ctx->classes[i].kept != NULL;
+    }
+    /* Where Algorithm 1 keeps finding Stable (a change now and then, a
+     * policy kept), it stays: classes are for loops it cannot settle. */
+    uint64_t settle = 2 * ((uint64_t)ctx->config.warmup_steps + ctx->config.genpolicy_steps + 2);
+    bool unsettled = !kept || ctx->step > ctx->last_stable_step + settle;
+    if (recurring >= 2 && unsettled && !ctx->class_mode) {
+        ctx->class_mode = true;
+        cham_context_log(ctx, "step %llu: a second op sequence recurs (class %u): a policy "
+                         "per class from now on", (unsigned long long)ctx->number, c->id);
+    }
+    return c;
+}
+
+void cham_loop_keep(cham_class_t *c, cham_plan_t *plan)
+{
+    cham_plan_retain(plan);
+    cham_plan_release(c->kept);
+    c->kept = plan;
+    cham_class_drop_trials(c);
+    cham_plan_release(c->next_trial);
+    c->next_trial = NULL;
+}
+
+/* The step that ended was of class c; it ran class trial_class's trial
+ * (if any) and, when fresh, was profiled. Measures the trial when the
+ * prediction was right, keeps the best of config.class_trials
+ * (best_trial's, clean ones first), and makes c's next trial from the
+ * profile. */
+static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile_t *fresh)
+{
+    cham_class_t *t = cham_class_by_id(ctx, ctx->trial_class);
+    ctx->trial_class = 0;
+    if (t && t != c) {
+        cham_context_log(ctx, "step %llu: was class %u, not the class %u predicted; its trial "
+                         "waits for its next step", (unsigned long long)ctx->number, c->id,
+                         t->id);
+    } else if (t && t->next_trial && ctx->synced_step_ns) {
+        cham_trial_t *v = cham_grow(c->trials, &c->cap_trials, c->n_trials + 1, sizeof *v, 4);
+        if (v) {
+            c->trials = v;
+            cham_trial_t *tr = &c->trials[c->n_trials++];
+            *tr = (cham_trial_t){.plan = c->next_trial, .free_delay = c->next_delay};
+            c->next_trial = NULL;
+            cham_loop_measure_trial(ctx, tr, c->n_trials - 1, ctx->synced_step_ns, &c->reserve);
+            /* Clean first: a trial is timed from an idle device, but in
+             * the loop what its passive swaps leave on the host comes back
+             * on demand in the next step, another class's. So a class
+             * with no clean trial yet tries on, as long as GenPolicy
+             * would (n), while each trial falls less short than the one
+             * before (each is made from a profile its predecessor ran). */
+            bool any_clean = false;
+            for (size_t i = 0; i < c->n_trials; i++)
+                any_clean = any_clean || cham_trial_clean(&c->trials[i]);
+            const cham_trial_t *before = c->n_trials >= 2 ? tr - 1 : NULL;
+            bool try_on = !any_clean && c->n_trials < ctx->config.genpolicy_steps &&
+                          (!before || tr->passive + tr->on_demand <
+                                          before->passive + before->on_demand);
+            if (c->n_trials >= ctx->config.class_trials && !try_on) {
+                cham_plan_t *best = cham_loop_best_trial(ctx, c->trials, c->n_trials, true);
+                if (best) {
+                    cham_check_start(&ctx->check, c->trials, c->n_trials, best, c->id);
+                    cham_loop_keep(c, best);
+                }
+            }
+        }
+    }
+    if (fresh && !c->kept && !c->next_trial) {
+        c->next_delay = cham_loop_trial_delay(c->n_trials);
+        c->next_trial = cham_loop_generate(ctx, fresh, c->n_trials, c->reserve, &c->next_delay);
+    }
+}
+
+/* The plan for the next step, from the class predicted for it: its kept
+ * policy (the stage becomes Stable), its trial (the step is profiled and
+ * timed alone), or none (profiled, to learn the class). */
+static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
+                                 cham_stage_t *to, bool *sync)
+{
+    uint32_t context, period;
+    cham_class_t *p = cham_class_predict(ctx, &context, &period);
+    bool passing = !p && ctx->n_history >= 2;
+    if (passing) {
+        /* A sequence never followed before is taken for a passing change:
+         * the class before it comes back. */
+        p = cham_class_by_id(ctx, ctx->history[ctx->n_history - 2]);
+    }
+    cham_plan_t *next = NULL;
+    char what[96];
+    if (p && p->kept) {
+        next = p->kept;
+        p->last_used = ctx->step;
+        *to = ctx->stages.stage = CHAM_STAGE_STABLE;
+        ctx->stats.policy_cache_hits += next != ctx->exec.plan;
+        snprintf(what, sizeof what, "its kept policy");
+    } else {
+        if (*to == CHAM_STAGE_STABLE)
+            *to = ctx->stages.stage = CHAM_STAGE_WARMUP;
+        ctx->profile_requested = true;
+        if (p && p->next_trial) {
+            next = p->next_trial;
+            ctx->trial_class = p->id;
+            *sync = !ctx->synced;     /* the trial is timed from an idle device */
+            snprintf(what, sizeof what, "its trial policy %zu, profiled", p->n_trials + 1);
+        } else {
+            snprintf(what, sizeof what, "no policy yet, profiled");
+        }
+    }
+    char who[96];
+    if (!p)
+        snprintf(who, sizeof who, "none predicted");
+    else if (passing)
+        snprintf(who, sizeof who, "class %u again (a passing change)", p->id);
+    else if (period)
+        snprintf(who, sizeof who, "class %u (due: every %u steps)", p->id, period);
+    else
+        snprintf(who, sizeof who, "class %u (%u steps of context)", p->id, context);
+    cham_context_log(ctx, "step %llu was class %u (seen %u times); next step: %s: %s",
+                     (unsigned long long)ctx->number, c->id, c->seen, who, p ? what : "profiled");
+    return next;
+}
+
+cham_plan_t *cham_loop_classes_end(cham_context_t *ctx, cham_class_t *c,
+                                   const cham_profile_t *fresh, cham_stage_t *to, bool *sync)
+{
+    class_learn(ctx, c, fresh);
+    return class_choose(ctx, c, to, sync);
+}
