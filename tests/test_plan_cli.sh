@@ -116,7 +116,7 @@ check plan-sa-planner 0 '^planner: +swapadvisor \(device a100-80g, 12 ops' -- \
   "${plan[@]}" --strategy swapadvisor --generations 3 --reorder off
 check plan-sa-json 0 "policy saved to $dir/sa.json" -- "${plan[@]}" --strategy swapadvisor \
   --generations 3 --json "$dir/sa.json"
-check plan-sa-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, vdnn, swapadvisor or hyperoffload, got "magic"' -- \
+check plan-sa-bad-strategy 2 '--strategy must be chameleon, vdnn, chameleon-swap, swapadvisor or hyperoffload, got "magic"' -- \
   "${plan[@]}" --strategy magic
 check plan-sa-bad-seconds 2 '--search-seconds must be seconds above 0, such as 2\.5, got "0"' -- \
   "${plan[@]}" --strategy swapadvisor --search-seconds 0

@@ -20,7 +20,7 @@ check sim-bad-heads 2 'hidden \(4096\) must be a multiple of heads \(7\)' -- \
 check sim-bad-tp 2 'kv-heads \(8\) must be a multiple of tp \(3\)' -- \
   simulate --model llama3-8b --tp 3
 check sim-bad-zero 2 'zero must be 0..3, got 5' -- "${small[@]}" --zero 5
-check sim-bad-strategy 2 '--strategy must be chameleon, chameleon-swap, native, ideal, recompute, capuchin, vdnn, protrain, zero-offload, swapadvisor or hyperoffload, got "magic"' -- \
+check sim-bad-strategy 2 '--strategy must be chameleon, native, ideal, recompute, capuchin, vdnn, chameleon-swap, protrain, zero-offload, swapadvisor or hyperoffload, got "magic"' -- \
   "${small[@]}" --strategy magic
 check sim-bad-on-change 2 '--on-change must be search or fail, got "never"' -- \
   "${small[@]}" --strategy swapadvisor --on-change never
@@ -167,7 +167,7 @@ check sim-hyperoffload 0 '"hazards": 0' -- "${small[@]}" --strategy hyperoffload
 check infer-unknown-model 2 '--model: unknown model "gpt5" \(known: gpt2-1.5b llama2-7b' -- \
   infer --model gpt5
 check infer-bad-offload 2 '--kv-offload must be on or off, got "yes"' -- infer --kv-offload yes
-check infer-bad-strategy 2 '--strategy must be native, chameleon, .* got "recompute"' -- \
+check infer-bad-strategy 2 '--strategy must be chameleon, native, ideal, capuchin, vdnn, chameleon-swap, swapadvisor or hyperoffload, got "recompute"' -- \
   infer --strategy recompute
 check infer-old-policy 0 'note: --policy is deprecated, use --strategy' -- "${inf[@]}" --policy native
 # Issue 47, item 10: one limit on the prompt (2^20 tokens), stated by

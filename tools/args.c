@@ -134,6 +134,33 @@ int tool_bad_value(const char *cmd, const char *flag, const char *want, const ch
     return 2;
 }
 
+int tool_parse_strategy(const char *cmd, const char *flag, const char *v, unsigned refused,
+                        cham_strategy_t *out)
+{
+    cham_strategy_t s;
+    if (cham_strategy_parse(v, &s) == CHAM_OK && !(refused & 1u << s)) {
+        *out = s;
+        return 0;
+    }
+    /* The list from the strategies' own table: "a, b or c". */
+    char want[400] = "";
+    size_t at = 0, left = 0;
+    for (int k = 0; k < CHAM_STRATEGY_COUNT; k++)
+        left += !(refused & 1u << k);
+    for (int k = 0; k < CHAM_STRATEGY_COUNT && at < sizeof want; k++) {
+        if (refused & 1u << k)
+            continue;
+        left--;
+        int n = snprintf(want + at, sizeof want - at, "%s%s",
+                         cham_strategy_name((cham_strategy_t)k),
+                         left > 1 ? ", " : left == 1 ? " or " : "");
+        if (n < 0)
+            break;
+        at += (size_t)n;
+    }
+    return tool_bad_value(cmd, flag, want, v);
+}
+
 bool tool_check_preset(const char *cmd, const char *flag, const char *name)
 {
     if (cham_preset_find(name))

@@ -47,6 +47,12 @@ int tool_parse_capacity(const char *cmd, const char *v, uint64_t *bytes, double 
  * when VALUE is the string tool_parse_size last refused, " (why)" follows. */
 int tool_bad_value(const char *cmd, const char *flag, const char *want, const char *value);
 
+/* --strategy: v as a strategy the command runs (refused: a bit 1u << s
+ * for each strategy s it does not), 0; else prints the strategies it runs,
+ * read from the strategies' table, and returns 2. */
+int tool_parse_strategy(const char *cmd, const char *flag, const char *v, unsigned refused,
+                        cham_strategy_t *out);
+
 /* Whether name is a device preset; if not, prints "chameleon CMD: FLAG:
  * unknown device preset "NAME" (known: ...)". */
 bool tool_check_preset(const char *cmd, const char *flag, const char *name);

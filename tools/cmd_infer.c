@@ -142,12 +142,13 @@ static int parse(int argc, char **argv, infer_opts_t *o)
                 return tool_bad_value(CMD, a, "on or off", v);
             m->kv_offload = strcmp(v, "on") == 0;
         } else if (strcmp(a, "--strategy") == 0) {
-            if (cham_strategy_parse(v, &o->run.strategy) != CHAM_OK ||
-                o->run.strategy == CHAM_STRATEGY_RECOMPUTE ||
-                o->run.strategy == CHAM_STRATEGY_PROTRAIN ||
-                o->run.strategy == CHAM_STRATEGY_ZERO_OFFLOAD)
-                return tool_bad_value(CMD, a, "native, chameleon, chameleon-swap, vdnn, capuchin, "
-                                      "swapadvisor, hyperoffload or ideal", v);
+            /* Training's: recomputation for a backward, and the host
+             * optimizer's strategies. */
+            if (tool_parse_strategy(CMD, a, v,
+                                    1u << CHAM_STRATEGY_RECOMPUTE | 1u << CHAM_STRATEGY_PROTRAIN |
+                                        1u << CHAM_STRATEGY_ZERO_OFFLOAD,
+                                    &o->run.strategy))
+                return 2;
         } else if (strcmp(a, "--device") == 0) {
             if (!tool_check_preset(CMD, a, v))
                 return 2;

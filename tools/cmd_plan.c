@@ -152,11 +152,18 @@ static int parse(int argc, char **argv, plan_opts_t *o)
         } else if (strcmp(a, "--json") == 0) {
             o->json = v;
         } else if (strcmp(a, "--strategy") == 0) {
-            if (strcmp(v, "chameleon") && strcmp(v, "chameleon-swap") && strcmp(v, "vdnn") &&
-                strcmp(v, "swapadvisor") && strcmp(v, "hyperoffload"))
-                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, vdnn, swapadvisor or "
-                                      "hyperoffload", v);
-            o->strategy = v;
+            /* The strategies that are one planner's policy for a profile;
+             * Capuchin's names tensors by position in a run. */
+            cham_strategy_t s;
+            if (tool_parse_strategy(CMD, a, v,
+                                    1u << CHAM_STRATEGY_NATIVE | 1u << CHAM_STRATEGY_IDEAL |
+                                        1u << CHAM_STRATEGY_RECOMPUTE |
+                                        1u << CHAM_STRATEGY_CAPUCHIN |
+                                        1u << CHAM_STRATEGY_PROTRAIN |
+                                        1u << CHAM_STRATEGY_ZERO_OFFLOAD,
+                                    &s))
+                return 2;
+            o->strategy = cham_strategy_name(s);
         } else if (strcmp(a, "--search-seconds") == 0) {
             double sec;
             if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)

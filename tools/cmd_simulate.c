@@ -260,10 +260,8 @@ static int parse(int argc, char **argv, sim_opts_t *o)
             if (cham_allocator_mode_parse(v, &o->run.runtime.allocator) != CHAM_OK)
                 return tool_bad_value(CMD, a, "auto, classic or expandable", v);
         } else if (strcmp(a, "--strategy") == 0) {
-            if (cham_strategy_parse(v, &o->run.strategy) != CHAM_OK)
-                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, native, ideal, "
-                                      "recompute, capuchin, vdnn, protrain, zero-offload, "
-                                      "swapadvisor or hyperoffload", v);
+            if (tool_parse_strategy(CMD, a, v, 0, &o->run.strategy))
+                return 2;
         } else if (strcmp(a, "--search-seconds") == 0) {
             double sec;
             if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)

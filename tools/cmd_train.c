@@ -263,11 +263,10 @@ static int parse(int argc, char **argv, train_opts_t *o)
                 return tool_bad_value(CMD, a, "device or host", v);
             o->c.host_optimizer = strcmp(v, "host") == 0;
         } else if (strcmp(a, "--strategy") == 0) {
-            if (cham_strategy_parse(v, &o->c.strategy) != CHAM_OK ||
-                o->c.strategy == CHAM_STRATEGY_IDEAL)
-                return tool_bad_value(CMD, a, "chameleon, chameleon-swap, native, recompute, "
-                                      "capuchin, vdnn, protrain, swapadvisor or hyperoffload",
-                                      v);
+            /* ideal is simulate's (unlimited memory); the trainer runs on
+             * the device it is given. */
+            if (tool_parse_strategy(CMD, a, v, 1u << CHAM_STRATEGY_IDEAL, &o->c.strategy))
+                return 2;
         }
     }
     return check_shape(o);
