@@ -178,6 +178,31 @@ class KeptPolicies(unittest.TestCase):
                 trials, checked = {}, checked + 1
         self.assertGreater(checked, 0, lines)
 
+    def test_an_evaluation_every_5_steps_has_its_policy_within_20_steps(self):
+        # The zoo's LM: training steps and a no_grad evaluation every 5th
+        # step, two sequence classes. The evaluation is predicted by its
+        # period from its third appearance (step 14), so both classes keep
+        # a policy before step 20 and every step from 10 on runs the class
+        # it was predicted to be (docs/executor.md, "Sequence classes").
+        import re
+        import zoo
+        lines = []
+        off = ct.Offload(budget="50%", log=lines.append, cpu_copies="inline")
+        zoo.gpt(off=off, steps=20)
+        kept_at = [int(m.group(1)) for m in
+                   (re.search(r"^step (\d+): kept policy", line) for line in lines) if m]
+        self.assertGreaterEqual(len(kept_at), 2, lines)
+        self.assertLess(max(kept_at[:2]), 20, lines)
+        decided = re.compile(r"^step (\d+) was class (\d+) .*; next step: (?:class (\d+))?")
+        predicted = {}
+        for line in lines:
+            m = decided.search(line)
+            if m:
+                step, was, nxt = int(m.group(1)), m.group(2), m.group(3)
+                if step - 1 in predicted and step >= 10:
+                    self.assertEqual(predicted[step - 1], was, f"step {step}: {line}")
+                predicted[step] = nxt
+
 
 def _entry(off, t):
     storage_of = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
