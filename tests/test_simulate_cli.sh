@@ -60,6 +60,12 @@ for p in ideal native recompute chameleon capuchin vdnn; do
   if tr -d '\n' <<<"$out" | grep -qE -- "$keys"; then echo "ok   sim-json-$p"
   else echo "FAIL sim-json-$p:"; echo "$out" | head -30; fails=$((fails + 1)); fi
 done
+# Three steps at half the peak never reach Stable: the step time says it is
+# every step's median, not a Stable one's.
+check sim-none-stable 0 'step time +[0-9.]+ s \(median over all 3 steps: none was Stable\)' -- \
+  simulate --model gpt2 --layers 2 --steps 3 --capacity 50%
+check sim-none-stable-json 0 '"stable_steps": 0,' -- \
+  simulate --model gpt2 --layers 2 --steps 3 --capacity 50% --json
 check sim-native-oom 1 'FAILED +at step 0, op [0-9]+: .*out of device memory' -- \
   "${small[@]}" --strategy native --capacity 7GiB --quiet
 check sim-native-oom-json 1 '"oom_op": [1-9]' -- \

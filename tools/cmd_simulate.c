@@ -418,6 +418,7 @@ static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_
     json_object_set_new(j, "capacity_bytes", json_integer((json_int_t)r->capacity_bytes));
     json_object_set_new(j, "step_time_s", plot_json_number(r->step_time_s));
     json_object_set_new(j, "mean_step_time_s", plot_json_number(r->mean_step_time_s));
+    json_object_set_new(j, "stable_steps", json_integer((json_int_t)r->stable_steps));
     json_object_set_new(j, "ideal_step_time_s", ideal_ok ? plot_json_number(ideal_s) : json_null());
     json_object_set_new(j, "overhead_vs_ideal",
                         ideal_ok && ideal_s > 0 && r->steps
@@ -465,7 +466,11 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
     printf("  memory              peak %.2f GiB of %.2f GiB\n", gib((double)r->peak_device_bytes),
            gib((double)r->capacity_bytes));
     if (r->steps) {
-        printf("  step time           %.4f s (median over Stable steps)", r->step_time_s);
+        if (r->stable_steps)
+            printf("  step time           %.4f s (median over Stable steps)", r->step_time_s);
+        else
+            printf("  step time           %.4f s (median over all %llu steps: none was Stable)",
+                   r->step_time_s, (unsigned long long)r->steps);
         if (ideal_ok && ideal_s > 0)
             printf("; ideal %.4f s; overhead %+.1f%%", ideal_s,
                    100.0 * (r->step_time_s / ideal_s - 1));

@@ -254,6 +254,8 @@ typedef struct cham_run_result {
                                     steps when none was Stable); inference:
                                     over the decode steps, the time per
                                     generated token */
+    uint64_t stable_steps;       /* of those step_time_s is the median of, the
+                                    steps that ran Stable (0: none did) */
     double prefill_time_s;       /* inference: step 0, the prompt's */
     double mean_step_time_s;     /* over all completed steps */
     double swapped_bytes_per_step;

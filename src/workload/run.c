@@ -424,6 +424,7 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
         size_t n = r->steps - first;
         r->mean_step_time_s = sum / (double)n * 1e-9;
         r->step_time_s = n_stable ? median_s(times, n_stable) : median_s(times + first, n);
+        r->stable_steps = n_stable;
         r->swapped_bytes_per_step /= (double)r->steps;
     }
     free(times);
