@@ -161,6 +161,10 @@ check infer-runs 0 'decode +[0-9.]+ ms a token' -- "${inf[@]}"
 check infer-kv 0 'KV caches on the device \(16\.00 GiB\)' -- "${inf[@]}"
 check infer-offload 0 'KV caches offloaded to the host' -- "${inf[@]}" --kv-offload on
 check infer-json 0 '"decode_time_per_token_s": [0-9.e-]+' -- "${inf[@]}" --json
+# No token generated: no decode time (the prefill's is not one).
+check infer-generate-0 0 'decode +none \(--generate 0\)' -- infer --model gpt2 --layers 2 --generate 0
+check infer-generate-0-json 0 '"decode_time_per_token_s": null' -- \
+  infer --model gpt2 --layers 2 --generate 0 --json
 check infer-max 0 'max context +[0-9]+ tokens \(prompt in steps of 256; the model.s limit: 1048584\)' -- \
   "${inf[@]}" --find-max-context
 check infer-too-long 1 'FAILED +at step 0: .*out of device memory: requested' -- \

@@ -70,6 +70,10 @@ check train-decode 0 'decoded tokens +equal the unconstrained run.s' -- \
   "${small[@]}" --verify --generate 8 --kv-offload on
 check train-decode-json 0 '"decoded_tokens": 8, "decode_bit_exact": true' -- \
   "${small[@]}" --verify --generate 8 --kv-offload on --json
+# Without --verify nothing was compared, and nothing decoded: null, not
+# left out and not "differs".
+check train-unverified-json 0 '"bit_exact": null,.*"decoded_tokens": 0, "decode_bit_exact": null' -- \
+  "${small[@]}" --json
 check train-decode-too-long 2 'prompt 120 \+ generate 10 needs 129 positions, more than the model.s seq of 128' -- \
   "${small[@]}" --prompt 120 --generate 10
 check train-bad-kv-offload 2 '--kv-offload must be on or off, got "yes"' -- "${small[@]}" --kv-offload yes

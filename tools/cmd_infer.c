@@ -257,7 +257,7 @@ int cmd_infer(int argc, char **argv)
         json_object_set_new(j, "peak_device_bytes", json_integer((json_int_t)r.peak_device_bytes));
         json_object_set_new(j, "prefill_time_s", ok ? json_real(r.prefill_time_s) : json_null());
         json_object_set_new(j, "decode_time_per_token_s",
-                            ok ? json_real(r.step_time_s) : json_null());
+                            ok && m->generate ? json_real(r.step_time_s) : json_null());
         json_object_set_new(j, "swapped_bytes_per_step", json_real(r.swapped_bytes_per_step));
         json_object_set_new(j, "hazards", json_integer((json_int_t)r.hazards));
         if (o.find_max) {
@@ -290,7 +290,10 @@ int cmd_infer(int argc, char **argv)
            (double)r.peak_device_bytes / GiB, (double)r.capacity_bytes / GiB);
     if (r.status == CHAM_OK) {
         printf("  prefill             %.4f s\n", r.prefill_time_s);
-        printf("  decode              %.3f ms a token\n", r.step_time_s * 1e3);
+        if (m->generate)
+            printf("  decode              %.3f ms a token\n", r.step_time_s * 1e3);
+        else
+            printf("  decode              none (--generate 0)\n");
     }
     printf("  hazards             %llu\n", (unsigned long long)r.hazards);
     if (o.find_max && at_limit)

@@ -474,7 +474,9 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r, const char
         {"stable_on_demand_swapins", json_integer((json_int_t)r->stable_on_demand), false},
         {"recomputes", json_integer((json_int_t)r->recomputes), false},
         {"decoded_tokens", json_integer(r->decoded), false},
-        {"decode_bit_exact", verdict(r->decode_bit_exact, error), true},
+        /* No tokens decoded: nothing to compare, not "differs". */
+        {"decode_bit_exact", r->decoded ? verdict(r->decode_bit_exact, error) : json_null(),
+         true},
         {"sim_step_time_s", plot_json_number(r->steps ? r->sim_step_time_s : NAN), false},
         {"ideal_step_time_s", plot_json_number(r->steps ? r->ideal_step_time_s : NAN), true},
         {"overhead_vs_ideal", plot_json_number(r->overhead_vs_ideal), true},
@@ -494,11 +496,14 @@ static json_t *run_json(train_opts_t *o, const gpt_train_result_t *r, const char
          r->has_protrain ? json_integer((json_int_t)r->predicted_peak_bytes) : json_null(),
          false},
     };
+    /* Without --verify nothing was compared: its keys are null, there. */
     for (size_t k = 0; k < sizeof values / sizeof values[0]; k++) {
-        if (values[k].verify_only && !verify)
+        if (values[k].verify_only && !verify) {
             json_decref(values[k].v);
-        else
+            json_object_set_new(j, values[k].key, json_null());
+        } else {
             json_object_set_new(j, values[k].key, values[k].v);
+        }
     }
     json_object_set_new(j, "error", error ? json_string(error) : json_null());
     json_object_set_new(j, "series", json_incref(o->series));
