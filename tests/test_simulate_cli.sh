@@ -161,6 +161,10 @@ check infer-runs 0 'decode +[0-9.]+ ms a token' -- "${inf[@]}"
 check infer-kv 0 'KV caches on the device \(16\.00 GiB\)' -- "${inf[@]}"
 check infer-offload 0 'KV caches offloaded to the host' -- "${inf[@]}" --kv-offload on
 check infer-json 0 '"decode_time_per_token_s": [0-9.e-]+' -- "${inf[@]}" --json
+# `chameleon experiment`: a name it does not know, near one it does.
+check experiment-did-you-mean 2 'unknown experiment "policy_cache"; did you mean policy-cache\? They are:' -- \
+  experiment policy_cache
+check experiment-unknown 2 'unknown experiment "zzz"; they are:' -- experiment zzz
 # No token generated: no decode time (the prefill's is not one).
 check infer-generate-0 0 'decode +none \(--generate 0\)' -- infer --model gpt2 --layers 2 --generate 0
 check infer-generate-0-json 0 '"decode_time_per_token_s": null' -- \

@@ -6,6 +6,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "common/closest.h"
 #include "experiment.h"
 
 static void usage(FILE *f)
@@ -68,7 +69,16 @@ int cmd_experiment(int argc, char **argv)
     }
     const exp_def_t *e = exp_find(name);
     if (!e) {
-        fprintf(stderr, "chameleon experiment: unknown experiment \"%s\"; they are:\n", name);
+        cham_closest_t near;
+        cham_closest_init(&near, name);
+        for (size_t i = 0; i < exp_count(); i++)
+            cham_closest_offer(&near, exp_at(i)->name);
+        const char *guess = cham_closest_result(&near);
+        fprintf(stderr, "chameleon experiment: unknown experiment \"%s\"", name);
+        if (guess)
+            fprintf(stderr, "; did you mean %s? They are:\n", guess);
+        else
+            fprintf(stderr, "; they are:\n");
         list(stderr);
         return 2;
     }
