@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#ifdef __linux__
+#include <linux/magic.h>
+#include <sys/vfs.h>
+#endif
 #include <unistd.h>
 
 #include "chameleon/chameleon.h"
@@ -288,6 +292,20 @@ int tool_model_preset(const char *cmd, const tool_opt_t *opts, size_t n, int arg
     return 2;
 }
 
+/* Whether path is in procfs or sysfs, whose files root may open for
+ * writing but whose writes fail (or change the kernel's settings). */
+static bool kernel_file(const char *path)
+{
+#ifdef __linux__
+    struct statfs fs;
+    return statfs(path, &fs) == 0 &&
+           (fs.f_type == PROC_SUPER_MAGIC || fs.f_type == SYSFS_MAGIC);
+#else
+    (void)path;
+    return false;
+#endif
+}
+
 bool tool_check_output_file(const char *cmd, const char *flag, const char *path)
 {
     struct stat s;
@@ -305,6 +323,11 @@ bool tool_check_output_file(const char *cmd, const char *flag, const char *path)
         if (access(path, W_OK) != 0) {     /* neither truncated nor opened */
             fprintf(stderr, "chameleon %s: %s %s: cannot write: %s\n", cmd, flag, path,
                     strerror(errno));
+            return false;
+        }
+        if (kernel_file(path)) {           /* open for writing says yes; write fails */
+            fprintf(stderr, "chameleon %s: %s %s: cannot write: a file of the kernel's "
+                    "(/proc, /sys), not one to write output to\n", cmd, flag, path);
             return false;
         }
         return true;
