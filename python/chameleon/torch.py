@@ -86,6 +86,9 @@ _READERS = ("numpy", "__array__", "tolist", "__reduce_ex__", "__deepcopy__", "st
 _SHARING_READERS = ("__dlpack__",)
 # Readers that hand out the memory, which code outside aten may then write.
 _EXPOSING_READERS = ("numpy", "__array__", "storage", "data_ptr", "__dlpack__")
+# Readers that make a copy of the storage on its device outside aten (a
+# storage's clone: the glue sees the copy only once it exists).
+_COPYING_READERS = ("__deepcopy__",)
 
 # The Offload whose block is running: one at a time per process.
 _active = None
@@ -144,7 +147,7 @@ def _outputs(result):
 class _Op:
     """What the glue knows of one aten overload."""
     __slots__ = ("name", "token", "is_view", "makes", "writes_hidden", "matmul", "bookkeeping",
-                 "writes", "recomputable")
+                 "writes", "recomputable", "storages")
 
     def __init__(self, ctx, func):
         self.name = str(func)
@@ -171,6 +174,10 @@ class _Op:
         # from one is made again before the op runs.
         self.writes = written_arguments(func)
         self.recomputable = recomputable(func)
+        # The arguments that are a storage, not a tensor (set_ onto one:
+        # a storage's copy runs empty().set_(source).copy_ outside Python).
+        self.storages = [(i, a.name) for i, a in enumerate(func._schema.arguments)
+                         if str(a.type) == "Storage"]
 
 
 def _written(op, args, kwargs):
@@ -322,6 +329,9 @@ class Offload:
         before any op uses them. Made room for like an op's (a byte
         budget). Once per Offload: the look at every Python object costs
         about 0.1 s, and what a later entry would find was used since."""
+        # Modules dropped but not yet collected (a reference cycle, as
+        # parametrizations make) are no model state.
+        gc.collect()
         found = []
         for o in gc.get_objects():
             # getattr: a module or optimizer half made (its __init__ still
@@ -433,7 +443,8 @@ class Offload:
         for name in _READERS:
             setattr(torch.Tensor, name, _reader(getattr(torch.Tensor, name),
                                                 name in _SHARING_READERS,
-                                                name in _EXPOSING_READERS))
+                                                name in _EXPOSING_READERS,
+                                                name in _COPYING_READERS))
 
     def _unpatch(self):
         backward, grad, readers, save, start = self._patched
@@ -474,7 +485,15 @@ class Offload:
         info["peak_bytes"] = peak
         budget = self._budget if self._steps > 1 or self._budget_pct is None else None
         info["over_budget_bytes"] = max(0, peak - budget) if budget is not None else 0
-        self._over_steps += self._over_now
+        if info["over_budget_bytes"] and not self._over_now and "passed" not in self._over_logged:
+            # Passed where passing is allowed: an op whose size was a guess,
+            # a read outside aten (docs/pytorch.md, "The budget").
+            self._over_logged.add("passed")
+            (self._log or _stderr)(f"Offload: step {self._steps - 1} held {peak} bytes, "
+                                   f"{peak - budget} past the budget (an op larger than its "
+                                   "size was guessed, or a read outside aten); counted in "
+                                   "over_budget_steps")
+        self._over_steps += self._over_now or info["over_budget_bytes"] > 0
         self._over_now = False
         self._after_backward = False
         self._phase = None
@@ -735,7 +754,7 @@ class Offload:
         if inbound is not None:
             self._moves(e.storage()).wait(inbound)
 
-    def _restore_for_read(self, t, pin=False, exposes=False):
+    def _restore_for_read(self, t, pin=False, exposes=False, copies=False):
         """t is about to be read outside aten: its storage comes back, and
         stays until the next op. torch.save reads the bytes of every
         storage it saves at its end: sending one away to bring the next back
@@ -743,7 +762,8 @@ class Offload:
         device at once (docs/pytorch.md, "Reads outside aten"). exposes:
         the reader hands out the memory itself (a numpy array, a pointer),
         which code outside aten may write: nothing dropped is made from it
-        from then on."""
+        from then on. copies: the reader copies the storage on the device
+        (copy.deepcopy), which the budget must have room for."""
         if t.layout != _STRIDED or not (t.is_cpu or t.is_cuda):
             return
         storage = storage_of(t)
@@ -765,6 +785,8 @@ class Offload:
         if pin and not e.pinned:
             self._table.pin(e, "unreleasable")
             self._counts["pinned"] += 1
+        if copies and self._budget is not None and not self._reading:
+            self._make_room(e.nbytes, {e.key}, "copy.deepcopy of a tensor", may_pass=True)
 
     # ---- the budget ---------------------------------------------------------
 
@@ -830,6 +852,10 @@ class Offload:
         if host:
             message += (f"; {host} are storages C++ code reads outside aten (small integer "
                         "tensors, profiler records), kept in place")
+        if self._budget_pct is not None and self._steady:
+            message += (f"; the budget is {self._budget_pct:g}% of the {self._steady} bytes the "
+                        "measured first step held: a loop whose later steps hold more (shapes "
+                        "that grow) needs a budget in bytes")
         if self._strict:
             raise ChameleonError(message + " (strict=False runs on over the budget)")
         self._counts["over_ops"] += 1
@@ -871,7 +897,9 @@ class Offload:
             op = self._ops[id(func)] = _Op(self._ctx, func)
         if op.bookkeeping:
             return self._bookkeeping(op, func, args, kwargs)
-        if self._read_pins:
+        if self._read_pins and not self._reading:
+            # A reader's own ops (a storage copy's set_ and copy_) run
+            # while it reads: what it read stays until it returns.
             self._read_pins.clear()
         ins = _tensors(args, [])
         if kwargs:
@@ -903,6 +931,8 @@ class Offload:
                                  what=f"op {op.name}")
             if e.inbound is not None:
                 self._wait(e)
+        if op.storages:
+            self._bring_back_storages(op, args, kwargs, protect)
         if self._recompute_on and op.writes:
             self._before_write(op, args, kwargs, protect)
         if op.is_view:
@@ -971,6 +1001,23 @@ class Offload:
             table.sweep()
             self._next_sweep = opno + max(32, len(table.entries) // 8)
         return result
+
+    def _bring_back_storages(self, op, args, kwargs, protect):
+        """The storages op takes as storages (set_'s source) come back
+        before it makes a tensor over one."""
+        for i, name in op.storages:
+            st = args[i] if i < len(args) else kwargs.get(name)
+            st = getattr(st, "_untyped_storage", None) or getattr(st, "_storage", None) or st
+            e = self._table.entries.get(getattr(st, "_cdata", None))
+            if e is None:
+                continue
+            if protect is not None:
+                protect.add(e.key)
+            if e.moved is not None:
+                self._bring_back(e, e.storage(), late=True, protect=protect,
+                                 what=f"op {op.name}")
+            if e.inbound is not None:
+                self._wait(e)
 
     def _forget_recent_frees(self):
         """Forgets the storages the last two ops used that torch has freed
@@ -1148,11 +1195,12 @@ def _stderr(line):
     print(line, file=sys.stderr)
 
 
-def _reader(original, shares=False, exposes=False):
+def _reader(original, shares=False, exposes=False, copies=False):
     """original (a Tensor method reading bytes outside aten), bringing the
     tensor's storage back first while an Offload's block runs; shares: its
     result keeps the memory, which must then never be released; exposes:
-    it hands out the memory (Offload._restore_for_read)."""
+    it hands out the memory (Offload._restore_for_read); copies: it makes a
+    copy of the storage on the device, which is made room for first."""
     def read(t, *args, **kwargs):
         off = _active
         if off is None:
@@ -1163,7 +1211,8 @@ def _reader(original, shares=False, exposes=False):
             if not off._busy:
                 # A reader another reader calls (deepcopy and pickling take
                 # storage()) hands nothing out to the user.
-                off._restore_for_read(t, pin=shares, exposes=exposes and not off._reading)
+                off._restore_for_read(t, pin=shares, exposes=exposes and not off._reading,
+                                      copies=copies)
             off._reading += 1
             try:
                 return original(t, *args, **kwargs)

@@ -1,6 +1,8 @@
 """chameleon.torch on Debian's CPU torch: bit-exact training under a budget,
 bad input as clear exceptions, DDP on two processes (docs/pytorch.md)."""
 import contextlib
+import copy
+import gc
 import os
 import socket
 import unittest
@@ -150,6 +152,112 @@ class MakingRoom(unittest.TestCase):
         self.assertEqual(big_away, [True, True, False])   # the two least recently used
         self.assertEqual([t[0].item() for t in tiny], [float(i) for i in range(64)])
         self.assertEqual([t[-1].item() for t in big] + [fresh[0].item()], [0.0, 1.0, 2.0, 7.0])
+
+
+@needs_torch
+class CopiesOutsideAten(unittest.TestCase):
+    """copy.deepcopy copies a tensor's storage through torch's own storage
+    copy (a new storage made outside aten, then set_ and copy_ onto it):
+    under a budget with no room for the copy (docs/pytorch.md, "Reads
+    outside aten")."""
+
+    def test_deepcopy_of_the_optimizer_state_with_no_room_for_a_copy(self):
+        # The copy's own set_ used to make room by sending the storage
+        # being copied away, and copy_ then read 0 bytes: a RuntimeError
+        # ("The size of tensor a (65536) must match ... (0)").
+        def run(budget):
+            torch.manual_seed(0)
+            m = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.Linear(128, 128))
+            opt = torch.optim.Adam(m.parameters())
+            x = torch.randn(16, 128)
+            off = ct.Offload(budget=budget, log=quiet, cpu_copies="inline") if budget else None
+            with off if off else contextlib.nullcontext():
+                for _ in range(2):
+                    m(x).square().mean().backward()
+                    opt.step()
+                    opt.zero_grad(set_to_none=False)
+                    if off:
+                        off.step()
+                saved = copy.deepcopy(opt.state_dict())
+            return saved, opt.state_dict()
+
+        ref_copy, ref_state = run(None)
+        state = 4 * (2 * 128 * 128 + 2 * 128) * 4     # params, grads, Adam's two moments
+        got_copy, got_state = run(state + 60_000)     # less room than one more copy of the state
+        for k, s in ref_state["state"].items():
+            for name in ("exp_avg", "exp_avg_sq"):
+                self.assertTrue(torch.equal(s[name], got_state["state"][k][name]))
+                self.assertTrue(torch.equal(ref_copy["state"][k][name],
+                                            got_copy["state"][k][name]))
+
+    def test_deepcopy_makes_room_for_its_copy_first(self):
+        # The copy is made outside aten, so the glue saw it only at the
+        # set_ after it existed: "keep the best so far" passed a byte
+        # budget by the largest storage copied, silently.
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.ReLU(), torch.nn.Linear(512, 8))
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        x = torch.randn(32, 512)
+        bank = torch.randn(512, 512)           # read first in each step: the one sent away
+        budget = 3 * (512 * 512 * 4) + 400_000
+        tr = tracker.Tracker()
+        off = ct.Offload(budget=budget, log=quiet, cpu_copies="inline")
+        with tr, off:
+            for _ in range(8):
+                (m(x).square().mean() + bank[0, 0] * 0).backward()
+                opt.step()
+                opt.zero_grad(set_to_none=False)
+                best = copy.deepcopy(m.state_dict())
+                off.step()
+                tr.step()
+        self.assertLessEqual(max(tr.peaks), budget, tr.peaks)
+        self.assertEqual(off.stats["over_budget_steps"], 0)
+        self.assertTrue(torch.equal(best["0.weight"], m[0].weight))
+
+
+@needs_torch
+class ModelStateAtEntry(unittest.TestCase):
+    def test_a_dropped_model_awaiting_collection_is_not_counted(self):
+        # A parametrized module is a reference cycle: dropped, it waits for
+        # the collector, and the look for model state at entry found it.
+        # A percentage's steady peak then counted a model the loop never
+        # uses (docs/pytorch.md, "The budget").
+        import torch.nn.utils.parametrize as P
+
+        class Scale(torch.nn.Module):
+            def forward(self, w):
+                return w * 2
+
+        def build():
+            m = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(),
+                                    torch.nn.Linear(256, 10))
+            P.register_parametrization(m[0], "weight", Scale())
+            return m
+
+        def steady():
+            torch.manual_seed(0)
+            m = build()
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            off = ct.Offload(budget="90%", log=quiet, cpu_copies="inline")
+            with off:
+                for _ in range(2):
+                    m(torch.randn(64, 256)).square().mean().backward()
+                    opt.step()
+                    opt.zero_grad()
+                    off.step()
+            return off.stats["steady_peak_estimate"]
+
+        was = gc.isenabled()
+        gc.disable()                  # nothing collects the cycle but the glue
+        try:
+            gc.collect()
+            alone = steady()
+            garbage = build()
+            del garbage
+            self.assertEqual(steady(), alone)
+        finally:
+            if was:
+                gc.enable()
 
 
 @needs_torch
