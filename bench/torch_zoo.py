@@ -160,26 +160,38 @@ def default_steps(run):
     return run.__defaults__[2] if run is not zoo.gpt_checkpoint else zoo.gpt.__defaults__[2]
 
 
-def bench_loop(name, rounds, rows):
+# --size large: the loops at sizes whose ops take about as long as a
+# GPU's (a median op of 100 us or more on this CPU), where the glue's cost
+# per op is no longer most of a step; (steps, the loop's arguments). A
+# few seconds a step: one round of a loop takes 10-20 minutes.
+LARGE = {
+    "gpt": (16, dict(vocab=256, d=256, heads=4, layers=2, seq=128, batch=8, accum=1,
+                     dropout=0.0, foreach=True)),
+    "cnn": (14, dict(batch=32, image=32, width=48)),
+}
+LARGE["gpt_checkpoint"] = LARGE["gpt"]
+
+
+def bench_loop(name, rounds, rows, size):
     run = zoo.LOOPS[name]
-    steps = default_steps(run)
+    steps, kw = (default_steps(run), {}) if size == "small" else LARGE[name]
     tr = tracker.Tracker()
-    run(tracker=tr, steps=steps)
+    run(tracker=tr, steps=steps, **kw)
     P = tr.steady_peak(2)
     budgets = {frac: int(P * frac) for frac in FRACTIONS}
     wraps = ["save_on_cpu"]
     if name in zoo.LOOPS_WITH_BLOCKS:
         wraps.insert(0, "checkpoint")
-    variants = {"plain": (run, None, {})}
+    variants = {"plain": (run, None, kw)}
     for w in wraps:
-        variants[w] = (run, None, {"wrap": w})
+        variants[w] = (run, None, dict(kw, wrap=w))
     for frac, budget in budgets.items():
         variants[frac] = (run, (lambda b=budget: ct.Offload(budget=b, log=quiet(),
-                                                            cpu_copies=CPU_COPIES)), {})
+                                                            cpu_copies=CPU_COPIES)), kw)
     times, errors = timed_all(variants, rounds, steps)
     t_plain = times["plain"]
-    others = {w: (times[w], peak_of(run, None, steps, wrap=w)[0]) for w in wraps}
-    plain_prof = peak_of(run, None, steps)[0]
+    others = {w: (times[w], peak_of(run, None, steps, **dict(kw, wrap=w))[0]) for w in wraps}
+    plain_prof = peak_of(run, None, steps, **kw)[0]
     print(f"\n{name}: plain steady peak {P} B (tracker), {plain_prof} B over all steps "
           f"(allocator events); plain {t_plain * 1e3:.1f} ms/step")
     for w, (t, p) in others.items():
@@ -191,7 +203,8 @@ def bench_loop(name, rounds, rows):
         err = errors.get(frac)
         if err is None:
             try:
-                p_prof, p_ours, stats = peak_of(run, variants[frac][1], steps, with_tracker=True)
+                p_prof, p_ours, stats = peak_of(run, variants[frac][1], steps, with_tracker=True,
+                                                **kw)
             except (chameleon.ChameleonError, ValueError) as e:
                 err = f"{type(e).__name__}: {e}"
         if err is not None:
@@ -224,10 +237,19 @@ def bench_loop(name, rounds, rows):
     return t_plain
 
 
-def overhead(rounds, min_op_us=100.0):
+# The LM of the overhead line: "small" runs in a minute; "large" is the
+# size the target is stated at (a median op of 100 us or more on this
+# machine's CPU, about 20 s a step).
+OVERHEAD_SIZES = {
+    "small": dict(vocab=256, d=128, heads=4, layers=2, seq=128, batch=8, accum=4, dropout=0.0,
+                  foreach=True),
+    "large": dict(vocab=256, d=256, heads=4, layers=2, seq=256, batch=8, accum=4, dropout=0.0,
+                  foreach=True),
+}
+
+
+def overhead(rounds, size, min_op_us=100.0):
     """Offload with nothing to move against plain torch on a larger LM."""
-    size = dict(vocab=256, d=128, heads=4, layers=2, seq=128, batch=8, accum=4, dropout=0.0,
-                foreach=True)
     steps = 3
     ops = OpClock()
     with ops:
@@ -258,6 +280,12 @@ def main():
     ap.add_argument("--loops", default=",".join(zoo.LOOPS),
                     help="comma-separated, of: " + ", ".join(zoo.LOOPS))
     ap.add_argument("--no-overhead", action="store_true")
+    ap.add_argument("--size", choices=("small", "large"), default="small",
+                    help="the loops' sizes: the zoo's (small, as in make test) or large "
+                         "(ops as long as a GPU's; loops " + ", ".join(LARGE) + ")")
+    ap.add_argument("--overhead-size", choices=tuple(OVERHEAD_SIZES), default="small",
+                    help="the LM of the overhead line (large: the size the target is stated "
+                         "at, minutes a round)")
     ap.add_argument("--cpu-copies", choices=("inline", "worker"), default="inline",
                     help="Offload's copies of CPU storages: inline (default: the glue's own "
                          "cost, as a GPU's copies on their streams cost the host nothing) or "
@@ -269,11 +297,14 @@ def main():
     print(f"measured, {machine()}; {a.rounds} rounds, medians; Offload's CPU copies "
           f"{CPU_COPIES}")
     rows = []
-    for name in a.loops.split(","):
-        bench_loop(name, a.rounds, rows)
-    print("\n| loop | budget | Offload time | Offload peak, all steps / second half | within "
-          "| checkpoint / save_on_cpu reaching it (best time) | verdict |")
-    print("|---|---|---|---|---|---|---|")
+    for name in filter(None, a.loops.split(",")):
+        if a.size == "large" and name not in LARGE:
+            ap.error(f"--size large: no large size of loop {name} (of: {', '.join(LARGE)})")
+        bench_loop(name, a.rounds, rows, a.size)
+    if rows:
+        print("\n| loop | budget | Offload time | Offload peak, all steps / second half | within "
+              "| checkpoint / save_on_cpu reaching it (best time) | verdict |")
+        print("|---|---|---|---|---|---|---|")
     for name, frac, budget, t, peak, late, within, reach, best, verdict in rows:
         tt = f"{t:.2f}x plain" if t is not None else "error"
         pk = f"{peak / budget:.0%} / {late / budget:.0%} of budget" if peak is not None else "-"
@@ -281,7 +312,7 @@ def main():
         print(f"| {name} | {frac:.0%} = {budget} B | {tt} | {pk} | "
               f"{'yes' if within else 'no'} | {rr} | {verdict} |")
     if not a.no_overhead:
-        overhead(a.rounds)
+        overhead(a.rounds, OVERHEAD_SIZES[a.overhead_size])
 
 
 if __name__ == "__main__":
