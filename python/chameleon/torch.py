@@ -1209,6 +1209,11 @@ def _reader(original, shares=False, exposes=False, copies=False):
         # storage away before the read is done.
         with off._lock:
             if not off._busy:
+                if not off._reading:
+                    # What an earlier reader read was read when it returned
+                    # (deepcopy of a state dict reads tensor after tensor,
+                    # with no op between: its pins would hold them all).
+                    off._read_pins.clear()
                 # A reader another reader calls (deepcopy and pickling take
                 # storage()) hands nothing out to the user.
                 off._restore_for_read(t, pin=shares, exposes=exposes and not off._reading,

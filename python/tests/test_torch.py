@@ -190,6 +190,26 @@ class CopiesOutsideAten(unittest.TestCase):
                 self.assertTrue(torch.equal(ref_copy["state"][k][name],
                                             got_copy["state"][k][name]))
 
+    def test_deepcopy_of_a_state_dict_holds_one_tensor_at_a_time(self):
+        # deepcopy reads tensor after tensor with no op between: each read
+        # kept its storage on the device until the next op, so every
+        # tensor read so far was held at once, and a budget below the
+        # model's six layers raised ChameleonError at a copy's set_.
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(*[torch.nn.Linear(256, 256) for _ in range(6)])
+        layer = 256 * 256 * 4
+        budget = 5 * layer               # less than the six layers: those read leave again
+        tr = tracker.Tracker()
+        off = ct.Offload(budget=budget, log=quiet, cpu_copies="inline")
+        with tr, off:
+            m(torch.randn(4, 256)).sum().backward()     # gradients: six more layers
+            best = copy.deepcopy(m.state_dict())
+            off.step()
+            tr.step()
+        self.assertLessEqual(max(tr.peaks), budget, tr.peaks)
+        for k, v in m.state_dict().items():
+            self.assertTrue(torch.equal(best[k], v), k)
+
     def test_deepcopy_makes_room_for_its_copy_first(self):
         # The copy is made outside aten, so the glue saw it only at the
         # set_ after it existed: "keep the best so far" passed a byte
