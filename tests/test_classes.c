@@ -230,6 +230,43 @@ static void test_eviction(void **state)
     cham_context_free(ctx);
 }
 
+/* A longer run of classes followed by a class once is chance: it does not
+ * decide, a shorter run seen more often does. Training steps T with a
+ * rarer step R at irregular steps (2 and 11, so R is periodic with period
+ * 9 and not due at step 15) and one step of a one-off class O at step 6:
+ * T T R T T T O T T T T R T T T. The last six classes (T T R T T T) were
+ * seen once before (steps 0-5), followed by O; the last two (T T) were
+ * followed by T four times, by O once (R's votes are its beat). The next
+ * class is T, from the run of two; a run followed once would predict O. */
+static void test_prediction_longer_run_once(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(8);
+    static cham_op_token_t seqs[3][LEN];
+    static const size_t lens[3] = {LEN, LEN / 3, LEN / 2};
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < lens[k]; i++)
+            seqs[k][i] = (cham_op_token_t)(k * 100 + (int)(i % 10));
+    const char *history = "TTRTTTOTTTTRTTT";
+    uint32_t ids[3] = {0};
+    for (const char *h = history; *h; h++) {
+        int k = *h == 'T' ? 0 : *h == 'R' ? 1 : 2;
+        cham_class_t *c = see(ctx, seqs[k], lens[k]);
+        if (!ids[k])
+            ids[k] = c->id;
+        assert_int_equal(c->id, ids[k]);
+    }
+    uint32_t context = 0, period = 7;
+    cham_class_t *next = cham_class_predict(ctx, &context, &period);
+    assert_non_null(next);
+    assert_int_equal(next->id, ids[0]);          /* T, not the one-off O */
+    assert_int_equal(context, 2);
+    assert_int_equal(period, 0);
+    cham_class_t *t = see(ctx, seqs[0], lens[0]);    /* and T it is */
+    assert_int_equal(t->id, ids[0]);
+    cham_context_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -239,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_prediction_periodic),
         cmocka_unit_test(test_prediction_irregular),
         cmocka_unit_test(test_eviction),
+        cmocka_unit_test(test_prediction_longer_run_once),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
