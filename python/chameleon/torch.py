@@ -756,7 +756,7 @@ class Offload:
 
     def _restore_for_read(self, t, pin=False, exposes=False, copies=False):
         """t is about to be read outside aten: its storage comes back, and
-        stays until the next op. torch.save reads the bytes of every
+        stays until the next op or the next reader not called by this one. torch.save reads the bytes of every
         storage it saves at its end: sending one away to bring the next back
         would save nothing for it, so a save may hold what it saves on the
         device at once (docs/pytorch.md, "Reads outside aten"). exposes:
