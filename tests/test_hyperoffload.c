@@ -79,58 +79,6 @@ static void check_legal(const cham_profile_view_t *v, const cham_policy_view_t *
     }
 }
 
-/* ---- random graphs ---------------------------------------------------------- */
-
-/* A training step: nf forward ops each writing an activation (1..64 MiB)
- * that a mirrored backward op reads, then an optimizer op per state
- * storage (persistent, read and written: away across the step's end).
- * Op costs 0.1..3 ms; the memory curve holds what is alive. */
-static cham_profile_t *random_step(test_rng_t *r)
-{
-    int nf = 3 + (int)test_rng_below(r, 28), ns = (int)test_rng_below(r, 4), n = 2 * nf + ns;
-    char ph[128];
-    uint64_t mem[256], act[64];
-    use_spec_t u[256];
-    size_t nu = 0;
-    for (int k = 0; k < nf; k++)
-        act[k] = 1 + test_rng_below(r, 64);
-    uint64_t state = 0;
-    for (int j = 0; j < ns; j++)
-        state += 8 + 8 * (uint64_t)j;
-    for (int k = 0; k < n; k++) {
-        ph[k] = k < nf ? 'F' : k < 2 * nf ? 'B' : 'O';
-        uint64_t live = state;
-        for (int a = 0; a < nf; a++)
-            live += a <= k && k <= 2 * nf - 1 - a ? act[a] : 0;
-        mem[2 * k] = mem[2 * k + 1] = live;
-        if (k < nf) {
-            if (k > 0)
-                u[nu++] = (use_spec_t){.op = k, .storage = (uint64_t)k, .bytes = act[k - 1]};
-            u[nu++] = (use_spec_t){.op = k, .storage = (uint64_t)k + 1, .bytes = act[k],
-                                   .output = true};
-        } else if (k < 2 * nf) {
-            int a = 2 * nf - 1 - k;
-            u[nu++] = (use_spec_t){.op = k, .storage = (uint64_t)a + 1, .bytes = act[a]};
-        } else {
-            int j = k - 2 * nf;
-            u[nu++] = (use_spec_t){.op = k, .storage = 100 + (uint64_t)j,
-                                   .bytes = 8 + 8 * (uint64_t)j, .output = true};
-        }
-    }
-    ph[n] = '\0';
-    cham_profile_t *p = test_build_profile(ph, mem, u, nu);
-    for (int j = 0; j < ns; j++)
-        test_mark_persistent(p, 100 + (uint64_t)j);
-    uint64_t total = 0;
-    for (int k = 0; k < n; k++) {
-        p->ops[k].has_cost = true;
-        p->ops[k].cost_ns = 1e5 + (double)test_rng_below(r, 2900000);
-        total += (uint64_t)p->ops[k].cost_ns;
-    }
-    p->duration_ns = total;
-    return p;
-}
-
 /* On 300 seeded random steps, capacities and bandwidths: the operators
  * are legal, the policy predicts the peak the planner simulated, and
  * refinement never makes the bytes over the capacity or, where the
@@ -141,7 +89,7 @@ static void test_refinement_never_slower(void **state)
     test_rng_t r = {.state = 11};
     int improved = 0, offloaded = 0;
     for (int seed = 0; seed < 300; seed++) {
-        cham_profile_t *prof = random_step(&r);
+        cham_profile_t *prof = test_random_step(&r);
         uint64_t act[512], curve[512];
         cham_profile_memory_curve(prof, act, curve);
         cham_profile_view_t v;

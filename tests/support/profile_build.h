@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "chameleon/profile.h"
+#include "support/rng.h"
 
 typedef struct use_spec {
     int op;
@@ -20,6 +21,11 @@ typedef struct use_spec {
  * host OOM. */
 cham_profile_t *test_build_profile(const char *ph, const uint64_t *mem, const use_spec_t *uses,
                                    size_t n_uses);
+/* A random training step (test_hyperoffload and its fixpoint test): nf
+ * forward ops each writing an activation (1..64 MiB) that a mirrored
+ * backward op reads, then an optimizer op per state storage (persistent,
+ * read and written), op costs 0.1..3 ms. */
+cham_profile_t *test_random_step(test_rng_t *r);
 /* Marks every use of storage as persistent (model state). */
 void test_mark_persistent(cham_profile_t *p, uint64_t storage);
 /* Marks every read of storage as host-backed (the caller keeps its bytes
