@@ -90,13 +90,7 @@ static void test_refinement_never_slower(void **state)
     int improved = 0, offloaded = 0;
     for (int seed = 0; seed < 300; seed++) {
         cham_profile_t *prof = test_random_step(&r);
-        uint64_t act[512], curve[512];
-        cham_profile_memory_curve(prof, act, curve);
-        cham_profile_view_t v;
-        cham_profile_get(prof, &v);
-        uint64_t peak = 0;
-        for (size_t j = 0; j < 2 * v.n_ops; j++)
-            peak = curve[j] > peak ? curve[j] : peak;
+        uint64_t peak = test_profile_peak(prof);
         cham_planner_config_t pc = device(peak / 2 + test_rng_below(&r, peak),
                                           (5 + (double)test_rng_below(&r, 60)) * 1e9);
         pc.min_swap_bytes = MiB;
@@ -108,6 +102,8 @@ static void test_refinement_never_slower(void **state)
         char err[300];
         if (cham_plan_hyperoffload(prof, &pc, &o, &pol, &res, err, sizeof err) != CHAM_OK)
             fail_msg("seed %d: %s", seed, err);
+        cham_profile_view_t v;
+        cham_profile_get(prof, &v);
         cham_policy_view_t pv;
         cham_policy_get(pol, &pv);
         check_legal(&v, &pv);

@@ -45,8 +45,9 @@ static bool same_items(const cham_policy_t *a, const cham_policy_t *b)
     return true;
 }
 
-/* On 300 random steps, capacities and bandwidths, planned with passes 1..4: a pass count whose refined cost equals
- * the previous one's has moved no more operators and gives the same plan.
+/* On 300 random steps, capacities and bandwidths, planned with passes
+ * 1..4: a pass count whose refined cost equals the previous one's has
+ * moved no more operators and gives the same plan.
  * Not vacuous: some steps converge only after a second pass, and on most
  * the first pass moves something. */
 static void test_refinement_stops_at_a_fixed_point(void **state)
@@ -56,13 +57,7 @@ static void test_refinement_stops_at_a_fixed_point(void **state)
     int converged = 0, improved_later = 0;
     for (int seed = 0; seed < 300; seed++) {
         cham_profile_t *prof = test_random_step(&r);
-        uint64_t act[512], curve[512];
-        cham_profile_memory_curve(prof, act, curve);
-        cham_profile_view_t v;
-        cham_profile_get(prof, &v);
-        uint64_t peak = 0;
-        for (size_t j = 0; j < 2 * v.n_ops; j++)
-            peak = curve[j] > peak ? curve[j] : peak;
+        uint64_t peak = test_profile_peak(prof);
         cham_planner_config_t pc = cham_planner_config_default();
         pc.capacity = peak / 2 + test_rng_below(&r, peak);
         pc.reserve = 0;

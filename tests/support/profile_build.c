@@ -2,6 +2,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -103,4 +104,20 @@ cham_profile_t *test_random_step(test_rng_t *r)
     }
     p->duration_ns = total;
     return p;
+}
+
+uint64_t test_profile_peak(const cham_profile_t *p)
+{
+    cham_profile_view_t v;
+    cham_profile_get(p, &v);
+    uint64_t *act = malloc(2 * v.n_ops * sizeof *act), *curve = malloc(2 * v.n_ops * sizeof *curve);
+    assert_non_null(act);
+    assert_non_null(curve);
+    cham_profile_memory_curve(p, act, curve);
+    uint64_t peak = 0;
+    for (size_t j = 0; j < 2 * v.n_ops; j++)
+        peak = curve[j] > peak ? curve[j] : peak;
+    free(act);
+    free(curve);
+    return peak;
 }

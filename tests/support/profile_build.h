@@ -26,6 +26,8 @@ cham_profile_t *test_build_profile(const char *ph, const uint64_t *mem, const us
  * backward op reads, then an optimizer op per state storage (persistent,
  * read and written), op costs 0.1..3 ms. */
 cham_profile_t *test_random_step(test_rng_t *r);
+/* The highest point of the profile's memory curve, bytes. */
+uint64_t test_profile_peak(const cham_profile_t *p);
 /* Marks every use of storage as persistent (model state). */
 void test_mark_persistent(cham_profile_t *p, uint64_t storage);
 /* Marks every read of storage as host-backed (the caller keeps its bytes
