@@ -926,11 +926,8 @@ class Offload:
         # it. A view op only makes metadata, but not over a released
         # storage (its bounds are checked); it is not reported as an op.
         for e, h in used:
-            if e.moved is not None:
-                self._bring_back(e, e.storage(), late=True, protect=protect,
-                                 what=f"op {op.name}")
-            if e.inbound is not None:
-                self._wait(e)
+            if e.moved is not None or e.inbound is not None:
+                self._on_device(e, protect, op)
         if op.storages:
             self._bring_back_storages(op, args, kwargs, protect)
         if self._recompute_on and op.writes:
@@ -1013,11 +1010,15 @@ class Offload:
                 continue
             if protect is not None:
                 protect.add(e.key)
-            if e.moved is not None:
-                self._bring_back(e, e.storage(), late=True, protect=protect,
-                                 what=f"op {op.name}")
-            if e.inbound is not None:
-                self._wait(e)
+            self._on_device(e, protect, op)
+
+    def _on_device(self, e, protect, op):
+        """e's bytes on the device, and no copy back still in flight, for
+        op, which is about to use it."""
+        if e.moved is not None:
+            self._bring_back(e, e.storage(), late=True, protect=protect, what=f"op {op.name}")
+        if e.inbound is not None:
+            self._wait(e)
 
     def _forget_recent_frees(self):
         """Forgets the storages the last two ops used that torch has freed
