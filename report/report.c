@@ -174,6 +174,9 @@ static void summary(FILE *f, json_t *run)
 {
     fputs("<table class=\"summary\">\n", f);
     size_t n_keys = sizeof summary_keys / sizeof summary_keys[0];
+    /* simulate --json's step time falls back to every step's median. */
+    json_t *stable = json_object_get(run, "stable_steps");
+    bool none_stable = json_is_integer(stable) && json_integer_value(stable) == 0;
     char buf[600];
     for (size_t k = 0; k < n_keys; k++) {
         json_t *v = json_object_get(run, summary_keys[k].key);
@@ -187,12 +190,9 @@ static void summary(FILE *f, json_t *run)
         if (strcmp(summary_keys[k].key, "budget_bytes") == 0 && peak > 0 && n < sizeof buf)
             snprintf(buf + n, sizeof buf - n, " (%.0f %% of the unconstrained peak)",
                      100 * json_number_value(v) / peak);
-        /* simulate --json's step time falls back to every step's median. */
-        json_t *stable = json_object_get(run, "stable_steps");
-        bool none_stable = strcmp(summary_keys[k].key, "step_time_s") == 0 &&
-                           json_is_integer(stable) && json_integer_value(stable) == 0;
-        summary_row(f, none_stable ? "Step time (median over all steps: none was Stable)"
-                                   : summary_keys[k].label, false, buf);
+        bool fallback = none_stable && strcmp(summary_keys[k].key, "step_time_s") == 0;
+        summary_row(f, fallback ? "Step time (median over all steps: none was Stable)"
+                                : summary_keys[k].label, false, buf);
     }
     const char *key;
     json_t *v;
