@@ -9,14 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "support/train_kernels.h"
 #include "support/train_script.h"
 
 #define KiB ((size_t)1 << 10)
-
-typedef enum op_kind {
-    EMBED, LN, MATMUL, ATTN, ADD, GELU, PROBE, LOSS, SUM, SGD,
-    LN_BWD, MATMUL_BWD, ATTN_BWD, ADD_BWD, GELU_BWD, ACC, ADAMW, N_KINDS
-} op_kind_t;
 
 static const char *const op_names[N_KINDS] = {
     "embed", "layer_norm", "matmul", "attention", "add", "gelu", "probe", "loss", "sum", "sgd",
@@ -24,12 +20,12 @@ static const char *const op_names[N_KINDS] = {
     "adamw"};
 
 /* Which forward ops keep their first input for the backward. */
-static bool saves_input(op_kind_t k)
+static bool saves_input(ts_op_kind_t k)
 {
     return k == LN || k == MATMUL || k == ATTN || k == GELU;
 }
 
-static op_kind_t backward_of(op_kind_t k)
+static ts_op_kind_t backward_of(ts_op_kind_t k)
 {
     switch (k) {
     case LN: return LN_BWD;
@@ -45,7 +41,7 @@ static op_kind_t backward_of(op_kind_t k)
 #define WEIGHTS_PER_LAYER 4
 
 typedef struct entry {
-    op_kind_t kind;
+    ts_op_kind_t kind;
     int in[2];                   /* slots; -1 none */
     int w;                       /* weight; -1 none */
     int out;                     /* slot */
@@ -79,124 +75,16 @@ ts_config_t ts_config_default(void)
                          .reorder_step = -1};
 }
 
-/* ---- kernels ----------------------------------------------------------------*/
-
-typedef struct kargs {
-    op_kind_t kind;
-    const uint32_t *in[3];
-    size_t n_in[3];
-    uint32_t *out[4];
-    size_t n_out[4];
-    uint64_t seed;
-    uint64_t *sum;
-} kargs_t;
-
-static uint64_t fold(uint64_t h, uint32_t v)
-{
-    return (h ^ v) * 0x100000001b3u;
-}
-
-/* in[k][i] for any i: inputs of other sizes wrap around. */
-static inline uint32_t at(const kargs_t *a, int k, size_t i)
-{
-    return a->in[k][i % a->n_in[k]];
-}
-
-static void run_kernel(void *p)
-{
-    kargs_t *a = p;
-    size_t n = a->n_out[0];
-    switch (a->kind) {
-    case EMBED:
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = (uint32_t)(a->seed * 2654435761u) ^ (uint32_t)(i * 40503u);
-        break;
-    case LN:
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = at(a, 0, i) ^ (at(a, 0, i) >> 5);
-        break;
-    case MATMUL:          /* in: x, W */
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = at(a, 0, i) * 3u + at(a, 1, i);
-        break;
-    case ATTN:
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = at(a, 0, i) + at(a, 0, i + n) * 7u + at(a, 0, i + 2 * n);
-        break;
-    case ADD:
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = at(a, 0, i) + at(a, 1, i);
-        break;
-    case GELU:
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = at(a, 0, i) ^ (at(a, 0, i) >> 7);
-        break;
-    case PROBE:
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = at(a, 0, i) + 1u;
-        break;
-    case LOSS:            /* in: x; out: its gradient */
-        for (size_t i = 0; i < n; i++) {
-            *a->sum = fold(*a->sum, at(a, 0, i));
-            a->out[0][i] = at(a, 0, i) * 5u + 1u;
-        }
-        break;
-    case SUM:
-        for (size_t i = 0; i < a->n_in[0]; i++)
-            *a->sum = fold(*a->sum, at(a, 0, i));
-        break;
-    case ADAMW:           /* in: gW; out: W, gW, m, v (integer stand-ins) */
-        for (size_t j = 0; j < n; j++) {
-            uint32_t g = at(a, 0, j);
-            a->out[2][j] = a->out[2][j] - (a->out[2][j] >> 3) + (g >> 3);
-            a->out[3][j] = a->out[3][j] - (a->out[3][j] >> 4) + ((g * g) >> 4);
-            a->out[0][j] -= (a->out[2][j] >> 3) ^ (a->out[3][j] >> 11);
-            a->out[1][j] = 0;
-        }
-        break;
-    case SGD:             /* in: gW; out: W, gW */
-        for (size_t j = 0; j < n; j++) {
-            a->out[0][j] -= at(a, 0, j) >> 3;
-            a->out[1][j] = 0;
-        }
-        break;
-    case LN_BWD:          /* in: g, x */
-    case ATTN_BWD:        /* in: g, qkv */
-    case GELU_BWD:        /* in: g, f */
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = at(a, 0, i) + (at(a, 1, i) ^ (uint32_t)a->kind);
-        break;
-    case MATMUL_BWD:      /* in: g, x, W; out: gx, gW */
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = (at(a, 0, i) ^ at(a, 1, i)) + at(a, 2, i);
-        for (size_t j = 0; j < a->n_out[1]; j++)
-            a->out[1][j] += at(a, 0, j) * at(a, 1, j);
-        break;
-    case ADD_BWD:         /* in: g; out: g0, g1 */
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] = at(a, 0, i);
-        for (size_t i = 0; i < a->n_out[1]; i++)
-            a->out[1][i] = at(a, 0, i) * 3u;
-        break;
-    case ACC:             /* in: g; out: the sum so far */
-        for (size_t i = 0; i < n; i++)
-            a->out[0][i] += at(a, 0, i);
-        break;
-    case N_KINDS:
-        break;
-    }
-}
-
 /* One op: begin, its kernel on the compute stream, end. Outputs are read
  * and written (gradients accumulate, SGD updates in place). */
-static cham_status_t op(ts_model_t *m, op_kind_t kind, cham_tensor_t **in, size_t n_in,
+static cham_status_t op(ts_model_t *m, ts_op_kind_t kind, cham_tensor_t **in, size_t n_in,
                         cham_tensor_t **out, size_t n_out, double flops, uint64_t seed)
 {
     cham_context_t *ctx = m->ctx;
     cham_status_t st = cham_op_begin(ctx, m->tok[kind], in, n_in, out, n_out);
     if (st != CHAM_OK)
         return st;
-    kargs_t a = {.kind = kind, .seed = seed, .sum = &m->sum};
+    ts_kargs_t a = {.kind = kind, .seed = seed, .sum = &m->sum};
     cham_access_t acc[5];
     size_t n = 0;
     double bytes = 0;
@@ -213,7 +101,7 @@ static cham_status_t op(ts_model_t *m, op_kind_t kind, cham_tensor_t **in, size_
         bytes += (double)cham_tensor_bytes(out[i]);
     }
     cham_kernel_t k = {.label = op_names[kind], .flops = flops, .bytes = bytes,
-                       .accesses = acc, .n_accesses = n, .cpu_fn = run_kernel, .arg = &a};
+                       .accesses = acc, .n_accesses = n, .cpu_fn = ts_run_kernel, .arg = &a};
     st = cham_kernel_launch(cham_context_compute_stream(ctx), &k);
     if (st != CHAM_OK)
         return st;
@@ -230,7 +118,7 @@ static int new_slot(ts_model_t *m, size_t bytes, const char *name, int layer)
     return m->n_slots++;
 }
 
-static void add_entry(ts_model_t *m, op_kind_t kind, int in0, int in1, int w, int out)
+static void add_entry(ts_model_t *m, ts_op_kind_t kind, int in0, int in1, int w, int out)
 {
     m->tape[m->n_tape++] = (entry_t){.kind = kind, .in = {in0, in1}, .w = w, .out = out};
 }
