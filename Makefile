@@ -25,12 +25,15 @@ demo: all
 	    --trace $(BUILD)/demo/trace.json --memory-curve $(BUILD)/demo \
 	    --report $(BUILD)/demo/report.html
 
-# The whole suite from scratch with gcc and invariant checks, then again
-# with clang under AddressSanitizer and UndefinedBehaviorSanitizer (but for
-# the cases labelled long there: `make test-long`), then the threaded parts
-# under ThreadSanitizer. What each part costs: docs/testing.md.
+# The whole suite from scratch, each test once: built with gcc and invariant
+# checks, the tests that cannot run under the sanitizers (the Python
+# package, the install test, the cases labelled long there); built with
+# clang, every other test under AddressSanitizer and UndefinedBehavior-
+# Sanitizer; then the threaded parts under ThreadSanitizer. `make
+# test-plain` runs the whole suite in the gcc build. What each part costs:
+# docs/testing.md.
 test: deps
-	$(MAKE) test-plain
+	$(MAKE) test-plain PLAIN_TESTS="-LE sanitized"
 	$(MAKE) test-sanitize
 	$(MAKE) test-thread
 
@@ -43,11 +46,15 @@ ASAN_CMAKE = CC=clang cmake -S . -B build-asan $(TEST_CMAKE_ARGS) \
 ASAN_RUN = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 
+# Which tests of the gcc build to run (ctest options): all, unless `make test`
+# says otherwise.
+PLAIN_TESTS ?=
+
 test-plain:
 	rm -rf build-test
 	CC=gcc cmake -S . -B build-test $(TEST_CMAKE_ARGS) $(CMAKE_ARGS)
 	cmake --build build-test -j $(JOBS)
-	ctest --test-dir build-test --output-on-failure -j $(JOBS)
+	ctest --test-dir build-test --output-on-failure -j $(JOBS) $(PLAIN_TESTS)
 
 test-sanitize:
 	rm -rf build-asan
