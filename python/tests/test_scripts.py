@@ -1,16 +1,18 @@
 """Ordinary training scripts under chameleon.torch.Offload: no crash, no
 data loss, the same bits as without it (issue 48, "Data loss and crashes
 in ordinary scripts": one test per item). The scripts are in
-scripts_support.py; each runs in its own child process, plain and then
-under Offload, so a segfault fails its test and not the suite.
+scripts_support.py; each runs in its own child process (forked), plain and
+then under Offload, so a segfault fails its test and not the suite.
 
     cd python/tests && PYTHONPATH=<build>/python python3 -m unittest -v test_scripts
 """
+import faulthandler
 import json
 import os
 import signal
-import subprocess
 import sys
+import tempfile
+import time
 import unittest
 
 try:
@@ -21,32 +23,61 @@ except ImportError:
 needs_torch = unittest.skipIf(torch is None, "python3-torch is not installed")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-MARK = "SCRIPTS-RESULT "        # scripts_support.MARK (not imported: it needs torch)
 TIMEOUT_S = 120
 
 
 def run_scenario(*argv):
     """(problems, notes) of one scenario run in a child process. A child that
-    dies (a signal, an error outside the scenario) or hangs is one problem."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1",
-               PYTHONPATH=os.pathsep.join([HERE] + [p for p in
-                                                     [os.environ.get("PYTHONPATH")] if p]))
-    cmd = [sys.executable, "-c", "import sys, scripts_support as s; s.main(sys.argv[1:])",
-           *argv]
-    try:
-        proc = subprocess.run(cmd, cwd=HERE, env=env, capture_output=True, text=True,
-                              timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    dies (a signal, an error outside the scenario) or hangs is one problem.
+    The child is forked from this process, which has imported torch already
+    (a new interpreter spent 1.8 s importing it, most of a scenario's time),
+    and has run no op, so each scenario starts from the same state."""
+    import scripts_support      # torch and chameleon, once, before the fork
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                os.dup2(out.fileno(), 1)
+                os.dup2(err.fileno(), 2)
+                os.chdir(HERE)
+                faulthandler.enable()   # a crash's Python stack, into err
+                scripts_support.main(list(argv))
+                status = 0
+            finally:
+                os._exit(status)
+        status = wait_for(pid, TIMEOUT_S)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if status is None:
         return [f"the script hung: no result in {TIMEOUT_S} s"], {}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(MARK):
-            result = json.loads(line[len(MARK):])
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(scripts_support.MARK):
+            result = json.loads(line[len(scripts_support.MARK):])
             return result["problems"], result["notes"]
-    tail = "\n".join(proc.stderr.strip().splitlines()[-6:])
-    if proc.returncode < 0:
-        name = signal.Signals(-proc.returncode).name
+    tail = "\n".join(stderr.strip().splitlines()[-6:])
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
         return [f"CRASH: the interpreter died of {name}; stderr ends:\n{tail}"], {}
-    return [f"the child exited with status {proc.returncode} and no result:\n{tail}"], {}
+    return [f"the child exited with status {os.waitstatus_to_exitcode(status)} and no "
+            f"result:\n{tail}"], {}
+
+
+def wait_for(pid, timeout_s):
+    """The child's wait status, or None after killing it at the timeout."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.02)
 
 
 @needs_torch
