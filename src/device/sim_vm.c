@@ -3,7 +3,7 @@
  * of the chunk mapped at every granule, so that a map or unmap is O(log r +
  * its granules) and checking a kernel's range O(log r + its granules),
  * however many chunks an allocator keeps moving. */
-#define _GNU_SOURCE                 /* MAP_ANONYMOUS, memfd_create */
+#define _GNU_SOURCE                 /* MAP_ANONYMOUS, MAP_POPULATE, memfd_create */
 #include "device/sim_vm.h"
 
 #include <errno.h>
@@ -246,8 +246,10 @@ cham_status_t sim_vm_chunk_new(sim_vm_t *vm, size_t bytes, sim_chunk_t **out, ch
     for (size_t i = 0; vm->data && i < n; i++) {
         CHAM_ASSERT(vm->n_free > 0);
         c->slot[i] = vm->free_slots[--vm->n_free];
-        /* A new chunk reads as poison, like a new segment. */
-        void *p = mmap(NULL, vm->granularity, PROT_READ | PROT_WRITE, MAP_SHARED, vm->fd,
+        /* A new chunk reads as poison, like a new segment. MAP_POPULATE maps
+         * its pages in one call rather than one fault per page. */
+        void *p = mmap(NULL, vm->granularity, PROT_READ | PROT_WRITE,
+                       MAP_SHARED | MAP_POPULATE, vm->fd,
                        (off_t)c->slot[i] * (off_t)vm->granularity);
         if (p != MAP_FAILED) {
             memset(p, SIM_MEM_POISON, vm->granularity);
