@@ -37,11 +37,17 @@ test: deps
 	$(MAKE) test-sanitize
 	$(MAKE) test-thread
 
+# The builds `make test` and release-check make from scratch use Ninja
+# (scripts/install-deps.sh installs it): the Makefile generator's own work
+# was a quarter of such a build's CPU (docs/testing.md). A build directory
+# that exists keeps the generator it was made with.
+GENERATOR = $$(test -f $(1)/CMakeCache.txt || echo -G Ninja)
+
 # CTest ends a test as hung after 1800 s times this (tests/CMakeLists.txt);
 # raise it on a machine several times slower than docs/testing.md's.
 CHAM_TEST_TIMEOUT_SCALE ?= 1
 TEST_CMAKE_ARGS = -DCHAM_DEBUG_CHECKS=ON -DCHAM_TEST_TIMEOUT_SCALE=$(CHAM_TEST_TIMEOUT_SCALE)
-ASAN_CMAKE = CC=clang cmake -S . -B build-asan $(TEST_CMAKE_ARGS) \
+ASAN_CMAKE = CC=clang cmake $(call GENERATOR,build-asan) -S . -B build-asan $(TEST_CMAKE_ARGS) \
              -DCHAM_SANITIZE=address,undefined $(CMAKE_ARGS)
 ASAN_RUN = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -52,7 +58,7 @@ PLAIN_TESTS ?=
 
 test-plain:
 	rm -rf build-test
-	CC=gcc cmake -S . -B build-test $(TEST_CMAKE_ARGS) $(CMAKE_ARGS)
+	CC=gcc cmake $(call GENERATOR,build-test) -S . -B build-test $(TEST_CMAKE_ARGS) $(CMAKE_ARGS)
 	cmake --build build-test -j $(JOBS)
 	ctest --test-dir build-test --output-on-failure -j $(JOBS) $(PLAIN_TESTS)
 
@@ -78,7 +84,7 @@ test-long: deps
 # copier_tsan.c since the interpreter is not built with TSan.
 test-thread:
 	rm -rf build-tsan
-	CC=clang cmake -S . -B build-tsan -DCHAM_DEBUG_CHECKS=ON \
+	CC=clang cmake $(call GENERATOR,build-tsan) -S . -B build-tsan -DCHAM_DEBUG_CHECKS=ON \
 	  -DCHAM_SANITIZE=thread $(CMAKE_ARGS)
 	cmake --build build-tsan -j $(JOBS) --target test_swapadvisor
 	TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_swapadvisor
@@ -90,7 +96,7 @@ test-thread:
 # warns about different things at -O3), warnings as errors. CI runs it.
 release-check: deps
 	rm -rf build-release
-	CC=gcc cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	CC=gcc cmake $(call GENERATOR,build-release) -S . -B build-release -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
 	cmake --build build-release -j $(JOBS)
 
 # The cuda backend's tests alone (they also run in `make test`): the

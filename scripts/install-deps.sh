@@ -6,7 +6,7 @@ set -euo pipefail
 
 # libclang-rt-dev: clang's sanitizer and libFuzzer runtimes (only recommended
 # by clang, so --no-install-recommends would leave them out).
-packages=(cmake make gcc clang libclang-rt-dev pkg-config libcmocka-dev libjansson-dev
+packages=(cmake make ninja-build gcc clang libclang-rt-dev pkg-config libcmocka-dev libjansson-dev
           python3-dev python3-torch)
 missing=()
 for p in "${packages[@]}"; do
