@@ -439,6 +439,7 @@ static void print_targets(const bench_trace_t *t, const replay_result_t *rc,
 
 int main(int argc, char **argv)
 {
+    bench_output_by_line();
     options_t o;
     parse_options(argc, argv, &o);
     bench_trace_config_t cfg;

@@ -115,6 +115,7 @@ static double simulated_step_ns(const bench_op_t *ops, const char *preset)
 
 int main(int argc, char **argv)
 {
+    bench_output_by_line();
     int repeat = 31;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {

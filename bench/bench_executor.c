@@ -323,6 +323,7 @@ static void policy_cache(bool quick)
 
 int main(int argc, char **argv)
 {
+    bench_output_by_line();
     bool quick = false;
     int repeat = 51;
     for (int i = 1; i < argc; i++) {

@@ -172,6 +172,7 @@ static bool run_table(cham_allocator_mode_t allocator, long max, int repeat)
 
 int main(int argc, char **argv)
 {
+    bench_output_by_line();
     int repeat = 5;
     long max = 16000;
     cham_allocator_mode_t allocators[2] = {CHAM_ALLOCATOR_CLASSIC, CHAM_ALLOCATOR_EXPANDABLE};

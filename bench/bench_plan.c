@@ -137,6 +137,7 @@ static double true_stall_ns(const cham_policy_view_t *v, uint32_t layers, double
 
 int main(int argc, char **argv)
 {
+    bench_output_by_line();
     int repeat = 5;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--repeat") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0) {

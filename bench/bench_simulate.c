@@ -104,6 +104,7 @@ static row_t measure(uint32_t layers)
 
 int main(int argc, char **argv)
 {
+    bench_output_by_line();
     (void)argv;
     if (argc > 1) {
         fprintf(stderr, "usage: bench_simulate\n");

@@ -17,6 +17,7 @@
 
 int main(int argc, char **argv)
 {
+    bench_output_by_line();
     int steps = 100;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {

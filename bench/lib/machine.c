@@ -71,3 +71,8 @@ uint64_t bench_median_u64(uint64_t *v, size_t n)
     qsort(v, n, sizeof *v, cmp_u64);
     return v[n / 2];
 }
+
+void bench_output_by_line(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+}

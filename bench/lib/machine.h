@@ -25,6 +25,12 @@ double bench_clock_cost_ns(void);
 /* "AMD EPYC (family 25, model 17)", from /proc/cpuinfo ("unknown CPU"). */
 void bench_cpu_model(char *buf, size_t size);
 
+/* Makes stdout line-buffered, as it is on a terminal: each row shows as
+ * it is measured also when the output is a pipe or a file, so a run
+ * stopped early (or read through `head`) still shows what it measured.
+ * Every benchmark's main calls it first. */
+void bench_output_by_line(void);
+
 /* A target's verdict as every benchmark prints it. */
 static inline const char *bench_verdict(bool met)
 {
