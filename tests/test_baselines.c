@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "support/cases.h"
+
 #include "chameleon/chameleon.h"
 
 #define GiB (UINT64_C(1) << 30)
@@ -220,7 +222,7 @@ static void test_bad_run_config(void **state)
     assert_int_equal(cham_strategy_parse("magic", &p), CHAM_ERR_INVALID_ARG);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strategy_names_and_settings),
@@ -229,5 +231,8 @@ int main(void)
         cmocka_unit_test(test_llama2_7b_at_twice_capacity),
         cmocka_unit_test(test_bad_run_config),
     };
+    /* CTest runs one case a test (tests/CMakeLists.txt, CHAM_SPLIT_TESTS). */
+    if (argc > 1 && !test_pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
+        return 2;
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

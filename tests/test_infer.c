@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "support/cases.h"
+
 #include "chameleon/chameleon.h"
 
 #define GiB (UINT64_C(1) << 30)
@@ -198,7 +200,7 @@ static void test_max_seq(void **state)
     assert_int_equal(cham_model_max_seq(&m), 0);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_offload),
@@ -207,5 +209,8 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_max_seq),
     };
+    /* CTest runs one case a test (tests/CMakeLists.txt, CHAM_SPLIT_TESTS). */
+    if (argc > 1 && !test_pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
+        return 2;
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "support/cases.h"
+
 #include "chameleon/chameleon.h"
 #include "chameleon/workload.h"
 
@@ -174,7 +176,7 @@ static void test_check_in_stable_switches(void **state)
     assert_true((double)k.last_ns < k.first_stable_ms * 1e6);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpt2),
@@ -182,5 +184,8 @@ int main(void)
         cmocka_unit_test(test_gpt2_state_runs_on),
         cmocka_unit_test(test_check_in_stable_switches),
     };
+    /* CTest runs one case a test (tests/CMakeLists.txt, CHAM_SPLIT_TESTS). */
+    if (argc > 1 && !test_pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
+        return 2;
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
