@@ -13,6 +13,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 import unittest
 
 try:
@@ -46,7 +47,11 @@ def run_scenario(*argv):
                 faulthandler.enable()   # a crash's Python stack, into err
                 scripts_support.main(list(argv))
                 status = 0
+            except BaseException:       # noqa: B036 - outside the scenario: into err
+                traceback.print_exc()
             finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
                 os._exit(status)
         status = wait_for(pid, TIMEOUT_S)
         out.seek(0)
