@@ -136,4 +136,4 @@ install: all
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 clean:
-	rm -rf $(BUILD) build-test build-asan build-release build-cuda build-fuzz build-soak
+	rm -rf $(BUILD) build-test build-asan build-tsan build-release build-cuda build-fuzz build-soak
