@@ -7,7 +7,8 @@ static uint64_t fold(uint64_t h, uint32_t v)
 }
 
 /* in[k][i] for any i: inputs of other sizes wrap around (the division only
- * where they do: it cost more than the rest of the kernel). */
+ * where they do: a division per element was about 15% of test_executor's
+ * time under the sanitizers). */
 static inline uint32_t at(const ts_kargs_t *a, int k, size_t i)
 {
     size_t n = a->n_in[k];
