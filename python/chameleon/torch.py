@@ -1,7 +1,7 @@
 """Chameleon under a PyTorch training loop (docs/pytorch.md).
 
     import chameleon.torch as ct
-    off = ct.Offload(budget="50%", device="a100-80g")
+    off = ct.Offload(budget="50%")
     with off:
         for step in range(n):
             loss = model(x).sum(); loss.backward(); opt.step(); opt.zero_grad()
@@ -26,6 +26,7 @@ import json
 import os
 import threading
 import warnings
+from time import perf_counter_ns as _clock
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -34,6 +35,7 @@ from . import _chameleon
 from ._chameleon import ChameleonError
 from ._estimate import OpBytes
 from ._moves import CpuMoves, CudaMoves, InlineMoves
+from ._pricing import MEASURED, flops_of, host_copy_bandwidth, resolve
 from ._recompute import DROPPED, Record, cudnn_may_differ, recomputable, written_arguments
 from ._table import StorageTable, _Storage, storage_of
 
@@ -54,11 +56,6 @@ for _name, _code in (("float8_e4m3fn", "f8e4m3"), ("float8_e5m2", "f8e5m2")):
 # device, which stands in for one in tests, pins them (docs/pytorch.md).
 _INTEGERS = {torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8}
 _HOST_READ_BYTES = 64 << 10
-
-# Ops that multiply matrices: cost from their shapes (2 flops per
-# multiply-add); every other op costs the bytes it reads and writes.
-_MATMUL_OPERANDS = {"mm": (0, 1), "addmm": (1, 2), "bmm": (0, 1), "baddbmm": (1, 2),
-                    "addbmm": (1, 2)}
 
 # Planners that cannot work under the glue, and why (docs/pytorch.md).
 _REFUSED_PLANNERS = {
@@ -146,7 +143,7 @@ def _outputs(result):
 
 class _Op:
     """What the glue knows of one aten overload."""
-    __slots__ = ("name", "token", "is_view", "makes", "writes_hidden", "matmul", "bookkeeping",
+    __slots__ = ("name", "token", "is_view", "makes", "writes_hidden", "flops", "bookkeeping",
                  "writes", "recomputable", "storages")
 
     def __init__(self, ctx, func):
@@ -169,7 +166,7 @@ class _Op:
             a.alias_info is not None and a.alias_info.is_write
             for a in func._schema.arguments) and not all(
             r.alias_info is not None for r in returns)
-        self.matmul = _MATMUL_OPERANDS.get(func.overloadpacket.__name__)
+        self.flops = flops_of(func)      # under a preset (_pricing)
         # The arguments it writes (place, name): a dropped storage made
         # from one is made again before the op runs.
         self.writes = written_arguments(func)
@@ -228,7 +225,7 @@ class Offload:
     Any other keyword is a runtime config key (docs/config.md).
     """
 
-    def __init__(self, budget=None, device="a100-80g", log=None, strict=True,
+    def __init__(self, budget=None, device=None, log=None, strict=True,
                  cpu_copies="worker", **config):
         self._budget, self._budget_pct = _parse_budget(budget)
         if "memory_budget" in config or "mode" in config or "preset" in config:
@@ -240,7 +237,12 @@ class Offload:
                              f"{_REFUSED_PLANNERS[planner]} (use \"chameleon\", the default)")
         # The glue carries out an op's actions after running it (only then
         # are its outputs known): what the next op needs is advised now.
-        config = dict({"advise_ahead": 1}, **config, preset=device, mode="advisor")
+        preset, self._measured = resolve(device)
+        if self._measured:
+            # Copies at this machine's speed, unless the config says otherwise.
+            bandwidth = host_copy_bandwidth()
+            config = dict({"h2d_bandwidth": bandwidth, "d2h_bandwidth": bandwidth}, **config)
+        config = dict({"advise_ahead": 1}, **config, preset=preset, mode="advisor")
         if self._budget is not None:
             config["memory_budget"] = self._budget
         try:
@@ -250,6 +252,7 @@ class Offload:
         self._log = log
         self._ctx = _chameleon.Context(text, "Offload", log)
         dev = self._ctx.device()
+        self._device = MEASURED if self._measured else preset
         self._flops = dev["peak_flops"] or 1e12
         self._bandwidth = dev["hbm_bandwidth"] or 1e11
         self._p2p = dev["p2p_bandwidth"]
@@ -548,6 +551,8 @@ class Offload:
             "stage": s["stage"],
             "policies_generated": s["policies_generated"],
             "steps": self._steps,
+            # How ops and copies were priced: "cpu" (measured) or a preset.
+            "device": self._device,
         }
 
     @property
@@ -617,6 +622,10 @@ class Offload:
         """The first CUDA tensor: the device is the GPU, and CPU storages
         are host memory, no longer the budget's. Those the glue counted
         come back and are forgotten."""
+        if self._measured:
+            raise ValueError("Offload(device=\"cpu\") prices each op by the wall time it took, "
+                             "which for a CUDA op is its launch alone: give the GPU's preset "
+                             "(chameleon devices) or device=None")
         first = self._restore_all()
         if first is not None:
             raise first
@@ -952,7 +961,9 @@ class Offload:
                 self._busy = False
             self._make_room(need, protect, f"op {op.name}", may_pass=not exact)
         before = table.added
+        start = _clock()
         result = func(*args, **kwargs)
+        took = _clock() - start
         if op.writes_hidden and any(e.storage().nbytes() != e.nbytes for e, _ in used):
             # It resized what it wrote: a new storage to the runtime (_lookup).
             used = [r for r in (self._lookup(t, "input") for t in ins) if r is not None]
@@ -980,7 +991,10 @@ class Offload:
         self._set_phase()
         hin = [h for _, h in used]
         hout = [h for _, h in made]
-        cost = -1.0 if op.matmul is None else self._matmul_ns(op, args)
+        if self._measured:
+            cost = float(took)
+        else:
+            cost = -1.0 if op.flops is None else op.flops(args, result) / self._flops * 1e9
         actions = self._ctx.op(op.token, hin, hout, cost, self._bandwidth, 0.0, False, recompute)
         self._note_peak()
         if self._steps == 0:
@@ -1146,7 +1160,10 @@ class Offload:
                                  what=f"op {name}")
             if e.inbound is not None:
                 self._wait(e)
+        start = _clock()
         result = fn()
+        if cost_ns < 0 and self._measured:
+            cost_ns = float(_clock() - start)
         self._opno += 1
         for e, _ in used:
             self._table.touch(e)
@@ -1161,16 +1178,11 @@ class Offload:
     def allreduce_ns(self, nbytes, world):
         """ns of a ring allreduce of nbytes over world ranks on the preset's
         device-to-device link (2 (n - 1) / n of the bytes each way); 0
-        without a link or a peer."""
-        if world < 2 or not self._p2p:
+        without a link or a peer, or when ops are measured (run_op times
+        the collective itself)."""
+        if world < 2 or not self._p2p or self._measured:
             return 0.0
         return 2.0 * (world - 1) / world * nbytes / self._p2p * 1e9
-
-    def _matmul_ns(self, op, args):
-        """ns on the preset at 2*M*N*K flops (other ops cost their bytes
-        at the memory's bandwidth: Context.op)."""
-        a, b = args[op.matmul[0]], args[op.matmul[1]]
-        return 2.0 * a.numel() * b.size(-1) / self._flops * 1e9
 
 
 def _rerun_bytes(e, all_inputs=False):

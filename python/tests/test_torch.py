@@ -17,6 +17,7 @@ import chameleon
 if torch is not None:
     import torch.distributed as dist
     import torch.multiprocessing as mp
+    from torch.utils._python_dispatch import TorchDispatchMode
     import chameleon.torch as ct
     import tiny_gpt
     import tracker
@@ -332,6 +333,106 @@ class KeptPolicies(unittest.TestCase):
                 predicted[step] = nxt
 
 
+class _SlowOps(TorchDispatchMode if torch is not None else object):
+    """A fake clock for the glue: each op it runs (this mode is entered
+    before the Offload, so the glue's own call of an op lands here) moves
+    the clock on by the op's time in `costs`, by name, or 1 us."""
+
+    def __init__(self, costs):
+        super().__init__()
+        self.costs, self.now = costs, 0
+
+    def __call__(self):
+        return self.now
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.now += self.costs.get(func.overloadpacket.__name__, 1000)
+        return func(*args, **(kwargs or {}))
+
+
+@needs_torch
+class Pricing(unittest.TestCase):
+    """What the planner pays for an op and a copy (docs/pytorch.md,
+    "Pricing"): measured on the CPU device, a preset's on a GPU."""
+
+    def test_convolutions_under_a_preset_cost_their_flops(self):
+        from chameleon._pricing import flops_of
+        conv = torch.ops.aten.convolution.default
+        x, w = torch.randn(2, 6, 9, 9), torch.randn(8, 3, 3, 3)     # 2 groups
+        y = conv(x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 2)
+        # Each output element: 3 input channels x 3 x 3 multiply-adds.
+        args = (x, w, None, [2, 2], [1, 1], [1, 1], False)
+        self.assertEqual(flops_of(conv)(args, y), 2.0 * y.numel() * 27)
+        wt = torch.randn(6, 4, 2, 2)                                   # transposed: in, out/g
+        yt = conv(x, wt, None, [2, 2], [0, 0], [1, 1], True, [0, 0], 2)
+        args = (x, wt, None, [2, 2], [0, 0], [1, 1], True)
+        self.assertEqual(flops_of(conv)(args, yt), 2.0 * x.numel() * 16)
+        back = torch.ops.aten.convolution_backward.default
+        g = torch.randn_like(y)
+        args = (g, x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 2, [True, True, False])
+        self.assertEqual(flops_of(back)(args, None), 2 * 2.0 * g.numel() * 27)
+        args = args[:10] + ([False, True, True],)                    # the weight's alone
+        self.assertEqual(flops_of(back)(args, None), 2.0 * g.numel() * 27)
+        self.assertIsNone(flops_of(torch.ops.aten.relu.default))
+
+    def drops(self, costs, bandwidth):
+        """The zoo's CNN at half its peak, priced by this machine (device
+        "cpu") on a fake clock: the ops whose outputs the kept policies
+        dropped (Stable steps; the trials before try both ways), and the
+        run's stats; bit-exact and within the budget."""
+        import collections
+        import zoo
+        plain = tracker.Tracker()
+        losses, params = zoo.cnn(tracker=plain)
+        budget = int(plain.steady_peak(2) * 0.5)
+        off = ct.Offload(budget=budget, device="cpu", log=quiet, h2d_bandwidth=bandwidth,
+                         d2h_bandwidth=bandwidth)
+        dropped, drop = collections.Counter(), off._drop
+
+        def counted(e):
+            ok = drop(e)
+            if ok and off.stats["stage"] == "Stable":
+                dropped[e.record.func.overloadpacket.__name__] += 1
+            return ok
+        off._drop = counted
+        clock, real = _SlowOps(costs), ct._clock
+        ct._clock = clock
+        try:
+            tr = tracker.Tracker()
+            with clock:
+                got_losses, got_params = zoo.cnn(off=off, tracker=tr)
+        finally:
+            ct._clock = real
+        self.assertEqual(got_losses, losses)
+        for k in params:
+            self.assertTrue(torch.equal(got_params[k], params[k]), k)
+        self.assertLessEqual(max(tr.peaks), budget)
+        self.assertEqual(off.stats["device"], "cpu")
+        self.assertEqual(off.stats["stage"], "Stable")
+        return dropped, off.stats
+
+    def test_on_the_cpu_a_slow_convolution_is_copied_not_run_again(self):
+        # Convolutions take 50 ms, copies run at 10 GB/s: a conv's output
+        # (at most 256 KiB here) is copied in 26 us; making it again
+        # costs 2000 times more.
+        dropped, stats = self.drops({"convolution": 50_000_000,
+                                     "convolution_backward": 100_000_000}, 10e9)
+        self.assertEqual(dropped["convolution"], 0, dropped)
+        self.assertGreater(stats["planned_swaps"], 0)
+
+    def test_on_the_cpu_a_fast_convolution_is_run_again_not_copied(self):
+        # The other way round: convolutions take 1 us and copies crawl at
+        # 100 MB/s (2.6 ms for one output): the kept plans make them again.
+        dropped, _ = self.drops({"convolution": 1000}, 100e6)
+        self.assertGreater(dropped["convolution"], 0, dropped)
+
+    def test_without_a_gpu_the_default_is_this_machine(self):
+        self.assertFalse(torch.cuda.is_available())     # Debian's CPU-only torch
+        off = ct.Offload(log=quiet)
+        self.assertEqual(off.stats["device"], "cpu")
+        self.assertEqual(ct.Offload(device="h100-80g", log=quiet).stats["device"], "h100-80g")
+
+
 def _entry(off, t):
     storage_of = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
     return off._table.entries[storage_of(t)._cdata]
@@ -356,7 +457,9 @@ class Recomputation(unittest.TestCase):
         losses, params = zoo.cnn(tracker=plain)
         budget = int(plain.steady_peak(2) * 0.5)
         for recompute in (True, False):
-            off = ct.Offload(budget=budget, log=quiet, recompute=recompute)
+            # Priced as a GPU, whose convolutions are cheaper to run again
+            # than to copy (measured on this CPU they are not: Pricing).
+            off = ct.Offload(budget=budget, device="a100-80g", log=quiet, recompute=recompute)
             tr = tracker.Tracker()
             got_losses, got_params = zoo.cnn(off=off, tracker=tr)
             self.assertEqual(got_losses, losses)
