@@ -9,16 +9,18 @@ ones such as nonzero); running the op on meta tensors (shapes only, no
 data); else the bytes of its inputs, a guess corrected after the op.
 
 A meta run gives the outputs' shapes, not the storage the kernel keeps:
-some of torch 1.13's CPU losses (mse_loss, smooth_l1_loss,
-binary_cross_entropy, soft_margin_loss) return their scalar as a view of
-an input-sized buffer. A call never seen whose outputs are all scalars
-is therefore given room for its largest input instead (a guess: it never
-raises), and what it made is remembered.
+some of torch 1.13's CPU kernels return their result as a view of an
+input-sized buffer (mse_loss, smooth_l1_loss, binary_cross_entropy and
+soft_margin_loss their scalar, col2im its image). A call never seen whose
+meta outputs are smaller than its largest input is therefore given room
+for that input, of which only the meta run's bytes are sure (the rest may
+pass the budget, never raise), and what it made is remembered. A sparse
+output's meta run says nothing of its parts: a guess too.
 """
 import torch
 
-_SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
-            torch.memory_format)
+_SCALARS = (int, float, complex, bool, str, type(None), torch.dtype, torch.device,
+            torch.layout, torch.memory_format)
 
 
 def _signature(args, out):
@@ -52,7 +54,7 @@ def _data_dependent(func):
 
 def _to_meta(a):
     if isinstance(a, torch.Tensor):
-        if a.layout != torch.strided:
+        if a.layout != torch.strided or a.is_nested:
             raise TypeError
         return torch.empty_strided(a.size(), a.stride(), dtype=a.dtype, device=_META)
     if isinstance(a, torch.device):
@@ -78,12 +80,13 @@ def _meta_bytes(func, args, kwargs):
     seen = {id(t) for t in _flat(margs) if isinstance(t, torch.Tensor)}
     seen.update(id(t) for t in _flat(mkwargs.values()) if isinstance(t, torch.Tensor))
     result = func(*margs, **mkwargs)
-    total, scalars = 0, True
+    total = 0
     for t in _flat((result,)):
         if isinstance(t, torch.Tensor) and id(t) not in seen:
+            if t.layout != torch.strided:
+                raise TypeError          # its indices and values: sizes a meta run lacks
             total += t.numel() * t.element_size()
-            scalars = scalars and t.dim() == 0
-    return total, scalars and total > 0
+    return total
 
 
 def _flat(args):
@@ -111,22 +114,23 @@ class OpBytes:
             if kwargs:
                 _signature(sorted(kwargs.items()), sig)
             return tuple(sig)
-        except TypeError:
+        except (TypeError, RuntimeError):     # RuntimeError: a nested tensor's shape
             return None
 
     def guess(self, key, func, args, kwargs, input_bytes, largest_input):
-        """(bytes, exact): the bytes the call will make, remembered or from
-        meta tensors (exact; largest_input instead if the outputs are all
-        scalars, a guess), else input_bytes (a guess)."""
+        """(bytes, sure): the bytes the call will make, of which `sure` are
+        known: remembered (all, unless its sizes depend on the data), from
+        meta tensors (all, or largest_input if it is more, the meta bytes
+        sure), else input_bytes (none sure)."""
         made = self._made.get(key) if key is not None else None
         if made is not None:
             # nonzero, unique, ...: the same shapes need not make as much.
-            return made, not _data_dependent(func)
+            return made, 0 if _data_dependent(func) else made
         self.misses += 1
         try:
-            nbytes, scalars = _meta_bytes(func, args, kwargs)
+            nbytes = _meta_bytes(func, args, kwargs)
         except Exception:            # no meta kernel, data-dependent shape, ...
-            return input_bytes, False
+            return input_bytes, 0
         if key is not None:
             self._meta[key] = func, nbytes
         # A meta kernel that said less than the op made before (torch
@@ -134,10 +138,8 @@ class OpBytes:
         # and a guess.
         short = self._short.get(func)
         if short is not None:
-            return nbytes + short, False
-        if scalars and largest_input > nbytes:
-            return largest_input, False
-        return nbytes, True
+            return nbytes + short, nbytes
+        return max(nbytes, largest_input), nbytes
 
     def known(self, key):
         """What the call made before; 0 when never seen."""

@@ -70,6 +70,7 @@ class StorageTable:
         self.lru_small = OrderedDict()
         self.small = 0
         self.resident = 0         # bytes on the device, freed storages included until swept
+        self.live = 0             # bytes of every entry, on the device or away (likewise)
         # Storage key -> the records with a dropped output that read it: an
         # op about to write one makes those outputs again first.
         self.readers = {}
@@ -86,6 +87,7 @@ class StorageTable:
         base.key = key
         e = self.entries[key] = Entry(key, storage._weak_ref(), base, nbytes, op)
         self.resident += nbytes
+        self.live += nbytes
         self.added += nbytes
         self._lru_of(e)[key] = e
         return e
@@ -136,6 +138,7 @@ class StorageTable:
         self._lru_of(e).pop(e.key, None)
         if e.moved is None:
             self.resident -= e.nbytes
+        self.live -= e.nbytes
         e.views.clear()
         e.base = None
         e.moved = None

@@ -29,6 +29,7 @@ import warnings
 from time import perf_counter_ns as _clock
 
 import torch
+from torch.autograd.variable import Variable as _Variable
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _chameleon
@@ -68,6 +69,9 @@ _REFUSED_PLANNERS = {
 }
 
 _STATIC_PLANNERS = ("vdnn", "capuchin")
+# Ops whose output is a view of their input though their schema does not
+# say so (matmul's reshape of an mm result).
+_UNANNOTATED_VIEWS = {"_unsafe_view"}
 _STRIDED = torch.strided
 
 # Tensor methods that read a storage's bytes without an aten op: inside the
@@ -141,6 +145,25 @@ def _outputs(result):
     return _tensors(result if isinstance(result, (list, tuple)) else (result,), [])
 
 
+# A sparse tensor's bytes are dense tensors of its own (indices, values),
+# which its ops read and write in C++: the glue plans those.
+_SPARSE_PARTS = {torch.sparse_coo: lambda t: (t._indices(), t._values())}
+for _layout, _parts in (("sparse_csr", ("crow_indices", "col_indices", "values")),
+                        ("sparse_bsr", ("crow_indices", "col_indices", "values")),
+                        ("sparse_csc", ("ccol_indices", "row_indices", "values")),
+                        ("sparse_bsc", ("ccol_indices", "row_indices", "values"))):
+    if hasattr(torch, _layout):
+        _SPARSE_PARTS[getattr(torch, _layout)] = \
+            lambda t, names=_parts: tuple(getattr(t, n)() for n in names)
+
+
+def _with_parts(tensors):
+    """tensors, and the parts of the sparse ones among them."""
+    parts = [p for t in tensors if t.layout is not _STRIDED and t.layout in _SPARSE_PARTS
+             for p in _SPARSE_PARTS[t.layout](t)]
+    return tensors + parts if parts else tensors
+
+
 class _Op:
     """What the glue knows of one aten overload."""
     __slots__ = ("name", "token", "is_view", "makes", "writes_hidden", "flops", "bookkeeping",
@@ -156,7 +179,8 @@ class _Op:
         # A view op only makes new metadata over its input's storage: it
         # neither reads nor writes data and is not reported as an op.
         self.is_view = bool(returns) and all(
-            r.alias_info is not None and not r.alias_info.is_write for r in returns)
+            r.alias_info is not None and not r.alias_info.is_write for r in returns) or \
+            func.overloadpacket.__name__ in _UNANNOTATED_VIEWS
         # An op whose every return aliases an input (in place, out=) makes
         # no storage.
         self.makes = any(r.alias_info is None for r in returns)
@@ -202,6 +226,28 @@ class _Mode(TorchDispatchMode):
         # runs its ops under this mode too (Offload._patch).
         with off._lock:
             return off._dispatch(func, args, kwargs or {})
+
+
+class _Engine:
+    """The autograd engine's Python handle while a block runs: every
+    backward (Tensor.backward, torch.autograd.backward and grad, a name
+    imported before the block, checkpointing's) calls its run_backward at
+    the time of the call, so its ops are the backward phase."""
+
+    def __init__(self, engine, off):
+        self._engine, self._off = engine, off
+
+    def run_backward(self, *args, **kwargs):
+        off = self._off
+        off._in_backward += 1
+        try:
+            return self._engine.run_backward(*args, **kwargs)
+        finally:
+            off._in_backward -= 1
+            off._after_backward = True
+
+    def __getattr__(self, name):          # queue_callback, is_checkpoint_valid, ...
+        return getattr(self._engine, name)
 
 
 class Offload:
@@ -280,10 +326,12 @@ class Offload:
         self._opno = 0               # ops dispatched since the Offload was made
         self._steps = 0
         self._step_peak = 0          # the most bytes on the device in this step
-        self._peak_op = 0            # the op at which it was reached
         self._peaks = []             # each step's peak
         self._largest_op = (0, "")   # step 0: the most bytes one op touched
         self._steady = None          # percentage budgets: the steady peak estimated
+        self._held = []              # the measured step: (op, bytes held after it)
+        self._settling = False       # percentage: later steps may still raise it
+        self._step_live = 0          # the most bytes this step held, sent away or not
         self._counts = dict(hazards=0, pinned=0, unplanned=0, over_ops=0)
         self._over_steps = 0
         self._over_now = False       # this step went past the budget (strict=False)
@@ -401,21 +449,11 @@ class Offload:
 
     def _patch(self):
         # Ops run by the autograd engine are the backward phase.
-        backward, grad = torch.autograd.backward, torch.autograd.grad
-
-        def wrap(fn):
-            def run(*args, **kwargs):
-                self._in_backward += 1
-                try:
-                    return fn(*args, **kwargs)
-                finally:
-                    self._in_backward -= 1
-                    self._after_backward = True
-            return run
+        engine = _Variable._execution_engine
         readers = {name: torch.Tensor.__dict__.get(name) for name in _READERS}
         save, start = torch.save, threading.Thread.start
-        self._patched = (backward, grad, readers, save, start)
-        torch.autograd.backward, torch.autograd.grad = wrap(backward), wrap(grad)
+        self._patched = (engine, readers, save, start)
+        _Variable._execution_engine = _Engine(engine, self)
 
         def save_whole(*args, **kwargs):
             # torch.save reads every storage's bytes at its end: no other
@@ -450,8 +488,8 @@ class Offload:
                                                 name in _COPYING_READERS))
 
     def _unpatch(self):
-        backward, grad, readers, save, start = self._patched
-        torch.autograd.backward, torch.autograd.grad = backward, grad
+        engine, readers, save, start = self._patched
+        _Variable._execution_engine = engine
         torch.save, threading.Thread.start = save, start
         for name, original in readers.items():
             if original is None:
@@ -479,6 +517,8 @@ class Offload:
         info = self._ctx.step_end()
         if measured and self._planner not in _STATIC_PLANNERS:
             self._ctx.set_budget(self._budget)
+        if self._settling:
+            self._settle_percentage_budget()
         if measured:
             self._table.set_small(self._ctx.min_swap())
         self._steps += 1
@@ -501,26 +541,60 @@ class Offload:
         self._after_backward = False
         self._phase = None
         self._step_peak = self._table.resident
-        self._peak_op = self._opno
         return info
 
     def _set_percentage_budget(self):
-        """The first step ran unconstrained: its peak, plus what it made
-        after the peak and still holds (optimizer state made by the first
-        opt.step(), gradients), is what a later step holds at its peak."""
-        later = sum(e.nbytes for e in self._table.entries.values() if e.born > self._peak_op)
-        self._steady = self._step_peak + later
-        budget = int(self._steady * self._budget_pct / 100)
+        """The first step ran unconstrained: a share of the steady peak it
+        shows (_held_at_peak) is the budget from the second step on."""
+        self._steady = self._held_at_peak()
+        self._budget = int(self._steady * self._budget_pct / 100)
+        self._settling = True
         need, op = self._largest_op
-        self._budget = budget             # what stats report, even when refused
-        if budget < need:
-            raise ChameleonError(f"Offload: budget of {budget} bytes ({self._budget_pct:g}% of "
-                                 f"the {self._steady} bytes steady peak) is below the {need} "
+        if self._budget < need:
+            raise ChameleonError(f"Offload: budget of {self._budget} bytes ({self._budget_pct:g}% "
+                                 f"of the {self._steady} bytes steady peak) is below the {need} "
                                  f"bytes op {op} reads and writes at once (the first step's "
                                  "largest op)")
         # What the measured step left on the device must fit before the
         # next step's first op.
         self._make_room(0, set(), "what the measured first step left")
+
+    def _settle_percentage_budget(self):
+        """A later step ran within the share, and the most bytes it held at
+        once, sent away or not, is what an unconstrained step holds: where
+        that is more than the first step showed (tensors it did not make),
+        the budget is the share of it from the next step on. It never
+        shrinks: the steps before were held to the smaller share. Until a
+        policy is planned (a static planner's, at the first step's end),
+        which is for the budget it was given."""
+        if self._planner in _STATIC_PLANNERS or self._ctx.stats()["policies_generated"]:
+            self._settling = False
+        elif self._step_live > self._steady:
+            self._steady = self._step_live
+            self._budget = int(self._steady * self._budget_pct / 100)
+            self._ctx.set_budget(self._budget)
+            self._table.set_small(self._ctx.min_swap())
+        self._step_live = 0
+
+    def _held_at_peak(self):
+        """What a later step holds at its peak, from the first: at each op
+        k, what the first held after it (self._held), plus what it made
+        from op k on and still holds at its end (the optimizer state the
+        first opt.step() makes, gradients, a result kept until the next
+        step makes its own), which the next step still holds at op k. What
+        it made before op k and holds at its end (the batch, say) is
+        replaced before op k. The most over the ops need not be at the
+        first step's own peak: that one may be in the optimizer step,
+        after the activations were freed."""
+        held = sorted((e.born, e.nbytes) for e in self._table.entries.values())
+        later, steady, i = sum(n for _, n in held), 0, 0
+        for op, nbytes in self._held:              # op numbers rise, as do births
+            while i < len(held) and held[i][0] < op:
+                later -= held[i][1]
+                i += 1
+            steady = max(steady, nbytes + later)
+        self._held = []
+        return steady
 
     @property
     def stats(self):
@@ -568,7 +642,7 @@ class Offload:
         of a known dtype on the CPU or a CUDA device (sparse, quantized,
         meta: they pass through and are counted)."""
         code = _DTYPES.get(t.dtype)
-        if code is None or t.layout != _STRIDED or not (t.is_cpu or t.is_cuda):
+        if code is None or t.layout != _STRIDED or not (t.is_cpu or t.is_cuda) or t.is_nested:
             self._counts["unplanned"] += 1
             return None
         if t.is_cuda != self._cuda_run:
@@ -658,8 +732,8 @@ class Offload:
             except RuntimeError as err:
                 if "resizable" not in str(err):
                     raise
-                # numpy arrays, shared memory (DataLoader workers), from_numpy:
-                # torch will not release it; it stays on the device.
+                # numpy arrays, shared memory (DataLoader workers), from_numpy,
+                # torch.load: torch will not release it; it stays on the device.
                 table.pin(e, "unreleasable")
                 self._counts["pinned"] += 1
                 return False
@@ -799,14 +873,15 @@ class Offload:
 
     # ---- the budget ---------------------------------------------------------
 
-    def _make_room(self, need, protect, what, may_pass=False):
+    def _make_room(self, need, protect, what, may_pass=False, sure=None):
         """Sends storages away, least recently used first (those under the
         planner's smallest swap after the others: each move costs its own
         overhead) and none of protect or of those read outside aten since
         the last op, until need
         more bytes fit in the budget. may_pass: need is a guess, or the
         room is for a read outside aten: the budget may be passed rather
-        than fail (a guess is checked against what the op made)."""
+        than fail (a guess is checked against what the op made). sure: of
+        need, the bytes known (a meta run's); only the rest may pass."""
         table, budget = self._table, self._budget
         excess = table.resident + need - budget
         if excess <= 0:
@@ -838,8 +913,9 @@ class Offload:
             excess = table.resident + need - budget
         if excess > 0 and table.sweep():
             excess = table.resident + need - budget     # freed storages away from the LRU
-        if excess > 0 and not may_pass:
-            self._over_budget(need, protect, what, excess)
+        guessed = need - (need if sure is None else sure)
+        if excess > guessed and not may_pass:
+            self._over_budget(need - guessed, protect, what, excess - guessed)
 
     def _over_budget(self, need, protect, what, excess):
         entries = self._table.entries
@@ -856,14 +932,15 @@ class Offload:
                    "everything else sent away")
         if kept.get("unreleasable"):
             message += (f"; {kept['unreleasable']} of the bytes left are storages torch will "
-                        "not release (shared with numpy, shared memory or DataLoader workers)")
+                        "not release (shared with numpy, shared memory or DataLoader workers, "
+                        "or loaded by torch.load)")
         host = kept.get("host-read", 0) + kept.get("record", 0)
         if host:
             message += (f"; {host} are storages C++ code reads outside aten (small integer "
                         "tensors, profiler records), kept in place")
         if self._budget_pct is not None and self._steady:
             message += (f"; the budget is {self._budget_pct:g}% of the {self._steady} bytes the "
-                        "measured first step held: a loop whose later steps hold more (shapes "
+                        "first steps held: a loop whose later steps hold more (shapes "
                         "that grow) needs a budget in bytes")
         if self._strict:
             raise ChameleonError(message + " (strict=False runs on over the budget)")
@@ -875,12 +952,16 @@ class Offload:
 
     def _note_peak(self):
         table = self._table
+        if self._budget_pct is not None and self._steps == 0:
+            # The measured step: what it holds after each op, exactly (once
+            # a run: a look at every storage after every op).
+            table.sweep()
+            self._held.append((self._opno, table.live))
+        elif self._settling and table.live > self._step_live:
+            table.sweep()             # the exact peak of every byte, sent away or not
+            self._step_live = max(self._step_live, table.live)
         if table.resident > self._step_peak:
-            if self._steps == 0 and self._budget_pct is not None:
-                table.sweep()         # the measured step: the exact peak
-            if table.resident > self._step_peak:
-                self._step_peak = table.resident
-                self._peak_op = self._opno
+            self._step_peak = table.resident
 
     # ---- dispatch ------------------------------------------------------------
 
@@ -913,6 +994,7 @@ class Offload:
         ins = _tensors(args, [])
         if kwargs:
             _tensors(kwargs.values(), ins)
+        ins = _with_parts(ins)
         if self._recent:
             self._forget_recent_frees()
         if self._deferred:
@@ -947,19 +1029,22 @@ class Offload:
                 # block): room for it now, not at the next op.
                 self._make_room(0, protect, f"op {op.name}", may_pass=True)
             return func(*args, **kwargs)
-        key = None
-        if op.makes and self._budgeted:
-            # The measured step of a percentage only learns the sizes.
-            key = self._op_bytes.key(func, args, kwargs)
-        if key is not None and budget is not None:
+        # The measured step of a percentage only learns the sizes.
+        sized = op.makes and self._budgeted
+        key = self._op_bytes.key(func, args, kwargs) if sized else None
+        if sized and budget is not None:
             self._busy = True
             try:
                 sizes = [e.nbytes for e, _ in used]
-                need, exact = self._op_bytes.guess(key, func, args, kwargs, sum(sizes),
-                                                   max(sizes, default=0))
+                need, sure = self._op_bytes.guess(key, func, args, kwargs, sum(sizes),
+                                                  max(sizes, default=0))
             finally:
                 self._busy = False
-            self._make_room(need, protect, f"op {op.name}", may_pass=not exact)
+            self._make_room(need, protect, f"op {op.name}", sure=sure)
+        elif budget is not None and table.resident > budget:
+            # An input first seen here (an in-place op on a tensor made
+            # before the block): room for it before the op writes it.
+            self._make_room(0, protect, f"op {op.name}")
         before = table.added
         start = _clock()
         result = func(*args, **kwargs)
@@ -968,12 +1053,17 @@ class Offload:
             # It resized what it wrote: a new storage to the runtime (_lookup).
             used = [r for r in (self._lookup(t, "input") for t in ins) if r is not None]
         made, places = [], []
-        for place, t in enumerate(_outputs(result)):
+        outs = _outputs(result)
+        direct = len(outs)
+        for place, t in enumerate(_with_parts(outs)):
             r = self._lookup(t, op.name)
             if r is not None:
                 made.append(r)
                 places.append(place)
+        # Only dense outputs are made again (a sparse one's parts are not
+        # the op's outputs), from tracked inputs alone.
         recompute = (self._recompute_on and op.recomputable and made and len(used) == len(ins) and
+                     places[-1] < direct and
                      self._record(func, args, kwargs, ins, used, made, places))
         if key is not None:
             self._op_bytes.made(key, table.added - before)
@@ -1015,16 +1105,23 @@ class Offload:
 
     def _bring_back_storages(self, op, args, kwargs, protect):
         """The storages op takes as storages (set_'s source) come back
-        before it makes a tensor over one."""
+        before it makes a tensor over one; one never seen (a DataLoader
+        worker's batch, rebuilt over its shared memory) is made room for,
+        as it is counted once the op returns."""
+        unseen = 0
         for i, name in op.storages:
             st = args[i] if i < len(args) else kwargs.get(name)
             st = getattr(st, "_untyped_storage", None) or getattr(st, "_storage", None) or st
             e = self._table.entries.get(getattr(st, "_cdata", None))
             if e is None:
+                nbytes = getattr(st, "nbytes", None)
+                unseen += nbytes() if callable(nbytes) else 0
                 continue
             if protect is not None:
                 protect.add(e.key)
             self._on_device(e, protect, op)
+        if unseen and self._budget is not None:
+            self._make_room(unseen, protect or set(), f"op {op.name}", may_pass=True)
 
     def _on_device(self, e, protect, op):
         """e's bytes on the device, and no copy back still in flight, for

@@ -641,10 +641,10 @@ class SizesBeforeAnOp(unittest.TestCase):
             idx = torch.randint(0, 2000, (n,))
             args = (w, idx, torch.arange(0, n, 3), False, 1, False, None, False, -1)
             key = est.key(func, args, {})
-            need, exact = est.guess(key, func, args, {}, 0, 0)
+            need, sure = est.guess(key, func, args, {}, 0, 0)
             made = sum(storage_of(t).nbytes() for t in func(*args))
             est.made(key, made)
-        self.assertFalse(exact)
+        self.assertLess(sure, need)
         self.assertGreaterEqual(need, made)
 
     def test_a_loss_returning_a_view_of_its_buffer_is_made_room_for(self):
@@ -668,6 +668,244 @@ class SizesBeforeAnOp(unittest.TestCase):
         self.assertLessEqual(max(tr.peaks), budget)
         self.assertEqual(loss.item(), want)
         self.assertEqual(len(fill), 2)
+
+
+    MB = 1 << 20
+
+    def peaks_within(self, budget, steps, body):
+        """Runs body(off) for steps steps under a byte budget: every step's
+        tracked peak within it, none counted over; body's results."""
+        tr = tracker.Tracker()
+        got = []
+        with tr, ct.Offload(budget=budget, log=quiet, cpu_copies="inline") as off:
+            for _ in range(steps):
+                got.append(body(off))
+                off.step()
+                tr.step()
+        for i, peak in enumerate(tr.peaks):
+            self.assertLessEqual(peak, budget, f"step {i} at {tr.peak_at[i]}")
+        self.assertEqual(off.stats["over_budget_steps"], 0)
+        return got
+
+    def test_an_op_with_a_complex_scalar_is_made_room_for(self):
+        # z * 1j (and torch.polar's backward): a complex Python scalar.
+        def body(off):
+            z = torch.randn(self.MB // 8, dtype=torch.complex64, generator=g)   # 1 MiB
+            a = z * 2.0
+            b = a * 1j
+            return (b * 1j).sum().item()
+        g = torch.Generator().manual_seed(0)
+        got = self.peaks_within(3 * self.MB, 3, body)
+        g = torch.Generator().manual_seed(0)
+        self.assertEqual(got, [body(None) for _ in range(3)])
+
+    def test_col2im_keeping_an_input_sized_storage_is_made_room_for(self):
+        # torch 1.13's CPU col2im (nn.Fold, istft) returns a 0.4 MB image
+        # in a storage the size of its 1.5 MB input; the meta run says 0.4.
+        x = torch.randn(12, 256, 126)
+
+        def body(off):
+            y = torch.ops.aten.col2im(x * 1.0, [1, 8256], [1, 256], [1, 1], [0, 0], [1, 64])
+            return y.sum().item()
+        self.assertEqual(self.peaks_within(4_000_000, 2, body), [body(None)] * 2)
+
+    def test_an_in_place_op_on_a_tensor_first_seen_makes_room_first(self):
+        # DDP's gradient bucket: made before the block, first written by
+        # the reducer's copy_ in backward.
+        buf, a = torch.zeros(self.MB // 4), torch.ones(self.MB // 4)
+
+        def body(off):
+            b = a * 2
+            c = b + 1
+            buf.copy_(c)                   # a, b, c and buf: 4 MiB
+            return buf.sum().item()
+        self.assertEqual(self.peaks_within(int(2.5 * self.MB), 1, body), [3.0 * self.MB // 4])
+
+    def test_matmul_reshaping_its_result_makes_no_new_storage(self):
+        # A 3-D @ 2-D matmul runs mm, then _unsafe_view of mm's result (the
+        # same storage, though its schema says nothing of it): 4.6 MiB of
+        # storages, not 8.6, in a 6 MiB budget.
+        x, w = torch.randn(8, 256, 64), torch.randn(64, 512)
+        want = torch.matmul(x, w)
+        got = self.peaks_within(6 * self.MB, 1, lambda off: torch.matmul(x, w))
+        self.assertTrue(torch.equal(got[0], want))
+
+    def test_a_storage_first_seen_as_set_source_is_made_room_for(self):
+        # A DataLoader worker's batch: shared memory the glue first sees
+        # when set_ makes the batch's tensor over it.
+        batch = torch.randn(self.MB // 4).share_memory_()
+        storage = batch.untyped_storage() if hasattr(batch, "untyped_storage") else \
+            batch.storage().untyped()
+
+        def body(off):
+            fill = [torch.full((self.MB // 4,), float(i)) for i in range(2)]     # 2 MiB
+            t = torch.empty(0).set_(storage, 0, batch.shape)                  # 3 MiB
+            return t.sum().item() + fill[1].sum().item()
+        self.assertEqual(self.peaks_within(int(2.5 * self.MB), 1, body), [body(None)])
+
+    def test_a_sparse_result_is_not_sized_as_dense(self):
+        # A 2000 x 2000 sparse adjacency of 12,000 entries: its parts, not
+        # 16 MB of dense matrix.
+        idx, val = torch.randint(0, 2000, (2, 12000)), torch.rand(12000)
+        got = self.peaks_within(4_000_000, 2, lambda off: torch.sparse_coo_tensor(
+            idx, val * 1.0, (2000, 2000)).coalesce().values().sum().item())
+        want = torch.sparse_coo_tensor(idx, val, (2000, 2000)).coalesce().values().sum().item()
+        self.assertEqual(got, [want] * 2)
+
+
+@needs_torch
+class TensorsOfOtherKinds(unittest.TestCase):
+    MB = 1 << 20
+
+    def test_a_sparse_tensor_parts_come_back_before_its_ops(self):
+        # nn.Embedding(sparse=True)'s gradient is made of dense values the
+        # glue tracks: sent away to make room, they come back before an op
+        # on the sparse tensor (SparseAdam's coalesce) reads them.
+        g = torch.Generator().manual_seed(0)
+        idx = torch.randint(0, 1000, (1, 4096), generator=g)
+        vals = torch.randn(4096, 64, generator=g)
+        want = torch.sparse_coo_tensor(idx, vals, (1000, 64)).coalesce().values()
+        with ct.Offload(budget=3 * self.MB, log=quiet) as off:
+            sp = torch.sparse_coo_tensor(idx, vals * 1.0, (1000, 64))
+            fill = [torch.randn(self.MB // 4) + 1 for _ in range(3)]     # values sent away
+            got = sp.coalesce().values()
+            off.step()
+        self.assertTrue(torch.equal(got, want))
+        self.assertGreater(off.stats["passive_swaps"], 0)
+        self.assertEqual(len(fill), 3)
+
+    def test_nested_tensors_pass_through(self):
+        # torch 1.13's TransformerEncoder in eval with a padding mask runs
+        # on nested tensors: not planned, counted, the results the same.
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        enc = torch.nn.TransformerEncoder(layer, 2).eval()
+        x = torch.randn(3, 7, 16)
+        pad = torch.zeros(3, 7, dtype=torch.bool)
+        pad[1, 4:] = True
+        with torch.no_grad():
+            want = enc(x, src_key_padding_mask=pad)
+            with ct.Offload(budget=64 << 10, log=quiet) as off:
+                got = enc(x, src_key_padding_mask=pad)
+                off.step()
+        self.assertTrue(torch.equal(got, want))
+        self.assertGreater(off.stats["unplanned_tensors"], 0)
+
+
+@needs_torch
+class PercentageBudgets(unittest.TestCase):
+    def test_a_result_made_at_the_peak_and_kept_to_the_next_step_counts(self):
+        # DP-SGD's per-sample gradients: made at the first step's peak and
+        # held until the next step makes its own, so a later step's peak
+        # holds two. "50%" is half of that steady peak.
+        torch.manual_seed(0)
+        m = torch.nn.Linear(256, 256)
+        opt = torch.optim.SGD(m.parameters(), lr=0.01)
+        x = torch.randn(64, 256)
+
+        def run(off):
+            tr = tracker.Tracker()
+            with tr, (off if off is not None else contextlib.nullcontext()):
+                for _ in range(4):
+                    h = m(x)
+                    h.square().mean().backward()
+                    opt.step()
+                    opt.zero_grad()
+                    outer = torch.einsum("bi,bj->bij", h.detach(), x)    # 16 MiB
+                    if off is not None:
+                        off.step()
+                    tr.step()
+            del outer
+            return tr
+        steady = run(None).steady_peak(1)
+        off = ct.Offload(budget="50%", log=quiet)
+        tr = run(off)
+        budget = off.stats["budget_bytes"]
+        self.assertGreaterEqual(budget, 0.45 * steady)
+        self.assertLessEqual(budget, 0.55 * steady)
+        self.assertLessEqual(max(tr.peaks[1:]), budget)
+
+
+    def test_a_first_step_peaking_in_its_optimizer_step(self):
+        # Small activations, AdamW: step 0 peaks in opt.step(), where the
+        # state is made after the activations are freed; later steps peak
+        # in backward with the state alive.
+        def run(off):
+            torch.manual_seed(0)
+            m = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(128, 128),
+                                                          torch.nn.Tanh()) for _ in range(7)])
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+            x = torch.randn(256, 128)
+            tr = tracker.Tracker()
+            with tr, (off if off is not None else contextlib.nullcontext()):
+                for _ in range(6):
+                    m(x).square().mean().backward()
+                    opt.step()
+                    opt.zero_grad(set_to_none=True)
+                    if off is not None:
+                        off.step()
+                    tr.step()
+            return tr, [p.detach().clone() for p in m.parameters()]
+        plain, want = run(None)
+        steady = plain.steady_peak(1)
+        off = ct.Offload(budget="50%", log=quiet)
+        tr, got = run(off)
+        budget = off.stats["budget_bytes"]
+        self.assertGreaterEqual(budget, 0.45 * steady)
+        self.assertLessEqual(budget, 0.55 * steady)
+        self.assertLessEqual(max(tr.peaks[1:]), budget)
+        for p, q in zip(got, want):
+            self.assertTrue(torch.equal(p, q))
+
+
+    def test_a_tensor_the_second_step_makes_and_keeps_counts(self):
+        # 4 MiB of tensors made at step 1 and held from then on: the first
+        # step cannot see them; the later ones, measured whole (bytes sent
+        # away included), raise "80%" to its share of what they hold.
+        def run(off):
+            torch.manual_seed(0)
+            w = torch.randn(256, 256, requires_grad=True)
+            kept = []
+            tr = tracker.Tracker()
+            with tr, (off if off is not None else contextlib.nullcontext()):
+                for step in range(5):
+                    (torch.randn(128, 256) @ w).tanh().sum().backward()
+                    if step == 1:
+                        kept.extend(torch.randn(1 << 16) for _ in range(16))
+                    if off is not None:
+                        off.step()
+                    tr.step()
+            return tr, w.grad.clone()
+        plain, want = run(None)
+        steady = plain.steady_peak(2)
+        off = ct.Offload(budget="80%", log=quiet)
+        tr, got = run(off)
+        budget = off.stats["budget_bytes"]
+        self.assertGreaterEqual(budget, 0.75 * steady)
+        self.assertLessEqual(budget, 0.85 * steady)
+        self.assertLessEqual(max(tr.peaks[2:]), budget)
+        self.assertTrue(torch.equal(got, want))
+
+
+@needs_torch
+class Phases(unittest.TestCase):
+    def test_a_backward_through_a_name_imported_before_the_block_is_the_backward(self):
+        from torch.autograd import grad as imported_grad
+        w = torch.randn(64, 64, requires_grad=True)
+        off = ct.Offload(budget=1 << 30, log=quiet)
+        phases, set_phase = [], off._set_phase
+
+        def noted():
+            set_phase()
+            if not phases or phases[-1] != off._phase:
+                phases.append(off._phase)
+        off._set_phase = noted
+        with off:
+            loss = (torch.randn(8, 64) @ w).tanh().sum()
+            g, = imported_grad(loss, w)
+            off.step()
+        self.assertEqual(phases, ["forward", "backward"])
+        self.assertEqual(g.shape, w.shape)
 
 
 @needs_torch
