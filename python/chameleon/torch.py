@@ -69,9 +69,10 @@ _REFUSED_PLANNERS = {
 }
 
 _STATIC_PLANNERS = ("vdnn", "capuchin")
-# Ops whose output is a view of their input though their schema does not
-# say so (matmul's reshape of an mm result).
-_UNANNOTATED_VIEWS = {"_unsafe_view"}
+# Ops whose output is their input's storage though their schema does not
+# say so (matmul's reshape of an mm result): they make no storage. They
+# stay ops to the runtime, whose sequence classes count them.
+_UNANNOTATED_ALIASES = {"_unsafe_view"}
 _STRIDED = torch.strided
 
 # Tensor methods that read a storage's bytes without an aten op: inside the
@@ -179,11 +180,11 @@ class _Op:
         # A view op only makes new metadata over its input's storage: it
         # neither reads nor writes data and is not reported as an op.
         self.is_view = bool(returns) and all(
-            r.alias_info is not None and not r.alias_info.is_write for r in returns) or \
-            func.overloadpacket.__name__ in _UNANNOTATED_VIEWS
+            r.alias_info is not None and not r.alias_info.is_write for r in returns)
         # An op whose every return aliases an input (in place, out=) makes
         # no storage.
-        self.makes = any(r.alias_info is None for r in returns)
+        self.makes = any(r.alias_info is None for r in returns) and \
+            func.overloadpacket.__name__ not in _UNANNOTATED_ALIASES
         # An op writing an argument it does not return may resize it
         # (fake-quant observers grow their buffers from 1 element).
         self.writes_hidden = any(
