@@ -31,7 +31,7 @@ MEASURED = "cpu"
 
 # GPU names (torch.cuda.get_device_name) to presets; the first match wins.
 _GPU_PRESETS = (("H100", "h100-80g"), ("A100", "a100-80g"), ("V100", "v100-16g"),
-                ("3090", "rtx3090-24g"), ("910B", "ascend-910b"))
+                ("3090", "rtx3090-24g"))
 _DEFAULT_GPU_PRESET = "a100-80g"
 
 

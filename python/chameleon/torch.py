@@ -158,13 +158,6 @@ for _layout, _parts in (("sparse_csr", ("crow_indices", "col_indices", "values")
             lambda t, names=_parts: tuple(getattr(t, n)() for n in names)
 
 
-def _with_parts(tensors):
-    """tensors, and the parts of the sparse ones among them."""
-    parts = [p for t in tensors if t.layout is not _STRIDED and t.layout in _SPARSE_PARTS
-             for p in _SPARSE_PARTS[t.layout](t)]
-    return tensors + parts if parts else tensors
-
-
 class _Op:
     """What the glue knows of one aten overload."""
     __slots__ = ("name", "token", "is_view", "makes", "writes_hidden", "flops", "bookkeeping",
@@ -548,6 +541,7 @@ class Offload:
         """The first step ran unconstrained: a share of the steady peak it
         shows (_held_at_peak) is the budget from the second step on."""
         self._steady = self._held_at_peak()
+        self._held = []
         self._budget = int(self._steady * self._budget_pct / 100)
         self._settling = True
         need, op = self._largest_op
@@ -594,7 +588,6 @@ class Offload:
                 later -= held[i][1]
                 i += 1
             steady = max(steady, nbytes + later)
-        self._held = []
         return steady
 
     @property
@@ -914,7 +907,7 @@ class Offload:
             excess = table.resident + need - budget
         if excess > 0 and table.sweep():
             excess = table.resident + need - budget     # freed storages away from the LRU
-        guessed = need - (need if sure is None else sure)
+        guessed = 0 if sure is None else need - sure
         if excess > guessed and not may_pass:
             self._over_budget(need - guessed, protect, what, excess - guessed)
 
@@ -995,7 +988,6 @@ class Offload:
         ins = _tensors(args, [])
         if kwargs:
             _tensors(kwargs.values(), ins)
-        ins = _with_parts(ins)
         if self._recent:
             self._forget_recent_frees()
         if self._deferred:
@@ -1008,10 +1000,12 @@ class Offload:
         self._opno += 1
         table, budget = self._table, self._budget
         used = []
-        for t in ins:
+        for t in ins:                  # grows by the parts of a sparse one
             r = self._lookup(t, "input")
             if r is not None:
                 used.append(r)
+            elif t.layout in _SPARSE_PARTS:
+                ins.extend(_SPARSE_PARTS[t.layout](t))
         # What room-making must not send away; only wanted under a budget.
         protect = {e.key for e, _ in used} if budget is not None else None
         # Inputs first: a released storage comes back before anything reads
@@ -1056,11 +1050,13 @@ class Offload:
         made, places = [], []
         outs = _outputs(result)
         direct = len(outs)
-        for place, t in enumerate(_with_parts(outs)):
+        for place, t in enumerate(outs):    # grows by the parts of a sparse one
             r = self._lookup(t, op.name)
             if r is not None:
                 made.append(r)
                 places.append(place)
+            elif t.layout in _SPARSE_PARTS:
+                outs.extend(_SPARSE_PARTS[t.layout](t))
         # Only dense outputs are made again (a sparse one's parts are not
         # the op's outputs), from tracked inputs alone.
         recompute = (self._recompute_on and op.recomputable and made and len(used) == len(ins) and
