@@ -719,7 +719,6 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_svg_awkward_ranges),
         cmocka_unit_test(test_json_non_finite),
     };
-    if (argc > 1 && !test_pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
-        return 2;
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    /* CTest runs one case a test (tests/CMakeLists.txt, CHAM_SPLIT_TESTS). */
+    return test_run_cases(tests, argc, argv, NULL, NULL);
 }

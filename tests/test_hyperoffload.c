@@ -285,7 +285,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_serves_decode),
     };
     /* CTest runs one case a test (tests/CMakeLists.txt, CHAM_SPLIT_TESTS). */
-    if (argc > 1 && !test_pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
-        return 2;
-    return cmocka_run_group_tests(tests, test_data_setup, test_data_teardown);
+    return test_run_cases(tests, argc, argv, test_data_setup, test_data_teardown);
 }

@@ -185,7 +185,5 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_check_in_stable_switches),
     };
     /* CTest runs one case a test (tests/CMakeLists.txt, CHAM_SPLIT_TESTS). */
-    if (argc > 1 && !test_pick_case(tests, sizeof tests / sizeof tests[0], argv[1]))
-        return 2;
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return test_run_cases(tests, argc, argv, NULL, NULL);
 }
