@@ -21,7 +21,7 @@
 #include "support/rng.h"
 
 #include "chameleon/policy.h"
-#include "policy/generate-impl.h"
+#include "policy/plan-impl.h"
 #include "policy/policy-impl.h"
 #include "profile/profile-impl.h"
 

@@ -16,7 +16,7 @@
 #include "support/profile_build.h"
 
 #include "chameleon/policy.h"
-#include "policy/generate-impl.h"
+#include "policy/plan-impl.h"
 #include "profile/profile-impl.h"
 
 #define MiB (UINT64_C(1) << 20)

@@ -1,4 +1,4 @@
-/* The vDNN baseline planner (src/policy/vdnn.c, docs/policy.md "vDNN
+/* The vDNN baseline planner (src/policy/vdnn/vdnn.c, docs/policy.md "vDNN
  * baseline") on a hand-built profile whose answers are worked out in the
  * comments: which tensors become items, their ops, the serialized
  * swap-out completions, the layer-boundary and prefetch stalls, the

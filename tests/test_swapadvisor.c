@@ -18,7 +18,7 @@
 #include "chameleon/chameleon.h"
 #include "chameleon/swapadvisor.h"
 #include "chameleon/workload.h"
-#include "policy/swapadvisor-impl.h"
+#include "policy/swapadvisor/swapadvisor-impl.h"
 #include "profile/profile-impl.h"
 #include "support/cases.h"
 #include "support/gpt_train.h"

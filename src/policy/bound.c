@@ -23,7 +23,7 @@
 #include <stdlib.h>
 
 #include "common/message.h"
-#include "policy/generate-impl.h"
+#include "policy/plan-impl.h"
 
 /* A gap across the step's end, model state's: at its samples [from, to)
  * its bytes may be away and their copy may take `ext` ns more than the

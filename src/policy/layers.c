@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "common/assert.h"
-#include "policy/generate-impl.h"
+#include "policy/plan-impl.h"
 
 uint32_t cham_gen_default_layers(const cham_profile_view_t *v)
 {

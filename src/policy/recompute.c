@@ -4,7 +4,7 @@
  * ordered cheapest per byte first (docs/policy.md, "Recomputation"). */
 #include <stdlib.h>
 
-#include "policy/generate-impl.h"
+#include "policy/plan-impl.h"
 
 /* Per storage: where its uses are in the profile. */
 typedef struct storage_uses {

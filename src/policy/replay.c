@@ -24,7 +24,7 @@
 #include <stdlib.h>
 
 #include "common/assert.h"
-#include "policy/generate-impl.h"
+#include "policy/plan-impl.h"
 #include "policy/policy-impl.h"
 
 typedef cham_gen_replay_event_t event_t;

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "common/message.h"
-#include "policy/generate-impl.h"
-#include "policy/hyperoffload-impl.h"
+#include "policy/plan-impl.h"
+#include "policy/hyperoffload/hyperoffload-impl.h"
 #include "policy/policy-impl.h"
 
 cham_hyperoffload_options_t cham_hyperoffload_options_default(void)

@@ -9,13 +9,7 @@
 #include <string.h>
 
 #include "common/assert.h"
-#include "policy/generate-impl.h"
-
-uint64_t cham_gen_transfer_ns(uint64_t bytes, double bw, uint64_t latency_ns)
-{
-    double t = ceil((double)bytes / bw * 1e9) + (double)latency_ns;
-    return t >= 1.8e19 ? UINT64_MAX : (uint64_t)t;
-}
+#include "policy/chameleon/chameleon-impl.h"
 
 static void fw_add(cham_budget_t *b, size_t i, uint64_t delta)
 {

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "common/message.h"
-#include "policy/generate-impl.h"
-#include "policy/swapadvisor-impl.h"
+#include "policy/plan-impl.h"
+#include "policy/swapadvisor/swapadvisor-impl.h"
 
 #define MAX_THREADS 16
 

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 
 #include "common/message.h"
-#include "policy/generate-impl.h"
+#include "policy/plan-impl.h"
 #include "policy/policy-impl.h"
-#include "policy/swapadvisor-impl.h"
+#include "policy/swapadvisor/swapadvisor-impl.h"
 
 typedef struct build {
     const sa_graph_t *g;

@@ -15,8 +15,8 @@
 #include "chameleon/types.h"
 #include "common/message.h"
 #include "common/order.h"
-#include "policy/generate-impl.h"
-#include "policy/protrain-impl.h"
+#include "policy/plan-impl.h"
+#include "policy/protrain/protrain-impl.h"
 
 cham_block_mode_t cham_protrain_block_mode(const cham_protrain_config_t *c, uint32_t n_blocks,
                                            uint32_t b)

@@ -13,7 +13,7 @@
  * least in all is kept. */
 #include <stdlib.h>
 
-#include "policy/generate-impl.h"
+#include "policy/chameleon/chameleon-impl.h"
 #include "policy/policy-impl.h"
 
 /* The most work refinement does: replays times (ops + items) each, some

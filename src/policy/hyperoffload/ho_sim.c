@@ -9,7 +9,7 @@
  * which is what makes refinement monotone. docs/hyperoffload.md. */
 #include <stdlib.h>
 
-#include "policy/hyperoffload-impl.h"
+#include "policy/hyperoffload/hyperoffload-impl.h"
 
 enum { AT_Q, AT_U, AT_S, AT_F, KINDS };
 

@@ -12,8 +12,8 @@
 
 #include "common/grow.h"
 #include "common/order.h"
-#include "policy/generate-impl.h"
-#include "policy/swapadvisor-impl.h"
+#include "policy/plan-impl.h"
+#include "policy/swapadvisor/swapadvisor-impl.h"
 
 typedef struct edges {
     uint64_t *v;                 /* a << 32 | b */

@@ -24,7 +24,7 @@
 #include "common/assert.h"
 #include "common/grow.h"
 #include "common/order.h"
-#include "policy/swapadvisor-impl.h"
+#include "policy/swapadvisor/swapadvisor-impl.h"
 
 enum { NONE, RES, AWAY, DEAD };
 

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "common/assert.h"
-#include "policy/generate-impl.h"
+#include "policy/chameleon/chameleon-impl.h"
 
 static void apply(cham_mrl_node_t *x, int64_t d)
 {

@@ -9,7 +9,7 @@
 
 #include "common/message.h"
 #include "common/size.h"
-#include "policy/protrain-impl.h"
+#include "policy/protrain/protrain-impl.h"
 
 /* N_interval: how many blocks' forward a block's swap-out takes (the
  * blocks' averages), at least 1. */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/rng.h"
-#include "policy/swapadvisor-impl.h"
+#include "policy/swapadvisor/swapadvisor-impl.h"
 
 /* splitmix64: small, fast and good enough for a search. */
 uint64_t sa_rand(sa_rng_t *r)

@@ -4,12 +4,12 @@
  * comes back one logical layer before the one that needs it. Memory is not
  * a goal: the policy is the same whatever the capacity, and its predicted
  * peak says whether it fits. It shares Chameleon's logical layers, idle
- * tensors, input checks and predictions (generate-impl.h).
+ * tensors, input checks and predictions (policy/plan-impl.h).
  * docs/policy.md, "vDNN baseline". */
 #include <stdlib.h>
 
 #include "common/message.h"
-#include "policy/generate-impl.h"
+#include "policy/plan-impl.h"
 #include "policy/policy-impl.h"
 
 static uint64_t sat_add(uint64_t a, uint64_t b)
