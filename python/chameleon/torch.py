@@ -82,6 +82,13 @@ _STRIDED = torch.strided
 # 0: tied-weight detection compares them).
 _READERS = ("numpy", "__array__", "tolist", "__reduce_ex__", "__deepcopy__", "storage",
             "data_ptr", "__dlpack__")
+# Functions that make a tensor from data, which may hold tensors (a list of
+# 0-dim losses: torch.tensor(history)) whose values torch reads in C++
+# with the dispatch modes excluded: (module or class, name, where the data
+# is among the positional arguments). Inside the block every tensor in the
+# data comes back first.
+_DATA_READERS = ((torch, "tensor", 0), (torch, "as_tensor", 0), (torch, "asarray", 0),
+                 (torch.Tensor, "new_tensor", 1))
 # Readers whose result keeps pointing at the storage's memory after they
 # return (a DLPack capsule: numpy.from_dlpack): the storage is pinned for
 # good, as torch itself does for numpy().
@@ -445,8 +452,9 @@ class Offload:
         # Ops run by the autograd engine are the backward phase.
         engine = _Variable._execution_engine
         readers = {name: torch.Tensor.__dict__.get(name) for name in _READERS}
+        makers = [(owner, name, getattr(owner, name)) for owner, name, _ in _DATA_READERS]
         save, start = torch.save, threading.Thread.start
-        self._patched = (engine, readers, save, start)
+        self._patched = (engine, readers, makers, save, start)
         _Variable._execution_engine = _Engine(engine, self)
 
         def save_whole(*args, **kwargs):
@@ -480,11 +488,15 @@ class Offload:
                                                 name in _SHARING_READERS,
                                                 name in _EXPOSING_READERS,
                                                 name in _COPYING_READERS))
+        for owner, name, at in _DATA_READERS:
+            setattr(owner, name, _data_reader(getattr(owner, name), at))
 
     def _unpatch(self):
-        engine, readers, save, start = self._patched
+        engine, readers, makers, save, start = self._patched
         _Variable._execution_engine = engine
         torch.save, threading.Thread.start = save, start
+        for owner, name, original in makers:
+            setattr(owner, name, original)
         for name, original in readers.items():
             if original is None:
                 delattr(torch.Tensor, name)
@@ -1333,6 +1345,49 @@ def _reader(original, shares=False, exposes=False, copies=False):
     read.__name__ = getattr(original, "__name__", "read")
     read.__doc__ = getattr(original, "__doc__", None)
     return read
+
+
+def _tensors_in_data(data, found):
+    """The tensors in data (a tensor, or lists and tuples nesting them
+    among numbers), into found."""
+    if isinstance(data, torch.Tensor):
+        found.append(data)
+    elif isinstance(data, (list, tuple)):
+        for x in data:
+            if not isinstance(x, (float, int, bool)):
+                _tensors_in_data(x, found)
+
+
+def _data_reader(original, at):
+    """original (a function making a tensor from data, the positional
+    argument at or the keyword "data"), bringing the storages of the
+    tensors in the data back first while an Offload's block runs: torch
+    reads them outside aten."""
+    def make(*args, **kwargs):
+        off = _active
+        data = args[at] if len(args) > at else kwargs.get("data")
+        if off is None or data is None or isinstance(data, (float, int, bool)):
+            return original(*args, **kwargs)
+        found = []
+        _tensors_in_data(data, found)
+        if not found:
+            return original(*args, **kwargs)
+        with off._lock:
+            if not off._busy:
+                if not off._reading:
+                    off._read_pins.clear()
+                # Each read pins its storage until the next op: bringing
+                # one back never sends an earlier one of the data away.
+                for t in found:
+                    off._restore_for_read(t)
+            off._reading += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                off._reading -= 1
+    make.__name__ = getattr(original, "__name__", "make")
+    make.__doc__ = getattr(original, "__doc__", None)
+    return make
 
 
 def allreduce_hook(off, bucket):

@@ -237,6 +237,42 @@ class CopiesOutsideAten(unittest.TestCase):
 
 
 @needs_torch
+class TensorsMadeFromData(unittest.TestCase):
+    """torch.tensor(history) of a list of 0-dim losses, and the other
+    functions making a tensor from data: torch reads the tensors in the
+    data in C++ with the dispatch modes excluded (round 7 of loops nobody
+    here wrote: a metrics history read after the glue sent it away)."""
+
+    def test_each_maker_reads_tensors_sent_away(self):
+        n = 1 << 18                                    # 1 MiB of float32
+        makers = {"torch.tensor": lambda d: torch.tensor(d),
+                  "torch.as_tensor": lambda d: torch.as_tensor(d),
+                  "torch.asarray": lambda d: torch.asarray(d),
+                  "Tensor.new_tensor": lambda d: torch.zeros(1).new_tensor(d),
+                  "data=": lambda d: torch.tensor(data=d)}
+        for name, make in makers.items():
+            with self.subTest(name):
+                torch.manual_seed(0)
+                off = ct.Offload(budget=3 * 4 * n, log=quiet, cpu_copies="inline")
+                with off:
+                    v = torch.randn(n) + 1.0
+                    history = [v[7], v[9], [v[11], 2.0]]   # 0-dim views, nested, a number
+                    want = [v[7].item(), v[9].item(), [v[11].item(), 2.0]]
+                    junk = [torch.randn(n) * 2 for _ in range(4)]   # v is sent away
+                    storage_of = getattr(torch.Tensor, "untyped_storage", None) or \
+                        torch.Tensor._storage
+                    self.assertEqual(storage_of(v).nbytes(), 0)    # released
+                    got = make([history[0], history[1]]).tolist()
+                    whole = make(v) if name != "data=" else torch.tensor(data=v)
+                    nested = make(history[2]).tolist()
+                    del junk
+                    off.step()
+                self.assertEqual(got, want[:2])
+                self.assertEqual(nested, want[2])
+                self.assertTrue(torch.equal(whole, v))
+
+
+@needs_torch
 class ModelStateAtEntry(unittest.TestCase):
     def test_a_dropped_model_awaiting_collection_is_not_counted(self):
         # A parametrized module is a reference cycle: dropped, it waits for
