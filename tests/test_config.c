@@ -867,6 +867,53 @@ static void test_random_damage(void **state)
 /* The planners' table (src/policy/registry.h) is what the loop, the
  * parser and the names read: a row out of its enum's order, or a name the
  * config does not parse back, is a planner the runtime mistakes for another. */
+/* A planner's keys (its registry row) are config keys like the others:
+ * each is <name>_..., reads into its member, and a value outside its range
+ * is an error naming the key and the range. */
+static void check_planner_keys(const cham_planner_iface_t *p)
+{
+    for (size_t k = 0; k < p->n_keys; k++) {
+        const cham_planner_key_t *key = &p->keys[k];
+        size_t n = strlen(p->name);
+        assert_true(strncmp(key->key, p->name, n) == 0 && key->key[n] == '_');
+        char json[160], err[512] = "";
+        cham_config_t c = cham_config_default();
+        const char *at = (const char *)&c + key->offset;
+        switch (key->kind) {
+        case CHAM_PLANNER_KEY_BOOL: {
+            bool was = *(const bool *)at;
+            snprintf(json, sizeof json, "{\"%s\": %s}", key->key, was ? "false" : "true");
+            assert_int_equal(cham_config_parse_json(json, strlen(json), "t", &c, err, sizeof err),
+                             CHAM_OK);
+            assert_int_equal(*(const bool *)at, !was);
+            continue;
+        }
+        case CHAM_PLANNER_KEY_U32:
+        case CHAM_PLANNER_KEY_U64: {
+            snprintf(json, sizeof json, "{\"%s\": %llu}", key->key,
+                     (unsigned long long)key->imin);
+            assert_int_equal(cham_config_parse_json(json, strlen(json), "t", &c, err, sizeof err),
+                             CHAM_OK);
+            uint64_t got = key->kind == CHAM_PLANNER_KEY_U32 ? *(const uint32_t *)at
+                                                              : *(const uint64_t *)at;
+            assert_int_equal(got, key->imin);
+            if (key->imax == UINT64_MAX)
+                continue;
+            snprintf(json, sizeof json, "{\"%s\": %llu}", key->key,
+                     (unsigned long long)key->imax + 1);
+            break;
+        }
+        case CHAM_PLANNER_KEY_REAL:
+            snprintf(json, sizeof json, "{\"%s\": %.17g}", key->key, key->hi * 2 + 1);
+            break;
+        }
+        assert_int_equal(cham_config_parse_json(json, strlen(json), "t", &c, err, sizeof err),
+                         CHAM_ERR_INVALID_ARG);
+        assert_non_null(strstr(err, key->key));
+        assert_non_null(strstr(err, key->range));
+    }
+}
+
 static void test_planner_table(void **state)
 {
     (void)state;
@@ -888,6 +935,7 @@ static void test_planner_table(void **state)
         assert_int_equal(cham_config_parse_json(json, strlen(json), "t", &c, err, sizeof err),
                          CHAM_OK);
         assert_int_equal(c.planner, p->kind);
+        check_planner_keys(p);
     }
     assert_null(cham_planner_by_name("chameleo"));
     assert_null(cham_planner_by_name(NULL));

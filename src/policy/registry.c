@@ -109,6 +109,38 @@ static bool hyperoffload_moves_model_state(bool model_state, const void *options
     return ((const cham_hyperoffload_options_t *)options)->persistent;
 }
 
+#define KEY_OFF(member) offsetof(cham_config_t, member)
+#define INT_KEY(key, member, kind, lo, hi, text) \
+    {key, #member, CHAM_PLANNER_KEY_##kind, KEY_OFF(member), lo, hi, 0, 0, false, text}
+#define BOOL_KEY(key, member) \
+    {key, #member, CHAM_PLANNER_KEY_BOOL, KEY_OFF(member), 0, 0, 0, 0, false, NULL}
+
+static const cham_planner_key_t swapadvisor_keys[] = {
+    INT_KEY("swapadvisor_seed", swapadvisor.seed, U64, 0, UINT64_MAX, "[0, 2^64)"),
+    INT_KEY("swapadvisor_population", swapadvisor.population, U32, 2, 10000, "[2, 10000]"),
+    INT_KEY("swapadvisor_generations", swapadvisor.generations, U32, 0, 1000000,
+            "[0, 1000000]"),
+    {"swapadvisor_search_seconds", "swapadvisor.search_seconds", CHAM_PLANNER_KEY_REAL,
+     KEY_OFF(swapadvisor.search_seconds), 0, 0, 0, 1e6, true, "(0, 1e6] seconds"},
+    INT_KEY("swapadvisor_threads", swapadvisor.threads, U32, 0, 1024,
+            "[0, 1024] (0 = the online CPUs)"),
+    BOOL_KEY("swapadvisor_fail_on_change", swapadvisor_fail_on_change),
+};
+
+static const cham_planner_key_t hyperoffload_keys[] = {
+    BOOL_KEY("hyperoffload_activations", hyperoffload.activations),
+    BOOL_KEY("hyperoffload_persistent", hyperoffload.persistent),
+    BOOL_KEY("hyperoffload_refine", hyperoffload.refine),
+    INT_KEY("hyperoffload_positions", hyperoffload.positions, U32, 1, 4096, "[1, 4096]"),
+    INT_KEY("hyperoffload_passes", hyperoffload.passes, U32, 1, 100, "[1, 100]"),
+};
+
+static bool swapadvisor_fails_on_change(const cham_config_t *config)
+{
+    return config->swapadvisor_fail_on_change;
+}
+
+#define KEYS(table) .keys = table, .n_keys = sizeof table / sizeof table[0]
 #define OPTIONS(field) .options_offset = offsetof(cham_config_t, field), \
                        .options_size = sizeof(((cham_config_t *)0)->field)
 
@@ -125,11 +157,12 @@ const cham_planner_iface_t cham_planners[] = {
      .plan = plan_chameleon},
     {.kind = CHAM_PLANNER_SWAPADVISOR, .name = "swapadvisor",
      .flags = CHAM_PLANNER_FLAG_STATIC | CHAM_PLANNER_FLAG_REPLANS,
-     OPTIONS(swapadvisor), .defaults = swapadvisor_defaults,
-     .plan = plan_swapadvisor, .moves_model_state = swapadvisor_moves_model_state},
+     OPTIONS(swapadvisor), .defaults = swapadvisor_defaults, KEYS(swapadvisor_keys),
+     .plan = plan_swapadvisor, .moves_model_state = swapadvisor_moves_model_state,
+     .fails_on_change = swapadvisor_fails_on_change},
     {.kind = CHAM_PLANNER_HYPEROFFLOAD, .name = "hyperoffload",
      .flags = CHAM_PLANNER_FLAG_STATIC | CHAM_PLANNER_FLAG_REPLANS,
-     OPTIONS(hyperoffload), .defaults = hyperoffload_defaults,
+     OPTIONS(hyperoffload), .defaults = hyperoffload_defaults, KEYS(hyperoffload_keys),
      .plan = plan_hyperoffload, .moves_model_state = hyperoffload_moves_model_state},
 };
 

@@ -38,6 +38,29 @@ enum {
     CHAM_PLANNER_FLAG_MODEL_STATE = 1u << 4,
 };
 
+/* One of a planner's config keys, parsed and checked by the config's
+ * parser with its own keys: the JSON key, the member's path and offset in
+ * cham_config_t, its type, its range (integers in [imin, imax]; reals in
+ * [lo, hi], the low end open with lo_open) and the range as messages say
+ * it (NULL for a bool). */
+typedef enum cham_planner_key_kind {
+    CHAM_PLANNER_KEY_BOOL,
+    CHAM_PLANNER_KEY_U32,
+    CHAM_PLANNER_KEY_U64,
+    CHAM_PLANNER_KEY_REAL,
+} cham_planner_key_kind_t;
+
+typedef struct cham_planner_key {
+    const char *key;
+    const char *member;
+    cham_planner_key_kind_t kind;
+    size_t offset;
+    uint64_t imin, imax;
+    double lo, hi;
+    bool lo_open;
+    const char *range;
+} cham_planner_key_t;
+
 /* One planner as the runtime runs it. The profile is the step to plan
  * for; config the planner config the loop made from the context (the
  * planner may relax it, and the caller reads back what it planned with:
@@ -66,6 +89,14 @@ typedef struct cham_planner_iface {
     /* Whether, with the config's model_state and its options, it moves
      * persistent tensors off the device; NULL: never. */
     bool (*moves_model_state)(bool model_state, const void *options);
+    /* Its config keys (n_keys of them; NULL and 0: none). */
+    const cham_planner_key_t *keys;
+    size_t n_keys;
+    /* A replanning planner: whether config asks for a step whose op
+     * sequence changed to fail instead of being planned again (its search
+     * is long); NULL: never. The key that says so is named
+     * <name>_fail_on_change. */
+    bool (*fails_on_change)(const cham_config_t *config);
 } cham_planner_iface_t;
 
 /* The planners, in the order of cham_planner_kind_t. */

@@ -153,23 +153,35 @@ static const field_t fields[] = {
     PLAINF("profiler", profiler, K_BOOL),
     PLAINF("recompute", recompute, K_BOOL),
     PLAINF("model_state", model_state, K_BOOL),
-    INTF("swapadvisor_seed", swapadvisor.seed, K_U64, 0, UINT64_MAX, "[0, 2^64)"),
-    INTF("swapadvisor_population", swapadvisor.population, K_U32, 2, 10000, "[2, 10000]"),
-    INTF("swapadvisor_generations", swapadvisor.generations, K_U32, 0, 1000000,
-         "[0, 1000000]"),
-    REALF("swapadvisor_search_seconds", swapadvisor.search_seconds, 0, 1e6, true, false,
-          false, "(0, 1e6] seconds"),
-    INTF("swapadvisor_threads", swapadvisor.threads, K_U32, 0, 1024,
-         "[0, 1024] (0 = the online CPUs)"),
-    PLAINF("swapadvisor_fail_on_change", swapadvisor_fail_on_change, K_BOOL),
-    PLAINF("hyperoffload_activations", hyperoffload.activations, K_BOOL),
-    PLAINF("hyperoffload_persistent", hyperoffload.persistent, K_BOOL),
-    PLAINF("hyperoffload_refine", hyperoffload.refine, K_BOOL),
-    INTF("hyperoffload_positions", hyperoffload.positions, K_U32, 1, 4096, "[1, 4096]"),
-    INTF("hyperoffload_passes", hyperoffload.passes, K_U32, 1, 100, "[1, 100]"),
 };
 
 #define N_FIELDS (sizeof fields / sizeof fields[0])
+
+static const kind_t key_kinds[] = {
+    [CHAM_PLANNER_KEY_BOOL] = K_BOOL, [CHAM_PLANNER_KEY_U32] = K_U32,
+    [CHAM_PLANNER_KEY_U64] = K_U64, [CHAM_PLANNER_KEY_REAL] = K_REAL,
+};
+
+/* The i-th config field, into *f: the fields above, then each planner's
+ * keys (policy/registry.c); false past the last. */
+static bool field_at(size_t i, field_t *f)
+{
+    if (i < N_FIELDS) {
+        *f = fields[i];
+        return true;
+    }
+    i -= N_FIELDS;
+    for (size_t p = 0; p < cham_n_planners; p++) {
+        if (i < cham_planners[p].n_keys) {
+            const cham_planner_key_t *k = &cham_planners[p].keys[i];
+            *f = (field_t){k->key, k->member, key_kinds[k->kind], k->offset, k->imin, k->imax,
+                           k->lo, k->hi, k->lo_open, false, false, k->range};
+            return true;
+        }
+        i -= cham_planners[p].n_keys;
+    }
+    return false;
+}
 
 static void *field_ptr(cham_config_t *c, const field_t *f)
 {
@@ -465,18 +477,20 @@ static const char *closest_key(const char *key)
 {
     cham_closest_t c;
     cham_closest_init(&c, key);
-    for (size_t i = 0; i < N_FIELDS; i++)
-        cham_closest_offer(&c, fields[i].key);
+    field_t f;
+    for (size_t i = 0; field_at(i, &f); i++)
+        cham_closest_offer(&c, f.key);
     return cham_closest_result(&c);
 }
 
-static const field_t *find_field(const char *key)
+/* The field of key into *f; false when no field has that key. */
+static bool find_field(const char *key, field_t *f)
 {
-    for (size_t i = 0; i < N_FIELDS; i++) {
-        if (strcmp(fields[i].key, key) == 0)
-            return &fields[i];
+    for (size_t i = 0; field_at(i, f); i++) {
+        if (strcmp(f->key, key) == 0)
+            return true;
     }
-    return NULL;
+    return false;
 }
 
 /* ---- the file -------------------------------------------------------------------*/
@@ -541,8 +555,8 @@ cham_status_t cham_config_parse_json(const char *text, size_t len, const char *p
     json_object_foreach(root, key, value) {
         char qkey[QUOTE_MAX + 8];
         quote(qkey, sizeof qkey, key);
-        const field_t *f = find_field(key);
-        if (!f) {
+        field_t f;
+        if (!find_field(key, &f)) {
             const char *near = closest_key(key);
             if (strcmp(key, "device") == 0 && json_is_object(value))
                 cham_set_err(err, err_size, "%s: unknown key %s (keys are flat: write the "
@@ -557,7 +571,7 @@ cham_status_t cham_config_parse_json(const char *text, size_t len, const char *p
             break;
         }
         char why[768];
-        st = apply(&next, f, value, why, sizeof why);
+        st = apply(&next, &f, value, why, sizeof why);
         if (st != CHAM_OK) {
             cham_set_err(err, err_size, "%s: key %s: %s", path, qkey, why);
             break;
@@ -681,9 +695,10 @@ cham_status_t cham_config_validate(const cham_config_t *config, char *err, size_
 {
     CHAM_ASSERT(config);
     cham_set_err(err, err_size, "%s", "");
-    for (size_t i = 0; i < N_FIELDS; i++) {
+    field_t f;
+    for (size_t i = 0; field_at(i, &f); i++) {
         char why[768];
-        if (!check_field(config, &fields[i], why, sizeof why)) {
+        if (!check_field(config, &f, why, sizeof why)) {
             cham_set_err(err, err_size, "%s", why);
             return CHAM_ERR_INVALID_ARG;
         }

@@ -44,7 +44,7 @@ static bool same_seq(const cham_context_t *ctx, const cham_profile_view_t *pv)
 
 /* The step that ended ran the planned sequence; if not, SwapAdvisor or
  * HyperOffload has no plan for it: plan again from the next steady step's
- * profile, or fail the step (swapadvisor_fail_on_change). */
+ * profile, or fail the step when the planner's row says so (fails_on_change). */
 static void static_check(cham_context_t *ctx)
 {
     size_t n = ctx->ops_in_step, m = ctx->n_static_seq, k = 0;
@@ -59,12 +59,13 @@ static void static_check(cham_context_t *ctx)
     else
         snprintf(what, sizeof what, "it ran %zu ops, not %zu (the first %zu the same)", n, m, k);
     const char *who = cham_planner_kind_name(ctx->config.planner);
-    if (ctx->config.planner == CHAM_PLANNER_SWAPADVISOR && ctx->config.swapadvisor_fail_on_change) {
+    const cham_planner_iface_t *p = cham_planner_of(ctx->config.planner);
+    if (p && p->fails_on_change && p->fails_on_change(&ctx->config)) {
         ctx->static_changed = true;
-        cham_context_error(ctx, "step %llu: swapadvisor plans one static op sequence and this "
+        cham_context_error(ctx, "step %llu: %s plans one static op sequence and this "
                            "step's differs from the one it searched (%s); it has no plan "
-                           "for it (set swapadvisor_fail_on_change false to search again)",
-                           (unsigned long long)ctx->number, what);
+                           "for it (set %s_fail_on_change false to search again)",
+                           (unsigned long long)ctx->number, who, what, who);
         return;
     }
     cham_context_log(ctx, "step %llu: the op sequence differs from the one %s planned "
