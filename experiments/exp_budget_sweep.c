@@ -124,7 +124,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                           "capuchin s", "chameleon-swap s", "chameleon s", "lower bound s",
                           "chameleon vs best other %", "chameleon / bound",
                           "chameleon vs ideal %"};
-    exp_table_t *t = exp_result_table(r, "budget_sweep", "Step time against the memory budget "
+    exp_table_t *t = exp_result_table(r, "budget-sweep", "Step time against the memory budget "
                                       "(simulated s/step; budget as % of the unconstrained "
                                       "peak)", sizeof cols / sizeof cols[0], cols);
     if (!t)
@@ -133,7 +133,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     for (size_t mi = 0; mi < 2; mi++)
         for (size_t di = 0; di < 2; di++) {
             char name[64], title[128];
-            snprintf(name, sizeof name, "budget_sweep_%s_%s", s[mi].label, devices[di]);
+            snprintf(name, sizeof name, "budget-sweep-%s-%s", s[mi].label, devices[di]);
             snprintf(title, sizeof title, "%s on %s", s[mi].label, devices[di]);
             plot_t *pl = exp_result_plot(r, name, title, "budget, % of the unconstrained peak",
                                          "simulated s/step");

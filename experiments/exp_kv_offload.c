@@ -246,22 +246,22 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                           "peak reduction %", "decode ms", "decode offloaded ms",
                           "max context", "max context offloaded", "ratio",
                           "max context hyperoffload", "max context chameleon"};
-    exp_table_t *t = exp_result_table(r, "kv_offload",
+    exp_table_t *t = exp_result_table(r, "kv-offload",
                                       "KV-cache offload: peak, decode time per token and the "
                                       "longest context (llama3-8b, batch 4, simulated)",
                                       12, cols);
     const char *bcols[] = {"link GB/s", "decode ms", "decode offloaded ms", "penalty %",
                            "within 10%"};
-    exp_table_t *bt = exp_result_table(r, "kv_offload_bandwidth",
+    exp_table_t *bt = exp_result_table(r, "kv-offload-bandwidth",
                                        "Decode time per token against the host link "
                                        "(simulated)", 5, bcols);
     const char *tcols[] = {"capacity", "GiB", "ideal s", "hyperoffload overhead %",
                            "hyperoffload last-step peak GB", "chameleon overhead %",
                            "chameleon last-step peak GB"};
-    exp_table_t *tt = exp_result_table(r, "kv_offload_training",
+    exp_table_t *tt = exp_result_table(r, "kv-offload-training",
                                        "Training: the hyperoffload and chameleon planners "
                                        "(llama2-7b, mbs 4, dp 8, ZeRO-3, simulated)", 7, tcols);
-    plot_t *pl = exp_result_plot(r, "kv_offload_bandwidth",
+    plot_t *pl = exp_result_plot(r, "kv-offload-bandwidth",
                                  "Decode time per token against the host link",
                                  "link GB/s (each direction)", "ms a token");
     if (!t || !bt || !tt || !pl)

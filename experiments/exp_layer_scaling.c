@@ -41,13 +41,13 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     const char *cols[] = {"setup", "layers (fit)", "s/step (fit)", "layers (big)",
                           "extrapolated s/step", "chameleon s/step", "impact %",
                           "paper impact %", "native at big"};
-    exp_table_t *t = exp_result_table(r, "layer_scaling",
+    exp_table_t *t = exp_result_table(r, "layer-scaling",
                                       "Linear extrapolation against Chameleon "
                                       "(simulated)",
                                       9, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    plot_t *pl = exp_result_plot(r, "layer_scaling",
+    plot_t *pl = exp_result_plot(r, "layer-scaling",
                                      "Step time against layers: measured, extrapolated, "
                                      "Chameleon",
                                      "layers", "simulated s/step");

@@ -79,13 +79,13 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     uint32_t limit_k = c->reduced ? 64 : 256;
     const char *cols[] = {"dimension", "base", "native", "recompute", "vdnn", "capuchin",
                           "chameleon", "chameleon / native", "chameleon vs ideal %"};
-    exp_table_t *t = exp_result_table(r, "max_size",
+    exp_table_t *t = exp_result_table(r, "max-size",
                                       "Largest size per dimension before failure "
                                       "(simulated)",
                                       9, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    plot_t *pl = exp_result_plot(r, "max_size",
+    plot_t *pl = exp_result_plot(r, "max-size",
                                      "Largest size relative to native (1 batch, 2 layers, "
                                      "3 sequence, 4 hidden)",
                                      "dimension", "largest size / native's");

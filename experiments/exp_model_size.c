@@ -115,13 +115,13 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                           "chameleon+host", "protrain step s",  "chameleon step s",
                           "chameleon+host step s", "chameleon at protrain's s",
                           "chameleon+host at protrain's s"};
-    exp_table_t *t = exp_result_table(r, "model_size",
+    exp_table_t *t = exp_result_table(r, "model-size",
                                       "Largest Llama-shaped model per method, 2 TiB of host "
                                       "memory (simulated)",
                                       12, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    plot_t *pl = exp_result_plot(r, "model_size",
+    plot_t *pl = exp_result_plot(r, "model-size",
                                  "Largest model relative to native (1 910B layers, 2 910B "
                                  "hidden, 3 A100 layers, 4 A100 hidden)",
                                  "device and dimension", "largest size / native's");

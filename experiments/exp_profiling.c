@@ -50,13 +50,13 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
 {
     const char *cols[] = {"mode", "simulated ms/step", "extra %", "paper extra %",
                           "measured host CPU us/step", "host ns/op over none"};
-    exp_table_t *t = exp_result_table(r, "profiling_overhead",
+    exp_table_t *t = exp_result_table(r, "profiling-overhead",
                                       "Profiling overhead (simulated step time; "
                                       "host time measured on this machine)",
                                       6, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    plot_t *pl = exp_result_plot(r, "profiling_overhead",
+    plot_t *pl = exp_result_plot(r, "profiling-overhead",
                                      "Extra step time per profiling mode (1 none, "
                                      "2 lightweight, 3 detailed, 4 per-op sync)",
                                      "mode", "extra simulated %");

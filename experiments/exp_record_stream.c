@@ -17,17 +17,17 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     size_t n = c->reduced ? 4 : 5;
     const char *cols[] = {"layers", "custom s/step", "pytorch s/step", "custom reuse mean",
                           "pytorch reuse mean", "custom reuse max", "pytorch reuse max"};
-    exp_table_t *t = exp_result_table(r, "record_stream",
+    exp_table_t *t = exp_result_table(r, "record-stream",
                                       "Custom against PyTorch's recordStream (simulated; "
                                       "reuse intervals in ops)",
                                       7, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    plot_t *time = exp_result_plot(r, "record_stream_time",
+    plot_t *time = exp_result_plot(r, "record-stream-time",
                                        "Step time, custom and PyTorch "
                                        "recordStream",
                                        "layers", "simulated s/step");
-    plot_t *reuse = exp_result_plot(r, "record_stream_reuse",
+    plot_t *reuse = exp_result_plot(r, "record-stream-reuse",
                                         "Mean memory block reuse "
                                         "interval",
                                         "layers", "ops from free to reuse");

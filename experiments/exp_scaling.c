@@ -51,7 +51,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     int count[3] = {0};
     for (size_t d = 0; d < 3; d++) {
         char name[48], title[96];
-        snprintf(name, sizeof name, "scaling_%s", sw[d].name);
+        snprintf(name, sizeof name, "scaling-%s", sw[d].name);
         snprintf(title, sizeof title, "Step time against %s", sw[d].name);
         plot_t *pl = exp_result_plot(r, name, title, sw[d].name, "simulated s/step");
         if (!pl)

@@ -104,14 +104,14 @@ static cham_status_t policy_cache(const exp_config_t *c, exp_result_t *r, char *
     const char *cols[] = {"classes", "steps in WarmUp", "steps in GenPolicy", "steps in Stable",
                           "Stable after step 50 %", "on-demand swap-ins", "passive swap-outs",
                           "mean s/step"};
-    exp_table_t *t = exp_result_table(r, "policy_cache",
+    exp_table_t *t = exp_result_table(r, "policy-cache",
                                       "Chameleon with and without sequence classes, validating "
                                       "every 7 steps (simulated)",
                                       8, cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
     plot_t *pl =
-        exp_result_plot(r, "policy_cache", "Step time per step, with and without classes", "step",
+        exp_result_plot(r, "policy-cache", "Step time per step, with and without classes", "step",
                         "simulated s/step");
     if (!pl)
         return CHAM_ERR_HOST_OOM;

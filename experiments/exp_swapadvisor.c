@@ -208,7 +208,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     double worst = INFINITY;
     for (size_t mi = 0; mi < 2; mi++) {
         char name[64];
-        snprintf(name, sizeof name, "swapadvisor_%s", s[mi].label);
+        snprintf(name, sizeof name, "swapadvisor-%s", s[mi].label);
         plot_t *pl = exp_result_plot(r, name, s[mi].label, "memory ratio (peak / capacity)",
                                      "% of ideal throughput");
         if (!pl)
@@ -220,7 +220,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     const char *dcols[] = {"strategy", "% ideal (mean step)", "policies made",
                            "on-demand swap-ins", "hazards"};
     exp_table_t *d = exp_result_table(
-        r, "swapadvisor_dynamic", "llama setup at 1.5x with an evaluation every 4th and an "
+        r, "swapadvisor-dynamic", "llama setup at 1.5x with an evaluation every 4th and an "
         "overflow every 5th step, 20 steps (simulated)", sizeof dcols / sizeof dcols[0], dcols);
     if (!d)
         return CHAM_ERR_HOST_OOM;

@@ -1,5 +1,6 @@
 /* The experiments' registry, their shared helpers, and writing a result
  * out as CSV, JSON and SVG files (experiment.h). */
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +52,7 @@ void exp_result_free(exp_result_t *r)
 exp_table_t *exp_result_table(exp_result_t *r, const char *name, const char *title,
                               size_t n_cols, const char *const *cols)
 {
+    assert(!strchr(name, '_'));   /* file names join words with '-', as experiments do */
     if (r->n_tables == EXP_MAX_TABLES || !exp_table_init(&r->tables[r->n_tables], name, title,
                                                           n_cols, cols))
         return NULL;
@@ -60,6 +62,7 @@ exp_table_t *exp_result_table(exp_result_t *r, const char *name, const char *tit
 plot_t *exp_result_plot(exp_result_t *r, const char *name, const char *title,
                             const char *x_label, const char *y_label)
 {
+    assert(!strchr(name, '_'));
     if (r->n_plots == EXP_MAX_PLOTS)
         return NULL;
     plot_init(&r->plots[r->n_plots], name, title, x_label, y_label);

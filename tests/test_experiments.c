@@ -514,8 +514,8 @@ static void test_files_written(void **state)
     exp_config_t c = {.device = "ascend-910b", .reduced = true};
     char err[512];
     assert_true(exp_result_write(exp_find("record-stream"), &c, &r, dir, err, sizeof err));
-    const char *files[] = {"record_stream.csv", "record-stream.json", "record_stream_time.svg",
-                           "record_stream_reuse.svg"};
+    const char *files[] = {"record-stream.csv", "record-stream.json", "record-stream-time.svg",
+                           "record-stream-reuse.svg"};
     char path[600];
     for (size_t i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
