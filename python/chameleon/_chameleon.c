@@ -882,7 +882,11 @@ PyMODINIT_FUNC PyInit__chameleon(void)
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;
-    ChameleonError = PyErr_NewException("chameleon.ChameleonError", PyExc_RuntimeError, NULL);
+    /* Not a RuntimeError: a loop that skips a step on torch's errors
+     * (except RuntimeError around clip_grad_norm_(error_if_nonfinite=True)
+     * and opt.step()) would swallow a budget raised inside the step, with
+     * the optimizer half applied (docs/pytorch.md). */
+    ChameleonError = PyErr_NewException("chameleon.ChameleonError", PyExc_Exception, NULL);
     if (!ChameleonError || PyModule_AddObjectRef(m, "ChameleonError", ChameleonError) ||
         PyModule_AddObjectRef(m, "Context", (PyObject *)&ContextType) ||
         cham_py_copier_init(m) ||

@@ -23,6 +23,7 @@ first.
 """
 import gc
 import json
+import math
 import os
 import threading
 import warnings
@@ -168,7 +169,7 @@ for _layout, _parts in (("sparse_csr", ("crow_indices", "col_indices", "values")
 class _Op:
     """What the glue knows of one aten overload."""
     __slots__ = ("name", "token", "is_view", "makes", "writes_hidden", "flops", "bookkeeping",
-                 "writes", "recomputable", "storages")
+                 "writes", "recomputable", "storages", "grows")
 
     def __init__(self, ctx, func):
         self.name = str(func)
@@ -200,6 +201,24 @@ class _Op:
         # a storage's copy runs empty().set_(source).copy_ outside Python).
         self.storages = [(i, a.name) for i, a in enumerate(func._schema.arguments)
                          if str(a.type) == "Storage"]
+        # resize_ and resize_as_ grow their tensor's storage by what their
+        # arguments say, in place: the bytes are known before the op.
+        self.grows = self.name if self.name in _GROWING else None
+
+
+# In-place ops that grow their first argument's storage to the size their
+# second one gives (a shape, or a tensor's): see _growth.
+_GROWING = ("aten.resize_.default", "aten.resize_as_.default")
+
+
+def _growth(name, args, kwargs):
+    """The bytes a resize_ or resize_as_ (name) adds to its tensor's
+    storage, which is on the device by then."""
+    t = args[0]
+    shape = args[1] if len(args) > 1 else kwargs.get("size", kwargs.get("the_template"))
+    numel = shape.numel() if isinstance(shape, torch.Tensor) else math.prod(shape)
+    need = (t.storage_offset() + numel) * t.element_size()
+    return max(0, need - storage_of(t).nbytes())
 
 
 def _written(op, args, kwargs):
@@ -1048,10 +1067,12 @@ class Offload:
             finally:
                 self._busy = False
             self._make_room(need, protect, f"op {op.name}", sure=sure)
-        elif budget is not None and table.resident > budget:
+        elif budget is not None and (op.grows or table.resident > budget):
             # An input first seen here (an in-place op on a tensor made
-            # before the block): room for it before the op writes it.
-            self._make_room(0, protect, f"op {op.name}")
+            # before the block), or a storage resize_ grows: room for it
+            # before the op writes it.
+            grows = _growth(op.grows, args, kwargs) if op.grows else 0
+            self._make_room(grows, protect, f"op {op.name}")
         before = table.added
         start = _clock()
         result = func(*args, **kwargs)

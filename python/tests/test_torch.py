@@ -790,6 +790,30 @@ class SizesBeforeAnOp(unittest.TestCase):
 
 
 @needs_torch
+class GrowingInPlace(unittest.TestCase):
+    def test_resize_grows_within_the_budget(self):
+        # resize_ grows its storage in place: it made nothing to the glue,
+        # so no room was made and the step passed the budget by the growth
+        # (a memory bank grown with resize_, round 7).
+        MiB = 1 << 20
+        budget = 3 * MiB + 4096
+        tr = tracker.Tracker()
+        off = ct.Offload(budget=budget, log=quiet, cpu_copies="inline")
+        with tr, off:
+            a = torch.zeros(MiB // 4)
+            b = torch.ones(MiB // 4)
+            c = a + b                          # 3 MiB: at the budget
+            a.resize_(MiB // 2)                # and 1 MiB more
+            a[MiB // 4:] = 2.0
+            off.step()
+            tr.step()
+            self.assertEqual(float(a.sum()), 2.0 * (MiB // 4))
+            self.assertEqual(float(c.sum()), MiB // 4)
+        self.assertLessEqual(max(tr.peaks), budget, tr.peaks)
+        self.assertEqual(off.stats["over_budget_steps"], 0)
+
+
+@needs_torch
 class TensorsOfOtherKinds(unittest.TestCase):
     MB = 1 << 20
 
@@ -987,6 +1011,30 @@ class BadInput(unittest.TestCase):
         with self.assertRaises(ct.ChameleonError) as e:
             tiny_gpt.train(tiny_gpt.make(layers=1), off, steps=2, validate_every=0)
         self.assertIn("largest op", str(e.exception))
+
+    def test_budget_error_is_not_swallowed_as_torchs(self):
+        # A loop that skips a step on torch's errors (inf gradients) used
+        # to swallow the budget's error raised inside opt.step(): every
+        # step "skipped", AdamW applied to half the parameters.
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(48, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 256), torch.nn.GELU(),
+                                torch.nn.Linear(256, 9))
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+        # Below AdamW's update of the 256x256 weight (it, its gradient and
+        # two moments at once: 1 MiB), above everything else.
+        off = ct.Offload(budget=700_000, log=quiet)
+        with self.assertRaises(ct.ChameleonError), off:
+            for _ in range(3):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(m(torch.randn(64, 48)),
+                                                  torch.randint(0, 9, (64,))).backward()
+                try:
+                    torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0, error_if_nonfinite=True)
+                    opt.step()
+                except RuntimeError:
+                    pass
+                off.step()
 
     def test_unplanned_tensors_pass_through(self):
         # Quantized, meta and sparse tensors are not planned: they run as
