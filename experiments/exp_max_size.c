@@ -86,11 +86,12 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     if (!t)
         return CHAM_ERR_HOST_OOM;
     plot_t *pl = exp_result_plot(r, "max-size",
-                                     "Largest size relative to native (1 batch, 2 layers, "
-                                     "3 sequence, 4 hidden)",
+                                     "Largest size relative to native, per dimension",
                                      "dimension", "largest size / native's");
     if (!pl)
         return CHAM_ERR_HOST_OOM;
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
+        plot_category(pl, dims[d].name);
     char best[256] = "";
     for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
         long row = exp_table_add_row(t);

@@ -122,11 +122,16 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     if (!t)
         return CHAM_ERR_HOST_OOM;
     plot_t *pl = exp_result_plot(r, "model-size",
-                                 "Largest model relative to native (1 910B layers, 2 910B "
-                                 "hidden, 3 A100 layers, 4 A100 hidden)",
+                                 "Largest model relative to native",
                                  "device and dimension", "largest size / native's");
     if (!pl)
         return CHAM_ERR_HOST_OOM;
+    for (size_t dv = 0; dv < 2; dv++)          /* x 2 dv + d + 1, as the rows */
+        for (size_t d = 0; d < 2; d++) {
+            char label[sizeof pl->categories[0]];
+            snprintf(label, sizeof label, "%s %s", devices[dv], s.dims[d].name);
+            plot_category(pl, label);
+        }
     char summary[sizeof r->summary] = "";
     for (size_t dv = 0; dv < 2; dv++) {
         exp_config_t dc = *c;

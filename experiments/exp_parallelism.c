@@ -74,6 +74,11 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     if (!pl)
         return CHAM_ERR_HOST_OOM;
     size_t n = c->reduced ? 3 : sizeof rows / sizeof rows[0];
+    for (size_t i = 0; i < n; i++) {
+        char label[8];
+        snprintf(label, sizeof label, "%zu", i + 1);
+        plot_category(pl, label);
+    }
     double sum = 0;
     int count = 0;
     for (size_t i = 0; i < n; i++) {

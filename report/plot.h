@@ -24,6 +24,9 @@ struct json_t *plot_json_number(double v);
 /* ---- plots -------------------------------------------------------------------*/
 
 #define PLOT_MAX_SERIES 8
+/* The most ticks an axis gets. */
+#define PLOT_MAX_TICKS 16
+#define PLOT_MAX_CATEGORIES PLOT_MAX_TICKS   /* a tick each */
 
 typedef struct plot_series {
     char name[40];
@@ -39,6 +42,7 @@ typedef struct plot_band {
     char label[24];              /* bands of one label share a colour */
 } plot_band_t;
 
+
 typedef struct plot {
     char name[48];               /* file stem: NAME.svg */
     char title[160];
@@ -49,6 +53,11 @@ typedef struct plot {
     plot_series_t series[PLOT_MAX_SERIES];
     size_t n_bands;
     plot_band_t bands[PLOT_MAX_BANDS];
+    /* With categories, x k + 1 is the k-th category: the x axis names
+     * them, and each series is markers, not a line (nothing lies between
+     * two categories). */
+    size_t n_categories;
+    char categories[PLOT_MAX_CATEGORIES][24];
 } plot_t;
 
 void plot_init(plot_t *p, const char *name, const char *title, const char *x_label,
@@ -64,12 +73,13 @@ void plot_free(plot_t *p);
 bool plot_write_svg(const plot_t *p, const char *path);
 /* The same SVG into an open stream (to inline it in HTML). */
 void plot_print_svg(const plot_t *p, FILE *f);
+/* Adds the next category of the x axis (plot_t); its x is how many there
+ * were before, plus 1. false when there is no room. */
+bool plot_category(plot_t *p, const char *label);
 /* Adds a band, or widens the last one when it has the same label and
  * touches x0; false when there is no room. */
 bool plot_band(plot_t *p, const char *label, double x0, double x1);
 
-/* The most ticks an axis gets. */
-#define PLOT_MAX_TICKS 16
 /* The ticks of a plot's linear axis over data from lo to hi (from_zero: it
  * starts at 0 when lo is near it), as the plots draw them: 1, 2 or 5 times
  * a power of ten apart, increasing, 2 to PLOT_MAX_TICKS of them; returns how

@@ -34,6 +34,15 @@ void plot_init(plot_t *p, const char *name, const char *title, const char *x_lab
     copy_text(p->y_label, sizeof p->y_label, y_label);
 }
 
+bool plot_category(plot_t *p, const char *label)
+{
+    if (p->n_categories == PLOT_MAX_CATEGORIES)
+        return false;
+    copy_text(p->categories[p->n_categories], sizeof p->categories[0], label);
+    p->n_categories++;
+    return true;
+}
+
 bool plot_add(plot_t *p, const char *series, double x, double y)
 {
     char name[sizeof p->series[0].name];  /* compared as it is stored */
@@ -188,6 +197,15 @@ static void log_axis(axis_t *a, double lo, double hi, bool pow2)
 }
 
 /* Where v falls on the axis, 0 at lo and 1 at hi (halves: no overflow). */
+/* Categories: a tick at each of 1..n, half a category of room each side. */
+static void category_axis(axis_t *a, size_t n)
+{
+    memset(a, 0, sizeof *a);
+    a->lo = 0.5, a->hi = (double)n + 0.5, a->step = 1;
+    for (size_t k = 0; k < n; k++)
+        a->tick[a->n++] = (double)k + 1;
+}
+
 static double to_unit(const axis_t *a, double v)
 {
     return a->log ? (log(v) - log(a->lo)) / (log(a->hi) - log(a->lo))
@@ -253,12 +271,20 @@ static void draw_axes(FILE *f, const plot_t *p, const axis_t *ax, const axis_t *
         double v = ax->tick[k], x = LEFT + w * to_unit(ax, v);
         fprintf(f, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#ddd\"/>\n", x,
                 TOP, x, TOP + h);
-        label(buf, sizeof buf, fabs(v) < (ax->log ? 0 : ax->step * 1e-9) ? 0 : v);
-        fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%s</text>\n", x,
-                TOP + h + 18, buf);
+        fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">", x, TOP + h + 18);
+        if (p->n_categories) {
+            escaped(f, p->categories[k]);
+        } else {
+            label(buf, sizeof buf, fabs(v) < (ax->log ? 0 : ax->step * 1e-9) ? 0 : v);
+            fputs(buf, f);
+        }
+        fputs("</text>\n", f);
     }
-    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"15\" "
-            "font-weight=\"bold\">", WIDTH / 2.0, TOP - 18);
+    /* A title wider than the plot at 15 px is set smaller (about 0.55 em
+     * a character) rather than cut at the edges. */
+    double title_px = fmin(15, (WIDTH - 20) / (0.55 * (double)strlen(p->title)));
+    fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" font-size=\"%.1f\" "
+            "font-weight=\"bold\">", WIDTH / 2.0, TOP - 18, title_px);
     escaped(f, p->title);
     fprintf(f, "</text>\n<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">", LEFT + w / 2,
             HEIGHT - 12);
@@ -269,12 +295,23 @@ static void draw_axes(FILE *f, const plot_t *p, const axis_t *ax, const axis_t *
     fputs("</text>\n", f);
 }
 
-/* One series: a polyline per run of usable points, markers if few. */
+/* One series: a polyline per run of usable points, markers if few; over
+ * categories markers only, each series a little to the side of the one
+ * before so that equal values stay apart. */
 static void draw_series(FILE *f, const plot_t *p, size_t i, const axis_t *ax,
                         const axis_t *ay)
 {
     const plot_series_t *s = &p->series[i];
     const double w = WIDTH - LEFT - RIGHT, h = HEIGHT - TOP - BOTTOM;
+    if (p->n_categories) {
+        double side = 8 * ((double)i - (double)(p->n_series - 1) / 2);
+        for (size_t k = 0; k < s->n; k++)
+            if (usable(p, s->x[k], s->y[k]))
+                fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"4\" fill=\"%s\"/>\n",
+                        LEFT + w * to_unit(ax, s->x[k]) + side,
+                        TOP + h * (1 - to_unit(ay, s->y[k])), palette[i]);
+        return;
+    }
     bool open = false;
     for (size_t k = 0; k < s->n; k++) {
         if (!usable(p, s->x[k], s->y[k])) {
@@ -378,7 +415,9 @@ void plot_print_svg(const plot_t *p, FILE *f)
         pow2 = false;
     }
     axis_t ax, ay;
-    if (p->log_x)
+    if (p->n_categories)
+        category_axis(&ax, p->n_categories);
+    else if (p->log_x)
         log_axis(&ax, xlo, xhi, pow2);
     else
         linear_axis(&ax, xlo, xhi, false);

@@ -478,6 +478,34 @@ static void test_svg_plot(void **state)
     assert_non_null(strstr(svg, ">32</text>"));
     plot_free(&p);
 
+    /* Categories: named ticks, markers without lines, no numeric x ticks;
+     * a long title is set smaller rather than cut. */
+    plot_init(&p, "cat", "A title much longer than the plot is wide at fifteen pixels, "
+                         "as the experiments' titles were", "mode", "y");
+    const char *modes[] = {"no profiler", "lightweight", "detailed"};
+    for (int i = 0; i < 3; i++) {
+        assert_true(plot_category(&p, modes[i]));
+        assert_true(plot_add(&p, "ours", i + 1, 10.0 * i));
+        assert_true(plot_add(&p, "paper", i + 1, 10.0 * i));    /* equal: set apart */
+    }
+    assert_true(plot_write_svg(&p, path));
+    svg = slurp(path);
+    assert_int_equal(count(svg, "<polyline"), 0);
+    assert_int_equal(count(svg, "<circle"), 6);
+    for (int i = 0; i < 3; i++) {
+        char tick[40];
+        snprintf(tick, sizeof tick, ">%s</text>", modes[i]);
+        assert_non_null(strstr(svg, tick));
+    }
+    assert_null(strstr(svg, ">1.5</text>"));
+    assert_null(strstr(svg, "font-size=\"15.0\""));
+    plot_free(&p);
+    plot_init(&p, "cat", "t", "x", "y");
+    for (int i = 0; i < PLOT_MAX_CATEGORIES; i++)
+        assert_true(plot_category(&p, "c"));
+    assert_false(plot_category(&p, "one too many"));
+    plot_free(&p);
+
     /* One point, only NANs, too many series, a path that cannot be written. */
     plot_init(&p, "edge", "edge", "x", "y");
     assert_true(plot_add(&p, "one", 3, 3));
