@@ -203,7 +203,7 @@ class _Op:
                          if str(a.type) == "Storage"]
         # resize_ and resize_as_ grow their tensor's storage by what their
         # arguments say, in place: the bytes are known before the op.
-        self.grows = self.name if self.name in _GROWING else None
+        self.grows = self.name in _GROWING
 
 
 # In-place ops that grow their first argument's storage to the size their
@@ -211,8 +211,8 @@ class _Op:
 _GROWING = ("aten.resize_.default", "aten.resize_as_.default")
 
 
-def _growth(name, args, kwargs):
-    """The bytes a resize_ or resize_as_ (name) adds to its tensor's
+def _growth(args, kwargs):
+    """The bytes a resize_ or resize_as_ of args adds to its tensor's
     storage, which is on the device by then."""
     t = args[0]
     shape = args[1] if len(args) > 1 else kwargs.get("size", kwargs.get("the_template"))
@@ -1071,7 +1071,7 @@ class Offload:
             # An input first seen here (an in-place op on a tensor made
             # before the block), or a storage resize_ grows: room for it
             # before the op writes it.
-            grows = _growth(op.grows, args, kwargs) if op.grows else 0
+            grows = _growth(args, kwargs) if op.grows else 0
             self._make_room(grows, protect, f"op {op.name}")
         before = table.added
         start = _clock()
