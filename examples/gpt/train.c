@@ -358,31 +358,24 @@ static cham_status_t decode(run_t *a, run_t *b, const gpt_train_config_t *c,
     return st;
 }
 
-cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
-                        gpt_progress_fn progress, void *user, gpt_train_result_t *res,
-                        char *err, size_t err_size)
+/* gpt_train's inputs checked, and the config it runs (the data's vocab). */
+static cham_status_t check_inputs(const gpt_train_config_t *c, const gpt_data_t *d,
+                                  gpt_train_config_t *cfg, char *err, size_t err_size)
 {
-    memset(res, 0, sizeof *res);
-    res->final_train_loss = res->final_val_loss = res->first_train_loss = NAN;
-    res->overhead_vs_ideal = NAN;
-    gpt_shape_t shape = c->shape;
-    shape.vocab = d->vocab;
-    gpt_train_config_t cfg = *c;
-    cfg.shape = shape;
-    if (gpt_shape_check(&shape, err, err_size) != 0)
+    *cfg = *c;
+    cfg->shape.vocab = d->vocab;
+    const gpt_shape_t *shape = &cfg->shape;
+    if (gpt_shape_check(shape, err, err_size) != 0)
         return CHAM_ERR_INVALID_ARG;
     gpt_decode_config_t dc = {.prompt = c->prompt, .generate = c->generate};
-    if (c->generate > 0 && !gpt_decode_check(&shape, &dc, err, err_size))
+    if (c->generate > 0 && !gpt_decode_check(shape, &dc, err, err_size))
         return CHAM_ERR_INVALID_ARG;
-    if (shape.seq > gpt_data_max_seq(d)) {
+    if (shape->seq > gpt_data_max_seq(d)) {
         snprintf(err, err_size, "seq: %d is longer than the data allows (%zu tokens: each "
-                 "split must hold seq + 1, the validation tenth %zu; at most %ld)", shape.seq,
+                 "split must hold seq + 1, the validation tenth %zu; at most %ld)", shape->seq,
                  d->n, d->n - d->n_train, gpt_data_max_seq(d));
         return CHAM_ERR_INVALID_ARG;
     }
-    cham_status_t st = CHAM_OK;
-    uint64_t budget = c->budget;
-    cham_protrain_model_t *pt = NULL;
     if (c->strategy == CHAM_STRATEGY_ZERO_OFFLOAD) {
         snprintf(err, err_size, "strategy zero-offload moves every chunk of parameters to the "
                  "host, and the trainer's parameters are one storage that stays on the device "
@@ -394,106 +387,247 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
                  "--optimizer host");
         return CHAM_ERR_INVALID_ARG;
     }
-    if ((st = measure(&cfg, d, res, &pt, err, err_size)) != CHAM_OK)
+    return CHAM_OK;
+}
+
+/* The set-up: the unconstrained peak measured, the budget (*budget), the
+ * managed run a (ProTrain's blocks, the trace) and, to verify, the
+ * unconstrained reference b (zeroed otherwise). Both closed on failure. */
+static cham_status_t set_up(const gpt_train_config_t *cfg, const gpt_data_t *d,
+                            gpt_train_result_t *res, run_t *a, run_t *b, uint64_t *budget,
+                            char *err, size_t err_size)
+{
+    memset(a, 0, sizeof *a);
+    memset(b, 0, sizeof *b);
+    cham_protrain_model_t *pt = NULL;
+    cham_status_t st = measure(cfg, d, res, &pt, err, err_size);
+    if (st != CHAM_OK)
         return st;
-    if (c->budget_fraction > 0)
-        budget = (uint64_t)(c->budget_fraction * (double)res->unconstrained_peak_bytes);
-    res->budget_bytes = budget;
-    if (budget && budget < res->largest_op_bytes) {
+    *budget = cfg->budget_fraction > 0
+                  ? (uint64_t)(cfg->budget_fraction * (double)res->unconstrained_peak_bytes)
+                  : cfg->budget;
+    res->budget_bytes = *budget;
+    if (*budget && *budget < res->largest_op_bytes) {
         snprintf(err, err_size, "budget %llu bytes is below the largest single op's working "
                  "set: %s needs %llu bytes at once (the unconstrained peak is %llu)",
-                 (unsigned long long)budget, res->largest_op,
+                 (unsigned long long)*budget, res->largest_op,
                  (unsigned long long)res->largest_op_bytes,
                  (unsigned long long)res->unconstrained_peak_bytes);
         cham_protrain_model_free(pt);
         return CHAM_ERR_INVALID_ARG;
     }
-    run_t a, b;
-    memset(&b, 0, sizeof b);
     cham_protrain_plan_t plan = {0};
-    if ((st = run_open(&a, &cfg, budget, err, err_size)) != CHAM_OK ||
-        (pt && (st = protrain_plan(&a, pt, budget, &plan, err, err_size)) != CHAM_OK) ||
-        (c->trace_path &&
-         (st = cham_trace_open(a.ctx, c->trace_path, &a.trace, err, err_size)) != CHAM_OK)) {
+    if ((st = run_open(a, cfg, *budget, err, err_size)) != CHAM_OK ||
+        (pt && (st = protrain_plan(a, pt, *budget, &plan, err, err_size)) != CHAM_OK) ||
+        (cfg->trace_path &&
+         (st = cham_trace_open(a->ctx, cfg->trace_path, &a->trace, err, err_size)) != CHAM_OK)) {
         cham_protrain_model_free(pt);
-        run_close(&a);
+        run_close(a);
         return st;
     }
     if (pt) {
         cham_protrain_model_free(pt);
-        gpt_model_set_blocks(a.model, &plan.config);
+        gpt_model_set_blocks(a->model, &plan.config);
         res->has_protrain = true;
         res->protrain = plan.config;
         res->predicted_step_s = plan.estimate.step_ns * 1e-9;
         res->predicted_peak_bytes = plan.estimate.peak_bytes;
     }
-    if (c->on_context)
-        c->on_context(a.ctx, c->on_context_user);
+    if (cfg->on_context)
+        cfg->on_context(a->ctx, cfg->on_context_user);
     /* The reference: unlimited memory, nothing managed, nothing recomputed. */
-    gpt_train_config_t plain = cfg;
+    gpt_train_config_t plain = *cfg;
     plain.strategy = CHAM_STRATEGY_CHAMELEON;
     plain.host_optimizer = false;
-    if (c->verify && (st = run_open(&b, &plain, 0, err, err_size)) != CHAM_OK) {
-        run_close(&a);
-        run_close(&b);
+    if (cfg->verify && (st = run_open(b, &plain, 0, err, err_size)) != CHAM_OK) {
+        run_close(a);
+        run_close(b);
         return st;
     }
+    return CHAM_OK;
+}
+
+/* What the steps add up to, for the results. */
+typedef struct totals {
+    double train_sim, train_ideal;        /* simulated s of training steps, a and b */
+    uint64_t ideal_kernels, ideal_dispatch_ns, ideal_busy_ns;   /* the reference's */
+} totals_t;
+
+static void note_peak(gpt_train_result_t *res, const gpt_step_info_t *info)
+{
+    if (info->peak_bytes > res->peak_device_bytes)
+        res->peak_device_bytes = info->peak_bytes;
+}
+
+/* One training step on a and, to verify, on the reference b, the losses
+ * compared; *info is the step's. */
+static cham_status_t verified_step(run_t *a, run_t *b, const gpt_train_config_t *cfg,
+                                   const gpt_data_t *d, int step, const bool *skip,
+                                   gpt_step_info_t *info, totals_t *t, gpt_train_result_t *res,
+                                   char *err, size_t err_size)
+{
+    cham_runtime_stats_t s0;
+    cham_context_get_stats(a->ctx, &s0);
+    double t0 = sim_now_s(a);
+    if ((cfg->profile_path || cfg->on_finish) && step + 1 == cfg->steps)
+        cham_context_request_profile(a->ctx);      /* the last step's, to save */
+    cham_status_t st = train_step(a, cfg, d, step, skip, info);
+    if (st != CHAM_OK)
+        return fail(a, step, "training", st, err, err_size);
+    step_figures(a, &s0, t0, info);
+    count_stable(res, info);
+    note_peak(res, info);
+    t->train_sim += info->sim_step_s;
+    res->layers_skipped += (uint64_t)info->layers_skipped;
+    res->skipped_updates += info->skipped_update;
+    if (!cfg->verify)
+        return CHAM_OK;
+    gpt_step_info_t ref = {0};
+    double r0 = sim_now_s(b);
+    cham_sim_stats_t b0, b1;
+    bool sim_b = cham_sim_get_stats(cham_context_device(b->ctx), &b0) == CHAM_OK;
+    if ((st = train_step(b, cfg, d, step, skip, &ref)) != CHAM_OK)
+        return fail(b, step, "the unconstrained reference", st, err, err_size);
+    t->train_ideal += sim_now_s(b) - r0;
+    if (sim_b && cham_sim_get_stats(cham_context_device(b->ctx), &b1) == CHAM_OK) {
+        /* Where the ideal step's time goes: the host dispatching
+         * (launches, copies, event calls) or the device computing. */
+        uint64_t busy = 0;
+        for (int k = 0; k < CHAM_SIM_MAX_STREAMS; k++)
+            busy += b1.stream_busy_ns[k] - b0.stream_busy_ns[k];
+        t->ideal_kernels += b1.kernels - b0.kernels;
+        t->ideal_dispatch_ns += (b1.host_ns - b0.host_ns) -
+                                (b1.host_blocked_ns - b0.host_blocked_ns);
+        t->ideal_busy_ns += busy;
+    }
+    info->verified = ref.loss == info->loss;
+    res->bit_exact = res->bit_exact && info->verified;
+    return CHAM_OK;
+}
+
+/* The validation after `step` on a and, to verify, on b; *v is its. */
+static cham_status_t verified_validation(run_t *a, run_t *b, const gpt_train_config_t *cfg,
+                                         const gpt_data_t *d, int step, gpt_step_info_t *v,
+                                         gpt_train_result_t *res, char *err, size_t err_size)
+{
+    cham_runtime_stats_t s0;
+    cham_context_get_stats(a->ctx, &s0);
+    double t0 = sim_now_s(a);
+    cham_status_t st = validation_step(a, cfg, d, step, &v->loss);
+    if (st != CHAM_OK)
+        return fail(a, step, "validation", st, err, err_size);
+    step_figures(a, &s0, t0, v);
+    count_stable(res, v);
+    note_peak(res, v);
+    if (cfg->verify) {
+        double ref_loss = 0;
+        if ((st = validation_step(b, cfg, d, step, &ref_loss)) != CHAM_OK)
+            return fail(b, step, "the reference's validation", st, err, err_size);
+        v->verified = ref_loss == v->loss;
+        res->bit_exact = res->bit_exact && v->verified;
+    }
+    res->validations++;
+    res->final_val_loss = v->loss;
+    return CHAM_OK;
+}
+
+/* The parameters of a and b, byte for byte, into res->bit_exact. */
+static cham_status_t compare_params(run_t *a, run_t *b, gpt_train_result_t *res, char *err,
+                                    size_t err_size)
+{
+    size_t n = gpt_param_count(a->model);
+    float *pa = malloc(n * sizeof *pa), *pb = malloc(n * sizeof *pb);
+    cham_status_t st = CHAM_OK;
+    if (!pa || !pb) {
+        snprintf(err, err_size, "out of host memory comparing the parameters");
+        st = CHAM_ERR_HOST_OOM;
+    } else if ((st = gpt_read_params(a->model, pa)) != CHAM_OK ||
+               (st = gpt_read_params(b->model, pb)) != CHAM_OK) {
+        snprintf(err, err_size, "reading the parameters back");
+    } else {
+        res->bit_exact = res->bit_exact && memcmp(pa, pb, n * sizeof *pa) == 0;
+    }
+    free(pa);
+    free(pb);
+    return st;
+}
+
+/* The run's figures into res: the runtime's counters, simulated times
+ * against the reference's, the host overhead. */
+static void results(run_t *a, run_t *b, const gpt_train_config_t *cfg, const totals_t *t,
+                    double sim0, double ideal0, cham_status_t st, gpt_train_result_t *res)
+{
+    cham_runtime_stats_t s;
+    cham_context_get_stats(a->ctx, &s);
+    res->hazards = cham_device_hazard_count(cham_context_device(a->ctx));
+    res->oom = st == CHAM_ERR_OUT_OF_MEMORY;
+    res->stage_changes = s.stage_changes;
+    res->policy_regenerations = s.policies_generated;
+    res->on_demand_swapins = s.on_demand_swaps_in;
+    res->passive_swapouts = s.passive_swaps_out;
+    res->drops = s.drops;
+    res->recomputes = s.recomputes;
+    res->swapped_bytes = s.bytes_out + s.bytes_in;
+    res->sim_time_s = sim_now_s(a) - sim0;
+    res->sim_step_time_s = res->steps ? t->train_sim / res->steps : 0;
+    /* The bytes of swaps are moved by the host here, by a copy engine on
+     * hardware, and a trace is written: that CPU time (inside Chameleon's
+     * calls) is not counted. */
+    cham_sim_stats_t sim;
+    uint64_t copies = cham_sim_get_stats(cham_context_device(a->ctx), &sim) == CHAM_OK
+                          ? sim.data_copy_cpu_ns : 0;
+    copies += cham_trace_cpu_ns(a->trace);  /* writing the trace is not Chameleon's work */
+    uint64_t hooks = a->ops.hook_ns > copies ? a->ops.hook_ns - copies : 0;
+    uint64_t total = a->cpu_ns > copies ? a->cpu_ns - copies : 0;
+    /* When the copies and the trace took more than all the time inside the
+     * calls, what is left is below what this measures: NaN, said so. */
+    res->host_overhead_ratio = !total                            ? 0
+                               : a->ops.hook_ns && hooks == 0 ? NAN
+                                                              : (double)hooks / (double)total;
+    if (!cfg->verify)
+        return;
+    res->ideal_time_s = sim_now_s(b) - ideal0;
+    res->ideal_step_time_s = res->steps ? t->train_ideal / res->steps : 0;
+    if (res->ideal_step_time_s > 0)
+        res->overhead_vs_ideal = res->sim_step_time_s / res->ideal_step_time_s - 1;
+    if (res->steps) {
+        res->ideal_kernels_per_step = (double)t->ideal_kernels / res->steps;
+        res->ideal_dispatch_s_per_step = (double)t->ideal_dispatch_ns * 1e-9 / res->steps;
+        res->ideal_busy_s_per_step = (double)t->ideal_busy_ns * 1e-9 / res->steps;
+    }
+    res->hazards += cham_device_hazard_count(cham_context_device(b->ctx));
+}
+
+cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
+                        gpt_progress_fn progress, void *user, gpt_train_result_t *res,
+                        char *err, size_t err_size)
+{
+    memset(res, 0, sizeof *res);
+    res->final_train_loss = res->final_val_loss = res->first_train_loss = NAN;
+    res->overhead_vs_ideal = NAN;
+    gpt_train_config_t cfg;
+    uint64_t budget;
+    run_t a, b;
+    cham_status_t st = check_inputs(c, d, &cfg, err, err_size);
+    if (st != CHAM_OK || (st = set_up(&cfg, d, res, &a, &b, &budget, err, err_size)) != CHAM_OK)
+        return st;
     res->param_count = gpt_param_count(a.model);
     res->verified = c->verify;
     res->bit_exact = c->verify;
-    bool *skip = calloc((size_t)shape.layers, sizeof *skip);
+    bool *skip = calloc((size_t)cfg.shape.layers, sizeof *skip);
     if (!skip) {
         snprintf(err, err_size, "out of host memory");
         st = CHAM_ERR_HOST_OOM;
     }
-    double sim0 = sim_now_s(&a), ideal0 = c->verify ? sim_now_s(&b) : 0, train_sim = 0,
-           train_ideal = 0;
-    uint64_t ideal_kernels = 0, ideal_dispatch_ns = 0, ideal_busy_ns = 0;
+    double sim0 = sim_now_s(&a), ideal0 = c->verify ? sim_now_s(&b) : 0;
+    totals_t t = {0};
     for (int step = 0; st == CHAM_OK && step < c->steps; step++) {
-        cham_runtime_stats_t s0;
-        cham_context_get_stats(a.ctx, &s0);
         gpt_step_info_t info = {.step = step, .budget = budget};
         info.layers_skipped = c->drop_prob > 0 ? choose_skips(&cfg, step, skip) : 0;
-        double t0 = sim_now_s(&a);
-        if ((c->profile_path || c->on_finish) && step + 1 == c->steps)
-            cham_context_request_profile(a.ctx);      /* the last step's, to save */
-        st = train_step(&a, &cfg, d, step, c->drop_prob > 0 ? skip : NULL, &info);
-        if (st != CHAM_OK) {
-            st = fail(&a, step, "training", st, err, err_size);
+        st = verified_step(&a, &b, &cfg, d, step, c->drop_prob > 0 ? skip : NULL, &info, &t,
+                           res, err, err_size);
+        if (st != CHAM_OK)
             break;
-        }
-        step_figures(&a, &s0, t0, &info);
-        count_stable(res, &info);
-        res->peak_device_bytes = info.peak_bytes > res->peak_device_bytes ? info.peak_bytes
-                                                                          : res->peak_device_bytes;
-        train_sim += info.sim_step_s;
-        res->layers_skipped += (uint64_t)info.layers_skipped;
-        res->skipped_updates += info.skipped_update;
-        if (c->verify) {
-            gpt_step_info_t ref = {0};
-            double r0 = sim_now_s(&b);
-            cham_sim_stats_t b0, b1;
-            bool sim_b = cham_sim_get_stats(cham_context_device(b.ctx), &b0) == CHAM_OK;
-            if ((st = train_step(&b, &cfg, d, step, c->drop_prob > 0 ? skip : NULL, &ref)) !=
-                CHAM_OK) {
-                st = fail(&b, step, "the unconstrained reference", st, err, err_size);
-                break;
-            }
-            train_ideal += sim_now_s(&b) - r0;
-            if (sim_b && cham_sim_get_stats(cham_context_device(b.ctx), &b1) == CHAM_OK) {
-                /* Where the ideal step's time goes: the host dispatching
-                 * (launches, copies, event calls) or the device computing. */
-                uint64_t busy = 0;
-                for (int k = 0; k < CHAM_SIM_MAX_STREAMS; k++)
-                    busy += b1.stream_busy_ns[k] - b0.stream_busy_ns[k];
-                ideal_kernels += b1.kernels - b0.kernels;
-                ideal_dispatch_ns += (b1.host_ns - b0.host_ns) -
-                                     (b1.host_blocked_ns - b0.host_blocked_ns);
-                ideal_busy_ns += busy;
-            }
-            info.verified = ref.loss == info.loss;
-            res->bit_exact = res->bit_exact && info.verified;
-        }
         if (step == 0)
             res->first_train_loss = info.loss;
         res->final_train_loss = info.loss;
@@ -502,49 +636,16 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
             progress(&info, user);
         if (c->validate_every > 0 && (step + 1) % c->validate_every == 0) {
             gpt_step_info_t v = {.step = step, .validation = true, .budget = budget};
-            cham_context_get_stats(a.ctx, &s0);
-            t0 = sim_now_s(&a);
-            if ((st = validation_step(&a, &cfg, d, step, &v.loss)) != CHAM_OK) {
-                st = fail(&a, step, "validation", st, err, err_size);
+            if ((st = verified_validation(&a, &b, &cfg, d, step, &v, res, err, err_size)) !=
+                CHAM_OK)
                 break;
-            }
-            step_figures(&a, &s0, t0, &v);
-            count_stable(res, &v);
-            res->peak_device_bytes = v.peak_bytes > res->peak_device_bytes
-                                         ? v.peak_bytes : res->peak_device_bytes;
-            if (c->verify) {
-                double ref_loss = 0;
-                if ((st = validation_step(&b, &cfg, d, step, &ref_loss)) != CHAM_OK) {
-                    st = fail(&b, step, "the reference's validation", st, err, err_size);
-                    break;
-                }
-                v.verified = ref_loss == v.loss;
-                res->bit_exact = res->bit_exact && v.verified;
-            }
-            res->validations++;
-            res->final_val_loss = v.loss;
             if (progress)
                 progress(&v, user);
         }
     }
     free(skip);
-
-    /* The parameters, byte for byte. */
-    if (st == CHAM_OK && c->verify) {
-        size_t n = gpt_param_count(a.model);
-        float *pa = malloc(n * sizeof *pa), *pb = malloc(n * sizeof *pb);
-        if (!pa || !pb) {
-            snprintf(err, err_size, "out of host memory comparing the parameters");
-            st = CHAM_ERR_HOST_OOM;
-        } else if ((st = gpt_read_params(a.model, pa)) != CHAM_OK ||
-                   (st = gpt_read_params(b.model, pb)) != CHAM_OK) {
-            snprintf(err, err_size, "reading the parameters back");
-        } else {
-            res->bit_exact = res->bit_exact && memcmp(pa, pb, n * sizeof *pa) == 0;
-        }
-        free(pa);
-        free(pb);
-    }
+    if (st == CHAM_OK && c->verify)
+        st = compare_params(&a, &b, res, err, err_size);
 
     const cham_policy_t *pol = cham_context_policy(a.ctx);
     if (st == CHAM_OK && c->policy_path && pol)
@@ -558,45 +659,7 @@ cham_status_t gpt_train(const gpt_train_config_t *c, const gpt_data_t *d,
         c->on_finish(st == CHAM_OK ? last : NULL, pol, c->on_finish_user);
     if (st == CHAM_OK && c->generate > 0)
         st = decode(&a, c->verify ? &b : NULL, &cfg, d, res, err, err_size);
-    cham_runtime_stats_t s;
-    cham_context_get_stats(a.ctx, &s);
-    res->hazards = cham_device_hazard_count(cham_context_device(a.ctx));
-    res->oom = st == CHAM_ERR_OUT_OF_MEMORY;
-    res->stage_changes = s.stage_changes;
-    res->policy_regenerations = s.policies_generated;
-    res->on_demand_swapins = s.on_demand_swaps_in;
-    res->passive_swapouts = s.passive_swaps_out;
-    res->drops = s.drops;
-    res->recomputes = s.recomputes;
-    res->swapped_bytes = s.bytes_out + s.bytes_in;
-    res->sim_time_s = sim_now_s(&a) - sim0;
-    res->sim_step_time_s = res->steps ? train_sim / res->steps : 0;
-    /* The bytes of swaps are moved by the host here, by a copy engine on
-     * hardware, and a trace is written: that CPU time (inside Chameleon's
-     * calls) is not counted. */
-    cham_sim_stats_t sim;
-    uint64_t copies = cham_sim_get_stats(cham_context_device(a.ctx), &sim) == CHAM_OK
-                          ? sim.data_copy_cpu_ns : 0;
-    copies += cham_trace_cpu_ns(a.trace);  /* writing the trace is not Chameleon's work */
-    uint64_t hooks = a.ops.hook_ns > copies ? a.ops.hook_ns - copies : 0;
-    uint64_t total = a.cpu_ns > copies ? a.cpu_ns - copies : 0;
-    /* When the copies and the trace took more than all the time inside the
-     * calls, what is left is below what this measures: NaN, said so. */
-    res->host_overhead_ratio = !total                            ? 0
-                               : a.ops.hook_ns && hooks == 0 ? NAN
-                                                             : (double)hooks / (double)total;
-    if (c->verify) {
-        res->ideal_time_s = sim_now_s(&b) - ideal0;
-        res->ideal_step_time_s = res->steps ? train_ideal / res->steps : 0;
-        if (res->ideal_step_time_s > 0)
-            res->overhead_vs_ideal = res->sim_step_time_s / res->ideal_step_time_s - 1;
-        if (res->steps) {
-            res->ideal_kernels_per_step = (double)ideal_kernels / res->steps;
-            res->ideal_dispatch_s_per_step = (double)ideal_dispatch_ns * 1e-9 / res->steps;
-            res->ideal_busy_s_per_step = (double)ideal_busy_ns * 1e-9 / res->steps;
-        }
-        res->hazards += cham_device_hazard_count(cham_context_device(b.ctx));
-    }
+    results(&a, &b, &cfg, &t, sim0, ideal0, st, res);
     /* A trace that could not be written is the run's failure. */
     if (a.trace) {
         cham_device_synchronize(cham_context_device(a.ctx));
