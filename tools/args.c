@@ -272,6 +272,21 @@ const tool_opt_t *tool_find_opt(const char *cmd, const tool_opt_t *opts, size_t 
 
 /* ---- files ---------------------------------------------------------------------*/
 
+int tool_apply_opts(const char *cmd, const tool_opt_t *opts, size_t n, int argc, char **argv,
+                    void *state)
+{
+    for (int i = 0; i < argc; i++) {
+        const char *v;
+        const tool_opt_t *opt = tool_find_opt(cmd, opts, n, argc, argv, &i, &v);
+        if (!opt)
+            return 2;
+        int rc = opt->apply ? opt->apply(state, opt->name, v) : 0;
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 int tool_model_preset(const char *cmd, const tool_opt_t *opts, size_t n, int argc, char **argv,
                       const char **name, cham_model_config_t *m)
 {

@@ -62,6 +62,10 @@ bool tool_check_preset(const char *cmd, const char *flag, const char *name);
 typedef struct tool_opt {
     const char *name;            /* "--steps" */
     bool value;                  /* takes the next argument as its value */
+    /* What the option does to the command's state (value: its argument,
+     * NULL for a flag without one): 0, or 2 after printing the problem
+     * (tool_bad_value). NULL: the command reads the option itself. */
+    int (*apply)(void *state, const char *flag, const char *value);
 } tool_opt_t;
 
 /* Whether any argument is --help or -h: it wins over every other option. */
@@ -76,6 +80,11 @@ bool tool_wants_help(int argc, char **argv);
  * ("option --steps needs a value"). */
 const tool_opt_t *tool_find_opt(const char *cmd, const tool_opt_t *opts, size_t n, int argc,
                                 char **argv, int *i, const char **value);
+
+/* Every option of argv, in order, through its row's apply on state (rows
+ * without one are skipped): 0, or 2 after the problem was printed. */
+int tool_apply_opts(const char *cmd, const tool_opt_t *opts, size_t n, int argc, char **argv,
+                    void *state);
 
 /* The first pass of a command whose options override a model preset
  * (simulate, infer): every option of argv must be one of opts with its

@@ -291,7 +291,7 @@ static int warm_step(run_t *r, const demo_opts_t *o, bool swap, uint64_t *ns, ui
 /* 0, 2 after a usage error (printed), -1 after --help. */
 static int parse(int argc, char **argv, demo_opts_t *o)
 {
-    static const tool_opt_t opts[] = {{"--device", true}, {"--layers", true}};
+    static const tool_opt_t opts[] = {{"--device", true, NULL}, {"--layers", true, NULL}};
     if (tool_wants_help(argc, argv)) {
         printf("usage: chameleon check [--device PRESET] [--layers N]\n"
                "Runs a small model's step on the simulated device with less memory\n"

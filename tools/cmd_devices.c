@@ -55,7 +55,7 @@ static void usage(FILE *f)
 
 int cmd_devices(int argc, char **argv)
 {
-    static const tool_opt_t opts[] = {{"--backend", true}};
+    static const tool_opt_t opts[] = {{"--backend", true, NULL}};
     if (tool_wants_help(argc, argv)) {
         usage(stdout);
         return 0;

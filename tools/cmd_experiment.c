@@ -29,8 +29,8 @@ int cmd_experiment(int argc, char **argv)
 {
     const char *name = NULL, *out = NULL;
     exp_config_t c = {.progress = true};
-    static const tool_opt_t opts[] = {{"--list", false}, {"--reduced", false},
-                                      {"--device", true}, {"--out", true}};
+    static const tool_opt_t opts[] = {{"--list", false, NULL}, {"--reduced", false, NULL},
+                                      {"--device", true, NULL}, {"--out", true, NULL}};
     if (tool_wants_help(argc, argv)) {
         usage(stdout);
         return 0;

@@ -64,11 +64,13 @@ static void log_line(const char *line, void *user)
 }
 
 static const tool_opt_t opts[] = {
-    {"--model", true}, {"--layers", true}, {"--hidden", true}, {"--ffn", true},
-    {"--heads", true}, {"--kv-heads", true}, {"--vocab", true}, {"--experts", true},
-    {"--topk", true}, {"--prompt", true}, {"--generate", true}, {"--batch", true},
-    {"--kv-offload", true}, {"--strategy", true}, {"--device", true}, {"--capacity", true},
-    {"--find-max-context", false}, {"--json", false}, {"--quiet", false}, {"--log", false},
+    {"--model", true, NULL}, {"--layers", true, NULL}, {"--hidden", true, NULL},
+    {"--ffn", true, NULL}, {"--heads", true, NULL}, {"--kv-heads", true, NULL},
+    {"--vocab", true, NULL}, {"--experts", true, NULL}, {"--topk", true, NULL},
+    {"--prompt", true, NULL}, {"--generate", true, NULL}, {"--batch", true, NULL},
+    {"--kv-offload", true, NULL}, {"--strategy", true, NULL}, {"--device", true, NULL},
+    {"--capacity", true, NULL}, {"--find-max-context", false, NULL}, {"--json", false, NULL},
+    {"--quiet", false, NULL}, {"--log", false, NULL},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 

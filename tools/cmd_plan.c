@@ -101,13 +101,12 @@ static void usage(FILE *f)
 #define CMD "plan"
 
 static const tool_opt_t opts[] = {
-    {"--device", true}, {"--capacity", true}, {"--reserve", true}, {"--layers", true},
-    {"--free-delay", true}, {"--min-swap", true}, {"--json", true}, {"--bound", false},
-    {"--swap-only", false}, {"--early-swap-in", false}, {"--no-refine", false},
-    {"--partial", false},
-    {"--strategy", true},
-    {"--search-seconds", true}, {"--generations", true}, {"--population", true},
-    {"--seed", true}, {"--reorder", true},
+    {"--device", true, NULL}, {"--capacity", true, NULL}, {"--reserve", true, NULL},
+    {"--layers", true, NULL}, {"--free-delay", true, NULL}, {"--min-swap", true, NULL},
+    {"--json", true, NULL}, {"--bound", false, NULL}, {"--swap-only", false, NULL},
+    {"--early-swap-in", false, NULL}, {"--no-refine", false, NULL}, {"--partial", false, NULL},
+    {"--strategy", true, NULL}, {"--search-seconds", true, NULL}, {"--generations", true, NULL},
+    {"--population", true, NULL}, {"--seed", true, NULL}, {"--reorder", true, NULL},
 };
 
 /* 0 on success, 2 for bad usage (message printed); -1 after --help. */

@@ -262,7 +262,7 @@ static bool check_run(json_t *run, const char *file, char *err, size_t err_size)
 
 int cmd_report(int argc, char **argv)
 {
-    static const tool_opt_t opts[] = {{"--out", true}};
+    static const tool_opt_t opts[] = {{"--out", true, NULL}};
     const char *in = NULL, *out = NULL;
     if (tool_wants_help(argc, argv)) {
         usage(stdout);

@@ -30,6 +30,7 @@ typedef struct sim_opts {
     bool curve_written;          /* --memory-curve: the curve and profile are there */
     char curve_err[600];
     double capacity_fraction;    /* --capacity P%: P / 100 of the ideal run's peak */
+    bool set_heads, set_kv;      /* --heads, --kv-heads given */
 } sim_opts_t;
 
 static void usage(FILE *f)
@@ -147,18 +148,188 @@ static uint32_t *dim_of(const char *a, cham_model_config_t *m)
     return NULL;
 }
 
+/* ---- the options, one handler each ---------------------------------------------*/
+
+static int set_flag(void *state, const char *a, const char *v)
+{
+    sim_opts_t *o = state;
+    (void)v;                             /* --log: read by cmd_simulate */
+    o->json = o->json || strcmp(a, "--json") == 0;
+    o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
+    o->run.lower_bound = o->run.lower_bound || strcmp(a, "--bound") == 0;
+    return 0;
+}
+
+static int set_dim(void *state, const char *a, const char *v)
+{
+    sim_opts_t *o = state;
+    bool zero_ok = strcmp(a, "--zero") == 0 || strcmp(a, "--experts") == 0 ||
+                   strcmp(a, "--gbs") == 0 || strcmp(a, "--topk") == 0 ||
+                   strcmp(a, "--validate-every") == 0;
+    uint64_t n;
+    if (!tool_parse_uint(v, zero_ok ? 0 : 1, UINT32_MAX, &n))
+        return tool_bad_value(CMD, a, zero_ok ? "a whole number from 0 to 4294967295"
+                                              : "a whole number from 1 to 4294967295", v);
+    *dim_of(a, &o->run.model) = (uint32_t)n;
+    o->set_heads = o->set_heads || strcmp(a, "--heads") == 0;
+    o->set_kv = o->set_kv || strcmp(a, "--kv-heads") == 0;
+    return 0;
+}
+
+static int set_dtype(void *state, const char *a, const char *v)
+{
+    cham_model_config_t *m = &((sim_opts_t *)state)->run.model;
+    if (strcmp(v, "fp16") == 0)
+        m->dtype = CHAM_DTYPE_F16;
+    else if (strcmp(v, "bf16") == 0)
+        m->dtype = CHAM_DTYPE_BF16;
+    else
+        return tool_bad_value(CMD, a, "fp16 or bf16", v);
+    return 0;
+}
+
+static int set_onoff(void *state, const char *a, const char *v)
+{
+    cham_model_config_t *m = &((sim_opts_t *)state)->run.model;
+    bool *b = a[2] == 'f' ? &m->flash : a[2] == 'r' ? &m->recompute : &m->moe_vary;
+    return parse_onoff(v, b) ? 0 : tool_bad_value(CMD, a, "on or off", v);
+}
+
+static int set_optimizer(void *state, const char *a, const char *v)
+{
+    cham_model_config_t *m = &((sim_opts_t *)state)->run.model;
+    uint64_t n;
+    m->host_optimizer = strcmp(v, "device") != 0;
+    m->device_groups = strcmp(v, "auto") == 0 ? CHAM_DEVICE_GROUPS_AUTO : 0;
+    if (strncmp(v, "host:", 5) == 0 && tool_parse_uint(v + 5, 0, UINT32_MAX - 1, &n))
+        m->device_groups = (uint32_t)n;
+    else if (strcmp(v, "host") != 0 && strcmp(v, "device") != 0 && strcmp(v, "auto") != 0)
+        return tool_bad_value(CMD, a, "device, host, host:N (N groups on the device) or auto",
+                              v);
+    return 0;
+}
+
+static int set_overflow_every(void *state, const char *a, const char *v)
+{
+    uint64_t n;
+    if (!tool_parse_uint(v, 0, INT64_MAX, &n))
+        return tool_bad_value(CMD, a, "a whole number of steps (0 = never)", v);
+    ((sim_opts_t *)state)->run.model.overflow_every = (int64_t)n;
+    return 0;
+}
+
+static int set_overflow_prob(void *state, const char *a, const char *v)
+{
+    if (!tool_parse_real(v, 0, 1, &((sim_opts_t *)state)->run.model.overflow_prob))
+        return tool_bad_value(CMD, a, "a probability from 0 to 1", v);
+    return 0;
+}
+
+static int set_layer_drop(void *state, const char *a, const char *v)
+{
+    double *p = &((sim_opts_t *)state)->run.model.layer_drop;
+    if (!tool_parse_real(v, 0, 1, p) || *p >= 1)
+        return tool_bad_value(CMD, a, "a probability from 0 to below 1", v);
+    return 0;
+}
+
+static int set_seed(void *state, const char *a, const char *v)
+{
+    sim_opts_t *o = state;
+    if (!tool_parse_uint(v, 0, UINT64_MAX, &o->run.model.seed))
+        return tool_bad_value(CMD, a, "a whole number from 0 to 2^64 - 1", v);
+    o->run.runtime.swapadvisor.seed = o->run.model.seed;
+    return 0;
+}
+
+static int set_steps(void *state, const char *a, const char *v)
+{
+    if (!tool_parse_uint(v, 1, 10000000, &((sim_opts_t *)state)->run.steps))
+        return tool_bad_value(CMD, a, "a whole number of steps from 1 to 10000000", v);
+    return 0;
+}
+
+static int set_device(void *state, const char *a, const char *v)
+{
+    if (!tool_check_preset(CMD, a, v))
+        return 2;
+    ((sim_opts_t *)state)->run.runtime.device.preset = v;
+    return 0;
+}
+
+static int set_capacity(void *state, const char *a, const char *v)
+{
+    sim_opts_t *o = state;
+    (void)a;
+    return tool_parse_capacity(CMD, v, &o->run.runtime.device.capacity, &o->capacity_fraction);
+}
+
+static int set_host_memory(void *state, const char *a, const char *v)
+{
+    uint64_t *b = &((sim_opts_t *)state)->run.runtime.pinned_budget;
+    if (!tool_parse_size(v, b) || !*b)
+        return tool_bad_value(CMD, a, "a size above 0 such as 2TiB", v);
+    return 0;
+}
+
+/* --trace, --memory-curve, --report: a path, checked when it is written. */
+static int set_path(void *state, const char *a, const char *v)
+{
+    sim_opts_t *o = state;
+    const char **path = strcmp(a, "--trace") == 0 ? &o->run.trace_path
+                        : strcmp(a, "--memory-curve") == 0 ? &o->curve_dir : &o->report;
+    *path = v;
+    return 0;
+}
+
+static int set_allocator(void *state, const char *a, const char *v)
+{
+    if (cham_allocator_mode_parse(v, &((sim_opts_t *)state)->run.runtime.allocator) != CHAM_OK)
+        return tool_bad_value(CMD, a, "auto, classic or expandable", v);
+    return 0;
+}
+
+static int set_strategy(void *state, const char *a, const char *v)
+{
+    return tool_parse_strategy(CMD, a, v, 0, &((sim_opts_t *)state)->run.strategy) ? 2 : 0;
+}
+
+static int set_search_seconds(void *state, const char *a, const char *v)
+{
+    double sec;
+    if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)
+        return tool_bad_value(CMD, a, "seconds above 0, such as 2.5", v);
+    ((sim_opts_t *)state)->run.runtime.swapadvisor.search_seconds = sec;
+    return 0;
+}
+
+static int set_on_change(void *state, const char *a, const char *v)
+{
+    if (strcmp(v, "search") && strcmp(v, "fail"))
+        return tool_bad_value(CMD, a, "search or fail", v);
+    ((sim_opts_t *)state)->run.runtime.swapadvisor_fail_on_change = strcmp(v, "fail") == 0;
+    return 0;
+}
+
+/* --model is read first (tool_model_preset); --log by cmd_simulate. */
 static const tool_opt_t opts[] = {
-    {"--json", false}, {"--quiet", false}, {"--log", false}, {"--bound", false},
-    {"--model", true},
-    {"--layers", true}, {"--hidden", true}, {"--ffn", true}, {"--heads", true},
-    {"--kv-heads", true}, {"--vocab", true}, {"--experts", true}, {"--topk", true},
-    {"--seq", true}, {"--mbs", true}, {"--gbs", true}, {"--tp", true}, {"--pp", true},
-    {"--dp", true}, {"--zero", true}, {"--validate-every", true}, {"--accumulate", true}, {"--dtype", true},
-    {"--flash", true}, {"--recompute", true}, {"--optimizer", true}, {"--moe-vary", true}, {"--overflow-every", true},
-    {"--overflow-prob", true}, {"--layer-drop", true}, {"--seed", true}, {"--steps", true},
-    {"--device", true}, {"--capacity", true}, {"--host-memory", true}, {"--trace", true},
-    {"--memory-curve", true}, {"--strategy", true}, {"--report", true}, {"--allocator", true},
-    {"--search-seconds", true}, {"--on-change", true},
+    {"--json", false, set_flag}, {"--quiet", false, set_flag}, {"--log", false, set_flag},
+    {"--bound", false, set_flag}, {"--model", true, NULL}, {"--layers", true, set_dim},
+    {"--hidden", true, set_dim}, {"--ffn", true, set_dim}, {"--heads", true, set_dim},
+    {"--kv-heads", true, set_dim}, {"--vocab", true, set_dim}, {"--experts", true, set_dim},
+    {"--topk", true, set_dim}, {"--seq", true, set_dim}, {"--mbs", true, set_dim},
+    {"--gbs", true, set_dim}, {"--tp", true, set_dim}, {"--pp", true, set_dim},
+    {"--dp", true, set_dim}, {"--zero", true, set_dim}, {"--validate-every", true, set_dim},
+    {"--accumulate", true, set_dim}, {"--dtype", true, set_dtype}, {"--flash", true, set_onoff},
+    {"--recompute", true, set_onoff}, {"--moe-vary", true, set_onoff},
+    {"--optimizer", true, set_optimizer}, {"--overflow-every", true, set_overflow_every},
+    {"--overflow-prob", true, set_overflow_prob}, {"--layer-drop", true, set_layer_drop},
+    {"--seed", true, set_seed}, {"--steps", true, set_steps}, {"--device", true, set_device},
+    {"--capacity", true, set_capacity}, {"--host-memory", true, set_host_memory},
+    {"--trace", true, set_path}, {"--memory-curve", true, set_path},
+    {"--strategy", true, set_strategy}, {"--report", true, set_path},
+    {"--allocator", true, set_allocator}, {"--search-seconds", true, set_search_seconds},
+    {"--on-change", true, set_on_change},
 };
 #define N_OPTS (sizeof opts / sizeof opts[0])
 
@@ -176,106 +347,12 @@ static int parse(int argc, char **argv, sim_opts_t *o)
     if (rc)
         return rc;
     const cham_model_config_t preset = *m;
-    bool set_heads = false, set_kv = false;
     o->run.runtime.device.preset = "ascend-910b";
-    for (int i = 0; i < argc; i++) {
-        const char *v;
-        const tool_opt_t *opt = tool_find_opt(CMD, opts, N_OPTS, argc, argv, &i, &v);
-        const char *a = opt->name;
-        uint64_t n;
-        uint32_t *dim = dim_of(a, m);
-        if (!v) {                            /* --log: read by cmd_simulate */
-            o->json = o->json || strcmp(a, "--json") == 0;
-            o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
-            o->run.lower_bound = o->run.lower_bound || strcmp(a, "--bound") == 0;
-        } else if (dim) {
-            bool zero_ok = strcmp(a, "--zero") == 0 || strcmp(a, "--experts") == 0 ||
-                           strcmp(a, "--gbs") == 0 || strcmp(a, "--topk") == 0 ||
-                           strcmp(a, "--validate-every") == 0;
-            if (!tool_parse_uint(v, zero_ok ? 0 : 1, UINT32_MAX, &n))
-                return tool_bad_value(CMD, a, zero_ok ? "a whole number from 0 to 4294967295"
-                                                      : "a whole number from 1 to 4294967295",
-                                      v);
-            *dim = (uint32_t)n;
-            set_heads = set_heads || strcmp(a, "--heads") == 0;
-            set_kv = set_kv || strcmp(a, "--kv-heads") == 0;
-        } else if (strcmp(a, "--model") == 0) {
-            /* read above */
-        } else if (strcmp(a, "--dtype") == 0) {
-            if (strcmp(v, "fp16") == 0)
-                m->dtype = CHAM_DTYPE_F16;
-            else if (strcmp(v, "bf16") == 0)
-                m->dtype = CHAM_DTYPE_BF16;
-            else
-                return tool_bad_value(CMD, a, "fp16 or bf16", v);
-        } else if (strcmp(a, "--flash") == 0 || strcmp(a, "--recompute") == 0 ||
-                   strcmp(a, "--moe-vary") == 0) {
-            bool *b = a[2] == 'f' ? &m->flash : a[2] == 'r' ? &m->recompute : &m->moe_vary;
-            if (!parse_onoff(v, b))
-                return tool_bad_value(CMD, a, "on or off", v);
-        } else if (strcmp(a, "--optimizer") == 0) {
-            m->host_optimizer = strcmp(v, "device") != 0;
-            m->device_groups = strcmp(v, "auto") == 0 ? CHAM_DEVICE_GROUPS_AUTO : 0;
-            if (strncmp(v, "host:", 5) == 0 && tool_parse_uint(v + 5, 0, UINT32_MAX - 1, &n))
-                m->device_groups = (uint32_t)n;
-            else if (strcmp(v, "host") != 0 && strcmp(v, "device") != 0 && strcmp(v, "auto") != 0)
-                return tool_bad_value(CMD, a, "device, host, host:N (N groups on the device) or "
-                                      "auto", v);
-        } else if (strcmp(a, "--overflow-every") == 0) {
-            if (!tool_parse_uint(v, 0, INT64_MAX, &n))
-                return tool_bad_value(CMD, a, "a whole number of steps (0 = never)", v);
-            m->overflow_every = (int64_t)n;
-        } else if (strcmp(a, "--overflow-prob") == 0) {
-            if (!tool_parse_real(v, 0, 1, &m->overflow_prob))
-                return tool_bad_value(CMD, a, "a probability from 0 to 1", v);
-        } else if (strcmp(a, "--layer-drop") == 0) {
-            if (!tool_parse_real(v, 0, 1, &m->layer_drop) || m->layer_drop >= 1)
-                return tool_bad_value(CMD, a, "a probability from 0 to below 1", v);
-        } else if (strcmp(a, "--seed") == 0) {
-            if (!tool_parse_uint(v, 0, UINT64_MAX, &m->seed))
-                return tool_bad_value(CMD, a, "a whole number from 0 to 2^64 - 1", v);
-            o->run.runtime.swapadvisor.seed = m->seed;
-        } else if (strcmp(a, "--steps") == 0) {
-            if (!tool_parse_uint(v, 1, 10000000, &o->run.steps))
-                return tool_bad_value(CMD, a, "a whole number of steps from 1 to 10000000", v);
-        } else if (strcmp(a, "--device") == 0) {
-            if (!tool_check_preset(CMD, a, v))
-                return 2;
-            o->run.runtime.device.preset = v;
-        } else if (strcmp(a, "--capacity") == 0) {
-            if (tool_parse_capacity(CMD, v, &o->run.runtime.device.capacity,
-                                    &o->capacity_fraction))
-                return 2;
-        } else if (strcmp(a, "--host-memory") == 0) {
-            if (!tool_parse_size(v, &o->run.runtime.pinned_budget) ||
-                !o->run.runtime.pinned_budget)
-                return tool_bad_value(CMD, a, "a size above 0 such as 2TiB", v);
-        } else if (strcmp(a, "--trace") == 0) {
-            o->run.trace_path = v;
-        } else if (strcmp(a, "--memory-curve") == 0) {
-            o->curve_dir = v;
-        } else if (strcmp(a, "--report") == 0) {
-            o->report = v;
-        } else if (strcmp(a, "--allocator") == 0) {
-            if (cham_allocator_mode_parse(v, &o->run.runtime.allocator) != CHAM_OK)
-                return tool_bad_value(CMD, a, "auto, classic or expandable", v);
-        } else if (strcmp(a, "--strategy") == 0) {
-            if (tool_parse_strategy(CMD, a, v, 0, &o->run.strategy))
-                return 2;
-        } else if (strcmp(a, "--search-seconds") == 0) {
-            double sec;
-            if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)
-                return tool_bad_value(CMD, a, "seconds above 0, such as 2.5", v);
-            o->run.runtime.swapadvisor.search_seconds = sec;
-        } else if (strcmp(a, "--on-change") == 0) {
-            if (strcmp(v, "search") && strcmp(v, "fail"))
-                return tool_bad_value(CMD, a, "search or fail", v);
-            o->run.runtime.swapadvisor_fail_on_change = strcmp(v, "fail") == 0;
-        }
-    }
+    if ((rc = tool_apply_opts(CMD, opts, N_OPTS, argc, argv, o)) != 0)
+        return rc;
     /* A preset whose attention has one kv head per head keeps it so when
      * only --heads is given (gpt2 --heads 2 means 2 and 2). */
-    if (set_heads && !set_kv && preset.kv_heads == preset.heads)
+    if (o->set_heads && !o->set_kv && preset.kv_heads == preset.heads)
         m->kv_heads = m->heads;
     char err[400];
     if (cham_model_validate(m, err, sizeof err) != CHAM_OK) {

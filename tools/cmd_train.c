@@ -101,13 +101,16 @@ static void usage(FILE *f)
 #define MAX_DIM 1000000
 
 static const tool_opt_t opts[] = {
-    {"--verify", false}, {"--json", false}, {"--quiet", false}, {"--no-loss-scaling", false},
-    {"--log", false}, {"--layers", true}, {"--hidden", true}, {"--heads", true},
-    {"--seq", true}, {"--batch", true}, {"--steps", true}, {"--validate-every", true},
-    {"--lr", true}, {"--layer-drop", true}, {"--seed", true}, {"--device", true},
-    {"--data", true}, {"--capacity", true}, {"--min-swap", true}, {"--overflow-at", true},
-    {"--strategy", true}, {"--optimizer", true}, {"--allocator", true}, {"--trace", true}, {"--memory-curve", true}, {"--report", true},
-    {"--generate", true}, {"--prompt", true}, {"--kv-offload", true},
+    {"--verify", false, NULL}, {"--json", false, NULL}, {"--quiet", false, NULL},
+    {"--no-loss-scaling", false, NULL}, {"--log", false, NULL}, {"--layers", true, NULL},
+    {"--hidden", true, NULL}, {"--heads", true, NULL}, {"--seq", true, NULL},
+    {"--batch", true, NULL}, {"--steps", true, NULL}, {"--validate-every", true, NULL},
+    {"--lr", true, NULL}, {"--layer-drop", true, NULL}, {"--seed", true, NULL},
+    {"--device", true, NULL}, {"--data", true, NULL}, {"--capacity", true, NULL},
+    {"--min-swap", true, NULL}, {"--overflow-at", true, NULL}, {"--strategy", true, NULL},
+    {"--optimizer", true, NULL}, {"--allocator", true, NULL}, {"--trace", true, NULL},
+    {"--memory-curve", true, NULL}, {"--report", true, NULL}, {"--generate", true, NULL},
+    {"--prompt", true, NULL}, {"--kv-offload", true, NULL},
 };
 
 /* The model flags that differ from the defaults, for messages:
