@@ -100,18 +100,6 @@ static void usage(FILE *f)
 #define SYNTHETIC_VOCAB 64
 #define MAX_DIM 1000000
 
-static const tool_opt_t opts[] = {
-    {"--verify", false, NULL}, {"--json", false, NULL}, {"--quiet", false, NULL},
-    {"--no-loss-scaling", false, NULL}, {"--log", false, NULL}, {"--layers", true, NULL},
-    {"--hidden", true, NULL}, {"--heads", true, NULL}, {"--seq", true, NULL},
-    {"--batch", true, NULL}, {"--steps", true, NULL}, {"--validate-every", true, NULL},
-    {"--lr", true, NULL}, {"--layer-drop", true, NULL}, {"--seed", true, NULL},
-    {"--device", true, NULL}, {"--data", true, NULL}, {"--capacity", true, NULL},
-    {"--min-swap", true, NULL}, {"--overflow-at", true, NULL}, {"--strategy", true, NULL},
-    {"--optimizer", true, NULL}, {"--allocator", true, NULL}, {"--trace", true, NULL},
-    {"--memory-curve", true, NULL}, {"--report", true, NULL}, {"--generate", true, NULL},
-    {"--prompt", true, NULL}, {"--kv-offload", true, NULL},
-};
 
 /* The model flags that differ from the defaults, for messages:
  * "--layers 100000 --seq 4096" (all five when none does). */
@@ -176,103 +164,175 @@ static int check_shape(const train_opts_t *o)
 }
 
 /* 0, 2 after a usage error (printed), -1 after --help. */
+/* ---- the options, one handler each ---------------------------------------------*/
+
+static int set_flag(void *state, const char *a, const char *v)
+{
+    train_opts_t *o = state;
+    (void)v;
+    o->c.verify = o->c.verify || strcmp(a, "--verify") == 0;
+    o->json = o->json || strcmp(a, "--json") == 0;
+    o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
+    o->c.log = o->c.log || strcmp(a, "--log") == 0;
+    if (strcmp(a, "--no-loss-scaling") == 0)
+        o->c.loss_scaling = false;
+    return 0;
+}
+
+/* The whole-number settings: the model's shape, --steps, --validate-every,
+ * --generate, --prompt. */
+static int set_dim(void *state, const char *a, const char *v)
+{
+    train_opts_t *o = state;
+    gpt_shape_t *s = &o->c.shape;
+    int *dim = strcmp(a, "--layers") == 0   ? &s->layers
+               : strcmp(a, "--hidden") == 0 ? &s->hidden
+               : strcmp(a, "--heads") == 0  ? &s->heads
+               : strcmp(a, "--seq") == 0    ? &s->seq
+               : strcmp(a, "--batch") == 0  ? &s->batch
+               : strcmp(a, "--steps") == 0  ? &o->c.steps
+               : strcmp(a, "--validate-every") == 0 ? &o->c.validate_every
+               : strcmp(a, "--generate") == 0       ? &o->c.generate
+                                                    : &o->c.prompt;
+    uint64_t lo = strcmp(a, "--validate-every") == 0 || strcmp(a, "--steps") == 0 ||
+                          strcmp(a, "--generate") == 0
+                      ? 0 : 1;
+    uint64_t n;
+    if (!tool_parse_uint(v, lo, MAX_DIM, &n))
+        return tool_bad_value(CMD, a, lo ? "an integer from 1 to 1000000"
+                                         : "an integer from 0 to 1000000", v);
+    *dim = (int)n;
+    return 0;
+}
+
+static int set_kv_offload(void *state, const char *a, const char *v)
+{
+    if (strcmp(v, "on") && strcmp(v, "off"))
+        return tool_bad_value(CMD, a, "on or off", v);
+    ((train_opts_t *)state)->c.kv_offload = strcmp(v, "on") == 0;
+    return 0;
+}
+
+static int set_lr(void *state, const char *a, const char *v)
+{
+    double x;
+    if (!tool_parse_real(v, 0, 10, &x))
+        return tool_bad_value(CMD, a, "a number from 0 to 10", v);
+    ((train_opts_t *)state)->c.lr = (float)x;
+    return 0;
+}
+
+static int set_layer_drop(void *state, const char *a, const char *v)
+{
+    double x;
+    if (!tool_parse_real(v, 0, 0.9, &x))
+        return tool_bad_value(CMD, a, "a probability from 0 to 0.9", v);
+    ((train_opts_t *)state)->c.drop_prob = x;
+    return 0;
+}
+
+static int set_seed(void *state, const char *a, const char *v)
+{
+    uint64_t n;
+    if (!tool_parse_uint(v, 0, 2147483647, &n))
+        return tool_bad_value(CMD, a, "an integer from 0 to 2147483647", v);
+    ((train_opts_t *)state)->c.seed = n;
+    return 0;
+}
+
+static int set_device(void *state, const char *a, const char *v)
+{
+    if (!tool_check_preset(CMD, a, v))
+        return 2;
+    ((train_opts_t *)state)->c.preset = v;
+    return 0;
+}
+
+static int set_capacity(void *state, const char *a, const char *v)
+{
+    train_opts_t *o = state;
+    (void)a;
+    return tool_parse_capacity(CMD, v, &o->c.budget, &o->c.budget_fraction);
+}
+
+static int set_allocator(void *state, const char *a, const char *v)
+{
+    if (cham_allocator_mode_parse(v, &((train_opts_t *)state)->c.allocator) != CHAM_OK)
+        return tool_bad_value(CMD, a, "auto, classic or expandable", v);
+    return 0;
+}
+
+static int set_min_swap(void *state, const char *a, const char *v)
+{
+    if (!tool_parse_size(v, &((train_opts_t *)state)->c.min_swap_bytes))
+        return tool_bad_value(CMD, a, "a size such as 16KiB", v);
+    return 0;
+}
+
+static int set_overflow_at(void *state, const char *a, const char *v)
+{
+    train_opts_t *o = state;
+    size_t k;
+    if (!tool_parse_list(v, 0, MAX_DIM - 1, o->overflow_at, MAX_OVERFLOW_AT, &k))
+        return tool_bad_value(CMD, a, "a comma-separated list of step numbers from 0 "
+                              "to 999999 (at most 64), such as 60,140", v);
+    o->c.overflow_at = o->overflow_at;
+    o->c.n_overflow_at = k;
+    return 0;
+}
+
+/* --data, --trace, --memory-curve, --report: a path, checked before the
+ * run (check_paths, load_data). */
+static int set_path(void *state, const char *a, const char *v)
+{
+    train_opts_t *o = state;
+    const char **path = strcmp(a, "--data") == 0    ? &o->data
+                        : strcmp(a, "--trace") == 0 ? &o->c.trace_path
+                        : strcmp(a, "--memory-curve") == 0 ? &o->curve_dir : &o->report;
+    *path = v;
+    return 0;
+}
+
+static int set_optimizer(void *state, const char *a, const char *v)
+{
+    if (strcmp(v, "host") != 0 && strcmp(v, "device") != 0)
+        return tool_bad_value(CMD, a, "device or host", v);
+    ((train_opts_t *)state)->c.host_optimizer = strcmp(v, "host") == 0;
+    return 0;
+}
+
+/* ideal is simulate's (unlimited memory); the trainer runs on the device it
+ * is given. */
+static int set_strategy(void *state, const char *a, const char *v)
+{
+    return tool_parse_strategy(CMD, a, v, 1u << CHAM_STRATEGY_IDEAL,
+                               &((train_opts_t *)state)->c.strategy) ? 2 : 0;
+}
+
+static const tool_opt_t opts[] = {
+    {"--verify", false, set_flag}, {"--json", false, set_flag}, {"--quiet", false, set_flag},
+    {"--no-loss-scaling", false, set_flag}, {"--log", false, set_flag},
+    {"--layers", true, set_dim}, {"--hidden", true, set_dim}, {"--heads", true, set_dim},
+    {"--seq", true, set_dim}, {"--batch", true, set_dim}, {"--steps", true, set_dim},
+    {"--validate-every", true, set_dim}, {"--lr", true, set_lr},
+    {"--layer-drop", true, set_layer_drop}, {"--seed", true, set_seed},
+    {"--device", true, set_device}, {"--data", true, set_path},
+    {"--capacity", true, set_capacity}, {"--min-swap", true, set_min_swap},
+    {"--overflow-at", true, set_overflow_at}, {"--strategy", true, set_strategy},
+    {"--optimizer", true, set_optimizer}, {"--allocator", true, set_allocator},
+    {"--trace", true, set_path}, {"--memory-curve", true, set_path},
+    {"--report", true, set_path}, {"--generate", true, set_dim}, {"--prompt", true, set_dim},
+    {"--kv-offload", true, set_kv_offload},
+};
+
 static int parse(int argc, char **argv, train_opts_t *o)
 {
     if (tool_wants_help(argc, argv)) {
         usage(stdout);
         return -1;
     }
-    for (int i = 0; i < argc; i++) {
-        const char *v;
-        const tool_opt_t *opt = tool_find_opt(CMD, opts, sizeof opts / sizeof opts[0], argc,
-                                              argv, &i, &v);
-        if (!opt)
-            return 2;
-        const char *a = opt->name;
-        uint64_t n;
-        double x;
-        gpt_shape_t *s = &o->c.shape;
-        int *dim = strcmp(a, "--layers") == 0   ? &s->layers
-                   : strcmp(a, "--hidden") == 0 ? &s->hidden
-                   : strcmp(a, "--heads") == 0  ? &s->heads
-                   : strcmp(a, "--seq") == 0    ? &s->seq
-                   : strcmp(a, "--batch") == 0  ? &s->batch
-                   : strcmp(a, "--steps") == 0  ? &o->c.steps
-                   : strcmp(a, "--validate-every") == 0 ? &o->c.validate_every
-                   : strcmp(a, "--generate") == 0       ? &o->c.generate
-                   : strcmp(a, "--prompt") == 0         ? &o->c.prompt
-                                                        : NULL;
-        if (!v) {
-            o->c.verify = o->c.verify || strcmp(a, "--verify") == 0;
-            o->json = o->json || strcmp(a, "--json") == 0;
-            o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
-            o->c.log = o->c.log || strcmp(a, "--log") == 0;
-            if (strcmp(a, "--no-loss-scaling") == 0)
-                o->c.loss_scaling = false;
-        } else if (dim) {
-            uint64_t lo = strcmp(a, "--validate-every") == 0 || strcmp(a, "--steps") == 0 ||
-                                  strcmp(a, "--generate") == 0
-                              ? 0 : 1;
-            if (!tool_parse_uint(v, lo, MAX_DIM, &n))
-                return tool_bad_value(CMD, a, lo ? "an integer from 1 to 1000000"
-                                                 : "an integer from 0 to 1000000", v);
-            *dim = (int)n;
-        } else if (strcmp(a, "--kv-offload") == 0) {
-            if (strcmp(v, "on") && strcmp(v, "off"))
-                return tool_bad_value(CMD, a, "on or off", v);
-            o->c.kv_offload = strcmp(v, "on") == 0;
-        } else if (strcmp(a, "--lr") == 0) {
-            if (!tool_parse_real(v, 0, 10, &x))
-                return tool_bad_value(CMD, a, "a number from 0 to 10", v);
-            o->c.lr = (float)x;
-        } else if (strcmp(a, "--layer-drop") == 0) {
-            if (!tool_parse_real(v, 0, 0.9, &x))
-                return tool_bad_value(CMD, a, "a probability from 0 to 0.9", v);
-            o->c.drop_prob = x;
-        } else if (strcmp(a, "--seed") == 0) {
-            if (!tool_parse_uint(v, 0, 2147483647, &n))
-                return tool_bad_value(CMD, a, "an integer from 0 to 2147483647", v);
-            o->c.seed = n;
-        } else if (strcmp(a, "--device") == 0) {
-            if (!tool_check_preset(CMD, a, v))
-                return 2;
-            o->c.preset = v;
-        } else if (strcmp(a, "--data") == 0) {
-            o->data = v;
-        } else if (strcmp(a, "--capacity") == 0) {
-            if (tool_parse_capacity(CMD, v, &o->c.budget, &o->c.budget_fraction))
-                return 2;
-        } else if (strcmp(a, "--allocator") == 0) {
-            if (cham_allocator_mode_parse(v, &o->c.allocator) != CHAM_OK)
-                return tool_bad_value(CMD, a, "auto, classic or expandable", v);
-        } else if (strcmp(a, "--min-swap") == 0) {
-            if (!tool_parse_size(v, &o->c.min_swap_bytes))
-                return tool_bad_value(CMD, a, "a size such as 16KiB", v);
-        } else if (strcmp(a, "--overflow-at") == 0) {
-            size_t k;
-            if (!tool_parse_list(v, 0, MAX_DIM - 1, o->overflow_at, MAX_OVERFLOW_AT, &k))
-                return tool_bad_value(CMD, a, "a comma-separated list of step numbers from 0 "
-                                      "to 999999 (at most 64), such as 60,140", v);
-            o->c.overflow_at = o->overflow_at;
-            o->c.n_overflow_at = k;
-        } else if (strcmp(a, "--trace") == 0) {
-            o->c.trace_path = v;
-        } else if (strcmp(a, "--memory-curve") == 0) {
-            o->curve_dir = v;
-        } else if (strcmp(a, "--report") == 0) {
-            o->report = v;
-        } else if (strcmp(a, "--optimizer") == 0) {
-            if (strcmp(v, "host") != 0 && strcmp(v, "device") != 0)
-                return tool_bad_value(CMD, a, "device or host", v);
-            o->c.host_optimizer = strcmp(v, "host") == 0;
-        } else if (strcmp(a, "--strategy") == 0) {
-            /* ideal is simulate's (unlimited memory); the trainer runs on
-             * the device it is given. */
-            if (tool_parse_strategy(CMD, a, v, 1u << CHAM_STRATEGY_IDEAL, &o->c.strategy))
-                return 2;
-        }
-    }
-    return check_shape(o);
+    int rc = tool_apply_opts(CMD, opts, sizeof opts / sizeof opts[0], argc, argv, o);
+    return rc ? rc : check_shape(o);
 }
 
 /* Before anything runs: every output can be written, none is the data or
