@@ -48,8 +48,27 @@ _NOT_ON_META = tuple(getattr(torch.Tag, name) for name in
                      if hasattr(torch, "Tag") and hasattr(torch.Tag, name))
 
 
-def _data_dependent(func):
+def _data_dependent(func, args=()):
+    """Whether func's output sizes depend on the data. aten.index.Tensor
+    is tagged so for its boolean masks; with integer indices (h[src] over
+    a graph's edges) its size follows from theirs."""
+    if func is _INDEX and len(args) > 1 and isinstance(args[1], (list, tuple)):
+        return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
+                   for i in args[1])
     return any(tag in _NOT_ON_META for tag in getattr(func, "tags", ()))
+
+
+_INDEX = torch.ops.aten.index.Tensor
+
+# Ops without a meta kernel in torch 1.13 whose output size their
+# arguments say: the bytes of that call, known before its first run.
+# _embedding_bag_dense_backward makes the weight's whole gradient
+# (num_weights rows of grad's width) from a batch's few KiB.
+_SIZE_RULES = {
+    torch.ops.aten._embedding_bag_dense_backward.default:
+        lambda args, kwargs: (args[5] if len(args) > 5 else kwargs["num_weights"]) *
+        args[0].shape[-1] * args[0].element_size(),
+}
 
 
 def _to_meta(a):
@@ -67,7 +86,10 @@ def _to_meta(a):
 
 
 def _meta_bytes(func, args, kwargs):
-    if _data_dependent(func):
+    rule = _SIZE_RULES.get(func)
+    if rule is not None:
+        return rule(args, kwargs)
+    if _data_dependent(func, args):
         raise TypeError
     margs = _to_meta(args)
     mkwargs = {k: _to_meta(v) for k, v in kwargs.items()}
@@ -104,6 +126,10 @@ class OpBytes:
         self._made = {}
         self._meta = {}          # key -> (func, bytes a meta run said), until made
         self._short = {}         # func -> the most its kernel made past its meta run
+        # func -> the most a call made that no meta run could size (no meta
+        # kernel: _embedding_bag_dense_backward makes the whole weight's
+        # gradient from a few KiB of inputs, whatever the batch's shapes).
+        self._unsized = {}
         self.misses = 0
 
     def key(self, func, args, kwargs):
@@ -125,12 +151,16 @@ class OpBytes:
         made = self._made.get(key) if key is not None else None
         if made is not None:
             # nonzero, unique, ...: the same shapes need not make as much.
-            return made, 0 if _data_dependent(func) else made
+            return made, 0 if _data_dependent(func, args) else made
         self.misses += 1
         try:
             nbytes = _meta_bytes(func, args, kwargs)
         except Exception:            # no meta kernel, data-dependent shape, ...
-            return input_bytes, 0
+            # Shapes that change every step (bucketed lengths) are a new
+            # call each time: the most the op made before, or its inputs.
+            if key is not None:
+                self._meta[key] = func, None
+            return max(input_bytes, self._unsized.get(func, 0)), 0
         if key is not None:
             self._meta[key] = func, nbytes
         # A meta kernel that said less than the op made before (torch
@@ -148,9 +178,12 @@ class OpBytes:
     def made(self, key, nbytes):
         """The call made nbytes of new storages."""
         said = self._meta.pop(key, None) if self._meta else None
-        if said is not None and nbytes > said[1]:
+        if said is not None:
             func, meta = said
-            self._short[func] = max(self._short.get(func, 0), nbytes - meta)
+            if meta is None:
+                self._unsized[func] = max(self._unsized.get(func, 0), nbytes)
+            elif nbytes > meta:
+                self._short[func] = max(self._short.get(func, 0), nbytes - meta)
         if key is not None:
             if len(self._made) >= _REMEMBERED:
                 # A loop whose shapes never repeat (a sequence length per
