@@ -3,6 +3,7 @@
  * a memory strategy, with the KV caches on the device or offloaded to
  * host memory (docs/workloads.md, "Inference"); optionally the longest
  * context that runs. */
+#include <assert.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,16 +64,6 @@ static void log_line(const char *line, void *user)
     fprintf(stderr, "chameleon: %s\n", line);
 }
 
-static const tool_opt_t opts[] = {
-    {"--model", true, NULL}, {"--layers", true, NULL}, {"--hidden", true, NULL},
-    {"--ffn", true, NULL}, {"--heads", true, NULL}, {"--kv-heads", true, NULL},
-    {"--vocab", true, NULL}, {"--experts", true, NULL}, {"--topk", true, NULL},
-    {"--prompt", true, NULL}, {"--generate", true, NULL}, {"--batch", true, NULL},
-    {"--kv-offload", true, NULL}, {"--strategy", true, NULL}, {"--device", true, NULL},
-    {"--capacity", true, NULL}, {"--find-max-context", false, NULL}, {"--json", false, NULL},
-    {"--quiet", false, NULL}, {"--log", false, NULL},
-};
-#define N_OPTS (sizeof opts / sizeof opts[0])
 
 /* The numeric settings, by flag, with their lowest and highest value:
  * the prompt's and the generated tokens' are the model's own limits
@@ -105,6 +96,83 @@ static uint32_t *dim_of(const char *a, cham_model_config_t *m, uint64_t *lo, uin
     return NULL;
 }
 
+/* ---- the options, one handler each ---------------------------------------------*/
+
+static int set_flag(void *state, const char *a, const char *v)
+{
+    infer_opts_t *o = state;
+    (void)v;
+    o->json = o->json || strcmp(a, "--json") == 0;
+    o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
+    if (strcmp(a, "--log") == 0)
+        o->run.log = log_line;
+    o->find_max = o->find_max || strcmp(a, "--find-max-context") == 0;
+    return 0;
+}
+
+static int set_dim(void *state, const char *a, const char *v)
+{
+    uint64_t n, lo = 0, hi = 0;
+    uint32_t *dim = dim_of(a, &((infer_opts_t *)state)->run.model, &lo, &hi);
+    assert(dim);                         /* every row with set_dim is a dimension */
+    if (!tool_parse_uint(v, lo, hi, &n)) {
+        char want[64];
+        snprintf(want, sizeof want, "a whole number from %llu to %llu",
+                 (unsigned long long)lo, (unsigned long long)hi);
+        return tool_bad_value(CMD, a, want, v);
+    }
+    *dim = (uint32_t)n;
+    return 0;
+}
+
+static int set_kv_offload(void *state, const char *a, const char *v)
+{
+    if (strcmp(v, "on") && strcmp(v, "off"))
+        return tool_bad_value(CMD, a, "on or off", v);
+    ((infer_opts_t *)state)->run.model.kv_offload = strcmp(v, "on") == 0;
+    return 0;
+}
+
+/* Training's strategies are refused: recomputation for a backward, and the
+ * host optimizer's. */
+static int set_strategy(void *state, const char *a, const char *v)
+{
+    return tool_parse_strategy(CMD, a, v,
+                               1u << CHAM_STRATEGY_RECOMPUTE | 1u << CHAM_STRATEGY_PROTRAIN |
+                                   1u << CHAM_STRATEGY_ZERO_OFFLOAD,
+                               &((infer_opts_t *)state)->run.strategy) ? 2 : 0;
+}
+
+static int set_device(void *state, const char *a, const char *v)
+{
+    if (!tool_check_preset(CMD, a, v))
+        return 2;
+    ((infer_opts_t *)state)->run.runtime.device.preset = v;
+    return 0;
+}
+
+static int set_capacity(void *state, const char *a, const char *v)
+{
+    uint64_t n;
+    if (!tool_parse_size(v, &n) || n == 0)
+        return tool_bad_value(CMD, a, "a size above 0 such as 64GiB", v);
+    ((infer_opts_t *)state)->run.runtime.device.capacity = n;
+    return 0;
+}
+
+/* --model is read first (tool_model_preset). */
+static const tool_opt_t opts[] = {
+    {"--model", true, NULL}, {"--layers", true, set_dim}, {"--hidden", true, set_dim},
+    {"--ffn", true, set_dim}, {"--heads", true, set_dim}, {"--kv-heads", true, set_dim},
+    {"--vocab", true, set_dim}, {"--experts", true, set_dim}, {"--topk", true, set_dim},
+    {"--prompt", true, set_dim}, {"--generate", true, set_dim}, {"--batch", true, set_dim},
+    {"--kv-offload", true, set_kv_offload}, {"--strategy", true, set_strategy},
+    {"--device", true, set_device}, {"--capacity", true, set_capacity},
+    {"--find-max-context", false, set_flag}, {"--json", false, set_flag},
+    {"--quiet", false, set_flag}, {"--log", false, set_flag},
+};
+#define N_OPTS (sizeof opts / sizeof opts[0])
+
 static int parse(int argc, char **argv, infer_opts_t *o)
 {
     cham_model_config_t *m = &o->run.model;
@@ -120,47 +188,8 @@ static int parse(int argc, char **argv, infer_opts_t *o)
     m->generate = 32;
     o->run.strategy = CHAM_STRATEGY_NATIVE;
     o->run.runtime.device.preset = "ascend-910b";
-    for (int i = 0; i < argc; i++) {
-        const char *v;
-        const char *a = tool_find_opt(CMD, opts, N_OPTS, argc, argv, &i, &v)->name;
-        uint64_t n, lo, hi;
-        uint32_t *dim = dim_of(a, m, &lo, &hi);
-        if (!v) {
-            o->json = o->json || strcmp(a, "--json") == 0;
-            o->quiet = o->quiet || strcmp(a, "--quiet") == 0;
-            if (strcmp(a, "--log") == 0)
-                o->run.log = log_line;
-            o->find_max = o->find_max || strcmp(a, "--find-max-context") == 0;
-        } else if (dim) {
-            if (!tool_parse_uint(v, lo, hi, &n)) {
-                char want[64];
-                snprintf(want, sizeof want, "a whole number from %llu to %llu",
-                         (unsigned long long)lo, (unsigned long long)hi);
-                return tool_bad_value(CMD, a, want, v);
-            }
-            *dim = (uint32_t)n;
-        } else if (strcmp(a, "--kv-offload") == 0) {
-            if (strcmp(v, "on") && strcmp(v, "off"))
-                return tool_bad_value(CMD, a, "on or off", v);
-            m->kv_offload = strcmp(v, "on") == 0;
-        } else if (strcmp(a, "--strategy") == 0) {
-            /* Training's: recomputation for a backward, and the host
-             * optimizer's strategies. */
-            if (tool_parse_strategy(CMD, a, v,
-                                    1u << CHAM_STRATEGY_RECOMPUTE | 1u << CHAM_STRATEGY_PROTRAIN |
-                                        1u << CHAM_STRATEGY_ZERO_OFFLOAD,
-                                    &o->run.strategy))
-                return 2;
-        } else if (strcmp(a, "--device") == 0) {
-            if (!tool_check_preset(CMD, a, v))
-                return 2;
-            o->run.runtime.device.preset = v;
-        } else if (strcmp(a, "--capacity") == 0) {
-            if (!tool_parse_size(v, &n) || n == 0)
-                return tool_bad_value(CMD, a, "a size above 0 such as 64GiB", v);
-            o->run.runtime.device.capacity = n;
-        }
-    }
+    if ((rc = tool_apply_opts(CMD, opts, N_OPTS, argc, argv, o)) != 0)
+        return rc;
     char err[400];
     if (cham_model_validate(m, err, sizeof err) != CHAM_OK) {
         fprintf(stderr, "chameleon infer: %s\n", err);
