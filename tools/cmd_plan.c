@@ -100,13 +100,139 @@ static void usage(FILE *f)
 
 #define CMD "plan"
 
+
+/* ---- the options, one handler each ---------------------------------------------*/
+
+static int set_flag(void *state, const char *a, const char *v)
+{
+    plan_opts_t *o = state;
+    (void)v;
+    bool *flag = strcmp(a, "--bound") == 0           ? &o->bound
+                 : strcmp(a, "--swap-only") == 0     ? &o->swap_only
+                 : strcmp(a, "--early-swap-in") == 0 ? &o->early_swap_in
+                 : strcmp(a, "--no-refine") == 0     ? &o->no_refine
+                                                     : &o->partial;
+    *flag = true;
+    return 0;
+}
+
+static int set_device(void *state, const char *a, const char *v)
+{
+    if (!tool_check_preset(CMD, a, v))
+        return 2;
+    ((plan_opts_t *)state)->preset = v;
+    return 0;
+}
+
+static int set_json(void *state, const char *a, const char *v)
+{
+    (void)a;
+    ((plan_opts_t *)state)->json = v;
+    return 0;
+}
+
+/* The strategies that are one planner's policy for a profile; Capuchin's
+ * names tensors by position in a run. */
+static int set_strategy(void *state, const char *a, const char *v)
+{
+    cham_strategy_t s;
+    if (tool_parse_strategy(CMD, a, v,
+                            1u << CHAM_STRATEGY_NATIVE | 1u << CHAM_STRATEGY_IDEAL |
+                                1u << CHAM_STRATEGY_RECOMPUTE | 1u << CHAM_STRATEGY_CAPUCHIN |
+                                1u << CHAM_STRATEGY_PROTRAIN | 1u << CHAM_STRATEGY_ZERO_OFFLOAD,
+                            &s))
+        return 2;
+    ((plan_opts_t *)state)->strategy = cham_strategy_name(s);
+    return 0;
+}
+
+static int set_search_seconds(void *state, const char *a, const char *v)
+{
+    double sec;
+    if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)
+        return tool_bad_value(CMD, a, "seconds above 0, such as 2.5", v);
+    ((plan_opts_t *)state)->sa.search_seconds = sec;
+    return 0;
+}
+
+static int set_generations(void *state, const char *a, const char *v)
+{
+    uint64_t n;
+    if (!tool_parse_uint(v, 0, 1000000, &n))
+        return tool_bad_value(CMD, a, "0..1000000", v);
+    ((plan_opts_t *)state)->sa.generations = (uint32_t)n;
+    return 0;
+}
+
+static int set_population(void *state, const char *a, const char *v)
+{
+    uint64_t n;
+    if (!tool_parse_uint(v, 2, 10000, &n))
+        return tool_bad_value(CMD, a, "2..10000", v);
+    ((plan_opts_t *)state)->sa.population = (uint32_t)n;
+    return 0;
+}
+
+static int set_seed(void *state, const char *a, const char *v)
+{
+    if (!tool_parse_uint(v, 0, UINT64_MAX, &((plan_opts_t *)state)->sa.seed))
+        return tool_bad_value(CMD, a, "a number 0 or above", v);
+    return 0;
+}
+
+static int set_reorder(void *state, const char *a, const char *v)
+{
+    if (strcmp(v, "on") && strcmp(v, "off"))
+        return tool_bad_value(CMD, a, "on or off", v);
+    ((plan_opts_t *)state)->sa.reorder = strcmp(v, "on") == 0;
+    return 0;
+}
+
+static int set_capacity(void *state, const char *a, const char *v)
+{
+    uint64_t *c = &((plan_opts_t *)state)->capacity;
+    if (!tool_parse_size(v, c) || *c == 0)
+        return tool_bad_value(CMD, a, "a size above 0 such as 16GiB or 17179869184", v);
+    return 0;
+}
+
+static int set_min_swap(void *state, const char *a, const char *v)
+{
+    if (!tool_parse_size(v, &((plan_opts_t *)state)->min_swap))
+        return tool_bad_value(CMD, a, "a size such as 64KiB", v);
+    return 0;
+}
+
+static int set_reserve(void *state, const char *a, const char *v)
+{
+    uint64_t *r = &((plan_opts_t *)state)->reserve;
+    if (!tool_parse_size(v, r) || *r == UINT64_MAX)
+        return tool_bad_value(CMD, a, "a size such as 512MiB or 0", v);
+    return 0;
+}
+
+/* --layers (from 1) and --free-delay (from 0). */
+static int set_count(void *state, const char *a, const char *v)
+{
+    plan_opts_t *o = state;
+    bool layers = strcmp(a, "--layers") == 0;
+    uint64_t n;
+    if (!tool_parse_uint(v, layers ? 1 : 0, 1000000, &n))
+        return tool_bad_value(CMD, a, layers ? "1..1000000" : "0..1000000", v);
+    *(layers ? &o->layers : &o->free_delay) = (uint32_t)n;
+    return 0;
+}
+
 static const tool_opt_t opts[] = {
-    {"--device", true, NULL}, {"--capacity", true, NULL}, {"--reserve", true, NULL},
-    {"--layers", true, NULL}, {"--free-delay", true, NULL}, {"--min-swap", true, NULL},
-    {"--json", true, NULL}, {"--bound", false, NULL}, {"--swap-only", false, NULL},
-    {"--early-swap-in", false, NULL}, {"--no-refine", false, NULL}, {"--partial", false, NULL},
-    {"--strategy", true, NULL}, {"--search-seconds", true, NULL}, {"--generations", true, NULL},
-    {"--population", true, NULL}, {"--seed", true, NULL}, {"--reorder", true, NULL},
+    {"--device", true, set_device}, {"--capacity", true, set_capacity},
+    {"--reserve", true, set_reserve}, {"--layers", true, set_count},
+    {"--free-delay", true, set_count}, {"--min-swap", true, set_min_swap},
+    {"--json", true, set_json}, {"--bound", false, set_flag}, {"--swap-only", false, set_flag},
+    {"--early-swap-in", false, set_flag}, {"--no-refine", false, set_flag},
+    {"--partial", false, set_flag}, {"--strategy", true, set_strategy},
+    {"--search-seconds", true, set_search_seconds}, {"--generations", true, set_generations},
+    {"--population", true, set_population}, {"--seed", true, set_seed},
+    {"--reorder", true, set_reorder},
 };
 
 /* 0 on success, 2 for bad usage (message printed); -1 after --help. */
@@ -132,76 +258,9 @@ static int parse(int argc, char **argv, plan_opts_t *o)
                                               argv, &i, &v);
         if (!opt)
             return 2;
-        a = opt->name;
-        uint64_t n;
-        if (strcmp(a, "--bound") == 0) {
-            o->bound = true;
-        } else if (strcmp(a, "--swap-only") == 0) {
-            o->swap_only = true;
-        } else if (strcmp(a, "--early-swap-in") == 0) {
-            o->early_swap_in = true;
-        } else if (strcmp(a, "--no-refine") == 0) {
-            o->no_refine = true;
-        } else if (strcmp(a, "--partial") == 0) {
-            o->partial = true;
-        } else if (strcmp(a, "--device") == 0) {
-            if (!tool_check_preset(CMD, a, v))
-                return 2;
-            o->preset = v;
-        } else if (strcmp(a, "--json") == 0) {
-            o->json = v;
-        } else if (strcmp(a, "--strategy") == 0) {
-            /* The strategies that are one planner's policy for a profile;
-             * Capuchin's names tensors by position in a run. */
-            cham_strategy_t s;
-            if (tool_parse_strategy(CMD, a, v,
-                                    1u << CHAM_STRATEGY_NATIVE | 1u << CHAM_STRATEGY_IDEAL |
-                                        1u << CHAM_STRATEGY_RECOMPUTE |
-                                        1u << CHAM_STRATEGY_CAPUCHIN |
-                                        1u << CHAM_STRATEGY_PROTRAIN |
-                                        1u << CHAM_STRATEGY_ZERO_OFFLOAD,
-                                    &s))
-                return 2;
-            o->strategy = cham_strategy_name(s);
-        } else if (strcmp(a, "--search-seconds") == 0) {
-            double sec;
-            if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)
-                return tool_bad_value(CMD, a, "seconds above 0, such as 2.5", v);
-            o->sa.search_seconds = sec;
-        } else if (strcmp(a, "--generations") == 0) {
-            if (!tool_parse_uint(v, 0, 1000000, &n))
-                return tool_bad_value(CMD, a, "0..1000000", v);
-            o->sa.generations = (uint32_t)n;
-        } else if (strcmp(a, "--population") == 0) {
-            if (!tool_parse_uint(v, 2, 10000, &n))
-                return tool_bad_value(CMD, a, "2..10000", v);
-            o->sa.population = (uint32_t)n;
-        } else if (strcmp(a, "--seed") == 0) {
-            if (!tool_parse_uint(v, 0, UINT64_MAX, &n))
-                return tool_bad_value(CMD, a, "a number 0 or above", v);
-            o->sa.seed = n;
-        } else if (strcmp(a, "--reorder") == 0) {
-            if (strcmp(v, "on") && strcmp(v, "off"))
-                return tool_bad_value(CMD, a, "on or off", v);
-            o->sa.reorder = strcmp(v, "on") == 0;
-        } else if (strcmp(a, "--capacity") == 0) {
-            if (!tool_parse_size(v, &o->capacity) || o->capacity == 0)
-                return tool_bad_value(CMD, a, "a size above 0 such as 16GiB or 17179869184", v);
-        } else if (strcmp(a, "--min-swap") == 0) {
-            if (!tool_parse_size(v, &o->min_swap))
-                return tool_bad_value(CMD, a, "a size such as 64KiB", v);
-        } else if (strcmp(a, "--reserve") == 0) {
-            if (!tool_parse_size(v, &o->reserve) || o->reserve == UINT64_MAX)
-                return tool_bad_value(CMD, a, "a size such as 512MiB or 0", v);
-        } else {
-            bool layers = strcmp(a, "--layers") == 0;
-            if (!tool_parse_uint(v, layers ? 1 : 0, 1000000, &n))
-                return tool_bad_value(CMD, a, layers ? "1..1000000" : "0..1000000", v);
-            if (layers)
-                o->layers = (uint32_t)n;
-            else
-                o->free_delay = (uint32_t)n;
-        }
+        int rc = opt->apply(o, opt->name, v);
+        if (rc)
+            return rc;
     }
     if (!o->profile) {
         fprintf(stderr, "chameleon plan: no profile given\n");
