@@ -864,9 +864,6 @@ static void test_random_damage(void **state)
     assert_true(loaded > 0);
 }
 
-/* The planners' table (src/policy/registry.h) is what the loop, the
- * parser and the names read: a row out of its enum's order, or a name the
- * config does not parse back, is a planner the runtime mistakes for another. */
 /* A planner's keys (its registry row) are config keys like the others:
  * each is <name>_..., reads into its member, and a value outside its range
  * is an error naming the key and the range. */
@@ -914,6 +911,9 @@ static void check_planner_keys(const cham_planner_iface_t *p)
     }
 }
 
+/* The planners' table (src/policy/registry.h) is what the loop, the
+ * parser and the names read: a row out of its enum's order, or a name the
+ * config does not parse back, is a planner the runtime mistakes for another. */
 static void test_planner_table(void **state)
 {
     (void)state;

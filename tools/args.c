@@ -270,8 +270,6 @@ const tool_opt_t *tool_find_opt(const char *cmd, const tool_opt_t *opts, size_t 
     return o;
 }
 
-/* ---- files ---------------------------------------------------------------------*/
-
 int tool_apply_opts(const char *cmd, const tool_opt_t *opts, size_t n, int argc, char **argv,
                     void *state)
 {
@@ -306,6 +304,8 @@ int tool_model_preset(const char *cmd, const tool_opt_t *opts, size_t n, int arg
     fprintf(stderr, ", gpt2, llama2, llama3, mixtral)\n");
     return 2;
 }
+
+/* ---- files ---------------------------------------------------------------------*/
 
 /* Whether path is in procfs or sysfs, whose files root may open for
  * writing but whose writes fail (or change the kernel's settings). */
