@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _chameleon
 from ._chameleon import ChameleonError
-from ._estimate import OpBytes
+from ._estimate import OpBytes, _to_meta
 from ._moves import CpuMoves, CudaMoves, InlineMoves
 from ._pricing import MEASURED, flops_of, host_copy_bandwidth, resolve
 from ._recompute import DROPPED, Record, cudnn_may_differ, recomputable, written_arguments
@@ -169,7 +169,7 @@ for _layout, _parts in (("sparse_csr", ("crow_indices", "col_indices", "values")
 class _Op:
     """What the glue knows of one aten overload."""
     __slots__ = ("name", "token", "is_view", "makes", "writes_hidden", "flops", "bookkeeping",
-                 "writes", "recomputable", "storages", "grows")
+                 "writes", "recomputable", "storages", "outs", "grows")
 
     def __init__(self, ctx, func):
         self.name = str(func)
@@ -201,9 +201,14 @@ class _Op:
         # a storage's copy runs empty().set_(source).copy_ outside Python).
         self.storages = [(i, a.name) for i, a in enumerate(func._schema.arguments)
                          if str(a.type) == "Storage"]
+        # Its out= arguments (keyword-only, written), which it resizes when
+        # they are too small for the result.
+        self.outs = tuple(a.name for a in func._schema.arguments
+                          if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write)
         # resize_ and resize_as_ grow their tensor's storage by what their
-        # arguments say, in place: the bytes are known before the op.
-        self.grows = self.name in _GROWING
+        # arguments say, an out= op by what a meta run of it says: the bytes
+        # are known before the op.
+        self.grows = self.name in _GROWING or bool(self.outs)
 
 
 # In-place ops that grow their first argument's storage to the size their
@@ -211,14 +216,43 @@ class _Op:
 _GROWING = ("aten.resize_.default", "aten.resize_as_.default")
 
 
-def _growth(args, kwargs):
-    """The bytes a resize_ or resize_as_ of args adds to its tensor's
-    storage, which is on the device by then."""
+def _growth(op, func, args, kwargs):
+    """The bytes op (a resize_, resize_as_ or out= op) adds to the storages
+    it writes, which are on the device by then."""
+    if op.outs:
+        return _out_growth(op, func, args, kwargs)
     t = args[0]
     shape = args[1] if len(args) > 1 else kwargs.get("size", kwargs.get("the_template"))
     numel = shape.numel() if isinstance(shape, torch.Tensor) else math.prod(shape)
     need = (t.storage_offset() + numel) * t.element_size()
     return max(0, need - storage_of(t).nbytes())
+
+
+def _out_growth(op, func, args, kwargs):
+    """What op's out= tensors grow by: the op run on meta tensors resizes
+    their meta copies as it would resize them. 0 when no meta run can say
+    (the glue then counts the growth after the op)."""
+    outs = [t for name in op.outs for t in _flat_tensors(kwargs.get(name))]
+    if not outs:
+        return 0
+    try:
+        margs = _to_meta(args)
+        mkwargs = {k: _to_meta(v) for k, v in kwargs.items()}
+        func(*margs, **mkwargs)
+    except Exception:                # no meta kernel, a data-dependent size, ...
+        return 0
+    metas = [t for name in op.outs for t in _flat_tensors(mkwargs.get(name))]
+    grow = 0
+    for t, m in zip(outs, metas):
+        need = (t.storage_offset() + m.numel()) * m.element_size()
+        grow += max(0, need - storage_of(t).nbytes())
+    return grow
+
+
+def _flat_tensors(a):
+    if isinstance(a, torch.Tensor):
+        return [a]
+    return [t for t in a if isinstance(t, torch.Tensor)] if isinstance(a, (list, tuple)) else []
 
 
 def _written(op, args, kwargs):
@@ -1071,7 +1105,13 @@ class Offload:
             # An input first seen here (an in-place op on a tensor made
             # before the block), or a storage resize_ grows: room for it
             # before the op writes it.
-            grows = _growth(args, kwargs) if op.grows else 0
+            grows = 0
+            if op.grows:
+                self._busy = True        # an out= op's meta run is no op of the user's
+                try:
+                    grows = _growth(op, func, args, kwargs)
+                finally:
+                    self._busy = False
             self._make_room(grows, protect, f"op {op.name}")
         before = table.added
         start = _clock()

@@ -881,6 +881,26 @@ class GrowingInPlace(unittest.TestCase):
         self.assertLessEqual(max(tr.peaks), budget, tr.peaks)
         self.assertEqual(off.stats["over_budget_steps"], 0)
 
+    def test_out_tensor_grown_by_its_op_within_the_budget(self):
+        # torch.mul(a, b, out=empty) resizes the out tensor to the result:
+        # the growth was counted after the op, 1 MiB past the budget.
+        MiB = 1 << 20
+        budget = 3 * MiB + 4096
+        tr = tracker.Tracker()
+        off = ct.Offload(budget=budget, log=quiet, cpu_copies="inline")
+        with tr, off:
+            a = torch.full((MiB // 4,), 3.0)
+            b = torch.full((MiB // 4,), 2.0)
+            c = a + b                          # 3 MiB: at the budget
+            buf = torch.empty(0)
+            torch.mul(a, b, out=buf)           # and 1 MiB more
+            off.step()
+            tr.step()
+            self.assertEqual(float(buf.sum()), 6.0 * (MiB // 4))
+            self.assertEqual(float(c.sum()), 5.0 * (MiB // 4))
+        self.assertLessEqual(max(tr.peaks), budget, tr.peaks)
+        self.assertEqual(off.stats["over_budget_steps"], 0)
+
 
 @needs_torch
 class TensorsOfOtherKinds(unittest.TestCase):
