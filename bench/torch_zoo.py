@@ -333,6 +333,10 @@ def main():
     print(f"measured, {machine()}; {a.rounds} rounds, medians of paired ratios; Offload's "
           f"CPU copies {CPU_COPIES}; malloc "
           f"{'as configured' if a.system_malloc else 'keeping freed memory'}")
+    if chameleon._chameleon.DEBUG_CHECKS:
+        print("note: the extension is built with CHAM_DEBUG_CHECKS: its CPU copies poison "
+              "the memory they hand back, a pass over the bytes no GPU makes; build with "
+              "-DCHAM_DEBUG_CHECKS=OFF to measure without it")
     rows = []
     for name in filter(None, a.loops.split(",")):
         if a.size == "large" and name not in LARGE:

@@ -3,8 +3,10 @@
  * streams stand on a GPU, so the glue's ordering logic runs with real
  * concurrency in the tests on this CPU-only machine: a copy-out runs while the
  * glue goes on, a copy-in lands while the compute goes on, and every use must
- * wait for the copy's event. Freed host buffers and released storages are
- * poisoned (POISON below), so a missing wait changes the bytes a test sees.
+ * wait for the copy's event. Built with CHAM_DEBUG_CHECKS (the tests' builds),
+ * new and freed host buffers and storages given back memory are poisoned
+ * (POISON below), so a missing wait changes the bytes a test sees; without
+ * it they are not, as no GPU spends a pass over the bytes on it.
  *
  * Two lanes, one worker thread each, like _CudaMoves' two side streams: "out"
  * copies raw addresses into host buffers the Copier owns, "in" copies them
@@ -180,7 +182,8 @@ static cham_host_buf_t *copier_buf_new(cham_copier_t *c, size_t nbytes)
     }
     /* Poisoned until its copy-out lands: a copy-in that ran first would
      * write poison, not whatever malloc left there. */
-    copier_poison(buf->bytes, nbytes);
+    if (CHAM_DEBUG_CHECKS)
+        copier_poison(buf->bytes, nbytes);
     buf->magic = COPIER_BUF_MAGIC;
     buf->nbytes = nbytes;
     pthread_mutex_lock(&c->mu);
@@ -195,7 +198,8 @@ static cham_host_buf_t *copier_buf_new(cham_copier_t *c, size_t nbytes)
 static void copier_buf_destroy(cham_host_buf_t *buf)
 {
     COPIER_ASSERT(buf->magic == COPIER_BUF_MAGIC && buf->users == 0 && buf->orphan);
-    copier_poison(buf->bytes, buf->nbytes);
+    if (CHAM_DEBUG_CHECKS)
+        copier_poison(buf->bytes, buf->nbytes);
     buf->magic = 0;
     free(buf->bytes);
     free(buf);
@@ -820,7 +824,8 @@ int cham_py_copier_init(PyObject *module)
     int rc = PyModule_AddObjectRef(module, "Copier", (PyObject *)&CopierType) ||
              PyModule_AddObjectRef(module, "HostCopy", (PyObject *)&HostCopyType) ||
              PyModule_AddObjectRef(module, "Event", (PyObject *)&EventType) ||
-             PyModule_AddObjectRef(module, "POISON", poison);
+             PyModule_AddObjectRef(module, "POISON", poison) ||
+             PyModule_AddObjectRef(module, "DEBUG_CHECKS", CHAM_DEBUG_CHECKS ? Py_True : Py_False);
     Py_DECREF(poison);
     return rc ? -1 : 0;
 }

@@ -5,13 +5,15 @@ CPU ones (docs/pytorch.md).
     moved = moves.copy_out(storage)          # the copy to host memory starts
     moves.release(moved, storage)            # the storage's memory is freed
     ...                                      #   (once the copy has read it)
+    moves.release(moved, storage, wait=False)  # or False: not read yet, ask again
+    moves.keep(moved, storage)               #   or keep it (after all), unreleased
     inbound = moves.copy_in(moved, storage)  # memory again; the copy back starts
     moves.wait(inbound)                      # before the storage's next use
     moves.synchronize()                      # every copy queued is done
 
 What the caller keeps to (both implementations rely on it; neither can
 enforce all of it):
-  - from copy_out to release, nothing writes the storage;
+  - from copy_out to release (or keep), nothing writes the storage;
   - after release, nothing touches the storage's old memory;
   - after copy_in, nothing reads or writes the storage (not even copy_out or
     release of it) before wait(inbound);
@@ -19,9 +21,11 @@ enforce all of it):
     copy back has read it.
 
 CpuMoves exists so that this ordering runs with real concurrency where there
-is no GPU: its copies run on the Copier's worker threads (_copier.c), and the
-memory it releases or hands back unfilled is poisoned (POISON: a NaN as every
-float dtype), so a missing wait changes the bytes a test compares. It also
+is no GPU: its copies run on the Copier's worker threads (_copier.c), and in
+an extension built with CHAM_DEBUG_CHECKS (the tests') the memory it hands
+back unfilled is poisoned (POISON: a NaN as every float dtype), so a missing
+wait changes the bytes a test compares; without it (a release build, the
+benchmarks') that pass over the bytes, which no GPU makes, is left out. It also
 refuses the one misuse it can see: copy_out or release of a storage whose
 copy_in was not waited for.
 
@@ -80,7 +84,7 @@ class CpuMoves:
     copy_out queues the copy into a host buffer the Copier owns (the moved
     value is its HostCopy). release waits for that copy and resizes the
     storage to 0. copy_in resizes it back, poisons the new
-    bytes and queues the copy back, which starts after the copy out; wait
+    bytes (DEBUG_CHECKS) and queues the copy back, which starts after the copy out; wait
     blocks (without the GIL) until it is done. delay_us: every copy sleeps
     that long first, so a race in the caller shows.
 
@@ -104,16 +108,29 @@ class CpuMoves:
         self._check_waited(ptr, "CpuMoves.copy_out")
         return self.copier.out(ptr, storage.nbytes())
 
-    def release(self, moved, storage):
-        """Frees storage's memory once the copy out has read it."""
+    def release(self, moved, storage, wait=True):
+        """Frees storage's memory once the copy out has read it; True when
+        freed. wait=False: False at once while the copy has not read it
+        (the compute thread goes on; the caller asks again later, as a
+        GPU's allocator reuses a block once its stream's copy is done)."""
         _check_release(moved, storage, "CpuMoves.release")
         ptr = storage.data_ptr()
         self._check_waited(ptr, "CpuMoves.release")
+        if not wait and not moved.copied.done():
+            return False
         moved.copied.wait()
         # Not poisoned before: torch may refuse the resize (a storage numpy
         # or another process shares), and its bytes must then stay as they
         # are. The memory freed goes back to the allocator.
         storage.resize_(0)
+        return True
+
+    @staticmethod
+    def keep(moved, storage):
+        """The storage is not released after all (it is needed again before
+        release freed it): returns once the copy out has read it, after
+        which it may be written."""
+        moved.copied.wait()
 
     def copy_in(self, moved, storage):
         """Gives the released storage memory again (poisoned) and starts the
@@ -122,7 +139,8 @@ class CpuMoves:
         _check_in(moved, storage, "CpuMoves.copy_in")
         storage.resize_(moved.nbytes)
         ptr = storage.data_ptr()
-        self.copier.poison(ptr, moved.nbytes)
+        if _chameleon.DEBUG_CHECKS:
+            self.copier.poison(ptr, moved.nbytes)
         inbound = _CpuInbound(self.copier.into(moved, ptr, moved.nbytes), ptr, storage)
         self._unwaited[ptr] = inbound
         return inbound
@@ -153,8 +171,13 @@ class InlineMoves:
         return _chameleon.save(storage.data_ptr(), storage.nbytes())
 
     @staticmethod
-    def release(moved, storage):
+    def release(moved, storage, wait=True):
         storage.resize_(0)
+        return True
+
+    @staticmethod
+    def keep(moved, storage):
+        pass
 
     @staticmethod
     def copy_in(moved, storage):
@@ -228,10 +251,15 @@ class CudaMoves:
             host.copy_(src, non_blocking=True)
         return _CudaMoved(host, out.record_event(), out)
 
-    def release(self, moved, storage):
+    def release(self, moved, storage, wait=True):
         _check_release(moved, storage, "CudaMoves.release")
         self._as_bytes(storage).record_stream(moved.stream)
         storage.resize_(0)
+        return True
+
+    @staticmethod
+    def keep(moved, storage):
+        torch.cuda.current_stream(storage.device).wait_event(moved.copied)
 
     def copy_in(self, moved, storage):
         _check_device(storage, "cuda", "CudaMoves.copy_in")

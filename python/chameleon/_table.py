@@ -161,14 +161,22 @@ class StorageTable:
             self.forget(e)
         return freed
 
-    def away(self, e):
-        """e's bytes left the device."""
-        self.resident -= e.nbytes
+    def away(self, e, releasing=False):
+        """e's bytes left the device; releasing: they leave once a copy
+        has read them, and count as on the device until released()."""
+        if not releasing:
+            self.resident -= e.nbytes
         self._lru_of(e).pop(e.key, None)
 
-    def back(self, e):
-        """e's bytes are on the device again."""
-        self.resident += e.nbytes
+    def released(self, nbytes):
+        """The bytes of an entry sent away with releasing=True left."""
+        self.resident -= nbytes
+
+    def back(self, e, counted=False):
+        """e's bytes are on the device again; counted: they never left
+        (sent away with releasing=True, and kept before released())."""
+        if not counted:
+            self.resident += e.nbytes
         if not e.pinned:
             self._lru_of(e)[e.key] = e
 

@@ -22,6 +22,7 @@ tensor read outside aten (``numpy()``, pickling, ``deepcopy``) come back
 first.
 """
 import gc
+from collections import OrderedDict
 import json
 import math
 import os
@@ -396,6 +397,10 @@ class Offload:
         self._next_sweep = 0         # the op at which the table is next swept
         self._recent = ()            # entries the last ops used (a budget only)
         self._deferred = []          # prefetches that did not fit after the last op
+        # Entries sent away whose memory is freed once their copy out has
+        # read it (key -> (entry, moved, storage), in the order sent): the
+        # compute thread does not wait for the copy, as on a GPU.
+        self._releasing = OrderedDict()
         self._adopted = False        # the model state alive at entry is counted
         # A budget in bytes, or a percentage (in bytes after its measured
         # step): op sizes are learned and frees looked for at each op.
@@ -787,7 +792,9 @@ class Offload:
         try:
             moved = moves.copy_out(storage)
             try:
-                moves.release(moved, storage)
+                # One made outside aten is released at once the first
+                # time: numpy may share it (then torch refuses).
+                released = moves.release(moved, storage, wait=e.exposed)
             except RuntimeError as err:
                 if "resizable" not in str(err):
                     raise
@@ -800,9 +807,46 @@ class Offload:
             self._busy = False
         e.moved = moved
         e.exposed = False                # torch released it: no numpy array shares it
-        table.away(e)
+        if not released:
+            self._releasing[e.key] = (e, moved, storage)
+        table.away(e, releasing=not released)
         self._ctx.swapped_out(e.base)    # unadvised: the runtime counts it passive
         return True
+
+    def _reap(self, need=0):
+        """Frees the memory of storages sent away whose copy out has read
+        them, in the order sent; need > 0: waits for the copies until need
+        more bytes are free (or none is left to wait for)."""
+        releasing, table = self._releasing, self._table
+        while releasing:
+            key, (e, moved, storage) = next(iter(releasing.items()))
+            self._busy = True
+            try:
+                if not self._moves(storage).release(moved, storage, wait=need > 0):
+                    return
+            except RuntimeError as err:
+                if "resizable" not in str(err):
+                    raise
+                del releasing[key]
+                self._unreleasable(e, storage)
+                continue
+            finally:
+                self._busy = False
+            del releasing[key]
+            table.released(e.nbytes)
+            need -= e.nbytes
+
+    def _unreleasable(self, e, storage):
+        """torch refused to release e's storage after its copy out (shared
+        memory since): it stays on the device, its bytes intact."""
+        table = self._table
+        if table.entries.get(e.key) is not e:
+            table.released(e.nbytes)      # forgotten meanwhile: no longer counted
+            return
+        e.moved = None
+        table.pin(e, "unreleasable")
+        self._counts["pinned"] += 1
+        self._ctx.swapped_in(e.base, storage.data_ptr())
 
     def _drop(self, e):
         """Frees e's storage without a copy, its op to be run again before
@@ -876,12 +920,20 @@ class Offload:
             else:
                 self._recompute(e, storage, late, protect, reading, what)
             return
-        if protect is not None and self._budget is not None:
+        pending = self._releasing.pop(e.key, None)
+        if pending is None and protect is not None and self._budget is not None:
             self._make_room(e.nbytes, protect, what or f"reading {e.base.label}",
                             may_pass=reading)
         if late and e.base.residency != "host":
             self._counts["hazards"] += 1      # the runtime thought it was on the device
         moves = self._moves(storage)
+        if pending is not None:
+            # Not released yet: it never left, and needs no copy back.
+            moves.keep(e.moved, storage)
+            e.moved = None
+            self._table.back(e, counted=True)
+            self._ctx.swapped_in(e.base, storage.data_ptr())
+            return
         self._busy = True
         try:
             e.inbound = moves.copy_in(e.moved, storage)
@@ -945,6 +997,10 @@ class Offload:
         excess = table.resident + need - budget
         if excess <= 0:
             return
+        if self._releasing:
+            # Copies already under way free their memory first.
+            self._reap(excess)
+            excess = table.resident + need - budget
         # Least recently used first: the storages torch freed since the
         # glue last looked are among them, and cost no copy (no sweep of
         # the whole table: that is O(storages) per op under pressure). A
@@ -970,6 +1026,9 @@ class Offload:
                 else:
                     self._send_away(e)
             excess = table.resident + need - budget
+            if excess > 0 and self._releasing:
+                self._reap(excess)        # the room is needed now
+                excess = table.resident + need - budget
         if excess > 0 and table.sweep():
             excess = table.resident + need - budget     # freed storages away from the LRU
         guessed = 0 if sure is None else need - sure
@@ -1046,6 +1105,8 @@ class Offload:
             op = self._ops[id(func)] = _Op(self._ctx, func)
         if op.bookkeeping:
             return self._bookkeeping(op, func, args, kwargs)
+        if self._releasing:
+            self._reap()
         if self._read_pins and not self._reading:
             # A reader's own ops (a storage copy's set_ and copy_) run
             # while it reads: what it read stays until it returns.

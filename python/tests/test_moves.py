@@ -269,6 +269,8 @@ class CpuMovesOrdering(unittest.TestCase):
         self.ref = self.t.clone()
         self.s = _moves.storage_of(self.t)
 
+    @unittest.skipUnless(_chameleon.DEBUG_CHECKS,
+                         "the extension was built without CHAM_DEBUG_CHECKS: no poison")
     def test_reading_before_wait_sees_the_poison_and_after_it_the_data(self):
         moved = self.moves.copy_out(self.s)
         self.moves.release(moved, self.s)
@@ -296,9 +298,36 @@ class CpuMovesOrdering(unittest.TestCase):
         self.moves.wait(inbound)
         self.assertTrue(torch.equal(self.t, self.ref))
 
+    def test_release_without_waiting_frees_only_once_the_copy_read_it(self):
+        self.moves.copier.pause()
+        moved = self.moves.copy_out(self.s)
+        # The compute thread goes on: not freed, not blocked.
+        self.assertFalse(self.moves.release(moved, self.s, wait=False))
+        self.assertEqual(self.s.nbytes(), 4096)
+        self.moves.copier.resume()
+        moved.copied.wait()
+        self.assertTrue(self.moves.release(moved, self.s, wait=False))
+        self.assertEqual(self.s.nbytes(), 0)
+        self.moves.wait(self.moves.copy_in(moved, self.s))
+        self.assertTrue(torch.equal(self.t, self.ref))
+
+    def test_kept_before_release_it_may_be_written_once_the_copy_read_it(self):
+        self.moves.copier.pause()
+        moved = self.moves.copy_out(self.s)
+        self.assertFalse(self.moves.release(moved, self.s, wait=False))
+        # keep waits for the copy out (paused, that wait would never end).
+        with self.assertRaisesRegex(RuntimeError, "paused"):
+            self.moves.keep(moved, self.s)
+        self.moves.copier.resume()
+        self.moves.keep(moved, self.s)
+        self.assertTrue(moved.copied.done())
+        self.t.add_(1)                       # the copy read the old bytes already
+        self.assertEqual(moved.tobytes(), bytes(self.ref.view(torch.uint8).tolist()))
+        self.assertTrue(torch.equal(self.t, self.ref + 1))
+
     def test_negative_control_a_release_without_the_wait_corrupts_the_copy(self):
         class NoWait(_moves.CpuMoves):
-            def release(self, moved, storage):       # the bug: no moved.copied.wait()
+            def release(self, moved, storage, wait=True):   # the bug: no moved.copied.wait()
                 self.copier.poison(storage.data_ptr(), moved.nbytes)
         moves = NoWait()
         moves.copier.pause()
