@@ -1,5 +1,5 @@
 """Host time per aten op of chameleon.torch's glue against a pass-through
-TorchDispatchMode, measured in one run (docs/pytorch.md, "Overhead").
+TorchDispatchMode, measured in one run (docs/pytorch.md, "The zoo, measured").
 
     PYTHONPATH=build/python:python/tests /usr/bin/python3 bench/torch_glue.py
 

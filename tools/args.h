@@ -14,7 +14,7 @@
 
 /* ---- values --------------------------------------------------------------------*/
 
-/* A size, by the one rule set of common/size.h (docs/cli.md, "Sizes"):
+/* A size, by the one rule set of common/size.h (docs/cli.md, "Values"):
  * "64GiB", "512 MiB", "6.85MiB", "2GB", "4096". A number without a unit is
  * bytes, but one from 1 to TOOL_BARE_SIZE_MIN - 1 is refused ("--capacity
  * 12" is more likely a slip than 12 bytes); "12B" says bytes. false when it

@@ -429,7 +429,7 @@ CHAM_API cham_status_t cham_tensor_drop(cham_tensor_t *t);
  * time on the compute stream, in ns (a roofline, a measurement). Planners
  * take the ops with a cost at their word and share what is left of the
  * measured step time among the others; without any, Eq. 1 spreads the
- * measured step time evenly (docs/policy.md, "Op costs"). */
+ * measured step time evenly (docs/policy.md, "Inputs and knobs"). */
 CHAM_API cham_status_t cham_op_set_cost(cham_context_t *ctx, double ns);
 
 /* Between cham_op_begin and cham_op_end: the op runs a collective of `ns`

@@ -1,6 +1,6 @@
 /* Byte sizes written by people: the one parser behind every size in a
- * config file (docs/config.md, "Byte sizes") and on the command line
- * (docs/cli.md, "Sizes"), so "1.5GiB" means the same everywhere. */
+ * config file (docs/config.md, "Value types") and on the command line
+ * (docs/cli.md, "Values"), so "1.5GiB" means the same everywhere. */
 #ifndef CHAM_COMMON_SIZE_H
 #define CHAM_COMMON_SIZE_H
 

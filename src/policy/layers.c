@@ -143,7 +143,7 @@ bool cham_gen_layers_build(const cham_profile_view_t *v, const cham_planner_conf
     /* Eq. 1: T_group = T_iter / N_iter * N_group; or the config's costs as
      * weights of the same T_iter; or, when recomputation may be planned,
      * the profile's: ops with a cost take it, the others share what is left
-     * of T_iter (docs/policy.md, "Op costs": the choice between swapping
+     * of T_iter (docs/policy.md, "Inputs and knobs": the choice between swapping
      * and recomputing needs the link's real budget, which a profiled step
      * slowed by passive swaps overstates). The replay (replay.c) takes the
      * ops' own times the same way, the profile's costs whenever there are

@@ -287,7 +287,7 @@ static bool backend_known(const char *s)
 /* ---- byte sizes -------------------------------------------------------------*/
 
 /* Byte sizes in a config file follow the one rule set of common/size.h
- * (docs/config.md, "Byte sizes"). */
+ * (docs/config.md, "Value types"). */
 static bool parse_size(const char *s, uint64_t *out, char *why, size_t why_size)
 {
     return cham_size_parse(s, out, NULL, why, why_size);

@@ -16,7 +16,7 @@
  * pass's initial set, dropping (again) whatever is not resident at the end
  * until start and end agree, so every step can run the same plan. Model
  * state resident at the end but not at the start leaves after its last
- * use. docs/swapadvisor.md, "Evaluation". */
+ * use. docs/swapadvisor.md, "The score". */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
