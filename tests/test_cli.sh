@@ -60,7 +60,7 @@ if [ -w /dev/full ]; then
     else echo "FAIL stdout-full-${args// /-}: status $status: $out"; fails=$((fails + 1)); fi
   done
 fi
-# Items 7 and 8: `plan --json` saves the policy whole or not at all: a full
+# Items 7 and 8: `plan --save` saves the policy whole or not at all: a full
 # disk is exit 1 (and /dev/full stays a device), an earlier file is
 # replaced whole, and no temporary file is left beside it.
 "$bin" train --steps 2 --quiet --memory-curve "$dir/prof" >/dev/null 2>&1
@@ -70,13 +70,13 @@ profile="$dir/prof/last-step-profile.json"
 if [ -w /dev/full ]; then
   ln -s /dev/full "$dir/full.json"
   check plan-json-full 1 "chameleon plan: $dir/full.json: cannot write: No space left on device" -- \
-    plan "$profile" --json "$dir/full.json"
+    plan "$profile" --save "$dir/full.json"
   [ -c /dev/full ] && [ -L "$dir/full.json" ] && echo "ok   plan-dev-full-kept" ||
     { echo "FAIL plan-dev-full-kept"; fails=$((fails + 1)); }
 fi
 mkdir -p "$dir/pol"
 echo stale >"$dir/pol/p.json"
-check plan-json-saved 0 "policy saved to $dir/pol/p.json" -- plan "$profile" --json "$dir/pol/p.json"
+check plan-save-saved 0 "policy saved to $dir/pol/p.json" -- plan "$profile" --save "$dir/pol/p.json"
 if python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$dir/pol/p.json" 2>/dev/null &&
    [ "$(ls -A "$dir/pol")" = "p.json" ]; then echo "ok   plan-json-whole"
 else echo "FAIL plan-json-whole: $(ls -A "$dir/pol")"; fails=$((fails + 1)); fi

@@ -26,7 +26,7 @@ typedef struct plan_opts {
     uint64_t capacity;       /* 0 = the profile's, else the preset's */
     uint64_t reserve;        /* UINT64_MAX = the default rule */
     uint32_t layers;         /* 0 = the default rule */
-    const char *json;        /* where to save the policy, or NULL */
+    const char *save;        /* where to save the policy, or NULL */
     uint32_t free_delay;     /* planner's free_delay_ops */
     uint64_t min_swap;       /* planner's min_swap_bytes (default: train's) */
     bool bound;              /* --bound: also the lower bound on the step time */
@@ -46,7 +46,7 @@ static void usage(FILE *f)
             "                      [--reserve SIZE] [--layers N] [--free-delay N]\n"
             "                      [--min-swap SIZE] [--swap-only] [--early-swap-in]\n"
             "                      [--no-refine] [--partial]\n"
-            "                      [--bound] [--json OUT] [--strategy NAME]\n"
+            "                      [--bound] [--save FILE] [--strategy NAME]\n"
             "                      [--search-seconds S] [--generations N]\n"
             "                      [--population N] [--seed N] [--reorder on|off]\n"
             "Runs a planner on a saved profile and prints the\n"
@@ -76,7 +76,7 @@ static void usage(FILE *f)
             "  --bound           also the lower bound on the step time at this capacity\n"
             "                    for any mix of keeping, swapping and recomputing\n"
             "                    (docs/policy.md, \"The lower bound\")\n"
-            "  --json OUT        also save the policy as JSON\n"
+            "  --save FILE       also save the policy as JSON (docs/policy-format.md)\n"
             "  --partial         when no policy fits (its predicted peak is over the usable\n"
             "                    memory), print (and save) what the planner could place\n"
             "                    anyway; the exit status stays 1\n"
@@ -124,10 +124,10 @@ static int set_device(void *state, const char *a, const char *v)
     return 0;
 }
 
-static int set_json(void *state, const char *a, const char *v)
+static int set_save(void *state, const char *a, const char *v)
 {
     (void)a;
-    ((plan_opts_t *)state)->json = v;
+    ((plan_opts_t *)state)->save = v;
     return 0;
 }
 
@@ -227,7 +227,7 @@ static const tool_opt_t opts[] = {
     {"--device", true, set_device}, {"--capacity", true, set_capacity},
     {"--reserve", true, set_reserve}, {"--layers", true, set_count},
     {"--free-delay", true, set_count}, {"--min-swap", true, set_min_swap},
-    {"--json", true, set_json}, {"--bound", false, set_flag}, {"--swap-only", false, set_flag},
+    {"--save", true, set_save}, {"--bound", false, set_flag}, {"--swap-only", false, set_flag},
     {"--early-swap-in", false, set_flag}, {"--no-refine", false, set_flag},
     {"--partial", false, set_flag}, {"--strategy", true, set_strategy},
     {"--search-seconds", true, set_search_seconds}, {"--generations", true, set_generations},
@@ -404,12 +404,12 @@ int cmd_plan(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     const cham_preset_t *preset = cham_preset_find(o.preset ? o.preset
                                                             : cham_preset_default_name());
-    if (o.json && tool_same_file(o.json, o.profile)) {
-        fprintf(stderr, "chameleon plan: --json %s is the profile being read (%s): it would be "
-                "overwritten; choose another path\n", o.json, o.profile);
+    if (o.save && tool_same_file(o.save, o.profile)) {
+        fprintf(stderr, "chameleon plan: --save %s is the profile being read (%s): it would be "
+                "overwritten; choose another path\n", o.save, o.profile);
         return 2;
     }
-    if (o.json && !tool_check_output_file(CMD, "--json", o.json))
+    if (o.save && !tool_check_output_file(CMD, "--save", o.save))
         return 1;
 
     char err[512];
@@ -507,12 +507,12 @@ int cmd_plan(int argc, char **argv)
     print_policy(&v, &pv, preset->name);
 
     rc = fits ? 0 : 1;
-    if (o.json) {
-        if (cham_policy_save_json(pol, o.json, err, sizeof err) != CHAM_OK) {
+    if (o.save) {
+        if (cham_policy_save_json(pol, o.save, err, sizeof err) != CHAM_OK) {
             fprintf(stderr, "chameleon plan: %s\n", err);
             rc = 1;
         } else {
-            printf("\npolicy saved to %s\n", o.json);
+            printf("\npolicy saved to %s\n", o.save);
         }
     }
     cham_policy_free(pol);
