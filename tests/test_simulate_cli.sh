@@ -156,8 +156,8 @@ check train-trace-unwritable 1 '--trace /proc/no/t\.json: cannot create' -- trai
 check sim-trace-kernel-file 1 '^chameleon simulate: --trace /proc/version: cannot write: a file of the kernel' -- \
   simulate --model gpt2 --layers 2 --steps 2 --trace /proc/version
 # A model state that no policy can fit is refused before any step runs.
-check sim-state-too-big 1 'FAILED +at step 0, op 0: workload: the model state alone needs 13267590250496 bytes \(12\.07 TiB\) on this device, more than its capacity of 68719476736 bytes \(64\.00 GiB\) and 2\.00 TiB of pinned host memory together: .*\(4096 layers, hidden 4096, ffn 11008, vocab 32000; tp 1, pp 1, dp 1, zero 0\)' -- simulate --layers 4096 --quiet
-check sim-state-too-big-native 1 'more than its capacity of 68719476736 bytes \(64\.00 GiB\): .*This strategy moves activations only' -- simulate --layers 400 --strategy native --quiet
+check sim-state-too-big 1 'FAILED +at step 0, op 0: workload: the model state alone needs 13267590250496 bytes \(12\.07 TiB\) on this device, more than its capacity of 85899345920 bytes \(80\.00 GiB\) and 2\.00 TiB of pinned host memory together: .*\(4096 layers, hidden 4096, ffn 11008, vocab 32000; tp 1, pp 1, dp 1, zero 0\)' -- simulate --layers 4096 --quiet
+check sim-state-too-big-native 1 'more than its capacity of 85899345920 bytes \(80\.00 GiB\): .*This strategy moves activations only' -- simulate --layers 400 --strategy native --quiet
 # `chameleon infer`: the prefill and decode steps, the KV caches offloaded
 # or not, the longest context, and bad values.
 inf=(infer --model llama3-8b --batch 4 --prompt 32768 --generate 8 --quiet)

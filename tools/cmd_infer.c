@@ -47,7 +47,8 @@ static void usage(FILE *f)
         "                      capuchin, swapadvisor, hyperoffload (its cache\n"
         "                      operators for the KV caches and weights; docs/\n"
         "                      hyperoffload.md), ideal (docs/baselines.md)\n"
-        "  --device PRESET     simulated device (ascend-910b)\n"
+        "  --device PRESET     simulated device (`chameleon devices`; its default, as\n"
+        "                      every command's)\n"
         "  --capacity SIZE     device memory instead of the preset's\n"
         "  --find-max-context  also the longest context (prompt + generate, in steps of\n"
         "                      %d prompt tokens) that runs at this capacity, up to the\n"
@@ -187,7 +188,7 @@ static int parse(int argc, char **argv, infer_opts_t *o)
     m->infer = true;
     m->generate = 32;
     o->run.strategy = CHAM_STRATEGY_NATIVE;
-    o->run.runtime.device.preset = "ascend-910b";
+    o->run.runtime.device.preset = cham_preset_default_name();
     if ((rc = tool_apply_opts(CMD, opts, N_OPTS, argc, argv, o)) != 0)
         return rc;
     char err[400];

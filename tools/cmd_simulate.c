@@ -70,7 +70,8 @@ static void usage(FILE *f)
         "  --moe-vary on|off   MoE tokens per expert change every step (off)\n"
         "  --seed N            of the seeded choices, swapadvisor's search too (1)\n"
         "run:\n"
-        "  --device PRESET     simulated device (`chameleon devices`; ascend-910b)\n"
+        "  --device PRESET     simulated device (`chameleon devices`; its default, as\n"
+        "                      every command's)\n"
         "  --capacity SIZE     device memory instead of the preset's (for example 32GiB),\n"
         "                      or P%% of the peak of the same run with unlimited memory\n"
         "  --host-memory SIZE  pinned host memory for swaps (2TiB)\n"
@@ -347,7 +348,7 @@ static int parse(int argc, char **argv, sim_opts_t *o)
     if (rc)
         return rc;
     const cham_model_config_t preset = *m;
-    o->run.runtime.device.preset = "ascend-910b";
+    o->run.runtime.device.preset = cham_preset_default_name();
     if ((rc = tool_apply_opts(CMD, opts, N_OPTS, argc, argv, o)) != 0)
         return rc;
     /* A preset whose attention has one kv head per head keeps it so when
