@@ -567,7 +567,8 @@ typedef void (*cham_step_hook_t)(cham_context_t *ctx, const cham_step_ended_t *s
 CHAM_API void cham_context_on_step(cham_context_t *ctx, cham_step_hook_t hook, void *user);
 
 /* Log lines (stage changes, on-demand swaps, errors). By default lines go
- * to stderr; a hook replaces that, NULL restores it. */
+ * to the library's output (cham_set_output: stderr unless one is
+ * registered); a hook takes them instead, NULL restores the default. */
 typedef void (*cham_log_hook_t)(const char *line, void *user);
 CHAM_API void cham_context_set_log(cham_context_t *ctx, cham_log_hook_t hook, void *user);
 

@@ -39,6 +39,17 @@ typedef enum cham_status {
 /* A short constant description of the status, never NULL. */
 CHAM_API const char *cham_status_string(cham_status_t status);
 
+/* Where the library's own messages go when no hook takes them: a
+ * context's log lines without cham_context_set_log's hook, the sim's
+ * hazard reports without cham_device_set_hazard_hook's, and an internal
+ * error's last line before the program stops. By default (and after
+ * cham_set_output(NULL, NULL)) each is a line "chameleon: ..." on stderr;
+ * a registered output gets the line, without that prefix or a newline,
+ * and user. Process-wide; safe to call from any thread, and from the
+ * output itself. */
+typedef void (*cham_output_fn)(const char *line, void *user);
+CHAM_API void cham_set_output(cham_output_fn fn, void *user);
+
 /* "MAJOR.MINOR.PATCH" of the library actually linked (CHAM_VERSION_* in
  * chameleon.h are the headers'). */
 CHAM_API const char *cham_version(void);

@@ -8,6 +8,7 @@
 
 #include "alloc/alloc-impl.h"
 #include "common/assert.h"
+#include "common/output.h"
 
 static bool fail(char *why, size_t why_size, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -289,7 +290,7 @@ void cham_alloc_debug_check(const cham_allocator_t *a)
 #if CHAM_DEBUG_CHECKS
     char why[512];
     if (!cham_allocator_check(a, why, sizeof why)) {
-        fprintf(stderr, "chameleon: allocator invariant broken: %s\n", why);
+        cham_output("allocator invariant broken: %s", why);
         CHAM_ASSERT(!"allocator invariant broken");
     }
 #else

@@ -20,6 +20,7 @@
 #include "chameleon/sim.h"
 #include "common/assert.h"
 #include "common/grow.h"
+#include "common/output.h"
 #include "device/sim_hazard.h"
 #include "device/sim_mem.h"
 #include "device/sim_vm.h"
@@ -193,11 +194,9 @@ static void report_hazard(const cham_hazard_t *h, void *user)
     }
     if (s->stats.hazards <= SIM_MAX_PRINTED_HAZARDS) {
         char line[512];
-        fprintf(stderr, "chameleon: sim %s: %s\n", s->name,
-                cham_hazard_format(h, line, sizeof line));
+        cham_output("sim %s: %s", s->name, cham_hazard_format(h, line, sizeof line));
     } else if (s->stats.hazards == SIM_MAX_PRINTED_HAZARDS + 1) {
-        fprintf(stderr, "chameleon: sim %s: further hazards are counted, not printed\n",
-                s->name);
+        cham_output("sim %s: further hazards are counted, not printed", s->name);
     }
 }
 

@@ -9,6 +9,7 @@
 #include "chameleon/profile.h"
 #include "common/assert.h"
 #include "common/message.h"
+#include "common/output.h"
 #include "runtime/runtime-impl.h"
 
 static _Thread_local char new_error[512];
@@ -38,7 +39,7 @@ void cham_context_log(cham_context_t *ctx, const char *fmt, ...)
         ctx->log_hook(line, ctx->log_hook_user);
         ctx->hook = outer;
     } else {
-        fprintf(stderr, "chameleon: %s\n", line);
+        cham_output("%s", line);
     }
 }
 
@@ -56,8 +57,7 @@ void cham_hook_forbid(const cham_context_t *ctx, const char *call)
 {
     if (!ctx->hook)
         return;
-    fprintf(stderr, "chameleon: %s called from %s: hooks do not call back into the runtime\n",
-            call, ctx->hook);
+    cham_output("%s called from %s: hooks do not call back into the runtime", call, ctx->hook);
     CHAM_ASSERT(!ctx->hook && "no runtime call from a hook");
 }
 

@@ -19,6 +19,7 @@
 #include <stdio.h>
 
 #include "common/assert.h"
+#include "common/output.h"
 #include "runtime/runtime-impl.h"
 
 /* The tie key is the storage id, complemented so that ascending order is
@@ -155,7 +156,7 @@ void cham_victims_debug_check(const cham_context_t *ctx)
 #if CHAM_DEBUG_CHECKS
     char why[256];
     if (!cham_victims_valid(ctx, why, sizeof why)) {
-        fprintf(stderr, "chameleon: victim index broken: %s\n", why);
+        cham_output("victim index broken: %s", why);
         CHAM_ASSERT(!"victim index broken");
     }
 #else
