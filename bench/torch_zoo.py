@@ -28,24 +28,32 @@ defaults a step's large frees go back to the kernel and the next step
 faults them in again, which charges each variant for its pattern of
 allocations rather than its work: measured on the large CNN, 10.6 s of
 system time against 1.4 s, and plain torch slower than save_on_cpu.
---system-malloc keeps glibc's defaults. Peak: the most bytes any step held, all
-steps (step 0 included). For plain torch, checkpoint and save_on_cpu from
-torch.profiler's allocator events (tracker.ProfilerTracker: not a dispatch
-mode, so it also runs with saved-tensor hooks, which torch 1.13 breaks under
-a dispatch mode, and it sees kernels' temporaries); for Offload from
-tracker.Tracker (live storages; the allocator events are printed too but
-overcount there: the profiler drops the free of a block allocated before it
-started, such as a parameter the glue sends away).
+--system-malloc keeps glibc's defaults. Measure with the extension of a
+build configured -DCHAM_DEBUG_CHECKS=OFF (PYTHONPATH=<that build>/python):
+with the checks on, its CPU copies poison the memory they hand back, a
+pass over the bytes no GPU makes (the bench says so when it sees them).
+
+Peak: the most bytes any step held, all steps (step 0 included). For plain
+torch, checkpoint and save_on_cpu from torch.profiler's allocator events
+(tracker.ProfilerTracker: not a dispatch mode, so it also runs with saved-
+tensor hooks, which torch 1.13 breaks under a dispatch mode, and it sees
+kernels' temporaries); for Offload from tracker.Tracker (live storages; the
+allocator events are printed too but overcount there: the profiler drops the
+free of a block allocated before it started, such as a parameter the glue
+sends away).
 
 Verdict per budget: "met" when Offload ran within the budget at every step
 and is no slower (5% slack: a run's noise) than the faster of checkpoint
 and save_on_cpu among those that reach the budget; when neither reaches
-it, within the budget is enough. Then the overhead with nothing to move
-(Offload(budget=None)) against plain torch on a larger LM (AdamW
-foreach=True), whose median op (views apart) should take >= 100 us: the
-target, at most 10%, is stated at that size; the line says the median
-measured and whether it is that large on this machine. Measured on this
-machine's CPU; never a test.
+it, within the budget is enough. --decompose adds, per loop, a dispatch
+mode that only calls each op and Offload(budget=None), timed in the same
+rounds: what the per-op Python costs before anything moves.
+
+Then the overhead with nothing to move (Offload(budget=None)) against plain
+torch on a larger LM (AdamW foreach=True), whose median op (views apart)
+should take >= 100 us: the target, at most 10%, is stated at that size; the
+line says the median measured and whether it is that large on this machine.
+Measured on this machine's CPU; never a test.
 """
 import argparse
 import os
@@ -109,6 +117,17 @@ class OpClock(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         self.times.append(time.perf_counter() - t)
         return out
+
+
+class PassThrough(TorchDispatchMode):
+    """Passed as a loop's `off`: a dispatch mode that only calls each op,
+    what any per-op Python costs before the glue's own work."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+    def step(self):
+        pass
 
 
 def machine():
@@ -211,6 +230,9 @@ def bench_loop(name, rounds, rows, size):
     for frac, budget in budgets.items():
         variants[frac] = (run, (lambda b=budget: ct.Offload(budget=b, log=quiet(),
                                                             cpu_copies=CPU_COPIES)), kw)
+    if DECOMPOSE:
+        variants["mode"] = (run, PassThrough, kw)
+        variants["glue"] = (run, lambda: ct.Offload(log=quiet(), cpu_copies=CPU_COPIES), kw)
     times, errors = timed_all(variants, rounds, steps)
     t_plain = statistics.median(times["plain"])
     # Times as paired ratios to plain torch (paired), in ms per step by
@@ -223,6 +245,9 @@ def bench_loop(name, rounds, rows, size):
     for w, (t, p) in others.items():
         print(f"  {w:12s} {t * t_plain * 1e3:7.1f} ms/step ({t:.2f}x plain), peak {p} B "
               f"({p / P:.0%} of P)")
+    if DECOMPOSE:
+        print(f"  per-op cost: a pass-through dispatch mode {paired(times, 'mode', ['plain']):.3f}x "
+              f"plain; Offload(budget=None) {paired(times, 'glue', ['plain']):.3f}x plain")
     for frac, budget in budgets.items():
         reach = {w: t for w, (t, p) in others.items() if p <= budget}
         best = min(reach.values()) if reach else None
@@ -298,16 +323,23 @@ def overhead(rounds, size, min_op_us=100.0):
 
 
 CPU_COPIES = "inline"
+DECOMPOSE = False
 
 
 MALLOC_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
 
 
-def main():
-    if "--system-malloc" not in sys.argv and os.environ.get("GLIBC_TUNABLES") != MALLOC_TUNABLES:
+def keep_freed_memory():
+    """Runs this process again under MALLOC_TUNABLES, unless it is."""
+    if os.environ.get("GLIBC_TUNABLES") != MALLOC_TUNABLES:
         # Tunables are read when the process starts: run again with them.
         os.execve(sys.executable, [sys.executable] + sys.argv,
                   dict(os.environ, GLIBC_TUNABLES=MALLOC_TUNABLES))
+
+
+def main():
+    if "--system-malloc" not in sys.argv:
+        keep_freed_memory()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--loops", default=",".join(zoo.LOOPS),
@@ -326,9 +358,12 @@ def main():
     ap.add_argument("--system-malloc", action="store_true",
                     help="glibc's malloc as configured (default: freed memory kept in the "
                          "process, as a caching allocator keeps it)")
+    ap.add_argument("--decompose", action="store_true",
+                    help="also time each loop under a pass-through dispatch mode and under "
+                         "Offload(budget=None): what the per-op Python costs")
     a = ap.parse_args()
-    global CPU_COPIES
-    CPU_COPIES = a.cpu_copies
+    global CPU_COPIES, DECOMPOSE
+    CPU_COPIES, DECOMPOSE = a.cpu_copies, a.decompose
     torch.set_num_threads(1)
     print(f"measured, {machine()}; {a.rounds} rounds, medians of paired ratios; Offload's "
           f"CPU copies {CPU_COPIES}; malloc "
