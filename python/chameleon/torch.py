@@ -503,6 +503,9 @@ class Offload:
         for moves in (self._cpu, self._cuda):
             if moves is not None:
                 moves.synchronize()
+        # Every entry sent away came back above (kept, if its release was
+        # still pending); one forgotten meanwhile keeps its bytes.
+        self._releasing.clear()
         table.sweep()
         return first
 

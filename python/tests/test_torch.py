@@ -80,8 +80,9 @@ class TrainUnderBudget(unittest.TestCase):
         def watch():
             info = ct.Offload.step(off)
             away = [e for e in off._table.entries.values() if e.moved is not None]
-            for e in away:      # released for real: no bytes behind it
-                self.assertEqual(e.storage().nbytes(), 0)
+            for e in away:      # released for real: no bytes behind it, unless
+                if e.key not in off._releasing:     # its copy out is still running
+                    self.assertEqual(e.storage().nbytes(), 0)
             away_seen.append(len(away))
             return info
         off.step = watch
@@ -168,11 +169,16 @@ class ReleasedOnceCopied(unittest.TestCase):
     def test_slow_copies_keep_the_budget_and_the_bytes(self):
         counts = {"deferred": 0, "kept": 0}
 
-        class Counting(_moves.CpuMoves):
+        class NeverDoneAtOnce(_moves.CpuMoves):
+            """As if no copy out were ever done when the glue asks without
+            waiting: every release waits until room is needed (or the
+            storage is kept), whatever this machine's timing."""
+
             def release(self, moved, storage, wait=True):
-                done = super().release(moved, storage, wait)
-                counts["deferred"] += not done
-                return done
+                if not wait:
+                    counts["deferred"] += 1
+                    return False
+                return super().release(moved, storage, wait)
 
             def keep(self, moved, storage):
                 counts["kept"] += 1
@@ -183,7 +189,7 @@ class ReleasedOnceCopied(unittest.TestCase):
         budget = int(plain.steady_peak(2) * 0.5)
         tr = tracker.Tracker()
         off = ct.Offload(budget=budget, log=quiet)
-        off._cpu = Counting(delay_us=3000)     # each copy lags: most releases wait for it
+        off._cpu = NeverDoneAtOnce(delay_us=1000)   # and each copy lags
         losses, params = zoo.gpt(off=off, tracker=tr)
         self.assertEqual(losses, want[0])
         self.assertEqual(params.keys(), want[1].keys())
