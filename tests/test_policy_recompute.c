@@ -129,6 +129,28 @@ static void test_cheap_rerun_beats_stall(void **state)
     cham_profile_free(p);
 }
 
+/* The plan at the capacity fits with 2 MiB to spare (peak 500 MiB of 502):
+ * "less memory" plans the same k again with 1% and 2% of the capacity more
+ * kept free, where it cannot fit. With `partial` those plans come back
+ * over their own usable memory instead of failing; the one kept must
+ * still be the plan that fits, not one over (docs/policy.md, "Less
+ * memory"). */
+static void test_a_plan_that_fits_beats_a_partial_one(void **state)
+{
+    (void)state;
+    cham_profile_t *p = profile(0.1, 7, -1);
+    cham_planner_config_t c = config();
+    c.capacity = 502 * MiB;
+    c.partial = true;
+    assert_true(c.recompute && c.less_memory);
+    cham_policy_t *pol;
+    cham_policy_view_t v = plan(p, &c, &pol);
+    assert_int_equal(v.usable, 502 * MiB);
+    assert_int_equal(v.predicted_peak, 500 * MiB);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
 /* Collectives right before A's use at op 6 (cham_op_set_comm): a waited
  * one starts only after the compute stream's work before it, so A's re-run
  * goes before it, where it runs while collectives queued earlier still do;
@@ -333,6 +355,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cheap_rerun_beats_stall),
+        cmocka_unit_test(test_a_plan_that_fits_beats_a_partial_one),
         cmocka_unit_test(test_dear_rerun_loses),
         cmocka_unit_test(test_rerun_before_waited_collectives),
         cmocka_unit_test(test_swap_in_late_or_early),
