@@ -7,7 +7,10 @@
     Python package's sources is a heading of docs/NAME.md (or the README);
   - every `chameleon COMMAND` in a doc's code (an inline code span or a
     fenced block) and in each command's --help names a command that
-    `chameleon --help` lists.
+    `chameleon --help` lists;
+  - each command's --help lists under --strategy the strategies the
+    command runs, no more and no fewer (the ones it names when given an
+    unknown one: tools/args.c reads them from the strategies' table).
 
     scripts/doc-refs.py [--build DIR]
 
@@ -111,6 +114,38 @@ def check_commands(build, fails):
                                  "such command")
 
 
+def strategies_of(build, cmd):
+    """(what `--strategy` runs, per the message for an unknown name; the
+    names of known strategies in --help's --strategy paragraph), or None
+    when the command has no --strategy."""
+    r = subprocess.run([f"{build}/chameleon", cmd, "--strategy", "?"], text=True,
+                       capture_output=True)
+    m = re.search(r"--strategy must be (.*), got", r.stderr)
+    if not m:
+        return None
+    runs = set(re.split(r", | or ", m.group(1)))
+    text = subprocess.run([f"{build}/chameleon", cmd, "--help"], text=True,
+                          capture_output=True).stdout
+    para = re.search(r"^ +--strategy NAME(.*?)(?=^ +--|\Z)", text, re.S | re.M)
+    return runs, set(re.findall(r"[a-z][a-z-]*", para.group(1) if para else ""))
+
+
+def check_strategies(build, fails):
+    found = {c: strategies_of(build, c) for c in sorted(commands(build))}
+    every = set().union(*(runs for runs, _ in filter(None, found.values())))
+    for cmd, got in found.items():
+        if got is None:
+            continue
+        runs, listed = got
+        listed &= every
+        for name in sorted(runs - listed):
+            fails.append(f"chameleon {cmd} --help: --strategy does not list {name}, which "
+                         "the command runs")
+        for name in sorted(listed - runs):
+            fails.append(f"chameleon {cmd} --help: --strategy lists {name}, which the "
+                         "command refuses")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=str(ROOT / "build"))
@@ -118,6 +153,7 @@ def main():
     fails = []
     check_citations(fails)
     check_commands(a.build, fails)
+    check_strategies(a.build, fails)
     for f in fails:
         print(f)
     print(f"doc-refs: {len(fails)} broken references")

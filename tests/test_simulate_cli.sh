@@ -185,7 +185,7 @@ check sim-hyperoffload 0 '"hazards": 0' -- "${small[@]}" --strategy hyperoffload
 check infer-unknown-model 2 '--model: unknown model "gpt5" \(known: gpt2-1.5b llama2-7b' -- \
   infer --model gpt5
 check infer-bad-offload 2 '--kv-offload must be on or off, got "yes"' -- infer --kv-offload yes
-check infer-bad-strategy 2 '--strategy must be chameleon, native, ideal, capuchin, vdnn, chameleon-swap, swapadvisor or hyperoffload, got "recompute"' -- \
+check infer-bad-strategy 2 '--strategy recompute: a strategy this command does not run \(it runs chameleon, native, ideal, capuchin, vdnn, chameleon-swap, swapadvisor or hyperoffload\)' -- \
   infer --strategy recompute
 check infer-old-policy 0 'note: --policy is deprecated, use --strategy' -- "${inf[@]}" --policy native
 # Issue 47, item 10: one limit on the prompt (2^20 tokens), stated by

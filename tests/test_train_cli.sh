@@ -42,7 +42,7 @@ check train-expandable 0 'every loss and every parameter byte equal' -- \
   "${small[@]}" --verify --capacity 50% --allocator expandable
 check train-old-policy 0 'note: --policy is deprecated, use --strategy' -- \
   train --steps 0 --quiet --policy native
-check train-no-ideal 2 '--strategy must be chameleon, native, recompute, capuchin, vdnn, chameleon-swap, protrain, zero-offload, swapadvisor or hyperoffload, got "ideal"' -- \
+check train-no-ideal 2 '--strategy ideal: a strategy this command does not run \(it runs chameleon, native, recompute, capuchin, vdnn, chameleon-swap, protrain, swapadvisor or hyperoffload\)' -- \
   "${small[@]}" --strategy ideal
 check train-old-budget-bad 2 '--capacity must be a size .* got "lots"' -- train --budget lots
 check train-help-names 0 '--capacity B .*' -- train --help
@@ -54,7 +54,7 @@ check train-launch-bound 0 'why +launch-bound: [0-9]+ kernel launches at [0-9.]+
   train --steps 3 --quiet --verify
 check_not train-no-why 0 'step time +[0-9.]+ ms simulated' 'launch-bound' -- train --steps 3 --quiet
 check train-bad-budget 2 '--capacity must be a size from 1 byte to 64TiB .* got "lots"' -- "${small[@]}" --capacity lots
-check train-bad-strategy 2 '--strategy must be chameleon, native, recompute, capuchin, vdnn, chameleon-swap, protrain, zero-offload, swapadvisor or hyperoffload, got "magic"' -- \
+check train-bad-strategy 2 '--strategy must be chameleon, native, recompute, capuchin, vdnn, chameleon-swap, protrain, swapadvisor or hyperoffload, got "magic"' -- \
   "${small[@]}" --strategy magic
 for p in recompute capuchin; do
   check train-$p 0 '"bit_exact": true, "hazards": 0, "oom": 0' -- \

@@ -162,6 +162,11 @@ int tool_parse_strategy(const char *cmd, const char *flag, const char *v, unsign
             break;
         at += (size_t)n;
     }
+    if (cham_strategy_parse(v, &s) == CHAM_OK) {
+        fprintf(stderr, "chameleon %s: %s %s: a strategy this command does not run (it runs %s)\n",
+                cmd, flag, v, want);
+        return 2;
+    }
     return tool_bad_value(cmd, flag, want, v);
 }
 

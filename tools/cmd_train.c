@@ -305,8 +305,10 @@ static int set_optimizer(void *state, const char *a, const char *v)
  * is given. */
 static int set_strategy(void *state, const char *a, const char *v)
 {
-    return tool_parse_strategy(CMD, a, v, 1u << CHAM_STRATEGY_IDEAL,
-                               &((train_opts_t *)state)->c.strategy) ? 2 : 0;
+    /* zero-offload moves every chunk of parameters to the host; the
+     * trainer's parameters are one storage (simulate runs it). */
+    unsigned refused = 1u << CHAM_STRATEGY_IDEAL | 1u << CHAM_STRATEGY_ZERO_OFFLOAD;
+    return tool_parse_strategy(CMD, a, v, refused, &((train_opts_t *)state)->c.strategy) ? 2 : 0;
 }
 
 static const tool_opt_t opts[] = {
