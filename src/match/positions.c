@@ -66,3 +66,20 @@ uint32_t cham_positions_item(const cham_positions_t *p, uint32_t k, uint32_t pos
             return p->item[e];
     return CHAM_POSITION_NONE;
 }
+
+void cham_positions_step_start(cham_positions_t *p)
+{
+    if (p->n_items)
+        memset(p->seen, 0, p->n_items * sizeof *p->seen);
+    p->hits = 0;
+}
+
+uint32_t cham_positions_take(cham_positions_t *p, uint32_t k, uint32_t pos)
+{
+    uint32_t item = cham_positions_item(p, k, pos);
+    if (item != CHAM_POSITION_NONE) {
+        p->seen[item] = true;
+        p->hits++;
+    }
+    return item;
+}

@@ -22,7 +22,8 @@ typedef struct cham_positions {
     uint32_t *first;             /* n_ops + 1 */
     uint32_t *pos, *item;        /* per entry: tensor position in the op, item */
     size_t n_items;
-    bool *seen;                  /* per item: swapped out this step */
+    bool *seen;                  /* per item: taken this step */
+    uint64_t hits;               /* items taken this step */
 } cham_positions_t;
 
 /* The index of a policy planned from profile. false when the host is out
@@ -41,5 +42,12 @@ static inline void cham_positions_of_op(const cham_positions_t *p, uint32_t k, u
 
 /* The item at (op k, position pos), or CHAM_POSITION_NONE. */
 uint32_t cham_positions_item(const cham_positions_t *p, uint32_t k, uint32_t pos);
+
+/* A new step: no item taken yet. */
+void cham_positions_step_start(cham_positions_t *p);
+
+/* The item at (op k, position pos), taken for this step (seen, counted in
+ * hits), or CHAM_POSITION_NONE. */
+uint32_t cham_positions_take(cham_positions_t *p, uint32_t k, uint32_t pos);
 
 #endif

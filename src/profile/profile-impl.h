@@ -51,6 +51,11 @@ bool cham_profile_add_swap(cham_profile_t *p, const cham_profile_swap_t *swap);
 /* Copies the names of tokens 0 .. n - 1. */
 bool cham_profile_set_tokens(cham_profile_t *p, const char *const *names, size_t n);
 void cham_profile_set_duration(cham_profile_t *p, uint64_t duration_ns);
+/* At the step's end: a use added as persistent (its storage made before
+ * the step) stays so only if alive(storage id, user) says the storage
+ * still is. */
+void cham_profile_keep_persistent(cham_profile_t *p, bool (*alive)(uint64_t storage, void *user),
+                                  void *user);
 /* The device's fixed costs: per kernel beyond the op's cost and per copy
  * beyond its bytes over the bandwidth (the view's kernel_overhead_ns and
  * copy_latency_ns). */

@@ -156,6 +156,14 @@ bool cham_profile_set_tokens(cham_profile_t *p, const char *const *names, size_t
     return true;
 }
 
+void cham_profile_keep_persistent(cham_profile_t *p, bool (*alive)(uint64_t storage, void *user),
+                                  void *user)
+{
+    for (size_t u = 0; u < p->n_uses; u++)
+        if (p->uses[u].persistent)
+            p->uses[u].persistent = alive(p->uses[u].storage, user);
+}
+
 void cham_profile_set_duration(cham_profile_t *p, uint64_t duration_ns)
 {
     CHAM_ASSERT(p);

@@ -377,19 +377,28 @@ cham_status_t cham_set_block(cham_context_t *ctx, int32_t block)
     return CHAM_OK;
 }
 
+typedef struct storages_alive {
+    cham_storage_t **by_id;
+    size_t n;
+} storages_alive_t;
+
+static bool storage_alive(uint64_t storage, void *user)
+{
+    const storages_alive_t *a = user;
+    return cham_storage_find(a->by_id, a->n, storage) != NULL;
+}
+
 /* A use is persistent when its storage was made before the step (marked
  * as it happens) and is still alive now; false when the host is out of
  * memory. */
 static bool mark_persistent(cham_context_t *ctx, cham_profile_t *p)
 {
-    size_t n;
-    cham_storage_t **alive = cham_storages_by_id(ctx, &n);
-    if (!alive)
+    storages_alive_t a;
+    a.by_id = cham_storages_by_id(ctx, &a.n);
+    if (!a.by_id)
         return false;
-    for (size_t u = 0; u < p->n_uses; u++)
-        if (p->uses[u].persistent)
-            p->uses[u].persistent = cham_storage_find(alive, n, p->uses[u].storage) != NULL;
-    free(alive);
+    cham_profile_keep_persistent(p, storage_alive, &a);
+    free(a.by_id);
     return true;
 }
 

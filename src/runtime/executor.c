@@ -38,8 +38,7 @@ void cham_exec_step_start(cham_context_t *ctx)
     if (x->plan) {
         cham_match_step_start(&x->plan->match);
         if (x->plan->positions)
-            memset(x->plan->positions->seen, 0,
-                   x->plan->positions->n_items * sizeof *x->plan->positions->seen);
+            cham_positions_step_start(x->plan->positions);
         memset(x->storage_of, 0, x->plan->view.n_items * sizeof *x->storage_of);
     }
 }
@@ -264,13 +263,8 @@ static uint64_t release_op(const cham_context_t *ctx, uint32_t item)
  * cham_exec_check_positions before the op began. */
 static uint32_t item_at(cham_context_t *ctx, uint32_t pos)
 {
-    cham_plan_t *plan = ctx->exec.plan;
-    uint32_t item = cham_positions_item(plan->positions, ctx->ops_in_step - 1, pos);
-    if (item == CHAM_POSITION_NONE)
-        return CHAM_MATCH_NONE;
-    plan->positions->seen[item] = true;
-    plan->match.hits_strict++;
-    return item;
+    uint32_t item = cham_positions_take(ctx->exec.plan->positions, ctx->ops_in_step - 1, pos);
+    return item == CHAM_POSITION_NONE ? CHAM_MATCH_NONE : item;
 }
 
 void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token, uint32_t pos)

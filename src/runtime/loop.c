@@ -144,8 +144,10 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
 {
     cham_exec_t *x = &ctx->exec;
     if (x->plan) {
+        /* Capuchin's positions count as strict hits. */
         const cham_match_t *m = &x->plan->match;
-        uint64_t hits = m->hits_strict + m->hits_loose;
+        uint64_t hits = m->hits_strict + m->hits_loose +
+                        (x->plan->positions ? x->plan->positions->hits : 0);
         ctx->stats.steps_with_policy++;
         ctx->stats.items_matched += hits;
         ctx->stats.matched_loose += m->hits_loose;
