@@ -25,6 +25,13 @@ void cham_copy_str(char *dst, size_t size, const char *src)
     dst[n] = '\0';
 }
 
+void cham_format_line(char *dst, size_t size, const char *fmt, va_list ap)
+{
+    char raw[1024];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    cham_escape_line(dst, size, raw);
+}
+
 void cham_escape_line(char *dst, size_t size, const char *src)
 {
     size_t n = 0;

@@ -25,12 +25,16 @@ void cham_set_output(cham_output_fn fn, void *user)
 
 void cham_output(const char *fmt, ...)
 {
-    char raw[1024], line[2048];
+    char line[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(raw, sizeof raw, fmt, ap);
+    cham_format_line(line, sizeof line, fmt, ap);
     va_end(ap);
-    cham_escape_line(line, sizeof line, raw);
+    cham_output_line(line);
+}
+
+void cham_output_line(const char *line)
+{
     pthread_mutex_lock(&output_lock);
     cham_output_fn fn = output_fn;
     void *user = output_user;

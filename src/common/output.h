@@ -10,4 +10,7 @@
  * (cham_escape_line): it quotes callers' strings. */
 void cham_output(const char *fmt, ...) CHAM_PRINTF(1, 2);
 
+/* The same for a line already formatted and escaped. */
+void cham_output_line(const char *line);
+
 #endif

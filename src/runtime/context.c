@@ -18,28 +18,25 @@ static _Thread_local char new_error[512];
  * (cham_escape_line), a newline in one cannot forge a line. */
 void cham_context_error(cham_context_t *ctx, const char *fmt, ...)
 {
-    char raw[sizeof new_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(raw, sizeof raw, fmt, ap);
+    cham_format_line(ctx ? ctx->error : new_error, sizeof new_error, fmt, ap);
     va_end(ap);
-    cham_escape_line(ctx ? ctx->error : new_error, sizeof new_error, raw);
 }
 
 void cham_context_log(cham_context_t *ctx, const char *fmt, ...)
 {
-    char raw[512], line[1024];
+    char line[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(raw, sizeof raw, fmt, ap);
+    cham_format_line(line, sizeof line, fmt, ap);
     va_end(ap);
-    cham_escape_line(line, sizeof line, raw);
     if (ctx->log_hook) {
         const char *outer = cham_hook_enter(ctx, "the log hook");
         ctx->log_hook(line, ctx->log_hook_user);
         ctx->hook = outer;
     } else {
-        cham_output("%s", line);
+        cham_output_line(line);
     }
 }
 
