@@ -28,24 +28,17 @@ import torch  # noqa: E402
 import zoo  # noqa: E402
 
 
-class Window:
+class Window(torch_zoo.Clock):
     """Passed as a loop's tracker: the step times, and torch's profiler
     over steps [first, last)."""
 
     def __init__(self, first, last):
+        super().__init__()
         self.first, self.last, self.n, self.prof, self.ops = first, last, 0, None, None
-        self.marks = []
-
-    def __enter__(self):
-        self.marks = [time.perf_counter()]
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
     def step(self):
+        super().step()
         self.n += 1
-        self.marks.append(time.perf_counter())
         if self.n == self.first:
             self.prof = torch.autograd.profiler.profile()
             self.prof.__enter__()
@@ -90,8 +83,7 @@ def main():
         for name, make in (("plain", None), ("mode", torch_zoo.PassThrough)):
             w = Window(first, last)
             run(off=make() if make else None, tracker=w, steps=steps, **kw)
-            times = [b - c for c, b in zip(w.marks, w.marks[1:])]
-            t[name] = statistics.median(times[first:])
+            t[name] = statistics.median(w.step_times()[first:])
             kernels[name].append(w.ops)
         ratios.append(t["mode"] / t["plain"])
     plain_us, mode_us = tiny_op_cost()
