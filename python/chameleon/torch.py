@@ -75,6 +75,13 @@ _STATIC_PLANNERS = ("vdnn", "capuchin")
 # say so (matmul's reshape of an mm result): they make no storage. They
 # stay ops to the runtime, whose sequence classes count them.
 _UNANNOTATED_ALIASES = {"_unsafe_view"}
+# Ops that read only their tensor arguments' metadata (shape, dtype,
+# device), never their bytes: an input sent away stays away, and is not
+# one of the bytes the op needs on the device (SparseAdam's and many an
+# optimizer's state starts as zeros_like(param)).
+_METADATA_ONLY = frozenset({"empty_like", "zeros_like", "ones_like", "full_like", "rand_like",
+                            "randn_like", "randint_like", "new_empty", "new_empty_strided",
+                            "new_zeros", "new_ones", "new_full"})
 _STRIDED = torch.strided
 
 # Tensor methods that read a storage's bytes without an aten op: inside the
@@ -170,7 +177,7 @@ for _layout, _parts in (("sparse_csr", ("crow_indices", "col_indices", "values")
 class _Op:
     """What the glue knows of one aten overload."""
     __slots__ = ("name", "token", "is_view", "makes", "writes_hidden", "flops", "bookkeeping",
-                 "writes", "recomputable", "storages", "outs", "grows")
+                 "writes", "recomputable", "storages", "outs", "grows", "reads_data")
 
     def __init__(self, ctx, func):
         self.name = str(func)
@@ -197,7 +204,10 @@ class _Op:
         # The arguments it writes (place, name): a dropped storage made
         # from one is made again before the op runs.
         self.writes = written_arguments(func)
-        self.recomputable = recomputable(func)
+        # Not an out= overload: the argument it writes is data.
+        self.reads_data = func.overloadpacket.__name__ not in _METADATA_ONLY or bool(self.writes)
+        # One reading no data holds no inputs to make its output again from.
+        self.recomputable = recomputable(func) and self.reads_data
         # The arguments that are a storage, not a tensor (set_ onto one:
         # a storage's copy runs empty().set_(source).copy_ outside Python).
         self.storages = [(i, a.name) for i, a in enumerate(func._schema.arguments)
@@ -1114,8 +1124,8 @@ class Offload:
             # A reader's own ops (a storage copy's set_ and copy_) run
             # while it reads: what it read stays until it returns.
             self._read_pins.clear()
-        ins = _tensors(args, [])
-        if kwargs:
+        ins = _tensors(args, []) if op.reads_data else []
+        if kwargs and op.reads_data:
             _tensors(kwargs.values(), ins)
         if self._recent:
             self._forget_recent_frees()

@@ -945,6 +945,42 @@ class GrowingInPlace(unittest.TestCase):
 
 
 @needs_torch
+class OpsReadingNoData(unittest.TestCase):
+    """zeros_like, empty_like, new_zeros and the like read their input's
+    shape, not its bytes: an input sent away stays away, and only the
+    output needs room (SparseAdam's state starts as zeros_like of a
+    sparse gradient's dense size; the glue refused it when the input and
+    the output together passed the budget)."""
+
+    def test_an_input_sent_away_stays_away(self):
+        n = 1 << 18                                   # 1 MiB of float32
+        budget = 3 * (2 << 20) // 4                   # 1.5 MiB: one storage and a half
+        storage_of = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
+        torch.manual_seed(0)
+        tr = tracker.Tracker()
+        off = ct.Offload(budget=budget, log=quiet, cpu_copies="inline")
+        with tr, off:
+            big = torch.randn(n)
+            want = big.sum().item()
+            other = torch.ones(n)                     # big is sent away to make room
+            del other
+            self.assertEqual(storage_of(big).nbytes(), 0)
+            made = {"zeros_like": torch.zeros_like(big), "empty_like": torch.empty_like(big),
+                    "ones_like": torch.ones_like(big)}
+            for name, t in made.items():
+                self.assertEqual(storage_of(big).nbytes(), 0, name)   # not brought back
+                self.assertEqual(t.shape, big.shape, name)
+                del t
+            self.assertEqual(made.pop("zeros_like").count_nonzero().item(), 0)
+            self.assertEqual(made.pop("ones_like").sum().item(), n)
+            made.clear()
+            self.assertEqual(big.sum().item(), want)  # its bytes came back whole
+            off.step()
+            tr.step()
+        self.assertLessEqual(max(tr.peaks), budget, tr.peaks)
+
+
+@needs_torch
 class TensorsOfOtherKinds(unittest.TestCase):
     MB = 1 << 20
 
