@@ -54,6 +54,20 @@ class PlainLoop(unittest.TestCase):
             self.assertGreaterEqual(tr.live_bytes(), self.params + self.saved)
             del loss
 
+    def test_a_sparse_gradient_counts_its_indices_and_values(self):
+        # nn.Embedding(sparse=True)'s gradient is a sparse COO tensor: its
+        # bytes are its indices' and values' storages.
+        emb = torch.nn.Embedding(1000, 64, sparse=True)
+        idx = torch.tensor([1, 5, 7, 5])
+        tr = tracker.Tracker(state=lambda: list(emb.parameters()))
+        with tr:
+            emb(idx).sum().backward()
+            live = tr.live_bytes()
+        g = emb.weight.grad               # read outside: its parts are no op's outputs here
+        self.assertTrue(g.is_sparse)
+        want = 1000 * 64 * F32 + g._values().numel() * F32 + g._indices().numel() * 8
+        self.assertGreaterEqual(live, want)
+
     def test_saved_activations_only_autograd_holds(self):
         tr = tracker.Tracker(state=lambda: list(self.model.parameters()))
         with tr:

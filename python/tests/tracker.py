@@ -106,6 +106,17 @@ class _Mode(TorchDispatchMode):
         return result
 
 
+def _dense_parts(tensors):
+    """The tensors, a sparse COO one as its indices and values (a sparse
+    gradient, nn.Embedding(sparse=True)'s, holds its bytes there)."""
+    for t in tensors:
+        if t.layout == torch.sparse_coo:
+            yield t._indices()
+            yield t._values()
+        else:
+            yield t
+
+
 class Tracker:
     """Peak live bytes per step, from weak references to every storage seen."""
 
@@ -147,12 +158,13 @@ class Tracker:
         return key
 
     def _see_all(self, tensors, sizes):
-        """Follows the tensors' storages, their sizes into sizes; True when one
-        is new or has grown since the tracker last looked (then the live
-        total may have reached a new peak)."""
+        """Follows the tensors' storages (a sparse COO tensor's: those of its
+        indices and values), their sizes into sizes; True when one is new or
+        has grown since the tracker last looked (then the live total may
+        have reached a new peak)."""
         grew = False
         refs = self._refs
-        for t in tensors:
+        for t in _dense_parts(tensors):
             s = self._storage(t)
             if s is None:
                 continue
