@@ -82,10 +82,10 @@ class CpuMoves:
     """Moves of CPU storages on a Copier's worker threads, one each way.
 
     copy_out queues the copy into a host buffer the Copier owns (the moved
-    value is its HostCopy). release waits for that copy and resizes the
-    storage to 0. copy_in resizes it back, poisons the new
-    bytes (DEBUG_CHECKS) and queues the copy back, which starts after the copy out; wait
-    blocks (without the GIL) until it is done. delay_us: every copy sleeps
+    value is its HostCopy). release resizes the storage to 0 once that copy
+    has read it. copy_in resizes it back, poisons the new bytes
+    (DEBUG_CHECKS) and queues the copy back, which starts after the copy
+    out; wait blocks (without the GIL) until it is done. delay_us: every copy sleeps
     that long first, so a race in the caller shows.
 
     Runs no aten op: nothing here passes through a TorchDispatchMode."""
@@ -133,8 +133,8 @@ class CpuMoves:
         moved.copied.wait()
 
     def copy_in(self, moved, storage):
-        """Gives the released storage memory again (poisoned) and starts the
-        copy back; returns what wait takes."""
+        """Gives the released storage memory again (poisoned, with
+        DEBUG_CHECKS) and starts the copy back; returns what wait takes."""
         _check_device(storage, "cpu", "CpuMoves.copy_in")
         _check_in(moved, storage, "CpuMoves.copy_in")
         storage.resize_(moved.nbytes)
