@@ -143,13 +143,12 @@ class MakingRoom(unittest.TestCase):
         # from storages of at least the planner's smallest swap (a 1024th
         # of a 4 MiB budget: 4 KiB) first, least recently used first, and
         # from smaller ones only after (docs/pytorch.md, "The budget").
-        storage_of = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
         with ct.Offload(budget=4 << 20, log=quiet, cpu_copies="inline") as off:
             tiny = [torch.full((16,), float(i)) for i in range(64)]     # 64 bytes each, oldest
             big = [torch.full((256 << 10,), float(i)) for i in range(3)]   # 1 MiB each
             fresh = torch.full((512 << 10,), 7.0)     # 2 MiB: room for 1 MiB and a bit
-            tiny_home = [storage_of(t).nbytes() == 64 for t in tiny]
-            big_away = [storage_of(t).nbytes() == 0 for t in big]
+            tiny_home = [_moves.storage_of(t).nbytes() == 64 for t in tiny]
+            big_away = [_moves.storage_of(t).nbytes() == 0 for t in big]
             self.assertEqual(off.context.min_swap(), 4096)
             off.step()
         self.assertTrue(all(tiny_home), "a tiny storage was sent away before the large ones")
@@ -305,9 +304,7 @@ class TensorsMadeFromData(unittest.TestCase):
                     history = [v[7], v[9], [v[11], 2.0]]   # 0-dim views, nested, a number
                     want = [v[7].item(), v[9].item(), [v[11].item(), 2.0]]
                     junk = [torch.randn(n) * 2 for _ in range(4)]   # v is sent away
-                    storage_of = getattr(torch.Tensor, "untyped_storage", None) or \
-                        torch.Tensor._storage
-                    self.assertEqual(storage_of(v).nbytes(), 0)    # released
+                    self.assertEqual(_moves.storage_of(v).nbytes(), 0)    # released
                     got = make([history[0], history[1]]).tolist()
                     whole = make(v) if name != "data=" else torch.tensor(data=v)
                     nested = make(history[2]).tolist()
@@ -513,8 +510,7 @@ class Pricing(unittest.TestCase):
 
 
 def _entry(off, t):
-    storage_of = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
-    return off._table.entries[storage_of(t)._cdata]
+    return off._table.entries[_moves.storage_of(t)._cdata]
 
 
 @needs_torch
@@ -711,7 +707,6 @@ class SizesBeforeAnOp(unittest.TestCase):
         # CPU kernel makes one per bag. Learned at the first call, the next
         # call's estimate (other shapes) covers what it makes.
         from chameleon._estimate import OpBytes
-        storage_of = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
         func = torch.ops.aten._embedding_bag.default
         w = torch.randn(2000, 16)
         est = OpBytes()
@@ -720,7 +715,7 @@ class SizesBeforeAnOp(unittest.TestCase):
             args = (w, idx, torch.arange(0, n, 3), False, 1, False, None, False, -1)
             key = est.key(func, args, {})
             need, sure = est.guess(key, func, args, {}, 0, 0)
-            made = sum(storage_of(t).nbytes() for t in func(*args))
+            made = sum(_moves.storage_of(t).nbytes() for t in func(*args))
             est.made(key, made)
         self.assertLess(sure, need)
         self.assertGreaterEqual(need, made)
@@ -902,46 +897,59 @@ class ShapesEveryStep(unittest.TestCase):
 
 @needs_torch
 class GrowingInPlace(unittest.TestCase):
+    MiB = 1 << 20
+    BUDGET = 3 * MiB + 4096
+
+    def _within_budget(self, grow):
+        """grow() makes 3 MiB (at the budget), then grows a storage by 1 MiB
+        more; it returns the checks of the bytes, run before the block
+        ends. The step stays within the budget."""
+        tr = tracker.Tracker()
+        off = ct.Offload(budget=self.BUDGET, log=quiet, cpu_copies="inline")
+        with tr, off:
+            check = grow()
+            off.step()
+            tr.step()
+            check()
+        self.assertLessEqual(max(tr.peaks), self.BUDGET, tr.peaks)
+        self.assertEqual(off.stats["over_budget_steps"], 0)
+
     def test_resize_grows_within_the_budget(self):
         # resize_ grows its storage in place: it made nothing to the glue,
         # so no room was made and the step passed the budget by the growth
         # (a memory bank grown with resize_, round 7).
-        MiB = 1 << 20
-        budget = 3 * MiB + 4096
-        tr = tracker.Tracker()
-        off = ct.Offload(budget=budget, log=quiet, cpu_copies="inline")
-        with tr, off:
-            a = torch.zeros(MiB // 4)
-            b = torch.ones(MiB // 4)
+        n = self.MiB // 4
+
+        def grow():
+            a = torch.zeros(n)
+            b = torch.ones(n)
             c = a + b                          # 3 MiB: at the budget
-            a.resize_(MiB // 2)                # and 1 MiB more
-            a[MiB // 4:] = 2.0
-            off.step()
-            tr.step()
-            self.assertEqual(float(a.sum()), 2.0 * (MiB // 4))
-            self.assertEqual(float(c.sum()), MiB // 4)
-        self.assertLessEqual(max(tr.peaks), budget, tr.peaks)
-        self.assertEqual(off.stats["over_budget_steps"], 0)
+            a.resize_(2 * n)                   # and 1 MiB more
+            a[n:] = 2.0
+
+            def check():
+                self.assertEqual(float(a.sum()), 2.0 * n)
+                self.assertEqual(float(c.sum()), n)
+            return check
+        self._within_budget(grow)
 
     def test_out_tensor_grown_by_its_op_within_the_budget(self):
         # torch.mul(a, b, out=empty) resizes the out tensor to the result:
         # the growth was counted after the op, 1 MiB past the budget.
-        MiB = 1 << 20
-        budget = 3 * MiB + 4096
-        tr = tracker.Tracker()
-        off = ct.Offload(budget=budget, log=quiet, cpu_copies="inline")
-        with tr, off:
-            a = torch.full((MiB // 4,), 3.0)
-            b = torch.full((MiB // 4,), 2.0)
+        n = self.MiB // 4
+
+        def grow():
+            a = torch.full((n,), 3.0)
+            b = torch.full((n,), 2.0)
             c = a + b                          # 3 MiB: at the budget
             buf = torch.empty(0)
             torch.mul(a, b, out=buf)           # and 1 MiB more
-            off.step()
-            tr.step()
-            self.assertEqual(float(buf.sum()), 6.0 * (MiB // 4))
-            self.assertEqual(float(c.sum()), 5.0 * (MiB // 4))
-        self.assertLessEqual(max(tr.peaks), budget, tr.peaks)
-        self.assertEqual(off.stats["over_budget_steps"], 0)
+
+            def check():
+                self.assertEqual(float(buf.sum()), 6.0 * n)
+                self.assertEqual(float(c.sum()), 5.0 * n)
+            return check
+        self._within_budget(grow)
 
 
 @needs_torch
@@ -955,7 +963,6 @@ class OpsReadingNoData(unittest.TestCase):
     def test_an_input_sent_away_stays_away(self):
         n = 1 << 18                                   # 1 MiB of float32
         budget = 3 * (2 << 20) // 4                   # 1.5 MiB: one storage and a half
-        storage_of = getattr(torch.Tensor, "untyped_storage", None) or torch.Tensor._storage
         torch.manual_seed(0)
         tr = tracker.Tracker()
         off = ct.Offload(budget=budget, log=quiet, cpu_copies="inline")
@@ -964,11 +971,11 @@ class OpsReadingNoData(unittest.TestCase):
             want = big.sum().item()
             other = torch.ones(n)                     # big is sent away to make room
             del other
-            self.assertEqual(storage_of(big).nbytes(), 0)
+            self.assertEqual(_moves.storage_of(big).nbytes(), 0)
             made = {"zeros_like": torch.zeros_like(big), "empty_like": torch.empty_like(big),
                     "ones_like": torch.ones_like(big)}
             for name, t in made.items():
-                self.assertEqual(storage_of(big).nbytes(), 0, name)   # not brought back
+                self.assertEqual(_moves.storage_of(big).nbytes(), 0, name)   # not brought back
                 self.assertEqual(t.shape, big.shape, name)
                 del t
             self.assertEqual(made.pop("zeros_like").count_nonzero().item(), 0)
