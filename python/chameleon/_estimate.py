@@ -85,14 +85,19 @@ def _to_meta(a):
     return a
 
 
+def on_meta(args, kwargs):
+    """args and kwargs with every tensor (and device) made meta; TypeError
+    for a tensor no meta one stands for (sparse, nested)."""
+    return _to_meta(args), {k: _to_meta(v) for k, v in kwargs.items()}
+
+
 def _meta_bytes(func, args, kwargs):
     rule = _SIZE_RULES.get(func)
     if rule is not None:
         return rule(args, kwargs)
     if _data_dependent(func, args):
         raise TypeError
-    margs = _to_meta(args)
-    mkwargs = {k: _to_meta(v) for k, v in kwargs.items()}
+    margs, mkwargs = on_meta(args, kwargs)
     # Every tensor and device became meta: nothing runs on a real device (a
     # random factory op given its real device would draw from the
     # generator and change the user's random stream). Factory ops without a

@@ -36,7 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _chameleon
 from ._chameleon import ChameleonError
-from ._estimate import OpBytes, _to_meta
+from ._estimate import OpBytes, on_meta
 from ._moves import CpuMoves, CudaMoves, InlineMoves
 from ._pricing import MEASURED, flops_of, host_copy_bandwidth, resolve
 from ._recompute import DROPPED, Record, cudnn_may_differ, recomputable, written_arguments
@@ -247,8 +247,7 @@ def _out_growth(op, func, args, kwargs):
     if not outs:
         return 0
     try:
-        margs = _to_meta(args)
-        mkwargs = {k: _to_meta(v) for k, v in kwargs.items()}
+        margs, mkwargs = on_meta(args, kwargs)
         func(*margs, **mkwargs)
     except Exception:                # no meta kernel, a data-dependent size, ...
         return 0
