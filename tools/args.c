@@ -142,7 +142,8 @@ int tool_parse_strategy(const char *cmd, const char *flag, const char *v, unsign
                         cham_strategy_t *out)
 {
     cham_strategy_t s;
-    if (cham_strategy_parse(v, &s) == CHAM_OK && !(refused & 1u << s)) {
+    bool known = cham_strategy_parse(v, &s) == CHAM_OK;
+    if (known && !(refused & 1u << s)) {
         *out = s;
         return 0;
     }
@@ -162,12 +163,21 @@ int tool_parse_strategy(const char *cmd, const char *flag, const char *v, unsign
             break;
         at += (size_t)n;
     }
-    if (cham_strategy_parse(v, &s) == CHAM_OK) {
+    if (known) {
         fprintf(stderr, "chameleon %s: %s %s: a strategy this command does not run (it runs %s)\n",
                 cmd, flag, v, want);
         return 2;
     }
     return tool_bad_value(cmd, flag, want, v);
+}
+
+int tool_parse_search_seconds(const char *cmd, const char *flag, const char *v, double *out)
+{
+    double sec;
+    if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)
+        return tool_bad_value(cmd, flag, "seconds above 0, such as 2.5", v);
+    *out = sec;
+    return 0;
 }
 
 bool tool_check_preset(const char *cmd, const char *flag, const char *name)

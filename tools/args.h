@@ -53,6 +53,10 @@ int tool_bad_value(const char *cmd, const char *flag, const char *want, const ch
 int tool_parse_strategy(const char *cmd, const char *flag, const char *v, unsigned refused,
                         cham_strategy_t *out);
 
+/* --search-seconds: v as a time limit above 0 (up to 1e6 s) into *out, 0;
+ * else the message and 2. */
+int tool_parse_search_seconds(const char *cmd, const char *flag, const char *v, double *out);
+
 /* Whether name is a device preset; if not, prints "chameleon CMD: FLAG:
  * unknown device preset "NAME" (known: ...)". */
 bool tool_check_preset(const char *cmd, const char *flag, const char *name);

@@ -148,11 +148,7 @@ static int set_strategy(void *state, const char *a, const char *v)
 
 static int set_search_seconds(void *state, const char *a, const char *v)
 {
-    double sec;
-    if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)
-        return tool_bad_value(CMD, a, "seconds above 0, such as 2.5", v);
-    ((plan_opts_t *)state)->sa.search_seconds = sec;
-    return 0;
+    return tool_parse_search_seconds(CMD, a, v, &((plan_opts_t *)state)->sa.search_seconds);
 }
 
 static int set_generations(void *state, const char *a, const char *v)

@@ -297,11 +297,8 @@ static int set_strategy(void *state, const char *a, const char *v)
 
 static int set_search_seconds(void *state, const char *a, const char *v)
 {
-    double sec;
-    if (!tool_parse_real(v, 0, 1e6, &sec) || sec == 0)
-        return tool_bad_value(CMD, a, "seconds above 0, such as 2.5", v);
-    ((sim_opts_t *)state)->run.runtime.swapadvisor.search_seconds = sec;
-    return 0;
+    return tool_parse_search_seconds(CMD, a, v,
+                                     &((sim_opts_t *)state)->run.runtime.swapadvisor.search_seconds);
 }
 
 static int set_on_change(void *state, const char *a, const char *v)
