@@ -17,6 +17,7 @@
 Prints each broken reference with its file and line; exit status 1 if any.
 """
 import argparse
+import functools
 import pathlib
 import re
 import subprocess
@@ -75,9 +76,15 @@ def check_citations(fails):
                         fails.append(f"{where}: cites {name}.md, \"{section}\": no such section")
 
 
+@functools.lru_cache(maxsize=None)
+def printed(build, *args):
+    """(stdout, stderr) of `chameleon ARGS`, run once per arguments."""
+    r = subprocess.run([f"{build}/chameleon", *args], text=True, capture_output=True)
+    return r.stdout, r.stderr
+
+
 def commands(build):
-    out = subprocess.run([f"{build}/chameleon", "--help"], text=True, capture_output=True)
-    listed = set(re.findall(r"^  ([a-z][a-z-]*)\s", out.stdout + out.stderr, re.M))
+    listed = set(re.findall(r"^  ([a-z][a-z-]*)\s", "".join(printed(build, "--help")), re.M))
     if not listed:
         sys.exit(f"doc-refs: `{build}/chameleon --help` listed no commands")
     return listed
@@ -106,8 +113,7 @@ def check_commands(build, fails):
                     fails.append(f"{path.relative_to(ROOT)}:{no}: `chameleon {word}`: no such "
                                  f"command (chameleon --help lists {', '.join(sorted(known))})")
     for cmd in sorted(known):
-        r = subprocess.run([f"{build}/chameleon", cmd, "--help"], text=True, capture_output=True)
-        for no, line in enumerate((r.stdout + r.stderr).splitlines(), 1):
+        for no, line in enumerate("".join(printed(build, cmd, "--help")).splitlines(), 1):
             for word in COMMAND.findall(line):
                 if word not in known:
                     fails.append(f"chameleon {cmd} --help, line {no}: `chameleon {word}`: no "
@@ -118,14 +124,11 @@ def strategies_of(build, cmd):
     """(what `--strategy` runs, per the message for an unknown name; the
     names of known strategies in --help's --strategy paragraph), or None
     when the command has no --strategy."""
-    r = subprocess.run([f"{build}/chameleon", cmd, "--strategy", "?"], text=True,
-                       capture_output=True)
-    m = re.search(r"--strategy must be (.*), got", r.stderr)
+    m = re.search(r"--strategy must be (.*), got", printed(build, cmd, "--strategy", "?")[1])
     if not m:
         return None
     runs = set(re.split(r", | or ", m.group(1)))
-    text = subprocess.run([f"{build}/chameleon", cmd, "--help"], text=True,
-                          capture_output=True).stdout
+    text = printed(build, cmd, "--help")[0]
     para = re.search(r"^ +--strategy NAME(.*?)(?=^ +--|\Z)", text, re.S | re.M)
     return runs, set(re.findall(r"[a-z][a-z-]*", para.group(1) if para else ""))
 
