@@ -322,7 +322,7 @@ def overhead(rounds, size, min_op_us=100.0):
     return size_ok
 
 
-CPU_COPIES = "inline"
+CPU_COPIES = "worker"
 DECOMPOSE = False
 
 
@@ -351,10 +351,11 @@ def main():
     ap.add_argument("--overhead-size", choices=tuple(OVERHEAD_SIZES), default="small",
                     help="the LM of the overhead line (large: the size the target is stated "
                          "at, minutes a round)")
-    ap.add_argument("--cpu-copies", choices=("inline", "worker"), default="inline",
-                    help="Offload's copies of CPU storages: inline (default: the glue's own "
-                         "cost, as a GPU's copies on their streams cost the host nothing) or "
-                         "on the Copier's worker threads (each copy a thread handoff)")
+    ap.add_argument("--cpu-copies", choices=("inline", "worker"), default="worker",
+                    help="Offload's copies of CPU storages: on the Copier's worker threads "
+                         "(default, as Offload's: the copies overlap the step as a GPU's "
+                         "copy engines overlap its kernels) or inline on the thread that "
+                         "runs the ops (every copy adds to the step)")
     ap.add_argument("--system-malloc", action="store_true",
                     help="glibc's malloc as configured (default: freed memory kept in the "
                          "process, as a caching allocator keeps it)")
