@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Keeps the command output quoted in README.md and docs/ true: each quoted
 block is generated from the command that prints it, and --check fails when
-a block no longer matches (tests/test_doc_blocks.sh runs it).
+a block no longer matches (tests/test_docs.sh runs it).
 
 A block is marked by an HTML comment right above its fenced code block:
 
@@ -23,6 +23,20 @@ A block is marked by an HTML comment right above its fenced code block:
   measured:   the output is wall-clock time (or depends on the machine):
               --check leaves the block alone; --update still writes it.
 
+Figures quoted in prose or in a markdown table are marked the same way,
+right above the paragraph or table (the lines up to the next blank line):
+
+    <!-- figures of: build/chameleon check
+         figures: 17.244 ms; 3.2 ms -->
+    ...a paragraph that quotes 17.244 ms and 3.2 ms...
+
+  figures of: the command that prints them, as for "output of:".
+  figures:    the figures, separated by ";", each as the command prints it:
+              each must be in the paragraph and in the command's output
+              (runs of spaces and line breaks count as one space). --check
+              fails on one that is not; --update cannot rewrite prose and
+              fails the same way.
+
     scripts/doc-blocks.py --check [--build DIR] FILE...
     scripts/doc-blocks.py --update [--build DIR] FILE...
 """
@@ -37,7 +51,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MARK = re.compile(r"<!-- output of:(?P<head>.*?)-->\n(?P<fence>```[^\n]*\n)(?P<body>.*?)^```",
                   re.S | re.M)
-KEYS = ("keep:", "stderr", "measured")
+FIGURES = re.compile(r"<!-- figures of:(?P<head>.*?)-->\n(?P<body>(?:[^\n]*\S[^\n]*\n)+)", re.S)
 
 
 class Block:
@@ -45,9 +59,13 @@ class Block:
         self.path, self.match = path, match
         self.line = match.string.count("\n", 0, match.start()) + 1
         self.commands, self.keep, self.stderr, self.measured = [], None, False, False
+        self.figures = None
         for raw in match.group("head").strip().split("\n"):
             text = raw.strip()
-            if text.startswith("keep:"):
+            if text.startswith("figures:"):
+                self.figures = [f.strip() for f in text[len("figures:"):].split(";")
+                                if f.strip()]
+            elif text.startswith("keep:"):
                 self.keep = text[len("keep:"):].split()
             elif text == "stderr":
                 self.stderr = True
@@ -59,6 +77,9 @@ class Block:
                 self.commands.append(text)
         if not self.commands:
             self.fail("the marker names no command")
+        if (self.figures is not None) != (match.re is FIGURES) or self.figures == []:
+            self.fail("a \"figures of:\" marker lists its figures (figures: A; B), an "
+                      "\"output of:\" marker none")
 
     def where(self):
         return f"{self.path}:{self.line}"
@@ -66,17 +87,22 @@ class Block:
     def fail(self, why):
         sys.exit(f"{self.where()}: {why}")
 
+    printed = {}          # (command, stderr) -> its output: a command runs once
+
     def run(self, build):
         out = []
         for cmd in self.commands:
             cmd = re.sub(r"(?<![\w/.-])build/", build.rstrip("/") + "/", cmd)
-            r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=ROOT, text=True,
-                               stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT if self.stderr else subprocess.PIPE)
-            if r.returncode != 0 and not self.stderr:
-                self.fail(f"`{cmd}` exited with {r.returncode}:\n{r.stderr}")
-            # Paths in the build directory print as the doc's build/.
-            out.extend(r.stdout.replace(build.rstrip("/") + "/", "build/").splitlines())
+            key = (cmd, self.stderr)
+            if key not in Block.printed:
+                r = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], cwd=ROOT, text=True,
+                                   stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT if self.stderr else subprocess.PIPE)
+                if r.returncode != 0 and not self.stderr:
+                    self.fail(f"`{cmd}` exited with {r.returncode}:\n{r.stderr}")
+                # Paths in the build directory print as the doc's build/.
+                Block.printed[key] = r.stdout.replace(build.rstrip("/") + "/", "build/")
+            out.extend(Block.printed[key].splitlines())
         return "".join(line.rstrip() + "\n" for line in self.kept(out))
 
     def kept(self, lines):
@@ -98,10 +124,37 @@ class Block:
         return picked
 
 
-def blocks(path):
+    def missing_figures(self, build):
+        """The figures the paragraph or the command's output no longer has."""
+        def flat(text):
+            return " ".join(text.split())
+
+        def has(text, figure):       # whole: 3.2 is not in 13.2 or 3.25
+            return re.search(r"(?<![\w.])" + re.escape(flat(figure)) + r"(?!\w)", text)
+        said, printed = flat(self.match.group("body")), flat(self.run(build))
+        return [f"{f!r} is not in the {'paragraph' if not has(said, f) else 'output'}"
+                for f in self.figures if not has(said, f) or not has(printed, f)]
+
+
+def blocks(path, mark=MARK):
     text = path.read_text()
     return text, [Block(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path, m)
-                  for m in MARK.finditer(text)]
+                  for m in mark.finditer(text)]
+
+
+def check_figures(path, build, skip_measured):
+    """(figure blocks checked, stale), printing what no longer holds."""
+    checked = stale = 0
+    for b in blocks(path, FIGURES)[1]:
+        if skip_measured and b.measured:
+            continue
+        checked += 1
+        missing = b.missing_figures(build)
+        if missing:
+            stale += 1
+            print(f"{b.where()}: figures no longer quoted as the command prints them:\n  " +
+                  "\n  ".join(missing))
+    return checked, stale
 
 
 def main():
@@ -113,7 +166,7 @@ def main():
                     help="the build directory `build/` in a command means")
     ap.add_argument("files", nargs="+", type=pathlib.Path)
     a = ap.parse_args()
-    stale = checked = 0
+    stale = checked = figures = wrong = 0
     for path in a.files:
         path = path.resolve()
         text, found = blocks(path)
@@ -135,9 +188,12 @@ def main():
             at = b.match.end("body")
         if a.update and found:
             path.write_text("".join(pieces) + text[at:])
+        checked_f, stale_f = check_figures(path, a.build, a.check)
+        figures, wrong = figures + checked_f, wrong + stale_f
     verb = "stale" if a.check else "rewritten"
-    print(f"doc-blocks: {checked} blocks, {stale} {verb}")
-    return 1 if a.check and stale else 0
+    print(f"doc-blocks: {checked} blocks, {stale} {verb}; {figures} paragraphs of figures, "
+          f"{wrong} stale")
+    return 1 if (a.check and stale) or wrong else 0
 
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The docs cannot go stale unnoticed: every command output quoted in
 # README.md and docs/ under an "output of:" marker is printed again by the
-# build and compared (scripts/doc-blocks.py; measured blocks excepted), and
+# build and compared, and every figure quoted in prose or a table under a
+# "figures of:" marker must still be printed by its command
+# (scripts/doc-blocks.py; measured ones excepted), and
 # every section cited and every `chameleon COMMAND` named exists
 # (scripts/doc-refs.py). After a change that moves a quoted block:
 # scripts/doc-blocks.py --update README.md docs/*.md
