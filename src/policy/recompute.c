@@ -29,13 +29,20 @@ static const storage_uses_t *find(const storage_uses_t *s, size_t n, uint64_t st
     return lo < n && s[lo].storage == storage ? &s[lo] : NULL;
 }
 
-/* Is the storage written by an op in (after, upto]? */
+/* Is the storage written by an op in (after, upto]? write_ops ascend (the
+ * uses by storage keep the profile's order): the first after `after`,
+ * found by bisection, decides. */
 static bool written_in(const storage_uses_t *s, uint32_t after, uint32_t upto)
 {
-    for (uint32_t k = 0; k < s->n_writes; k++)
-        if (s->write_ops[k] > after && s->write_ops[k] <= upto)
-            return true;
-    return false;
+    uint32_t lo = 0, hi = s->n_writes;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (s->write_ops[mid] <= after)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->n_writes && s->write_ops[lo] <= upto;
 }
 
 static int cmp_cost(const void *a, const void *b)

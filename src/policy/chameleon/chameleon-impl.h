@@ -95,9 +95,13 @@ typedef struct cham_gen_copy {
     uint64_t ready, t, done, deadline;
 } cham_gen_copy_t;
 
-/* Chosen copies by issue op, then the order chosen. */
+/* Chosen copies by issue op, then the order chosen. slack[j] (n + 1 of
+ * them) is how much later the copy before q[j] may be done without pushing
+ * q[j] or one after it past its deadline: a copy tried at j is checked in
+ * O(1), not by running the queue on (placement.c, queue_try). */
 typedef struct cham_gen_queue {
     cham_gen_copy_t *q;
+    uint64_t *slack;
     size_t n, cap;
 } cham_gen_queue_t;
 

@@ -150,7 +150,9 @@ void cham_gen_sim_free(cham_gen_sim_t *s)
     free(s->d2h.fw);
     free(s->op_end);
     free(s->out.q);
+    free(s->out.slack);
     free(s->in.q);
+    free(s->in.slack);
     s->h2d = s->d2h = (cham_budget_t){0};
     s->op_end = NULL;
     s->out = s->in = (cham_gen_queue_t){0};
@@ -195,23 +197,46 @@ static size_t queue_after(const cham_gen_queue_t *q, uint32_t at)
     return lo;
 }
 
-/* Runs the queue on from position j, the copy before it done at d: false
- * when one would miss its deadline; with apply, the new times are kept.
- * (Adding a copy only delays the ones after it: a copy that keeps its time
- * ends the run.) */
-static bool queue_follow(cham_gen_queue_t *q, size_t j, uint64_t d, bool apply)
+/* The done time of the copy before position j (0 for the first). */
+static uint64_t done_before(const cham_gen_queue_t *q, size_t j)
+{
+    return j ? q->q[j - 1].done : 0;
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* Runs the queue on from position j, the copy before it now done at d,
+ * keeping the new times. (Adding a copy only delays the ones after it: a
+ * copy that keeps its time ends the run.) */
+static void queue_follow(cham_gen_queue_t *q, size_t j, uint64_t d)
 {
     for (; j < q->n; j++) {
         uint64_t dj = max_u64(q->q[j].ready, d) + q->q[j].t;
         if (dj == q->q[j].done)
-            return true;
-        if (dj > q->q[j].deadline)
-            return false;
-        if (apply)
-            q->q[j].done = dj;
+            return;
+        CHAM_ASSERT(dj <= q->q[j].deadline && "queue_try checked every deadline");
+        q->q[j].done = dj;
         d = dj;
     }
-    return true;
+}
+
+/* slack, from the end: a delay of q[j]'s predecessor reaches q[j] less the
+ * idle gap g before q[j] (done = max(ready, before) + t), so q[j] absorbs
+ * min(g + its own room to its deadline, g + what the ones after absorb). */
+static void queue_slack(cham_gen_queue_t *q)
+{
+    q->slack[q->n] = UINT64_MAX;
+    for (size_t j = q->n; j-- > 0;) {
+        const cham_gen_copy_t *c = &q->q[j];
+        uint64_t before = done_before(q, j);
+        uint64_t gap = c->ready > before ? c->ready - before : 0;
+        uint64_t own = add_sat(gap, c->deadline - c->done);
+        uint64_t rest = add_sat(gap, q->slack[j + 1]);
+        q->slack[j] = own < rest ? own : rest;
+    }
 }
 
 /* When a copy issued at `at`, able to start at `ready`, taking t, would be
@@ -223,12 +248,33 @@ static uint64_t queue_done(const cham_gen_queue_t *q, uint32_t at, uint64_t read
     return max_u64(ready, *pos ? q->q[*pos - 1].done : 0) + t;
 }
 
+#if CHAM_DEBUG_CHECKS
+/* The slack's answer the long way: runs the queue on from j, the copy
+ * before it done at d, and says whether every copy keeps its deadline. */
+static bool queue_keeps_deadlines(const cham_gen_queue_t *q, size_t j, uint64_t d)
+{
+    for (; j < q->n; j++) {
+        uint64_t dj = max_u64(q->q[j].ready, d) + q->q[j].t;
+        if (dj == q->q[j].done)
+            return true;
+        if (dj > q->q[j].deadline)
+            return false;
+        d = dj;
+    }
+    return true;
+}
+#endif
+
 /* queue_done; false when the copy would push a later one past its deadline. */
-static bool queue_try(cham_gen_queue_t *q, uint32_t at, uint64_t ready, uint64_t t,
+static bool queue_try(const cham_gen_queue_t *q, uint32_t at, uint64_t ready, uint64_t t,
                       size_t *pos, uint64_t *done)
 {
     *done = queue_done(q, at, ready, t, pos);
-    return queue_follow(q, *pos, *done, false);
+    bool fits = q->n == 0 || *done - done_before(q, *pos) <= q->slack[*pos];
+#if CHAM_DEBUG_CHECKS
+    CHAM_ASSERT(fits == queue_keeps_deadlines(q, *pos, *done));
+#endif
+    return fits;
 }
 
 /* Inserts the copy queue_try placed; false when the host is out of memory. */
@@ -240,14 +286,17 @@ static bool queue_insert(cham_gen_queue_t *q, size_t pos, cham_gen_copy_t c)
         if (!v)
             return false;
         q->q = v;
+        uint64_t *sl = realloc(q->slack, (cap + 1) * sizeof *sl);
+        if (!sl)
+            return false;
+        q->slack = sl;
         q->cap = cap;
     }
     memmove(&q->q[pos + 1], &q->q[pos], (q->n - pos) * sizeof *q->q);
     q->n++;
     q->q[pos] = c;
-    bool kept = queue_follow(q, pos + 1, c.done, true);
-    CHAM_ASSERT(kept && "queue_try checked every deadline");
-    (void)kept;
+    queue_follow(q, pos + 1, c.done);
+    queue_slack(q);
     return true;
 }
 
