@@ -503,8 +503,8 @@ static cham_status_t with_less_memory(const cham_profile_t *profile,
  * predicts the best policy (one that fits before one that does not, then
  * the fastest step, each re-run priced in), planned against the link
  * budgets of the ops' costs: a coarse sweep of 16 points over the
- * candidates, then every k between the best one's neighbours
- * (docs/policy.md, "Recomputation"). */
+ * candidates, then between the best one's neighbours at finer and finer
+ * spacing (docs/policy.md, "Recomputation"). */
 cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
                                   const cham_planner_config_t *config, cham_policy_t **out,
                                   char *err, size_t err_size)
@@ -521,10 +521,20 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
         if (k >= n)
             break;
     }
-    size_t lo = best_k > step ? best_k - step + 1 : 1, hi = best_k + step - 1;
-    for (size_t k = lo; n && k <= hi && k <= n && st == CHAM_OK; k++)
-        if (k != best_k && k % step != 0)
-            st = try_k(profile, config, k, &best, &best_k, &m, err, err_size);
+    /* Between the best one's neighbours a level at a time, each at an
+     * eighth of the spacing before, down to every k: about 16 plans a
+     * level, log8(n / 16) levels (every k at once would be n / 8 plans of
+     * O(n log n) each). With 128 candidates or fewer the first level is
+     * every k. */
+    for (size_t s = step; n && s > 1 && st == CHAM_OK;) {
+        size_t f = s / 8 ? s / 8 : 1, center = best_k;
+        size_t reach = (s - 1) / f * f;                  /* the farthest d < s */
+        size_t below = reach < center ? reach : center ? (center - 1) / f * f : 0;
+        for (size_t k = center - below; k <= center + reach && k <= n && st == CHAM_OK; k += f)
+            if (k != center && (s != step || k % step != 0))
+                st = try_k(profile, config, k, &best, &best_k, &m, err, err_size);
+        s = f;
+    }
     if (st != CHAM_OK) {
         cham_policy_free(best);
         return st;
