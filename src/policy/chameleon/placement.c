@@ -209,34 +209,33 @@ static uint64_t add_sat(uint64_t a, uint64_t b)
 }
 
 /* Runs the queue on from position j, the copy before it now done at d,
- * keeping the new times. (Adding a copy only delays the ones after it: a
+ * keeping the new times; returns the first position whose copy kept its
+ * time (n when none did). (Adding a copy only delays the ones after it: a
  * copy that keeps its time ends the run.) */
-static void queue_follow(cham_gen_queue_t *q, size_t j, uint64_t d)
+static size_t queue_follow(cham_gen_queue_t *q, size_t j, uint64_t d)
 {
     for (; j < q->n; j++) {
         uint64_t dj = max_u64(q->q[j].ready, d) + q->q[j].t;
         if (dj == q->q[j].done)
-            return;
+            return j;
         CHAM_ASSERT(dj <= q->q[j].deadline && "queue_try checked every deadline");
         q->q[j].done = dj;
         d = dj;
     }
+    return q->n;
 }
 
-/* slack, from the end: a delay of q[j]'s predecessor reaches q[j] less the
- * idle gap g before q[j] (done = max(ready, before) + t), so q[j] absorbs
+/* slack[j]: a delay of q[j]'s predecessor reaches q[j] less the idle gap
+ * g before q[j] (done = max(ready, before) + t), so q[j] absorbs
  * min(g + its own room to its deadline, g + what the ones after absorb). */
-static void queue_slack(cham_gen_queue_t *q)
+static uint64_t slack_at(const cham_gen_queue_t *q, size_t j)
 {
-    q->slack[q->n] = UINT64_MAX;
-    for (size_t j = q->n; j-- > 0;) {
-        const cham_gen_copy_t *c = &q->q[j];
-        uint64_t before = done_before(q, j);
-        uint64_t gap = c->ready > before ? c->ready - before : 0;
-        uint64_t own = add_sat(gap, c->deadline - c->done);
-        uint64_t rest = add_sat(gap, q->slack[j + 1]);
-        q->slack[j] = own < rest ? own : rest;
-    }
+    const cham_gen_copy_t *c = &q->q[j];
+    uint64_t before = done_before(q, j);
+    uint64_t gap = c->ready > before ? c->ready - before : 0;
+    uint64_t own = add_sat(gap, c->deadline - c->done);
+    uint64_t rest = add_sat(gap, q->slack[j + 1]);
+    return own < rest ? own : rest;
 }
 
 /* When a copy issued at `at`, able to start at `ready`, taking t, would be
@@ -289,14 +288,24 @@ static bool queue_insert(cham_gen_queue_t *q, size_t pos, cham_gen_copy_t c)
         uint64_t *sl = realloc(q->slack, (cap + 1) * sizeof *sl);
         if (!sl)
             return false;
+        if (!q->slack)
+            sl[0] = UINT64_MAX;          /* slack[n]: nothing after the last */
         q->slack = sl;
         q->cap = cap;
     }
     memmove(&q->q[pos + 1], &q->q[pos], (q->n - pos) * sizeof *q->q);
+    memmove(&q->slack[pos + 1], &q->slack[pos], (q->n + 1 - pos) * sizeof *q->slack);
     q->n++;
     q->q[pos] = c;
-    queue_follow(q, pos + 1, c.done);
-    queue_slack(q);
+    /* From the first copy that kept its time on, nothing changed but the
+     * gap before it; below pos only the slacks, up to the first that
+     * comes out as it was. */
+    for (size_t j = queue_follow(q, pos + 1, c.done) + 1; j-- > 0;) {
+        uint64_t sj = j < q->n ? slack_at(q, j) : UINT64_MAX;
+        if (j < pos && sj == q->slack[j])
+            break;
+        q->slack[j] = sj;
+    }
     return true;
 }
 
@@ -341,6 +350,53 @@ static uint64_t in_ready(const cham_gen_sim_t *s, uint32_t i, const cham_gen_pla
     return pl->wraps ? op_start(s, i) : max_u64(op_start(s, i), pl->done_ns);
 }
 
+/* Does the swap-in issued at op i keep every queued copy's deadline? */
+static bool in_fits(const cham_gen_sim_t *s, uint32_t i, const cham_gen_place_t *pl)
+{
+    size_t pos;
+    uint64_t done;
+    return queue_try(&s->in, i, in_ready(s, i, pl), pl->t_in, &pos, &done);
+}
+
+/* The latest issue op in [first, end) (with early_in the earliest) whose
+ * swap-in keeps every queued copy's deadline; end when none does. Between
+ * two queued copies' issue ops the swap-in's place in the queue stays and
+ * its done time grows with i, so the ops that fit there are a first part
+ * of that run: a run is decided by its first op and, from the latest
+ * side, bisected. O(runs log n), not an op at a time. */
+static uint32_t fitting_in(const cham_gen_sim_t *s, uint32_t first, uint32_t end,
+                           const cham_gen_place_t *pl)
+{
+    const cham_gen_queue_t *q = &s->in;
+    if (s->early_in) {
+        for (uint32_t i = first; i < end;) {
+            if (in_fits(s, i, pl))
+                return i;
+            size_t pos = queue_after(q, i);            /* the run ends at q[pos]'s op */
+            if (pos == q->n)
+                break;
+            i = q->q[pos].at;
+        }
+        return end;
+    }
+    for (uint32_t hi = end; hi > first;) {             /* the runs from the latest down */
+        size_t pos = queue_after(q, hi - 1);
+        uint32_t lo = pos && q->q[pos - 1].at > first ? q->q[pos - 1].at : first;
+        if (in_fits(s, lo, pl)) {
+            while (lo + 1 < hi) {                      /* lo fits, hi does not */
+                uint32_t mid = lo + (hi - lo) / 2;
+                if (in_fits(s, mid, pl))
+                    lo = mid;
+                else
+                    hi = mid;
+            }
+            return lo;
+        }
+        hi = lo;
+    }
+    return end;
+}
+
 /* §5.4.1 with the queue: the swap-in issued when op i begins, i in
  * [first, use - 1], goes behind every chosen one issued no later and after
  * its own swap-out; the latest i whose copy is done when the use begins
@@ -361,18 +417,15 @@ static bool place_in_queued(cham_gen_sim_t *s, uint32_t first, uint32_t use, boo
         else
             hi = mid;
     }
-    for (uint32_t n = first; n < lo; n++) {   /* the latest (earliest) that keeps the others */
-        uint32_t i = s->early_in ? n : lo - 1 - (n - first);
-        uint64_t done;
-        if (queue_try(&s->in, i, in_ready(s, i, pl), pl->t_in, &pl->q_in, &done)) {
-            pl->in_op = i;
-            pl->in_done_ns = done;
-            return true;
-        }
+    uint32_t i = fitting_in(s, first, lo, pl);
+    uint64_t done;
+    if (i < lo && queue_try(&s->in, i, in_ready(s, i, pl), pl->t_in, &pl->q_in, &done)) {
+        pl->in_op = i;
+        pl->in_done_ns = done;
+        return true;
     }
     if (!allow_stall)
         return false;
-    uint64_t done;
     if (!queue_try(&s->in, first, in_ready(s, first, pl), pl->t_in, &pl->q_in, &done))
         return false;
     pl->in_op = first;
