@@ -123,7 +123,6 @@ class Block:
             picked.extend(lines[first - 1:last])
         return picked
 
-
     def missing_figures(self, build):
         """The figures the paragraph or the command's output no longer has."""
         def flat(text):
