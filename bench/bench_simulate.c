@@ -53,6 +53,7 @@ static cham_run_result_t run(const cham_model_config_t *m, cham_strategy_t strat
                              uint64_t capacity, uint64_t steps, timing_t *t)
 {
     cham_run_config_t c = cham_run_config_default();
+    c.plan_optimizer = false;    /* the per-op cost of the run, not of choosing its program */
     c.model = *m;
     c.strategy = strategy;
     c.steps = steps;

@@ -51,8 +51,8 @@ static cham_status_t one_point(const exp_config_t *c, const setup_t *s, const ch
     size_t rw = (size_t)row;
     exp_table_set_text(t, rw, 0, "%s %s %.0f%%", s->label, device, 100 * frac);
     exp_table_set(t, rw, 1, (double)cap / (double)(UINT64_C(1) << 30));
-    double time[N_STRATEGIES], bound = NAN;
-    bool bound_known = false;
+    double time[N_STRATEGIES], bound = NAN, device_bound = NAN;
+    char optimizer[32] = "";
     for (size_t k = 0; k < N_STRATEGIES; k++) {
         cham_run_config_t rc = cham_run_config_default();
         rc.model = s->m;
@@ -78,20 +78,34 @@ static cham_status_t one_point(const exp_config_t *c, const setup_t *s, const ch
                     s->label, device, 100 * frac,
                     r.status == CHAM_OK ? "ok" : cham_status_string(r.status));
         time[k] = r.status == CHAM_OK ? r.step_time_s : NAN;
-        if (r.status == CHAM_OK && r.has_bound && !bound_known) {
-            bound_known = true;
-            bound = r.bound_feasible ? r.lower_bound_step_time_s : INFINITY;
+        /* Chameleon's bound covers every program it chooses between (the
+         * optimizer on the device or the host); chameleon-swap's, the
+         * device's program that the other strategies run. */
+        double b = r.status == CHAM_OK && r.has_bound
+                       ? r.bound_feasible ? r.lower_bound_step_time_s : INFINITY : NAN;
+        if (strategies[k] == CHAM_STRATEGY_CHAMELEON) {
+            bound = b;
+            if (r.status == CHAM_OK && r.host_optimizer)
+                snprintf(optimizer, sizeof optimizer, "host:%u", r.device_groups);
+            else if (r.status == CHAM_OK)
+                snprintf(optimizer, sizeof optimizer, "device");
+        } else if (strategies[k] == CHAM_STRATEGY_CHAMELEON_SWAP) {
+            device_bound = b;
         }
         exp_table_set(t, rw, 2 + k, time[k]);
         plot_add(pl, cham_strategy_name(strategies[k]), 100 * frac, time[k]);
     }
-    /* No policy beats the unconstrained run of the same steps; the
+    /* No policy beats the unconstrained run of the same program; the
      * profile's bound counts the ops' costs and the waits for their
-     * collectives, not what the device adds (docs/policy.md). */
-    if (bound_known && isfinite(bound) && ideal_s > bound)
-        bound = ideal_s;
-    exp_table_set(t, rw, 2 + N_STRATEGIES, bound_known && isfinite(bound) ? bound : NAN);
-    plot_add(pl, "lower bound", 100 * frac, bound_known && isfinite(bound) ? bound : NAN);
+     * collectives, not what the device adds (docs/policy.md). Chameleon's
+     * has each program's ideal step in it. */
+    if (isfinite(device_bound) && ideal_s > device_bound)
+        device_bound = ideal_s;
+    bool bound_known = isfinite(bound);
+    exp_table_set(t, rw, 2 + N_STRATEGIES, bound_known ? bound : NAN);
+    exp_table_set(t, rw, 6 + N_STRATEGIES, isfinite(device_bound) ? device_bound : NAN);
+    exp_table_set_text(t, rw, 7 + N_STRATEGIES, "%s", optimizer);
+    plot_add(pl, "lower bound", 100 * frac, bound_known ? bound : NAN);
     /* Chameleon against the best other way, and against the bound. */
     double best = INFINITY;
     for (size_t k = 1; k < CHAMELEON; k++)          /* not native: it only fits or not */
@@ -103,7 +117,7 @@ static cham_status_t one_point(const exp_config_t *c, const setup_t *s, const ch
         ty->points++;
         ty->not_behind += ch <= best * 1.005;
     }
-    if (!isnan(ch) && bound_known && isfinite(bound) && bound > 0) {
+    if (!isnan(ch) && bound_known && bound > 0) {
         exp_table_set(t, rw, 4 + N_STRATEGIES, ch / bound);
         ty->worst_vs_bound = ch / bound > ty->worst_vs_bound ? ch / bound : ty->worst_vs_bound;
     }
@@ -123,7 +137,8 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     const char *cols[] = {"point", "budget GiB", "native s", "recompute s", "vdnn s",
                           "capuchin s", "chameleon-swap s", "chameleon s", "lower bound s",
                           "chameleon vs best other %", "chameleon / bound",
-                          "chameleon vs ideal %"};
+                          "chameleon vs ideal %", "lower bound, optimizer on the device s",
+                          "chameleon's optimizer"};
     exp_table_t *t = exp_result_table(r, "budget-sweep", "Step time against the memory budget "
                                       "(simulated s/step; budget as % of the unconstrained "
                                       "peak)", sizeof cols / sizeof cols[0], cols);
@@ -161,7 +176,9 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     snprintf(r->summary, sizeof r->summary,
              "Chameleon within 0.5%% of the best of recompute, vdnn, capuchin and "
              "chameleon-swap (or ahead) at %d of %d points where it and another ran; at most "
-             "%.2fx the lower bound.", ty.not_behind, ty.points, ty.worst_vs_bound);
+             "%.2fx the lower bound (over every program Chameleon chooses between: the "
+             "optimizer on the device or the host).", ty.not_behind, ty.points,
+             ty.worst_vs_bound);
     return CHAM_OK;
 }
 

@@ -45,6 +45,7 @@ static cham_status_t infer(const exp_config_t *c, const infer_setup_t *s, uint32
                            char *err, size_t err_size)
 {
     cham_run_config_t rc = cham_run_config_default();
+    rc.plan_optimizer = false;      /* the optimizer where the row says */
     rc.model = model_at(prompt, offload);
     rc.steps = rc.model.generate + 1;
     rc.strategy = strategy;
@@ -182,6 +183,7 @@ static cham_status_t train(const exp_config_t *c, const cham_model_config_t *m,
                            uint64_t *peak, char *err, size_t err_size)
 {
     cham_run_config_t rc = cham_run_config_default();
+    rc.plan_optimizer = false;      /* the optimizer where the row says */
     rc.model = *m;
     rc.strategy = strategy;
     rc.steps = EXP_STABLE_STEPS;

@@ -37,6 +37,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     size_t ratio_n = 0;
     for (size_t i = 0; i < n; i++) {
         cham_run_config_t rc = cham_run_config_default();
+        rc.plan_optimizer = false;      /* the optimizer where the row says */
         rc.model = c->reduced ? exp_llama(1024, layers[i], 1024, 8)
                               : exp_llama(4096, layers[i], 4096, 4);
         rc.steps = EXP_STABLE_STEPS;

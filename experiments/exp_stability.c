@@ -18,6 +18,7 @@
 static cham_run_config_t long_run(const exp_config_t *c, cham_strategy_t p)
 {
     cham_run_config_t rc = cham_run_config_default();
+    rc.plan_optimizer = false;      /* the optimizer where the row says */
     rc.model = c->reduced ? exp_llama(1024, 8, 512, 8) : exp_llama(4096, 8, 4096, 8);
     rc.model.validate_every = 200;
     rc.model.overflow_prob = 0.002;

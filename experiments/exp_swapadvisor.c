@@ -98,6 +98,7 @@ static cham_status_t static_rows(const exp_config_t *c, const setup_t *s, exp_ta
     size_t n = c->reduced ? sizeof ratios_reduced / sizeof *rs : sizeof ratios / sizeof *rs;
     searches_t se = {.device = c->device, .ratios = rs, .n = n};
     cham_run_config_t rc = cham_run_config_default();
+    rc.plan_optimizer = false;      /* the optimizer where the row says */
     rc.model = s->m;
     rc.strategy = CHAM_STRATEGY_IDEAL;
     rc.steps = EXP_STABLE_STEPS;

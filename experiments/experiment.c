@@ -102,6 +102,7 @@ cham_status_t exp_run(const exp_config_t *c, const cham_model_config_t *m,
                       cham_run_result_t *r, char *err, size_t err_size)
 {
     cham_run_config_t rc = cham_run_config_default();
+    rc.plan_optimizer = false;      /* the optimizer where the row says */
     rc.model = *m;
     rc.strategy = strategy;
     rc.steps = steps ? steps : EXP_STABLE_STEPS;

@@ -84,6 +84,8 @@ static const struct summary_key {
     {"oom_op", "Failed at op", V_COUNT},
     {"error", "Error", V_TEXT},
     {"optimizer", "Optimizer runs on the", V_TEXT},
+    {"optimizer_planned", "Where the optimizer runs, chosen by the run", V_YESNO},
+    {"lower_bound_optimizer", "Lower bound's program (as --optimizer says it)", V_TEXT},
     {"protrain_n_persist", "ProTrain: chunks kept on the device", V_COUNT},
     {"protrain_n_buffer", "ProTrain: chunk buffers", V_COUNT},
     {"protrain_n_swap", "ProTrain: blocks swapped", V_COUNT},

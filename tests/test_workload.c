@@ -739,6 +739,7 @@ static void test_device_groups_auto(void **state)
 {
     (void)state;
     cham_run_config_t rc = cham_run_config_default();
+    rc.plan_optimizer = false;   /* auto: ProTrain's cost model, not the run's choice */
     rc.model = small_llama();
     rc.model.host_optimizer = true;
     rc.steps = 4;

@@ -51,12 +51,15 @@ static void usage(FILE *f)
         "  --dtype fp16|bf16   compute type, fp32 master weights (bf16; gpt2 fp16)\n"
         "  --flash on|off      fused attention (on)\n"
         "  --recompute on|off  full activation recomputation (off)\n"
-        "  --optimizer WHERE   device (default); host: ZeRO-Offload's AdamW on the\n"
-        "                      host, master weights and moments in pinned memory,\n"
-        "                      each group updated as the backward completes it;\n"
-        "                      host:N the first N groups (embedding, layers, head)\n"
-        "                      updated on the device; auto: N chosen by ProTrain's\n"
-        "                      cost model (docs/workloads.md)\n"
+        "  --optimizer WHERE   device; host: ZeRO-Offload's AdamW on the host, master\n"
+        "                      weights and moments in pinned memory, each group\n"
+        "                      updated as the backward completes it; host:N the\n"
+        "                      first N groups (embedding, layers, head) updated on\n"
+        "                      the device; auto: N chosen by ProTrain's cost model.\n"
+        "                      Default: device, but under --strategy chameleon the\n"
+        "                      run chooses among all of them from their bounds and\n"
+        "                      short trial runs (docs/workloads.md, \"Where the\n"
+        "                      optimizer runs\")\n"
         "parallelism (this device is the first pipeline stage):\n"
         "  --tp N --pp N --dp N  tensor, pipeline, data parallel degree (1 1 1)\n"
         "  --zero 0-3          ZeRO stage over the data-parallel group (0)\n"
@@ -200,6 +203,7 @@ static int set_optimizer(void *state, const char *a, const char *v)
 {
     cham_model_config_t *m = &((sim_opts_t *)state)->run.model;
     uint64_t n;
+    ((sim_opts_t *)state)->run.plan_optimizer = false;
     m->host_optimizer = strcmp(v, "device") != 0;
     m->device_groups = strcmp(v, "auto") == 0 ? CHAM_DEVICE_GROUPS_AUTO : 0;
     if (strncmp(v, "host:", 5) == 0 && tool_parse_uint(v + 5, 0, UINT32_MAX - 1, &n))
@@ -468,6 +472,22 @@ static void protrain_json(json_t *j, const cham_run_result_t *r)
     json_object_set_new(j, "protrain_pruned", json_integer((json_int_t)r->protrain_pruned));
 }
 
+/* Where a program's optimizer runs, as --optimizer says it: "device",
+ * or "host:N" with N groups updated on the device. */
+static const char *optimizer_name(bool host, uint32_t device_groups, char *buf, size_t size)
+{
+    if (!host)
+        return "device";
+    snprintf(buf, size, "host:%u", device_groups);
+    return buf;
+}
+
+static json_t *optimizer_json(bool host, uint32_t device_groups)
+{
+    char buf[32];
+    return json_string(optimizer_name(host, device_groups, buf, sizeof buf));
+}
+
 /* The run as one JSON object (--json, and the report's input). */
 static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
                         bool ideal_ok)
@@ -488,7 +508,9 @@ static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_
     json_object_set_new(j, "peak_tensor_bytes", json_integer((json_int_t)r->peak_tensor_bytes));
     if (r->has_protrain)
         protrain_json(j, r);
-    if (m->host_optimizer)
+    json_object_set_new(j, "optimizer", json_string(r->host_optimizer ? "host" : "device"));
+    json_object_set_new(j, "optimizer_planned", json_boolean(r->optimizer_planned));
+    if (r->host_optimizer)
         json_object_set_new(j, "device_groups", json_integer(r->device_groups));
     json_object_set_new(j, "capacity_bytes", json_integer((json_int_t)r->capacity_bytes));
     json_object_set_new(j, "step_time_s", plot_json_number(r->step_time_s));
@@ -507,10 +529,13 @@ static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_
     json_object_set_new(j, "on_demand_swapins", json_integer((json_int_t)r->on_demand_swapins));
     json_object_set_new(j, "passive_swapouts", json_integer((json_int_t)r->passive_swapouts));
     json_object_set_new(j, "recomputes", json_integer((json_int_t)r->recomputes));
-    if (r->has_bound)
+    if (r->has_bound) {
         json_object_set_new(j, "lower_bound_step_time_s",
                             r->bound_feasible ? json_real(r->lower_bound_step_time_s)
                                               : json_null());
+        json_object_set_new(j, "lower_bound_optimizer",
+                            optimizer_json(r->bound_host_optimizer, r->bound_device_groups));
+    }
     json_object_set_new(j, "dropped_bytes_per_step", json_real(r->dropped_bytes_per_step));
     json_object_set_new(j, "ops_per_step", json_integer((json_int_t)r->ops_per_step));
     json_object_set_new(j, "series", json_incref(o->series));
@@ -532,10 +557,17 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
            "tp %u pp %u dp %u zero %u\n", o->model, (double)cham_model_parameters(m) * 1e-9,
            m->layers, m->seq, m->mbs, m->gbs ? m->gbs : m->mbs * m->dp, m->tp, m->pp, m->dp, m->zero);
     printf("  strategy            %s\n", cham_strategy_name(o->run.strategy));
-    if (m->host_optimizer)
+    char why[96] = "";
+    if (r->optimizer_planned)
+        snprintf(why, sizeof why, " (planned: %u programs bounded, %u tried)",
+                 r->optimizer_programs, r->optimizer_trials);
+    else if (m->device_groups == CHAM_DEVICE_GROUPS_AUTO)
+        snprintf(why, sizeof why, " (auto)");
+    if (r->host_optimizer)
         printf("  optimizer           on the host; %u of %u groups updated on the device%s\n",
-               r->device_groups, m->layers / m->pp + 2,
-               m->device_groups == CHAM_DEVICE_GROUPS_AUTO ? " (auto)" : "");
+               r->device_groups, m->layers / m->pp + 2, why);
+    else if (r->optimizer_planned)
+        printf("  optimizer           on the device%s\n", why);
     printf("  steps               %llu of %llu\n", (unsigned long long)r->steps,
            (unsigned long long)o->run.steps);
     printf("  memory              peak %.2f GiB of %.2f GiB\n", gib((double)r->peak_device_bytes),
@@ -555,7 +587,14 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
         if (r->recomputes)
             printf("  recomputation       %.2f GiB dropped a step, %llu ops run again\n",
                    gib(r->dropped_bytes_per_step), (unsigned long long)r->recomputes);
-        if (r->has_bound && r->bound_feasible)
+        char buf[32];
+        if (r->has_bound && r->bound_feasible && r->optimizer_planned)
+            printf("  lower bound         %.4f s a step: no mix of keeping, swapping and "
+                   "recomputing is faster here, with the optimizer anywhere (that of "
+                   "--optimizer %s)\n", r->lower_bound_step_time_s,
+                   optimizer_name(r->bound_host_optimizer, r->bound_device_groups, buf,
+                                  sizeof buf));
+        else if (r->has_bound && r->bound_feasible)
             printf("  lower bound         %.4f s a step: no mix of keeping, swapping and "
                    "recomputing is faster here\n", r->lower_bound_step_time_s);
         else if (r->has_bound)

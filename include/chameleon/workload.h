@@ -235,10 +235,18 @@ typedef struct cham_run_config {
      * cham_plan_bound) from the last step's detailed profile: profiles the
      * last step, as on_finish does. */
     bool lower_bound;
+    /* With strategy chameleon: the run chooses where the optimizer runs
+     * (on the device, or on the host with the first N groups on the
+     * device) before its first step, from each program's ideal step and
+     * lower bound at this capacity (docs/workloads.md, "Where the optimizer
+     * runs"); the model's host_optimizer and device_groups are then
+     * ignored. Other strategies run the model's. */
+    bool plan_optimizer;
 } cham_run_config_t;
 
-/* 50 steps, Chameleon, the runtime's defaults with 2 TiB of pinned host
- * memory and the sim's hazard detector on; the model must be set. */
+/* 50 steps, Chameleon choosing where the optimizer runs, the runtime's
+ * defaults with 2 TiB of pinned host memory and the sim's hazard detector
+ * on; the model must be set. */
 CHAM_API cham_run_config_t cham_run_config_default(void);
 
 typedef struct cham_run_result {
@@ -292,6 +300,18 @@ typedef struct cham_run_result {
     /* host_optimizer: the groups updated on the device (the model's
      * device_groups, or what auto chose). */
     uint32_t device_groups;
+    /* The program run: the optimizer on the host (with device_groups) or
+     * on the device; optimizer_planned when the run chose it
+     * (plan_optimizer), after estimating optimizer_programs programs and
+     * a short trial run of optimizer_trials of them. */
+    bool host_optimizer, optimizer_planned;
+    uint32_t optimizer_programs, optimizer_trials;
+    /* With the bound: the program it is the bound of. Planned, the bound
+     * is the smallest over every program the run could choose, and its
+     * program may differ from the one run (the bounds choose the
+     * finalists, trials the program). */
+    bool bound_host_optimizer;
+    uint32_t bound_device_groups;
 } cham_run_result_t;
 
 /* Runs the workload under the strategy on the sim backend. CHAM_OK when the

@@ -14,7 +14,7 @@
 cham_run_config_t cham_run_config_default(void)
 {
     cham_run_config_t c = {.runtime = cham_config_default(), .strategy = CHAM_STRATEGY_CHAMELEON,
-                           .steps = 50};
+                           .steps = 50, .plan_optimizer = true};
     c.runtime.pinned_budget = 2 * TiB;
     return c;
 }
@@ -186,22 +186,24 @@ cham_status_t cham_run_check(const cham_run_config_t *c, char *err, size_t err_s
 }
 
 /* The lower bound at the capacity policies plan for, from the last
- * step's profile. */
+ * step's profile; with the optimizer on the host at least the host's work
+ * in a step (the profile's bound leaves it out). */
 static void bound(const cham_config_t *rc, const cham_device_info_t *info,
-                  const cham_profile_t *last, cham_run_result_t *r)
+                  const cham_model_config_t *m, const cham_profile_t *last,
+                  cham_run_result_t *r)
 {
-    cham_planner_config_t pc = cham_planner_config_default();
-    pc.capacity = cham_config_budget(rc, info->capacity);
-    pc.h2d_bandwidth = info->h2d_bandwidth;
-    pc.d2h_bandwidth = info->d2h_bandwidth;
-    pc.recompute = true;       /* any mix, whatever this run's strategy */
-    cham_step_bound_t b;
-    char err[300];
-    if (cham_plan_bound(last, &pc, &b, err, sizeof err) != CHAM_OK)
+    bool feasible;
+    double bound_s;
+    if (!wl_bound_of(rc, info, last, &feasible, &bound_s))
         return;                /* host memory: no bound, nothing else lost */
+    wl_program_t p;
+    if (feasible && m->host_optimizer && wl_program_measure(rc, info, m, &p))
+        bound_s = fmax(bound_s, p.host_s);
     r->has_bound = true;
-    r->bound_feasible = b.feasible;
-    r->lower_bound_step_time_s = b.feasible ? (double)b.bound_ns / 1e9 : INFINITY;
+    r->bound_feasible = feasible && isfinite(bound_s);
+    r->lower_bound_step_time_s = bound_s;
+    r->bound_host_optimizer = m->host_optimizer;
+    r->bound_device_groups = m->host_optimizer ? m->device_groups : 0;
 }
 
 /* ProTrain's profile: one training step of the job (the second: the
@@ -328,6 +330,69 @@ static cham_status_t protrain_plan(const cham_run_config_t *c, const cham_config
     return CHAM_OK;
 }
 
+/* Steps a trial of a program runs: Chameleon's WarmUp and GenPolicy,
+ * then Stable steps to take the median of. */
+#define TRIAL_STEPS 14
+
+/* What the optimizer's trials need: the run's config and device. */
+typedef struct place_run {
+    const cham_run_config_t *c;
+    const cham_config_t *rc;
+    const cham_device_info_t *info;
+} place_run_t;
+
+/* The Stable step of the job with the optimizer where p puts it, from a
+ * short run of it. */
+static double trial(const wl_program_t *p, void *user)
+{
+    const cham_run_config_t *c = ((place_run_t *)user)->c;
+    cham_run_config_t t = {.model = c->model, .runtime = c->runtime, .strategy = c->strategy,
+                           .steps = TRIAL_STEPS};
+    t.model.host_optimizer = p->host;
+    t.model.device_groups = p->device_groups;
+    cham_run_result_t *r = malloc(sizeof *r);
+    double s = r && cham_run(&t, r) == CHAM_OK && r->status == CHAM_OK && r->stable_steps
+                   ? r->step_time_s : INFINITY;
+    free(r);
+    return s;
+}
+
+/* ProTrain's cost model's choice of groups on the device, where it models
+ * the job (one device, no accumulation; else UINT32_MAX). */
+static uint32_t protrain_hint(void *user)
+{
+    place_run_t *pr = user;
+    cham_model_config_t m = pr->c->model;
+    m.host_optimizer = true;
+    m.device_groups = CHAM_DEVICE_GROUPS_AUTO;
+    char err[512];
+    return choose_device_groups(pr->rc, pr->info, &m, err, sizeof err) == CHAM_OK
+               ? m.device_groups : UINT32_MAX;
+}
+
+/* plan_optimizer with strategy chameleon: m's optimizer where
+ * wl_place_optimizer puts it (with trials when the run is long enough for
+ * them to mean something). Else the model's stands. */
+static void plan_optimizer(const cham_run_config_t *c, const cham_config_t *rc,
+                           const cham_device_info_t *info, cham_model_config_t *m,
+                           wl_optimizer_choice_t *choice, cham_run_result_t *r)
+{
+    if (!c->plan_optimizer || c->strategy != CHAM_STRATEGY_CHAMELEON)
+        return;
+    place_run_t pr = {c, rc, info};
+    wl_place_hooks_t hooks = {trial, protrain_hint, &pr};
+    if (!wl_place_optimizer(rc, info, m, c->steps >= TRIAL_STEPS ? &hooks : NULL, choice)) {
+        m->host_optimizer = false;           /* nothing to choose: the device's */
+        m->device_groups = 0;
+        return;
+    }
+    m->host_optimizer = choice->chosen.host;
+    m->device_groups = choice->chosen.device_groups;
+    r->optimizer_planned = true;
+    r->optimizer_programs = choice->programs;
+    r->optimizer_trials = choice->trials;
+}
+
 cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
 {
     memset(r, 0, sizeof *r);
@@ -349,6 +414,8 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
     cham_device_get_info(dev, &info);
     r->capacity_bytes = info.capacity;
 
+    wl_optimizer_choice_t choice = {0};
+    plan_optimizer(c, &rc, &info, &m, &choice, r);
     uint64_t *times = calloc(c->steps ? c->steps : 1, sizeof *times);
     bool *stable = calloc(c->steps ? c->steps : 1, sizeof *stable);
     cham_workload_t *w = NULL;
@@ -368,6 +435,7 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
     } else if ((st = cham_workload_new(ctx, &m, &w, err, sizeof err)) != CHAM_OK) {
         fail(r, st, 0, 0, err);
     } else {
+        r->host_optimizer = m.host_optimizer;
         r->device_groups = m.host_optimizer ? m.device_groups : 0;
         run_steps(c, ctx, w, r, times, stable);
     }
@@ -382,8 +450,16 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
         fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, err);
     if (c->on_finish)
         c->on_finish(r->status == CHAM_OK ? last : NULL, pol, c->user);
-    if (c->lower_bound && last && r->status == CHAM_OK)
-        bound(&rc, &info, last, r);
+    if (c->lower_bound && r->optimizer_planned && r->status == CHAM_OK) {
+        r->has_bound = true;
+        double b = wl_program_bound(&choice.bound);
+        r->bound_feasible = isfinite(b);
+        r->lower_bound_step_time_s = b;
+        r->bound_host_optimizer = choice.bound.host;
+        r->bound_device_groups = choice.bound.device_groups;
+    } else if (c->lower_bound && last && r->status == CHAM_OK) {
+        bound(&rc, &info, &m, last, r);
+    }
     cham_device_synchronize(dev);          /* the last tasks reach the trace */
     if (cham_trace_close(trace, err, sizeof err) != CHAM_OK && r->status == CHAM_OK)
         fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, err);

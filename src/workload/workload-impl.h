@@ -121,6 +121,53 @@ uint32_t wl_least_device_groups(const cham_model_config_t *m, uint64_t host);
  * the settings that drive them. The model must be valid. */
 bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t host, bool moves,
                    char *err, size_t err_size);
+/* Where the run puts the optimizer (optimizer_place.c). A program: the
+ * optimizer on the host with device_groups groups updated on the device,
+ * or on the device; with, from a step of it with unlimited memory, that
+ * step's time, its profile's lower bound at the run's budget and the
+ * host's busy time in it (the host's work: no policy lessens it). */
+typedef struct wl_program {
+    bool host;
+    uint32_t device_groups;
+    double ideal_s, bound_s, host_s;
+} wl_program_t;
+/* A lower bound on the program's step under any policy at the budget:
+ * the profile's bound or the host's work, the larger. */
+double wl_program_bound(const wl_program_t *p);
+typedef struct wl_optimizer_choice {
+    wl_program_t bound;          /* the smallest wl_program_bound: a lower
+                                    bound on every program */
+    wl_program_t chosen;
+    uint32_t programs;           /* measured */
+    uint32_t trials;             /* run to choose (0: the device's, no trial) */
+} wl_optimizer_choice_t;
+/* How the choice runs trials: trial gives p's Stable step time from a
+ * short run of it (INFINITY when it fails), hint another model's choice
+ * of groups on the device (UINT32_MAX: none), each called with user. */
+typedef struct wl_place_hooks {
+    double (*trial)(const wl_program_t *p, void *user);
+    uint32_t (*hint)(void *user);
+    void *user;
+} wl_place_hooks_t;
+/* Measures every program m's job can run at the budget of rc on the
+ * device described by info and chooses: the device's program unless a
+ * host one's guessed step is clearly below its; then the fastest of
+ * trials of the best by two guesses, the hint's, the device's and the
+ * neighbours of the fastest (without hooks: the device's). False when the
+ * job has no choice (the host cannot run its optimizer: out is not
+ * set). */
+bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
+                        const cham_model_config_t *m, const wl_place_hooks_t *hooks,
+                        wl_optimizer_choice_t *out);
+/* Measures program m into p's figures at rc's budget (its host and
+ * device_groups are the caller's to set); false when it cannot run or
+ * fit. */
+bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
+                        const cham_model_config_t *m, wl_program_t *p);
+/* The lower bound of profile at rc's budget on the device info describes
+ * (chameleon/policy.h, cham_plan_bound); false without host memory. */
+bool wl_bound_of(const cham_config_t *rc, const cham_device_info_t *info,
+                 const cham_profile_t *profile, bool *feasible, double *bound_s);
 /* At least as many ops as one step of the model dispatches (the op list
  * of docs/workloads.md, counted generously), from the settings alone. */
 uint64_t wl_step_ops_bound(const cham_model_config_t *m);

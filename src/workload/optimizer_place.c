@@ -1,0 +1,252 @@
+/* Where the optimizer runs, chosen by the run (docs/workloads.md, "Where
+ * the optimizer runs"): on the device, or on the host with the first N
+ * parameter groups updated on the device. The choice changes the program
+ * the policy plans for, so it is made before the first step, per run
+ * (its budget and its loop). Every program is measured by one step of it
+ * with unlimited memory (its time, its profile's lower bound at the run's
+ * budget, the host's work); two guesses from those pick the finalists and
+ * short trial runs of them choose. The smallest of the programs' lower
+ * bounds is one on every program the run could have chosen. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "workload/workload-impl.h"
+
+/* Host programs are tried only where the best one's first guess is below
+ * the device program's by this much: the device's program is worth
+ * leaving for pinned memory and host cores only where a host program may
+ * save time, not a rounding's worth. */
+#define HOST_MARGIN 0.02
+/* At most this many programs are tried: four finalists, then the
+ * fastest's neighbours. */
+#define MAX_TRIALS 8
+
+static void silent(const char *line, void *user)
+{
+    (void)line;
+    (void)user;
+}
+
+bool wl_bound_of(const cham_config_t *rc, const cham_device_info_t *info,
+                 const cham_profile_t *profile, bool *feasible, double *bound_s)
+{
+    cham_planner_config_t pc = cham_planner_config_default();
+    pc.capacity = cham_config_budget(rc, info->capacity);
+    pc.h2d_bandwidth = info->h2d_bandwidth;
+    pc.d2h_bandwidth = info->d2h_bandwidth;
+    pc.recompute = true;       /* any mix, whatever the run's strategy */
+    cham_step_bound_t b;
+    char err[300];
+    if (cham_plan_bound(profile, &pc, &b, err, sizeof err) != CHAM_OK)
+        return false;          /* host memory */
+    *feasible = b.feasible;
+    *bound_s = b.feasible ? (double)b.bound_ns / 1e9 : INFINITY;
+    return true;
+}
+
+/* The host stream's busy time from `from` on (host time). */
+typedef struct host_busy {
+    int stream;
+    uint64_t from, busy_ns;
+} host_busy_t;
+
+static void on_task(const cham_task_record_t *t, void *user)
+{
+    host_busy_t *h = user;
+    if (t->stream_id == h->stream && t->start_ns >= h->from)
+        h->busy_ns += t->end_ns - t->start_ns;
+}
+
+bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
+                        const cham_model_config_t *m, wl_program_t *p)
+{
+    char why[1024];
+    if (cham_model_validate(m, why, sizeof why) != CHAM_OK ||
+        !wl_state_fits(m, info->capacity, rc->pinned_budget, cham_config_moves_model_state(rc),
+                       why, sizeof why))
+        return false;
+    cham_config_t uc = *rc;
+    cham_strategy_apply(CHAM_STRATEGY_IDEAL, &uc);
+    cham_model_config_t um = *m;
+    um.overflow_every = 0;
+    um.overflow_prob = 0;
+    um.validate_every = 0;
+    um.layer_drop = 0;
+    cham_context_t *ctx;
+    if (cham_context_new(&uc, &ctx) != CHAM_OK)
+        return false;
+    cham_context_set_log(ctx, silent, NULL);
+    cham_device_t *dev = cham_context_device(ctx);
+    cham_workload_t *w = NULL;
+    cham_status_t st = cham_workload_new(ctx, &um, &w, why, sizeof why);
+    host_busy_t h = {.stream = -1, .from = UINT64_MAX};
+    if (st == CHAM_OK && w->host) {
+        h.stream = cham_stream_id(w->host);
+        st = cham_device_set_task_hook(dev, on_task, &h);
+    }
+    uint64_t t0 = 0;
+    for (uint64_t s = 0; s < 3 && st == CHAM_OK; s++) {
+        if (s == 2) {
+            cham_context_request_profile(ctx);
+            h.from = t0 = cham_device_host_time(dev);
+        }
+        st = cham_workload_step(w, s, NULL);
+        if (st == CHAM_OK)
+            st = cham_workload_wait(w);
+    }
+    const cham_profile_t *prof = cham_context_last_profile(ctx);
+    bool feasible = false;
+    bool ok = st == CHAM_OK && prof && wl_bound_of(rc, info, prof, &feasible, &p->bound_s);
+    p->ideal_s = (double)(cham_device_host_time(dev) - t0) * 1e-9;
+    p->host_s = (double)h.busy_ns * 1e-9;
+    cham_device_set_task_hook(dev, NULL, NULL);
+    cham_workload_free(w);
+    cham_context_free(ctx);
+    return ok && feasible;
+}
+
+double wl_program_bound(const wl_program_t *p)
+{
+    return fmax(p->bound_s, p->host_s);
+}
+
+/* Whether the host can run this job's optimizer: a training job whose
+ * optimizer runs every step, by the run's own runtime (not ProTrain's),
+ * on a device with the host's figures. */
+static bool host_can_run(const cham_config_t *rc, const cham_model_config_t *m)
+{
+    if (m->infer || m->protrain || m->accumulate > 1)
+        return false;
+    const cham_preset_t *p = cham_preset_find(rc->device.preset ? rc->device.preset
+                                                                 : cham_preset_default_name());
+    double flops = rc->device.host_flops > 0 ? rc->device.host_flops : p ? p->host_flops : 0;
+    double bw = rc->device.host_mem_bandwidth > 0 ? rc->device.host_mem_bandwidth
+                                                  : p ? p->host_mem_bandwidth : 0;
+    return flops > 0 && bw > 0;
+}
+
+/* Measures the program (host, n) of job m into *p; false when it
+ * cannot run or fit. */
+static bool measure(const cham_config_t *rc, const cham_device_info_t *info,
+                    const cham_model_config_t *m, bool host, uint32_t n, wl_program_t *p)
+{
+    cham_model_config_t c = *m;
+    c.host_optimizer = host;
+    c.device_groups = host ? n : 0;
+    *p = (wl_program_t){.host = host, .device_groups = c.device_groups};
+    return wl_program_measure(rc, info, &c, p);
+}
+
+/* A program's two guesses at its step: the larger of its ideal step and
+ * its bound (the profile's bound leaves out the host's work, which the
+ * ideal step has), which holds where waiting for the host and for the
+ * link overlap; and, where they do not, its ideal step plus what the
+ * bound adds to the device's program's ideal step (compute). Guesses, not
+ * bounds: with a host whose work sets the pace, a policy that moves the
+ * device's ops may keep the host busier than the unlimited run does
+ * (llama2-13b on the a100-80g, 15 of 42 groups on the device: 5.31 s a
+ * step against 5.45 s unlimited, simulated). */
+static double optimistic(const wl_program_t *p)
+{
+    return fmax(p->ideal_s, p->bound_s);
+}
+
+static double pessimistic(const wl_program_t *p, double compute_s)
+{
+    return p->ideal_s + fmax(0, p->bound_s - compute_s);
+}
+
+/* The programs tried so far and the fastest of them. */
+typedef struct trials {
+    const wl_place_hooks_t *hooks;
+    wl_program_t tried[MAX_TRIALS];
+    uint32_t n, best;
+    double best_s;
+} trials_t;
+
+/* Tries p unless it was tried (or MAX_TRIALS were); whether it ran
+ * faster than every program before it. */
+static bool try_program(trials_t *t, const wl_program_t *p)
+{
+    for (uint32_t i = 0; i < t->n; i++)
+        if (t->tried[i].host == p->host && t->tried[i].device_groups == p->device_groups)
+            return false;
+    if (t->n == MAX_TRIALS)
+        return false;
+    double s = t->hooks->trial(p, t->hooks->user);
+    t->tried[t->n++] = *p;
+    if (!(s < t->best_s))
+        return false;
+    t->best_s = s;
+    t->best = t->n - 1;
+    return true;
+}
+
+bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
+                        const cham_model_config_t *m, const wl_place_hooks_t *hooks,
+                        wl_optimizer_choice_t *out)
+{
+    *out = (wl_optimizer_choice_t){.programs = 1};
+    if (!host_can_run(rc, m))
+        return false;
+    wl_program_t device;
+    if (!measure(rc, info, m, false, 0, &device)) {
+        /* It cannot run at this budget; the run says why. */
+        device.ideal_s = device.bound_s = INFINITY;
+    }
+    out->bound = out->chosen = device;
+    /* host:groups updates every group on the device: the device's
+     * program with pinned buffers it does not use. */
+    cham_model_config_t h = *m;
+    h.host_optimizer = true;
+    uint32_t first = wl_least_device_groups(&h, rc->pinned_budget);
+    uint32_t groups = m->layers / m->pp + 2;
+    wl_program_t best_opt = {.ideal_s = INFINITY}, best_pes = best_opt, p;
+    wl_program_t p_bound = {.bound_s = INFINITY};
+    double compute_s = isfinite(device.ideal_s) ? device.ideal_s : 0;
+    for (uint32_t n = first; n < groups; n++) {
+        out->programs++;
+        if (!measure(rc, info, m, true, n, &p))
+            continue;
+        if (optimistic(&p) < optimistic(&best_opt))
+            best_opt = p;
+        if (pessimistic(&p, compute_s) < pessimistic(&best_pes, compute_s))
+            best_pes = p;
+        if (wl_program_bound(&p) < wl_program_bound(&p_bound))
+            p_bound = p;
+    }
+    if (wl_program_bound(&p_bound) < wl_program_bound(&out->bound))
+        out->bound = p_bound;
+    if (!(optimistic(&best_opt) < optimistic(&device) * (1 - HOST_MARGIN)) || !hooks)
+        return true;
+    /* Which guess holds, whether the hint's program is faster, and
+     * whether the device's program, whose bound is the tighter, runs
+     * faster still, only running them tells; then the fastest host
+     * program's neighbours, a step of a 25th of the groups, while they are
+     * faster (a program's kept plan is not a smooth function of its
+     * groups: neighbours differ by a few percent). */
+    trials_t t = {.hooks = hooks, .best_s = INFINITY};
+    try_program(&t, &best_pes);
+    try_program(&t, &best_opt);
+    uint32_t hint = hooks->hint(hooks->user);
+    if (hint >= first && hint < groups)
+        try_program(&t, &(wl_program_t){.host = true, .device_groups = hint});
+    try_program(&t, &device);
+    uint32_t d = groups / 25 ? groups / 25 : 1;
+    for (int dir = -1; dir <= 1 && t.tried[t.best].host; dir += 2) {
+        for (;;) {
+            int64_t n = (int64_t)t.tried[t.best].device_groups + dir * (int64_t)d;
+            if (n < first || n >= groups)
+                break;
+            wl_program_t q = {.host = true, .device_groups = (uint32_t)n};
+            if (!try_program(&t, &q))
+                break;
+        }
+    }
+    if (isfinite(t.best_s))      /* none ran: the device's, whose run says why */
+        out->chosen = t.tried[t.best];
+    out->trials = t.n;
+    return true;
+}

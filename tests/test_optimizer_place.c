@@ -1,0 +1,173 @@
+/* Where the optimizer runs, chosen by the run (docs/workloads.md, "Where
+ * the optimizer runs"): under memory pressure the chosen program runs no
+ * slower than the device's and exactly as that program run by itself;
+ * the bound it reports is below every program's run and names the
+ * program it is of; with memory to spare, or nothing to choose, the
+ * device's program runs; an explicit optimizer stands. Every run has the
+ * hazard detector on (cham_run fails on a hazard). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "chameleon/chameleon.h"
+
+/* GPT-2 1.5B's shapes with 4 layers (6 parameter groups), mbs 4 and seq
+ * 2048 on the a100-80g: its logits and activations dwarf a layer's
+ * state, so half its peak leaves room for programs to differ. */
+static cham_run_config_t job(void)
+{
+    cham_run_config_t c = cham_run_config_default();
+    assert_int_equal(cham_model_preset("gpt2-1.5b", &c.model), CHAM_OK);
+    c.model.layers = 4;
+    c.model.mbs = 4;
+    c.model.seq = 2048;
+    c.runtime.device.preset = "a100-80g";
+    c.steps = 16;
+    return c;
+}
+
+static const uint32_t groups = 6;
+
+static void run_ok(const cham_run_config_t *c, cham_run_result_t *r)
+{
+    assert_int_equal(cham_run(c, r), CHAM_OK);
+    if (r->status != CHAM_OK)
+        fail_msg("run: %s", r->error);
+    assert_int_equal(r->hazards, 0);
+}
+
+/* Half the device program's unconstrained peak. */
+static uint64_t half_peak(void)
+{
+    cham_run_config_t c = job();
+    c.strategy = CHAM_STRATEGY_IDEAL;
+    c.steps = 3;
+    cham_run_result_t r;
+    run_ok(&c, &r);
+    return r.peak_device_bytes / 2;
+}
+
+/* The same job with the optimizer where (host, n) puts it, not planned. */
+static void run_program(cham_run_config_t c, bool host, uint32_t n, cham_run_result_t *r)
+{
+    c.plan_optimizer = false;
+    c.model.host_optimizer = host;
+    c.model.device_groups = host ? n : 0;
+    run_ok(&c, r);
+}
+
+static void test_chooses_a_program_no_slower_than_the_device(void **state)
+{
+    (void)state;
+    cham_run_config_t c = job();
+    c.runtime.device.capacity = half_peak();
+    c.lower_bound = true;
+    cham_run_result_t planned, device, same;
+    run_ok(&c, &planned);
+    assert_true(planned.optimizer_planned);
+    assert_int_equal(planned.optimizer_programs, groups + 1);   /* host:0-5 and the device */
+    /* Here a host program's bound is clearly below the device's. */
+    assert_true(planned.bound_host_optimizer);
+    assert_true(planned.optimizer_trials >= 3);
+    run_program(c, false, 0, &device);
+    /* Here a host program runs faster than the device's (simulated: the
+     * device's 0.138 s, the first four groups on the device 0.110 s). */
+    assert_true(planned.host_optimizer);
+    assert_true(planned.step_time_s < device.step_time_s);
+    /* The run is the chosen program's, as if asked for. */
+    run_program(c, planned.host_optimizer, planned.device_groups, &same);
+    assert_true(same.step_time_s == planned.step_time_s);
+    assert_int_equal(same.host_optimizer, planned.host_optimizer);
+    assert_int_equal(same.device_groups, planned.device_groups);
+
+    /* Its bound is below every program's run, each planned alone. */
+    assert_true(planned.has_bound && planned.bound_feasible);
+    for (uint32_t n = 0; n <= groups; n++) {
+        cham_run_result_t r;
+        run_program(c, n < groups, n, &r);
+        if (r.step_time_s < planned.lower_bound_step_time_s)
+            fail_msg("%s%u runs %.6f s, below the bound %.6f s", n < groups ? "host:" : "device",
+                     n < groups ? n : 0, r.step_time_s, planned.lower_bound_step_time_s);
+    }
+}
+
+/* A host program's own bound has the host's work in it (the profile's
+ * bound leaves out the host's AdamW): with every group on the host that
+ * work is most of the unlimited step (simulated: 0.129 s of 0.164 s; the
+ * device's own ops take 0.045 s). The bound is the host's busy time, not
+ * that step: a policy may keep the host busier than the unlimited run. */
+static void test_host_program_bound_has_the_host_in_it(void **state)
+{
+    (void)state;
+    cham_run_config_t c = job();
+    c.runtime.device.capacity = half_peak();
+    c.lower_bound = true;
+    cham_run_result_t r, ideal;
+    run_program(c, true, 0, &r);
+    assert_true(r.has_bound && r.bound_feasible);
+    assert_true(r.bound_host_optimizer);
+    assert_int_equal(r.bound_device_groups, 0);
+    c.strategy = CHAM_STRATEGY_IDEAL;
+    c.lower_bound = false;
+    run_program(c, true, 0, &ideal);
+    assert_true(r.lower_bound_step_time_s >= ideal.step_time_s * 0.75);
+    assert_true(r.lower_bound_step_time_s <= ideal.step_time_s);
+    assert_true(r.step_time_s >= r.lower_bound_step_time_s);
+}
+
+static void test_device_where_nothing_is_gained_or_chosen(void **state)
+{
+    (void)state;
+    /* Memory to spare: no trial, the device's program. */
+    cham_run_config_t c = job();
+    cham_run_result_t r;
+    run_ok(&c, &r);
+    assert_true(r.optimizer_planned);
+    assert_false(r.host_optimizer);
+    assert_int_equal(r.optimizer_trials, 0);
+
+    /* Gradient accumulation updates on the device: nothing to choose,
+     * whatever the model said. */
+    c = job();
+    c.runtime.device.capacity = half_peak();
+    c.model.gbs = 2 * c.model.mbs;
+    c.model.accumulate = 2;
+    run_ok(&c, &r);
+    assert_false(r.optimizer_planned);
+    assert_false(r.host_optimizer);
+
+    /* Nor where the device has no host figures. */
+    c = job();
+    c.runtime.device.preset = "rtx3090-24g";
+    c.model.seq = 512;
+    c.model.mbs = 1;
+    run_ok(&c, &r);
+    assert_false(r.optimizer_planned);
+    assert_false(r.host_optimizer);
+
+    /* Another strategy runs the model's program. */
+    c = job();
+    c.strategy = CHAM_STRATEGY_CHAMELEON_SWAP;
+    c.model.host_optimizer = true;
+    c.model.device_groups = 2;
+    run_ok(&c, &r);
+    assert_false(r.optimizer_planned);
+    assert_true(r.host_optimizer);
+    assert_int_equal(r.device_groups, 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chooses_a_program_no_slower_than_the_device),
+        cmocka_unit_test(test_host_program_bound_has_the_host_in_it),
+        cmocka_unit_test(test_device_where_nothing_is_gained_or_chosen),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
