@@ -124,13 +124,14 @@ static void test_host_program_bound_has_the_host_in_it(void **state)
 static void test_device_where_nothing_is_gained_or_chosen(void **state)
 {
     (void)state;
-    /* Memory to spare: no trial, the device's program. */
+    /* Memory to spare: the device's program, after at most its own
+     * trial (no host program's guess is far enough below what it runs). */
     cham_run_config_t c = job();
     cham_run_result_t r;
     run_ok(&c, &r);
     assert_true(r.optimizer_planned);
     assert_false(r.host_optimizer);
-    assert_int_equal(r.optimizer_trials, 0);
+    assert_true(r.optimizer_trials <= 1);
 
     /* Gradient accumulation updates on the device: nothing to choose,
      * whatever the model said. */
