@@ -22,6 +22,9 @@
 /* At most this many programs are tried: four finalists, then the
  * fastest's neighbours. */
 #define MAX_TRIALS 8
+/* Host programs measured on a grid first where there are more (each is
+ * steps of the job and a bound: measuring all would cost layers squared). */
+#define MAX_MEASURED 64
 
 static void silent(const char *line, void *user)
 {
@@ -184,6 +187,36 @@ static bool try_program(trials_t *t, const wl_program_t *p)
     return true;
 }
 
+/* The host programs measured so far and the best of them by each guess
+ * and by their bounds. */
+typedef struct scan {
+    const cham_config_t *rc;
+    const cham_device_info_t *info;
+    const cham_model_config_t *m;
+    wl_optimizer_choice_t *out;
+    bool *measured;              /* by groups on the device */
+    double compute_s;
+    wl_program_t best_opt, best_pes, best_bound;
+} scan_t;
+
+/* Measures the host program with n groups on the device unless it was. */
+static void scan(scan_t *sc, uint32_t n)
+{
+    wl_program_t p;
+    if (sc->measured[n])
+        return;
+    sc->measured[n] = true;
+    sc->out->programs++;
+    if (!measure(sc->rc, sc->info, sc->m, true, n, &p))
+        return;
+    if (optimistic(&p) < optimistic(&sc->best_opt))
+        sc->best_opt = p;
+    if (pessimistic(&p, sc->compute_s) < pessimistic(&sc->best_pes, sc->compute_s))
+        sc->best_pes = p;
+    if (wl_program_bound(&p) < wl_program_bound(&sc->best_bound))
+        sc->best_bound = p;
+}
+
 bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
                         const cham_model_config_t *m, const wl_place_hooks_t *hooks,
                         wl_optimizer_choice_t *out)
@@ -203,20 +236,34 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
     h.host_optimizer = true;
     uint32_t first = wl_least_device_groups(&h, rc->pinned_budget);
     uint32_t groups = m->layers / m->pp + 2;
-    wl_program_t best_opt = {.ideal_s = INFINITY}, best_pes = best_opt, p;
-    wl_program_t p_bound = {.bound_s = INFINITY};
-    double compute_s = isfinite(device.ideal_s) ? device.ideal_s : 0;
-    for (uint32_t n = first; n < groups; n++) {
-        out->programs++;
-        if (!measure(rc, info, m, true, n, &p))
-            continue;
-        if (optimistic(&p) < optimistic(&best_opt))
-            best_opt = p;
-        if (pessimistic(&p, compute_s) < pessimistic(&best_pes, compute_s))
-            best_pes = p;
-        if (wl_program_bound(&p) < wl_program_bound(&p_bound))
-            p_bound = p;
+    scan_t sc = {.rc = rc, .info = info, .m = m, .out = out,
+                 .measured = calloc(groups, sizeof *sc.measured),
+                 .compute_s = isfinite(device.ideal_s) ? device.ideal_s : 0,
+                 .best_opt = {.ideal_s = INFINITY}, .best_pes = {.ideal_s = INFINITY},
+                 .best_bound = {.bound_s = INFINITY}};
+    if (!sc.measured)
+        return true;             /* no host memory to choose with: the device's */
+    /* Past MAX_MEASURED host programs, 16 on a grid, then a quarter of
+     * the spacing around each best, down to every program: the guesses
+     * and bounds change smoothly with the groups (each group adds its
+     * state and its host work), so the best are near the grid's best. */
+    uint32_t range = groups - first;
+    uint32_t stride = range > MAX_MEASURED ? (range + 15) / 16 : 1;
+    for (uint32_t n = first; n < groups; n += stride)
+        scan(&sc, n);
+    scan(&sc, groups - 1);
+    while (stride > 1) {
+        uint32_t finer = stride / 4 ? stride / 4 : 1;
+        uint32_t around[] = {sc.best_opt.device_groups, sc.best_pes.device_groups,
+                             sc.best_bound.device_groups};
+        for (size_t i = 0; i < 3; i++)
+            for (uint32_t n = around[i] > first + stride ? around[i] - stride : first;
+                 n <= around[i] + stride && n < groups; n += finer)
+                scan(&sc, n);
+        stride = finer;
     }
+    free(sc.measured);
+    wl_program_t best_opt = sc.best_opt, best_pes = sc.best_pes, p_bound = sc.best_bound;
     if (wl_program_bound(&p_bound) < wl_program_bound(&out->bound))
         out->bound = p_bound;
     if (!(optimistic(&best_opt) < optimistic(&device)) || !hooks)
