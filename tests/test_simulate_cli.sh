@@ -168,7 +168,7 @@ check infer-json 0 '"decode_time_per_token_s": [0-9.e-]+' -- "${inf[@]}" --json
 # `chameleon experiment`: a name it does not know, near one it does.
 check experiment-did-you-mean 2 'unknown experiment "policy_cache"; did you mean policy-cache\? They are:' -- \
   experiment policy_cache
-check experiment-unknown 2 'unknown experiment "zzz"; they are:' -- experiment zzz
+check experiment-unknown 2 'unknown experiment "qqqqqqqq"; they are:' -- experiment qqqqqqqq
 # No token generated: no decode time (the prefill's is not one).
 check infer-generate-0 0 'decode +none \(--generate 0\)' -- infer --model gpt2 --layers 2 --generate 0
 check infer-generate-0-json 0 '"decode_time_per_token_s": null' -- \
