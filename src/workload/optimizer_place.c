@@ -115,6 +115,15 @@ double wl_program_bound(const wl_program_t *p)
     return fmax(p->bound_s, p->host_s);
 }
 
+void wl_host_figures(const cham_config_t *rc, double *flops, double *bandwidth)
+{
+    const cham_preset_t *p = cham_preset_find(rc->device.preset ? rc->device.preset
+                                                                 : cham_preset_default_name());
+    *flops = rc->device.host_flops > 0 ? rc->device.host_flops : p ? p->host_flops : 0;
+    *bandwidth = rc->device.host_mem_bandwidth > 0 ? rc->device.host_mem_bandwidth
+                                                   : p ? p->host_mem_bandwidth : 0;
+}
+
 /* Whether the host can run this job's optimizer: a training job whose
  * optimizer runs every step, by the run's own runtime (not ProTrain's),
  * on a device with the host's figures. */
@@ -122,11 +131,8 @@ static bool host_can_run(const cham_config_t *rc, const cham_model_config_t *m)
 {
     if (m->infer || m->protrain || m->accumulate > 1)
         return false;
-    const cham_preset_t *p = cham_preset_find(rc->device.preset ? rc->device.preset
-                                                                 : cham_preset_default_name());
-    double flops = rc->device.host_flops > 0 ? rc->device.host_flops : p ? p->host_flops : 0;
-    double bw = rc->device.host_mem_bandwidth > 0 ? rc->device.host_mem_bandwidth
-                                                  : p ? p->host_mem_bandwidth : 0;
+    double flops, bw;
+    wl_host_figures(rc, &flops, &bw);
     return flops > 0 && bw > 0;
 }
 

@@ -142,10 +142,8 @@ static cham_status_t prepare(const cham_run_config_t *c, cham_config_t *rc,
     /* The host's optimizer is timed by the host's figures: say now, not at
      * the first step, when the device has none. */
     const char *name = preset_name(rc);
-    const cham_preset_t *p = cham_preset_find(name);
-    double flops = rc->device.host_flops > 0 ? rc->device.host_flops : p ? p->host_flops : 0;
-    double bw = rc->device.host_mem_bandwidth > 0 ? rc->device.host_mem_bandwidth
-                                                  : p ? p->host_mem_bandwidth : 0;
+    double flops, bw;
+    wl_host_figures(rc, &flops, &bw);
     if (flops > 0 && bw > 0)
         return CHAM_OK;
     cham_set_err(err, err_size, "run: %s needs the host's figures and "

@@ -164,6 +164,9 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
  * fit. */
 bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
                         const cham_model_config_t *m, wl_program_t *p);
+/* The host's figures (FLOP/s, memory bandwidth) of rc's device: the
+ * config's, else its sim preset's; 0 where neither has them. */
+void wl_host_figures(const cham_config_t *rc, double *flops, double *bandwidth);
 /* The lower bound of profile at rc's budget on the device info describes
  * (chameleon/policy.h, cham_plan_bound); false without host memory. */
 bool wl_bound_of(const cham_config_t *rc, const cham_device_info_t *info,
