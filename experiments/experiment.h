@@ -53,7 +53,7 @@ bool exp_table_write_csv(const exp_table_t *t, const char *path);
 /* ---- experiments ---------------------------------------------------------------*/
 
 #define EXP_MAX_TABLES 4
-#define EXP_MAX_PLOTS 4
+#define EXP_MAX_PLOTS 16              /* zoo: one per job */
 
 typedef struct exp_result {
     size_t n_tables, n_plots;

@@ -216,7 +216,7 @@ static void test_policy_cache(void **state)
 static const char *const checked_elsewhere[] = {
     "max-size", "scaling", "stability", "record-stream", "policy-cache",
     "profiling-overhead", "parallelism", "budget-sweep", "model-size", "swapadvisor",
-    "kv-offload",
+    "kv-offload", "zoo",
 };
 
 /* Every experiment, reduced, gives a non-empty table, a plot and a
@@ -283,6 +283,73 @@ static void test_budget_sweep(void **state)
     }
     assert_true(bounded >= 30);
     assert_false(isnan(exp_table_get(t, "llama2-7b h100-80g 25%", "chameleon s")));
+    exp_result_free(&r);
+}
+
+/* zoo, reduced: five jobs at two budgets. Wherever any strategy ran,
+ * Chameleon ran too (a run with a hazard fails, so a hazard shows here as
+ * Chameleon's missing time), but at one point, a known failure: 4-layer
+ * Mixtral with ZeRO-3 at 33% on the h100-80g, where in step 1 the
+ * out-of-memory path drops an expert activation whose re-run needs the
+ * layer's 2.9 GB gathered weights, dropped too, while the backward's own
+ * gather and gradient bucket hold the rest of the 6.3 GB (chameleon-swap
+ * runs; issue 50's note of session 37). In the static loops no strategy's step is
+ * below Chameleon's lower bound (but full recomputation, the caller's
+ * other program; a dynamic loop's time is a mean over its classes and its
+ * bound the last step's class's); where native fits, Chameleon is
+ * native. */
+static void test_zoo(void **state)
+{
+    (void)state;
+    exp_result_t r;
+    run("zoo", &r);
+    const exp_table_t *t = &r.tables[0];
+    static const struct {
+        const char *row;
+        bool dynamic;
+    } rows[] = {
+        {"gpt2-1.5b L4 b4 s1k a100-80g 60%", false},
+        {"gpt2-1.5b L4 b4 s1k a100-80g 33%", false},
+        {"llama2-7b L4 z3x8 s1k h100-80g 60%", false},
+        {"llama2-7b L4 z3x8 s1k h100-80g 33%", false},
+        {"mixtral-8x7b L4 z3x8 s1k h100-80g 60%", false},
+        {"mixtral-8x7b L4 z3x8 s1k h100-80g 33%", false},   /* the known failure */
+        {"llama2-7b L4 z3x8 acc2 val5 ascend-910b 60%", true},
+        {"llama2-7b L4 z3x8 acc2 val5 ascend-910b 33%", true},
+        {"llama3-8b L4 tp2 pp2 s2k a100-80g 60%", false},
+        {"llama3-8b L4 tp2 pp2 s2k a100-80g 33%", false},
+    };
+    size_t n = sizeof rows / sizeof rows[0];
+    assert_int_equal(t->n_rows, n);
+    assert_int_equal(r.n_plots, n / 2);
+    const char *ways[] = {"native s", "chameleon s", "chameleon-swap s", "chameleon host-opt s",
+                          "recompute s", "capuchin s", "vdnn s", "protrain s",
+                          "hyperoffload s", "swapadvisor s"};
+    int bounded = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *row = rows[i].row;
+        assert_string_equal(t->cells[i * t->n_cols].text, row);
+        double bound = exp_table_get(t, row, "lower bound s");
+        double cham = exp_table_get(t, row, "chameleon s");
+        double native = exp_table_get(t, row, "native s");
+        bool known_failure = strcmp(row, "mixtral-8x7b L4 z3x8 s1k h100-80g 33%") == 0;
+        for (size_t k = 0; k < sizeof ways / sizeof ways[0] && !known_failure; k++)
+            if (!isnan(exp_table_get(t, row, ways[k])) && isnan(cham))
+                fail_msg("%s: %s ran, chameleon did not", row, ways[k]);
+        for (size_t k = 0; k < sizeof ways / sizeof ways[0]; k++) {
+            double v = exp_table_get(t, row, ways[k]);
+            if (isnan(v) || isnan(bound) || rows[i].dynamic ||
+                strcmp(ways[k], "recompute s") == 0)
+                continue;                /* no bound where Chameleon failed */
+            if (!(v >= bound))
+                fail_msg("%s: %s %.6f below the bound %.6f", row, ways[k], v, bound);
+            bounded++;
+        }
+        if (!isnan(native) && !(fabs(cham - native) <= 1e-9 * native))
+            fail_msg("%s: native fits (%.6f s) but chameleon takes %.6f s", row, native, cham);
+    }
+    assert_true(bounded >= 20);
+    assert_true(strlen(r.summary) > 0);
     exp_result_free(&r);
 }
 
@@ -738,6 +805,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_lightweight_profiler_runs),
         cmocka_unit_test(test_parallelism),
         cmocka_unit_test(test_budget_sweep),
+        cmocka_unit_test(test_zoo),
         cmocka_unit_test(test_swapadvisor),
         cmocka_unit_test(test_kv_offload),
         cmocka_unit_test(test_every_experiment_runs),
