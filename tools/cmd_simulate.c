@@ -508,8 +508,10 @@ static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_
     json_object_set_new(j, "peak_tensor_bytes", json_integer((json_int_t)r->peak_tensor_bytes));
     if (r->has_protrain)
         protrain_json(j, r);
-    json_object_set_new(j, "optimizer", json_string(r->host_optimizer ? "host" : "device"));
-    json_object_set_new(j, "optimizer_planned", json_boolean(r->optimizer_planned));
+    if (!r->has_protrain) {      /* ProTrain's chunks say where it updates */
+        json_object_set_new(j, "optimizer", json_string(r->host_optimizer ? "host" : "device"));
+        json_object_set_new(j, "optimizer_planned", json_boolean(r->optimizer_planned));
+    }
     if (r->host_optimizer)
         json_object_set_new(j, "device_groups", json_integer(r->device_groups));
     json_object_set_new(j, "capacity_bytes", json_integer((json_int_t)r->capacity_bytes));

@@ -237,10 +237,11 @@ typedef struct cham_run_config {
     bool lower_bound;
     /* With strategy chameleon: the run chooses where the optimizer runs
      * (on the device, or on the host with the first N groups on the
-     * device) before its first step, from each program's ideal step and
-     * lower bound at this capacity (docs/workloads.md, "Where the optimizer
-     * runs"); the model's host_optimizer and device_groups are then
-     * ignored. Other strategies run the model's. */
+     * device) before its first step, from each program's unlimited step
+     * and lower bound at this capacity and short trial runs of the
+     * finalists (docs/workloads.md, "Where the optimizer runs"); the
+     * model's host_optimizer and device_groups are then ignored. Other
+     * strategies run the model's. */
     bool plan_optimizer;
 } cham_run_config_t;
 
