@@ -124,16 +124,22 @@ static cham_status_t prepare(cham_tensor_t *const *ts, size_t n)
     return CHAM_OK;
 }
 
-static int by_bytes_desc(const void *a, const void *b)
+/* Dropped storages first (a re-run needs room for its inputs beside its
+ * output, a swap-in its own bytes only), then the largest first. */
+static int by_need_desc(const void *a, const void *b)
 {
     const cham_storage_t *x = *(cham_storage_t *const *)a, *y = *(cham_storage_t *const *)b;
+    bool dx = x->residency == CHAM_RESIDENT_DROPPED, dy = y->residency == CHAM_RESIDENT_DROPPED;
+    if (dx != dy)
+        return dx ? -1 : 1;
     return (x->bytes < y->bytes) - (x->bytes > y->bytes);
 }
 
 /* The OOM path's last resort, when the op's own tensors, wherever they
  * landed, split the free memory so that the one still missing finds no
  * place: all of them leave the device (their blocks free at once, behind
- * event waits) and come back largest first, each into the best fit. */
+ * event waits) and come back, the dropped ones first, then largest first,
+ * each into the best fit. */
 static cham_status_t compact_op(cham_context_t *ctx, cham_tensor_t *const *inputs,
                                 size_t n_inputs, cham_tensor_t *const *outputs,
                                 size_t n_outputs)
@@ -160,7 +166,7 @@ static cham_status_t compact_op(cham_context_t *ctx, cham_tensor_t *const *input
         else
             st = cham_storage_swap_out(v[i], CHAM_SWAP_PASSIVE, now);
     }
-    qsort(v, k, sizeof *v, by_bytes_desc);
+    qsort(v, k, sizeof *v, by_need_desc);
     ctx->preparing_outputs = true;     /* none of the op's own may be given back */
     for (size_t i = 0; i < k && st == CHAM_OK; i++)
         if (v[i]->residency != CHAM_RESIDENT_DEVICE)
