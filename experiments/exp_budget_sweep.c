@@ -85,10 +85,8 @@ static cham_status_t one_point(const exp_config_t *c, const setup_t *s, const ch
                        ? r.bound_feasible ? r.lower_bound_step_time_s : INFINITY : NAN;
         if (strategies[k] == CHAM_STRATEGY_CHAMELEON) {
             bound = b;
-            if (r.status == CHAM_OK && r.host_optimizer)
-                snprintf(optimizer, sizeof optimizer, "host:%u", r.device_groups);
-            else if (r.status == CHAM_OK)
-                snprintf(optimizer, sizeof optimizer, "device");
+            if (r.status == CHAM_OK)
+                exp_optimizer_name(&r, optimizer, sizeof optimizer);
         } else if (strategies[k] == CHAM_STRATEGY_CHAMELEON_SWAP) {
             device_bound = b;
         }

@@ -188,10 +188,7 @@ static cham_status_t run_way(const exp_config_t *c, const job_t *j, size_t k, ui
     if (k == CHAMELEON) {
         /* Of the last step: in a dynamic loop, the bound of its class. */
         p->bound = r.has_bound && r.bound_feasible ? r.lower_bound_step_time_s : NAN;
-        if (r.host_optimizer)
-            snprintf(p->optimizer, sizeof p->optimizer, "host:%u", r.device_groups);
-        else
-            snprintf(p->optimizer, sizeof p->optimizer, "device");
+        exp_optimizer_name(&r, p->optimizer, sizeof p->optimizer);
     }
     return CHAM_OK;
 }

@@ -121,6 +121,14 @@ cham_status_t exp_run(const exp_config_t *c, const cham_model_config_t *m,
     return CHAM_OK;
 }
 
+void exp_optimizer_name(const cham_run_result_t *r, char *buf, size_t size)
+{
+    if (r->host_optimizer)
+        snprintf(buf, size, "host:%u", r->device_groups);
+    else
+        snprintf(buf, size, "device");
+}
+
 cham_status_t exp_largest(exp_fits_fn fits, void *user, uint32_t limit_k, int64_t *k_out,
                           double *step_s, char *err, size_t err_size)
 {

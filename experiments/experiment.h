@@ -124,6 +124,10 @@ typedef cham_status_t (*exp_fits_fn)(void *user, uint32_t k, bool *ok, double *s
 cham_status_t exp_largest(exp_fits_fn fits, void *user, uint32_t limit_k, int64_t *k_out,
                           double *step_s, char *err, size_t err_size);
 
+/* Where the run's optimizer ran, as `--optimizer` says it: "device" or
+ * "host:N" (N groups updated on the device), into buf. */
+void exp_optimizer_name(const cham_run_result_t *r, char *buf, size_t size);
+
 /* Steps that reach Stable and a few more with the default stage machine. */
 #define EXP_STABLE_STEPS 12
 

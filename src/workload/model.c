@@ -519,3 +519,13 @@ bool cham_workload_updates(const cham_model_config_t *m, uint64_t step)
 {
     return m->accumulate <= 1 || (step + 1) % m->accumulate == 0;
 }
+
+cham_model_config_t wl_training_steps(const cham_model_config_t *m)
+{
+    cham_model_config_t c = *m;
+    c.overflow_every = 0;
+    c.overflow_prob = 0;
+    c.validate_every = 0;
+    c.layer_drop = 0;
+    return c;
+}

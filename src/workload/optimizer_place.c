@@ -26,12 +26,6 @@
  * steps of the job and a bound: measuring all would cost layers squared). */
 #define MAX_MEASURED 64
 
-static void silent(const char *line, void *user)
-{
-    (void)line;
-    (void)user;
-}
-
 bool wl_bound_of(const cham_config_t *rc, const cham_device_info_t *info,
                  const cham_profile_t *profile, bool *feasible, double *bound_s)
 {
@@ -63,7 +57,7 @@ static void on_task(const cham_task_record_t *t, void *user)
 }
 
 bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
-                        const cham_model_config_t *m, wl_program_t *p)
+                        const cham_model_config_t *m, bool with_bound, wl_program_t *p)
 {
     char why[1024];
     if (cham_model_validate(m, why, sizeof why) != CHAM_OK ||
@@ -72,15 +66,11 @@ bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
         return false;
     cham_config_t uc = *rc;
     cham_strategy_apply(CHAM_STRATEGY_IDEAL, &uc);
-    cham_model_config_t um = *m;
-    um.overflow_every = 0;
-    um.overflow_prob = 0;
-    um.validate_every = 0;
-    um.layer_drop = 0;
+    cham_model_config_t um = wl_training_steps(m);
     cham_context_t *ctx;
     if (cham_context_new(&uc, &ctx) != CHAM_OK)
         return false;
-    cham_context_set_log(ctx, silent, NULL);
+    cham_context_set_log(ctx, wl_silent_log, NULL);
     cham_device_t *dev = cham_context_device(ctx);
     cham_workload_t *w = NULL;
     cham_status_t st = cham_workload_new(ctx, &um, &w, why, sizeof why);
@@ -92,7 +82,8 @@ bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
     uint64_t t0 = 0;
     for (uint64_t s = 0; s < 3 && st == CHAM_OK; s++) {
         if (s == 2) {
-            cham_context_request_profile(ctx);
+            if (with_bound)
+                cham_context_request_profile(ctx);
             h.from = t0 = cham_device_host_time(dev);
         }
         st = cham_workload_step(w, s, NULL);
@@ -100,8 +91,9 @@ bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
             st = cham_workload_wait(w);
     }
     const cham_profile_t *prof = cham_context_last_profile(ctx);
-    bool feasible = false;
-    bool ok = st == CHAM_OK && prof && wl_bound_of(rc, info, prof, &feasible, &p->bound_s);
+    bool feasible = !with_bound;
+    bool ok = st == CHAM_OK &&
+              (!with_bound || (prof && wl_bound_of(rc, info, prof, &feasible, &p->bound_s)));
     p->ideal_s = (double)(cham_device_host_time(dev) - t0) * 1e-9;
     p->host_s = (double)h.busy_ns * 1e-9;
     cham_device_set_task_hook(dev, NULL, NULL);
@@ -145,7 +137,7 @@ static bool measure(const cham_config_t *rc, const cham_device_info_t *info,
     c.host_optimizer = host;
     c.device_groups = host ? n : 0;
     *p = (wl_program_t){.host = host, .device_groups = c.device_groups};
-    return wl_program_measure(rc, info, &c, p);
+    return wl_program_measure(rc, info, &c, true, p);
 }
 
 /* A program's two guesses at its step: the larger of its ideal step and
@@ -269,10 +261,9 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
         stride = finer;
     }
     free(sc.measured);
-    wl_program_t best_opt = sc.best_opt, best_pes = sc.best_pes, p_bound = sc.best_bound;
-    if (wl_program_bound(&p_bound) < wl_program_bound(&out->bound))
-        out->bound = p_bound;
-    if (!(optimistic(&best_opt) < optimistic(&device)) || !hooks)
+    if (wl_program_bound(&sc.best_bound) < wl_program_bound(&out->bound))
+        out->bound = sc.best_bound;
+    if (!(optimistic(&sc.best_opt) < optimistic(&device)) || !hooks)
         return true;
     /* The device's program first: where it runs within the margin of the
      * best host program's first guess (which holds where host and link
@@ -286,12 +277,12 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
      * its groups: neighbours differ by a few percent). */
     trials_t t = {.hooks = hooks, .best_s = INFINITY};
     try_program(&t, &device);
-    if (t.best_s <= optimistic(&best_opt) * (1 + HOST_MARGIN)) {
+    if (t.best_s <= optimistic(&sc.best_opt) * (1 + HOST_MARGIN)) {
         out->trials = t.n;
         return true;
     }
-    try_program(&t, &best_pes);
-    try_program(&t, &best_opt);
+    try_program(&t, &sc.best_pes);
+    try_program(&t, &sc.best_opt);
     uint32_t hint = hooks->hint(hooks->user);
     if (hint >= first && hint < groups)
         try_program(&t, &(wl_program_t){.host = true, .device_groups = hint});

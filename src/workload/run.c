@@ -19,7 +19,7 @@ cham_run_config_t cham_run_config_default(void)
     return c;
 }
 
-static void silent(const char *line, void *user)
+void wl_silent_log(const char *line, void *user)
 {
     (void)line;
     (void)user;
@@ -183,6 +183,16 @@ cham_status_t cham_run_check(const cham_run_config_t *c, char *err, size_t err_s
     return CHAM_OK;
 }
 
+/* A lower bound of bound_s (infinite: no policy fits) for program p. */
+static void put_bound(cham_run_result_t *r, double bound_s, const wl_program_t *p)
+{
+    r->has_bound = true;
+    r->bound_feasible = isfinite(bound_s);
+    r->lower_bound_step_time_s = bound_s;
+    r->bound_host_optimizer = p->host;
+    r->bound_device_groups = p->host ? p->device_groups : 0;
+}
+
 /* The lower bound at the capacity policies plan for, from the last
  * step's profile; with the optimizer on the host at least the host's work
  * in a step (the profile's bound leaves it out). */
@@ -194,14 +204,10 @@ static void bound(const cham_config_t *rc, const cham_device_info_t *info,
     double bound_s;
     if (!wl_bound_of(rc, info, last, &feasible, &bound_s))
         return;                /* host memory: no bound, nothing else lost */
-    wl_program_t p;
-    if (feasible && m->host_optimizer && wl_program_measure(rc, info, m, &p))
+    wl_program_t p = {.host = m->host_optimizer, .device_groups = m->device_groups};
+    if (feasible && p.host && wl_program_measure(rc, info, m, false, &p))
         bound_s = fmax(bound_s, p.host_s);
-    r->has_bound = true;
-    r->bound_feasible = feasible && isfinite(bound_s);
-    r->lower_bound_step_time_s = bound_s;
-    r->bound_host_optimizer = m->host_optimizer;
-    r->bound_device_groups = m->host_optimizer ? m->device_groups : 0;
+    put_bound(r, bound_s, &p);
 }
 
 /* ProTrain's profile: one training step of the job (the second: the
@@ -213,19 +219,15 @@ static cham_status_t protrain_profile(const cham_config_t *rc, const cham_model_
 {
     cham_config_t pc = *rc;
     cham_strategy_apply(CHAM_STRATEGY_IDEAL, &pc);
-    cham_model_config_t pm = *m;
+    cham_model_config_t pm = wl_training_steps(m);
     pm.protrain_config = (cham_protrain_config_t){.n_persist = m->layers + 2};
-    pm.overflow_every = 0;
-    pm.overflow_prob = 0;
-    pm.validate_every = 0;
-    pm.layer_drop = 0;
     cham_context_t *ctx;
     cham_status_t st = cham_context_new(&pc, &ctx);
     if (st != CHAM_OK) {
         cham_set_err(err, err_size, "protrain: profiling: %s", cham_context_last_error(NULL));
         return st;
     }
-    cham_context_set_log(ctx, silent, NULL);
+    cham_context_set_log(ctx, wl_silent_log, NULL);
     cham_workload_t *w = NULL;
     char why[1024];
     if ((st = cham_workload_new(ctx, &pm, &w, why, sizeof why)) == CHAM_OK &&
@@ -404,7 +406,7 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
         snprintf(r->error, sizeof r->error, "%s", cham_context_last_error(NULL));
         return st;
     }
-    cham_context_set_log(ctx, c->log ? c->log : silent, c->user);
+    cham_context_set_log(ctx, c->log ? c->log : wl_silent_log, c->user);
     cham_device_t *dev = cham_context_device(ctx);
     hazards_t hz = {0};
     cham_device_set_hazard_hook(dev, on_hazard, &hz);
@@ -448,16 +450,10 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
         fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, err);
     if (c->on_finish)
         c->on_finish(r->status == CHAM_OK ? last : NULL, pol, c->user);
-    if (c->lower_bound && r->optimizer_planned && r->status == CHAM_OK) {
-        r->has_bound = true;
-        double b = wl_program_bound(&choice.bound);
-        r->bound_feasible = isfinite(b);
-        r->lower_bound_step_time_s = b;
-        r->bound_host_optimizer = choice.bound.host;
-        r->bound_device_groups = choice.bound.device_groups;
-    } else if (c->lower_bound && last && r->status == CHAM_OK) {
+    if (c->lower_bound && r->optimizer_planned && r->status == CHAM_OK)
+        put_bound(r, wl_program_bound(&choice.bound), &choice.bound);
+    else if (c->lower_bound && last && r->status == CHAM_OK)
         bound(&rc, &info, &m, last, r);
-    }
     cham_device_synchronize(dev);          /* the last tasks reach the trace */
     if (cham_trace_close(trace, err, sizeof err) != CHAM_OK && r->status == CHAM_OK)
         fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, err);

@@ -160,10 +160,16 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
                         const cham_model_config_t *m, const wl_place_hooks_t *hooks,
                         wl_optimizer_choice_t *out);
 /* Measures program m into p's figures at rc's budget (its host and
- * device_groups are the caller's to set); false when it cannot run or
+ * device_groups are the caller's to set; without with_bound, bound_s is
+ * left as it is and no profile is made); false when it cannot run or
  * fit. */
 bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
-                        const cham_model_config_t *m, wl_program_t *p);
+                        const cham_model_config_t *m, bool with_bound, wl_program_t *p);
+/* A log hook that drops every line (runs made to measure, not to show). */
+void wl_silent_log(const char *line, void *user);
+/* m with its training steps all alike: no overflows, evaluations or
+ * layer drop (the steps a profile of the job's program is taken from). */
+cham_model_config_t wl_training_steps(const cham_model_config_t *m);
 /* The host's figures (FLOP/s, memory bandwidth) of rc's device: the
  * config's, else its sim preset's; 0 where neither has them. */
 void wl_host_figures(const cham_config_t *rc, double *flops, double *bandwidth);
