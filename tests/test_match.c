@@ -173,12 +173,49 @@ static void test_look_alikes_by_rank(void **state)
     cham_profile_free(prof);
 }
 
+/* Three look-alikes, each written by g and last read by f (items 0-2).
+ * In the running step the second is also read by an extra op b first: its
+ * strict key is unknown and the loose key finds its item. The third then
+ * keeps its own item: the loose match took the second's strict rank too.
+ * Without that the third took rank 1, the second's item, already matched
+ * (nothing), and in a whole step every look-alike after an extra read took
+ * the item of the one before it, swapped in one layer late. */
+static void test_loose_match_keeps_the_ranks_after_it(void **state)
+{
+    (void)state;
+    const op_spec_t ops[] = {{TOK_G, 1, true}, {TOK_F, 1, false}, {TOK_G, 2, true},
+                             {TOK_F, 2, false}, {TOK_G, 3, true}, {TOK_F, 3, false},
+                             {TOK_B, 3, false}, {TOK_B, 2, false}, {TOK_B, 1, false}};
+    cham_profile_t *prof = profile_of(ops, 9);
+    cham_policy_t *pol = one_item(1, 1, 8);
+    add_item(pol, 2, 3, 7);
+    add_item(pol, 3, 5, 6);
+    cham_match_t m;
+    assert_true(cham_match_build(&m, pol, prof));
+    for (int step = 0; step < 2; step++) {
+        cham_match_step_start(&m);
+        cham_features_t t[3] = {fresh(), fresh(), fresh()};
+        for (uint32_t i = 0; i < 3; i++) {
+            assert_int_equal(use(&m, &t[i], TOK_G), CHAM_MATCH_NONE);
+            if (i == 1 && step == 1)
+                assert_int_equal(use(&m, &t[i], TOK_B), CHAM_MATCH_NONE);   /* extra */
+            assert_int_equal(use(&m, &t[i], TOK_F), i);
+        }
+        assert_int_equal(m.hits_loose, step == 1);
+        assert_int_equal(m.hits_strict, step == 1 ? 2 : 3);
+    }
+    cham_match_free(&m);
+    cham_policy_free(pol);
+    cham_profile_free(prof);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strict_key_known_no_loose_fallback),
         cmocka_unit_test(test_unknown_strict_key_falls_back_to_loose),
         cmocka_unit_test(test_look_alikes_by_rank),
+        cmocka_unit_test(test_loose_match_keeps_the_ranks_after_it),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

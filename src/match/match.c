@@ -55,8 +55,10 @@ static bool table_init(cham_match_table_t *t, size_t n_items)
     t->cursor = calloc(k, sizeof *t->cursor);
     t->rank = malloc(k * sizeof *t->rank);
     t->item = malloc(k * sizeof *t->item);
+    t->key_of = malloc(k * sizeof *t->key_of);
+    t->rank_of = malloc(k * sizeof *t->rank_of);
     return t->keys && t->slot_of && t->first && t->count && t->seen && t->cursor && t->rank &&
-           t->item;
+           t->item && t->key_of && t->rank_of;
 }
 
 static void table_free(cham_match_table_t *t)
@@ -69,6 +71,8 @@ static void table_free(cham_match_table_t *t)
     free(t->cursor);
     free(t->rank);
     free(t->item);
+    free(t->key_of);
+    free(t->rank_of);
     memset(t, 0, sizeof *t);
 }
 
@@ -202,10 +206,14 @@ static bool build_table(cham_match_table_t *t, const uint64_t *keys, size_t n_us
     for (size_t k = 1; k < t->n_keys; k++)
         t->first[k] = t->first[k - 1] + t->count[k - 1];
     memset(t->seen, 0, t->n_keys * sizeof *t->seen);
+    for (size_t i = 0; i < n_items; i++)
+        t->key_of[i] = t->rank_of[i] = CHAM_MATCH_NONE;
     for (size_t e = 0; e < n; e++) {          /* stable: ranks stay increasing */
         uint32_t at = t->first[ekey[e]] + t->seen[ekey[e]]++;
         t->rank[at] = erank[e];
         t->item[at] = eitem[e];
+        t->key_of[eitem[e]] = ekey[e];
+        t->rank_of[eitem[e]] = erank[e];
     }
     memset(t->seen, 0, t->n_keys * sizeof *t->seen);
     free(ekey), free(erank), free(eitem);
@@ -307,9 +315,16 @@ uint32_t cham_match_use(cham_match_t *m, const cham_features_t *f, int32_t token
     if (item == CHAM_MATCH_NONE || m->matched[item])
         return CHAM_MATCH_NONE;
     m->matched[item] = true;
-    if (ks != CHAM_MATCH_NONE)
+    if (ks != CHAM_MATCH_NONE) {
         m->hits_strict++;
-    else
-        m->hits_loose++;
+        return item;
+    }
+    /* The item's strict use will not come: the look-alikes after it
+     * count their ranks as if it had (else each took the one before's
+     * item, test_extra_op_still_matches). */
+    uint32_t k = m->strict.key_of[item], r = m->strict.rank_of[item];
+    if (k != CHAM_MATCH_NONE && m->strict.seen[k] <= r)
+        m->strict.seen[k] = r + 1;
+    m->hits_loose++;
     return item;
 }

@@ -13,7 +13,8 @@
  * layers 3 and 4) are told apart by order, and ops elsewhere in the step do
  * not disturb the match. An item is matched strictly first; a use whose
  * strict key the profile never saw falls back to the loose key (a tensor
- * an extra op also read). docs/executor.md says why. */
+ * an extra op also read), and takes its item's strict rank with it, so
+ * that the look-alikes after it keep theirs. docs/executor.md says why. */
 #ifndef CHAM_MATCH_MATCH_H
 #define CHAM_MATCH_MATCH_H
 
@@ -45,6 +46,7 @@ typedef struct cham_match_table {
     uint32_t *seen, *cursor;     /* per distinct key: uses this step, next run entry */
     size_t n_keys;
     uint32_t *rank, *item;       /* runs of (rank, item), grouped by key */
+    uint32_t *key_of, *rank_of;  /* per item: its key and rank here, or NONE */
 } cham_match_table_t;
 
 /* Invariant: tag_bit has n_tag_tokens entries; matched[i] says whether item
