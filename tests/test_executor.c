@@ -417,6 +417,23 @@ static void test_extra_op_still_matches(void **state)
     assert_int_equal(DELTA(&got, 29, matched_loose), 0);
 }
 
+/* A step that skips a layer (stochastic depth) runs the kept policy, its
+ * swaps placed by the clock where the profiled step had them, a layer's
+ * ops earlier than their indices say, so nothing comes back on demand.
+ * Placed by index, the swap-ins after the skip came a layer late (57
+ * on demand); with the clock set by the uses alone, those of the
+ * backward's first layer did (1). */
+static void test_skipped_layer_keeps_the_plan(void **state)
+{
+    (void)state;
+    ts_config_t tc = deep();
+    tc.skip_layer_step = 30;
+    run_at_half(&tc, 40);
+    assert_true(first_stable(&got) < 30);
+    assert_int_equal(DELTA(&got, 30, passive_swaps_out), 0);
+    assert_int_equal(DELTA(&got, 30, on_demand_swaps_in), 0);
+}
+
 /* Runs tc for 45 steps unconstrained and at half its peak, with AdamW's
  * long-lived moments: bit-exact with the hazard detector on, and steps 30
  * to 44 Stable with no passive or on-demand swap (and, with all_matched,
@@ -1104,6 +1121,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_corrupted_swap_changes_the_checksum),
         cmocka_unit_test(test_matching_follows_tensors_not_addresses),
         cmocka_unit_test(test_extra_op_still_matches),
+        cmocka_unit_test(test_skipped_layer_keeps_the_plan),
         cmocka_unit_test(test_big_change_and_the_policy_cache),
         cmocka_unit_test(test_classes_alternate),
         cmocka_unit_test(test_evaluation_opens_a_step),

@@ -17,10 +17,17 @@
  * away between the steps (docs/executor.md, "Model state across the
  * step's end").
  *
- * Ops are placed by their index in the step, counted from the step's
- * start. When the step drifts from the profiled one (an op more or less),
- * swaps move by as much; a storage still on the host when an op needs it
- * comes back on demand, so correctness never depends on the plan. */
+ * The clock: ops are placed by the op of the profiled step the running
+ * op stands for. It moves on by one an op, and the uses the plan knows set
+ * it where the profile had them: an item matched at its last forward use
+ * stands for its swap_out_op, the first use after that for its use_op
+ * (when the op there is the same op); the backward's first op stands for
+ * the profiled backward's, past what the forward skipped. So a step that
+ * skips a block, or runs one more, places the swaps after it where the
+ * profiled step had them, not a block's ops early or late
+ * (docs/executor.md, "The clock").
+ * A storage still on the host when an op needs it comes back on demand,
+ * so correctness never depends on the plan. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +40,9 @@ void cham_exec_step_start(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
     x->step_base = ctx->ops_total;
+    x->clock = x->clock_next = 0;
+    x->forward_ops = 0;
+    x->in_backward = false;
     x->n_pending = 0;
     x->in_next = 0;
     if (x->plan) {
@@ -96,8 +106,20 @@ bool cham_exec_plan_init(cham_plan_t *p, const cham_profile_t *profile)
     cham_profile_view_t v;
     cham_profile_get(profile, &v);
     p->state_ids = malloc((v.n_uses ? v.n_uses : 1) * sizeof *p->state_ids);
-    if (!p->state_ids)
-        return false;
+    p->tokens = malloc((v.n_ops ? v.n_ops : 1) * sizeof *p->tokens);
+    if (!p->state_ids || !p->tokens)
+        return false;     /* cham_exec_plan_free frees either */
+    p->forward_ops = p->backward_ops = 0;
+    p->backward_first = (uint32_t)v.n_ops;
+    for (size_t k = 0; k < v.n_ops; k++) {
+        p->tokens[k] = v.ops[k].token;
+        if (v.ops[k].phase == CHAM_PHASE_BACKWARD) {
+            p->backward_first = p->backward_ops++ ? p->backward_first : (uint32_t)k;
+        } else if (v.ops[k].phase == CHAM_PHASE_FORWARD && !p->backward_ops) {
+            p->forward_ops++;
+        }
+    }
+    p->n_tokens = v.n_ops;
     size_t n = 0;
     for (size_t u = 0; u < v.n_uses; u++)
         if (v.uses[u].persistent)
@@ -113,6 +135,7 @@ bool cham_exec_plan_init(cham_plan_t *p, const cham_profile_t *profile)
 void cham_exec_plan_free(cham_plan_t *p)
 {
     free(p->state_ids);
+    free(p->tokens);
 }
 
 /* When storage s, away, comes back under plan p when p does not want it
@@ -254,9 +277,18 @@ bool cham_exec_advise(cham_context_t *ctx, cham_action_kind_t kind, cham_tensor_
  * copy the policy meant to hide. */
 static uint64_t release_op(const cham_context_t *ctx, uint32_t item)
 {
-    uint64_t op = ctx->ops_total;
-    uint64_t free_op = ctx->exec.step_base + ctx->exec.plan->view.items[item].free_op;
-    return free_op <= op ? op + 1 : free_op;
+    uint32_t planned = ctx->exec.plan->view.items[item].free_op, now = ctx->exec.clock;
+    return ctx->ops_total + (planned > now ? planned - now : 1);
+}
+
+/* The op being run stands for op k of the profiled step, if the op there
+ * is the same op (an extra read of a planned tensor is not its use_op). */
+static void clock_set(cham_exec_t *x, uint32_t k, cham_op_token_t token)
+{
+    if (k < x->plan->n_tokens && x->plan->tokens[k] == token) {
+        x->clock = k;
+        x->clock_next = k + 1;
+    }
 }
 
 /* The item of a use by position (Capuchin), checked by
@@ -267,14 +299,12 @@ static uint32_t item_at(cham_context_t *ctx, uint32_t pos)
     return item == CHAM_POSITION_NONE ? CHAM_MATCH_NONE : item;
 }
 
-void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token, uint32_t pos)
+/* Storage t's is item's this step: swapped out or dropped when the op
+ * ends (advised, in advisor mode). */
+static void take(cham_context_t *ctx, cham_tensor_t *t, uint32_t item)
 {
     cham_exec_t *x = &ctx->exec;
     cham_storage_t *s = t->storage;
-    if (ctx->phase == CHAM_PHASE_EVAL && !x->plan->positions)
-        return;           /* an evaluation's tensors are no training item */
-    uint32_t item = x->plan->positions ? item_at(ctx, pos)
-                                       : cham_match_use(&x->plan->match, &s->feat, token);
     if (item == CHAM_MATCH_NONE)
         return;
     if (s->item != CHAM_MATCH_NONE && x->storage_of[s->item] == s)
@@ -293,6 +323,31 @@ void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token,
         return;           /* host OOM: this swap-out is skipped, nothing breaks */
     x->pending = p;
     x->pending[x->n_pending++] = item;
+}
+
+void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token, uint32_t pos)
+{
+    cham_exec_t *x = &ctx->exec;
+    cham_storage_t *s = t->storage;
+    if (x->plan->positions) {
+        take(ctx, t, item_at(ctx, pos));
+        return;           /* Capuchin: positions only, no clock */
+    }
+    if (ctx->phase == CHAM_PHASE_EVAL)
+        return;           /* an evaluation's tensors are no training item */
+    uint32_t op = ctx->ops_in_step - 1;
+    if (s->item < x->plan->view.n_items && x->storage_of[s->item] == s && s->item_op < op) {
+        const cham_policy_item_t *it = &x->plan->view.items[s->item];
+        s->item_op = UINT32_MAX;          /* its first use since it matched */
+        if (!it->wraps)
+            clock_set(x, it->use_op, token);
+    }
+    uint32_t item = cham_match_use(&x->plan->match, &s->feat, token);
+    if (item == CHAM_MATCH_NONE)
+        return;
+    clock_set(x, x->plan->view.items[item].swap_out_op, token);
+    s->item_op = op;
+    take(ctx, t, item);
 }
 
 void cham_exec_forget(cham_context_t *ctx, cham_storage_t *s)
@@ -334,13 +389,37 @@ cham_status_t cham_exec_check_positions(cham_context_t *ctx, cham_op_token_t tok
     return CHAM_OK;
 }
 
+/* The clock at the op being begun in phase: at the backward's first op,
+ * the profiled backward's first op, past as many of its ops as the forward
+ * ran fewer (scaled by the profile's backward to forward ops). Look-alike
+ * blocks the step skipped are, by their ranks, the forward's last, so the
+ * backward's first: without this the swap-ins of the backward's first
+ * blocks came as many ops late, until a use of theirs set the clock. */
+static void clock_follow_phase(cham_exec_t *x, cham_phase_t phase)
+{
+    const cham_plan_t *p = x->plan;
+    if (phase == CHAM_PHASE_FORWARD && !x->in_backward)
+        x->forward_ops++;
+    if (phase != CHAM_PHASE_BACKWARD || x->in_backward || !p->backward_ops)
+        return;
+    x->in_backward = true;
+    uint64_t fewer = x->forward_ops < p->forward_ops ? p->forward_ops - x->forward_ops : 0;
+    uint64_t skip = p->forward_ops ? fewer * p->backward_ops / p->forward_ops : 0;
+    x->clock = p->backward_first + (uint32_t)(skip < p->backward_ops ? skip : p->backward_ops - 1);
+}
+
 cham_status_t cham_exec_op_begin(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
     uint32_t k = ctx->ops_in_step;               /* the op being begun */
+    x->clock = x->clock_next;                    /* the profiled op it stands for */
+    if (x->plan && !x->plan->positions)
+        clock_follow_phase(x, ctx->phase);
+    x->clock_next = x->clock + (x->clock < UINT32_MAX);
     /* A caller that carries out an op's actions after running it hears
      * of what the next ops need ahead (advise_ahead). */
-    uint32_t until = ctx->config.mode == CHAM_MODE_ADVISOR ? k + ctx->config.advise_ahead : k;
+    uint32_t until = ctx->config.mode == CHAM_MODE_ADVISOR
+                         ? x->clock + ctx->config.advise_ahead : x->clock;
     /* Advisor mode: what the plan wants away from the step's start but is
      * on the device (a new plan's, or brought back by the caller between
      * steps) goes after the first op. */

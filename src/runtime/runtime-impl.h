@@ -145,6 +145,8 @@ struct cham_storage {
     uint64_t pin;                 /* = ctx->pin while the op being begun uses it */
     uint64_t input_pin;           /* = ctx->pin while the op being begun reads it */
     uint32_t item;                /* policy item matched this step, or CHAM_MATCH_NONE */
+    uint32_t item_op;             /* the op of this step it matched at; UINT32_MAX
+                                     once it was used after that */
     cham_recompute_t *recompute;  /* how to make its data again, or NULL */
     cham_recompute_input_t *dependents;  /* recomputable ops that read it */
     uint64_t born_step;           /* ctx->step when it was made */
@@ -195,6 +197,11 @@ typedef struct cham_plan {
      * cham_exec_send_away). */
     uint64_t *state_ids;
     size_t n_state;
+    cham_op_token_t *tokens;      /* the profiled step's ops: n_tokens */
+    size_t n_tokens;
+    /* Its forward ops before the backward, the backward's first op, and
+     * its backward ops (0: no backward). */
+    uint32_t forward_ops, backward_first, backward_ops;
     uint32_t refs;
 } cham_plan_t;
 
@@ -300,6 +307,11 @@ typedef struct cham_exec {
     size_t n_pending, cap_pending;
     size_t in_next;               /* next entry of plan->in_order */
     uint64_t step_base;           /* ops_total at the step's start */
+    /* The op of the profiled step the op being run stands for (executor.c,
+     * "the clock"), and the one the next op will stand for. */
+    uint32_t clock, clock_next;
+    uint32_t forward_ops;         /* ops run in the forward phase this step */
+    bool in_backward;             /* this step's backward has begun */
     cham_carried_t *carried;      /* by op: what comes back this step */
     size_t n_carried, cap_carried, carry_next;
 } cham_exec_t;

@@ -65,6 +65,7 @@ struct ts_model {
     int n_tape;
     slot_t *slots;
     int n_slots;
+    bool skip;                   /* this step skips layer L/2 */
     uint64_t sum;                /* folded by LOSS and SUM kernels */
 };
 
@@ -72,7 +73,7 @@ ts_config_t ts_config_default(void)
 {
     return (ts_config_t){.layers = 8, .act_bytes = 256 * KiB, .weight_bytes = 64 * KiB,
                          .layer_flops = 2e11, .extra_op_step = -1, .forward_only_step = -1,
-                         .reorder_step = -1};
+                         .reorder_step = -1, .skip_layer_step = -1};
 }
 
 /* One op: begin, its kernel on the compute stream, end. Outputs are read
@@ -224,6 +225,18 @@ void ts_model_free(ts_model_t *m)
 
 /* ---- a step -----------------------------------------------------------------*/
 
+/* The first tape entry of layer L/2, and whether entry i is one of the
+ * layer's this step skips. */
+static int skipped_first(const ts_model_t *m)
+{
+    return 1 + (m->c.layers / 2) * ENTRIES_PER_LAYER;
+}
+
+static bool skipped(const ts_model_t *m, int i)
+{
+    return m->skip && i >= skipped_first(m) && i < skipped_first(m) + ENTRIES_PER_LAYER;
+}
+
 #define TRY(call)                     \
     do {                              \
         if ((st = (call)) != CHAM_OK) \
@@ -265,6 +278,15 @@ static cham_status_t forward(ts_model_t *m, int64_t step, bool fwd_only)
     for (int i = 0; i < m->n_tape; i++) {
         const entry_t *e = &m->tape[i];
         slot_t *out = &m->slots[e->out];
+        if (skipped(m, i)) {
+            if (i == skipped_first(m) + ENTRIES_PER_LAYER - 1) {
+                /* The layer's input is its output. */
+                slot_t *x = &m->slots[m->tape[skipped_first(m)].in[0]];
+                out->val = x->val;
+                x->val = NULL;
+            }
+            continue;
+        }
         cham_tensor_t *in[2], *outs[2];
         size_t n_in = 0, n_out = 1;
         for (int k = 0; k < 2; k++)
@@ -318,6 +340,14 @@ static cham_status_t backward(ts_model_t *m, bool reorder)
     for (int i = m->n_tape - 1; i >= 1; i--) {
         const entry_t *e = &m->tape[i];
         slot_t *out = &m->slots[e->out];
+        if (skipped(m, i)) {
+            if (i == skipped_first(m) + ENTRIES_PER_LAYER - 1) {
+                /* The output's gradient is the input's. */
+                TRY(accumulate(m, &m->slots[m->tape[skipped_first(m)].in[0]], out->grad));
+                out->grad = NULL;
+            }
+            continue;
+        }
         slot_t *s0 = &m->slots[e->in[0]];
         cham_tensor_t *in[3] = {out->grad}, *outs[2];
         size_t n_in = 1, n_out = 1;
@@ -362,7 +392,7 @@ static void count_uses(ts_model_t *m, bool fwd_only)
     for (int s = 0; s < m->n_slots; s++)
         m->slots[s].fwd_uses = m->slots[s].saved_uses = 0;
     for (int i = 0; i < m->n_tape; i++)
-        for (int k = 0; k < 2; k++)
+        for (int k = 0; k < 2 && !skipped(m, i); k++)
             if (m->tape[i].in[k] >= 0) {
                 m->slots[m->tape[i].in[k]].fwd_uses++;
                 if (!fwd_only && k == 0 && saves_input(m->tape[i].kind))
@@ -397,6 +427,7 @@ cham_status_t ts_step(ts_model_t *m, int64_t step, uint64_t *checksum)
                     (c->validate_every && (step + 1) % c->validate_every == 0);
     cham_status_t st = CHAM_OK;
     m->sum = 0xcbf29ce484222325u;
+    m->skip = step == c->skip_layer_step;
     if (!fwd_only && c->eval_opens_every && (step + 1) % c->eval_opens_every == 0) {
         TRY(forward_and_loss(m, step, true));
         slot_t *last = &m->slots[m->tape[m->n_tape - 1].out];

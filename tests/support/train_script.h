@@ -13,9 +13,9 @@
  *
  * Variations change a step without changing the program: an extra op that
  * reads an activation between its producer and its consumer, forward-only
- * (validation) steps, a backward that visits the layers in forward order
- * (the same op tokens, so the policy is wrong for it), and a scratch tensor
- * of varying size that moves the layout from step to step. */
+ * (validation) steps, a skipped layer, a backward that visits the layers in
+ * forward order (the same op tokens, so the policy is wrong for it), and a
+ * scratch tensor of varying size that moves the layout from step to step. */
 #ifndef CHAM_TESTS_TRAIN_SCRIPT_H
 #define CHAM_TESTS_TRAIN_SCRIPT_H
 
@@ -37,6 +37,8 @@ typedef struct ts_config {
                                     an evaluation: the forward and the loss */
     int64_t forward_only_step;   /* this step is forward only */
     int64_t reorder_step;        /* the backward visits layers 0 .. L-1 */
+    int64_t skip_layer_step;     /* layer L/2 is skipped (stochastic depth): its
+                                    ops are absent from forward and backward */
     bool shift_addresses;        /* a scratch tensor of 1-3 halves of an activation */
     bool adamw;                  /* AdamW, not SGD: two moments per weight, long-lived
                                     tensors of their own that only the update uses */
