@@ -74,16 +74,30 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
              * on demand in the next step, another class's. So a class
              * with no clean trial yet tries on, as long as GenPolicy
              * would (n), while each trial falls less short than the one
-             * before (each is made from a profile its predecessor ran). */
-            bool any_clean = false;
-            for (size_t i = 0; i < c->n_trials; i++)
-                any_clean = any_clean || cham_trial_clean(&c->trials[i]);
+             * before (each is made from a profile its predecessor ran);
+             * so does one whose clean trials are all far slower than one
+             * that fell short, for a clean one as fast, and keeps the
+             * fastest if none comes (a layer-drop class kept a swap-only
+             * plan, clean in a 1492 ms trial, over one 10 swaps short in
+             * 379 ms, and ran 480 ms a step; trying on found one 2 swaps
+             * short in 380 ms, which runs 358-450 ms). */
+            uint64_t clean_ns = 0, short_ns = 0;
+            for (size_t i = 0; i < c->n_trials; i++) {
+                uint64_t *ns = cham_trial_clean(&c->trials[i]) ? &clean_ns : &short_ns;
+                if (c->trials[i].step_ns && (!*ns || c->trials[i].step_ns < *ns))
+                    *ns = c->trials[i].step_ns;
+            }
             const cham_trial_t *before = c->n_trials >= 2 ? tr - 1 : NULL;
-            bool try_on = !any_clean && c->n_trials < ctx->config.genpolicy_steps &&
-                          (!before || tr->passive + tr->on_demand <
-                                          before->passive + before->on_demand);
+            bool falls_less_short = !before || tr->passive + tr->on_demand <
+                                                   before->passive + before->on_demand;
+            bool clean_far_slower = clean_ns && short_ns && !cham_clean_is_close(clean_ns, short_ns);
+            bool try_on = c->n_trials < ctx->config.genpolicy_steps &&
+                          ((!clean_ns && falls_less_short) || clean_far_slower);
             if (c->n_trials >= ctx->config.class_trials && !try_on) {
-                cham_plan_t *best = cham_loop_best_trial(ctx, c->trials, c->n_trials, true);
+                /* Tried on to the end with the clean ones still far
+                 * slower: GenPolicy's rule, the fastest. */
+                cham_plan_t *best =
+                    cham_loop_best_trial(ctx, c->trials, c->n_trials, !clean_far_slower);
                 if (best) {
                     cham_check_start(&ctx->check, c->trials, c->n_trials, best, c->id);
                     cham_loop_keep(c, best);
@@ -97,9 +111,33 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
     }
 }
 
+/* For a step of class c that has no policy of its own yet: the kept
+ * policy of the class whose sequence is most like c's, or NULL. The items
+ * it names that c's step also runs (the same blocks, a block more or less,
+ * the forward before another ending) are placed by the clock; the rest
+ * match nothing. Run on no policy, a step over the budget leans on passive
+ * swaps: a layer-drop loop's new classes ran 1.5-2x their planned time. */
+static cham_plan_t *stand_in(const cham_context_t *ctx, const cham_class_t *c)
+{
+    const cham_class_t *best = NULL;
+    double best_cos = 0;
+    for (size_t i = 0; c && i < ctx->n_classes; i++) {
+        const cham_class_t *k = &ctx->classes[i];
+        if (k == c || !k->kept)
+            continue;
+        double cos = cham_sequence_cosine(c->seq, c->len, k->seq, k->len);
+        if (cos > best_cos) {
+            best = k;
+            best_cos = cos;
+        }
+    }
+    return best ? best->kept : NULL;
+}
+
 /* The plan for the next step, from the class predicted for it: its kept
  * policy (the stage becomes Stable), its trial (the step is profiled and
- * timed alone), or none (profiled, to learn the class). */
+ * timed alone), or the nearest class's kept policy (profiled, to learn
+ * the class). */
 static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
                                  cham_stage_t *to, bool *sync)
 {
@@ -128,6 +166,8 @@ static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
             ctx->trial_class = p->id;
             *sync = !ctx->synced;     /* the trial is timed from an idle device */
             snprintf(what, sizeof what, "its trial policy %zu, profiled", p->n_trials + 1);
+        } else if ((next = stand_in(ctx, p ? p : c)) != NULL) {
+            snprintf(what, sizeof what, "no policy yet, profiled under the nearest class's");
         } else {
             snprintf(what, sizeof what, "no policy yet, profiled");
         }
