@@ -119,20 +119,6 @@ static bool dynamic(const cham_model_config_t *m)
  * not the median of the most frequent one. */
 #define DYNAMIC_STEPS 80
 
-typedef struct tail_mean {
-    uint64_t from, n;
-    double sum_s;
-} tail_mean_t;
-
-static void on_step(const cham_run_step_t *s, void *user)
-{
-    tail_mean_t *tm = user;
-    if (s->step >= tm->from) {
-        tm->sum_s += (double)s->time_ns * 1e-9;
-        tm->n++;
-    }
-}
-
 /* What one budget gave: a step time per strategy (NAN: did not run), the
  * bound and what Chameleon chose. */
 typedef struct point {
@@ -168,11 +154,6 @@ static cham_status_t run_way(const exp_config_t *c, const job_t *j, size_t k, ui
     if ((k == HOST_OPT || k == PROTRAIN) &&
         cham_run_check(&rc, err, err_size) == CHAM_ERR_INVALID_ARG)
         return CHAM_OK;                     /* not applicable here */
-    tail_mean_t tm = {.from = rc.steps / 2};
-    if (dyn) {
-        rc.on_step = on_step;
-        rc.user = &tm;
-    }
     cham_run_result_t r;
     cham_status_t st = cham_run(&rc, &r);
     if (st != CHAM_OK) {
@@ -184,7 +165,7 @@ static cham_status_t run_way(const exp_config_t *c, const job_t *j, size_t k, ui
                 100 * p->frac, r.status == CHAM_OK ? "ok" : cham_status_string(r.status));
     if (r.status != CHAM_OK)                /* hazards fail the run too */
         return CHAM_OK;
-    p->time[k] = dyn ? tm.sum_s / (double)tm.n : r.step_time_s;
+    p->time[k] = dyn ? r.late_mean_step_time_s : r.step_time_s;
     if (k == CHAMELEON) {
         /* Of the last step: in a dynamic loop, the bound of its class. */
         p->bound = r.has_bound && r.bound_feasible ? r.lower_bound_step_time_s : NAN;

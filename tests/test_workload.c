@@ -768,6 +768,35 @@ static void count_step(const cham_run_step_t *s, void *user)
     steps_seen++;
 }
 
+static double late_sum_s;
+
+static void add_late_step(const cham_run_step_t *s, void *user)
+{
+    if (s->step >= *(const uint64_t *)user)
+        late_sum_s += (double)s->time_ns * 1e-9;
+}
+
+/* The result's means: of every step, and of the last half (a loop that
+ * changes is timed by it, every class in its share): here steps 5-9 of a
+ * loop that evaluates every third step. */
+static void test_run_late_mean(void **state)
+{
+    (void)state;
+    cham_run_config_t c = cham_run_config_default();
+    c.model = small_llama();
+    c.model.validate_every = 3;
+    c.steps = 10;
+    uint64_t from = 5;
+    c.on_step = add_late_step;
+    c.user = &from;
+    late_sum_s = 0;
+    cham_run_result_t r;
+    assert_int_equal(cham_run(&c, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_OK);
+    assert_true(r.late_mean_step_time_s == late_sum_s / 5);
+    assert_true(r.late_mean_step_time_s != r.mean_step_time_s);
+}
+
 /* Issue 14: `simulate --layers 4096` ran for half a minute to say the
  * state does not fit. Now cham_run stops before the first op, and
  * cham_run_check says so from the settings. */
@@ -1166,6 +1195,7 @@ int main(void)
         cmocka_unit_test(test_absurd_sizes),
         cmocka_unit_test(test_step_ops_bound),
         cmocka_unit_test(test_run_on_finish),
+        cmocka_unit_test(test_run_late_mean),
         cmocka_unit_test(test_policy_uses_the_budget),
         cmocka_unit_test(test_recomputation_where_the_link_is_short),
     };

@@ -517,6 +517,7 @@ static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_
     json_object_set_new(j, "capacity_bytes", json_integer((json_int_t)r->capacity_bytes));
     json_object_set_new(j, "step_time_s", plot_json_number(r->step_time_s));
     json_object_set_new(j, "mean_step_time_s", plot_json_number(r->mean_step_time_s));
+    json_object_set_new(j, "late_mean_step_time_s", plot_json_number(r->late_mean_step_time_s));
     json_object_set_new(j, "stable_steps", json_integer((json_int_t)r->stable_steps));
     json_object_set_new(j, "ideal_step_time_s", ideal_ok ? plot_json_number(ideal_s) : json_null());
     json_object_set_new(j, "overhead_vs_ideal",

@@ -267,6 +267,9 @@ typedef struct cham_run_result {
                                     steps that ran Stable (0: none did) */
     double prefill_time_s;       /* inference: step 0, the prompt's */
     double mean_step_time_s;     /* over all completed steps */
+    double late_mean_step_time_s; /* over the last half of them: a loop that
+                                    changes, every class in its share once
+                                    the classes have settled */
     double swapped_bytes_per_step;
     uint64_t hazards;
     uint64_t stage_changes;

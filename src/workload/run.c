@@ -339,21 +339,6 @@ static cham_status_t protrain_plan(const cham_run_config_t *c, const cham_config
 #define TRIAL_STEPS 14
 #define TRIAL_STEPS_CHANGING 40
 
-/* A changing loop's trial: the sum and count of its last half's steps. */
-typedef struct half_mean {
-    uint64_t from, n;
-    double sum_s;
-} half_mean_t;
-
-static void add_late_step(const cham_run_step_t *s, void *user)
-{
-    half_mean_t *h = user;
-    if (s->step >= h->from) {
-        h->sum_s += (double)s->time_ns * 1e-9;
-        h->n++;
-    }
-}
-
 /* What the optimizer's trials need: the run's config and device. */
 typedef struct place_run {
     const cham_run_config_t *c;
@@ -371,17 +356,12 @@ static double trial(const wl_program_t *p, void *user)
                            .steps = changes ? TRIAL_STEPS_CHANGING : TRIAL_STEPS};
     t.model.host_optimizer = p->host;
     t.model.device_groups = p->device_groups;
-    half_mean_t late = {.from = t.steps / 2};
-    if (changes) {
-        t.on_step = add_late_step;
-        t.user = &late;
-    }
     cham_run_result_t *r = malloc(sizeof *r);
     bool ran = r && cham_run(&t, r) == CHAM_OK && r->status == CHAM_OK;
-    double s = !ran                ? INFINITY
-               : changes           ? (late.n ? late.sum_s / (double)late.n : INFINITY)
-               : r->stable_steps   ? r->step_time_s
-                                   : INFINITY;
+    double s = !ran              ? INFINITY
+               : changes         ? r->late_mean_step_time_s
+               : r->stable_steps ? r->step_time_s
+                                 : INFINITY;
     free(r);
     return s;
 }
@@ -516,12 +496,16 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
             r->prefill_time_s = (double)times[0] * 1e-9;
             first = r->steps > 1;
         }
+        size_t n = r->steps - first, from = first + n / 2;
+        double late_s = 0;
+        for (size_t i = from; i < r->steps; i++)
+            late_s += (double)times[i] * 1e-9;
+        r->late_mean_step_time_s = late_s / (double)(r->steps - from);
         for (size_t i = first; i < r->steps; i++) {
             sum += (double)times[i];
             if (stable[i])
                 times[n_stable++] = times[i];
         }
-        size_t n = r->steps - first;
         r->mean_step_time_s = sum / (double)n * 1e-9;
         r->step_time_s = n_stable ? median_s(times, n_stable) : median_s(times + first, n);
         r->stable_steps = n_stable;
