@@ -55,6 +55,7 @@ static const struct summary_key {
     {"peak_tensor_bytes", "Peak device memory held by tensors", V_BYTES},
     {"step_time_s", "Step time (median over Stable steps)", V_TIME},
     {"mean_step_time_s", "Step time (mean over all steps)", V_TIME},
+    {"late_mean_step_time_s", "Step time (mean over the last half)", V_TIME},
     {"sim_step_time_s", "Step time (mean, simulated)", V_TIME},
     {"ideal_step_time_s", "Step time with unlimited memory", V_TIME},
     {"lower_bound_step_time_s", "Lower bound on the step time at this capacity", V_TIME},
