@@ -78,15 +78,14 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
              * so does one whose clean trials are all more than 2% (more
              * than noise) slower than one that fell short, for a clean one
              * as fast, and then keeps GenPolicy's choice: the fastest
-             * unless a clean one is within 10% (a layer-drop class kept a
-             * swap-only plan, clean in a
-             * 1492 ms trial, over one 10 swaps short in 379 ms, and ran
-             * 480 ms a step; trying on found one 2 swaps short in 380 ms,
-             * which runs 358-450 ms; an accumulating Llama 2 kept
-             * swap-only plans clean 9% slower than ones 5-20 swaps short,
-             * and its mean step fell 3.47 -> 3.20 s trying on). Not in
-             * advisor mode, where a trial's time leaves out the caller's
-             * moves that made it fall short. */
+             * unless a clean one is within 10%. A layer-drop class kept a
+             * swap-only plan, clean in a 1492 ms trial, over one 10 swaps
+             * short in 379 ms, and ran 480 ms a step; trying on found one
+             * 2 swaps short in 380 ms, which runs 358-450 ms. An
+             * accumulating Llama 2 kept swap-only plans clean 9% slower
+             * than ones 5-20 swaps short; trying on, its mean step fell
+             * 3.47 -> 3.20 s. Not in advisor mode, where a trial's time
+             * leaves out the caller's moves that made it fall short. */
             uint64_t clean_ns = 0, short_ns = 0;
             for (size_t i = 0; i < c->n_trials; i++) {
                 uint64_t *ns = cham_trial_clean(&c->trials[i]) ? &clean_ns : &short_ns;
