@@ -107,12 +107,6 @@ static cham_model_config_t model_of(const job_t *j)
     return m;
 }
 
-static bool dynamic(const cham_model_config_t *m)
-{
-    return m->accumulate > 1 || m->validate_every || m->overflow_every || m->layer_drop > 0 ||
-           m->moe_vary;
-}
-
 /* A dynamic loop runs long enough for the classes to settle (the
  * accumulate-2, evaluate-every-5 job's last class change is near step 40)
  * and is timed by the mean over the last half: every class in its share,
@@ -136,7 +130,7 @@ static cham_status_t run_way(const exp_config_t *c, const job_t *j, size_t k, ui
     cham_run_config_t rc = cham_run_config_default();
     rc.model = model_of(j);
     rc.strategy = ways[k].strategy;
-    bool dyn = dynamic(&rc.model);
+    bool dyn = cham_model_loop_changes(&rc.model);
     rc.steps = dyn ? DYNAMIC_STEPS : 2 * EXP_STABLE_STEPS;
     rc.runtime.device.preset = j->device;
     rc.runtime.device.capacity = cap;
@@ -187,7 +181,7 @@ static cham_status_t add_row(exp_table_t *t, const job_t *j, uint64_t cap, const
                              tally_t *ty)
 {
     cham_model_config_t m = model_of(j);
-    bool dyn = dynamic(&m);
+    bool dyn = cham_model_loop_changes(&m);
     long row = exp_table_add_row(t);
     if (row < 0)
         return CHAM_ERR_HOST_OOM;
@@ -291,7 +285,7 @@ static cham_status_t run_job(const exp_config_t *c, const job_t *j, exp_result_t
     cham_run_config_t rc = cham_run_config_default();
     rc.model = model_of(j);
     rc.strategy = CHAM_STRATEGY_IDEAL;
-    rc.steps = dynamic(&rc.model) ? DYNAMIC_STEPS : EXP_STABLE_STEPS;
+    rc.steps = cham_model_loop_changes(&rc.model) ? DYNAMIC_STEPS : EXP_STABLE_STEPS;
     rc.runtime.device.preset = j->device;
     cham_run_result_t ideal;
     cham_status_t st = cham_run(&rc, &ideal);

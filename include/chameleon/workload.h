@@ -142,6 +142,10 @@ CHAM_API uint64_t cham_model_state_bytes(const cham_model_config_t *m);
 /* Inference: the bytes of every layer's KV cache for the whole context
  * (seq + generate tokens, mbs sequences); 0 when not inferring. */
 CHAM_API uint64_t cham_model_kv_cache_bytes(const cham_model_config_t *m);
+/* Whether m's op sequence changes from step to step: accumulation,
+ * evaluations, overflows, layer drop or expert loads that vary. Such a
+ * loop is timed by cham_run_result_t's late_mean_step_time_s. */
+CHAM_API bool cham_model_loop_changes(const cham_model_config_t *m);
 /* Device bytes one transformer layer keeps for its backward per
  * micro-batch, by the formula of docs/workloads.md (the generator's saved
  * tensors sum to it; a Mixtral layer with its routing's balanced counts). */

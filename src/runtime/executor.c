@@ -299,6 +299,12 @@ static uint32_t item_at(cham_context_t *ctx, uint32_t pos)
     return item == CHAM_POSITION_NONE ? CHAM_MATCH_NONE : item;
 }
 
+/* Whether storage s stands for its item in this step of the plan. */
+static bool holds_item(const cham_exec_t *x, const cham_storage_t *s)
+{
+    return x->plan && s->item < x->plan->view.n_items && x->storage_of[s->item] == s;
+}
+
 /* Storage t's is item's this step: swapped out or dropped when the op
  * ends (advised, in advisor mode). */
 static void take(cham_context_t *ctx, cham_tensor_t *t, uint32_t item)
@@ -307,7 +313,7 @@ static void take(cham_context_t *ctx, cham_tensor_t *t, uint32_t item)
     cham_storage_t *s = t->storage;
     if (item == CHAM_MATCH_NONE)
         return;
-    if (s->item != CHAM_MATCH_NONE && x->storage_of[s->item] == s)
+    if (holds_item(x, s))
         x->storage_of[s->item] = NULL;    /* a storage stands for one item */
     x->storage_of[item] = s;
     s->item = item;
@@ -336,7 +342,7 @@ void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token,
     if (ctx->phase == CHAM_PHASE_EVAL)
         return;           /* an evaluation's tensors are no training item */
     uint32_t op = ctx->ops_in_step - 1;
-    if (s->item < x->plan->view.n_items && x->storage_of[s->item] == s && s->item_op < op) {
+    if (holds_item(x, s) && s->item_op < op) {
         const cham_policy_item_t *it = &x->plan->view.items[s->item];
         s->item_op = UINT32_MAX;          /* its first use since it matched */
         if (!it->wraps)
@@ -353,8 +359,7 @@ void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token,
 void cham_exec_forget(cham_context_t *ctx, cham_storage_t *s)
 {
     cham_exec_t *x = &ctx->exec;
-    if (s->item != CHAM_MATCH_NONE && x->plan && s->item < x->plan->view.n_items &&
-        x->storage_of[s->item] == s)
+    if (holds_item(x, s))
         x->storage_of[s->item] = NULL;
     s->item = CHAM_MATCH_NONE;
     if (s->carry_slot)

@@ -520,7 +520,7 @@ bool cham_workload_updates(const cham_model_config_t *m, uint64_t step)
     return m->accumulate <= 1 || (step + 1) % m->accumulate == 0;
 }
 
-bool wl_loop_changes(const cham_model_config_t *m)
+bool cham_model_loop_changes(const cham_model_config_t *m)
 {
     return m->accumulate > 1 || m->validate_every || m->overflow_every || m->overflow_prob > 0 ||
            m->layer_drop > 0 || m->moe_vary;

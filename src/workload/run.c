@@ -351,7 +351,7 @@ typedef struct place_run {
 static double trial(const wl_program_t *p, void *user)
 {
     const cham_run_config_t *c = ((place_run_t *)user)->c;
-    bool changes = wl_loop_changes(&c->model);
+    bool changes = cham_model_loop_changes(&c->model);
     cham_run_config_t t = {.model = c->model, .runtime = c->runtime, .strategy = c->strategy,
                            .steps = changes ? TRIAL_STEPS_CHANGING : TRIAL_STEPS};
     t.model.host_optimizer = p->host;
@@ -390,7 +390,7 @@ static void plan_optimizer(const cham_run_config_t *c, const cham_config_t *rc,
         return;
     place_run_t pr = {c, rc, info};
     wl_place_hooks_t hooks = {trial, protrain_hint, &pr};
-    uint64_t trial_steps = wl_loop_changes(m) ? TRIAL_STEPS_CHANGING : TRIAL_STEPS;
+    uint64_t trial_steps = cham_model_loop_changes(m) ? TRIAL_STEPS_CHANGING : TRIAL_STEPS;
     if (!wl_place_optimizer(rc, info, m, c->steps >= trial_steps ? &hooks : NULL, choice)) {
         m->host_optimizer = false;           /* nothing to choose: the device's */
         m->device_groups = 0;

@@ -170,9 +170,6 @@ void wl_silent_log(const char *line, void *user);
 /* m with its training steps all alike: no overflows, evaluations or
  * layer drop (the steps a profile of the job's program is taken from). */
 cham_model_config_t wl_training_steps(const cham_model_config_t *m);
-/* Whether m's op sequence changes from step to step (accumulation,
- * evaluations, overflows, layer drop, expert loads). */
-bool wl_loop_changes(const cham_model_config_t *m);
 /* The host's figures (FLOP/s, memory bandwidth) of rc's device: the
  * config's, else its sim preset's; 0 where neither has them. */
 void wl_host_figures(const cham_config_t *rc, double *flops, double *bandwidth);
