@@ -336,8 +336,10 @@ static cham_status_t protrain_plan(const cham_run_config_t *c, const cham_config
  * half, every class in its share: 14 steps of a layer-drop loop gave one
  * Stable step, and the trial kept the device's program at 0.56 s a step
  * where 15 groups on the device run 0.41 s. */
-#define TRIAL_STEPS 14
-#define TRIAL_STEPS_CHANGING 40
+static uint64_t trial_steps(const cham_model_config_t *m)
+{
+    return cham_model_loop_changes(m) ? 40 : 14;
+}
 
 /* What the optimizer's trials need: the run's config and device. */
 typedef struct place_run {
@@ -353,7 +355,7 @@ static double trial(const wl_program_t *p, void *user)
     const cham_run_config_t *c = ((place_run_t *)user)->c;
     bool changes = cham_model_loop_changes(&c->model);
     cham_run_config_t t = {.model = c->model, .runtime = c->runtime, .strategy = c->strategy,
-                           .steps = changes ? TRIAL_STEPS_CHANGING : TRIAL_STEPS};
+                           .steps = trial_steps(&c->model)};
     t.model.host_optimizer = p->host;
     t.model.device_groups = p->device_groups;
     cham_run_result_t *r = malloc(sizeof *r);
@@ -390,8 +392,7 @@ static void plan_optimizer(const cham_run_config_t *c, const cham_config_t *rc,
         return;
     place_run_t pr = {c, rc, info};
     wl_place_hooks_t hooks = {trial, protrain_hint, &pr};
-    uint64_t trial_steps = cham_model_loop_changes(m) ? TRIAL_STEPS_CHANGING : TRIAL_STEPS;
-    if (!wl_place_optimizer(rc, info, m, c->steps >= trial_steps ? &hooks : NULL, choice)) {
+    if (!wl_place_optimizer(rc, info, m, c->steps >= trial_steps(m) ? &hooks : NULL, choice)) {
         m->host_optimizer = false;           /* nothing to choose: the device's */
         m->device_groups = 0;
         return;
