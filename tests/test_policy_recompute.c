@@ -284,11 +284,15 @@ static void test_chain(void **state)
 
 /* Plans the rebuilt-input cases below: op 0 makes W (0.2 s), op 1 makes
  * A from it (0.1 s), both recomputable; A's copy out fits op 1's 0.1 s.
- * The one item, which must be A's. */
-static cham_policy_item_t plan_rebuilt(const uint64_t *mem, const use_spec_t *uses, size_t n)
+ * Storage `state` (0: none) is model state. The one item, which must be
+ * A's. */
+static cham_policy_item_t plan_rebuilt(const uint64_t *mem, const use_spec_t *uses, size_t n,
+                                       uint64_t state)
 {
     cham_profile_t *p = test_build_profile(PH, mem, uses, n);
     costs(p);
+    if (state)
+        test_mark_persistent(p, state);
     p->ops[0].recomputable = p->ops[1].recomputable = true;
     p->ops[0].cost_ns = 0.2 * SEC;
     p->ops[1].cost_ns = 0.1 * SEC;
@@ -319,7 +323,7 @@ static void test_rebuilt_input(void **state)
         };
         size_t n = sizeof uses / sizeof uses[0];
         uses[4].output = written;       /* else op 3 only reads P */
-        cham_policy_item_t it = plan_rebuilt(MEM, uses, n);
+        cham_policy_item_t it = plan_rebuilt(MEM, uses, n, 0);
         assert_int_equal(it.recompute, !written);
         if (!written)
             assert_int_equal(it.recompute_ns, 3 * SEC / 10);
@@ -347,7 +351,29 @@ static void test_rebuilt_input_freed_before_the_drop(void **state)
             uses[6] = uses[7];
             n--;
         }
-        assert_int_equal(plan_rebuilt(mem, uses, n).recompute, w_last == 2);
+        assert_int_equal(plan_rebuilt(mem, uses, n, 0).recompute, w_last == 2);
+    }
+}
+
+/* As test_rebuilt_input, but P's last use in the step is op 3's read,
+ * before A's use at 6: as ZeRO-3's shards in a step that only adds up
+ * gradients, where the backward's own gathers read them last. As model
+ * state P is still there at 6, so W can be gathered again and A is
+ * recomputed; as a tensor of the step P is gone after op 3 and A is
+ * swapped. */
+static void test_rebuilt_from_model_state_read_last_before_the_use(void **state)
+{
+    (void)state;
+    for (int model_state = 0; model_state < 2; model_state++) {
+        static const use_spec_t uses[] = {
+            {0, 2, 1, false}, {0, 3, 1, true},    {1, 3, 1, false},
+            {1, 1, 400, true}, {3, 2, 1, false}, {6, 1, 400, false},
+        };
+        cham_policy_item_t it =
+            plan_rebuilt(MEM, uses, sizeof uses / sizeof uses[0], model_state ? 2 : 0);
+        assert_int_equal(it.recompute, model_state);
+        if (model_state)
+            assert_int_equal(it.recompute_ns, 3 * SEC / 10);
     }
 }
 
@@ -363,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_chain),
         cmocka_unit_test(test_rebuilt_input),
         cmocka_unit_test(test_rebuilt_input_freed_before_the_drop),
+        cmocka_unit_test(test_rebuilt_from_model_state_read_last_before_the_use),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

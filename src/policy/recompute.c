@@ -45,6 +45,16 @@ static bool written_in(const storage_uses_t *s, uint32_t after, uint32_t upto)
     return lo < s->n_writes && s->write_ops[lo] <= upto;
 }
 
+/* Is the storage on the device's books at op u? Model state (persistent:
+ * there before the step and after it) is, whatever its last use in the
+ * step: in an accumulating step the weights' shards are last read by the
+ * backward's gathers, before the ops that would re-gather them for a
+ * recomputation, yet they stay. */
+static bool alive_at(const cham_profile_view_t *v, const storage_uses_t *s, uint32_t u)
+{
+    return s->last_op >= u || v->uses[s->first_use].persistent;
+}
+
 static int cmp_cost(const void *a, const void *b)
 {
     const cham_gen_recomp_t *x = a, *y = b;
@@ -72,7 +82,7 @@ static double rebuild_cost(const cham_profile_view_t *v, const storage_uses_t *s
         if (in->output)
             continue;
         const storage_uses_t *is = find(su, n_su, in->storage);
-        if (!is || v->uses[is->first_use].output || is->last_op < u || written_in(is, q, u))
+        if (!is || v->uses[is->first_use].output || !alive_at(v, is, u) || written_in(is, q, u))
             return -1;
     }
     return cham_gen_op_ns(v, q, mean_op_ns);
@@ -134,7 +144,7 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
              * alive when x is dropped (after f), for the runtime keeps an
              * op's record, and holds its inputs, only from a drop on. */
             usable = in->storage != x->storage && is && !written_in(is, p, u);
-            if (usable && is->last_op < u) {
+            if (usable && !alive_at(v, is, u)) {
                 usable = is->last_op >= f;
                 double extra = rebuild_cost(v, su, n_su, is, p, u, mean_op_ns);
                 usable = usable && extra >= 0;
