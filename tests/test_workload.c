@@ -1137,6 +1137,87 @@ static void test_four_classes_at_60_and_40_percent(void **state)
     }
 }
 
+typedef struct by_parity {
+    uint64_t from;
+    double sum_s[2];
+    unsigned n[2];
+} by_parity_t;
+
+static void add_by_parity(const cham_run_step_t *st, void *user)
+{
+    by_parity_t *b = user;
+    if (st->step >= b->from) {
+        b->sum_s[st->step % 2] += (double)st->time_ns / 1e9;
+        b->n[st->step % 2]++;
+    }
+}
+
+/* Issue 50: Llama 2's shape (8 layers) under ZeRO-3 over 8, accumulating
+ * over 2 steps, at a third of its unconstrained peak. A step that only
+ * adds up gradients does less than one that also updates, yet its plan
+ * could not recompute through the weights (the shards are last read by
+ * the backward's gathers, before the ops that would re-gather them): it
+ * ran 1.34 s against the update step's 0.81 s. Once settled the two run
+ * within 10% of each other, hazard-free. */
+static void test_accumulating_steps_as_fast_as_updating_ones(void **state)
+{
+    (void)state;
+    cham_run_config_t c = cham_run_config_default();
+    c.model = preset("llama2-7b");
+    c.model.layers = 8;
+    c.model.mbs = 4;
+    c.model.dp = 8;
+    c.model.zero = 3;
+    c.model.accumulate = 2;
+    c.runtime.device.preset = "ascend-910b";
+    c.steps = 30;
+    cham_run_config_t ideal = c;
+    ideal.strategy = CHAM_STRATEGY_IDEAL;
+    cham_run_result_t r;
+    assert_int_equal(cham_run(&ideal, &r), CHAM_OK);
+    c.runtime.device.capacity = r.peak_tensor_bytes / 3;
+    by_parity_t b = {.from = 20};
+    c.on_step = add_by_parity;
+    c.user = &b;
+    assert_int_equal(cham_run(&c, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_OK);
+    assert_int_equal(r.hazards, 0);
+    double accumulating = b.sum_s[0] / b.n[0], updating = b.sum_s[1] / b.n[1];
+    print_message("accumulating steps %.3f s, updating steps %.3f s\n", accumulating, updating);
+    assert_true(accumulating < 1.1 * updating);
+}
+
+/* Issue 50: the same job on 16 layers, with an evaluation every 5 steps
+ * as well (four classes), at 60% of its peak: its mean step over steps
+ * 30-59 within 10% of the same loop's with unlimited memory. The update
+ * class kept a swap-only plan clean in its trial over a recomputing one
+ * predicted 2% faster but short of memory in its: 26% over. */
+static void test_accumulating_with_evaluations_near_its_ideal(void **state)
+{
+    (void)state;
+    cham_run_config_t c = cham_run_config_default();
+    c.model = preset("llama2-7b");
+    c.model.layers = 16;
+    c.model.mbs = 4;
+    c.model.dp = 8;
+    c.model.zero = 3;
+    c.model.accumulate = 2;
+    c.model.validate_every = 5;
+    c.runtime.device.preset = "ascend-910b";
+    c.steps = 60;
+    cham_run_config_t ideal = c;
+    ideal.strategy = CHAM_STRATEGY_IDEAL;
+    cham_run_result_t best, r;
+    assert_int_equal(cham_run(&ideal, &best), CHAM_OK);
+    c.runtime.device.capacity = best.peak_tensor_bytes / 10 * 6;
+    assert_int_equal(cham_run(&c, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_OK);
+    assert_int_equal(r.hazards, 0);
+    print_message("mean of the later steps %.3f s, unlimited %.3f s\n", r.late_mean_step_time_s,
+                  best.late_mean_step_time_s);
+    assert_true(r.late_mean_step_time_s < 1.1 * best.late_mean_step_time_s);
+}
+
 /* Issue 17: where swapping alone stalls on the host link, the planner
  * drops tensors of recomputable ops and the generator runs the ops again
  * (hazard-free); chameleon-swap never does. Llama 2 7B's shape, 8 layers,
@@ -1187,6 +1268,8 @@ int main(void)
         cmocka_unit_test(test_state_too_big),
         cmocka_unit_test(test_state_bytes),
         cmocka_unit_test(test_accumulate),
+        cmocka_unit_test(test_accumulating_steps_as_fast_as_updating_ones),
+        cmocka_unit_test(test_accumulating_with_evaluations_near_its_ideal),
         cmocka_unit_test(test_four_classes_at_60_and_40_percent),
         cmocka_unit_test(test_host_optimizer),
         cmocka_unit_test(test_host_optimizer_in_backward),
