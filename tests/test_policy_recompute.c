@@ -284,10 +284,10 @@ static void test_chain(void **state)
 
 /* Plans the rebuilt-input cases below: op 0 makes W (0.2 s), op 1 makes
  * A from it (0.1 s), both recomputable; A's copy out fits op 1's 0.1 s.
- * Storage `state` (0: none) is model state. The one item, which must be
- * A's. */
+ * Storage `state` (0: none) is model state; through_freed as the
+ * planner's. The one item, which must be A's. */
 static cham_policy_item_t plan_rebuilt(const uint64_t *mem, const use_spec_t *uses, size_t n,
-                                       uint64_t state)
+                                       uint64_t state, bool through_freed)
 {
     cham_profile_t *p = test_build_profile(PH, mem, uses, n);
     costs(p);
@@ -298,6 +298,7 @@ static cham_policy_item_t plan_rebuilt(const uint64_t *mem, const use_spec_t *us
     p->ops[1].cost_ns = 0.1 * SEC;
     cham_planner_config_t c = config();
     c.d2h_bandwidth = 8192.0 * MiB;
+    c.through_freed = through_freed;
     cham_policy_t *pol;
     cham_policy_view_t v = plan(p, &c, &pol);
     assert_int_equal(v.n_items, 1);
@@ -323,7 +324,7 @@ static void test_rebuilt_input(void **state)
         };
         size_t n = sizeof uses / sizeof uses[0];
         uses[4].output = written;       /* else op 3 only reads P */
-        cham_policy_item_t it = plan_rebuilt(MEM, uses, n, 0);
+        cham_policy_item_t it = plan_rebuilt(MEM, uses, n, 0, false);
         assert_int_equal(it.recompute, !written);
         if (!written)
             assert_int_equal(it.recompute_ns, 3 * SEC / 10);
@@ -334,7 +335,8 @@ static void test_rebuilt_input(void **state)
  * 2 (memory peaks at op 3 here). When W is read by op 2 too, it is alive at
  * the drop and A is a candidate; when W's last use is op 1, the runtime's
  * record of A's op is gone with W before A is dropped (it keeps a record,
- * and holds the inputs, only from a drop on), so A is swapped. */
+ * and holds the inputs, only from a drop on), so A is swapped; unless the
+ * runtime keeps W as a ghost (through_freed, managed mode). */
 static void test_rebuilt_input_freed_before_the_drop(void **state)
 {
     (void)state;
@@ -351,7 +353,9 @@ static void test_rebuilt_input_freed_before_the_drop(void **state)
             uses[6] = uses[7];
             n--;
         }
-        assert_int_equal(plan_rebuilt(mem, uses, n, 0).recompute, w_last == 2);
+        for (int through = 0; through < 2; through++)
+            assert_int_equal(plan_rebuilt(mem, uses, n, 0, through).recompute,
+                             w_last == 2 || through);
     }
 }
 
@@ -370,10 +374,46 @@ static void test_rebuilt_from_model_state_read_last_before_the_use(void **state)
             {1, 1, 400, true}, {3, 2, 1, false}, {6, 1, 400, false},
         };
         cham_policy_item_t it =
-            plan_rebuilt(MEM, uses, sizeof uses / sizeof uses[0], model_state ? 2 : 0);
+            plan_rebuilt(MEM, uses, sizeof uses / sizeof uses[0], model_state ? 2 : 0, false);
         assert_int_equal(it.recompute, model_state);
         if (model_state)
             assert_int_equal(it.recompute_ns, 3 * SEC / 10);
+    }
+}
+
+/* Attention's shape: op 0 makes P (this step's, alive to op 7), op 1 makes
+ * W from P (0.2 s), op 2 makes A from W (0.1 s), both recomputable; W is
+ * freed after op 2, before A is dropped. Memory peaks after A is made
+ * (samples 7-8). The runtime keeps W as a ghost (through_freed): A is
+ * recomputed, W made again first, 0.3 s in all; without, W is gone and A
+ * is swapped. */
+static void test_through_a_freed_input(void **state)
+{
+    (void)state;
+    static const uint64_t mem[] = {100, 100, 100, 100, 100, 500, 500, 900,
+                                   900, 500, 500, 500, 500, 100, 100, 100};
+    static const use_spec_t uses[] = {
+        {0, 2, 1, true},  {1, 2, 1, false},   {1, 3, 1, true},
+        {2, 3, 1, false}, {2, 1, 400, true}, {6, 1, 400, false}, {7, 2, 1, false},
+    };
+    for (int through = 0; through < 2; through++) {
+        cham_profile_t *p = test_build_profile(PH, mem, uses, sizeof uses / sizeof uses[0]);
+        costs(p);
+        p->ops[1].recomputable = p->ops[2].recomputable = true;
+        p->ops[1].cost_ns = 0.2 * SEC;
+        p->ops[2].cost_ns = 0.1 * SEC;
+        cham_planner_config_t c = config();
+        c.d2h_bandwidth = 8192.0 * MiB;
+        c.through_freed = through;
+        cham_policy_t *pol;
+        cham_policy_view_t v = plan(p, &c, &pol);
+        assert_int_equal(v.n_items, 1);
+        assert_int_equal(v.items[0].storage, 1);
+        assert_int_equal(v.items[0].recompute, through);
+        if (through)
+            assert_int_equal(v.items[0].recompute_ns, 3 * SEC / 10);
+        cham_policy_free(pol);
+        cham_profile_free(p);
     }
 }
 
@@ -390,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_rebuilt_input),
         cmocka_unit_test(test_rebuilt_input_freed_before_the_drop),
         cmocka_unit_test(test_rebuilt_from_model_state_read_last_before_the_use),
+        cmocka_unit_test(test_through_a_freed_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -223,6 +223,53 @@ static void test_chain(void **state)
     assert_int_equal(stats(f).mem_in_use, 0);
 }
 
+/* b = affine(a), a = affine(x), seed x's. */
+static void expect_affine_twice(const unsigned char *got, unsigned seed)
+{
+    for (size_t i = 0; i < N; i++) {
+        unsigned char a = (unsigned char)((unsigned char)(i * 7 + seed) * 3 + 1);
+        if (got[i] != (unsigned char)(a * 3 + 1))
+            fail_msg("byte %zu: %u", i, got[i]);
+    }
+}
+
+/* a = affine(x), b = affine(a), b dropped: the caller releases a (as the
+ * attention's scores, freed once softmax made the probabilities, which
+ * the plan drops; there the record keeps ghosts before the drop). a is
+ * kept as a ghost: its memory goes at once, and b is made again through
+ * it, a first, bit-exact. When x is about to be overwritten, a is made
+ * again from the old x first and stays until b's record goes; then the
+ * ghost goes too. */
+static void test_ghost(void **state)
+{
+    fixture_t *f = *state;
+    cham_tensor_t *x = new_tensor(f, "x"), *a = new_tensor(f, "a"), *b = new_tensor(f, "b");
+    fill(f, x, 4);
+    compute(f, TAG_AFFINE, &x, 1, a);
+    compute(f, TAG_AFFINE, &a, 1, b);
+    assert_int_equal(cham_tensor_drop(b), CHAM_OK);
+    assert_int_equal(stats(f).mem_in_use, 2 * N);
+    cham_tensor_release(a);
+    assert_int_equal(stats(f).mem_in_use, N);
+    unsigned char buf[N];
+    read_back(f, b, buf);
+    expect_affine_twice(buf, 4);
+    assert_int_equal(stats(f).recomputes, 2);
+    assert_int_equal(f->hook.calls, 2);
+    assert_int_equal(stats(f).mem_in_use, 2 * N);   /* x and b: a went again */
+
+    assert_int_equal(cham_tensor_drop(b), CHAM_OK);
+    fill(f, x, 5);                                   /* a from the old x first */
+    assert_int_equal(stats(f).mem_in_use, 2 * N);   /* x and a */
+    read_back(f, b, buf);
+    expect_affine_twice(buf, 4);
+    assert_int_equal(f->hook.calls, 4);
+    cham_tensor_release(b);                          /* and with it the ghost */
+    assert_int_equal(stats(f).mem_in_use, N);
+    cham_tensor_release(x);
+    assert_int_equal(stats(f).mem_in_use, 0);
+}
+
 /* An op about to overwrite the input of a dropped tensor recomputes the
  * tensor first: its bytes are those of the old input. */
 static void test_input_overwritten(void **state)
@@ -541,6 +588,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_dropped_tensor_comes_back, setup, teardown),
         cmocka_unit_test_setup_teardown(test_chain, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ghost, setup, teardown),
         cmocka_unit_test_setup_teardown(test_input_overwritten, setup, teardown),
         cmocka_unit_test_setup_teardown(test_host_write_of_an_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals, setup, teardown),

@@ -49,6 +49,13 @@ typedef struct cham_planner_config {
                                     from the profile's op costs where it has
                                     them (true); false: swaps only, Eq. 1
                                     (docs/policy.md, "Recomputation") */
+    bool through_freed;          /* with recompute: may recompute a tensor
+                                    whose op read one the caller freed
+                                    before the drop, made again first by
+                                    its own op (attention's scores for its
+                                    probabilities); the runtime keeps such
+                                    tensors in managed mode only (true;
+                                    docs/policy.md, "Recomputation") */
     bool model_state;            /* may move persistent tensors (the
                                     profile's persistent uses: model state)
                                     between any two uses and across the
@@ -115,6 +122,10 @@ typedef struct cham_policy_item {
     uint64_t stall_ns;           /* predicted wait before use_op (fallback) */
     bool recompute;              /* dropped and recomputed, not swapped */
     uint64_t recompute_ns;       /* recompute: the re-run's predicted time */
+    uint32_t made_op;            /* recompute: the op that made it, whose
+                                    inputs the caller frees before the drop
+                                    are kept as ghosts (docs/executor.md,
+                                    "Ghosts"); UINT32_MAX: none kept */
     bool wraps;                  /* a persistent tensor away across the step's
                                     end: swap_in_op and use_op are ops of the
                                     next step (use_op <= swap_out_op), and

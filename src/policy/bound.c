@@ -319,7 +319,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     bool ok = curve && actual && rm.diff && rm.backed && prefix && rerun_after &&
               cham_gen_layers_build(&v, &c, &layers) &&
               cham_gen_tensors(&v, &layers, 1, false, &t, &n_t) &&
-              (!config->recompute || cham_gen_recompute_list(&v, t, n_t, &rl)) &&
+              (!config->recompute || cham_gen_recompute_list(&v, t, n_t, config->through_freed, &rl)) &&
               (pr = price(&rl, n)) != NULL;
     if (ok) {
         /* No step is faster than its ops with their collectives, run with

@@ -197,7 +197,9 @@ typedef struct cham_gen_recomp {
     uint64_t storage, bytes;
     double cost_ns;              /* the op's re-run time (caller's, else the
                                     mean), its rebuilt inputs' included */
-    uint32_t first_input, n_inputs;   /* the op's input storages in inputs[] */
+    uint32_t first_input, n_inputs;   /* in inputs[]: the op's input storages,
+                                         and after a rebuilt one those of the
+                                         op that makes it */
 } cham_gen_recomp_t;
 
 typedef struct cham_gen_recomp_list {
@@ -206,11 +208,11 @@ typedef struct cham_gen_recomp_list {
     uint64_t *inputs;
 } cham_gen_recomp_list_t;
 
-/* The candidates, in the order the planner takes them: by cost per byte.
- * Empty when the profile has no recomputable op. false when the host is
- * out of memory. */
+/* The candidates, in the order the planner takes them: by cost per byte;
+ * through_freed as the planner config's. Empty when the profile has no
+ * recomputable op. false when the host is out of memory. */
 bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor_t *t,
-                             size_t n_t, cham_gen_recomp_list_t *out);
+                             size_t n_t, bool through_freed, cham_gen_recomp_list_t *out);
 void cham_gen_recompute_list_free(cham_gen_recomp_list_t *rl);
 
 /* ---- copy time (plan.c) ------------------------------------------------ */

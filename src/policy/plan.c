@@ -23,6 +23,7 @@ cham_planner_config_t cham_planner_config_default(void)
         .score_c = 1.0,
         .min_swap_bytes = MiB,
         .recompute = true,
+        .through_freed = true,
         .model_state = true,
         .refine = true,
         .less_memory = true,

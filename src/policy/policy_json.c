@@ -41,7 +41,7 @@ static const char *const layer_keys[] = {"start_op", "n_ops", "phase", "time_ns"
                                          "remaining_ns"};
 static const char *const item_keys[] = {
     "storage", "bytes", "out_use", "in_use", "swap_out_op", "swap_out_done_op", "free_op",
-    "swap_in_layer", "swap_in_op", "use_op", "score", "stall_ns", "?recompute_ns", "?wraps"};
+    "swap_in_layer", "swap_in_op", "use_op", "score", "stall_ns", "?recompute_ns", "?made_op", "?wraps"};
 
 /* ---- the invariants -----------------------------------------------------------*/
 
@@ -277,6 +277,8 @@ static json_t *item_to_json(const cham_policy_item_t *it)
               cham_json_put(o, "stall_ns", json_integer((json_int_t)it->stall_ns)) &&
               (!it->recompute ||
                cham_json_put(o, "recompute_ns", json_integer((json_int_t)it->recompute_ns))) &&
+              (!it->recompute || it->made_op == UINT32_MAX ||
+               cham_json_put(o, "made_op", json_integer(it->made_op))) &&
               (!it->wraps || cham_json_put(o, "wraps", json_true()));
     if (!ok) {
         json_decref(o);
@@ -377,6 +379,8 @@ static bool read_item(reader_t *r, const json_t *v, cham_policy_item_t *it)
            cham_json_read_u53(r, v, "stall_ns", &it->stall_ns) &&
            (!(it->recompute = json_object_get(v, "recompute_ns") != NULL) ||
             cham_json_read_u53(r, v, "recompute_ns", &it->recompute_ns)) &&
+           (!json_object_get(v, "made_op") ||
+            cham_json_read_u32(r, v, "made_op", UINT32_MAX, &it->made_op)) &&
            (!json_object_get(v, "wraps") || cham_json_read_bool(r, v, "wraps", &it->wraps));
 }
 
@@ -408,7 +412,7 @@ static bool read_items(reader_t *r, const json_t *root, cham_policy_t *p)
     bool ok = true;
     for (size_t i = 0; ok && i < json_array_size(a); i++) {
         size_t m = cham_json_push_index(r, i);
-        cham_policy_item_t it = {0};
+        cham_policy_item_t it = {.made_op = UINT32_MAX};
         ok = read_item(r, json_array_get(a, i), &it);
         if (ok && !cham_policy_add_item(p, &it))
             ok = cham_json_fail(r, CHAM_ERR_HOST_OOM, "out of host memory");

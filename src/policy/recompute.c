@@ -4,6 +4,7 @@
  * ordered cheapest per byte first (docs/policy.md, "Recomputation"). */
 #include <stdlib.h>
 
+#include "common/grow.h"
 #include "policy/plan-impl.h"
 
 /* Per storage: where its uses are in the profile. */
@@ -65,13 +66,16 @@ static int cmp_cost(const void *a, const void *b)
 }
 
 /* The cost of making storage s again at op u when it is gone by then (its
- * last use is before u): its first use is the output of a recomputable op
- * q no later than `by`, nothing writes it after, and every input of q
- * existed before the step (its first use reads it), is alive at u and
- * unchanged since q: a weight gathered from its shard. -1 when it cannot
+ * last use is before u), for the candidate `dropped`: its first use is the
+ * output of a recomputable op q no later than `by`, nothing writes it
+ * after, and every input of q is alive at u and unchanged since q, and
+ * existed before the step (its first use reads it: a weight gathered from
+ * its shard) unless through_freed (a ghost's record holds its inputs:
+ * attention's scores made again from the projections). -1 when it cannot
  * be made again. */
 static double rebuild_cost(const cham_profile_view_t *v, const storage_uses_t *su, size_t n_su,
-                           const storage_uses_t *s, uint32_t by, uint32_t u, double mean_op_ns)
+                           const storage_uses_t *s, uint64_t dropped, uint32_t by, uint32_t u,
+                           bool through_freed, double mean_op_ns)
 {
     uint32_t q = s->first_op;
     const cham_profile_op_t *op = &v->ops[q];
@@ -82,14 +86,16 @@ static double rebuild_cost(const cham_profile_view_t *v, const storage_uses_t *s
         if (in->output)
             continue;
         const storage_uses_t *is = find(su, n_su, in->storage);
-        if (!is || v->uses[is->first_use].output || !alive_at(v, is, u) || written_in(is, q, u))
+        if (!is || in->storage == dropped || in->storage == s->storage ||
+            (v->uses[is->first_use].output && !through_freed) || !alive_at(v, is, u) ||
+            written_in(is, q, u))
             return -1;
     }
     return cham_gen_op_ns(v, q, mean_op_ns);
 }
 
 bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor_t *t,
-                             size_t n_t, cham_gen_recomp_list_t *out)
+                             size_t n_t, bool through_freed, cham_gen_recomp_list_t *out)
 {
     *out = (cham_gen_recomp_list_t){0};
     bool any = false;
@@ -103,7 +109,8 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
     storage_uses_t *su = malloc(nu * sizeof *su);
     uint32_t *writes = malloc(nu * sizeof *writes);
     out->v = malloc(n_t * sizeof *out->v);
-    out->inputs = malloc(nu * sizeof *out->inputs);
+    size_t cap_in = 0;
+    out->inputs = cham_grow(NULL, &cap_in, nu, sizeof *out->inputs, 64);
     bool ok = refs && su && writes && out->v && out->inputs;
     size_t n_su = 0, n_in = 0;
     if (ok) {
@@ -142,16 +149,35 @@ bool cham_gen_recompute_list(const cham_profile_view_t *v, const cham_gen_tensor
             const storage_uses_t *is = find(su, n_su, in->storage);
             /* Alive at u and unchanged since p, or made again first: then
              * alive when x is dropped (after f), for the runtime keeps an
-             * op's record, and holds its inputs, only from a drop on. */
+             * op's record, and holds its inputs, only from a drop on; or,
+             * through_freed, freed before: the runtime keeps it as a ghost
+             * (runtime/recompute.c). */
             usable = in->storage != x->storage && is && !written_in(is, p, u);
-            if (usable && !alive_at(v, is, u)) {
-                usable = is->last_op >= f;
-                double extra = rebuild_cost(v, su, n_su, is, p, u, mean_op_ns);
+            bool rebuilt = usable && !alive_at(v, is, u);
+            if (rebuilt) {
+                usable = through_freed || is->last_op >= f;
+                double extra =
+                    rebuild_cost(v, su, n_su, is, x->storage, p, u, through_freed, mean_op_ns);
                 usable = usable && extra >= 0;
                 cost += extra;
             }
+            /* A rebuilt input's op's inputs are the re-run's too: what the
+             * plan moves of them must be back by then (generate.c). */
+            const cham_profile_op_t *q = rebuilt && usable ? &v->ops[is->first_op] : NULL;
+            uint64_t *grown = cham_grow(out->inputs, &cap_in, n_in + 1 + (q ? q->n_uses : 0),
+                                        sizeof *out->inputs, 64);
+            if (!grown) {
+                ok = false;
+                break;
+            }
+            out->inputs = grown;
             out->inputs[n_in++] = in->storage;
+            for (uint32_t k = 0; q && k < q->n_uses; k++)
+                if (!v->uses[q->first_use + k].output)
+                    out->inputs[n_in++] = v->uses[q->first_use + k].storage;
         }
+        if (!ok)
+            break;
         if (!usable) {
             n_in = mark;
             continue;

@@ -177,6 +177,7 @@ void cham_context_free(cham_context_t *ctx)
     if (!ctx)
         return;
     cham_hook_forbid(ctx, "cham_context_free");
+    cham_recompute_sweep_ghosts(ctx);
     CHAM_ASSERT(ctx->live_storages == 0 && "release every tensor before freeing the context");
     if (ctx->dev)
         cham_device_synchronize(ctx->dev);
@@ -193,6 +194,7 @@ void cham_context_free(cham_context_t *ctx)
     cham_intern_free(&ctx->tokens);
     free(ctx->seq);
     free(ctx->op_tensors);
+    free(ctx->ghosts);
     free(ctx);
 }
 

@@ -292,6 +292,7 @@ cham_status_t cham_op_end(cham_context_t *ctx)
     if (ctx->building && !ctx->profile_failed)
         cham_profile_end_op(ctx->building, ctx->stats.mem_in_use);
     ctx->stats.ops++;
+    cham_recompute_sweep_ghosts(ctx);
     cham_status_t st = ctx->exec.plan ? cham_exec_op_end(ctx) : CHAM_OK;
     if (ctx->mem && st == CHAM_OK)
         st = cham_allocator_op_dispatched(ctx->mem, ctx->ops_total);

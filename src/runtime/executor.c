@@ -101,14 +101,21 @@ void cham_exec_carry(cham_context_t *ctx)
 
 /* ---- model state between plans --------------------------------------------*/
 
-bool cham_exec_plan_init(cham_plan_t *p, const cham_profile_t *profile)
+bool cham_exec_plan_init(cham_plan_t *p, const cham_policy_view_t *policy,
+                         const cham_profile_t *profile)
 {
     cham_profile_view_t v;
     cham_profile_get(profile, &v);
     p->state_ids = malloc((v.n_uses ? v.n_uses : 1) * sizeof *p->state_ids);
     p->tokens = malloc((v.n_ops ? v.n_ops : 1) * sizeof *p->tokens);
-    if (!p->state_ids || !p->tokens)
-        return false;     /* cham_exec_plan_free frees either */
+    p->makes_dropped = calloc(v.n_ops ? v.n_ops : 1, sizeof *p->makes_dropped);
+    if (!p->state_ids || !p->tokens || !p->makes_dropped)
+        return false;     /* cham_exec_plan_free frees them */
+    for (size_t i = 0; i < policy->n_items; i++) {
+        const cham_policy_item_t *it = &policy->items[i];
+        if (it->recompute && it->made_op < v.n_ops)
+            p->makes_dropped[it->made_op] = true;
+    }
     p->forward_ops = p->backward_ops = 0;
     p->backward_first = (uint32_t)v.n_ops;
     for (size_t k = 0; k < v.n_ops; k++) {
@@ -136,6 +143,7 @@ void cham_exec_plan_free(cham_plan_t *p)
 {
     free(p->state_ids);
     free(p->tokens);
+    free(p->makes_dropped);
 }
 
 /* When storage s, away, comes back under plan p when p does not want it
@@ -466,6 +474,14 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
 cham_status_t cham_exec_op_end(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
+    /* The op made a tensor the plan drops and makes again: what the caller
+     * frees of its inputs before the drop is kept as a ghost (recompute.c;
+     * the planner counted on it, policy.md "What may be recomputed"). */
+    if (ctx->config.mode == CHAM_MODE_MANAGED && x->clock < x->plan->n_tokens &&
+        x->plan->makes_dropped[x->clock])
+        for (size_t i = ctx->op_inputs; i < ctx->op_inputs + ctx->op_outputs; i++)
+            if (ctx->op_tensors[i]->storage->recompute)
+                ctx->op_tensors[i]->storage->recompute->keeps_ghosts = true;
     for (size_t i = 0; i < x->n_pending; i++) {
         uint32_t item = x->pending[i];
         cham_storage_t *s = x->storage_of[item];

@@ -13,11 +13,18 @@
  * A held input the caller has released keeps its storage alive; if it can
  * itself be made again from state older than the step (rebuildable: a
  * ZeRO-3 weight gathered from its shard), it keeps no memory either: it is
- * dropped, and made again when a record that reads it runs. docs/
- * executor.md, "Recomputation". */
+ * dropped, and made again when a record that reads it runs.
+ *
+ * In managed mode an input the caller releases while its reader's output
+ * is still on the device (attention's scores, once softmax made the
+ * probabilities) is kept as a ghost when its own op can make it again:
+ * dropped at once, its record holding its inputs, so the reader's output
+ * can still be dropped and made again through it. docs/executor.md,
+ * "Recomputation". */
 #include <stdlib.h>
 
 #include "common/assert.h"
+#include "common/grow.h"
 #include "profile/profile-impl.h"
 #include "runtime/runtime-impl.h"
 
@@ -45,16 +52,21 @@ static void unlink_input(cham_recompute_input_t *in)
         in->next->prev = in->prev;
 }
 
-/* Can s be made again from state that outlives the step? Its op is
- * recorded, and each of the op's inputs existed before this step began. */
+/* Can s be made again without holding memory of this step? Its op is
+ * recorded, and each of the op's inputs existed before this step began;
+ * for a ghost, whose record holds its inputs, each is there and no ghost
+ * itself (no chains of them). */
 static bool rebuildable(const cham_storage_t *s)
 {
     const cham_recompute_t *r = s->recompute;
     if (!r || r->dead)
         return false;
-    for (size_t i = 0; i < r->n_inputs; i++)
-        if (r->in[i].storage->born_step >= s->ctx->step || r->in[i].storage->freeing)
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        const cham_storage_t *in = r->in[i].storage;
+        if (in == s || in->freeing || (s->ghost ? in->ghost != NULL
+                                                : in->born_step >= s->ctx->step))
             return false;
+    }
     return true;
 }
 
@@ -107,7 +119,7 @@ static bool release_held(cham_recompute_t *r)
     for (size_t i = 0; i < r->n_inputs; i++) {
         cham_tensor_t *held = r->in[i].held;
         r->in[i].held = NULL;
-        cham_tensor_release(held);
+        cham_view_release(held);
     }
     r->releasing = false;
     if (!r->dead)
@@ -123,7 +135,7 @@ static bool hold_inputs(cham_recompute_t *r)
     for (size_t i = 0; i < r->n_inputs; i++) {
         if (!(r->in[i].held = cham_storage_new_view(r->in[i].storage))) {
             for (size_t j = 0; j < i; j++) {
-                cham_tensor_release(r->in[j].held);
+                cham_view_release(r->in[j].held);
                 r->in[j].held = NULL;
             }
             return false;
@@ -150,6 +162,62 @@ void cham_recompute_unviewed(cham_storage_t *s)
         return;                /* host OOM: it stays where it is */
     r->n_dropped++;
     give_back(s);
+}
+
+/* Does a record whose output is dropped, or that the plan drops, read s? */
+static bool read_for_a_drop(const cham_storage_t *s)
+{
+    for (const cham_recompute_input_t *in = s->dependents; in; in = in->next)
+        if ((in->rec->keeps_ghosts || in->rec->n_dropped) && !in->rec->dead)
+            return true;
+    return false;
+}
+
+bool cham_recompute_ghost(cham_storage_t *s, cham_tensor_t *t)
+{
+    cham_context_t *ctx = s->ctx;
+    if (ctx->config.mode != CHAM_MODE_MANAGED || s->freeing || s->ghost ||
+        s->residency != CHAM_RESIDENT_DEVICE || s->views != s->internal_views + 1 ||
+        !read_for_a_drop(s))
+        return false;
+    s->ghost = t;
+    if (!rebuildable(s)) {
+        s->ghost = NULL;
+        return false;
+    }
+    cham_storage_t **g = cham_grow(ctx->ghosts, &ctx->cap_ghosts, ctx->n_ghosts + 1, sizeof *g, 16);
+    if (!g) {
+        s->ghost = NULL;
+        return false;          /* host OOM: it goes as the caller asked */
+    }
+    ctx->ghosts = g;
+    ctx->ghosts[ctx->n_ghosts++] = s;
+    t->refs = 1;
+    t->internal = true;
+    s->internal_views++;
+    cham_recompute_unviewed(s);    /* dropped, unless the host is out of memory */
+    return true;
+}
+
+void cham_recompute_sweep_ghosts(cham_context_t *ctx)
+{
+    /* A ghost released may end a record another ghost's only reader
+     * held: again until a pass releases none. */
+    for (bool again = true; again;) {
+        again = false;
+        for (size_t i = 0; i < ctx->n_ghosts;) {
+            cham_storage_t *s = ctx->ghosts[i];
+            if (s->dependents) {
+                i++;
+                continue;
+            }
+            ctx->ghosts[i] = ctx->ghosts[--ctx->n_ghosts];
+            cham_tensor_t *t = s->ghost;
+            s->ghost = NULL;
+            cham_view_release(t);
+            again = true;
+        }
+    }
 }
 
 cham_status_t cham_op_set_recompute(cham_context_t *ctx, uint64_t tag)
@@ -619,7 +687,7 @@ static cham_status_t recompute(cham_storage_t *s, cham_swap_cause_t cause, int d
     }
     /* Scratch goes in stream order, after the kernels that wrote it. */
     for (size_t k = 0; k < made; k++)
-        cham_tensor_release(scratch[k]);
+        cham_view_release(scratch[k]);
     if (addr != ptrs)
         free(addr);
     if (bytes != sizes)

@@ -56,6 +56,8 @@ struct cham_recompute {
     uint64_t tag;
     double cost_ns;               /* the op's cost (cham_op_set_cost), < 0 unknown */
     bool releasing, dead;         /* see release_held in recompute.c */
+    bool keeps_ghosts;            /* managed: the plan recomputes an output
+                                     (inputs the caller frees become ghosts) */
     uint32_t n_dropped;
     bool stale;                   /* advisor: an input was written after a re-run
                                      was advised; forgotten once none is dropped */
@@ -153,6 +155,9 @@ struct cham_storage {
     uint64_t away_step;           /* ctx->step when it last left the device */
     size_t carry_slot;            /* 1 + its index in exec.carried, or 0 */
     uint32_t internal_views;      /* of views, the runtime's own (recompute.c) */
+    cham_tensor_t *ghost;         /* the caller released it, a recomputable op
+                                     may read it again: the view that keeps
+                                     it (recompute.c, cham_recompute_ghost) */
     bool freeing;                 /* storage_free is under way */
     bool lost;                    /* advisor: dropped, and an input of its op
                                      was released before it was made again */
@@ -198,6 +203,8 @@ typedef struct cham_plan {
     uint64_t *state_ids;
     size_t n_state;
     cham_op_token_t *tokens;      /* the profiled step's ops: n_tokens */
+    bool *makes_dropped;          /* n_tokens: the op makes a tensor the plan
+                                     recomputes (its record keeps ghosts) */
     size_t n_tokens;
     /* Its forward ops before the backward, the backward's first op, and
      * its backward ops (0: no backward). */
@@ -403,6 +410,8 @@ struct cham_context {
     void *step_hook_user;
     cham_recompute_hook_t recompute_hook;
     void *recompute_hook_user;
+    cham_storage_t **ghosts;      /* storages kept by their ghost views */
+    size_t n_ghosts, cap_ghosts;
     cham_swap_hook_t swap_hook;
     void *swap_hook_user;
     cham_log_hook_t log_hook;
@@ -507,7 +516,8 @@ void cham_exec_carry(cham_context_t *ctx);
 void cham_exec_send_away(cham_context_t *ctx);
 /* The plan's model-state ids from its profile (false: out of host
  * memory); cham_exec_plan_free frees them. */
-bool cham_exec_plan_init(cham_plan_t *plan, const cham_profile_t *profile);
+bool cham_exec_plan_init(cham_plan_t *plan, const cham_policy_view_t *policy,
+                         const cham_profile_t *profile);
 void cham_exec_plan_free(cham_plan_t *plan);
 cham_status_t cham_exec_op_begin(cham_context_t *ctx);
 /* A use of t by the op being begun, the pos-th of its tensors (inputs,
@@ -548,6 +558,17 @@ void cham_recompute_written(cham_storage_t *s);
  * runtime's own views are left and s can be made again from state that
  * outlives the step (a ZeRO-3 gathered weight), its memory goes. */
 void cham_recompute_unviewed(cham_storage_t *s);
+/* tensor.c: cham_tensor_release without the sweep of ghosts, for the
+ * runtime's own views. */
+void cham_view_release(cham_tensor_t *t);
+/* The caller releases t, the last view of s: when a record that reads s
+ * may need it again and s's own op can make it again from tensors alive
+ * now, t is kept as s's ghost view (s is dropped, its memory back) and
+ * true is returned; else false and t goes. Managed mode. */
+bool cham_recompute_ghost(cham_storage_t *s, cham_tensor_t *t);
+/* Releases the ghosts no record reads any more (their records' held views
+ * with them): at op and step ends, and when the context goes. */
+void cham_recompute_sweep_ghosts(cham_context_t *ctx);
 /* recompute.c: s is being freed: its record and its dependents' go. */
 void cham_recompute_storage_gone(cham_storage_t *s);
 

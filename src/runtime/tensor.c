@@ -310,11 +310,23 @@ void cham_tensor_release(cham_tensor_t *t)
 {
     if (!t)
         return;
+    cham_context_t *ctx = t->storage->ctx;
+    cham_view_release(t);
+    /* Ghosts whose last reader went with t go too (their records' views
+     * of other tensors with them), before the caller counts its memory. */
+    if (ctx->n_ghosts)
+        cham_recompute_sweep_ghosts(ctx);
+}
+
+void cham_view_release(cham_tensor_t *t)
+{
     CHAM_ASSERT(t->refs > 0 && "tensor released more often than retained");
     cham_hook_forbid(t->storage->ctx, "cham_tensor_release");
     if (--t->refs > 0)
         return;
     cham_storage_t *s = t->storage;
+    if (!t->internal && cham_recompute_ghost(s, t))
+        return;
     if (t->prev_view)
         t->prev_view->next_view = t->next_view;
     else

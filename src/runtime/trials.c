@@ -50,6 +50,8 @@ cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profi
     size_t kind = k % 5;
     pc.recompute = ctx->config.recompute && kind != 1;
     pc.early_swap_in = pc.recompute && (kind == 0 || kind == 4);
+    /* Only the managed runtime keeps what the caller frees (ghosts). */
+    pc.through_freed = ctx->config.mode == CHAM_MODE_MANAGED;
     /* The fifth plans activations only, as the paper: model state moved
      * where it did not have to costs link time the replay can misjudge. */
     pc.model_state = ctx->config.model_state &&

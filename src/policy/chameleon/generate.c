@@ -58,6 +58,7 @@ static cham_policy_item_t choose(gen_t *g, cham_gen_tensor_t *t)
         .in_use = g->v->uses[t->in_use],
         .swap_out_op = t->last_fwd,
         .use_op = t->first_bwd,
+        .made_op = UINT32_MAX,
         .wraps = t->wraps,
     };
     it.out_use.host_backed = t->backed;   /* every use at its op, not the first only */
@@ -143,14 +144,61 @@ static uint32_t before_collectives(const cham_profile_view_t *v, uint32_t at, ui
     return at;
 }
 
+/* Chains of chosen candidates, each made again for the next, at most this
+ * long: the runtime recurses through one per link, and a ghost between
+ * two is one more (it stops at 64, runtime/recompute.c). With ghosts, a
+ * residual stream is a chain through every layer: GPT-2 1.5B's 48 adds
+ * went past the runtime's limit. */
+#define MAX_CHAIN 8
+
+/* The chosen candidate whose inputs include tensor i's storage at op at,
+ * its slot; -1 when none is. */
+static int32_t chosen_input(gen_t *g, const storage_index_t *idx, const int32_t *slot,
+                            const bool *in, size_t i, uint32_t j, uint32_t at)
+{
+    const cham_gen_recomp_t *c = &g->rl.v[i];
+    cham_gen_tensor_t *x = tensor_of(g, idx, g->rl.inputs[c->first_input + j], at);
+    int32_t s = x ? slot[x - g->t] : -1;
+    return s >= 0 && in[s] ? s : -1;
+}
+
+/* Leaves out each chosen candidate at the end of a chain longer than
+ * MAX_CHAIN; whether any was. */
+static bool cut_chains(gen_t *g, size_t k, const storage_index_t *idx, const int32_t *slot,
+                       const uint32_t *at, bool *in, uint32_t *depth)
+{
+    for (size_t i = 0; i < k; i++)
+        depth[i] = 1;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t i = 0; i < k; i++) {
+            for (uint32_t j = 0; in[i] && j < g->rl.v[i].n_inputs; j++) {
+                int32_t s = chosen_input(g, idx, slot, in, i, j, at[i]);
+                if (s >= 0 && depth[s] + 1 > depth[i] && depth[i] <= MAX_CHAIN) {
+                    depth[i] = depth[s] + 1;
+                    changed = true;
+                }
+            }
+        }
+    }
+    bool cut = false;
+    for (size_t i = 0; i < k; i++)
+        if (in[i] && depth[i] > MAX_CHAIN) {
+            in[i] = false;
+            cut = true;
+        }
+    return cut;
+}
+
 /* When each of the first k candidates runs again: at its first backward
  * use (before the waited collectives right before it), or earlier when a
  * chosen candidate that reads it runs earlier (the runtime then makes it
- * first: a chain). One whose point would come before its block is free
- * is left out, and the points are worked out again. slot[t]: the
- * candidate index of tensor t, or -1. */
+ * first: a chain). One whose point would come before its block is free,
+ * or at the end of a chain too long, is left out, and the points are
+ * worked out again. slot[t]: the candidate index of tensor t, or -1.
+ * depth: k of scratch. */
 static void recompute_points(gen_t *g, size_t k, const storage_index_t *idx, const int32_t *slot,
-                             uint32_t *at, bool *in)
+                             uint32_t *at, bool *in, uint32_t *depth)
 {
     for (;;) {
         for (size_t i = 0; i < k; i++) {
@@ -160,19 +208,16 @@ static void recompute_points(gen_t *g, size_t k, const storage_index_t *idx, con
         for (bool changed = true; changed;) {
             changed = false;
             for (size_t i = 0; i < k; i++) {
-                const cham_gen_recomp_t *c = &g->rl.v[i];
-                for (uint32_t j = 0; in[i] && j < c->n_inputs; j++) {
-                    cham_gen_tensor_t *x = tensor_of(g, idx, g->rl.inputs[c->first_input + j],
-                                                     at[i]);
-                    int32_t s = x ? slot[x - g->t] : -1;
-                    if (s >= 0 && in[s] && at[i] < at[s]) {
+                for (uint32_t j = 0; in[i] && j < g->rl.v[i].n_inputs; j++) {
+                    int32_t s = chosen_input(g, idx, slot, in, i, j, at[i]);
+                    if (s >= 0 && at[i] < at[s]) {
                         at[s] = at[i];
                         changed = true;
                     }
                 }
             }
         }
-        bool removed = false;
+        bool removed = cut_chains(g, k, idx, slot, at, in, depth);
         for (size_t i = 0; i < k; i++)
             if (in[i] && at[i] < g->t[g->rl.v[i].tensor].last_fwd + 2) {
                 in[i] = false;
@@ -197,7 +242,8 @@ static bool choose_recompute(gen_t *g, size_t n_recompute)
     int32_t *slot = malloc(g->n_t * sizeof *slot);
     uint32_t *at = malloc(k * sizeof *at);
     bool *in = malloc(k * sizeof *in);
-    bool ok = idx && slot && at && in;
+    uint32_t *depth = malloc(k * sizeof *depth);
+    bool ok = idx && slot && at && in && depth;
     if (ok) {
         for (size_t i = 0; i < g->n_t; i++) {
             idx[i] = (storage_index_t){g->t[i].storage, (uint32_t)i};
@@ -208,7 +254,7 @@ static bool choose_recompute(gen_t *g, size_t n_recompute)
             slot[g->rl.v[i].tensor] = (int32_t)i;
             in[i] = true;
         }
-        recompute_points(g, k, idx, slot, at, in);
+        recompute_points(g, k, idx, slot, at, in, depth);
     }
     for (size_t i = 0; ok && i < k; i++) {
         if (!in[i])
@@ -224,6 +270,7 @@ static bool choose_recompute(gen_t *g, size_t n_recompute)
         it.swap_in_op = at[i];
         it.recompute = true;
         it.recompute_ns = (uint64_t)(c->cost_ns + 0.5);
+        it.made_op = c->op;
         ok = cham_policy_add_item(g->pol, &it);
         for (uint32_t j = 0; ok && j < c->n_inputs; j++) {
             cham_gen_tensor_t *x = tensor_of(g, idx, g->rl.inputs[c->first_input + j], at[i]);
@@ -236,6 +283,7 @@ static bool choose_recompute(gen_t *g, size_t n_recompute)
     free(slot);
     free(at);
     free(in);
+    free(depth);
     return ok;
 }
 
@@ -289,7 +337,7 @@ static cham_status_t plan_once(const cham_profile_t *profile,
         goto host_oom;
     /* The copy queue needs the ops' real times; with Eq. 1's even shares
      * the paper's layer budgets stay (docs/policy.md, "The copy queues"). */
-    if (config->recompute && (!cham_gen_recompute_list(&v, g.t, g.n_t, &g.rl) ||
+    if (config->recompute && (!cham_gen_recompute_list(&v, g.t, g.n_t, config->through_freed, &g.rl) ||
                               (queue && g.layers.timed && !cham_gen_sim_queue(&g.sim, v.n_ops))))
         goto host_oom;
     *n_recomputable = g.rl.n;
