@@ -195,6 +195,7 @@ bool cham_recompute_ghost(cham_storage_t *s, cham_tensor_t *t)
     t->refs = 1;
     t->internal = true;
     s->internal_views++;
+    cham_exec_forget(ctx, s);      /* to the plan it is freed: no item's any more */
     cham_recompute_unviewed(s);    /* dropped, unless the host is out of memory */
     return true;
 }
