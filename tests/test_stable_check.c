@@ -202,6 +202,30 @@ static void test_much_slower_clean_is_not_kept(void **state)
     fixture_free(&f);
 }
 
+/* A check left before it is done (another class's starts) gives the best
+ * of what it measured: the kept policy that ran out at 140 ms while the
+ * next, tried for it, has no Stable step timed yet; nothing when nothing
+ * was measured, or once it is done. */
+static void test_abandoned_keeps_the_best_measured(void **state)
+{
+    (void)state;
+    fixture_t f;
+    fixture_init(&f, (const uint64_t[]){137, 100, 138, 0, 0});
+    cham_check_t k = {0};
+    cham_check_start(&k, f.trial, 5, f.plan[0], 7);
+    uint32_t id = 0;
+    assert_null(cham_check_abandon(&k, &id));
+    cham_plan_t *p;
+    assert_int_equal(cham_check_sample(&k, 140 * MS, true, &p), CHAM_CHECK_TRY_NEXT);
+    assert_ptr_equal(p, f.plan[2]);
+    assert_ptr_equal(cham_check_abandon(&k, &id), f.plan[0]);
+    assert_int_equal(id, 7);
+    assert_int_equal(measure(&k, (const uint64_t[]){139, 139, 139, 139}, &p), CHAM_CHECK_DONE);
+    assert_null(cham_check_abandon(&k, &id));
+    cham_check_clear(&k);
+    fixture_free(&f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -212,6 +236,7 @@ int main(void)
         cmocka_unit_test(test_noise_is_not_worth_a_try),
         cmocka_unit_test(test_passive_swaps_end_the_measurement),
         cmocka_unit_test(test_much_slower_clean_is_not_kept),
+        cmocka_unit_test(test_abandoned_keeps_the_best_measured),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -45,6 +45,11 @@ void cham_loop_static_end(cham_context_t *ctx, const cham_profile_t *fresh);
  * to classes once a second sequence recurs where Algorithm 1 has not
  * settled. */
 cham_class_t *cham_loop_class_of_step(cham_context_t *ctx);
+/* loop.c: starts the check in Stable of `kept`, chosen from trials[0..n)
+ * (of class c, or NULL); a check of another class not done yet ends, that
+ * class keeping the best it measured. */
+void cham_loop_check_start(cham_context_t *ctx, const cham_trial_t *trials, size_t n,
+                           cham_plan_t *kept, cham_class_t *c);
 /* loop_classes.c: the class c keeps plan from now on. */
 void cham_loop_keep(cham_class_t *c, cham_plan_t *plan);
 /* loop_classes.c: the step end in classes (the step was of class c; fresh

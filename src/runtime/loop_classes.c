@@ -116,7 +116,7 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
                 cham_plan_t *best =
                     cham_loop_best_trial(ctx, c->trials, c->n_trials, !clean_slower);
                 if (best) {
-                    cham_check_start(&ctx->check, c->trials, c->n_trials, best, c->id);
+                    cham_loop_check_start(ctx, c->trials, c->n_trials, best, c);
                     cham_loop_keep(c, best);
                 }
             }

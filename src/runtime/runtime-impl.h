@@ -269,6 +269,9 @@ typedef enum {
  * kept was not measured. */
 void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cham_plan_t *kept,
                       uint32_t class_id);
+/* A check left before it is done (another's starts): the best of the
+ * candidates measured so far, to keep for class *class_id, or NULL. */
+cham_plan_t *cham_check_abandon(const cham_check_t *k, uint32_t *class_id);
 /* A Stable step in a row of steps applying the current candidate took
  * step_ns, with passive swaps or not (then the candidate's measurement
  * ends with it). *plan: the policy to apply from now on. */

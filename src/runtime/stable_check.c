@@ -46,12 +46,14 @@ void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cha
 
 /* Of the candidates measured so far, the fastest that ran clean in
  * Stable when it is close to the fastest (cham_clean_is_close), else the
- * fastest. */
+ * fastest; SIZE_MAX when none is measured. */
 static size_t best_measured(const cham_check_t *k)
 {
-    size_t best = 0, clean = SIZE_MAX;
+    size_t best = SIZE_MAX, clean = SIZE_MAX;
     for (size_t i = 0; i <= k->at; i++) {
-        if (k->cand[i].stable_ns < k->cand[best].stable_ns)
+        if (!k->cand[i].stable_ns)
+            continue;
+        if (best == SIZE_MAX || k->cand[i].stable_ns < k->cand[best].stable_ns)
             best = i;
         if (!k->cand[i].ran_out &&
             (clean == SIZE_MAX || k->cand[i].stable_ns < k->cand[clean].stable_ns))
@@ -59,6 +61,13 @@ static size_t best_measured(const cham_check_t *k)
     }
     return clean != SIZE_MAX && cham_clean_is_close(k->cand[clean].stable_ns,
                                                     k->cand[best].stable_ns) ? clean : best;
+}
+
+cham_plan_t *cham_check_abandon(const cham_check_t *k, uint32_t *class_id)
+{
+    *class_id = k->class_id;
+    size_t best = k->n && !k->done ? best_measured(k) : SIZE_MAX;
+    return best == SIZE_MAX ? NULL : k->cand[best].plan;
 }
 
 cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, bool passive,
