@@ -151,8 +151,8 @@ static uint32_t before_collectives(const cham_profile_view_t *v, uint32_t at, ui
  * went past the runtime's limit. */
 #define MAX_CHAIN 8
 
-/* The chosen candidate whose inputs include tensor i's storage at op at,
- * its slot; -1 when none is. */
+/* The slot of the chosen candidate that candidate i's input j is (the
+ * tensor of that storage idle at op at); -1 when it is none. */
 static int32_t chosen_input(gen_t *g, const storage_index_t *idx, const int32_t *slot,
                             const bool *in, size_t i, uint32_t j, uint32_t at)
 {
