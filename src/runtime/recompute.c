@@ -54,16 +54,16 @@ static void unlink_input(cham_recompute_input_t *in)
 
 /* Can s be made again without holding memory of this step? Its op is
  * recorded, and each of the op's inputs existed before this step began;
- * for a ghost, whose record holds its inputs, each is there and no ghost
+ * as a ghost, whose record holds its inputs, each is there and no ghost
  * itself (no chains of them). */
-static bool rebuildable(const cham_storage_t *s)
+static bool rebuildable(const cham_storage_t *s, bool as_ghost)
 {
     const cham_recompute_t *r = s->recompute;
     if (!r || r->dead)
         return false;
     for (size_t i = 0; i < r->n_inputs; i++) {
         const cham_storage_t *in = r->in[i].storage;
-        if (in == s || in->freeing || (s->ghost ? in->ghost != NULL
+        if (in == s || in->freeing || (as_ghost ? in->ghost != NULL
                                                 : in->born_step >= s->ctx->step))
             return false;
     }
@@ -155,7 +155,7 @@ void cham_recompute_unviewed(cham_storage_t *s)
 {
     /* An op's own tensors have the caller's views, so are never taken. */
     if (s->views == 0 || s->views != s->internal_views ||
-        s->residency == CHAM_RESIDENT_DROPPED || !rebuildable(s))
+        s->residency == CHAM_RESIDENT_DROPPED || !rebuildable(s, s->ghost != NULL))
         return;
     cham_recompute_t *r = s->recompute;
     if (r->n_dropped == 0 && !hold_inputs(r))
@@ -178,20 +178,14 @@ bool cham_recompute_ghost(cham_storage_t *s, cham_tensor_t *t)
     cham_context_t *ctx = s->ctx;
     if (ctx->config.mode != CHAM_MODE_MANAGED || s->freeing || s->ghost ||
         s->residency != CHAM_RESIDENT_DEVICE || s->views != s->internal_views + 1 ||
-        !read_for_a_drop(s))
+        !read_for_a_drop(s) || !rebuildable(s, true))
         return false;
-    s->ghost = t;
-    if (!rebuildable(s)) {
-        s->ghost = NULL;
-        return false;
-    }
     cham_storage_t **g = cham_grow(ctx->ghosts, &ctx->cap_ghosts, ctx->n_ghosts + 1, sizeof *g, 16);
-    if (!g) {
-        s->ghost = NULL;
+    if (!g)
         return false;          /* host OOM: it goes as the caller asked */
-    }
     ctx->ghosts = g;
     ctx->ghosts[ctx->n_ghosts++] = s;
+    s->ghost = t;
     t->refs = 1;
     t->internal = true;
     s->internal_views++;
