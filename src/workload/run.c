@@ -499,14 +499,14 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
         }
         size_t n = r->steps - first, from = first + n / 2;
         double late_s = 0;
-        for (size_t i = from; i < r->steps; i++)
-            late_s += (double)times[i] * 1e-9;
-        r->late_mean_step_time_s = late_s / (double)(r->steps - from);
         for (size_t i = first; i < r->steps; i++) {
             sum += (double)times[i];
+            if (i >= from)
+                late_s += (double)times[i] * 1e-9;
             if (stable[i])
-                times[n_stable++] = times[i];
+                times[n_stable++] = times[i];   /* n_stable <= i: the steps after are intact */
         }
+        r->late_mean_step_time_s = late_s / (double)(r->steps - from);
         r->mean_step_time_s = sum / (double)n * 1e-9;
         r->step_time_s = n_stable ? median_s(times, n_stable) : median_s(times + first, n);
         r->stable_steps = n_stable;
