@@ -282,20 +282,20 @@ static void test_chain(void **state)
     cham_profile_free(p);
 }
 
-/* Plans the rebuilt-input cases below: op 0 makes W (0.2 s), op 1 makes
- * A from it (0.1 s), both recomputable; A's copy out fits op 1's 0.1 s.
- * Storage `state` (0: none) is model state; through_freed as the
+/* Plans the rebuilt-input cases below: op w makes W (0.2 s), op w + 1
+ * makes A from it (0.1 s), both recomputable; A's copy out fits op w + 1's
+ * 0.1 s. Storage `state` (0: none) is model state; through_freed as the
  * planner's. The one item, which must be A's. */
 static cham_policy_item_t plan_rebuilt(const uint64_t *mem, const use_spec_t *uses, size_t n,
-                                       uint64_t state, bool through_freed)
+                                       size_t w, uint64_t state, bool through_freed)
 {
     cham_profile_t *p = test_build_profile(PH, mem, uses, n);
     costs(p);
     if (state)
         test_mark_persistent(p, state);
-    p->ops[0].recomputable = p->ops[1].recomputable = true;
-    p->ops[0].cost_ns = 0.2 * SEC;
-    p->ops[1].cost_ns = 0.1 * SEC;
+    p->ops[w].recomputable = p->ops[w + 1].recomputable = true;
+    p->ops[w].cost_ns = 0.2 * SEC;
+    p->ops[w + 1].cost_ns = 0.1 * SEC;
     cham_planner_config_t c = config();
     c.d2h_bandwidth = 8192.0 * MiB;
     c.through_freed = through_freed;
@@ -324,7 +324,7 @@ static void test_rebuilt_input(void **state)
         };
         size_t n = sizeof uses / sizeof uses[0];
         uses[4].output = written;       /* else op 3 only reads P */
-        cham_policy_item_t it = plan_rebuilt(MEM, uses, n, 0, false);
+        cham_policy_item_t it = plan_rebuilt(MEM, uses, n, 0, 0, false);
         assert_int_equal(it.recompute, !written);
         if (!written)
             assert_int_equal(it.recompute_ns, 3 * SEC / 10);
@@ -354,7 +354,7 @@ static void test_rebuilt_input_freed_before_the_drop(void **state)
             n--;
         }
         for (int through = 0; through < 2; through++)
-            assert_int_equal(plan_rebuilt(mem, uses, n, 0, through).recompute,
+            assert_int_equal(plan_rebuilt(mem, uses, n, 0, 0, through).recompute,
                              w_last == 2 || through);
     }
 }
@@ -374,7 +374,7 @@ static void test_rebuilt_from_model_state_read_last_before_the_use(void **state)
             {1, 1, 400, true}, {3, 2, 1, false}, {6, 1, 400, false},
         };
         cham_policy_item_t it =
-            plan_rebuilt(MEM, uses, sizeof uses / sizeof uses[0], model_state ? 2 : 0, false);
+            plan_rebuilt(MEM, uses, sizeof uses / sizeof uses[0], 0, model_state ? 2 : 0, false);
         assert_int_equal(it.recompute, model_state);
         if (model_state)
             assert_int_equal(it.recompute_ns, 3 * SEC / 10);
@@ -397,23 +397,11 @@ static void test_through_a_freed_input(void **state)
         {2, 3, 1, false}, {2, 1, 400, true}, {6, 1, 400, false}, {7, 2, 1, false},
     };
     for (int through = 0; through < 2; through++) {
-        cham_profile_t *p = test_build_profile(PH, mem, uses, sizeof uses / sizeof uses[0]);
-        costs(p);
-        p->ops[1].recomputable = p->ops[2].recomputable = true;
-        p->ops[1].cost_ns = 0.2 * SEC;
-        p->ops[2].cost_ns = 0.1 * SEC;
-        cham_planner_config_t c = config();
-        c.d2h_bandwidth = 8192.0 * MiB;
-        c.through_freed = through;
-        cham_policy_t *pol;
-        cham_policy_view_t v = plan(p, &c, &pol);
-        assert_int_equal(v.n_items, 1);
-        assert_int_equal(v.items[0].storage, 1);
-        assert_int_equal(v.items[0].recompute, through);
+        cham_policy_item_t it =
+            plan_rebuilt(mem, uses, sizeof uses / sizeof uses[0], 1, 0, through);
+        assert_int_equal(it.recompute, through);
         if (through)
-            assert_int_equal(v.items[0].recompute_ns, 3 * SEC / 10);
-        cham_policy_free(pol);
-        cham_profile_free(p);
+            assert_int_equal(it.recompute_ns, 3 * SEC / 10);
     }
 }
 
