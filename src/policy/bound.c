@@ -22,6 +22,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "common/assert.h"
 #include "common/message.h"
 #include "policy/plan-impl.h"
 
@@ -247,6 +248,91 @@ static double best_mix(const sample_terms_t *x, double *pts, double *r_best)
     return best;
 }
 
+/* The screen: an upper estimate of each sample's best mix, cheap enough to
+ * take at every sample, so that only samples whose estimate reaches the
+ * largest mix found so far are solved exactly (best_mix takes time linear
+ * in the candidates away there; all of them at every sample made the bound
+ * quadratic in the ops). The candidates away at the sample sit in a
+ * Fenwick tree by price rank; re-running r bytes costs at most the
+ * cheapest prefix holding r bytes, whole; the copies take at most their
+ * bytes over the bandwidth (the gaps across the step's end only shorten
+ * them). Any r gives an upper estimate; a ternary search looks for a low
+ * one. */
+typedef struct away_reruns {
+    double *bytes, *cost;        /* Fenwick sums over price ranks, 1-based */
+    double *b_at, *c_at;         /* each rank's own while it is away */
+    size_t n, top;               /* top: the largest power of two <= n */
+    double total_bytes;
+} away_reruns_t;
+
+static void away_add(away_reruns_t *a, size_t rank, double bytes, double cost)
+{
+    a->b_at[rank] += bytes;
+    a->c_at[rank] += cost;
+    a->total_bytes += bytes;
+    for (size_t k = rank + 1; k <= a->n; k += k & (~k + 1)) {
+        a->bytes[k] += bytes;
+        a->cost[k] += cost;
+    }
+}
+
+/* The cost of the cheapest prefix of away candidates holding r bytes. */
+static double away_cost_of(const away_reruns_t *a, double r)
+{
+    if (r <= 0)
+        return 0;
+    size_t pos = 0;
+    double b = 0, c = 0;
+    for (size_t step = a->top; step; step >>= 1)
+        if (pos + step <= a->n && b + a->bytes[pos + step] < r) {
+            pos += step;
+            b += a->bytes[pos];
+            c += a->cost[pos];
+        }
+    return pos < a->n ? c + a->c_at[pos] : c;
+}
+
+typedef struct screen_terms {
+    double cb, ca, e, d2h, h2d;
+} screen_terms_t;
+
+static double screen_at(const away_reruns_t *a, const screen_terms_t *x, double r)
+{
+    double rc = away_cost_of(a, r), s = x->e - r;
+    return fmax(x->cb + x->ca + rc, fmax(x->ca + rc + s / x->d2h, x->cb + s / x->h2d));
+}
+
+static double screen(const away_reruns_t *a, const screen_terms_t *x)
+{
+    double lo = 0, hi = fmin(x->e, a->total_bytes);
+    double best = fmin(screen_at(a, x, lo), screen_at(a, x, hi));
+    for (int it = 0; it < 40 && hi - lo > 1; it++) {
+        double m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
+        double f1 = screen_at(a, x, m1), f2 = screen_at(a, x, m2);
+        best = fmin(best, fmin(f1, f2));
+        if (f1 <= f2)
+            hi = m2;
+        else
+            lo = m1;
+    }
+    /* Rounding in the tree's sums (added and taken away) stays far below
+     * this margin. */
+    return best * (1 + 1e-9) + 1e3;
+}
+
+typedef struct screened {
+    double upper, e;
+    size_t s;
+} screened_t;
+
+static int by_upper_desc(const void *x, const void *y)
+{
+    const screened_t *a = x, *b = y;
+    if (a->upper != b->upper)
+        return a->upper < b->upper ? 1 : -1;
+    return (a->s > b->s) - (a->s < b->s);
+}
+
 /* Candidates by cost per byte, an op's cost shared by its outputs in
  * proportion to their bytes: dropping several outputs of one op re-runs
  * it once, and dropping one of them costs at least its share. */
@@ -284,6 +370,155 @@ static priced_t *price(const cham_gen_recomp_list_t *rl, size_t n_ops)
         return NULL;
     }
     return pr;
+}
+
+/* What one sample's exact mix needs, and the scratch it works in. */
+typedef struct mix_at {
+    const cham_gen_tensor_t *t;
+    const priced_t *pr;
+    size_t n_cand;
+    const removable_t *rm;
+    const double *prefix;
+    size_t n;                    /* ops */
+    double d2h, h2d;             /* bytes per ns */
+    reruns_t *rr;
+    copy_time_t *out, *in;
+    wrap_gap_t *scratch;
+    double *pts;
+    double best;                 /* the largest mix so far */
+} mix_at_t;
+
+/* Ops before sample s (through op k for its end sample 2k+1) and after it. */
+static sample_terms_t terms_at(const mix_at_t *m, size_t s, double e)
+{
+    size_t k = (s + 1) / 2;
+    return (sample_terms_t){.cb = m->prefix[k], .ca = m->prefix[m->n] - m->prefix[k], .e = e,
+                            .rr = m->rr, .out = m->out, .in = m->in};
+}
+
+static bool away_at(const cham_gen_tensor_t *x, size_t s)
+{
+    return 2 * ((size_t)x->last_fwd + 1) <= s && s < 2 * (size_t)x->first_bwd;
+}
+
+/* The best mix at sample s with e bytes to take away, exactly. */
+static double exact_mix(mix_at_t *m, size_t s, double e, double *r)
+{
+    reruns_t *rr = m->rr;
+    rr->n = 0;
+    rr->bytes[0] = rr->cost[0] = 0;
+    for (size_t i = 0; i < m->n_cand; i++)
+        if (away_at(&m->t[m->pr[i].tensor], s)) {
+            rr->bytes[rr->n + 1] = rr->bytes[rr->n] + m->pr[i].bytes;
+            rr->cost[rr->n + 1] = rr->cost[rr->n] + m->pr[i].cost;
+            rr->n++;
+        }
+    copy_time_at(m->out, m->rm, s, true, m->scratch, m->d2h);
+    copy_time_at(m->in, m->rm, s, false, m->scratch, m->h2d);
+    sample_terms_t x = terms_at(m, s, e);
+    return best_mix(&x, m->pts, r);
+}
+
+/* A re-run candidate's ranks by the sample it goes away at (sign +1) and
+ * comes back at (-1). */
+typedef struct away_event {
+    size_t s;
+    size_t rank;
+    int sign;
+} away_event_t;
+
+static int by_sample(const void *x, const void *y)
+{
+    const away_event_t *a = x, *b = y;
+    return (a->s > b->s) - (a->s < b->s);
+}
+
+/* The largest over samples of the best mix (m->best, from `floor`), with
+ * the sample that reaches it first in *out, or the first sample where the
+ * bytes that may be away do not cover the excess. Screens every sample,
+ * then solves those whose screen reaches the largest so far, highest
+ * screen first: the same answer as solving every one. */
+static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, double floor,
+                        cham_step_bound_t *out)
+{
+    size_t ns = 2 * m->n, nc = m->n_cand, n_ev = 0, n_scr = 0, top = 1;
+    while (2 * top <= nc)
+        top *= 2;
+    away_reruns_t a = {.bytes = calloc(nc + 1, sizeof(double)),
+                       .cost = calloc(nc + 1, sizeof(double)),
+                       .b_at = calloc(nc + 1, sizeof(double)),
+                       .c_at = calloc(nc + 1, sizeof(double)), .n = nc, .top = top};
+    away_event_t *ev = malloc((2 * nc + 1) * sizeof *ev);
+    screened_t *scr = malloc((ns + 1) * sizeof *scr);
+    bool ok = a.bytes && a.cost && a.b_at && a.c_at && ev && scr;
+    if (ok) {
+        for (size_t i = 0; i < nc; i++) {
+            const cham_gen_tensor_t *x = &m->t[m->pr[i].tensor];
+            size_t from = 2 * ((size_t)x->last_fwd + 1), to = 2 * (size_t)x->first_bwd;
+            if (from < to) {
+                ev[n_ev++] = (away_event_t){.s = from, .rank = i, .sign = 1};
+                ev[n_ev++] = (away_event_t){.s = to, .rank = i, .sign = -1};
+            }
+        }
+        qsort(ev, n_ev, sizeof *ev, by_sample);
+        int64_t away = 0, free_away = 0;
+        size_t next = 0;
+        for (size_t s = 0; s < ns; s++) {
+            for (; next < n_ev && ev[next].s == s; next++)
+                away_add(&a, ev[next].rank, ev[next].sign * m->pr[ev[next].rank].bytes,
+                         ev[next].sign * m->pr[ev[next].rank].cost);
+            away += m->rm->diff[s];
+            free_away += m->rm->backed[s];
+            if (curve[s] <= capacity)
+                continue;
+            double e = (double)(curve[s] - capacity);
+            if ((double)away < e) {
+                out->feasible = false;
+                out->sample = (uint32_t)s;
+                out->excess_bytes = curve[s] - capacity;
+                break;
+            }
+            e -= fmin(e, (double)free_away);
+            if (e <= 0)
+                continue;
+            sample_terms_t x = terms_at(m, s, e);
+            screen_terms_t sx = {.cb = x.cb, .ca = x.ca, .e = e, .d2h = m->d2h, .h2d = m->h2d};
+            scr[n_scr++] = (screened_t){.upper = screen(&a, &sx), .e = e, .s = s};
+        }
+        qsort(scr, n_scr, sizeof *scr, by_upper_desc);
+    }
+    m->best = floor;
+    bool found = false;
+    uint32_t infeasible_at = out->sample;
+    for (size_t i = 0; ok && i < n_scr && scr[i].upper >= m->best; i++) {
+        double r, b = exact_mix(m, scr[i].s, scr[i].e, &r);
+        if (b > m->best || (b == m->best && found && scr[i].s < out->sample)) {
+            m->best = b;
+            found = true;
+            out->sample = (uint32_t)scr[i].s;
+            out->excess_bytes = curve[scr[i].s] - capacity;
+            out->recompute_bytes = (uint64_t)r;
+            out->swap_bytes = (uint64_t)(scr[i].e - r);
+        }
+    }
+#if CHAM_DEBUG_CHECKS
+    /* The screen is an upper estimate wherever it is taken. */
+    for (size_t i = 0; ok && i < n_scr; i++) {
+        double r;
+        CHAM_ASSERT(exact_mix(m, scr[i].s, scr[i].e, &r) <= scr[i].upper);
+    }
+#endif
+    if (!out->feasible) {
+        out->sample = infeasible_at;
+        out->excess_bytes = curve[infeasible_at] - capacity;
+    }
+    free(a.bytes);
+    free(a.cost);
+    free(a.b_at);
+    free(a.c_at);
+    free(ev);
+    free(scr);
+    return ok;
 }
 
 cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_config_t *config,
@@ -356,52 +591,12 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     }
     if (ok) {
         cham_profile_memory_curve(profile, actual, curve);
-        double d2h = config->d2h_bandwidth / 1e9, h2d = config->h2d_bandwidth / 1e9;
-        double best = (double)floor_ns;
-        int64_t away = 0, free_away = 0;
-        for (size_t s = 0; s < ns; s++) {
-            away += rm.diff[s];
-            free_away += rm.backed[s];
-            if (curve[s] <= capacity)
-                continue;
-            double e = (double)(curve[s] - capacity);
-            if ((double)away < e) {
-                out->feasible = false;
-                out->sample = (uint32_t)s;
-                out->excess_bytes = curve[s] - capacity;
-                break;
-            }
-            e -= fmin(e, (double)free_away);
-            if (e <= 0)
-                continue;
-            /* Ops before the sample (through op k for its end sample 2k+1)
-             * and after it; the re-runs of tensors away here. */
-            size_t k = (s + 1) / 2;
-            rr.n = 0;
-            rr.bytes[0] = rr.cost[0] = 0;
-            for (size_t i = 0; i < rl.n; i++) {
-                const cham_gen_tensor_t *x = &t[pr[i].tensor];
-                if (2 * ((size_t)x->last_fwd + 1) <= s && s < 2 * (size_t)x->first_bwd) {
-                    rr.bytes[rr.n + 1] = rr.bytes[rr.n] + pr[i].bytes;
-                    rr.cost[rr.n + 1] = rr.cost[rr.n] + pr[i].cost;
-                    rr.n++;
-                }
-            }
-            copy_time_at(&f_out, &rm, s, true, scratch, d2h);
-            copy_time_at(&f_in, &rm, s, false, scratch, h2d);
-            sample_terms_t x = {.cb = prefix[k], .ca = prefix[n] - prefix[k], .e = e,
-                                .rr = &rr, .out = &f_out, .in = &f_in};
-            double r, b = best_mix(&x, pts, &r);
-            if (b > best) {
-                best = b;
-                out->sample = (uint32_t)s;
-                out->excess_bytes = curve[s] - capacity;
-                out->recompute_bytes = (uint64_t)r;
-                out->swap_bytes = (uint64_t)(e - r);
-            }
-        }
+        mix_at_t m = {.t = t, .pr = pr, .n_cand = rl.n, .rm = &rm, .prefix = prefix, .n = n,
+                      .d2h = config->d2h_bandwidth / 1e9, .h2d = config->h2d_bandwidth / 1e9,
+                      .rr = &rr, .out = &f_out, .in = &f_in, .scratch = scratch, .pts = pts};
+        ok = largest_mix(&m, curve, capacity, (double)floor_ns, out);
         out->compute_ns = floor_ns;
-        out->bound_ns = out->feasible ? (uint64_t)floor(best) : UINT64_MAX;
+        out->bound_ns = out->feasible ? (uint64_t)floor(m.best) : UINT64_MAX;
     }
     free(curve);
     free(actual);
