@@ -96,7 +96,10 @@ static cham_status_t one_point(const exp_config_t *c, const setup_t *s, const ch
     /* No policy beats the unconstrained run of the same program; the
      * profile's bound counts the ops' costs and the waits for their
      * collectives, not what the device adds (docs/policy.md). Chameleon's
-     * has each program's ideal step in it. */
+     * stays as cham_run gives it: with the optimizer on the host a policy
+     * may beat its program's unconstrained step (the host's work overlaps
+     * the moved ops otherwise: workload/optimizer_place.c, `optimistic`),
+     * so the smallest over programs cannot be raised to their ideal. */
     if (isfinite(device_bound) && ideal_s > device_bound)
         device_bound = ideal_s;
     bool bound_known = isfinite(bound);
