@@ -105,12 +105,17 @@ static cham_status_t prefetch(cham_workload_t *w, uint32_t g)
     if (!updates_in_backward(w) || w->backward || g == UINT32_MAX || !w->weights[g] ||
         !wl_host_updates(w, g))
         return CHAM_OK;
+    TRY(wl_host_queue_need(w, g));
     return cham_tensor_swap_in(w->weights[g]);
 }
 
 cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
 {
     TRY(wl_chunk_use(w, g));
+    if (updates_in_backward(w)) {
+        TRY(wl_host_queue_need(w, g));
+        TRY(wl_host_queue_pump(w));
+    }
     TRY(prefetch(w, wl_next_group(w, g)));
     cham_tensor_t *shard = w->weights[g];
     if (!sharded(w, 3))
@@ -188,6 +193,8 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
         return wl_chunk_done(w, g);
     if (!wl_host_updates(w, g))
         return CHAM_OK;
+    if (updates_in_backward(w))      /* a group's last update is done before its next */
+        TRY(wl_host_queue_need(w, g));
     if (!updates_in_backward(w) || w->skip_update) {
         /* The gradient takes the weights' place in the host's buffer: the
          * device's are the only ones until the host's update. */
@@ -197,14 +204,11 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
     /* Updated on the host during the backward (the generator knows whether
      * the step overflows; a real runtime checks each gradient first): the
      * device's weights are stale and leave without a copy; the next
-     * forward reads the host's, brought back after the update. The host
-     * updates the groups in the order their gradients arrive, each as
-     * soon as it is there (docs/workloads.md, "The host's order"). */
+     * forward reads the host's, brought back after the update, which
+     * host_queue.c orders. */
     TRY(cham_tensor_host_update(w->weights[g], w->host_grad[g]));
     TRY(wl_grads_to_host(w, g));
-    TRY(wl_host_adamw(w, g));
-    TRY(cham_event_record(w->ev_update[g], w->host));
-    return cham_tensor_host_ready(w->weights[g], w->host);
+    return wl_host_queue_sent(w, g);
 }
 
 /* ---- creation ----------------------------------------------------------------------*/
@@ -310,7 +314,8 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
         (m->protrain && (st = wl_chunks_new(w)) != CHAM_OK) ||
         (m->kv_offload && ((st = cham_stream_new(w->dev, "offload", &w->offload)) != CHAM_OK ||
                            (st = cham_stream_new(w->dev, "fetch", &w->fetch)) != CHAM_OK ||
-                           (st = wl_events_new(w, &w->ev_fetch)) != CHAM_OK))) {
+                           (st = wl_events_new(w, &w->ev_fetch)) != CHAM_OK)) ||
+        (updates_in_backward(w) && (st = wl_host_queue_new(w)) != CHAM_OK)) {
         cham_set_err(err, err_size, "workload: %s", st == CHAM_ERR_HOST_OOM
                                                        ? "out of host memory"
                                                        : cham_device_last_error(w->dev));
@@ -356,6 +361,7 @@ void cham_workload_free(cham_workload_t *w)
     wl_drop_all(w);
     wl_infer_free(w);
     wl_chunks_free(w);
+    wl_host_queue_free(w);
     wl_events_free(w, &w->ev_update);
     for (uint32_t g = 0; w->host_grad && g < w->n_groups; g++) {
         cham_device_host_free(w->dev, w->host_grad[g]);
@@ -581,6 +587,8 @@ static cham_status_t optimizer(cham_workload_t *w, bool overflow)
     bool host_after = w->m.host_optimizer && !updates_in_backward(w);
     if (host_after)
         TRY(cham_stream_synchronize(w->host));   /* found_inf.item() */
+    else if (updates_in_backward(w))
+        TRY(wl_host_queue_pump(w));
     for (uint32_t g = 0; g < w->n_groups; g++) {
         if (!group_params(w, g) || wl_host_updates(w, g))
             continue;
