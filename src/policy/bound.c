@@ -260,14 +260,13 @@ static double best_mix(const sample_terms_t *x, double *pts, double *r_best)
  * one. */
 typedef struct away_reruns {
     double *bytes, *cost;        /* Fenwick sums over price ranks, 1-based */
-    double *b_at, *c_at;         /* each rank's own while it is away */
+    double *c_at;                /* each rank's own cost while it is away */
     size_t n, top;               /* top: the largest power of two <= n */
     double total_bytes;
 } away_reruns_t;
 
 static void away_add(away_reruns_t *a, size_t rank, double bytes, double cost)
 {
-    a->b_at[rank] += bytes;
     a->c_at[rank] += cost;
     a->total_bytes += bytes;
     for (size_t k = rank + 1; k <= a->n; k += k & (~k + 1)) {
@@ -396,9 +395,19 @@ static sample_terms_t terms_at(const mix_at_t *m, size_t s, double e)
                             .rr = m->rr, .out = m->out, .in = m->in};
 }
 
+/* The samples [*from, *to) where candidate x may be away: after its last
+ * forward use, before its first backward one. */
+static void away_span(const cham_gen_tensor_t *x, size_t *from, size_t *to)
+{
+    *from = 2 * ((size_t)x->last_fwd + 1);
+    *to = 2 * (size_t)x->first_bwd;
+}
+
 static bool away_at(const cham_gen_tensor_t *x, size_t s)
 {
-    return 2 * ((size_t)x->last_fwd + 1) <= s && s < 2 * (size_t)x->first_bwd;
+    size_t from, to;
+    away_span(x, &from, &to);
+    return from <= s && s < to;
 }
 
 /* The best mix at sample s with e bytes to take away, exactly. */
@@ -446,15 +455,14 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
         top *= 2;
     away_reruns_t a = {.bytes = calloc(nc + 1, sizeof(double)),
                        .cost = calloc(nc + 1, sizeof(double)),
-                       .b_at = calloc(nc + 1, sizeof(double)),
                        .c_at = calloc(nc + 1, sizeof(double)), .n = nc, .top = top};
     away_event_t *ev = malloc((2 * nc + 1) * sizeof *ev);
     screened_t *scr = malloc((ns + 1) * sizeof *scr);
-    bool ok = a.bytes && a.cost && a.b_at && a.c_at && ev && scr;
+    bool ok = a.bytes && a.cost && a.c_at && ev && scr;
     if (ok) {
         for (size_t i = 0; i < nc; i++) {
-            const cham_gen_tensor_t *x = &m->t[m->pr[i].tensor];
-            size_t from = 2 * ((size_t)x->last_fwd + 1), to = 2 * (size_t)x->first_bwd;
+            size_t from, to;
+            away_span(&m->t[m->pr[i].tensor], &from, &to);
             if (from < to) {
                 ev[n_ev++] = (away_event_t){.s = from, .rank = i, .sign = 1};
                 ev[n_ev++] = (away_event_t){.s = to, .rank = i, .sign = -1};
@@ -514,7 +522,6 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
     }
     free(a.bytes);
     free(a.cost);
-    free(a.b_at);
     free(a.c_at);
     free(ev);
     free(scr);
