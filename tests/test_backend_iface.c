@@ -148,6 +148,8 @@ static void test_wrappers_check_before_calling(void **state)
     cham_event_t *e;
     assert_int_equal(cham_event_new(dev, &e), CHAM_OK);
     assert_int_equal(cham_event_query(e), CHAM_NOT_READY);
+    uint64_t when;               /* event_time is optional: only a timeline knows */
+    assert_int_equal(cham_event_time(e, &when), CHAM_ERR_UNSUPPORTED);
     /* host_work is optional: a backend whose time passes by itself. */
     cham_device_host_work(dev, 100);
     assert_int_equal(cham_device_host_time(dev), 42);

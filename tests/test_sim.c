@@ -108,6 +108,11 @@ static void test_streams_overlap_and_wait(void **state)
     assert_int_equal(cham_stream_wait_event(s2, e), CHAM_OK);
     cham_kernel_launch(s2, &c);       /* after a and after b */
     assert_int_equal(tl.n, 3);
+    /* The sim knows ahead when a recorded event completes: at a's end. */
+    uint64_t done;
+    assert_int_equal(cham_event_time(e, &done), CHAM_OK);
+    assert_int_equal(done, 1000 + 1000000 + 1);
+    assert_true(cham_device_host_time(dev) < done);
     /* a: 1 us .. 1 us + 1 ms + 1 ns; b: 2 us .. 2 us + 0.5 ms + 1 ns. */
     assert_int_equal(tl.t[0].end_ns, 1000 + 1000000 + 1);
     assert_int_equal(tl.t[1].start_ns, 2000);

@@ -16,9 +16,9 @@ extern "C" {
 #endif
 
 /* 2 added the optional watching and virtual memory slots, 3 the host
- * streams' slot, each at the end; tables of older versions are still
- * accepted (as tables without those slots). */
-#define CHAM_BACKEND_API_VERSION 3
+ * streams' slot, 4 event_time, each at the end; tables of older versions
+ * are still accepted (as tables without those slots). */
+#define CHAM_BACKEND_API_VERSION 4
 
 typedef struct cham_backend_iface {
     int api_version;         /* CHAM_BACKEND_API_VERSION */
@@ -91,6 +91,10 @@ typedef struct cham_backend_iface {
      * wait_event and event_record take them as any stream. */
     cham_status_t (*stream_new_host)(void *ctx, int id, const char *name, void **stream);
     cham_status_t (*host_launch)(void *ctx, void *stream, const cham_kernel_t *kernel);
+
+    /* Optional (version 4): when a recorded event's work completes, for a
+     * backend that knows it ahead (the sim's timeline); cham_event_time. */
+    cham_status_t (*event_time)(void *ctx, void *event, uint64_t *ns);
 } cham_backend_iface_t;
 
 /* Opens a device over a backend table. On success the device owns ctx and

@@ -174,6 +174,13 @@ CHAM_API cham_status_t cham_event_record(cham_event_t *event, cham_stream_t *str
  * CHAM_NOT_READY if not. Costs host time on the sim backend, as on real
  * hardware: polling events is what makes a runtime host-bound. */
 CHAM_API cham_status_t cham_event_query(cham_event_t *event);
+/* When the event's recorded work will complete, in the device's host clock
+ * (cham_device_host_time), on a backend that knows it ahead: the sim,
+ * whose timeline is decided as work is queued. CHAM_ERR_UNSUPPORTED
+ * elsewhere (cuda: a GPU's completion time is known only once it has
+ * passed). An event never recorded completes at 0. Lets a caller model a
+ * worker that chooses its next task on its own clock (docs/device.md). */
+CHAM_API cham_status_t cham_event_time(cham_event_t *event, uint64_t *ns);
 /* Blocks the host until the captured work has finished. */
 CHAM_API cham_status_t cham_event_synchronize(cham_event_t *event);
 

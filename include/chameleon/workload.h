@@ -183,10 +183,13 @@ CHAM_API cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step,
                                           cham_step_info_t *info);
 CHAM_API const char *cham_workload_last_error(const cham_workload_t *w);
 /* Waits until the device has done the step's own work: every stream the
- * workload issues to (compute, communication, offload, the host's). The
- * runtime's swap copies may run on into the next step, as they do in a
- * loop that runs step after step; cham_device_synchronize waits for them
- * too. Every stream is waited for; the first failure is returned. */
+ * workload issues to (compute, communication, offload, the host's). Two
+ * kinds of work may run on into the next step, as they do in a loop that
+ * runs step after step: the runtime's swap copies, and the host
+ * optimizer's updates when it updates in the backward (ZeRO 0 or 3),
+ * whose weights the next forward waits for group by group;
+ * cham_device_synchronize and cham_workload_free wait for them too. The
+ * first failure is returned. */
 CHAM_API cham_status_t cham_workload_wait(cham_workload_t *w);
 
 /* The op sequence's variation knobs decide per step; these say what they

@@ -21,6 +21,7 @@ struct cham_device {
     void *ctx;
     bool watchable;               /* the table has the watching slots */
     bool host_streams;            /* the table has the host streams' slot */
+    bool event_times;             /* the table has event_time (version 4) */
     uint64_t stream_used;
     int live_events;
     char error[512];
@@ -109,6 +110,7 @@ cham_status_t cham_device_open_iface(const cham_backend_iface_t *iface, void *ct
     dev->ctx = ctx;
     dev->watchable = iface->api_version >= 2;   /* version 1 tables end before those slots */
     dev->host_streams = iface->api_version >= 3 && iface->stream_new_host && iface->host_launch;
+    dev->event_times = iface->api_version >= 4 && iface->event_time;
     if (iface->attach)
         iface->attach(ctx, dev);
     *out = dev;
@@ -315,6 +317,14 @@ cham_status_t cham_event_query(cham_event_t *e)
 {
     CHAM_ASSERT(e);
     return e->dev->iface->event_query(e->dev->ctx, e->impl);
+}
+
+cham_status_t cham_event_time(cham_event_t *e, uint64_t *ns)
+{
+    CHAM_ASSERT(e && ns);
+    if (!e->dev->event_times)
+        return CHAM_ERR_UNSUPPORTED;
+    return e->dev->iface->event_time(e->dev->ctx, e->impl, ns);
 }
 
 cham_status_t cham_event_synchronize(cham_event_t *e)

@@ -403,6 +403,14 @@ static cham_status_t sim_event_query(void *ctx, void *event)
     return !e->recorded || e->time <= s->host ? CHAM_OK : CHAM_NOT_READY;
 }
 
+static cham_status_t sim_event_time(void *ctx, void *event, uint64_t *ns)
+{
+    (void)ctx;
+    sim_event_t *e = event;
+    *ns = e->recorded ? e->time : 0;
+    return CHAM_OK;
+}
+
 static cham_status_t sim_event_synchronize(void *ctx, void *event)
 {
     sim_t *s = ctx;
@@ -752,6 +760,7 @@ static const cham_backend_iface_t sim_iface = {
     .event_record = sim_event_record,           /* completes with the stream's queue */
     .event_query = sim_event_query,             /* costs host time: polling is not free */
     .event_synchronize = sim_event_synchronize, /* host jumps to the event's time */
+    .event_time = sim_event_time,
     .copy_async = sim_copy_async,               /* latency + bytes / link bandwidth */
     .kernel_launch = sim_kernel_launch,         /* roofline + overhead */
     .device_synchronize = sim_device_synchronize,

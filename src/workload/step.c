@@ -105,17 +105,12 @@ static cham_status_t prefetch(cham_workload_t *w, uint32_t g)
     if (!updates_in_backward(w) || w->backward || g == UINT32_MAX || !w->weights[g] ||
         !wl_host_updates(w, g))
         return CHAM_OK;
-    TRY(wl_host_queue_need(w, g));
     return cham_tensor_swap_in(w->weights[g]);
 }
 
 cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
 {
     TRY(wl_chunk_use(w, g));
-    if (updates_in_backward(w)) {
-        TRY(wl_host_queue_need(w, g));
-        TRY(wl_host_queue_pump(w));
-    }
     TRY(prefetch(w, wl_next_group(w, g)));
     cham_tensor_t *shard = w->weights[g];
     if (!sharded(w, 3))
@@ -158,6 +153,43 @@ static cham_status_t reduce(cham_workload_t *w, uint32_t g, uint32_t mb)
     return CHAM_OK;
 }
 
+/* Queues group g's AdamW on the host stream; the weights come back from
+ * the host after it. */
+static cham_status_t host_update_now(cham_workload_t *w, size_t i)
+{
+    uint32_t g = w->pending[i];
+    memmove(&w->pending[i], &w->pending[i + 1], (w->n_pending - i - 1) * sizeof *w->pending);
+    w->n_pending--;
+    TRY(wl_host_adamw(w, g));
+    TRY(cham_event_record(w->ev_update[g], w->host));
+    return cham_tensor_host_ready(w->weights[g], w->host);
+}
+
+/* The host's worker: whenever it is free, it takes among the gradients it
+ * has the group the next forward needs first (a CPU-Adam thread choosing
+ * on its own clock, not in the order the dispatching thread saw them).
+ * Queues such updates while the host stream's tail comes before `until`,
+ * the next gradient's arrival (UINT64_MAX: every pending one). A backend
+ * without a timeline (cham_event_time unsupported) gets them in arrival
+ * order: `until` is then UINT64_MAX at each arrival. */
+static cham_status_t host_work_until(cham_workload_t *w, uint64_t until)
+{
+    while (w->n_pending) {
+        uint64_t free_at = 0;
+        if (until != UINT64_MAX) {
+            TRY(cham_event_record(w->ev_tail, w->host));
+            if (cham_event_time(w->ev_tail, &free_at) == CHAM_OK && free_at >= until)
+                break;
+        }
+        size_t best = 0;
+        for (size_t i = 1; i < w->n_pending; i++)
+            if (wl_exec_index(w, w->pending[i]) < wl_exec_index(w, w->pending[best]))
+                best = i;
+        TRY(host_update_now(w, best));
+    }
+    return CHAM_OK;
+}
+
 cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
 {
     uint64_t bytes = updated_params(w, g) * cham_dtype_size(w->m.dtype);
@@ -169,6 +201,12 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
     wl_drop(w, &w->grads[g]);
     TRY(st);
     TRY(cham_event_record(w->ev_offload, w->offload));
+    if (w->n_pending) {
+        uint64_t arrives;
+        if (cham_event_time(w->ev_offload, &arrives) != CHAM_OK)
+            arrives = UINT64_MAX;
+        TRY(host_work_until(w, arrives));
+    }
     TRY(cham_stream_wait_event(w->host, w->ev_offload));
     cham_access_t a = {w->host_grad[g], (size_t)bytes, CHAM_ACCESS_READ_WRITE};
     return wl_host_run(w, "host_unscale_check", &a, 1, 3.0 * (double)updated_params(w, g));
@@ -193,8 +231,6 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
         return wl_chunk_done(w, g);
     if (!wl_host_updates(w, g))
         return CHAM_OK;
-    if (updates_in_backward(w))      /* a group's last update is done before its next */
-        TRY(wl_host_queue_need(w, g));
     if (!updates_in_backward(w) || w->skip_update) {
         /* The gradient takes the weights' place in the host's buffer: the
          * device's are the only ones until the host's update. */
@@ -204,11 +240,13 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
     /* Updated on the host during the backward (the generator knows whether
      * the step overflows; a real runtime checks each gradient first): the
      * device's weights are stale and leave without a copy; the next
-     * forward reads the host's, brought back after the update, which
-     * host_queue.c orders. */
+     * forward reads the host's, brought back after the update, which the
+     * host's worker orders (host_work_until; docs/workloads.md, "The
+     * host's order"). */
     TRY(cham_tensor_host_update(w->weights[g], w->host_grad[g]));
     TRY(wl_grads_to_host(w, g));
-    return wl_host_queue_sent(w, g);
+    w->pending[w->n_pending++] = g;
+    return CHAM_OK;
 }
 
 /* ---- creation ----------------------------------------------------------------------*/
@@ -238,7 +276,12 @@ static cham_status_t updates_new(cham_workload_t *w)
     TRY(wl_events_new(w, &w->ev_update));
     for (size_t g = 0; g < w->n_groups; g++)
         TRY(cham_event_record(w->ev_update[g], w->host));
-    return CHAM_OK;
+    if (!updates_in_backward(w))
+        return CHAM_OK;
+    w->pending = calloc(w->n_groups, sizeof *w->pending);
+    if (!w->pending)
+        return CHAM_ERR_HOST_OOM;
+    return cham_event_new(w->dev, &w->ev_tail);
 }
 
 cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *m,
@@ -314,8 +357,7 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
         (m->protrain && (st = wl_chunks_new(w)) != CHAM_OK) ||
         (m->kv_offload && ((st = cham_stream_new(w->dev, "offload", &w->offload)) != CHAM_OK ||
                            (st = cham_stream_new(w->dev, "fetch", &w->fetch)) != CHAM_OK ||
-                           (st = wl_events_new(w, &w->ev_fetch)) != CHAM_OK)) ||
-        (updates_in_backward(w) && (st = wl_host_queue_new(w)) != CHAM_OK)) {
+                           (st = wl_events_new(w, &w->ev_fetch)) != CHAM_OK))) {
         cham_set_err(err, err_size, "workload: %s", st == CHAM_ERR_HOST_OOM
                                                        ? "out of host memory"
                                                        : cham_device_last_error(w->dev));
@@ -339,9 +381,9 @@ const char *cham_workload_last_error(const cham_workload_t *w)
     return w->error[0] ? w->error : cham_context_last_error(w->ctx);
 }
 
-cham_status_t cham_workload_wait(cham_workload_t *w)
+static cham_status_t wait_streams(cham_workload_t *w, bool host)
 {
-    cham_stream_t *streams[] = {w->compute, w->comm, w->offload, w->host, w->fetch};
+    cham_stream_t *streams[] = {w->compute, w->comm, w->offload, host ? w->host : NULL, w->fetch};
     cham_status_t first = CHAM_OK;
     for (size_t i = 0; i < sizeof streams / sizeof *streams; i++) {
         cham_status_t st = streams[i] ? cham_stream_synchronize(streams[i]) : CHAM_OK;
@@ -351,18 +393,27 @@ cham_status_t cham_workload_wait(cham_workload_t *w)
     return first;
 }
 
+cham_status_t cham_workload_wait(cham_workload_t *w)
+{
+    /* The host's updates queued in the backward run on into the next
+     * forward, whose weights wait each for their own group's update. */
+    return wait_streams(w, !w->pending);
+}
+
 void cham_workload_free(cham_workload_t *w)
 {
     if (!w)
         return;
     cham_context_on_recompute(w->ctx, NULL, NULL);
-    (void)cham_workload_wait(w);     /* nothing of it may still run */
+    (void)wait_streams(w, true);     /* nothing of it may still run */
     cham_stream_t *streams[] = {w->comm, w->offload, w->host, w->fetch};   /* its own */
     wl_drop_all(w);
     wl_infer_free(w);
     wl_chunks_free(w);
-    wl_host_queue_free(w);
     wl_events_free(w, &w->ev_update);
+    free(w->pending);
+    if (w->ev_tail)
+        cham_event_free(w->ev_tail);
     for (uint32_t g = 0; w->host_grad && g < w->n_groups; g++) {
         cham_device_host_free(w->dev, w->host_grad[g]);
         cham_device_host_free(w->dev, w->host_optim[g]);
@@ -587,8 +638,8 @@ static cham_status_t optimizer(cham_workload_t *w, bool overflow)
     bool host_after = w->m.host_optimizer && !updates_in_backward(w);
     if (host_after)
         TRY(cham_stream_synchronize(w->host));   /* found_inf.item() */
-    else if (updates_in_backward(w))
-        TRY(wl_host_queue_pump(w));
+    else if (w->pending)
+        TRY(host_work_until(w, UINT64_MAX));     /* the backward is over */
     for (uint32_t g = 0; g < w->n_groups; g++) {
         if (!group_params(w, g) || wl_host_updates(w, g))
             continue;

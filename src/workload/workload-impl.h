@@ -263,16 +263,13 @@ struct cham_workload {
     uint64_t *chunk_used, chunk_clock;
     uint64_t chunk_buffer;       /* bytes of a buffer: the largest such chunk's */
     uint32_t chunks_resident;
-    /* host_optimizer updating in the backward (host_queue.c): the groups
-     * whose gradient went to the host and whose AdamW is not queued yet, in
-     * the order sent (the first n_arrived are there), per group whether it
-     * is such and the event of its gradient's arrival (its update's:
-     * ev_update); the last updates queued on the host stream. */
-    uint32_t *sent;
-    size_t n_sent, n_arrived;
-    bool *pending;
-    cham_event_t **ev_grad;
-    uint32_t queued[2], n_queued;
+    /* host_optimizer updating in the backward: the groups whose gradient
+     * the host has and whose update is not queued yet (the host's worker
+     * takes the one needed first whenever it is free), and an event at
+     * the host stream's tail. */
+    uint32_t *pending;
+    size_t n_pending;
+    cham_event_t *ev_tail;
     bool backward;               /* the step's backward is running */
     bool skip_update;            /* this step's gradients overflow */
     bool update;                 /* this step ends with the optimizer (accumulate) */
@@ -411,20 +408,6 @@ cham_status_t wl_chunk_use(cham_workload_t *w, uint32_t g);
 /* Group g's gradient is complete: to the host, which checks it and
  * (unless the step overflows) updates the chunk; its buffer is free. */
 cham_status_t wl_chunk_done(cham_workload_t *w, uint32_t g);
-
-/* ---- the host's updates in the backward (host_queue.c) ---------------------------*/
-
-cham_status_t wl_host_queue_new(cham_workload_t *w);
-void wl_host_queue_free(cham_workload_t *w);
-/* Group g's gradient is on its way to the host (its copy queued on the
- * offload stream): its update waits in the queue. Then pumps. */
-cham_status_t wl_host_queue_sent(cham_workload_t *w, uint32_t g);
-/* Queues updates of arrived gradients, the group needed first first, while
- * fewer than two are queued on the host stream. */
-cham_status_t wl_host_queue_pump(cham_workload_t *w);
-/* Group g's weights are needed (or its next gradient comes): its update,
- * if still waiting, is queued now. */
-cham_status_t wl_host_queue_need(cham_workload_t *w, uint32_t g);
 
 /* ---- inference (infer.c) --------------------------------------------------------*/
 
