@@ -172,6 +172,21 @@ cham_status_t cham_context_new(const cham_config_t *config, cham_context_t **out
     return CHAM_OK;
 }
 
+void cham_context_idle(cham_context_t *ctx)
+{
+    /* Not the whole device in managed mode: a host stream of the caller's
+     * (a CPU-Adam worker, workload.h) may run on into the next step, and
+     * a trial or a class change does not wait for it. */
+    if (ctx->config.mode == CHAM_MODE_ADVISOR) {
+        cham_device_synchronize(ctx->dev);
+    } else {
+        cham_stream_synchronize(ctx->compute);
+        cham_stream_synchronize(ctx->swap_out);
+        cham_stream_synchronize(ctx->swap_in);
+    }
+    ctx->last_sync_ns = cham_device_host_time(ctx->dev);
+}
+
 void cham_context_free(cham_context_t *ctx)
 {
     if (!ctx)

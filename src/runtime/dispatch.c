@@ -515,8 +515,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
         /* A trial starts with the device idle: a new policy's pinned
          * memory and the copies that change plans (executor.c,
          * cham_exec_send_away) are the loop's, not the next step's. */
-        cham_device_synchronize(ctx->dev);
-        ctx->last_sync_ns = cham_device_host_time(ctx->dev);
+        cham_context_idle(ctx);
     }
     if (to != from) {
         ctx->stats.stage_changes++;

@@ -203,9 +203,8 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         cham_plan_retain(next);    /* trials_clear may drop the last reference */
     cham_loop_apply(ctx, next);
     if (sync) {                   /* after the policy's pinned memory, as dispatch.c does */
-        cham_device_synchronize(ctx->dev);
+        cham_context_idle(ctx);
         ctx->synced = true;
-        ctx->last_sync_ns = cham_device_host_time(ctx->dev);
     }
     if (*to != CHAM_STAGE_GENPOLICY) {
         cham_plan_release(next);

@@ -426,6 +426,10 @@ struct cham_context {
 void cham_context_error(cham_context_t *ctx, const char *fmt, ...) CHAM_PRINTF(2, 3);
 /* Writes a log line (printf-style) through the hook or to stderr. */
 void cham_context_log(cham_context_t *ctx, const char *fmt, ...) CHAM_PRINTF(2, 3);
+/* Waits until the runtime's own streams (compute and the swaps') are idle,
+ * and records the time as the last sync. In advisor mode the whole
+ * device: the caller's kernels may run on streams of its own. */
+void cham_context_idle(cham_context_t *ctx);
 
 /* Hooks observe and launch kernels; they do not call back into the runtime,
  * which is in the middle of a change when it runs one (recomputing a

@@ -43,7 +43,9 @@ bool wl_bound_of(const cham_config_t *rc, const cham_device_info_t *info,
     return true;
 }
 
-/* The host stream's busy time from `from` on (host time). */
+/* The host stream's busy time for the work queued from `from` on (host
+ * time): the measured step's own, not the last step's updates that run
+ * on into it (cham_workload_wait). */
 typedef struct host_busy {
     int stream;
     uint64_t from, busy_ns;
@@ -52,7 +54,7 @@ typedef struct host_busy {
 static void on_task(const cham_task_record_t *t, void *user)
 {
     host_busy_t *h = user;
-    if (t->stream_id == h->stream && t->start_ns >= h->from)
+    if (t->stream_id == h->stream && t->enqueue_ns >= h->from)
         h->busy_ns += t->end_ns - t->start_ns;
 }
 
@@ -263,14 +265,16 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
     free(sc.measured);
     if (wl_program_bound(&sc.best_bound) < wl_program_bound(&out->bound))
         out->bound = sc.best_bound;
-    if (!(optimistic(&sc.best_opt) < optimistic(&device)) || !hooks)
+    if (!isfinite(optimistic(&sc.best_opt)) || !hooks)
         return true;
     /* The device's program first: where it runs within the margin of the
      * best host program's first guess (which holds where host and link
      * overlap, the best a host program can do), no host program is worth
-     * trying. Its own guess cannot tell: under memory pressure its plan
-     * may run far from its bound (Mixtral with ZeRO-3 on the h100-80g at
-     * 80%: 1.17 s against 0.97 s). Then which guess holds, whether the
+     * trying. Its own guess cannot tell, even where it is the smallest of
+     * all: under memory pressure its plan may run far from its bound
+     * (Mixtral with ZeRO-3 on the h100-80g at 80%: 1.17 s against 0.97
+     * s; GPT-2 with overflows on the 910B at 60%: 0.391 s against 0.314
+     * s). Then which guess holds, whether the
      * hint's program is faster, only running them tells; then the fastest
      * host program's neighbours, a step of a 25th of the groups, while
      * they are faster (a program's kept plan is not a smooth function of

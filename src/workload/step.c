@@ -229,8 +229,8 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
         return st;
     if (wl_on_host(w, g))
         return wl_chunk_done(w, g);
-    if (!wl_host_updates(w, g))
-        return CHAM_OK;
+    if (!wl_host_updates(w, g))  /* the backward is past the host's groups */
+        return w->n_pending ? host_work_until(w, UINT64_MAX) : CHAM_OK;
     if (!updates_in_backward(w) || w->skip_update) {
         /* The gradient takes the weights' place in the host's buffer: the
          * device's are the only ones until the host's update. */
@@ -246,7 +246,10 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
     TRY(cham_tensor_host_update(w->weights[g], w->host_grad[g]));
     TRY(wl_grads_to_host(w, g));
     w->pending[w->n_pending++] = g;
-    return CHAM_OK;
+    /* No gradient comes after the lowest host group's: the worker takes
+     * the rest as it is free. */
+    return wl_exec_index(w, g) == wl_device_groups(&w->m) ? host_work_until(w, UINT64_MAX)
+                                                          : CHAM_OK;
 }
 
 /* ---- creation ----------------------------------------------------------------------*/
