@@ -149,8 +149,9 @@ static bool measure(const cham_config_t *rc, const cham_device_info_t *info,
  * bound adds to the device's program's ideal step (compute). Guesses, not
  * bounds: with a host whose work sets the pace, a policy that moves the
  * device's ops may keep the host busier than the unlimited run does
- * (llama2-13b on the a100-80g, 15 of 42 groups on the device: 5.31 s a
- * step against 5.45 s unlimited, simulated). */
+ * (llama2-13b on the a100-80g, 15 of 42 groups on the device: 5.32 s a
+ * step against 5.45 s unlimited, simulated before session 41, when the
+ * host's updates waited for the next forward). */
 static double optimistic(const wl_program_t *p)
 {
     return fmax(p->ideal_s, p->bound_s);
