@@ -273,9 +273,9 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
      * overlap, the best a host program can do), no host program is worth
      * trying. Its own guess cannot tell, even where it is the smallest of
      * all: under memory pressure its plan may run far from its bound
-     * (Mixtral with ZeRO-3 on the h100-80g at 80%: 1.17 s against 0.97
-     * s; GPT-2 with overflows on the 910B at 60%: 0.391 s against 0.314
-     * s). Then which guess holds, whether the
+     * (Mixtral with ZeRO-3 on the h100-80g at 80%: 1.07 s against a
+     * bound of 0.97 s; GPT-2 with overflows on the 910B at 60%: 0.391 s
+     * against 0.314 s). Then which guess holds, whether the
      * hint's program is faster, only running them tells; then the fastest
      * host program's neighbours, a step of a 25th of the groups, while
      * they are faster (a program's kept plan is not a smooth function of
