@@ -230,7 +230,7 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
     if (wl_on_host(w, g))
         return wl_chunk_done(w, g);
     if (!wl_host_updates(w, g))  /* the backward is past the host's groups */
-        return w->n_pending ? host_work_until(w, UINT64_MAX) : CHAM_OK;
+        return host_work_until(w, UINT64_MAX);
     if (!updates_in_backward(w) || w->skip_update) {
         /* The gradient takes the weights' place in the host's buffer: the
          * device's are the only ones until the host's update. */
