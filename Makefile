@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 
 .PHONY: all deps demo test test-plain test-sanitize test-thread test-long cuda-check bench \
         install clean \
-        fuzz fuzz-smoke soak release-check
+        fuzz fuzz-smoke soak release-check check-docs-slow
 
 all: deps
 	cmake -S . -B $(BUILD) $(CMAKE_ARGS)
@@ -131,6 +131,15 @@ soak: deps
 
 bench: all
 	$(BUILD)/bench/bench_alloc
+
+# The quoted figures whose commands take minutes (marked `slow`:
+# scripts/doc-blocks.py), which tests/test_docs.sh leaves out to keep
+# `make test` within its time: checked against what their commands print
+# now, in a Release build as the docs' figures were made (a quarter hour).
+check-docs-slow: deps
+	cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake --build build-release -j $(JOBS)
+	scripts/doc-blocks.py --check --slow --build build-release README.md docs/*.md
 
 install: all
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -22,6 +22,10 @@ A block is marked by an HTML comment right above its fenced code block:
   stderr:     the block quotes the command's standard error too (2>&1).
   measured:   the output is wall-clock time (or depends on the machine):
               --check leaves the block alone; --update still writes it.
+  slow:       the command takes minutes (a long run, a benchmark, an
+              experiment): --check and --update leave the block alone
+              unless --slow is given (`make check-docs-slow`), so
+              tests/test_docs.sh stays within the suite's time.
 
 Figures quoted in prose or in a markdown table are marked the same way,
 right above the paragraph or table (the lines up to the next blank line):
@@ -37,8 +41,8 @@ right above the paragraph or table (the lines up to the next blank line):
               fails on one that is not; --update cannot rewrite prose and
               fails the same way. Measured figures are never run.
 
-    scripts/doc-blocks.py --check [--build DIR] FILE...
-    scripts/doc-blocks.py --update [--build DIR] FILE...
+    scripts/doc-blocks.py --check [--slow] [--build DIR] FILE...
+    scripts/doc-blocks.py --update [--slow] [--build DIR] FILE...
 """
 import argparse
 import difflib
@@ -51,7 +55,10 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MARK = re.compile(r"<!-- output of:(?P<head>.*?)-->\n(?P<fence>```[^\n]*\n)(?P<body>.*?)^```",
                   re.S | re.M)
-FIGURES = re.compile(r"<!-- figures of:(?P<head>.*?)-->\n(?P<body>(?:[^\n]*\S[^\n]*\n)+)", re.S)
+# Several "figures of:" markers may stand above one paragraph (a measured
+# and a slow one): each marker's body skips the markers below it.
+FIGURES = re.compile(r"<!-- figures of:(?P<head>.*?)-->\n"
+                     r"(?=(?:<!-- figures of:.*?-->\n)*(?P<body>(?:[^\n]*\S[^\n]*\n)+))", re.S)
 
 
 class Block:
@@ -59,6 +66,7 @@ class Block:
         self.path, self.match = path, match
         self.line = match.string.count("\n", 0, match.start()) + 1
         self.commands, self.keep, self.stderr, self.measured = [], None, False, False
+        self.slow = False
         self.figures = None
         for raw in match.group("head").strip().split("\n"):
             text = raw.strip()
@@ -71,6 +79,8 @@ class Block:
                 self.stderr = True
             elif text == "measured":
                 self.measured = True
+            elif text == "slow":
+                self.slow = True
             elif self.commands and self.commands[-1].endswith("\\"):
                 self.commands[-1] = self.commands[-1][:-1].rstrip() + " " + text
             else:
@@ -141,12 +151,12 @@ def blocks(path, mark=MARK):
                   for m in mark.finditer(text)]
 
 
-def check_figures(path, build):
+def check_figures(path, build, slow):
     """(figure blocks checked, stale), printing what no longer holds. Measured
     figures are not checked, by --update either: it cannot rewrite prose."""
     checked = stale = 0
     for b in blocks(path, FIGURES)[1]:
-        if b.measured:
+        if b.measured or b.slow and not slow:
             continue
         checked += 1
         missing = b.missing_figures(build)
@@ -164,6 +174,8 @@ def main():
     mode.add_argument("--update", action="store_true")
     ap.add_argument("--build", default=str(ROOT / "build"),
                     help="the build directory `build/` in a command means")
+    ap.add_argument("--slow", action="store_true",
+                    help="also the blocks marked slow (commands that take minutes)")
     ap.add_argument("files", nargs="+", type=pathlib.Path)
     a = ap.parse_args()
     stale = checked = figures = wrong = 0
@@ -172,7 +184,9 @@ def main():
         text, found = blocks(path)
         pieces, at = [], 0
         for b in found:
-            if a.check and b.measured:
+            if a.check and b.measured or b.slow and not a.slow:
+                pieces.append(text[at:b.match.end("body")])
+                at = b.match.end("body")
                 continue
             want = b.run(a.build)
             have = b.match.group("body")
@@ -188,7 +202,7 @@ def main():
             at = b.match.end("body")
         if a.update and found:
             path.write_text("".join(pieces) + text[at:])
-        checked_f, stale_f = check_figures(path, a.build)
+        checked_f, stale_f = check_figures(path, a.build, a.slow)
         figures, wrong = figures + checked_f, wrong + stale_f
     verb = "stale" if a.check else "rewritten"
     print(f"doc-blocks: {checked} blocks, {stale} {verb}; {figures} paragraphs of figures, "

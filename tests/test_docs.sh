@@ -3,7 +3,8 @@
 # README.md and docs/ under an "output of:" marker is printed again by the
 # build and compared, and every figure quoted in prose or a table under a
 # "figures of:" marker must still be printed by its command
-# (scripts/doc-blocks.py; measured ones excepted), and
+# (scripts/doc-blocks.py; measured ones excepted, and slow ones, which
+# `make check-docs-slow` checks), and
 # every section cited and every `chameleon COMMAND` named exists
 # (scripts/doc-refs.py). After a change that moves a quoted block:
 # scripts/doc-blocks.py --update README.md docs/*.md

@@ -68,6 +68,7 @@ typedef enum cham_planner_kind {
     CHAM_PLANNER_CAPUCHIN,
     CHAM_PLANNER_SWAPADVISOR,
     CHAM_PLANNER_HYPEROFFLOAD,
+    CHAM_PLANNER_COUNT /* how many there are; not a planner */
 } cham_planner_kind_t;
 CHAM_API const char *cham_planner_kind_name(cham_planner_kind_t kind);
 

@@ -167,6 +167,8 @@ const cham_planner_iface_t cham_planners[] = {
 };
 
 const size_t cham_n_planners = sizeof cham_planners / sizeof cham_planners[0];
+_Static_assert(sizeof cham_planners / sizeof cham_planners[0] == CHAM_PLANNER_COUNT,
+               "one row per cham_planner_kind_t value");
 
 const cham_planner_iface_t *cham_planner_of(cham_planner_kind_t kind)
 {

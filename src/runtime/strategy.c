@@ -19,7 +19,7 @@ typedef struct strategy {
 } strategy_t;
 
 /* Unset fields are false, and the planner chameleon's. */
-static const strategy_t strategies[CHAM_STRATEGY_COUNT] = {
+static const strategy_t strategies[] = {
     [CHAM_STRATEGY_CHAMELEON] = {.name = "chameleon", .managed = true, .recompute = true},
     [CHAM_STRATEGY_NATIVE] = {.name = "native"},
     [CHAM_STRATEGY_IDEAL] = {.name = "ideal", .unlimited = true},
@@ -35,6 +35,9 @@ static const strategy_t strategies[CHAM_STRATEGY_COUNT] = {
     [CHAM_STRATEGY_HYPEROFFLOAD] = {.name = "hyperoffload", .managed = true,
                                     .planner = CHAM_PLANNER_HYPEROFFLOAD},
 };
+
+_Static_assert(sizeof strategies / sizeof strategies[0] == CHAM_STRATEGY_COUNT,
+               "CHAM_STRATEGY_COUNT counts the rows; a row per cham_strategy_t value");
 
 const char *cham_strategy_name(cham_strategy_t strategy)
 {
