@@ -14,13 +14,13 @@
 
 extern const exp_def_t exp_profiling, exp_max_size, exp_scaling, exp_layer_scaling,
     exp_stability, exp_record_stream, exp_parallelism, exp_policy_cache, exp_budget_sweep,
-    exp_model_size, exp_swapadvisor, exp_kv_offload, exp_zoo;
+    exp_model_size, exp_swapadvisor, exp_kv_offload, exp_zoo, exp_fidelity;
 
 static const exp_def_t *const all[] = {
     &exp_profiling,     &exp_max_size,      &exp_scaling,     &exp_layer_scaling,
     &exp_stability,     &exp_record_stream, &exp_parallelism, &exp_policy_cache,
     &exp_budget_sweep,  &exp_model_size,    &exp_swapadvisor, &exp_kv_offload,
-    &exp_zoo,
+    &exp_zoo,           &exp_fidelity,
 };
 
 size_t exp_count(void)

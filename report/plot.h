@@ -49,6 +49,7 @@ typedef struct plot {
     char x_label[64], y_label[64];
     bool log_x;
     bool y_from_zero;            /* the y axis starts at 0 whatever the data (bytes) */
+    bool scatter;                /* markers only: points that are not a series in x */
     size_t n_series;
     plot_series_t series[PLOT_MAX_SERIES];
     size_t n_bands;

@@ -295,16 +295,16 @@ static void draw_axes(FILE *f, const plot_t *p, const axis_t *ax, const axis_t *
     fputs("</text>\n", f);
 }
 
-/* One series: a polyline per run of usable points, markers if few; over
- * categories markers only, each series a little to the side of the one
- * before so that equal values stay apart. */
+/* One series: a polyline per run of usable points, markers if few; a
+ * scatter plot's markers only; over categories markers only, each series
+ * a little to the side of the one before so that equal values stay apart. */
 static void draw_series(FILE *f, const plot_t *p, size_t i, const axis_t *ax,
                         const axis_t *ay)
 {
     const plot_series_t *s = &p->series[i];
     const double w = WIDTH - LEFT - RIGHT, h = HEIGHT - TOP - BOTTOM;
-    if (p->n_categories) {
-        double side = 8 * ((double)i - (double)(p->n_series - 1) / 2);
+    if (p->n_categories || p->scatter) {
+        double side = p->n_categories ? 8 * ((double)i - (double)(p->n_series - 1) / 2) : 0;
         for (size_t k = 0; k < s->n; k++)
             if (usable(p, s->x[k], s->y[k]))
                 fprintf(f, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"4\" fill=\"%s\"/>\n",

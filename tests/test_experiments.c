@@ -27,6 +27,7 @@
 #include <jansson.h>
 
 #include "experiment.h"
+#include "fidelity.h"
 
 static void run_at(const char *name, bool reduced, exp_result_t *r)
 {
@@ -212,11 +213,81 @@ static void test_policy_cache(void **state)
     exp_result_free(&r);
 }
 
+static const fid_case_t *fidelity_case(const char *id)
+{
+    for (size_t i = 0; i < fid_n_cases; i++)
+        if (strcmp(fid_cases[i].id, id) == 0)
+            return &fid_cases[i];
+    fail_msg("fidelity: no case %s", id);
+    return NULL;
+}
+
+/* How many different sources a fidelity table's rows name. */
+static size_t fidelity_sources(const exp_table_t *t)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < t->n_rows; i++) {
+        bool seen = false;
+        for (size_t k = 0; k < i; k++)
+            seen = seen || strcmp(t->cells[k * t->n_cols + 1].text,
+                                  t->cells[i * t->n_cols + 1].text) == 0;
+        n += !seen;
+    }
+    return n;
+}
+
+/* fidelity, at full size (native runs only, seconds): a row for every
+ * published figure, each naming its source, with the published figure
+ * converted as docs/fidelity.md says and ours beside it; the simulated
+ * model has the parameter count its source prints. Issue 51's targets are
+ * not asserted yet: the presets are not calibrated (docs/fidelity.md);
+ * memory may not fall below the 4 runs within 10% it reaches today. */
+static void test_fidelity(void **state)
+{
+    (void)state;
+    size_t want_mem = 0, want_time = 0;
+    for (size_t i = 0; i < fid_n_cases; i++) {
+        want_mem += !isnan(fid_memory_bytes(&fid_cases[i]));
+        want_time += !isnan(fid_step_seconds(&fid_cases[i]));
+    }
+    exp_result_t r;
+    run_at("fidelity", false, &r);
+    const exp_table_t *mem = &r.tables[0], *time = &r.tables[1];
+    assert_int_equal(mem->n_rows, want_mem);
+    assert_int_equal(time->n_rows, want_time);
+    size_t mem_within = 0;
+    for (int k = 0; k < 2; k++) {
+        const exp_table_t *t = k ? time : mem;
+        for (size_t i = 0; i < t->n_rows; i++) {
+            const exp_cell_t *row = &t->cells[i * t->n_cols];
+            double published = row[3].num, ours = row[4].num, error = row[5].num;
+            assert_true(isfinite(published) && published > 0);
+            assert_true(isfinite(ours) && ours > 0);
+            assert_float_equal(error, 100 * (ours / published - 1), 1e-9);
+            if (!k && fabs(error) <= 10)
+                mem_within++;
+        }
+    }
+    assert_true(fidelity_sources(mem) >= 2);
+    assert_true(fidelity_sources(time) >= 3);
+    assert_true(mem_within >= 4);
+    /* The units: ms per iteration, tokens/s per GPU and of the job, MiB. */
+    assert_float_equal(fid_step_seconds(fidelity_case("DP_1x1x1_2_1536x16")), 0.46412, 1e-12);
+    assert_float_equal(fid_step_seconds(fidelity_case("mpt-7b s2048 a100")),
+                       96.0 * 2048 / (4641.0 * 8), 1e-12);
+    assert_float_equal(fid_step_seconds(fidelity_case("gpt3-2.7b 8xa100")), 6.4, 1e-12);
+    assert_float_equal(fid_memory_bytes(fidelity_case("MP_1x1x1_8_768x12")), 9810.0 * 1048576,
+                       1e-3);
+    cham_model_config_t m = fid_model(fidelity_case("mpt-7b s2048 a100"));
+    assert_int_equal(cham_model_parameters(&m), 6658859008ull);
+    exp_result_free(&r);
+}
+
 /* The experiments whose results the tests above check in detail. */
 static const char *const checked_elsewhere[] = {
     "max-size", "scaling", "stability", "record-stream", "policy-cache",
     "profiling-overhead", "parallelism", "budget-sweep", "model-size", "swapadvisor",
-    "kv-offload", "zoo",
+    "kv-offload", "zoo", "fidelity",
 };
 
 /* Every experiment, reduced, gives a non-empty table, a plot and a
@@ -542,6 +613,17 @@ static void test_svg_plot(void **state)
     assert_non_null(strstr(svg, ">32</text>"));
     plot_free(&p);
 
+    /* A scatter plot: markers only, even for many points of one series. */
+    plot_init(&p, "scatter", "scatter", "x", "y");
+    p.scatter = true;
+    for (int x = 1; x <= 40; x++)
+        assert_true(plot_add(&p, "s", x, x % 7));
+    assert_true(plot_write_svg(&p, path));
+    svg = slurp(path);
+    assert_int_equal(count(svg, "<polyline"), 0);
+    assert_int_equal(count(svg, "<circle"), 40);
+    plot_free(&p);
+
     /* Categories: named ticks, markers without lines, no numeric x ticks;
      * a long title is set smaller rather than cut. */
     plot_init(&p, "cat", "A title much longer than the plot is wide at fifteen pixels, "
@@ -805,6 +887,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_zoo),
         cmocka_unit_test(test_swapadvisor),
         cmocka_unit_test(test_kv_offload),
+        cmocka_unit_test(test_fidelity),
         cmocka_unit_test(test_every_experiment_runs),
         cmocka_unit_test(test_svg_plot),
         cmocka_unit_test(test_files_written),
