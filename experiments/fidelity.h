@@ -28,18 +28,28 @@ typedef enum fid_memory_unit {
                                     (docs/devices.md, "Conventions") */
 } fid_memory_unit_t;
 
+/* What a source's memory figure counts. */
+typedef enum fid_memory_kind {
+    FID_RESERVED,                /* what the card holds (nvidia-smi, or the
+                                    caching allocator's reserved peak) */
+    FID_ALLOCATED,               /* tensors only (torch.cuda.max_memory_allocated) */
+} fid_memory_kind_t;
+
 typedef struct fid_case {
     const char *id;              /* the source's name for the run, or ours */
     const char *source;          /* a key of docs/fidelity.md, "Sources" */
     const char *device;          /* the preset of the source's accelerator */
     cham_arch_t arch;
     uint32_t layers, hidden, heads, vocab, seq, mbs, gbs, tp, pp, dp, zero;
+    uint32_t ffn, kv_heads;      /* 0: 4 x hidden, heads */
     cham_dtype_t dtype;
     bool flash, recompute;
     double time;                 /* as published, in time_unit */
     fid_time_unit_t time_unit;
     double memory;               /* as published, in memory_unit */
     fid_memory_unit_t memory_unit;
+    fid_memory_kind_t memory_kind;
+    uint32_t capacity_gib;       /* the card's memory when not the preset's */
 } fid_case_t;
 
 extern const fid_case_t fid_cases[];

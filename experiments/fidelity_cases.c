@@ -44,6 +44,14 @@
      .time_unit = (dp_) == 1 ? FID_TOKENS_S_DEVICE : FID_TOKENS_S_JOB, .memory = gb,        \
      .memory_unit = FID_GB_AS_GIB}
 
+/* Fields: id, layers, hidden, heads, mbs, dp, ZeRO stage, MiB allocated. */
+#define COLOSSAL(name, l, h, a, mbs_, dp_, zero_, mib)                                        \
+    {.id = name, .source = "colossal-lightning", .device = "a100-80g", .capacity_gib = 40,   \
+     .arch = GPT, .layers = l, .hidden = h, .heads = a, .vocab = 50257, .seq = 1024,          \
+     .mbs = mbs_, .tp = 1, .pp = 1, .dp = dp_, .zero = zero_, .dtype = F16, .flash = false,   \
+     .recompute = true, .memory = mib, .memory_unit = FID_MIB,                                \
+     .memory_kind = FID_ALLOCATED}
+
 const fid_case_t fid_cases[] = {
     DLPERF("DP_1x1x1_2_1536x16", 16, 1536, 16, 2, 2, 1, 1, 1, 464.12, 14362),
     DLPERF("DP_8x1x1_16_1536x16", 16, 1536, 16, 2, 16, 1, 1, 8, 480.96, 14938),
@@ -86,6 +94,27 @@ const fid_case_t fid_cases[] = {
     LAMBDA("gpt3-2.7b 1xh100", "h100-80g", 1, 22282.24, 73),
     LAMBDA("gpt3-2.7b 8xa100", "a100-80g", 8, 81920, 56),
     LAMBDA("gpt3-2.7b 8xh100", "h100-80g", 8, 174981.12, 56),
+
+    /* HPC-AI Tech's ColossalAI-Pytorch-lightning GPT benchmark: HF GPT-2
+     * (vocabulary 50,257, sequence 1024, activation checkpointing on, no
+     * fused attention) on A100 40GB, fp16 under Lightning; the figure is
+     * torch.cuda.max_memory_allocated on rank 0, in MiB. GPT2-XL (48
+     * layers, hidden 1600, 25 heads) with DDP and AMP, micro-batch 6 on 4
+     * GPUs; with DeepSpeed ZeRO-3, micro-batch 40; a 12B GPT-2 shape (60
+     * layers, hidden 4096, 16 heads) with ZeRO-3 on 8, micro-batch 1. */
+    COLOSSAL("gpt2-xl ddp amp", 48, 1600, 25, 6, 4, 0, 37905.422),
+    COLOSSAL("gpt2-xl zero3", 48, 1600, 25, 40, 4, 3, 25360.968),
+    COLOSSAL("gpt2-12b zero3", 60, 4096, 16, 1, 8, 3, 29751.203),
+
+    /* MindSpore MindFormers' model table: Llama 2 7B on an Atlas 800T A2
+     * (8 Ascend 910B), sequence 4096, bf16, flash attention, no
+     * recomputation, data parallel 8 with the optimizer sharded ("parallel
+     * optimizer", ZeRO-1); micro-batch 1 and 8 accumulated a step
+     * (pretrain_llama2_7b_bf16.yaml's runner_config). 4160 tokens/s per NPU. */
+    {.id = "llama2-7b s4096 910b", .source = "mindformers", .device = "ascend-910b",
+     .arch = CHAM_ARCH_LLAMA, .layers = 32, .hidden = 4096, .ffn = 11008, .heads = 32,
+     .vocab = 32000, .seq = 4096, .mbs = 1, .gbs = 64, .tp = 1, .pp = 1, .dp = 8, .zero = 1,
+     .dtype = BF16, .flash = true, .time = 4160, .time_unit = FID_TOKENS_S_DEVICE},
 };
 
 const size_t fid_n_cases = sizeof fid_cases / sizeof fid_cases[0];
@@ -96,8 +125,9 @@ cham_model_config_t fid_model(const fid_case_t *c)
     cham_model_preset(c->arch == CHAM_ARCH_GPT2 ? "gpt2" : "llama2", &m);
     m.layers = c->layers;
     m.hidden = c->hidden;
-    m.ffn = 4 * c->hidden;
-    m.heads = m.kv_heads = c->heads;
+    m.ffn = c->ffn ? c->ffn : 4 * c->hidden;
+    m.heads = c->heads;
+    m.kv_heads = c->kv_heads ? c->kv_heads : c->heads;
     m.vocab = c->vocab;
     m.seq = c->seq;
     m.mbs = c->mbs;

@@ -49,6 +49,8 @@ static env_t *env_open(uint64_t capacity, uint64_t limit, bool data)
     c.capacity = capacity;
     c.peak_flops = 1e12;
     c.hbm_bandwidth = 1e12;
+    c.flops_efficiency = 1;     /* round figures: what kernels reach */
+    c.hbm_efficiency = 1;
     c.h2d_bandwidth = 1e10;
     c.d2h_bandwidth = 1e10;
     c.launch_ns = 1000;

@@ -470,6 +470,8 @@ static void run_seed(uint64_t seed, bool vm)
     c.capacity = 4096 * MiB;
     c.peak_flops = 1e12;
     c.hbm_bandwidth = 1e12;
+    c.flops_efficiency = 1;     /* round figures: what kernels reach */
+    c.hbm_efficiency = 1;
     c.launch_ns = 1000;
     c.hazard_check = true;
     assert_int_equal(cham_device_open(&c, &m.dev), CHAM_OK);

@@ -99,6 +99,11 @@ static void test_figures_positive_and_plausible(void **state)
         double ridge = p->peak_flops / p->hbm_bandwidth;
         assert_true(ridge > 10.0);
         assert_true(ridge < 1000.0);
+        /* what kernels reach of the peaks: a fraction, and no preset
+         * claims less than a fifth (docs/devices.md, "What kernels
+         * achieve") */
+        assert_true(p->flops_efficiency >= 0.2 && p->flops_efficiency <= 1);
+        assert_true(p->hbm_efficiency >= 0.2 && p->hbm_efficiency <= 1);
     }
 }
 
@@ -154,6 +159,8 @@ static void test_open_each_preset(void **state)
         assert_true(info.h2d_bandwidth == p->h2d_bandwidth);
         assert_true(info.d2h_bandwidth == p->d2h_bandwidth);
         assert_true(info.p2p_bandwidth == p->p2p_bandwidth);
+        assert_true(info.flops_efficiency == p->flops_efficiency);
+        assert_true(info.hbm_efficiency == p->hbm_efficiency);
         cham_device_close(dev);
     }
 }
@@ -175,6 +182,16 @@ static void test_override_one_field(void **state)
     assert_true(info.d2h_bandwidth == p->d2h_bandwidth);
     assert_int_equal(info.capacity, p->capacity);
     assert_true(info.peak_flops == p->peak_flops);
+    assert_true(info.flops_efficiency == p->flops_efficiency);
+    cham_device_close(dev);
+    /* A fraction of a peak above 1 is refused with its name. */
+    c.flops_efficiency = 1.5;
+    assert_int_equal(cham_device_open(&c, &dev), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_device_last_error(NULL), "flops_efficiency"));
+    c.flops_efficiency = 0.25;
+    assert_int_equal(cham_device_open(&c, &dev), CHAM_OK);
+    cham_device_get_info(dev, &info);
+    assert_true(info.flops_efficiency == 0.25);
     cham_device_close(dev);
 }
 

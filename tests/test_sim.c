@@ -22,6 +22,8 @@ static cham_device_t *open_round(uint32_t queue_depth, bool data)
     c.capacity = 256 * MiB;
     c.peak_flops = 1e12;
     c.hbm_bandwidth = 1e12;
+    c.flops_efficiency = 1;     /* the figures are what kernels reach */
+    c.hbm_efficiency = 1;
     c.h2d_bandwidth = 1e10;
     c.d2h_bandwidth = 1e10;
     c.launch_ns = 1000;
@@ -83,6 +85,34 @@ static void test_stream_fifo(void **state)
     assert_int_equal(cham_device_host_time(dev), 2000);
     assert_int_equal(cham_stream_synchronize(s), CHAM_OK);
     assert_int_equal(cham_device_host_time(dev), tl.t[1].end_ns);
+    cham_stream_free(s);
+    cham_device_close(dev);
+}
+
+/* Kernels run at the fractions of the peaks the device reaches: at half
+ * the FLOP/s a 1 GFLOP kernel lasts 2 ms, at a quarter of the bandwidth
+ * 1 GB read lasts 4 ms; links are not scaled. */
+static void test_kernels_at_reached_fractions(void **state)
+{
+    (void)state;
+    cham_device_config_t c = cham_device_config_default();
+    c.capacity = 256 * MiB;
+    c.peak_flops = 1e12;
+    c.hbm_bandwidth = 1e12;
+    c.flops_efficiency = 0.5;
+    c.hbm_efficiency = 0.25;
+    c.kernel_overhead_ns = 1;
+    cham_device_t *dev = NULL;
+    assert_int_equal(cham_device_open(&c, &dev), CHAM_OK);
+    cham_stream_t *s;
+    assert_int_equal(cham_stream_new(dev, "compute", &s), CHAM_OK);
+    timeline_t tl = {0};
+    cham_device_set_task_hook(dev, record_task, &tl);
+    cham_kernel_t a = kernel("a", 1), b = {.label = "b", .bytes = 1e9};
+    assert_int_equal(cham_kernel_launch(s, &a), CHAM_OK);
+    assert_int_equal(cham_kernel_launch(s, &b), CHAM_OK);
+    assert_int_equal(tl.t[0].end_ns - tl.t[0].start_ns, 2000000 + 1);
+    assert_int_equal(tl.t[1].end_ns - tl.t[1].start_ns, 4000000 + 1);
     cham_stream_free(s);
     cham_device_close(dev);
 }
@@ -557,6 +587,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_fifo),
+        cmocka_unit_test(test_kernels_at_reached_fractions),
         cmocka_unit_test(test_streams_overlap_and_wait),
         cmocka_unit_test(test_event_query_in_host_time),
         cmocka_unit_test(test_links_full_duplex_and_shared),

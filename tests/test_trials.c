@@ -163,15 +163,18 @@ static void test_gpt2_state_runs_on(void **state)
     kept_time_is_stable_time("gpt2-1.5b", 8, 1024, 1, 0, "h100-80g", 0.50, 24);
 }
 
-/* GPT-2 1.5B at 65% of its peak on the H100: the trial kept (132.6 ms)
- * needs passive swaps in Stable (194.5 ms a step), where the next trial's
- * policy takes its 133.1 (simulated). The check applies that one after
- * one timed step and keeps it. (If a change to the planner moves this
- * point, find another where the log reads "from now on".) */
+/* GPT-2 1.5B at 69% of its peak on the A100: the trial kept needs
+ * passive swaps in Stable (about a quarter slower than its trial), where
+ * the next trial's policy does not (simulated). The check applies that
+ * one after one timed step and keeps it. (If a change to the planner or
+ * the device model moves this point, find another where the log reads
+ * "from now on"; `chameleon simulate --model gpt2-1.5b --mbs 8 --seq 1024
+ * --optimizer device --capacity P% --steps 24 --log` shows them, its P%
+ * a little off this test's fraction.) */
 static void test_check_in_stable_switches(void **state)
 {
     (void)state;
-    kept_t k = kept_time_is_stable_time("gpt2-1.5b", 8, 1024, 1, 0, "h100-80g", 0.65, 24);
+    kept_t k = kept_time_is_stable_time("gpt2-1.5b", 8, 1024, 1, 0, "a100-80g", 0.69, 24);
     assert_int_equal(k.switches, 1);
     assert_true(k.final_stable_ms > 0 && k.final_stable_ms < k.first_stable_ms);
     assert_true((double)k.last_ns < k.first_stable_ms * 1e6);

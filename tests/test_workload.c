@@ -1060,10 +1060,13 @@ static void on_step(const cham_run_step_t *st, void *user)
         /* The stage is the one after the step: the first such step ran in
          * WarmUp, the second was profiled without a policy; each later one
          * applied a trial. Trials 1 and 3 plan with a quarter of the
-         * reserve (docs/executor.md, "What the GenPolicy trials vary"):
-         * theirs is a try that may fall short. */
+         * reserve, 3 and 4 issue swap-ins as late as the plan's timing
+         * allows (docs/executor.md, "What the GenPolicy trials vary"):
+         * theirs are tries that may fall short. Since the device runs at
+         * the fractions of its peaks kernels reach (issue 51), trial 4
+         * brings two tensors at the head back on demand on this shape. */
         uint64_t trial = ++s->genpolicy - 2;
-        s->trial_short += s->genpolicy > 2 && trial != 1 && trial != 3 && shortfall;
+        s->trial_short += s->genpolicy > 2 && (trial == 2 || trial == 5) && shortfall;
     }
 }
 
@@ -1148,9 +1151,9 @@ static void test_pending_updates_do_not_block_swap_ins(void **state)
 
 /* Issue 16: on expandable segments a policy can use the whole budget. The
  * README's example shape (Llama 2 7B, ZeRO-3 over 8, at about half its
- * unconstrained peak): no trial planned with the default reserve falls
- * short of memory, and the kept policy's steps hold at least 93% of the
- * budget with no unplanned swap. */
+ * unconstrained peak): no trial planned with the default reserve and
+ * early swap-ins falls short of memory, and the kept policy's steps hold
+ * at least 93% of the budget with no unplanned swap. */
 static void test_policy_uses_the_budget(void **state)
 {
     (void)state;

@@ -9,22 +9,24 @@
 
 static void list_presets(void)
 {
-    printf("%-12s %9s %11s %10s %9s %9s %9s %20s  %s\n", "preset", "memory", "fp16 dense",
-           "HBM", "H2D", "D2H", "P2P", "host share", "device");
+    printf("%-12s %9s %11s %10s %9s %9s %9s %20s %9s  %s\n", "preset", "memory", "fp16 dense",
+           "HBM", "H2D", "D2H", "P2P", "host share", "reached", "device");
     for (size_t i = 0; i < cham_preset_count(); i++) {
         const cham_preset_t *p = cham_preset_at(i);
         char host[32] = "none";
         if (p->host_flops > 0)
             snprintf(host, sizeof host, "%.2f TF/s %3.0f GB/s", p->host_flops / 1e12,
                      p->host_mem_bandwidth / 1e9);
-        printf("%-12s %5.0f GiB %6.0f TF/s %6.0f GB/s %4.0f GB/s %4.0f GB/s %4.0f GB/s %20s  "
-               "%s%s\n",
+        printf("%-12s %5.0f GiB %6.0f TF/s %6.0f GB/s %4.0f GB/s %4.0f GB/s %4.0f GB/s %20s "
+               "%3.0f%% %3.0f%%  %s%s\n",
                p->name, (double)p->capacity / (1u << 30), p->peak_flops / 1e12,
                p->hbm_bandwidth / 1e9, p->h2d_bandwidth / 1e9, p->d2h_bandwidth / 1e9,
-               p->p2p_bandwidth / 1e9, host, p->description,
+               p->p2p_bandwidth / 1e9, host, 100 * p->flops_efficiency,
+               100 * p->hbm_efficiency, p->description,
                strcmp(p->name, cham_preset_default_name()) == 0 ? " (default)" : "");
     }
-    printf("\nFigures and their sources: docs/devices.md\n");
+    printf("\nreached: the fractions of the FLOP/s and HBM peaks training's kernels reach,\n"
+           "fit to published runs (docs/fidelity.md). Figures and sources: docs/devices.md\n");
 }
 
 /* Opens the real device and prints what it is, or why it cannot be used. */

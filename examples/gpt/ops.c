@@ -272,8 +272,8 @@ void gpt_ops_enable_recompute(gpt_ops_t *o)
     o->recompute = true;
     cham_device_info_t info;
     cham_device_get_info(cham_context_device(o->ctx), &info);
-    o->peak_flops = info.peak_flops;
-    o->hbm_bandwidth = info.hbm_bandwidth;
+    o->peak_flops = info.peak_flops * info.flops_efficiency;
+    o->hbm_bandwidth = info.hbm_bandwidth * info.hbm_efficiency;
 }
 
 cham_status_t gpt_op(gpt_ops_t *o, gpt_args_t *a, cham_tensor_t *const *in, size_t n_in,

@@ -66,7 +66,7 @@ typedef struct gpt_ops {
     bool recompute;              /* the forward's ops (matmul, layer norm, attention,
                                     GELU, add) are declared
                                     recomputable (gpt_ops_enable_recompute) */
-    double peak_flops, hbm_bandwidth;   /* the device's, for the ops' costs */
+    double peak_flops, hbm_bandwidth;   /* what the device's kernels reach, for the ops' costs */
 } gpt_ops_t;
 
 cham_status_t gpt_ops_init(gpt_ops_t *o, cham_context_t *ctx);

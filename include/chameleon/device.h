@@ -38,6 +38,11 @@ typedef struct cham_device_config {
     double p2p_bandwidth;    /* device-to-device link for communication, bytes/s */
     double host_flops;       /* fp32 FLOP/s of this device's share of the host CPU */
     double host_mem_bandwidth; /* bytes/s of its share of host DRAM */
+    /* Fractions of peak_flops and hbm_bandwidth that training's kernels
+     * reach on this device, in (0, 1] (docs/devices.md, "What kernels
+     * achieve"). */
+    double flops_efficiency;
+    double hbm_efficiency;
 
     /* sim only: the host side of eager dispatch (0 = default). */
     uint64_t launch_ns;      /* host time to dispatch one kernel or copy */
@@ -82,6 +87,11 @@ typedef struct cham_device_info {
      * known (then the sim offers no host streams). */
     double host_flops;
     double host_mem_bandwidth;
+    /* The fractions of peak_flops and hbm_bandwidth kernels reach: a
+     * kernel of F FLOPs and B bytes takes at least
+     * max(F / (peak_flops * flops_efficiency), B / (hbm_bandwidth *
+     * hbm_efficiency)); 1 when not known. */
+    double flops_efficiency, hbm_efficiency;
     bool data;               /* memory holds real bytes that copies move */
     /* Fixed costs, when known (0: not): the host's time to dispatch a
      * kernel or copy, the device's per kernel beyond its roofline, and
@@ -316,6 +326,8 @@ typedef struct cham_preset {
     double p2p_bandwidth;
     double host_flops;       /* 0: the preset names no host */
     double host_mem_bandwidth;
+    double flops_efficiency; /* fractions of the peaks kernels reach */
+    double hbm_efficiency;
 } cham_preset_t;
 
 /* Number of built-in presets and the i-th one (NULL past the end). */

@@ -740,10 +740,11 @@ static PyObject *context_device(ContextObject *c, PyObject *unused)
         return NULL;
     cham_device_info_t i;
     cham_device_get_info(cham_context_device(c->ctx), &i);
-    return Py_BuildValue("{sKsdsdsdsdsd}", "capacity", (unsigned long long)i.capacity,
+    return Py_BuildValue("{sKsdsdsdsdsdsdsd}", "capacity", (unsigned long long)i.capacity,
                          "peak_flops", i.peak_flops, "hbm_bandwidth", i.hbm_bandwidth,
                          "h2d_bandwidth", i.h2d_bandwidth, "d2h_bandwidth", i.d2h_bandwidth,
-                         "p2p_bandwidth", i.p2p_bandwidth);
+                         "p2p_bandwidth", i.p2p_bandwidth, "flops_efficiency",
+                         i.flops_efficiency, "hbm_efficiency", i.hbm_efficiency);
 }
 
 static PyObject *context_min_swap(ContextObject *c, PyObject *unused)

@@ -56,6 +56,7 @@ typedef struct cuda_ctx {
     uint64_t total_mem;      /* cudaDeviceProp.totalGlobalMem */
     uint64_t cap;            /* config->capacity when smaller than total_mem, else 0 */
     double peak_flops;       /* config override, 0 = unknown */
+    double flops_efficiency, hbm_efficiency; /* config's, or 1 */
     double hbm_bandwidth;    /* config override or from the memory clock and bus */
     double h2d_bandwidth;    /* config overrides, 0 = unknown */
     double d2h_bandwidth;
@@ -235,6 +236,10 @@ static void cuda_get_info(void *vctx, cham_device_info_t *info)
     info->p2p_bandwidth = ctx->p2p_bandwidth;
     info->host_flops = ctx->host_flops;
     info->host_mem_bandwidth = ctx->host_mem_bandwidth;
+    /* A real device's kernels take what they take: the fractions only
+     * scale estimates made from the peaks (a config's, or 1). */
+    info->flops_efficiency = ctx->flops_efficiency;
+    info->hbm_efficiency = ctx->hbm_efficiency;
     info->data = true;
 }
 
@@ -723,6 +728,8 @@ cham_status_t cham_cuda_open(const cham_device_config_t *config, cham_device_t *
     if (config->capacity && config->capacity < ctx->total_mem)
         ctx->cap = config->capacity;
     ctx->peak_flops = config->peak_flops;
+    ctx->flops_efficiency = config->flops_efficiency > 0 ? config->flops_efficiency : 1;
+    ctx->hbm_efficiency = config->hbm_efficiency > 0 ? config->hbm_efficiency : 1;
     /* Peak HBM/GDDR bandwidth as NVIDIA's samples compute it: double data
      * rate x memory clock x bus width. 0 when the device does not say. */
     if (config->hbm_bandwidth > 0)

@@ -15,7 +15,11 @@
  *   host_flops,     this device's share of its reference server's host:
  *   host_mem_bandwidth  peak fp32 vector FLOP/s and DRAM bytes/s of all
  *                   sockets divided by the accelerators per server (0: the
- *                   preset names no server). */
+ *                   preset names no server);
+ *   flops_efficiency,  the fractions of peak_flops and hbm_bandwidth that
+ *   hbm_efficiency  training's kernels reach, set by the fit to published
+ *                   runs of docs/fidelity.md (devices.md, "What kernels
+ *                   achieve"). */
 #include "chameleon/device.h"
 
 #include <string.h>
@@ -39,6 +43,11 @@ static const cham_preset_t presets[] = {
          * FLOP/cycle; 8 x DDR4-2933 each) for 8 NPUs (assumed, docs). */
         .host_flops = 1.0e12,
         .host_mem_bandwidth = 93.9e9,
+        /* What training's kernels reach of the peaks. Fit to MindFormers' Llama 2 7B on 8 910Bs (the one
+         * published run with its configuration); memory-bound kernels as
+         * the A100's (assumed). docs/fidelity.md. */
+        .flops_efficiency = 0.60,
+        .hbm_efficiency = 0.70,
     },
     {
         /* A100 SXM4 80GB: 312 TFLOPS, 2,039 GB/s HBM2e, PCIe Gen4 64 GB/s
@@ -55,6 +64,10 @@ static const cham_preset_t presets[] = {
          * FLOP/cycle; 8 x DDR4-3200 each) for 8 GPUs. */
         .host_flops = 1.152e12,
         .host_mem_bandwidth = 51.2e9,
+        /* What training's kernels reach of the peaks. Fit to 9 published runs (MPT, FlashAttention's GPT-2, Lambda's
+         * GPT3-2.7B): each within 15% (docs/fidelity.md). */
+        .flops_efficiency = 0.68,
+        .hbm_efficiency = 0.70,
     },
     {
         /* H100 SXM5 80GB: 1,979 TFLOPS with sparsity -> 989.4 dense,
@@ -72,6 +85,10 @@ static const cham_preset_t presets[] = {
          * FLOP/cycle; 8 x DDR5-4800 each) for 8 GPUs. */
         .host_flops = 1.792e12,
         .host_mem_bandwidth = 76.8e9,
+        /* What training's kernels reach of the peaks. Fit to 8 published runs (MPT, Lambda's GPT3-2.7B): 6 within
+         * 15%, MPT-7B at sequence 1024 +24% (docs/fidelity.md). */
+        .flops_efficiency = 0.50,
+        .hbm_efficiency = 0.50,
     },
     {
         /* V100 SXM2 16GB: 125 TFLOPS tensor, 900 GB/s HBM2, PCIe Gen3
@@ -88,6 +105,10 @@ static const cham_preset_t presets[] = {
          * FLOP/cycle; 4 x DDR4-2400 each) for 8 GPUs. */
         .host_flops = 0.352e12,
         .host_mem_bandwidth = 19.2e9,
+        /* What training's kernels reach of the peaks. Fit to 6 Megatron-LM runs on one DGX-1 (DLPerf): each within
+         * 15% (docs/fidelity.md). */
+        .flops_efficiency = 0.40,
+        .hbm_efficiency = 0.70,
     },
     {
         /* GeForce RTX 3090: 71 TFLOPS fp16 with fp32 accumulate (and bf16;
@@ -101,6 +122,10 @@ static const cham_preset_t presets[] = {
         .h2d_bandwidth = 32e9,
         .d2h_bandwidth = 32e9,
         .p2p_bandwidth = 56.25e9,
+        /* What training's kernels reach of the peaks. Assumed as the A100's (Ampere too): no published training run
+         * with its configuration found. */
+        .flops_efficiency = 0.68,
+        .hbm_efficiency = 0.70,
     },
 };
 

@@ -114,6 +114,12 @@ static uint64_t ns_ceil(double x)
     return x <= 0 ? 0 : (uint64_t)ceil(x);
 }
 
+/* Device memory bytes/s that kernels and on-device copies reach. */
+static double hbm_rate(const sim_t *s)
+{
+    return s->preset.hbm_bandwidth * s->preset.hbm_efficiency;
+}
+
 static uint64_t max_u64(uint64_t a, uint64_t b)
 {
     return a > b ? a : b;
@@ -519,7 +525,7 @@ static cham_status_t sim_copy_async(void *ctx, void *stream, void *dst, const vo
     } else {
         /* Within HBM every byte is read once and written once. */
         task = CHAM_TASK_COPY_D2D;
-        cost = s->copy_latency_ns + ns_ceil(2.0 * (double)bytes / s->preset.hbm_bandwidth * 1e9);
+        cost = s->copy_latency_ns + ns_ceil(2.0 * (double)bytes / hbm_rate(s) * 1e9);
         s->stats.bytes_d2d += bytes;
     }
     st = enqueue(s, stream, link, cost, t, 2, task, label, bytes, 0);
@@ -558,8 +564,8 @@ static cham_status_t launch(sim_t *s, void *stream, const cham_kernel_t *k, bool
         /* The host's share of CPU and DRAM, or the device's roofline. */
         double secs = host ? fmax(k->flops / s->preset.host_flops,
                                   k->bytes / s->preset.host_mem_bandwidth)
-                           : fmax(k->flops / s->preset.peak_flops,
-                                  k->bytes / s->preset.hbm_bandwidth);
+                           : fmax(k->flops / (s->preset.peak_flops * s->preset.flops_efficiency),
+                                  k->bytes / hbm_rate(s));
         secs = fmax(secs, k->link_bytes / s->preset.p2p_bandwidth);
         uint64_t cost = s->kernel_overhead_ns + ns_ceil(secs * 1e9);
         /* A read-write access is checked as a write: that covers both rules. */
@@ -609,6 +615,8 @@ static void sim_get_info(void *ctx, cham_device_info_t *info)
     info->p2p_bandwidth = s->preset.p2p_bandwidth;
     info->host_flops = s->preset.host_flops;
     info->host_mem_bandwidth = s->preset.host_mem_bandwidth;
+    info->flops_efficiency = s->preset.flops_efficiency;
+    info->hbm_efficiency = s->preset.hbm_efficiency;
     info->data = s->data;
     info->launch_ns = s->launch_ns;
     info->kernel_overhead_ns = s->kernel_overhead_ns;
@@ -792,6 +800,16 @@ static bool override(double *field, double value, const char *name)
     return false;
 }
 
+/* An override of a fraction of a peak: 0 keeps the preset's. */
+static bool fraction(double *field, double value, const char *name)
+{
+    if (value > 1) {
+        cham_device_set_open_error("sim: config field %s must be in (0, 1], got %g", name, value);
+        return false;
+    }
+    return override(field, value, name);
+}
+
 cham_status_t cham_sim_open(const cham_device_config_t *c, cham_device_t **out)
 {
     const char *pname = c->preset ? c->preset : cham_preset_default_name();
@@ -821,7 +839,9 @@ cham_status_t cham_sim_open(const cham_device_config_t *c, cham_device_t **out)
         !override(&s->preset.d2h_bandwidth, c->d2h_bandwidth, "d2h_bandwidth") ||
         !override(&s->preset.p2p_bandwidth, c->p2p_bandwidth, "p2p_bandwidth") ||
         !override(&s->preset.host_flops, c->host_flops, "host_flops") ||
-        !override(&s->preset.host_mem_bandwidth, c->host_mem_bandwidth, "host_mem_bandwidth")) {
+        !override(&s->preset.host_mem_bandwidth, c->host_mem_bandwidth, "host_mem_bandwidth") ||
+        !fraction(&s->preset.flops_efficiency, c->flops_efficiency, "flops_efficiency") ||
+        !fraction(&s->preset.hbm_efficiency, c->hbm_efficiency, "hbm_efficiency")) {
         free(s);
         return CHAM_ERR_INVALID_ARG;
     }

@@ -103,6 +103,8 @@ typedef struct field {
 #define FLOPS(key, member) \
     REALF(key, member, 1e6, 1e18, false, false, true, \
           "0 (the preset's) or [1e6, 1e18] FLOP/s")
+#define EFFICIENCY(key, member) \
+    REALF(key, member, 0, 1, true, false, true, "0 (the preset's) or (0, 1]")
 #define NANOS(key, member) \
     INTF(key, member, K_U64, 0, UINT64_C(1000000000000), \
          "[0, 1e12] ns (0 = the sim's default)")
@@ -120,6 +122,8 @@ static const field_t fields[] = {
     BANDWIDTH("p2p_bandwidth", device.p2p_bandwidth),
     FLOPS("host_flops", device.host_flops),
     BANDWIDTH("host_mem_bandwidth", device.host_mem_bandwidth),
+    EFFICIENCY("flops_efficiency", device.flops_efficiency),
+    EFFICIENCY("hbm_efficiency", device.hbm_efficiency),
     NANOS("launch_ns", device.launch_ns),
     NANOS("kernel_overhead_ns", device.kernel_overhead_ns),
     NANOS("copy_latency_ns", device.copy_latency_ns),

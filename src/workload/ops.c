@@ -165,8 +165,8 @@ void wl_drop_all(cham_workload_t *w)
 
 double wl_kernel_ns(const cham_workload_t *w, double flops, double bytes)
 {
-    double s = flops / w->info.peak_flops;
-    double b = bytes / w->info.hbm_bandwidth;
+    double s = flops / (w->info.peak_flops * w->info.flops_efficiency);
+    double b = bytes / (w->info.hbm_bandwidth * w->info.hbm_efficiency);
     return 1e9 * (s > b ? s : b);
 }
 
@@ -311,7 +311,7 @@ cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size
         return st;
     /* A pipeline wait is the other stages' work: as long as wait_ns of
      * compute on this device. */
-    double flops = wait_ns * 1e-9 * w->info.peak_flops;
+    double flops = wait_ns * 1e-9 * w->info.peak_flops * w->info.flops_efficiency;
     if ((st = cham_event_record(w->ev_compute, w->compute)) != CHAM_OK ||
         (st = cham_stream_wait_event(w->comm, w->ev_compute)) != CHAM_OK) {
         cham_op_end(w->ctx);
