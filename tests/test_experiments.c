@@ -222,15 +222,21 @@ static const fid_case_t *fidelity_case(const char *id)
     return NULL;
 }
 
-/* How many different sources a fidelity table's rows name. */
-static size_t fidelity_sources(const exp_table_t *t)
+/* How many different texts column col of a fidelity table's rows within
+ * `within` percent hold (all rows when within is infinite). */
+static size_t fidelity_distinct(const exp_table_t *t, size_t col, double within)
 {
     size_t n = 0;
     for (size_t i = 0; i < t->n_rows; i++) {
+        const exp_cell_t *row = &t->cells[i * t->n_cols];
+        if (!(fabs(row[5].num) <= within))
+            continue;
         bool seen = false;
-        for (size_t k = 0; k < i; k++)
-            seen = seen || strcmp(t->cells[k * t->n_cols + 1].text,
-                                  t->cells[i * t->n_cols + 1].text) == 0;
+        for (size_t k = 0; k < i; k++) {
+            const exp_cell_t *other = &t->cells[k * t->n_cols];
+            seen = seen || (fabs(other[5].num) <= within &&
+                            strcmp(other[col].text, row[col].text) == 0);
+        }
         n += !seen;
     }
     return n;
@@ -239,9 +245,11 @@ static size_t fidelity_sources(const exp_table_t *t)
 /* fidelity, at full size (native runs only, seconds): a row for every
  * published figure, each naming its source, with the published figure
  * converted as docs/fidelity.md says and ours beside it; the simulated
- * model has the parameter count its source prints. Issue 51's targets are
- * not asserted yet: the presets are not calibrated (docs/fidelity.md);
- * memory may not fall below the 4 runs within 10% it reaches today. */
+ * model has the parameter count its source prints. Issue 51's target for
+ * time holds: within 15% at eight runs or more, from three sources or
+ * more, on two presets or more. Memory is not calibrated yet
+ * (docs/fidelity.md): it may not fall below the 4 runs within 10% it
+ * reaches today. */
 static void test_fidelity(void **state)
 {
     (void)state;
@@ -255,7 +263,7 @@ static void test_fidelity(void **state)
     const exp_table_t *mem = &r.tables[0], *time = &r.tables[1];
     assert_int_equal(mem->n_rows, want_mem);
     assert_int_equal(time->n_rows, want_time);
-    size_t mem_within = 0;
+    size_t mem_within = 0, time_within = 0;
     for (int k = 0; k < 2; k++) {
         const exp_table_t *t = k ? time : mem;
         for (size_t i = 0; i < t->n_rows; i++) {
@@ -264,12 +272,14 @@ static void test_fidelity(void **state)
             assert_true(isfinite(published) && published > 0);
             assert_true(isfinite(ours) && ours > 0);
             assert_float_equal(error, 100 * (ours / published - 1), 1e-9);
-            if (!k && fabs(error) <= 10)
-                mem_within++;
+            mem_within += !k && fabs(error) <= 10;
+            time_within += k && fabs(error) <= 15;
         }
     }
-    assert_true(fidelity_sources(mem) >= 2);
-    assert_true(fidelity_sources(time) >= 3);
+    assert_true(fidelity_distinct(mem, 1, INFINITY) >= 3);
+    assert_true(time_within >= 8);
+    assert_true(fidelity_distinct(time, 1, 15) >= 3);     /* sources */
+    assert_true(fidelity_distinct(time, 2, 15) >= 2);     /* presets */
     assert_true(mem_within >= 4);
     /* The units: ms per iteration, tokens/s per GPU and of the job, MiB. */
     assert_float_equal(fid_step_seconds(fidelity_case("DP_1x1x1_2_1536x16")), 0.46412, 1e-12);
