@@ -363,8 +363,10 @@ class Offload:
         self._ctx = _chameleon.Context(text, "Offload", log)
         dev = self._ctx.device()
         self._device = MEASURED if self._measured else preset
-        self._flops = dev["peak_flops"] or 1e12
-        self._bandwidth = dev["hbm_bandwidth"] or 1e11
+        # What the device's kernels reach of its peaks (devices.md, "What
+        # kernels achieve"): the ops' costs the planner reads.
+        self._flops = (dev["peak_flops"] or 1e12) * (dev["flops_efficiency"] or 1)
+        self._bandwidth = (dev["hbm_bandwidth"] or 1e11) * (dev["hbm_efficiency"] or 1)
         self._p2p = dev["p2p_bandwidth"]
         self._strict = bool(strict)
         self._table = StorageTable(self._ctx)
