@@ -17,6 +17,7 @@
 #define TIME_TARGET 0.15
 /* Step 0 allocates for the first time; steps 2 and 3 are the warm mean. */
 #define STEPS 4
+#define GIB 1073741824.0
 
 enum { COL_CASE, COL_SOURCE, COL_DEVICE, COL_PUBLISHED, COL_OURS, COL_ERROR, COL_FITS, N_COLS };
 
@@ -111,9 +112,8 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
         double bytes = fid_memory_bytes(fc), seconds = fid_step_seconds(fc);
         if (!isnan(bytes)) {
             double ours = (double)(fc->memory_kind == FID_ALLOCATED ? res.peak_tensor_bytes
-                                                                    : res.peak_device_bytes) /
-                          1073741824.0;
-            st = add_row(mem, mem_plot, fc, fits, bytes / 1073741824.0, ours, MEMORY_TARGET,
+                                                                    : res.peak_device_bytes);
+            st = add_row(mem, mem_plot, fc, fits, bytes / GIB, ours / GIB, MEMORY_TARGET,
                          &mem_within);
             n_mem++;
         }
