@@ -280,7 +280,8 @@ cham_status_t wl_infer_step(cham_workload_t *w, uint64_t step)
     step_span_t s = {.tokens = step ? m->mbs : wl_tokens(m),
                      .past = step ? m->seq + step - 1 : 0, .ctx = m->seq + step};
     uint64_t h = m->hidden, p = cham_dtype_size(m->dtype), n = s.tokens;
-    cham_tensor_t *ids = w->next_ids, *wt, *x;
+    /* NULL until made: a failure part-way drops only what was made. */
+    cham_tensor_t *ids = w->next_ids, *wt = NULL, *x = NULL;
     cham_status_t st = cham_phase(w->ctx, CHAM_PHASE_FORWARD);
     if (st == CHAM_OK && !step) {
         st = wl_new(w, n * 8, CHAM_DTYPE_I64, &ids, "prompt_ids");
