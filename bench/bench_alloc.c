@@ -461,7 +461,7 @@ int main(int argc, char **argv)
            gib(env.capacity), o.capacity ? "" : " (peak live / 0.8, rounded up to 256 MiB)",
            REPLAY_ALIGN);
     printf("caching:  %s\n", o.expandable ? "expandable segments (--expandable): one address "
-           "reservation per stream and pool, pages (20 MiB, at most a thousandth of the limit) "
+           "reservation per stream and pool, pages (20 MiB, at most 1/4096 of the limit) "
            "mapped under blocks in use"
            : "classic segments (PyTorch's rules); --expandable for expandable segments");
     fflush(stdout);
