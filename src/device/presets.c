@@ -43,9 +43,8 @@ static const cham_preset_t presets[] = {
          * FLOP/cycle; 8 x DDR4-2933 each) for 8 NPUs (assumed, docs). */
         .host_flops = 1.0e12,
         .host_mem_bandwidth = 93.9e9,
-        /* What training's kernels reach of the peaks. Fit to MindFormers' Llama 2 7B on 8 910Bs (the one
-         * published run with its configuration); memory-bound kernels as
-         * the A100's (assumed). docs/fidelity.md. */
+        /* Fit to MindFormers' Llama 2 7B on 8 910Bs, the one published
+         * run with its configuration; bandwidth as the A100's (assumed). */
         .flops_efficiency = 0.60,
         .hbm_efficiency = 0.70,
     },
@@ -64,8 +63,8 @@ static const cham_preset_t presets[] = {
          * FLOP/cycle; 8 x DDR4-3200 each) for 8 GPUs. */
         .host_flops = 1.152e12,
         .host_mem_bandwidth = 51.2e9,
-        /* What training's kernels reach of the peaks. Fit to 9 published runs (MPT, FlashAttention's GPT-2, Lambda's
-         * GPT3-2.7B): each within 15% (docs/fidelity.md). */
+        /* Fit to 9 published runs (MPT, FlashAttention's GPT-2, Lambda's
+         * GPT3-2.7B): each within 15%. */
         .flops_efficiency = 0.68,
         .hbm_efficiency = 0.70,
     },
@@ -85,8 +84,8 @@ static const cham_preset_t presets[] = {
          * FLOP/cycle; 8 x DDR5-4800 each) for 8 GPUs. */
         .host_flops = 1.792e12,
         .host_mem_bandwidth = 76.8e9,
-        /* What training's kernels reach of the peaks. Fit to 8 published runs (MPT, Lambda's GPT3-2.7B): 6 within
-         * 15%, MPT-7B at sequence 1024 +24% (docs/fidelity.md). */
+        /* Fit to 8 published runs (MPT, Lambda's GPT3-2.7B): 6 within 15%,
+         * MPT-7B at sequence 1024 +24%. */
         .flops_efficiency = 0.50,
         .hbm_efficiency = 0.50,
     },
@@ -105,8 +104,7 @@ static const cham_preset_t presets[] = {
          * FLOP/cycle; 4 x DDR4-2400 each) for 8 GPUs. */
         .host_flops = 0.352e12,
         .host_mem_bandwidth = 19.2e9,
-        /* What training's kernels reach of the peaks. Fit to 6 Megatron-LM runs on one DGX-1 (DLPerf): each within
-         * 15% (docs/fidelity.md). */
+        /* Fit to 6 Megatron-LM runs on one DGX-1 (DLPerf): each within 15%. */
         .flops_efficiency = 0.40,
         .hbm_efficiency = 0.70,
     },
@@ -122,7 +120,7 @@ static const cham_preset_t presets[] = {
         .h2d_bandwidth = 32e9,
         .d2h_bandwidth = 32e9,
         .p2p_bandwidth = 56.25e9,
-        /* What training's kernels reach of the peaks. Assumed as the A100's (Ampere too): no published training run
+        /* Assumed as the A100's (Ampere too): no published training run
          * with its configuration found. */
         .flops_efficiency = 0.68,
         .hbm_efficiency = 0.70,

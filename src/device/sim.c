@@ -114,7 +114,13 @@ static uint64_t ns_ceil(double x)
     return x <= 0 ? 0 : (uint64_t)ceil(x);
 }
 
-/* Device memory bytes/s that kernels and on-device copies reach. */
+/* The FLOP/s kernels reach, and the device memory bytes/s kernels and
+ * on-device copies reach. */
+static double flops_rate(const sim_t *s)
+{
+    return s->preset.peak_flops * s->preset.flops_efficiency;
+}
+
 static double hbm_rate(const sim_t *s)
 {
     return s->preset.hbm_bandwidth * s->preset.hbm_efficiency;
@@ -564,8 +570,7 @@ static cham_status_t launch(sim_t *s, void *stream, const cham_kernel_t *k, bool
         /* The host's share of CPU and DRAM, or the device's roofline. */
         double secs = host ? fmax(k->flops / s->preset.host_flops,
                                   k->bytes / s->preset.host_mem_bandwidth)
-                           : fmax(k->flops / (s->preset.peak_flops * s->preset.flops_efficiency),
-                                  k->bytes / hbm_rate(s));
+                           : fmax(k->flops / flops_rate(s), k->bytes / hbm_rate(s));
         secs = fmax(secs, k->link_bytes / s->preset.p2p_bandwidth);
         uint64_t cost = s->kernel_overhead_ns + ns_ceil(secs * 1e9);
         /* A read-write access is checked as a write: that covers both rules. */
