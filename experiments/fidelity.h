@@ -24,6 +24,7 @@ typedef enum fid_time_unit {
 typedef enum fid_memory_unit {
     FID_NO_MEMORY,
     FID_MIB,                     /* MiB, as nvidia-smi prints */
+    FID_GIB,                     /* GiB */
     FID_GB_AS_GIB,               /* written "GB" of an "80 GB" card: read as GiB
                                     (docs/devices.md, "Conventions") */
 } fid_memory_unit_t;

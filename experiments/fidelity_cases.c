@@ -18,9 +18,9 @@
  * iteration (0: across nodes), MiB. */
 #define DLPERF(name, l, h, a, mbs_, gbs_, tp_, pp_, dp_, ms, mib)                           \
     {.id = name, .source = "dlperf", .device = "v100-16g", .arch = GPT, .layers = l,       \
-     .hidden = h, .heads = a, .vocab = 51200, .seq = 2048, .mbs = mbs_, .gbs = gbs_,        \
-     .tp = tp_, .pp = pp_, .dp = dp_, .dtype = F16, .flash = false, .recompute = true,     \
-     .time = ms, .time_unit = (ms) > 0 ? FID_MS_PER_STEP : FID_NO_TIME, .memory = mib,      \
+     .hidden = h, .heads = a, .vocab = 51200, .seq = 2048, .mbs = mbs_, .gbs = gbs_,          \
+     .tp = tp_, .pp = pp_, .dp = dp_, .dtype = F16, .flash = false, .recompute = true,        \
+     .time = ms, .time_unit = (ms) > 0 ? FID_MS_PER_STEP : FID_NO_TIME, .memory = mib,        \
      .memory_unit = FID_MIB}
 
 /* MosaicML LLM Foundry's MPT benchmarks: GPT-style, vocabulary 50,368,
@@ -29,8 +29,8 @@
  * activation checkpointing, tokens/s per GPU. */
 #define MPT(name, dev, l, h, a, s, mbs_, gbs_, ac, tps)                                      \
     {.id = name, .source = "llm-foundry", .device = dev, .arch = GPT, .layers = l,         \
-     .hidden = h, .heads = a, .vocab = 50368, .seq = s, .mbs = mbs_, .gbs = gbs_, .tp = 1,  \
-     .pp = 1, .dp = 8, .zero = 3, .dtype = BF16, .flash = true, .recompute = ac,            \
+     .hidden = h, .heads = a, .vocab = 50368, .seq = s, .mbs = mbs_, .gbs = gbs_, .tp = 1,    \
+     .pp = 1, .dp = 8, .zero = 3, .dtype = BF16, .flash = true, .recompute = ac,              \
      .time = tps, .time_unit = FID_TOKENS_S_DEVICE}
 
 /* Lambda's FlashAttention-2 runs of GPT3-2.7B (32 layers, hidden 2560, 32
@@ -39,9 +39,9 @@
  * device with one, of the job with eight), GB per device. */
 #define LAMBDA(name, dev, dp_, tps, gb)                                                      \
     {.id = name, .source = "lambda-fa2", .device = dev, .arch = GPT, .layers = 32,         \
-     .hidden = 2560, .heads = 32, .vocab = 50264, .seq = 1024, .mbs = 4, .gbs = 512,        \
-     .tp = 1, .pp = 1, .dp = dp_, .zero = 1, .dtype = F16, .flash = true, .time = tps,      \
-     .time_unit = (dp_) == 1 ? FID_TOKENS_S_DEVICE : FID_TOKENS_S_JOB, .memory = gb,        \
+     .hidden = 2560, .heads = 32, .vocab = 50264, .seq = 1024, .mbs = 4, .gbs = 512,          \
+     .tp = 1, .pp = 1, .dp = dp_, .zero = 1, .dtype = F16, .flash = true, .time = tps,        \
+     .time_unit = (dp_) == 1 ? FID_TOKENS_S_DEVICE : FID_TOKENS_S_JOB, .memory = gb,          \
      .memory_unit = FID_GB_AS_GIB}
 
 /* Fields: id, layers, hidden, heads, mbs, dp, ZeRO stage, MiB allocated. */
@@ -51,6 +51,31 @@
      .mbs = mbs_, .tp = 1, .pp = 1, .dp = dp_, .zero = zero_, .dtype = F16, .flash = false,   \
      .recompute = true, .memory = mib, .memory_unit = FID_MIB,                                \
      .memory_kind = FID_ALLOCATED}
+
+/* BAAI's FlagPerf: Llama 2 7B (Hugging Face's, vocabulary 32,000) under
+ * DeepSpeed 0.11.1 ZeRO-3 over the 8 GPUs of one server, bf16, flash
+ * attention 2, no recomputation. Fields: id, preset, sequence, mbs, gbs,
+ * tokens/s per GPU, GiB per GPU (nvidia-smi, whole GiB). */
+#define FLAGPERF_DS(name, dev, s, mbs_, gbs_, tps, gib)                                       \
+    {.id = name, .source = "flagperf", .device = dev, .arch = CHAM_ARCH_LLAMA, .layers = 32, \
+     .hidden = 4096, .ffn = 11008, .heads = 32, .vocab = 32000, .seq = s, .mbs = mbs_,        \
+     .gbs = gbs_, .tp = 1, .pp = 1, .dp = 8, .zero = 3, .dtype = BF16, .flash = true,         \
+     .time = tps, .time_unit = FID_TOKENS_S_DEVICE, .memory = gib,                            \
+     .memory_unit = FID_GIB}
+
+/* FlagPerf: Aquila2 7B (Llama-shaped, vocabulary 100,008 padded as
+ * Megatron pads it: to a multiple of 128 x tp) under FlagScale, a
+ * Megatron-LM fork, on the 8 GPUs of one server: sequence 2048, bf16,
+ * flash attention, no recomputation, the distributed optimizer (ZeRO-1),
+ * 9 micro-batches a step. Memory only: this FlagScale does not overlap
+ * communication with computation, which the generator always does. Fields:
+ * id, vocabulary, mbs, tp, pp, dp, GiB per GPU (nvidia-smi). */
+#define FLAGPERF_FS(name, v, mbs_, tp_, pp_, dp_, gib)                                        \
+    {.id = name, .source = "flagperf", .device = "a100-80g", .arch = CHAM_ARCH_LLAMA,         \
+     .layers = 32, .hidden = 4096, .ffn = 11008, .heads = 32, .vocab = v, .seq = 2048,        \
+     .mbs = mbs_, .gbs = (mbs_) * 9 * (dp_), .tp = tp_, .pp = pp_, .dp = dp_, .zero = 1,      \
+     .dtype = BF16, .flash = true, .memory = gib,                                             \
+     .memory_unit = FID_GIB}
 
 const fid_case_t fid_cases[] = {
     DLPERF("DP_1x1x1_2_1536x16", 16, 1536, 16, 2, 2, 1, 1, 1, 464.12, 14362),
@@ -106,6 +131,15 @@ const fid_case_t fid_cases[] = {
     COLOSSAL("gpt2-xl zero3", 48, 1600, 25, 40, 4, 3, 25360.968),
     COLOSSAL("gpt2-12b zero3", 60, 4096, 16, 1, 8, 3, 29751.203),
 
+    FLAGPERF_DS("llama2-7b s4096 a800", "a100-80g", 4096, 1, 8, 3564, 57),
+    FLAGPERF_DS("llama2-7b s2048 mbs3 a800", "a100-80g", 2048, 3, 24, 3917, 70),
+    FLAGPERF_DS("llama2-7b s2048 mbs3 gas64 a800", "a100-80g", 2048, 3, 1536, 4062, 70),
+    FLAGPERF_DS("llama2-7b s4096 h800", "h100-80g", 4096, 1, 8, 7151, 59),
+    FLAGPERF_FS("aquila2-7b TP1PP1DP8", 100096, 1, 1, 1, 8, 74),
+    FLAGPERF_FS("aquila2-7b TP8PP1DP1", 100352, 8, 8, 1, 1, 55),
+    FLAGPERF_FS("aquila2-7b TP1PP8DP1", 100096, 4, 1, 8, 1, 57),
+    FLAGPERF_FS("aquila2-7b TP2PP2DP2", 100096, 4, 2, 2, 2, 52),
+
     /* MindSpore MindFormers' model table: Llama 2 7B on an Atlas 800T A2
      * (8 Ascend 910B), sequence 4096, bf16, flash attention, no
      * recomputation, data parallel 8 with the optimizer sharded ("parallel
@@ -160,6 +194,7 @@ double fid_memory_bytes(const fid_case_t *c)
 {
     switch (c->memory_unit) {
     case FID_MIB: return c->memory * 1048576.0;
+    case FID_GIB:
     case FID_GB_AS_GIB: return c->memory * 1073741824.0;
     case FID_NO_MEMORY: break;
     }

@@ -63,6 +63,9 @@ static void usage(FILE *f)
         "parallelism (this device is the first pipeline stage):\n"
         "  --tp N --pp N --dp N  tensor, pipeline, data parallel degree (1 1 1)\n"
         "  --zero 0-3          ZeRO stage over the data-parallel group (0)\n"
+        "  --comm-stash on|off collectives the compute stream waits for stash their\n"
+        "                      tensors, as PyTorch 2.7 on does (off: record_stream,\n"
+        "                      as before 2.7; docs/workloads.md)\n"
         "dynamic behaviour (off by default):\n"
         "  --overflow-every N  a loss-scale overflow skips the update every N steps\n"
         "  --overflow-prob P   ... or with probability P per step\n"
@@ -195,7 +198,10 @@ static int set_dtype(void *state, const char *a, const char *v)
 static int set_onoff(void *state, const char *a, const char *v)
 {
     cham_model_config_t *m = &((sim_opts_t *)state)->run.model;
-    bool *b = a[2] == 'f' ? &m->flash : a[2] == 'r' ? &m->recompute : &m->moe_vary;
+    bool *b = strcmp(a, "--flash") == 0       ? &m->flash
+              : strcmp(a, "--recompute") == 0 ? &m->recompute
+              : strcmp(a, "--moe-vary") == 0  ? &m->moe_vary
+                                              : &m->comm_stash;
     return parse_onoff(v, b) ? 0 : tool_bad_value(CMD, a, "on or off", v);
 }
 
@@ -324,6 +330,7 @@ static const tool_opt_t opts[] = {
     {"--dp", true, set_dim}, {"--zero", true, set_dim}, {"--validate-every", true, set_dim},
     {"--accumulate", true, set_dim}, {"--dtype", true, set_dtype}, {"--flash", true, set_onoff},
     {"--recompute", true, set_onoff}, {"--moe-vary", true, set_onoff},
+    {"--comm-stash", true, set_onoff},
     {"--optimizer", true, set_optimizer}, {"--overflow-every", true, set_overflow_every},
     {"--overflow-prob", true, set_overflow_prob}, {"--layer-drop", true, set_layer_drop},
     {"--seed", true, set_seed}, {"--steps", true, set_steps}, {"--device", true, set_device},

@@ -95,6 +95,18 @@ typedef struct cham_model_config {
     /* What a per-op timing profiler (a framework's built-in one) does: the
      * host waits for the device after every op. */
     bool sync_every_op;
+    /* Collectives the compute stream waits for (tensor parallelism's
+     * all-reduces, ZeRO-3's gathers) stash their tensors until the compute
+     * stream joins, which it does right after, as PyTorch's NCCL process
+     * group does from 2.7 on (pytorch#148590): nothing is held beyond the
+     * tensors. Off (the default), they mark their tensors with record_stream
+     * on the communication stream, as PyTorch did before: the allocator
+     * keeps each such block until the collective is done on the device,
+     * behind a host that runs ahead (what the published runs of
+     * docs/fidelity.md measured). Collectives the compute stream does not
+     * wait for (data-parallel reduction, pipeline sends) record the stream
+     * either way. */
+    bool comm_stash;
 } cham_model_config_t;
 
 /* Presets: "gpt2-1.5b", "llama2-7b", "llama2-13b", "llama3-8b",

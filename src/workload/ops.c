@@ -319,7 +319,7 @@ cham_status_t wl_comm(cham_workload_t *w, wl_op_t op, const wl_arg_t *args, size
     }
     if ((st = launch(w, w->comm, op, acc, n, flops, moved, link_bytes)) != CHAM_OK)
         return st;
-    for (size_t i = 0; i < n && st == CHAM_OK; i++)
+    for (size_t i = 0; i < n && st == CHAM_OK && (!blocking || !w->m.comm_stash); i++)
         st = cham_tensor_record_stream(args[i].t, w->comm);
     if (st == CHAM_OK && blocking)
         st = wl_comm_join(w);
