@@ -44,6 +44,7 @@ typedef struct fid_case {
     uint32_t layers, hidden, heads, vocab, seq, mbs, gbs, tp, pp, dp, zero;
     uint32_t ffn, kv_heads;      /* 0: 4 x hidden, heads */
     cham_dtype_t dtype;
+    cham_precision_t precision;  /* the framework's: docs/fidelity.md */
     bool flash, recompute;
     double time;                 /* as published, in time_unit */
     fid_time_unit_t time_unit;

@@ -34,21 +34,25 @@
      .time = tps, .time_unit = FID_TOKENS_S_DEVICE}
 
 /* Lambda's FlashAttention-2 runs of GPT3-2.7B (32 layers, hidden 2560, 32
- * heads), sequence 1024, micro-batch 4, global batch 512, fp16, ZeRO-1
- * data parallel, no recomputation. Fields: id, preset, dp, tokens/s (per
+ * heads), sequence 1024, micro-batch 4, global batch 512, fp16 under
+ * Lightning's AMP (torch.autocast), ZeRO-1 data parallel (DDP with
+ * ZeroRedundancyOptimizer), no recomputation. Fields: id, preset, dp, tokens/s (per
  * device with one, of the job with eight), GB per device. */
 #define LAMBDA(name, dev, dp_, tps, gb)                                                      \
     {.id = name, .source = "lambda-fa2", .device = dev, .arch = GPT, .layers = 32,         \
      .hidden = 2560, .heads = 32, .vocab = 50264, .seq = 1024, .mbs = 4, .gbs = 512,          \
-     .tp = 1, .pp = 1, .dp = dp_, .zero = 1, .dtype = F16, .flash = true, .time = tps,        \
+     .tp = 1, .pp = 1, .dp = dp_, .zero = 1, .dtype = F16,                                  \
+     .precision = CHAM_PRECISION_AUTOCAST, .flash = true, .time = tps,                        \
      .time_unit = (dp_) == 1 ? FID_TOKENS_S_DEVICE : FID_TOKENS_S_JOB, .memory = gb,          \
      .memory_unit = FID_GB_AS_GIB}
 
-/* Fields: id, layers, hidden, heads, mbs, dp, ZeRO stage, MiB allocated. */
-#define COLOSSAL(name, l, h, a, mbs_, dp_, zero_, mib)                                        \
+/* Fields: id, layers, hidden, heads, mbs, dp, ZeRO stage, precision, MiB
+ * allocated. */
+#define COLOSSAL(name, l, h, a, mbs_, dp_, zero_, prec, mib)                                       \
     {.id = name, .source = "colossal-lightning", .device = "a100-80g", .capacity_gib = 40,   \
      .arch = GPT, .layers = l, .hidden = h, .heads = a, .vocab = 50257, .seq = 1024,          \
-     .mbs = mbs_, .tp = 1, .pp = 1, .dp = dp_, .zero = zero_, .dtype = F16, .flash = false,   \
+     .mbs = mbs_, .tp = 1, .pp = 1, .dp = dp_, .zero = zero_, .dtype = F16,                   \
+     .precision = CHAM_PRECISION_##prec, .flash = false,                                      \
      .recompute = true, .memory = mib, .memory_unit = FID_MIB,                                \
      .memory_kind = FID_ALLOCATED}
 
@@ -67,14 +71,14 @@
  * Megatron pads it: to a multiple of 128 x tp) under FlagScale, a
  * Megatron-LM fork, on the 8 GPUs of one server: sequence 2048, bf16,
  * flash attention, no recomputation, the distributed optimizer (ZeRO-1),
- * 9 micro-batches a step. Memory only: this FlagScale does not overlap
+ * fp32 gradients (Megatron's with bf16), 9 micro-batches a step. Memory only: this FlagScale does not overlap
  * communication with computation, which the generator always does. Fields:
  * id, vocabulary, mbs, tp, pp, dp, GiB per GPU (nvidia-smi). */
 #define FLAGPERF_FS(name, v, mbs_, tp_, pp_, dp_, gib)                                        \
     {.id = name, .source = "flagperf", .device = "a100-80g", .arch = CHAM_ARCH_LLAMA,         \
      .layers = 32, .hidden = 4096, .ffn = 11008, .heads = 32, .vocab = v, .seq = 2048,        \
      .mbs = mbs_, .gbs = (mbs_) * 9 * (dp_), .tp = tp_, .pp = pp_, .dp = dp_, .zero = 1,      \
-     .dtype = BF16, .flash = true, .memory = gib,                                             \
+     .dtype = BF16, .precision = CHAM_PRECISION_MAIN_GRADS, .flash = true, .memory = gib,     \
      .memory_unit = FID_GIB}
 
 const fid_case_t fid_cases[] = {
@@ -127,9 +131,9 @@ const fid_case_t fid_cases[] = {
      * layers, hidden 1600, 25 heads) with DDP and AMP, micro-batch 6 on 4
      * GPUs; with DeepSpeed ZeRO-3, micro-batch 40; a 12B GPT-2 shape (60
      * layers, hidden 4096, 16 heads) with ZeRO-3 on 8, micro-batch 1. */
-    COLOSSAL("gpt2-xl ddp amp", 48, 1600, 25, 6, 4, 0, 37905.422),
-    COLOSSAL("gpt2-xl zero3", 48, 1600, 25, 40, 4, 3, 25360.968),
-    COLOSSAL("gpt2-12b zero3", 60, 4096, 16, 1, 8, 3, 29751.203),
+    COLOSSAL("gpt2-xl ddp amp", 48, 1600, 25, 6, 4, 0, AUTOCAST, 37905.422),
+    COLOSSAL("gpt2-xl zero3", 48, 1600, 25, 40, 4, 3, MASTER, 25360.968),
+    COLOSSAL("gpt2-12b zero3", 60, 4096, 16, 1, 8, 3, MASTER, 29751.203),
 
     FLAGPERF_DS("llama2-7b s4096 a800", "a100-80g", 4096, 1, 8, 3564, 57),
     FLAGPERF_DS("llama2-7b s2048 mbs3 a800", "a100-80g", 2048, 3, 24, 3917, 70),
@@ -173,6 +177,7 @@ cham_model_config_t fid_model(const fid_case_t *c)
     m.dtype = c->dtype;
     m.flash = c->flash;
     m.recompute = c->recompute;
+    m.precision = c->precision;
     return m;
 }
 

@@ -588,6 +588,82 @@ static void test_state_bytes(void **state)
     assert_int_equal(measured_state(&l), want);
 }
 
+/* The precisions' model state (docs/workloads.md): main-grads keeps fp32
+ * gradients (18 bytes a parameter), autocast fp32 weights, gradients and
+ * moments without master weights (16), and DDP's buckets beside the
+ * gradients with dp > 1 (20; with ZeroRedundancyOptimizer's sharded
+ * moments 12 + 8/dp); the generator's tensors hold exactly that. Settings
+ * the precisions do not model are refused, naming them. */
+static void test_precision_state(void **state)
+{
+    (void)state;
+    cham_model_config_t m = preset("llama2-7b");
+    uint64_t P = cham_model_device_parameters(&m);
+    m.precision = CHAM_PRECISION_MAIN_GRADS;
+    assert_int_equal(cham_model_state_bytes(&m), 18 * P);
+    m.precision = CHAM_PRECISION_AUTOCAST;
+    assert_int_equal(cham_model_state_bytes(&m), 16 * P);
+    m.dp = 8;
+    assert_int_equal(cham_model_state_bytes(&m), 20 * P);
+    m.zero = 1;
+    assert_int_equal(cham_model_state_bytes(&m), 12 * P + 8 * P / 8);
+    cham_model_config_t g = preset("gpt2-1.5b");
+    g.seq = 256;
+    g.layers = 2;
+    g.dp = 3;
+    for (int k = 0; k < 3; k++) {   /* main-grads at ZeRO 2, autocast at 0 and 1 */
+        g.precision = k ? CHAM_PRECISION_AUTOCAST : CHAM_PRECISION_MAIN_GRADS;
+        g.zero = k ? (uint32_t)k - 1 : 2;
+        assert_int_equal(measured_state(&g), cham_model_state_bytes(&g));
+    }
+    char err[256];
+    m = preset("llama2-7b");
+    m.precision = CHAM_PRECISION_AUTOCAST;
+    m.pp = 2;
+    assert_int_equal(cham_model_validate(&m, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "precision autocast needs pp 1"));
+    m.pp = 1;
+    m.dp = 2;
+    m.zero = 2;
+    assert_int_equal(cham_model_validate(&m, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    m = preset("llama2-7b");
+    m.precision = CHAM_PRECISION_MAIN_GRADS;
+    m.host_optimizer = true;
+    assert_int_equal(cham_model_validate(&m, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(err, "precision main-grads is not for the host's optimizer"));
+    m.host_optimizer = false;
+    m.precision = (cham_precision_t)7;
+    assert_int_equal(cham_model_validate(&m, err, sizeof err), CHAM_ERR_INVALID_ARG);
+    cham_precision_t p;
+    assert_int_equal(cham_precision_parse("autocast", &p), CHAM_OK);
+    assert_int_equal(p, CHAM_PRECISION_AUTOCAST);
+    assert_int_equal(cham_precision_parse("amp", &p), CHAM_ERR_INVALID_ARG);
+    assert_string_equal(cham_precision_name(CHAM_PRECISION_MAIN_GRADS), "main-grads");
+}
+
+/* autocast's casts of the weights to the compute type: a matmul's
+ * backward keeps its cast, so when the backward begins every layer's and
+ * the head's are held (the embedding's lookup casts nothing); with full
+ * recomputation leaving the autocast region dropped the layers' (their
+ * recomputation casts again), and only the head's is held. The rest of
+ * the memory is the same as the master layout's: 16 bytes a parameter
+ * either way. */
+static void test_autocast_casts(void **state)
+{
+    (void)state;
+    cham_model_config_t m = small_llama();
+    wl_layer_params_t lp;
+    wl_layer_params(&m, 1, &lp);
+    uint64_t layer = wl_layer_total(&lp), head = wl_head_params(&m, 1);
+    for (int recompute = 0; recompute < 2; recompute++) {
+        m.recompute = recompute;
+        cham_model_config_t a = m;
+        a.precision = CHAM_PRECISION_AUTOCAST;
+        uint64_t casts = mem_at_backward(a, 2) - mem_at_backward(m, 2);
+        assert_int_equal(casts, 2 * (head + (recompute ? 0 : 2 * layer)));
+    }
+}
+
 typedef struct host_work {
     uint64_t adamw, checks, adamw_ns;
     double adamw_bytes;
@@ -969,7 +1045,7 @@ static void test_absurd_sizes(void **state)
 static void test_step_ops_bound(void **state)
 {
     (void)state;
-    cham_model_config_t cases[8];
+    cham_model_config_t cases[10];
     size_t n = 0;
     cham_model_config_t m = small_llama();
     cases[n++] = m;
@@ -996,6 +1072,17 @@ static void test_step_ops_bound(void **state)
     m = preset("mixtral-8x7b");
     m.layers = 2;
     m.seq = 128;
+    cases[n++] = m;
+    m = small_llama();                         /* casts, again in the recomputation */
+    m.precision = CHAM_PRECISION_AUTOCAST;
+    m.recompute = true;
+    m.validate_every = 1;
+    m.dp = 2;                                  /* DDP's bucket copies */
+    cases[n++] = m;
+    m = small_llama();
+    m.precision = CHAM_PRECISION_MAIN_GRADS;
+    m.dp = 2;
+    m.zero = 2;
     cases[n++] = m;
     for (size_t i = 0; i < n; i++) {
         trace_t t;
@@ -1435,6 +1522,8 @@ int main(void)
         cmocka_unit_test(test_run_on_finish),
         cmocka_unit_test(test_run_late_mean),
         cmocka_unit_test(test_comm_stash),
+        cmocka_unit_test(test_precision_state),
+        cmocka_unit_test(test_autocast_casts),
         cmocka_unit_test(test_policy_uses_the_budget),
         cmocka_unit_test(test_recomputation_where_the_link_is_short),
     };

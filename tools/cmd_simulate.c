@@ -48,7 +48,11 @@ static void usage(FILE *f)
         "  --seq N             tokens per sequence (preset: 4096; gpt2 1024)\n"
         "  --mbs N             micro-batch size (1)\n"
         "  --gbs N             global batch size (0 = mbs x dp: no accumulation)\n"
-        "  --dtype fp16|bf16   compute type, fp32 master weights (bf16; gpt2 fp16)\n"
+        "  --dtype fp16|bf16   compute type (bf16; gpt2 fp16)\n"
+        "  --precision KIND    master: weights and gradients in the compute type,\n"
+        "                      fp32 master weights (the default); main-grads: fp32\n"
+        "                      gradients too (Megatron-LM); autocast: torch.autocast's\n"
+        "                      fp32 weights cast where used, DDP's buckets\n"
         "  --flash on|off      fused attention (on)\n"
         "  --recompute on|off  full activation recomputation (off)\n"
         "  --optimizer WHERE   device; host: ZeRO-Offload's AdamW on the host, master\n"
@@ -195,6 +199,14 @@ static int set_dtype(void *state, const char *a, const char *v)
     return 0;
 }
 
+static int set_precision(void *state, const char *a, const char *v)
+{
+    cham_model_config_t *m = &((sim_opts_t *)state)->run.model;
+    return cham_precision_parse(v, &m->precision) == CHAM_OK
+               ? 0
+               : tool_bad_value(CMD, a, "master, main-grads or autocast", v);
+}
+
 static int set_onoff(void *state, const char *a, const char *v)
 {
     cham_model_config_t *m = &((sim_opts_t *)state)->run.model;
@@ -330,7 +342,7 @@ static const tool_opt_t opts[] = {
     {"--dp", true, set_dim}, {"--zero", true, set_dim}, {"--validate-every", true, set_dim},
     {"--accumulate", true, set_dim}, {"--dtype", true, set_dtype}, {"--flash", true, set_onoff},
     {"--recompute", true, set_onoff}, {"--moe-vary", true, set_onoff},
-    {"--comm-stash", true, set_onoff},
+    {"--comm-stash", true, set_onoff}, {"--precision", true, set_precision},
     {"--optimizer", true, set_optimizer}, {"--overflow-every", true, set_overflow_every},
     {"--overflow-prob", true, set_overflow_prob}, {"--layer-drop", true, set_layer_drop},
     {"--seed", true, set_seed}, {"--steps", true, set_steps}, {"--device", true, set_device},
@@ -564,8 +576,9 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
         printf("  FAILED              at step %llu, op %llu: %s\n",
                (unsigned long long)r->fail_step, (unsigned long long)r->fail_op, r->error);
     printf("  model               %s: %.2fB parameters, %u layers, seq %u, mbs %u, gbs %u, "
-           "tp %u pp %u dp %u zero %u\n", o->model, (double)cham_model_parameters(m) * 1e-9,
-           m->layers, m->seq, m->mbs, m->gbs ? m->gbs : m->mbs * m->dp, m->tp, m->pp, m->dp, m->zero);
+           "tp %u pp %u dp %u zero %u%s%s\n", o->model, (double)cham_model_parameters(m) * 1e-9,
+           m->layers, m->seq, m->mbs, m->gbs ? m->gbs : m->mbs * m->dp, m->tp, m->pp, m->dp, m->zero,
+           m->precision ? ", precision " : "", m->precision ? cham_precision_name(m->precision) : "");
     printf("  strategy            %s\n", cham_strategy_name(o->run.strategy));
     char why[96] = "";
     if (r->optimizer_planned)

@@ -26,6 +26,27 @@ typedef enum cham_arch {
     CHAM_ARCH_MIXTRAL,           /* Llama with a top-k routed mixture of SwiGLU experts */
 } cham_arch_t;
 
+/* How mixed precision keeps the model state (docs/workloads.md, "Model
+ * state"): bytes a parameter in parentheses, before ZeRO's sharding. */
+typedef enum cham_precision {
+    CHAM_PRECISION_MASTER,       /* weights and gradients in the compute type, fp32
+                                    master weights and two Adam moments, as
+                                    DeepSpeed, Apex's O2 and FSDP's mixed
+                                    precision keep them (16) */
+    CHAM_PRECISION_MAIN_GRADS,   /* the same with fp32 gradients, as Megatron-LM
+                                    accumulates and reduces them (main_grad; its
+                                    default with bf16) (18) */
+    CHAM_PRECISION_AUTOCAST,     /* torch.autocast: fp32 weights, gradients and
+                                    moments, no master copy (16); the forward
+                                    casts each weight to the compute type where a
+                                    matmul uses it, and with dp > 1
+                                    DistributedDataParallel keeps its gradient
+                                    buckets beside the gradients (20) */
+} cham_precision_t;
+CHAM_API const char *cham_precision_name(cham_precision_t p);
+/* "master", "main-grads", "autocast"; CHAM_ERR_INVALID_ARG for others. */
+CHAM_API cham_status_t cham_precision_parse(const char *name, cham_precision_t *out);
+
 /* model.device_groups: cham_run chooses with ProTrain's cost model (at
  * least as many as the pinned host memory needs; docs/workloads.md). */
 #define CHAM_DEVICE_GROUPS_AUTO UINT32_MAX
@@ -40,7 +61,8 @@ typedef struct cham_model_config {
     uint32_t mbs;                /* micro-batch: sequences per forward */
     uint32_t gbs;                /* global batch: sequences per optimizer step
                                     (0 = mbs * dp: no gradient accumulation) */
-    cham_dtype_t dtype;          /* F16 or BF16 compute; fp32 master weights */
+    cham_dtype_t dtype;          /* F16 or BF16 compute */
+    cham_precision_t precision;  /* how the model state is kept (MASTER) */
     bool flash;                  /* fused attention: no s x s scores kept */
     bool recompute;              /* full recomputation: a layer keeps only its
                                     input and re-runs its forward in backward */
@@ -143,9 +165,9 @@ CHAM_API uint64_t cham_model_parameters(const cham_model_config_t *m);
 /* Parameters this device holds (its pipeline stage, its tensor shard),
  * before ZeRO sharding. */
 CHAM_API uint64_t cham_model_device_parameters(const cham_model_config_t *m);
-/* Bytes of model state this device holds for the whole run: weights and
- * gradients in the compute type, fp32 master weights and two Adam moments,
- * for its parameters (cham_model_device_parameters) with ZeRO's sharding
+/* Bytes of model state this device holds for the whole run: weights,
+ * gradients and optimizer states as m->precision keeps them (16 bytes a
+ * parameter for the default, CHAM_PRECISION_MASTER), for its parameters (cham_model_device_parameters) with ZeRO's sharding
  * over dp (docs/workloads.md); with host_optimizer the weights only (the
  * gradients live during the backward, the rest on the host). A job whose
  * model state exceeds the device's capacity runs only where Chameleon

@@ -34,7 +34,7 @@ static uint64_t part_size(const wl_layer_params_t *lp, part_t part)
 static cham_status_t span(cham_workload_t *w, cham_tensor_t *base, uint64_t first,
                           uint64_t count, cham_tensor_t **out)
 {
-    uint64_t p = cham_dtype_size(w->m.dtype);
+    uint64_t p = cham_dtype_size(cham_tensor_dtype(base));
     return wl_view(w, base, first * p, count * p, out);
 }
 
@@ -361,7 +361,7 @@ static cham_status_t forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_t
     uint64_t heads = m->heads / m->tp, s = m->seq;
     cham_tensor_t *wt, *wp, *o, *y, *x2;
     sv->x = x;
-    TRY(wl_weights(w, l, &wt));
+    TRY(wl_matmul_weights(w, l, &wt));
     TRY(wl_new(w, T * h * p, dt, &sv->n1, "L%u.norm1_out", l));
     TRY(wl_new(w, T * wl_stats_bytes(m), CHAM_DTYPE_F32, &sv->st1, "L%u.norm1_stats", l));
     TRY(norm(w, sv->x, wt, P_NORM1, sv->n1, sv->st1));
@@ -490,7 +490,7 @@ static cham_status_t layer_backward(cham_workload_t *w, uint32_t l, uint64_t mb,
     uint64_t T = wl_tokens(m), h = m->hidden, p = cham_dtype_size(dt);
     uint64_t heads = m->heads / m->tp, s = m->seq;
     cham_tensor_t *wt, *gw, *wp, *gp, *dn2, *dx1, *dctx, *dqkv, *dn1, *dxp;
-    TRY(wl_weights(w, l, &wt));
+    TRY(wl_matmul_weights(w, l, &wt));
     TRY(wl_grad(w, l, &gw));
     /* MLP branch; the residual passes dy on unchanged. */
     TRY(mlp_backward(w, l, wt, gw, sv, dy, &dn2));
@@ -619,8 +619,9 @@ cham_status_t wl_head(cham_workload_t *w, cham_tensor_t *x, bool keep, cham_tens
     bool tied = m->arch == CHAM_ARCH_GPT2;
     uint32_t hg = wl_head_group(w), head_of = tied ? wl_embed_group(w) : hg;
     cham_tensor_t *wn, *wh, *wnp, *whp, *nf, *st, *logits, *lf, *loss;
-    TRY(wl_weights(w, hg, &wn));
-    TRY(tied ? wl_weights(w, head_of, &wh) : wl_view(w, wn, 0, cham_tensor_bytes(wn), &wh));
+    TRY(wl_matmul_weights(w, hg, &wn));
+    TRY(tied ? wl_matmul_weights(w, head_of, &wh)
+             : wl_view(w, wn, 0, cham_tensor_bytes(wn), &wh));
     TRY(span(w, wn, 0, np, &wnp));
     TRY(span(w, wh, tied ? 0 : np, V * h, &whp));
     TRY(wl_new(w, T * h * p, dt, &nf, "final_norm_out"));
@@ -633,6 +634,7 @@ cham_status_t wl_head(cham_workload_t *w, cham_tensor_t *x, bool keep, cham_tens
     wl_drop(w, &logits);
     TRY(wl_new(w, 4, CHAM_DTYPE_F32, &loss, "loss"));
     TRY(RUN(w, OP_LOSS, 5.0 * (double)(T * V), R(lf), W(loss)));
+    wl_autocast_exit(w, keep);
     if (!keep) {
         cham_tensor_t **all[] = {&wn, &wh, &wnp, &whp, &nf, &st, &lf, &loss, &x};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
@@ -655,6 +657,8 @@ cham_status_t wl_head(cham_workload_t *w, cham_tensor_t *x, bool keep, cham_tens
     TRY(wl_new(w, T * h * p, dt, &dnf, "d_final_norm"));
     TRY(linear_bwd(w, OP_HEAD_BWD, dlogits, nf, whp, ghp, dnf, T));
     wl_drop(w, &dlogits);
+    if (tied && m->precision == CHAM_PRECISION_AUTOCAST)
+        wl_uncast(w, head_of);   /* only the head's backward kept the embedding's cast */
     wl_drop(w, &nf);
     TRY(wl_new(w, T * h * p, dt, dx, "d_final"));
     TRY(RUN(w, OP_NORM_BWD, 10.0 * (double)(T * h), R(dnf), R(x), R(st), R(wnp), RW(gnp),

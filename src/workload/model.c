@@ -54,6 +54,28 @@ const char *cham_arch_name(cham_arch_t arch)
     return "?";
 }
 
+static const char *const precision_names[] = {
+    [CHAM_PRECISION_MASTER] = "master",
+    [CHAM_PRECISION_MAIN_GRADS] = "main-grads",
+    [CHAM_PRECISION_AUTOCAST] = "autocast",
+};
+#define N_PRECISIONS (sizeof precision_names / sizeof precision_names[0])
+
+const char *cham_precision_name(cham_precision_t p)
+{
+    return (size_t)p < N_PRECISIONS ? precision_names[p] : "?";
+}
+
+cham_status_t cham_precision_parse(const char *name, cham_precision_t *out)
+{
+    for (size_t i = 0; name && i < N_PRECISIONS; i++)
+        if (strcmp(name, precision_names[i]) == 0) {
+            *out = (cham_precision_t)i;
+            return CHAM_OK;
+        }
+    return CHAM_ERR_INVALID_ARG;
+}
+
 cham_status_t cham_model_preset(const char *name, cham_model_config_t *out)
 {
     for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
@@ -137,6 +159,17 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
     CHECK(m->layers % m->pp == 0, "model: layers (%u) must be a multiple of pp (%u)", m->layers,
           m->pp);
     CHECK(m->zero <= 3, "model: zero must be 0..3, got %u", m->zero);
+    CHECK((size_t)m->precision < N_PRECISIONS, "model: unknown precision %d", (int)m->precision);
+    /* The host's optimizer, ProTrain's chunks and inference keep the
+     * master layout; autocast's casts are one per weight (no pipeline's
+     * micro-batches in flight) and its data parallelism is DDP's. */
+    CHECK(m->precision == CHAM_PRECISION_MASTER ||
+              (!m->host_optimizer && !m->protrain && !m->infer),
+          "model: precision %s is not for the host's optimizer, protrain or inference",
+          cham_precision_name(m->precision));
+    CHECK(m->precision != CHAM_PRECISION_AUTOCAST || (m->pp == 1 && m->zero <= 1),
+          "model: precision autocast needs pp 1 and zero 0 or 1 (DistributedDataParallel, "
+          "with ZeroRedundancyOptimizer at 1), got pp %u, zero %u", m->pp, m->zero);
     if (m->protrain) {
         const cham_protrain_config_t *c = &m->protrain_config;
         uint32_t chunks = m->layers + 2, on_host = chunks - (c->n_persist < chunks ? c->n_persist
@@ -239,6 +272,7 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
 void wl_group_state(const cham_model_config_t *m, uint64_t params, bool host, wl_state_t *s)
 {
     uint64_t p = cham_dtype_size(m->dtype), updated = wl_updated_of(m, params);
+    uint64_t pw = cham_dtype_size(wl_weight_dtype(m));
     if (m->infer) {              /* weights only */
         s->weights += params * p;
         return;
@@ -247,15 +281,15 @@ void wl_group_state(const cham_model_config_t *m, uint64_t params, bool host, wl
         s->host += params * (4 * 3 + p);
         return;
     }
-    uint64_t weights = (wl_sharded(m, 3) ? wl_shard_of(m, params) : params) * p;
+    uint64_t weights = (wl_sharded(m, 3) ? wl_shard_of(m, params) : params) * pw;
     s->weights += weights;
     if (host) {                  /* the host's: the updated shard's gradients too */
         s->host += updated * (4 * 3 + p);
         s->backed += weights;
         return;
     }
-    s->grads += wl_grad_bytes_of(m, params);
-    s->optim += updated * 4 * 3;
+    s->grads += wl_grad_bytes_of(m, params) * (wl_ddp_buckets(m) ? 2 : 1);
+    s->optim += updated * wl_optim_bytes(m);
 }
 
 uint32_t wl_device_groups(const cham_model_config_t *m)
@@ -360,10 +394,11 @@ bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t hos
                  (unsigned long long)capacity, human(capacity, h[1], sizeof h[1]));
     cham_set_err(err, err_size,
                  "the model state alone needs %llu bytes (%s) on this device, %s: weights %s, "
-                 "gradients %s, fp32 master weights and Adam moments %s for %llu parameters "
+                 "gradients %s, %s %s for %llu parameters "
                  "(%u layers, hidden %u, ffn %u, vocab %u%s; tp %u, pp %u, dp %u, zero %u%s). %s",
                  (unsigned long long)total, human(total, h[0], sizeof h[0]), where,
                  human(s.weights, h[2], sizeof h[2]), human(s.grads, h[3], sizeof h[3]),
+                 wl_optim_bytes(m) == 12 ? "fp32 master weights and Adam moments" : "Adam moments",
                  human(s.optim, h[4], sizeof h[4]),
                  (unsigned long long)cham_model_device_parameters(m), m->layers, m->hidden,
                  m->ffn, m->vocab, experts, m->tp, m->pp, m->dp, m->zero,
@@ -393,10 +428,14 @@ uint64_t wl_step_ops_bound(const cham_model_config_t *m)
     uint64_t per_mb = layers * (fwd * (m->recompute || m->protrain ? 2 : 1) + bwd) + 32;
     /* ProTrain: each chunk fetched at most twice a step. */
     per_mb += m->protrain ? 2 * (layers + 2) : 0;
-    uint64_t eval = m->validate_every ? layers * fwd + 32 : 0;
+    /* autocast: a cast per group in the forward and again in the backward
+     * (recomputation), two copies per group to DDP's buckets and back. */
+    uint64_t casts = m->precision == CHAM_PRECISION_AUTOCAST ? 2 * (layers + 2) : 0;
+    per_mb += casts;
+    uint64_t eval = m->validate_every ? layers * fwd + 32 + casts : 0;
     /* The optimizer: unscale, AdamW and a ZeRO all-gather per group, the
      * reductions' joins and the loss scale. */
-    return micro_batches(m) * per_mb + eval + 4 * (layers + 2) + 8;
+    return micro_batches(m) * per_mb + eval + 4 * (layers + 2) + casts + 8;
 }
 
 /* ---- counts ------------------------------------------------------------------*/

@@ -36,7 +36,7 @@ static const char *const op_names[WL_N_OPS] = {
     [OP_UPDATE_SCALE] = "update_loss_scale", [OP_ADAM] = "adamw_step",
     [OP_GRAD_TO_HOST] = "grads_to_host", [OP_PARAM_FROM_HOST] = "params_from_host",
     [OP_KV_WRITE] = "kv_write", [OP_KV_PREFETCH] = "kv_prefetch", [OP_KV_STORE] = "kv_store",
-    [OP_SAMPLE] = "sample",
+    [OP_SAMPLE] = "sample", [OP_CAST] = "autocast_weight", [OP_BUCKET_COPY] = "ddp_bucket_copy",
 };
 
 bool wl_ops_init(cham_workload_t *w, char *err, size_t err_size)

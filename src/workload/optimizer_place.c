@@ -123,7 +123,7 @@ void wl_host_figures(const cham_config_t *rc, double *flops, double *bandwidth)
  * on a device with the host's figures. */
 static bool host_can_run(const cham_config_t *rc, const cham_model_config_t *m)
 {
-    if (m->infer || m->protrain || m->accumulate > 1)
+    if (m->infer || m->protrain || m->accumulate > 1 || m->precision != CHAM_PRECISION_MASTER)
         return false;
     double flops, bw;
     wl_host_figures(rc, &flops, &bw);

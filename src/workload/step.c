@@ -52,8 +52,8 @@ static cham_status_t make_grads(cham_workload_t *w, uint32_t g)
     if (w->grads[g])
         return CHAM_OK;
     char buf[16];
-    return wl_new(w, wl_grad_bytes_of(&w->m, group_params(w, g)), w->m.dtype, &w->grads[g],
-                  "%s.grads", group_name(w, g, buf, sizeof buf));
+    return wl_new(w, wl_grad_bytes_of(&w->m, group_params(w, g)), wl_grad_dtype(&w->m),
+                  &w->grads[g], "%s.grads", group_name(w, g, buf, sizeof buf));
 }
 
 static cham_status_t make_state(cham_workload_t *w)
@@ -69,7 +69,7 @@ static cham_status_t make_state(cham_workload_t *w)
         char buf[16];
         const char *name = group_name(w, g, buf, sizeof buf);
         if (!wl_on_host(w, g))   /* ProTrain's chunks on the host are fetched when used */
-            TRY(wl_new(w, s.weights, m->dtype, &w->weights[g], "%s.weights", name));
+            TRY(wl_new(w, s.weights, wl_weight_dtype(m), &w->weights[g], "%s.weights", name));
         if (m->infer)
             continue;
         if (wl_host_updates(w, g)) {
@@ -79,8 +79,13 @@ static cham_status_t make_state(cham_workload_t *w)
             continue;
         }
         TRY(make_grads(w, g));
-        uint64_t opt = s.optim / 3;        /* master weights, then each moment */
-        TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->master[g], "%s.master", name));
+        if (wl_ddp_buckets(m))
+            TRY(wl_new(w, cham_tensor_bytes(w->grads[g]), wl_grad_dtype(m), &w->bucket[g],
+                       "%s.ddp_bucket", name));
+        /* Master weights (unless the weights are fp32), then each moment. */
+        uint64_t opt = s.optim / (wl_optim_bytes(m) / 4);
+        if (wl_optim_bytes(m) == 12)
+            TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->master[g], "%s.master", name));
         TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->adam_m[g], "%s.adam_m", name));
         TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->adam_v[g], "%s.adam_v", name));
     }
@@ -115,10 +120,42 @@ cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
     cham_tensor_t *shard = w->weights[g];
     if (!sharded(w, 3))
         return wl_view(w, shard, 0, cham_tensor_bytes(shard), out);
-    uint64_t bytes = group_params(w, g) * cham_dtype_size(w->m.dtype);
-    TRY(wl_new(w, bytes, w->m.dtype, out, "%s.gathered", cham_tensor_label(shard)));
+    uint64_t bytes = group_params(w, g) * cham_dtype_size(wl_weight_dtype(&w->m));
+    TRY(wl_new(w, bytes, wl_weight_dtype(&w->m), out, "%s.gathered", cham_tensor_label(shard)));
     wl_arg_t a[] = {R(shard), W(*out)};
     return wl_comm(w, OP_ALL_GATHER, a, 2, wl_gather_bytes(bytes, w->m.dp), 0, true);
+}
+
+cham_status_t wl_matmul_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
+{
+    if (w->m.precision != CHAM_PRECISION_AUTOCAST)
+        return wl_weights(w, g, out);
+    if (!w->cast[g]) {
+        cham_tensor_t *fp32;
+        char buf[16];
+        TRY(wl_weights(w, g, &fp32));
+        cham_status_t st = wl_new(w, group_params(w, g) * cham_dtype_size(w->m.dtype),
+                                  w->m.dtype, &w->cast[g], "%s.cast",
+                                  group_name(w, g, buf, sizeof buf));
+        if (st == CHAM_OK)
+            st = wl_run(w, OP_CAST, (wl_arg_t[]){R(fp32), W(w->cast[g])}, 2,
+                        (double)group_params(w, g), 0);
+        wl_drop(w, &fp32);
+        TRY(st);
+    }
+    return wl_view(w, w->cast[g], 0, cham_tensor_bytes(w->cast[g]), out);
+}
+
+void wl_uncast(cham_workload_t *w, uint32_t g)
+{
+    wl_drop(w, &w->cast[g]);
+}
+
+void wl_autocast_exit(cham_workload_t *w, bool training)
+{
+    for (uint32_t g = 0; g < w->n_groups; g++)
+        if (!training || (g < w->n_layers && wl_block_mode(w, g) == CHAM_BLOCK_CHECKPOINT))
+            wl_uncast(w, g);
 }
 
 cham_status_t wl_grad(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
@@ -126,9 +163,9 @@ cham_status_t wl_grad(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
     if (!sharded(w, 2))
         TRY(make_grads(w, g));
     else if (!w->grad_temp[g]) {
-        uint64_t bytes = group_params(w, g) * cham_dtype_size(w->m.dtype);
+        uint64_t bytes = group_params(w, g) * cham_dtype_size(wl_grad_dtype(&w->m));
         char buf[16];
-        TRY(wl_new(w, bytes, w->m.dtype, &w->grad_temp[g], "%s.grads.bucket",
+        TRY(wl_new(w, bytes, wl_grad_dtype(&w->m), &w->grad_temp[g], "%s.grads.bucket",
                    group_name(w, g, buf, sizeof buf)));
     }
     cham_tensor_t *t = sharded(w, 2) ? w->grad_temp[g] : w->grads[g];
@@ -146,9 +183,14 @@ static cham_status_t reduce(cham_workload_t *w, uint32_t g, uint32_t mb)
                     wl_gather_bytes(cham_tensor_bytes(full), w->m.dp), 0, false));
         wl_drop(w, &w->grad_temp[g]);
     } else if (w->m.dp > 1 && mb + 1 == w->n_micro && w->update) {   /* once the sum is complete */
-        wl_arg_t a = RW(w->grads[g]);
+        cham_tensor_t *t = w->grads[g];
+        if (w->bucket[g]) {      /* DDP copies it into its bucket and reduces that */
+            TRY(wl_run(w, OP_BUCKET_COPY, (wl_arg_t[]){R(t), W(w->bucket[g])}, 2, 0, 0));
+            t = w->bucket[g];
+        }
+        wl_arg_t a = RW(t);
         TRY(wl_comm(w, OP_ALL_REDUCE, &a, 1,
-                    wl_all_reduce_bytes(cham_tensor_bytes(w->grads[g]), w->m.dp), 0, false));
+                    wl_all_reduce_bytes(cham_tensor_bytes(t), w->m.dp), 0, false));
     }
     return CHAM_OK;
 }
@@ -224,6 +266,7 @@ cham_status_t wl_host_adamw(cham_workload_t *w, uint32_t g)
 
 cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
 {
+    wl_uncast(w, g);
     cham_status_t st = reduce(w, g, mb);
     if (st != CHAM_OK || mb + 1 != w->n_micro)
         return st;
@@ -327,8 +370,8 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
     wl_layer_params(m, m->tp, &w->lp);
     size_t ng = w->n_groups;
     w->group_params = calloc(ng, sizeof *w->group_params);
-    cham_tensor_t ***arrays[] = {&w->weights, &w->grads, &w->master, &w->adam_m, &w->adam_v,
-                                 &w->grad_temp};
+    cham_tensor_t ***arrays[] = {&w->weights,   &w->grads,     &w->master, &w->adam_m,
+                                 &w->adam_v,    &w->grad_temp, &w->bucket, &w->cast};
     bool ok = w->group_params != NULL;
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         ok = ok && (*arrays[i] = calloc(ng, sizeof **arrays[i])) != NULL;
@@ -436,6 +479,8 @@ void cham_workload_free(cham_workload_t *w)
     free(w->adam_m);
     free(w->adam_v);
     free(w->grad_temp);
+    free(w->bucket);
+    free(w->cast);
     free(w);
 }
 
@@ -635,9 +680,14 @@ static cham_status_t host_update(cham_workload_t *w)
  * 1-2: waits for its verdict, then updates them). */
 static cham_status_t optimizer(cham_workload_t *w, bool overflow)
 {
-    uint64_t p = cham_dtype_size(w->m.dtype);
+    uint64_t pg = cham_dtype_size(wl_grad_dtype(&w->m));
+    uint64_t pw = cham_dtype_size(wl_weight_dtype(&w->m));
     TRY(cham_phase(w->ctx, CHAM_PHASE_OPTIMIZER));
     TRY(wl_comm_join(w));                 /* the gradient reductions */
+    for (uint32_t g = 0; g < w->n_groups; g++)   /* DDP: from its buckets back */
+        if (w->bucket[g])
+            TRY(wl_run(w, OP_BUCKET_COPY, (wl_arg_t[]){R(w->bucket[g]), W(w->grads[g])}, 2, 0,
+                       0));
     bool host_after = w->m.host_optimizer && !updates_in_backward(w);
     if (host_after)
         TRY(cham_stream_synchronize(w->host));   /* found_inf.item() */
@@ -647,7 +697,8 @@ static cham_status_t optimizer(cham_workload_t *w, bool overflow)
         if (!group_params(w, g) || wl_host_updates(w, g))
             continue;
         wl_arg_t a[] = {RW(w->grads[g]), RW(w->found_inf)};
-        TRY(wl_run(w, OP_UNSCALE, a, 2, 3.0 * (double)(cham_tensor_bytes(w->grads[g]) / p), 0));
+        TRY(wl_run(w, OP_UNSCALE, a, 2, 3.0 * (double)(cham_tensor_bytes(w->grads[g]) / pg),
+                   0));
     }
     wl_arg_t s[] = {R(w->found_inf), RW(w->scale)};
     TRY(wl_run(w, OP_UPDATE_SCALE, s, 2, 1, 0));
@@ -660,11 +711,14 @@ static cham_status_t optimizer(cham_workload_t *w, bool overflow)
         if (!n || wl_host_updates(w, g))
             continue;
         cham_tensor_t *grad, *weight;
-        TRY(wl_view(w, w->grads[g], 0, shard * p, &grad));
-        TRY(wl_view(w, w->weights[g], 0, shard * p, &weight));
+        TRY(wl_view(w, w->grads[g], 0, shard * pg, &grad));
+        TRY(wl_view(w, w->weights[g], 0, shard * pw, &weight));
+        /* Without master weights AdamW updates the fp32 weights in place. */
         wl_arg_t a[] = {R(grad), RW(w->master[g]), RW(w->adam_m[g]), RW(w->adam_v[g]),
                         W(weight)};
-        TRY(wl_run(w, OP_ADAM, a, 5, 12.0 * (double)shard, 0));
+        wl_arg_t fp32[] = {R(grad), RW(w->adam_m[g]), RW(w->adam_v[g]), RW(weight)};
+        TRY(w->master[g] ? wl_run(w, OP_ADAM, a, 5, 12.0 * (double)shard, 0)
+                         : wl_run(w, OP_ADAM, fp32, 4, 12.0 * (double)shard, 0));
         wl_drop(w, &grad);
         wl_drop(w, &weight);
         TRY(gather_updated(w, g));

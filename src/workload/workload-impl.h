@@ -84,16 +84,37 @@ static inline uint64_t wl_updated_of(const cham_model_config_t *m, uint64_t para
 {
     return wl_sharded(m, 1) ? wl_shard_of(m, params) : params;
 }
+/* The types of the weights and gradients the precision keeps, the bytes
+ * of optimizer state per updated parameter (fp32 master weights and two
+ * moments, or the moments alone beside fp32 weights), and whether DDP's
+ * gradient buckets sit beside the gradients (autocast's data parallelism). */
+static inline cham_dtype_t wl_weight_dtype(const cham_model_config_t *m)
+{
+    return m->precision == CHAM_PRECISION_AUTOCAST ? CHAM_DTYPE_F32 : m->dtype;
+}
+static inline cham_dtype_t wl_grad_dtype(const cham_model_config_t *m)
+{
+    return m->precision == CHAM_PRECISION_MASTER ? m->dtype : CHAM_DTYPE_F32;
+}
+static inline uint64_t wl_optim_bytes(const cham_model_config_t *m)
+{
+    return m->precision == CHAM_PRECISION_AUTOCAST ? 8 : 12;
+}
+static inline bool wl_ddp_buckets(const cham_model_config_t *m)
+{
+    return m->precision == CHAM_PRECISION_AUTOCAST && m->dp > 1;
+}
 /* Bytes of the gradient of a group of params as the optimizer reads it:
- * this rank's shard with ZeRO >= 2, in the compute type. */
+ * this rank's shard with ZeRO >= 2, in the gradients' type. */
 static inline uint64_t wl_grad_bytes_of(const cham_model_config_t *m, uint64_t params)
 {
-    return (wl_sharded(m, 2) ? wl_shard_of(m, params) : params) * cham_dtype_size(m->dtype);
+    return (wl_sharded(m, 2) ? wl_shard_of(m, params) : params) *
+           cham_dtype_size(wl_grad_dtype(m));
 }
 
-/* Model state bytes on this device: weights and gradients in the compute
- * type, fp32 master weights and the two Adam moments (optim: all three),
- * each whole or this rank's shard. make_state (step.c) sizes its tensors
+/* Model state bytes on this device: weights and gradients in the types
+ * the precision keeps them in (DDP's buckets count with the gradients),
+ * the optimizer's fp32 states (optim), each whole or this rank's shard. make_state (step.c) sizes its tensors
  * with wl_group_state, so the check before it and the tensors agree. */
 typedef struct wl_state {
     uint64_t weights, grads, optim;
@@ -198,7 +219,7 @@ typedef enum wl_op {
     OP_ROUTE_BWD, OP_PERMUTE_BWD, OP_COMBINE_BWD, OP_EMBED_BWD, OP_GRAD_ACC,
     OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER, OP_SEND, OP_RECV, OP_PIPELINE_WAIT,
     OP_UNSCALE, OP_UPDATE_SCALE, OP_ADAM, OP_GRAD_TO_HOST, OP_PARAM_FROM_HOST,
-    OP_KV_WRITE, OP_KV_PREFETCH, OP_KV_STORE, OP_SAMPLE,
+    OP_KV_WRITE, OP_KV_PREFETCH, OP_KV_STORE, OP_SAMPLE, OP_CAST, OP_BUCKET_COPY,
     WL_N_OPS
 } wl_op_t;
 
@@ -246,6 +267,10 @@ struct cham_workload {
     cham_tensor_t **master, **adam_m, **adam_v;  /* fp32, the shard with ZeRO >= 1 */
     cham_tensor_t **grad_temp;   /* per group, ZeRO >= 2: the full gradient
                                     being accumulated before its reduce-scatter */
+    cham_tensor_t **bucket;      /* per group, wl_ddp_buckets: DDP's bucket */
+    cham_tensor_t **cast;        /* per group, autocast: its weights in the compute
+                                    type, from the forward's first matmul until
+                                    the group's backward is done */
     cham_tensor_t *scale, *found_inf;
     /* host_optimizer: per group the host's pinned buffers (the gradients
      * it receives, then the weights it sends back; master weights and
@@ -319,6 +344,15 @@ cham_status_t wl_host_adamw(cham_workload_t *w, uint32_t g);
 /* The weights of group g as the forward or backward reads them: a new
  * handle (ZeRO-3 gathers the full weights first). */
 cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out);
+/* The same for a matmul: with autocast, the weights cast to the compute
+ * type (made at the first use after the last wl_uncast). */
+cham_status_t wl_matmul_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out);
+/* autocast: drops group g's cast (its backward is done). */
+void wl_uncast(cham_workload_t *w, uint32_t g);
+/* autocast: leaving the autocast region after the loss drops the casts no
+ * backward keeps: every one after an evaluation, a checkpointed layer's
+ * after a training forward (its recomputation casts again). */
+void wl_autocast_exit(cham_workload_t *w, bool training);
 
 bool wl_ops_init(cham_workload_t *w, char *err, size_t err_size);
 /* A new tensor in the held set, labelled with a printf format. */
