@@ -403,6 +403,10 @@ class Offload:
         self._over_now = False       # this step went past the budget (strict=False)
         self._over_logged = set()
         self._warned_no_step = False
+        # What this block saw since it was entered (or since step()): a
+        # backward, and a forward after an optimizer's ops (a new iteration).
+        self._block_backward = False
+        self._block_next_iteration = False
         self._read_pins = set()      # storages read outside aten since the last op
         self._reading = 0            # readers running (one may call another)
         self._next_sweep = 0         # the op at which the table is next swept
@@ -433,6 +437,7 @@ class Offload:
         self._mode = _Mode(self)
         self._mode.__enter__()
         _active = self
+        self._block_backward = self._block_next_iteration = False
         self._patch()
         try:
             if not self._adopted:
@@ -483,7 +488,12 @@ class Offload:
             finally:
                 self._mode = None
                 first = self._restore_all()
-        if exc_type is None and self._steps == 0 and self._opno and not self._warned_no_step:
+        # No step() yet: a forgotten one, unless the block held one
+        # iteration's forward and backward and step() comes after it (a
+        # block per micro-batch, step() outside once they are accumulated).
+        one_iteration = self._block_backward and not self._block_next_iteration
+        if (exc_type is None and self._steps == 0 and self._opno and not one_iteration and
+                not self._warned_no_step):
             self._warned_no_step = True
             warnings.warn("Offload: the block ran ops but never called off.step(): the "
                           "runtime saw one endless step, so it planned nothing and the "
@@ -618,6 +628,7 @@ class Offload:
         self._over_now = False
         self._after_backward = False
         self._phase = None
+        self._block_backward = self._block_next_iteration = False
         self._step_peak = self._table.resident
         return info
 
@@ -1107,6 +1118,8 @@ class Offload:
         else:
             phase = "eval"
         if phase != self._phase:
+            self._block_backward |= phase == "backward"
+            self._block_next_iteration |= phase == "forward" and self._phase == "optimizer"
             self._ctx.phase(phase)
             self._phase = phase
 

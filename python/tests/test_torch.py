@@ -6,6 +6,7 @@ import gc
 import os
 import socket
 import unittest
+import warnings
 
 try:
     import torch
@@ -1209,6 +1210,45 @@ class BadInput(unittest.TestCase):
                 except RuntimeError:
                     pass
                 off.step()
+
+    def test_a_block_per_micro_batch_is_no_forgotten_step(self):
+        # Gradient accumulation with the block around each micro-batch and
+        # off.step() after the optimizer, outside it: each block holds one
+        # forward and backward, and step() comes later. No warning (there
+        # was one at the first block's exit), the same losses and weights
+        # as without Offload; a block holding a whole loop without step()
+        # still warns (scenario_no_step).
+        def run(off):
+            torch.manual_seed(0)
+            m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(),
+                                    torch.nn.Linear(32, 4))
+            opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+            losses = []
+            for i in range(12):
+                x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+                if off is None:
+                    loss = torch.nn.functional.cross_entropy(m(x), y) / 3
+                    loss.backward()
+                else:
+                    with off:
+                        loss = torch.nn.functional.cross_entropy(m(x), y) / 3
+                        loss.backward()
+                losses.append(loss.item())
+                if i % 3 == 2:
+                    opt.step()
+                    opt.zero_grad()
+                    if off is not None:
+                        off.step()
+            return losses, [p.detach().clone() for p in m.parameters()]
+
+        plain = run(None)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            got = run(ct.Offload(log=quiet))
+        self.assertEqual([str(w.message) for w in seen if "step()" in str(w.message)], [])
+        self.assertEqual(plain[0], got[0])
+        for a, b in zip(plain[1], got[1]):
+            self.assertTrue(torch.equal(a, b))
 
     def test_unplanned_tensors_pass_through(self):
         # Quantized, meta and sparse tensors are not planned: they run as
