@@ -71,15 +71,28 @@
  * Megatron pads it: to a multiple of 128 x tp) under FlagScale, a
  * Megatron-LM fork, on the 8 GPUs of one server: sequence 2048, bf16,
  * flash attention, no recomputation, the distributed optimizer (ZeRO-1),
- * fp32 gradients (Megatron's with bf16), 9 micro-batches a step. Memory only: this FlagScale does not overlap
- * communication with computation, which the generator always does. Fields:
- * id, vocabulary, mbs, tp, pp, dp, GiB per GPU (nvidia-smi). */
+ * fp32 gradients (Megatron's with bf16), 9 micro-batches a step. Memory
+ * only: this FlagScale does not overlap communication with computation,
+ * which the generator always does. Fields: id, vocabulary, mbs, tp, pp,
+ * dp, GiB per GPU (nvidia-smi). */
 #define FLAGPERF_FS(name, v, mbs_, tp_, pp_, dp_, gib)                                        \
     {.id = name, .source = "flagperf", .device = "a100-80g", .arch = CHAM_ARCH_LLAMA,         \
      .layers = 32, .hidden = 4096, .ffn = 11008, .heads = 32, .vocab = v, .seq = 2048,        \
      .mbs = mbs_, .gbs = (mbs_) * 9 * (dp_), .tp = tp_, .pp = pp_, .dp = dp_, .zero = 1,      \
      .dtype = BF16, .precision = CHAM_PRECISION_MAIN_GRADS, .flash = true, .memory = gib,     \
      .memory_unit = FID_GIB}
+
+/* The Languini Kitchen's throughput sweep on its reference GPU, an RTX
+ * 3090: GPT-2-shaped models (vocabulary 16,384, sequence 512, an fp32
+ * model under torch.autocast with Adam and a GradScaler: one optimizer
+ * step per micro-batch, no fused attention, torch.compile), the batch
+ * that gave each shape its most tokens per second. Fields: id, layers,
+ * hidden, heads, batch, ms per step. */
+#define LANGUINI(name, l, h, a, mbs_, ms)                                                     \
+    {.id = name, .source = "languini", .device = "rtx3090-24g", .arch = GPT, .layers = l,    \
+     .hidden = h, .heads = a, .vocab = 16384, .seq = 512, .mbs = mbs_, .tp = 1, .pp = 1,      \
+     .dp = 1, .dtype = F16, .precision = CHAM_PRECISION_AUTOCAST, .flash = false,             \
+     .time = ms, .time_unit = FID_MS_PER_STEP}
 
 const fid_case_t fid_cases[] = {
     DLPERF("DP_1x1x1_2_1536x16", 16, 1536, 16, 2, 2, 1, 1, 1, 464.12, 14362),
@@ -143,6 +156,12 @@ const fid_case_t fid_cases[] = {
     FLAGPERF_FS("aquila2-7b TP8PP1DP1", 100352, 8, 8, 1, 1, 55),
     FLAGPERF_FS("aquila2-7b TP1PP8DP1", 100096, 4, 1, 8, 1, 57),
     FLAGPERF_FS("aquila2-7b TP2PP2DP2", 100096, 4, 2, 2, 2, 52),
+
+    LANGUINI("languini mini b97", 4, 512, 8, 97, 208.04351806640625),
+    LANGUINI("languini tiny b76", 4, 768, 12, 76, 274.29055568150113),
+    LANGUINI("languini small b34", 12, 768, 12, 34, 314.13142830984935),
+    LANGUINI("languini medium b10", 24, 1024, 16, 10, 308.1049150739397),
+    LANGUINI("languini large b4", 24, 1536, 16, 4, 290.1550859723772),
 
     /* MindSpore MindFormers' model table: Llama 2 7B on an Atlas 800T A2
      * (8 Ascend 910B), sequence 4096, bf16, flash attention, no
