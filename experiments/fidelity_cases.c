@@ -16,11 +16,11 @@
  * sequence 2048, fp16, --checkpoint-activations, no fused attention.
  * Fields: id, layers, hidden, heads, mbs, gbs, tp, pp, dp, ms per
  * iteration (0: across nodes), MiB. */
-#define DLPERF(name, l, h, a, mbs_, gbs_, tp_, pp_, dp_, ms, mib)                           \
-    {.id = name, .source = "dlperf", .device = "v100-16g", .arch = GPT, .layers = l,       \
-     .hidden = h, .heads = a, .vocab = 51200, .seq = 2048, .mbs = mbs_, .gbs = gbs_,          \
-     .tp = tp_, .pp = pp_, .dp = dp_, .dtype = F16, .flash = false, .recompute = true,        \
-     .time = ms, .time_unit = (ms) > 0 ? FID_MS_PER_STEP : FID_NO_TIME, .memory = mib,        \
+#define DLPERF(name, l, h, a, mbs_, gbs_, tp_, pp_, dp_, ms, mib)                            \
+    {.id = name, .source = "dlperf", .device = "v100-16g", .arch = GPT, .layers = l,         \
+     .hidden = h, .heads = a, .vocab = 51200, .seq = 2048, .mbs = mbs_, .gbs = gbs_,         \
+     .tp = tp_, .pp = pp_, .dp = dp_, .dtype = F16, .flash = false, .recompute = true,       \
+     .time = ms, .time_unit = (ms) > 0 ? FID_MS_PER_STEP : FID_NO_TIME, .memory = mib,       \
      .memory_unit = FID_MIB}
 
 /* MosaicML LLM Foundry's MPT benchmarks: GPT-style, vocabulary 50,368,
@@ -28,9 +28,9 @@
  * Fields: id, preset, layers, hidden, heads, sequence, mbs, gbs,
  * activation checkpointing, tokens/s per GPU. */
 #define MPT(name, dev, l, h, a, s, mbs_, gbs_, ac, tps)                                      \
-    {.id = name, .source = "llm-foundry", .device = dev, .arch = GPT, .layers = l,         \
-     .hidden = h, .heads = a, .vocab = 50368, .seq = s, .mbs = mbs_, .gbs = gbs_, .tp = 1,    \
-     .pp = 1, .dp = 8, .zero = 3, .dtype = BF16, .flash = true, .recompute = ac,              \
+    {.id = name, .source = "llm-foundry", .device = dev, .arch = GPT, .layers = l,           \
+     .hidden = h, .heads = a, .vocab = 50368, .seq = s, .mbs = mbs_, .gbs = gbs_, .tp = 1,   \
+     .pp = 1, .dp = 8, .zero = 3, .dtype = BF16, .flash = true, .recompute = ac,             \
      .time = tps, .time_unit = FID_TOKENS_S_DEVICE}
 
 /* Lambda's FlashAttention-2 runs of GPT3-2.7B (32 layers, hidden 2560, 32
@@ -39,32 +39,32 @@
  * ZeroRedundancyOptimizer), no recomputation. Fields: id, preset, dp, tokens/s (per
  * device with one, of the job with eight), GB per device. */
 #define LAMBDA(name, dev, dp_, tps, gb)                                                      \
-    {.id = name, .source = "lambda-fa2", .device = dev, .arch = GPT, .layers = 32,         \
-     .hidden = 2560, .heads = 32, .vocab = 50264, .seq = 1024, .mbs = 4, .gbs = 512,          \
-     .tp = 1, .pp = 1, .dp = dp_, .zero = 1, .dtype = F16,                                  \
-     .precision = CHAM_PRECISION_AUTOCAST, .flash = true, .time = tps,                        \
-     .time_unit = (dp_) == 1 ? FID_TOKENS_S_DEVICE : FID_TOKENS_S_JOB, .memory = gb,          \
+    {.id = name, .source = "lambda-fa2", .device = dev, .arch = GPT, .layers = 32,           \
+     .hidden = 2560, .heads = 32, .vocab = 50264, .seq = 1024, .mbs = 4, .gbs = 512,         \
+     .tp = 1, .pp = 1, .dp = dp_, .zero = 1, .dtype = F16,                                   \
+     .precision = CHAM_PRECISION_AUTOCAST, .flash = true, .time = tps,                       \
+     .time_unit = (dp_) == 1 ? FID_TOKENS_S_DEVICE : FID_TOKENS_S_JOB, .memory = gb,         \
      .memory_unit = FID_GB_AS_GIB}
 
 /* Fields: id, layers, hidden, heads, mbs, dp, ZeRO stage, precision, MiB
  * allocated. */
-#define COLOSSAL(name, l, h, a, mbs_, dp_, zero_, prec, mib)                                       \
+#define COLOSSAL(name, l, h, a, mbs_, dp_, zero_, prec, mib)                                 \
     {.id = name, .source = "colossal-lightning", .device = "a100-80g", .capacity_gib = 40,   \
-     .arch = GPT, .layers = l, .hidden = h, .heads = a, .vocab = 50257, .seq = 1024,          \
-     .mbs = mbs_, .tp = 1, .pp = 1, .dp = dp_, .zero = zero_, .dtype = F16,                   \
-     .precision = CHAM_PRECISION_##prec, .flash = false,                                      \
-     .recompute = true, .memory = mib, .memory_unit = FID_MIB,                                \
+     .arch = GPT, .layers = l, .hidden = h, .heads = a, .vocab = 50257, .seq = 1024,         \
+     .mbs = mbs_, .tp = 1, .pp = 1, .dp = dp_, .zero = zero_, .dtype = F16,                  \
+     .precision = CHAM_PRECISION_##prec, .flash = false,                                     \
+     .recompute = true, .memory = mib, .memory_unit = FID_MIB,                               \
      .memory_kind = FID_ALLOCATED}
 
 /* BAAI's FlagPerf: Llama 2 7B (Hugging Face's, vocabulary 32,000) under
  * DeepSpeed 0.11.1 ZeRO-3 over the 8 GPUs of one server, bf16, flash
  * attention 2, no recomputation. Fields: id, preset, sequence, mbs, gbs,
  * tokens/s per GPU, GiB per GPU (nvidia-smi, whole GiB). */
-#define FLAGPERF_DS(name, dev, s, mbs_, gbs_, tps, gib)                                       \
+#define FLAGPERF_DS(name, dev, s, mbs_, gbs_, tps, gib)                                      \
     {.id = name, .source = "flagperf", .device = dev, .arch = CHAM_ARCH_LLAMA, .layers = 32, \
-     .hidden = 4096, .ffn = 11008, .heads = 32, .vocab = 32000, .seq = s, .mbs = mbs_,        \
-     .gbs = gbs_, .tp = 1, .pp = 1, .dp = 8, .zero = 3, .dtype = BF16, .flash = true,         \
-     .time = tps, .time_unit = FID_TOKENS_S_DEVICE, .memory = gib,                            \
+     .hidden = 4096, .ffn = 11008, .heads = 32, .vocab = 32000, .seq = s, .mbs = mbs_,       \
+     .gbs = gbs_, .tp = 1, .pp = 1, .dp = 8, .zero = 3, .dtype = BF16, .flash = true,        \
+     .time = tps, .time_unit = FID_TOKENS_S_DEVICE, .memory = gib,                           \
      .memory_unit = FID_GIB}
 
 /* FlagPerf: Aquila2 7B (Llama-shaped, vocabulary 100,008 padded as
@@ -75,11 +75,11 @@
  * only: this FlagScale does not overlap communication with computation,
  * which the generator always does. Fields: id, vocabulary, mbs, tp, pp,
  * dp, GiB per GPU (nvidia-smi). */
-#define FLAGPERF_FS(name, v, mbs_, tp_, pp_, dp_, gib)                                        \
-    {.id = name, .source = "flagperf", .device = "a100-80g", .arch = CHAM_ARCH_LLAMA,         \
-     .layers = 32, .hidden = 4096, .ffn = 11008, .heads = 32, .vocab = v, .seq = 2048,        \
-     .mbs = mbs_, .gbs = (mbs_) * 9 * (dp_), .tp = tp_, .pp = pp_, .dp = dp_, .zero = 1,      \
-     .dtype = BF16, .precision = CHAM_PRECISION_MAIN_GRADS, .flash = true, .memory = gib,     \
+#define FLAGPERF_FS(name, v, mbs_, tp_, pp_, dp_, gib)                                       \
+    {.id = name, .source = "flagperf", .device = "a100-80g", .arch = CHAM_ARCH_LLAMA,        \
+     .layers = 32, .hidden = 4096, .ffn = 11008, .heads = 32, .vocab = v, .seq = 2048,       \
+     .mbs = mbs_, .gbs = (mbs_) * 9 * (dp_), .tp = tp_, .pp = pp_, .dp = dp_, .zero = 1,     \
+     .dtype = BF16, .precision = CHAM_PRECISION_MAIN_GRADS, .flash = true, .memory = gib,    \
      .memory_unit = FID_GIB}
 
 /* The Languini Kitchen's throughput sweep on its reference GPU, an RTX
@@ -88,10 +88,10 @@
  * step per micro-batch, no fused attention, torch.compile), the batch
  * that gave each shape its most tokens per second. Fields: id, layers,
  * hidden, heads, batch, ms per step. */
-#define LANGUINI(name, l, h, a, mbs_, ms)                                                     \
+#define LANGUINI(name, l, h, a, mbs_, ms)                                                    \
     {.id = name, .source = "languini", .device = "rtx3090-24g", .arch = GPT, .layers = l,    \
-     .hidden = h, .heads = a, .vocab = 16384, .seq = 512, .mbs = mbs_, .tp = 1, .pp = 1,      \
-     .dp = 1, .dtype = F16, .precision = CHAM_PRECISION_AUTOCAST, .flash = false,             \
+     .hidden = h, .heads = a, .vocab = 16384, .seq = 512, .mbs = mbs_, .tp = 1, .pp = 1,     \
+     .dp = 1, .dtype = F16, .precision = CHAM_PRECISION_AUTOCAST, .flash = false,            \
      .time = ms, .time_unit = FID_MS_PER_STEP}
 
 const fid_case_t fid_cases[] = {
