@@ -664,6 +664,40 @@ static void test_autocast_casts(void **state)
     }
 }
 
+/* Chameleon under a budget with each precision's state and ops (casts
+ * and DDP's buckets; fp32 gradients under ZeRO-3's gathers with
+ * accumulation): at 60% of the unconstrained peak every step runs, with
+ * no hazard. */
+static void test_precisions_under_a_budget(void **state)
+{
+    (void)state;
+    cham_model_config_t ms[2] = {small_llama(), small_llama()};
+    ms[0].precision = CHAM_PRECISION_AUTOCAST;
+    ms[0].recompute = true;
+    ms[0].dp = 2;
+    ms[0].validate_every = 3;
+    ms[1].precision = CHAM_PRECISION_MAIN_GRADS;
+    ms[1].dp = 8;
+    ms[1].zero = 3;
+    ms[1].accumulate = 2;
+    for (size_t i = 0; i < 2; i++) {
+        cham_run_config_t c = cham_run_config_default();
+        c.model = ms[i];
+        c.steps = 12;
+        cham_run_config_t ideal = c;
+        ideal.strategy = CHAM_STRATEGY_IDEAL;
+        cham_run_result_t r;
+        assert_int_equal(cham_run(&ideal, &r), CHAM_OK);
+        c.runtime.device.capacity = (uint64_t)(0.6 * (double)r.peak_tensor_bytes);
+        cham_run_result_t got;
+        assert_int_equal(cham_run(&c, &got), CHAM_OK);
+        assert_int_equal(got.status, CHAM_OK);
+        assert_int_equal(got.steps, 12);
+        assert_int_equal(got.hazards, 0);
+        assert_true(got.peak_device_bytes <= c.runtime.device.capacity);
+    }
+}
+
 typedef struct host_work {
     uint64_t adamw, checks, adamw_ns;
     double adamw_bytes;
@@ -1524,6 +1558,7 @@ int main(void)
         cmocka_unit_test(test_comm_stash),
         cmocka_unit_test(test_precision_state),
         cmocka_unit_test(test_autocast_casts),
+        cmocka_unit_test(test_precisions_under_a_budget),
         cmocka_unit_test(test_policy_uses_the_budget),
         cmocka_unit_test(test_recomputation_where_the_link_is_short),
     };
