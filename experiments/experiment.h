@@ -15,7 +15,7 @@
 
 /* ---- tables -----------------------------------------------------------------*/
 
-#define EXP_MAX_COLS 16
+#define EXP_MAX_COLS 20
 
 /* A cell: a number (NAN for none) shown with a format, or a text. */
 typedef struct exp_cell {

@@ -378,7 +378,8 @@ static void test_budget_sweep(void **state)
  * below Chameleon's lower bound (but full recomputation, the caller's
  * other program; a dynamic loop's time is a mean over its classes and its
  * bound the last step's class's); where native fits, Chameleon is
- * native. */
+ * native; a dynamic loop's row has its static loop's step at the same
+ * bytes (issue 50's comparison). */
 static void test_zoo(void **state)
 {
     (void)state;
@@ -427,6 +428,12 @@ static void test_zoo(void **state)
         }
         if (!isnan(native) && !(fabs(cham - native) <= 1e-9 * native))
             fail_msg("%s: native fits (%.6f s) but chameleon takes %.6f s", row, native, cham);
+        /* A dynamic loop has its static loop's step beside it, and the ratio. */
+        double stat = exp_table_get(t, row, "chameleon static loop s");
+        double ratio = exp_table_get(t, row, "dynamic / static");
+        assert_true(rows[i].dynamic ? stat > 0 : isnan(stat));
+        if (rows[i].dynamic && !isnan(cham))
+            assert_float_equal(ratio, cham / stat, 1e-12);
     }
     assert_true(bounded >= 20);
     assert_true(strlen(r.summary) > 0);
