@@ -575,10 +575,12 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
     if (r->status != CHAM_OK)
         printf("  FAILED              at step %llu, op %llu: %s\n",
                (unsigned long long)r->fail_step, (unsigned long long)r->fail_op, r->error);
+    bool precision = m->precision != CHAM_PRECISION_MASTER;   /* named when not the default */
     printf("  model               %s: %.2fB parameters, %u layers, seq %u, mbs %u, gbs %u, "
            "tp %u pp %u dp %u zero %u%s%s\n", o->model, (double)cham_model_parameters(m) * 1e-9,
-           m->layers, m->seq, m->mbs, m->gbs ? m->gbs : m->mbs * m->dp, m->tp, m->pp, m->dp, m->zero,
-           m->precision ? ", precision " : "", m->precision ? cham_precision_name(m->precision) : "");
+           m->layers, m->seq, m->mbs, m->gbs ? m->gbs : m->mbs * m->dp, m->tp, m->pp, m->dp,
+           m->zero, precision ? ", precision " : "",
+           precision ? cham_precision_name(m->precision) : "");
     printf("  strategy            %s\n", cham_strategy_name(o->run.strategy));
     char why[96] = "";
     if (r->optimizer_planned)

@@ -167,8 +167,8 @@ CHAM_API uint64_t cham_model_parameters(const cham_model_config_t *m);
 CHAM_API uint64_t cham_model_device_parameters(const cham_model_config_t *m);
 /* Bytes of model state this device holds for the whole run: weights,
  * gradients and optimizer states as m->precision keeps them (16 bytes a
- * parameter for the default, CHAM_PRECISION_MASTER), for its parameters (cham_model_device_parameters) with ZeRO's sharding
- * over dp (docs/workloads.md); with host_optimizer the weights only (the
+ * parameter for the default, CHAM_PRECISION_MASTER), for its parameters
+ * (cham_model_device_parameters) with ZeRO's sharding over dp (docs/workloads.md); with host_optimizer the weights only (the
  * gradients live during the backward, the rest on the host). A job whose
  * model state exceeds the device's capacity runs only where Chameleon
  * moves model state. */

@@ -398,7 +398,7 @@ bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t hos
                  "(%u layers, hidden %u, ffn %u, vocab %u%s; tp %u, pp %u, dp %u, zero %u%s). %s",
                  (unsigned long long)total, human(total, h[0], sizeof h[0]), where,
                  human(s.weights, h[2], sizeof h[2]), human(s.grads, h[3], sizeof h[3]),
-                 wl_optim_bytes(m) == 12 ? "fp32 master weights and Adam moments" : "Adam moments",
+                 wl_master_weights(m) ? "fp32 master weights and Adam moments" : "Adam moments",
                  human(s.optim, h[4], sizeof h[4]),
                  (unsigned long long)cham_model_device_parameters(m), m->layers, m->hidden,
                  m->ffn, m->vocab, experts, m->tp, m->pp, m->dp, m->zero,

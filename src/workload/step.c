@@ -84,7 +84,7 @@ static cham_status_t make_state(cham_workload_t *w)
                        "%s.ddp_bucket", name));
         /* Master weights (unless the weights are fp32), then each moment. */
         uint64_t opt = s.optim / (wl_optim_bytes(m) / 4);
-        if (wl_optim_bytes(m) == 12)
+        if (wl_master_weights(m))
             TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->master[g], "%s.master", name));
         TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->adam_m[g], "%s.adam_m", name));
         TRY(wl_new(w, opt, CHAM_DTYPE_F32, &w->adam_v[g], "%s.adam_v", name));
@@ -153,6 +153,8 @@ void wl_uncast(cham_workload_t *w, uint32_t g)
 
 void wl_autocast_exit(cham_workload_t *w, bool training)
 {
+    if (w->m.precision != CHAM_PRECISION_AUTOCAST)
+        return;
     for (uint32_t g = 0; g < w->n_groups; g++)
         if (!training || (g < w->n_layers && wl_block_mode(w, g) == CHAM_BLOCK_CHECKPOINT))
             wl_uncast(w, g);

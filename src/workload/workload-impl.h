@@ -84,10 +84,11 @@ static inline uint64_t wl_updated_of(const cham_model_config_t *m, uint64_t para
 {
     return wl_sharded(m, 1) ? wl_shard_of(m, params) : params;
 }
-/* The types of the weights and gradients the precision keeps, the bytes
- * of optimizer state per updated parameter (fp32 master weights and two
- * moments, or the moments alone beside fp32 weights), and whether DDP's
- * gradient buckets sit beside the gradients (autocast's data parallelism). */
+/* The types of the weights and gradients the precision keeps, whether it
+ * keeps fp32 master weights (not beside fp32 weights), the bytes of
+ * optimizer state per updated parameter (master weights if any, two
+ * moments), and whether DDP's gradient buckets sit beside the gradients
+ * (autocast's data parallelism). */
 static inline cham_dtype_t wl_weight_dtype(const cham_model_config_t *m)
 {
     return m->precision == CHAM_PRECISION_AUTOCAST ? CHAM_DTYPE_F32 : m->dtype;
@@ -96,9 +97,13 @@ static inline cham_dtype_t wl_grad_dtype(const cham_model_config_t *m)
 {
     return m->precision == CHAM_PRECISION_MASTER ? m->dtype : CHAM_DTYPE_F32;
 }
+static inline bool wl_master_weights(const cham_model_config_t *m)
+{
+    return m->precision != CHAM_PRECISION_AUTOCAST;
+}
 static inline uint64_t wl_optim_bytes(const cham_model_config_t *m)
 {
-    return m->precision == CHAM_PRECISION_AUTOCAST ? 8 : 12;
+    return 4 * (wl_master_weights(m) ? 3 : 2);
 }
 static inline bool wl_ddp_buckets(const cham_model_config_t *m)
 {
@@ -114,8 +119,9 @@ static inline uint64_t wl_grad_bytes_of(const cham_model_config_t *m, uint64_t p
 
 /* Model state bytes on this device: weights and gradients in the types
  * the precision keeps them in (DDP's buckets count with the gradients),
- * the optimizer's fp32 states (optim), each whole or this rank's shard. make_state (step.c) sizes its tensors
- * with wl_group_state, so the check before it and the tensors agree. */
+ * the optimizer's fp32 states (optim), each whole or this rank's shard.
+ * make_state (step.c) sizes its tensors with wl_group_state, so the check
+ * before it and the tensors agree. */
 typedef struct wl_state {
     uint64_t weights, grads, optim;
     uint64_t host;               /* host_optimizer: the host's pinned bytes (master
