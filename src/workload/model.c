@@ -209,9 +209,9 @@ cham_status_t cham_model_validate(const cham_model_config_t *m, char *err, size_
     }
     CHECK(m->infer || (!m->generate && !m->kv_offload),
           "model: generate and kv_offload are for inference (infer)");
-    CHECK(m->accumulate <= 1 || (!m->host_optimizer && !m->protrain),
-          "model: accumulate (%u) updates on the device: not with host_optimizer or protrain, "
-          "which update each group in the backward", m->accumulate);
+    CHECK(m->accumulate <= 1 || !m->protrain,
+          "model: accumulate (%u) is not with protrain, whose chunks are updated in every "
+          "step's backward", m->accumulate);
     CHECK(!m->device_groups || m->host_optimizer,
           "model: device_groups (%u) is for the optimizer on the host (host_optimizer)",
           m->device_groups);
@@ -283,8 +283,9 @@ void wl_group_state(const cham_model_config_t *m, uint64_t params, bool host, wl
     }
     uint64_t weights = (wl_sharded(m, 3) ? wl_shard_of(m, params) : params) * pw;
     s->weights += weights;
-    if (host) {                  /* the host's: the updated shard's gradients too */
-        s->host += updated * (4 * 3 + p);
+    if (host) {                  /* the host's: the updated shard's gradients too (and
+                                    their fp32 sum when accumulating) */
+        s->host += updated * (4 * 3 + p + (m->accumulate > 1 ? 4 : 0));
         s->backed += weights;
         return;
     }

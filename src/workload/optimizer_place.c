@@ -19,6 +19,11 @@
  * is worth leaving for pinned memory and host cores only where a host
  * program may save time, not a rounding's worth. */
 #define HOST_MARGIN 0.02
+/* Guesses within this fraction of the best one are level: the guesses
+ * see the budget only through the bounds, so of level programs the one
+ * with the fewest groups on the device (the most room for the rest) is
+ * the finalist. */
+#define LEVEL 0.005
 /* At most this many programs are tried: four finalists, then the
  * fastest's neighbours. */
 #define MAX_TRIALS 8
@@ -118,12 +123,12 @@ void wl_host_figures(const cham_config_t *rc, double *flops, double *bandwidth)
                                                    : p ? p->host_mem_bandwidth : 0;
 }
 
-/* Whether the host can run this job's optimizer: a training job whose
- * optimizer runs every step, by the run's own runtime (not ProTrain's),
- * on a device with the host's figures. */
+/* Whether the host can run this job's optimizer: a training job, by the
+ * run's own runtime (not ProTrain's), with master weights, on a device
+ * with the host's figures. */
 static bool host_can_run(const cham_config_t *rc, const cham_model_config_t *m)
 {
-    if (m->infer || m->protrain || m->accumulate > 1 || m->precision != CHAM_PRECISION_MASTER)
+    if (m->infer || m->protrain || m->precision != CHAM_PRECISION_MASTER)
         return false;
     double flops, bw;
     wl_host_figures(rc, &flops, &bw);
@@ -162,6 +167,11 @@ static double pessimistic(const wl_program_t *p, double compute_s)
     return p->ideal_s + fmax(0, p->bound_s - compute_s);
 }
 
+static double guess(const wl_program_t *p, double compute_s, bool pes)
+{
+    return pes ? pessimistic(p, compute_s) : optimistic(p);
+}
+
 /* The programs tried so far and the fastest of them. */
 typedef struct trials {
     const wl_place_hooks_t *hooks;
@@ -196,6 +206,7 @@ typedef struct scan {
     const cham_model_config_t *m;
     wl_optimizer_choice_t *out;
     bool *measured;              /* by groups on the device */
+    wl_program_t *ran;           /* those measured that run, by groups (else .ideal_s 0) */
     double compute_s;
     wl_program_t best_opt, best_pes, best_bound;
 } scan_t;
@@ -210,12 +221,27 @@ static void scan(scan_t *sc, uint32_t n)
     sc->out->programs++;
     if (!measure(sc->rc, sc->info, sc->m, true, n, &p))
         return;
+    sc->ran[n] = p;
     if (optimistic(&p) < optimistic(&sc->best_opt))
         sc->best_opt = p;
     if (pessimistic(&p, sc->compute_s) < pessimistic(&sc->best_pes, sc->compute_s))
         sc->best_pes = p;
     if (wl_program_bound(&p) < wl_program_bound(&sc->best_bound))
         sc->best_bound = p;
+}
+
+/* The host program with the fewest groups on the device whose guess is
+ * level with the best one's (LEVEL). */
+static wl_program_t fewest_level(const scan_t *sc, uint32_t groups, bool pes)
+{
+    double best = INFINITY;
+    for (uint32_t n = 0; n < groups; n++)
+        if (sc->ran[n].ideal_s > 0)
+            best = fmin(best, guess(&sc->ran[n], sc->compute_s, pes));
+    for (uint32_t n = 0; n < groups; n++)
+        if (sc->ran[n].ideal_s > 0 && guess(&sc->ran[n], sc->compute_s, pes) <= best * (1 + LEVEL))
+            return sc->ran[n];
+    return pes ? sc->best_pes : sc->best_opt;
 }
 
 bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
@@ -239,11 +265,15 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
     uint32_t groups = m->layers / m->pp + 2;
     scan_t sc = {.rc = rc, .info = info, .m = m, .out = out,
                  .measured = calloc(groups, sizeof *sc.measured),
+                 .ran = calloc(groups, sizeof *sc.ran),
                  .compute_s = isfinite(device.ideal_s) ? device.ideal_s : 0,
                  .best_opt = {.ideal_s = INFINITY}, .best_pes = {.ideal_s = INFINITY},
                  .best_bound = {.bound_s = INFINITY}};
-    if (!sc.measured)
+    if (!sc.measured || !sc.ran) {
+        free(sc.measured);
+        free(sc.ran);
         return true;             /* no host memory to choose with: the device's */
+    }
     /* Past MAX_MEASURED host programs, 16 on a grid, then a quarter of
      * the spacing around each best, down to every program: the guesses
      * and bounds change smoothly with the groups (each group adds its
@@ -263,7 +293,12 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
                 scan(&sc, n);
         stride = finer;
     }
+    if (isfinite(optimistic(&sc.best_opt))) {
+        sc.best_opt = fewest_level(&sc, groups, false);
+        sc.best_pes = fewest_level(&sc, groups, true);
+    }
     free(sc.measured);
+    free(sc.ran);
     if (wl_program_bound(&sc.best_bound) < wl_program_bound(&out->bound))
         out->bound = sc.best_bound;
     if (!isfinite(optimistic(&sc.best_opt)) || !hooks)

@@ -76,6 +76,8 @@ static cham_status_t make_state(cham_workload_t *w)
             uint64_t u = updated_params(w, g);
             TRY(cham_device_host_alloc(w->dev, u * p, &w->host_grad[g]));
             TRY(cham_device_host_alloc(w->dev, u * 12, &w->host_optim[g]));
+            if (m->accumulate > 1)
+                TRY(cham_device_host_alloc(w->dev, u * 4, &w->host_sum[g]));
             continue;
         }
         TRY(make_grads(w, g));
@@ -184,7 +186,9 @@ static cham_status_t reduce(cham_workload_t *w, uint32_t g, uint32_t mb)
         TRY(wl_comm(w, OP_REDUCE_SCATTER, a, 2,
                     wl_gather_bytes(cham_tensor_bytes(full), w->m.dp), 0, false));
         wl_drop(w, &w->grad_temp[g]);
-    } else if (w->m.dp > 1 && mb + 1 == w->n_micro && w->update) {   /* once the sum is complete */
+    } else if (w->m.dp > 1 && mb + 1 == w->n_micro && (w->update || wl_host_updates(w, g))) {
+        /* once the sum is complete; the host's groups' every step, as
+         * their gradients leave (the host adds up the reduced ones) */
         cham_tensor_t *t = w->grads[g];
         if (w->bucket[g]) {      /* DDP copies it into its bucket and reduces that */
             TRY(wl_run(w, OP_BUCKET_COPY, (wl_arg_t[]){R(t), W(w->bucket[g])}, 2, 0, 0));
@@ -236,7 +240,7 @@ static cham_status_t host_work_until(cham_workload_t *w, uint64_t until)
 
 cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
 {
-    uint64_t bytes = updated_params(w, g) * cham_dtype_size(w->m.dtype);
+    uint64_t n = updated_params(w, g), bytes = n * cham_dtype_size(w->m.dtype);
     cham_tensor_t *grad;
     TRY(wl_view(w, w->grads[g], 0, bytes, &grad));
     cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, grad, w->host_grad[g], true, w->offload,
@@ -252,18 +256,27 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
         TRY(host_work_until(w, arrives));
     }
     TRY(cham_stream_wait_event(w->host, w->ev_offload));
-    cham_access_t a = {w->host_grad[g], (size_t)bytes, CHAM_ACCESS_READ_WRITE};
-    return wl_host_run(w, "host_unscale_check", &a, 1, 3.0 * (double)updated_params(w, g));
+    cham_access_t a[] = {{w->host_grad[g], (size_t)bytes, CHAM_ACCESS_READ_WRITE},
+                         {w->host_sum[g], (size_t)(n * 4), CHAM_ACCESS_READ_WRITE}};
+    if (w->host_sum[g]) {        /* accumulating: into the fp32 sum, checked when complete */
+        a[0].mode = CHAM_ACCESS_READ;
+        TRY(wl_host_run(w, "host_grad_accumulate", a, 2, (double)n));
+        if (!w->update)
+            return CHAM_OK;
+    }
+    return wl_host_run(w, "host_unscale_check", &a[w->host_sum[g] ? 1 : 0], 1, 3.0 * (double)n);
 }
 
 cham_status_t wl_host_adamw(cham_workload_t *w, uint32_t g)
 {
     uint64_t p = cham_dtype_size(w->m.dtype), n = updated_params(w, g);
-    /* Reads the gradient, writes the weights in the compute type over it;
+    /* Reads the gradient (accumulating: the fp32 sum, reset for the next),
+     * writes the weights in the compute type over the gradient's buffer;
      * reads and writes the master weights and moments. */
     cham_access_t a[] = {{w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_READ_WRITE},
-                         {w->host_optim[g], (size_t)(n * 12), CHAM_ACCESS_READ_WRITE}};
-    return wl_host_run(w, "host_adamw", a, 2, 12.0 * (double)n);
+                         {w->host_optim[g], (size_t)(n * 12), CHAM_ACCESS_READ_WRITE},
+                         {w->host_sum[g], (size_t)(n * 4), CHAM_ACCESS_READ_WRITE}};
+    return wl_host_run(w, "host_adamw", a, w->host_sum[g] ? 3 : 2, 12.0 * (double)n);
 }
 
 cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
@@ -276,9 +289,11 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
         return wl_chunk_done(w, g);
     if (!wl_host_updates(w, g))  /* the backward is past the host's groups */
         return host_work_until(w, UINT64_MAX);
-    if (!updates_in_backward(w) || w->skip_update) {
+    if (!updates_in_backward(w) || w->skip_update || !w->update) {
         /* The gradient takes the weights' place in the host's buffer: the
-         * device's are the only ones until the host's update. */
+         * device's are the only ones until the host's update (a step that
+         * accumulates sends it to be added up there, as ZeRO-Offload does,
+         * so that no gradient stays on the device between steps). */
         TRY(cham_tensor_set_host_copy(w->weights[g], NULL));
         return wl_grads_to_host(w, g);
     }
@@ -378,7 +393,8 @@ cham_status_t cham_workload_new(cham_context_t *ctx, const cham_model_config_t *
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
         ok = ok && (*arrays[i] = calloc(ng, sizeof **arrays[i])) != NULL;
     ok = ok && (w->host_grad = calloc(ng, sizeof *w->host_grad)) != NULL &&
-         (w->host_optim = calloc(ng, sizeof *w->host_optim)) != NULL;
+         (w->host_optim = calloc(ng, sizeof *w->host_optim)) != NULL &&
+         (w->host_sum = calloc(ng, sizeof *w->host_sum)) != NULL;
     if (!ok) {
         cham_workload_free(w);
         cham_set_err(err, err_size, "workload: out of host memory");
@@ -465,9 +481,11 @@ void cham_workload_free(cham_workload_t *w)
     for (uint32_t g = 0; w->host_grad && g < w->n_groups; g++) {
         cham_device_host_free(w->dev, w->host_grad[g]);
         cham_device_host_free(w->dev, w->host_optim[g]);
+        cham_device_host_free(w->dev, w->host_sum[g]);
     }
     free(w->host_grad);
     free(w->host_optim);
+    free(w->host_sum);
     cham_event_free(w->ev_compute);
     cham_event_free(w->ev_comm);
     cham_event_free(w->ev_offload);

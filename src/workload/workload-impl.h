@@ -280,8 +280,9 @@ struct cham_workload {
     cham_tensor_t *scale, *found_inf;
     /* host_optimizer: per group the host's pinned buffers (the gradients
      * it receives, then the weights it sends back; master weights and
-     * moments), the copy stream and the host stream. */
-    void **host_grad, **host_optim;
+     * moments; with accumulate > 1 the fp32 sum of the steps' gradients),
+     * the copy stream and the host stream. */
+    void **host_grad, **host_optim, **host_sum;
     cham_stream_t *offload, *host;
     cham_event_t *ev_offload, *ev_host;
     /* host_optimizer, protrain: weights from the host on their own stream,
