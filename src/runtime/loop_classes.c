@@ -91,8 +91,17 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
              * Llama 2's update class kept a swap-only plan (3.46 s) over a
              * recomputing one predicted at 2.76 s and 20 swaps short. Not
              * in advisor mode, where a trial's time leaves out the
-             * caller's moves that made it fall short. */
-            uint64_t clean_ns = 0, short_ns = 0, short_predicted_ns = 0;
+             * caller's moves that made it fall short. And so does one
+             * whose clean trials all ran more than 25% over what the
+             * fastest-predicted of them was predicted to take (its own
+             * copies carried in included), far beyond what a prediction
+             * misses by: the next trial waits longer before reusing
+             * blocks (trial_delay). An accumulating Llama 2 13B with the
+             * optimizer on the host kept a clean trial of 5.90 s predicted
+             * at 3.34 s and ran 3.86 s a step; at 4 MB more its third
+             * trial ran 3.34 s. Nearer, trying on costs more slow trial
+             * steps than it finds (a GPT-2 at 10%: 9% slower). */
+            uint64_t clean_ns = 0, short_ns = 0, short_predicted_ns = 0, clean_predicted_ns = 0;
             for (size_t i = 0; i < c->n_trials; i++) {
                 const cham_trial_t *x = &c->trials[i];
                 uint64_t *ns = cham_trial_clean(x) ? &clean_ns : &short_ns;
@@ -101,6 +110,9 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
                 uint64_t p = x->plan->view.predicted_step_ns;
                 if (!cham_trial_clean(x) && p && (!short_predicted_ns || p < short_predicted_ns))
                     short_predicted_ns = p;
+                p += x->plan->view.predicted_carry_ns;    /* as step_ns has it */
+                if (cham_trial_clean(x) && (!clean_predicted_ns || p < clean_predicted_ns))
+                    clean_predicted_ns = p;
             }
             const cham_trial_t *before = c->n_trials >= 2 ? tr - 1 : NULL;
             bool falls_less_short = !before || tr->passive + tr->on_demand <
@@ -110,8 +122,11 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
                                 clean_ns > short_ns + short_ns / 50;
             bool short_promised = !advisor && clean_ns && short_predicted_ns &&
                                   clean_ns > short_predicted_ns + short_predicted_ns / 50;
+            bool clean_promised = !advisor && clean_ns && clean_predicted_ns &&
+                                  clean_ns > clean_predicted_ns + clean_predicted_ns / 4;
             bool try_on = c->n_trials < ctx->config.genpolicy_steps &&
-                          ((!clean_ns && falls_less_short) || clean_slower || short_promised);
+                          ((!clean_ns && falls_less_short) || clean_slower || short_promised ||
+                           clean_promised);
             if (c->n_trials >= ctx->config.class_trials && !try_on) {
                 cham_plan_t *best =
                     cham_loop_best_trial(ctx, c->trials, c->n_trials, !clean_slower);
