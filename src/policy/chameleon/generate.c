@@ -395,33 +395,41 @@ fail:
 
 /* With the default layer count, a profile whose memory cannot be brought
  * under the limit at that granularity is planned again with 2, 4 and 8
- * times as many logical layers: a model whose one block holds a large share
- * of the activations needs windows finer than a block (docs/policy.md).
+ * times as many logical layers (at most one an op): a model whose one
+ * block holds a large share of the activations needs windows finer than a
+ * block (docs/policy.md). With per_op, the counts past those instead:
+ * 16, 32, ... times, up to one an op, for model state streamed through
+ * an optimizer phase of a few ops, whose groups' states each come back in
+ * a window before their own op's (Llama 2's shape on 4 layers at 40% of
+ * its peak on the a100-80g found no policy up to 8 times, and one at one
+ * an op).
  * Then, if the copy queues were used, with the layers' budgets instead:
  * where the link cannot carry what must move, the queues refuse every copy
  * that would make a later one late, while the budgets' fallback places it
  * with a stall (docs/policy.md, "The copy queues"). */
 static cham_status_t plan_layered(const cham_profile_t *profile,
                                   const cham_planner_config_t *config, size_t n_recompute,
-                                  size_t *n_recomputable, cham_policy_t **out, char *err,
-                                  size_t err_size)
+                                  bool per_op, size_t *n_recomputable, cham_policy_t **out,
+                                  char *err, size_t err_size)
 {
     cham_planner_config_t whole = *config;
     whole.partial = false;
-    bool queue = true;
-    cham_status_t st = plan_once(profile, &whole, n_recompute, queue, n_recomputable, out, err,
-                                 err_size);
-    if (st == CHAM_ERR_OUT_OF_MEMORY && !config->forward_layers && !config->backward_layers) {
-        cham_profile_view_t v;
-        cham_profile_get(profile, &v);
-        uint32_t base = cham_gen_default_layers(&v);
-        for (uint32_t k = 2; k <= 8 && st == CHAM_ERR_OUT_OF_MEMORY; k *= 2) {
-            if (base > UINT32_MAX / k || base * k > v.n_ops)
-                break;
-            whole.forward_layers = whole.backward_layers = base * k;
-            st = plan_once(profile, &whole, n_recompute, queue, n_recomputable, out, err,
-                           err_size);
-        }
+    bool queue = true, ladder = !config->forward_layers && !config->backward_layers;
+    cham_profile_view_t v;
+    cham_profile_get(profile, &v);
+    uint64_t base = ladder ? cham_gen_default_layers(&v) : 0;
+    cham_status_t st = CHAM_ERR_OUT_OF_MEMORY;
+    for (uint64_t k = 1; st == CHAM_ERR_OUT_OF_MEMORY; k *= 2) {
+        uint64_t layers = k * base;
+        if (k > 1 && (!ladder || layers / 2 >= v.n_ops))
+            break;                               /* one an op was tried */
+        bool blocks = k == 1 || (k <= 8 && layers <= v.n_ops);
+        if (blocks == per_op)
+            continue;
+        if (k > 1)
+            whole.forward_layers = whole.backward_layers =
+                (uint32_t)(layers < v.n_ops ? layers : v.n_ops);
+        st = plan_once(profile, &whole, n_recompute, queue, n_recomputable, out, err, err_size);
     }
     if (st == CHAM_ERR_OUT_OF_MEMORY && config->recompute) {
         queue = false;
@@ -449,16 +457,24 @@ static bool better(const cham_policy_t *a, const cham_policy_t *b)
     return x.predicted_step_ns < y.predicted_step_ns;
 }
 
+/* Whether p keeps within the usable memory. */
+static bool fits(const cham_policy_t *p)
+{
+    cham_policy_view_t x;
+    cham_policy_get(p, &x);
+    return x.predicted_peak <= x.usable;
+}
+
 /* Plans with the k cheapest recomputations; keeps *best (and its k) if
  * the new one is not better. Errors other than out of memory stop the
  * search. */
 static cham_status_t try_k(const cham_profile_t *profile, const cham_planner_config_t *config,
-                           size_t k, cham_policy_t **best, size_t *best_k, size_t *n,
-                           char *err, size_t err_size)
+                           size_t k, bool per_op, cham_policy_t **best, size_t *best_k,
+                           size_t *n, char *err, size_t err_size)
 {
     cham_policy_t *p = NULL;
     char e[400] = "";
-    cham_status_t st = plan_layered(profile, config, k, n, &p, e, sizeof e);
+    cham_status_t st = plan_layered(profile, config, k, per_op, n, &p, e, sizeof e);
     if (st == CHAM_ERR_OUT_OF_MEMORY)
         return CHAM_OK;
     if (st != CHAM_OK) {
@@ -512,7 +528,8 @@ static cham_status_t refine(const cham_profile_t *profile, const cham_planner_co
 
 static cham_status_t with_less_memory(const cham_profile_t *profile,
                                       const cham_planner_config_t *config, size_t k,
-                                      cham_policy_t **best, char *err, size_t err_size)
+                                      bool per_op, cham_policy_t **best, char *err,
+                                      size_t err_size)
 {
     cham_profile_view_t v;
     cham_profile_get(profile, &v);
@@ -526,7 +543,7 @@ static cham_status_t with_less_memory(const cham_profile_t *profile,
         cham_policy_t *p = NULL;
         size_t n;
         char e[400] = "";
-        st = plan_layered(profile, &less, k, &n, &p, e, sizeof e);
+        st = plan_layered(profile, &less, k, per_op, &n, &p, e, sizeof e);
         if (st == CHAM_ERR_OUT_OF_MEMORY)
             return CHAM_OK;          /* less does not fit; nor will still less */
         if (st != CHAM_OK) {
@@ -547,25 +564,19 @@ static cham_status_t with_less_memory(const cham_profile_t *profile,
     return st;
 }
 
-/* Swaps, and the k cheapest recomputations (cost per byte) for the k that
- * predicts the best policy (one that fits before one that does not, then
- * the fastest step, each re-run priced in), planned against the link
- * budgets of the ops' costs: a coarse sweep of 16 points over the
- * candidates, then between the best one's neighbours at finer and finer
- * spacing (docs/policy.md, "Recomputation"). */
-cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
-                                  const cham_planner_config_t *config, cham_policy_t **out,
-                                  char *err, size_t err_size)
+/* The k cheapest recomputations (cost per byte) for the k that predicts
+ * the best policy: a coarse sweep of 16 points over the candidates, then
+ * between the best one's neighbours at finer and finer spacing. *best and
+ * *best_k: the best so far (NULL: none). */
+static cham_status_t sweep(const cham_profile_t *profile, const cham_planner_config_t *config,
+                           bool per_op, cham_policy_t **best, size_t *best_k, char *err,
+                           size_t err_size)
 {
-    size_t n = 0;
-    if (!config->recompute)   /* swaps only, as the paper plans them */
-        return plan_layered(profile, config, 0, &n, out, err, err_size);
-    cham_policy_t *best = NULL;
-    size_t best_k = 0, m;
-    cham_status_t st = try_k(profile, config, 0, &best, &best_k, &n, err, err_size);
+    size_t n = 0, m;
+    cham_status_t st = try_k(profile, config, 0, per_op, best, best_k, &n, err, err_size);
     size_t step = n / 16 ? n / 16 : 1;
     for (size_t k = step; n && st == CHAM_OK; k += step) {
-        st = try_k(profile, config, k < n ? k : n, &best, &best_k, &m, err, err_size);
+        st = try_k(profile, config, k < n ? k : n, per_op, best, best_k, &m, err, err_size);
         if (k >= n)
             break;
     }
@@ -575,24 +586,84 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
      * O(n log n) each). With 128 candidates or fewer the first level is
      * every k. */
     for (size_t s = step; n && s > 1 && st == CHAM_OK;) {
-        size_t f = s / 8 ? s / 8 : 1, center = best_k;
+        size_t f = s / 8 ? s / 8 : 1, center = *best_k;
         size_t reach = (s - 1) / f * f;                  /* the farthest d < s */
         size_t below = reach < center ? reach : center ? (center - 1) / f * f : 0;
         for (size_t k = center - below; k <= center + reach && k <= n && st == CHAM_OK; k += f)
             if (k != center && (s != step || k % step != 0))
-                st = try_k(profile, config, k, &best, &best_k, &m, err, err_size);
+                st = try_k(profile, config, k, per_op, best, best_k, &m, err, err_size);
         s = f;
+    }
+    return st;
+}
+
+/* Keeps the better of *best and p (either may be NULL). */
+static void keep_better(cham_policy_t **best, cham_policy_t *p)
+{
+    if (p && (!*best || better(p, *best))) {
+        cham_policy_free(*best);
+        *best = p;
+    } else {
+        cham_policy_free(p);
+    }
+}
+
+/* Swaps, and the k cheapest recomputations (cost per byte) for the k that
+ * predicts the best policy (one that fits before one that does not, then
+ * the fastest step, each re-run priced in), planned against the link
+ * budgets of the ops' costs (docs/policy.md, "Recomputation"). Where no
+ * policy fits at a model block's windows, the search runs again with
+ * finer ones, up to one an op (plan_layered), and the better is kept:
+ * only there, as the finer windows change which k plan at all and so
+ * where the sweep looks. */
+cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
+                                  const cham_planner_config_t *config, cham_policy_t **out,
+                                  char *err, size_t err_size)
+{
+    size_t n = 0;
+    bool ladder = !config->forward_layers && !config->backward_layers;
+    if (!config->recompute) {   /* swaps only, as the paper plans them */
+        cham_status_t st = plan_layered(profile, config, 0, false, &n, out, err, err_size);
+        if (st != CHAM_OK && st != CHAM_ERR_OUT_OF_MEMORY)
+            return st;
+        if (!ladder || (st == CHAM_OK && fits(*out)))
+            return st;
+        cham_policy_t *fine = NULL;
+        cham_status_t fst = plan_layered(profile, config, 0, true, &n, &fine, err, err_size);
+        if (fst != CHAM_OK && fst != CHAM_ERR_OUT_OF_MEMORY) {
+            if (st == CHAM_OK)
+                cham_policy_free(*out);
+            return fst;
+        }
+        cham_policy_t *best = st == CHAM_OK ? *out : NULL;
+        keep_better(&best, fst == CHAM_OK ? fine : NULL);
+        *out = best;
+        return best ? CHAM_OK : fst;
+    }
+    cham_policy_t *best = NULL;
+    size_t best_k = 0;
+    bool per_op = false;
+    cham_status_t st = sweep(profile, config, false, &best, &best_k, err, err_size);
+    if (st == CHAM_OK && ladder && !(best && fits(best))) {
+        cham_policy_t *fine = NULL;
+        size_t fine_k = 0;
+        st = sweep(profile, config, true, &fine, &fine_k, err, err_size);
+        if (fine && (!best || better(fine, best))) {
+            best_k = fine_k;
+            per_op = true;
+        }
+        keep_better(&best, fine);
     }
     if (st != CHAM_OK) {
         cham_policy_free(best);
         return st;
     }
     if (!best)     /* none at any k: the swap-only failure says why */
-        return plan_layered(profile, config, 0, &n, out, err, err_size);
+        return plan_layered(profile, config, 0, true, &n, out, err, err_size);
     if (config->refine)
         st = refine(profile, config, best, err, err_size);
     if (st == CHAM_OK && config->less_memory)
-        st = with_less_memory(profile, config, best_k, &best, err, err_size);
+        st = with_less_memory(profile, config, best_k, per_op, &best, err, err_size);
     if (st != CHAM_OK) {
         cham_policy_free(best);
         return st;
