@@ -1532,34 +1532,6 @@ static void test_accumulating_steps_as_fast_as_updating_ones(void **state)
     assert_true(accumulating < 1.1 * updating);
 }
 
-/* A class whose clean trials all ran far over their predictions tries
- * on (docs/profiler.md's worked example: Llama 2's shape on 4 layers,
- * sequence 2048, accumulating over 2 steps with a validation every 3, on
- * the a100-80g at 60% of its peak, the optimizer on the device): its
- * update class kept a trial of 1.71 s predicted at 0.86 s, and the mean
- * of steps 20-39 was 2.07x the unlimited loop's; trying on, the update
- * class keeps its fourth trial (0.59 s) and the loop runs 1.68x, within
- * 1.85x. */
-static void test_classes_try_on_past_far_missed_predictions(void **state)
-{
-    (void)state;
-    cham_run_config_t c = cham_run_config_default();
-    c.model = preset("llama2");
-    c.model.layers = 4;
-    c.model.seq = 2048;
-    c.model.mbs = 4;
-    c.model.accumulate = 2;
-    c.model.validate_every = 3;
-    c.runtime.device.preset = "a100-80g";
-    c.plan_optimizer = false;
-    c.steps = 40;
-    cham_run_result_t best, r;
-    run_at_share(c, 0.6, &best, &r);
-    print_message("mean of steps 20-39 %.3f s, unlimited %.3f s\n", r.late_mean_step_time_s,
-                  best.late_mean_step_time_s);
-    assert_true(r.late_mean_step_time_s < 1.85 * best.late_mean_step_time_s);
-}
-
 /* Issue 50: the same job on 16 layers, with an evaluation every 5 steps
  * as well (four classes), at 60% of its peak: its mean step over steps
  * 30-59 within 10% of the same loop's with unlimited memory. The update
@@ -1576,6 +1548,42 @@ static void test_accumulating_with_evaluations_near_its_ideal(void **state)
     print_message("mean of the later steps %.3f s, unlimited %.3f s\n", r.late_mean_step_time_s,
                   best.late_mean_step_time_s);
     assert_true(r.late_mean_step_time_s < 1.1 * best.late_mean_step_time_s);
+}
+
+/* Llama 2's shape on 4 layers, sequence 2048, mbs 4, on the a100-80g,
+ * the optimizer on the device (docs/profiler.md's worked example). */
+static cham_run_config_t llama2_on_4_layers(void)
+{
+    cham_run_config_t c = cham_run_config_default();
+    c.model = preset("llama2");
+    c.model.layers = 4;
+    c.model.seq = 2048;
+    c.model.mbs = 4;
+    c.runtime.device.preset = "a100-80g";
+    c.plan_optimizer = false;
+    return c;
+}
+
+/* A class whose clean trials all ran far over their predictions tries
+ * on (docs/profiler.md's worked example: Llama 2's shape on 4 layers,
+ * sequence 2048, accumulating over 2 steps with a validation every 3, on
+ * the a100-80g at 60% of its peak, the optimizer on the device): its
+ * update class kept a trial of 1.71 s predicted at 0.86 s, and the mean
+ * of steps 20-39 was 2.07x the unlimited loop's; trying on, the update
+ * class keeps its fourth trial (0.59 s) and the loop runs 1.68x, within
+ * 1.85x. */
+static void test_classes_try_on_past_far_missed_predictions(void **state)
+{
+    (void)state;
+    cham_run_config_t c = llama2_on_4_layers();
+    c.model.accumulate = 2;
+    c.model.validate_every = 3;
+    c.steps = 40;
+    cham_run_result_t best, r;
+    run_at_share(c, 0.6, &best, &r);
+    print_message("mean of steps 20-39 %.3f s, unlimited %.3f s\n", r.late_mean_step_time_s,
+                  best.late_mean_step_time_s);
+    assert_true(r.late_mean_step_time_s < 1.85 * best.late_mean_step_time_s);
 }
 
 /* Issue 50: attention without flash (GPT-2 1.5B's shape, 16 layers) on an
@@ -1632,13 +1640,7 @@ static void count_stable_after_first(const cham_run_step_t *st, void *user)
 static void test_optimizer_state_streams_through_its_phase(void **state)
 {
     (void)state;
-    cham_run_config_t c = cham_run_config_default();
-    c.model = preset("llama2");
-    c.model.layers = 4;
-    c.model.seq = 2048;
-    c.model.mbs = 4;
-    c.runtime.device.preset = "a100-80g";
-    c.plan_optimizer = false;
+    cham_run_config_t c = llama2_on_4_layers();
     c.steps = 20;
     stable_after_first_t seen = {0};
     c.on_step = count_stable_after_first;
