@@ -109,8 +109,9 @@ typedef struct cham_model_config {
     uint32_t validate_every;     /* a forward-only evaluation opens steps k*n (k > 0) */
     uint32_t accumulate;         /* gradient accumulation across steps: the optimizer
                                     runs every accumulate-th step only, the others
-                                    add to the gradients (0, 1: every step; not with
-                                    host_optimizer or protrain) */
+                                    add to the gradients (0, 1: every step; with
+                                    host_optimizer the host adds them up; not with
+                                    protrain) */
     double layer_drop;           /* probability that a layer is skipped (seeded) */
     bool moe_vary;               /* per-expert token counts change every step */
     uint64_t seed;
@@ -168,7 +169,8 @@ CHAM_API uint64_t cham_model_device_parameters(const cham_model_config_t *m);
 /* Bytes of model state this device holds for the whole run: weights,
  * gradients and optimizer states as m->precision keeps them (16 bytes a
  * parameter for the default, CHAM_PRECISION_MASTER), for its parameters
- * (cham_model_device_parameters) with ZeRO's sharding over dp (docs/workloads.md); with host_optimizer the weights only (the
+ * (cham_model_device_parameters) with ZeRO's sharding over dp
+ * (docs/workloads.md); with host_optimizer the weights only (the
  * gradients live during the backward, the rest on the host). A job whose
  * model state exceeds the device's capacity runs only where Chameleon
  * moves model state. */

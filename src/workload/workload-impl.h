@@ -125,7 +125,8 @@ static inline uint64_t wl_grad_bytes_of(const cham_model_config_t *m, uint64_t p
 typedef struct wl_state {
     uint64_t weights, grads, optim;
     uint64_t host;               /* host_optimizer: the host's pinned bytes (master
-                                    weights, moments, the gradients it receives) */
+                                    weights, moments, the gradients it receives and,
+                                    accumulating, their fp32 sum) */
     uint64_t backed;             /* weights the host keeps a copy of (of those) */
 } wl_state_t;
 /* Adds a group of params to *s, updated on the host (host_optimizer's, or
