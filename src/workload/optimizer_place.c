@@ -4,14 +4,16 @@
  * the policy plans for, so it is made before the first step, per run
  * (its budget and its loop). Every program is measured by one step of it
  * with unlimited memory (its time, its profile's lower bound at the run's
- * budget, the host's work); two guesses from those pick the finalists and
- * short trial runs of them choose. The smallest of the programs' lower
- * bounds is one on every program the run could have chosen. */
+ * budget, the host's work and its chain); two guesses from those pick the
+ * finalists and short trial runs of them choose. The smallest of the
+ * programs' lower bounds is one on every program the run could have
+ * chosen. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/assert.h"
 #include "workload/workload-impl.h"
 
 /* Host programs are tried only where the device's program runs slower
@@ -50,17 +52,95 @@ bool wl_bound_of(const cham_config_t *rc, const cham_device_info_t *info,
 
 /* The host stream's busy time for the work queued from `from` on (host
  * time): the measured step's own, not the last step's updates that run
- * on into it (cham_workload_wait). */
+ * on into it (cham_workload_wait); with a chain, per group too. */
 typedef struct host_busy {
     int stream;
     uint64_t from, busy_ns;
+    wl_chain_t *chain;
 } host_busy_t;
 
 static void on_task(const cham_task_record_t *t, void *user)
 {
     host_busy_t *h = user;
-    if (t->stream_id == h->stream && t->enqueue_ns >= h->from)
-        h->busy_ns += t->end_ns - t->start_ns;
+    if (t->stream_id != h->stream || t->enqueue_ns < h->from)
+        return;
+    h->busy_ns += t->end_ns - t->start_ns;
+    if (h->chain)
+        h->chain->host_ns[h->chain->host_group] += t->end_ns - t->start_ns;
+}
+
+/* Whether every step of m updates the weights after the same ops: the
+ * host's chain runs from each step into the next (a step that accumulates,
+ * overflows, evaluates, drops layers or routes other tokens has other ops
+ * or none of it). */
+static bool steps_alike(const cham_model_config_t *m)
+{
+    return m->accumulate <= 1 && !m->overflow_every && !(m->overflow_prob > 0) &&
+           !m->validate_every && !(m->layer_drop > 0) && !m->moe_vary;
+}
+
+static bool chained(const wl_chain_t *c, uint32_t g, size_t n_ops)
+{
+    return c->use_op[g] < c->grad_op[g] && c->grad_op[g] < n_ops;
+}
+
+/* The host's chain (docs/workloads.md, "The host's chain"): group j's
+ * gradient leaves once the ops before grad_op[j] are done; after that the
+ * host updates every group whose gradient leaves no earlier and whose
+ * weights the next forward reads no later (one stream, each after its own
+ * gradient), and the next step's op use_op[j] waits for the last of them.
+ * Where steps run alike, the compute stream is idle before grad_op[j] at
+ * least as long as before use_op[j] (it comes first in the same step), so
+ * a step takes at least the ops' costs in [use_op[j], grad_op[j]) plus
+ * those updates. The largest over j (0 when the host is out of memory). */
+static double chain_bound(const wl_chain_t *c, uint32_t n_groups, const cham_profile_t *prof)
+{
+    cham_profile_view_t v;
+    cham_profile_get(prof, &v);
+    double *before = malloc((v.n_ops + 1) * sizeof *before);   /* costs of ops [0, k) */
+    if (!before)
+        return 0;
+    before[0] = 0;
+    for (size_t k = 0; k < v.n_ops; k++)
+        before[k + 1] = before[k] + (v.ops[k].has_cost ? v.ops[k].cost_ns : 0);
+    double best = 0;
+    for (uint32_t j = 0; j < n_groups; j++) {
+        if (!chained(c, j, v.n_ops))
+            continue;
+        CHAM_ASSERT(strcmp(v.token_names[v.ops[c->grad_op[j]].token], "grads_to_host") == 0 &&
+                    "grad_op is the op that copies the gradient");
+        double work = 0;
+        for (uint32_t i = 0; i < n_groups; i++)
+            if (chained(c, i, v.n_ops) && c->grad_op[i] >= c->grad_op[j] &&
+                c->use_op[i] <= c->use_op[j])
+                work += (double)c->host_ns[i];
+        best = fmax(best, before[c->grad_op[j]] - before[c->use_op[j]] + work);
+    }
+    free(before);
+    return best * 1e-9;
+}
+
+static void chain_free(wl_chain_t *c)
+{
+    if (!c)
+        return;
+    free(c->use_op);
+    free(c->grad_op);
+    free(c->host_ns);
+    free(c);
+}
+
+/* A chain for w's groups; NULL when the host is out of memory. */
+static wl_chain_t *chain_new(uint32_t n_groups)
+{
+    wl_chain_t *c = calloc(1, sizeof *c);
+    if (c && (!(c->use_op = calloc(n_groups, sizeof *c->use_op)) ||
+              !(c->grad_op = calloc(n_groups, sizeof *c->grad_op)) ||
+              !(c->host_ns = calloc(n_groups, sizeof *c->host_ns)))) {
+        chain_free(c);
+        return NULL;
+    }
+    return c;
 }
 
 bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
@@ -84,12 +164,15 @@ bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
     host_busy_t h = {.stream = -1, .from = UINT64_MAX};
     if (st == CHAM_OK && w->host) {
         h.stream = cham_stream_id(w->host);
-        st = cham_device_set_task_hook(dev, on_task, &h);
+        if (steps_alike(m) && !(w->chain = h.chain = chain_new(w->n_groups)))
+            st = CHAM_ERR_HOST_OOM;
+        if (st == CHAM_OK)
+            st = cham_device_set_task_hook(dev, on_task, &h);
     }
     uint64_t t0 = 0;
     for (uint64_t s = 0; s < 3 && st == CHAM_OK; s++) {
         if (s == 2) {
-            if (with_bound)
+            if (with_bound || h.chain)
                 cham_context_request_profile(ctx);
             h.from = t0 = cham_device_host_time(dev);
         }
@@ -103,7 +186,11 @@ bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
               (!with_bound || (prof && wl_bound_of(rc, info, prof, &feasible, &p->bound_s)));
     p->ideal_s = (double)(cham_device_host_time(dev) - t0) * 1e-9;
     p->host_s = (double)h.busy_ns * 1e-9;
+    p->chain_s = ok && h.chain && prof ? chain_bound(h.chain, w->n_groups, prof) : 0;
     cham_device_set_task_hook(dev, NULL, NULL);
+    if (w)
+        w->chain = NULL;
+    chain_free(h.chain);
     cham_workload_free(w);
     cham_context_free(ctx);
     return ok && feasible;
@@ -111,7 +198,7 @@ bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
 
 double wl_program_bound(const wl_program_t *p)
 {
-    return fmax(p->bound_s, p->host_s);
+    return fmax(p->bound_s, fmax(p->host_s, p->chain_s));
 }
 
 void wl_host_figures(const cham_config_t *rc, double *flops, double *bandwidth)

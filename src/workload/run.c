@@ -206,7 +206,7 @@ static void bound(const cham_config_t *rc, const cham_device_info_t *info,
         return;                /* host memory: no bound, nothing else lost */
     wl_program_t p = {.host = m->host_optimizer, .device_groups = m->device_groups};
     if (feasible && p.host && wl_program_measure(rc, info, m, false, &p))
-        bound_s = fmax(bound_s, p.host_s);
+        bound_s = fmax(bound_s, fmax(p.host_s, p.chain_s));
     put_bound(r, bound_s, &p);
 }
 

@@ -117,6 +117,8 @@ static cham_status_t prefetch(cham_workload_t *w, uint32_t g)
 
 cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
 {
+    if (w->chain && !w->backward && w->chain->use_op[g] == UINT32_MAX)
+        w->chain->use_op[g] = (uint32_t)(w->ops - w->chain->op0);   /* the next op's */
     TRY(wl_chunk_use(w, g));
     TRY(prefetch(w, wl_next_group(w, g)));
     cham_tensor_t *shard = w->weights[g];
@@ -243,6 +245,8 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
     uint64_t n = updated_params(w, g), bytes = n * cham_dtype_size(w->m.dtype);
     cham_tensor_t *grad;
     TRY(wl_view(w, w->grads[g], 0, bytes, &grad));
+    if (w->chain)
+        w->chain->grad_op[g] = (uint32_t)(w->ops - w->chain->op0);
     cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, grad, w->host_grad[g], true, w->offload,
                                   NULL);
     wl_drop(w, &grad);
@@ -256,6 +260,8 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
         TRY(host_work_until(w, arrives));
     }
     TRY(cham_stream_wait_event(w->host, w->ev_offload));
+    if (w->chain)
+        w->chain->host_group = g;
     cham_access_t a[] = {{w->host_grad[g], (size_t)bytes, CHAM_ACCESS_READ_WRITE},
                          {w->host_sum[g], (size_t)(n * 4), CHAM_ACCESS_READ_WRITE}};
     if (w->host_sum[g]) {        /* accumulating: into the fp32 sum, checked when complete */
@@ -276,6 +282,8 @@ cham_status_t wl_host_adamw(cham_workload_t *w, uint32_t g)
     cham_access_t a[] = {{w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_READ_WRITE},
                          {w->host_optim[g], (size_t)(n * 12), CHAM_ACCESS_READ_WRITE},
                          {w->host_sum[g], (size_t)(n * 4), CHAM_ACCESS_READ_WRITE}};
+    if (w->chain)
+        w->chain->host_group = g;
     return wl_host_run(w, "host_adamw", a, w->host_sum[g] ? 3 : 2, 12.0 * (double)n);
 }
 
@@ -786,6 +794,13 @@ cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_in
     }
     cham_step_set_number(w->ctx, step);
     uint64_t ops = w->ops;
+    if (w->chain) {
+        w->chain->op0 = ops;
+        for (uint32_t g = 0; g < w->n_groups; g++) {
+            w->chain->use_op[g] = w->chain->grad_op[g] = UINT32_MAX;
+            w->chain->host_ns[g] = 0;
+        }
+    }
     cham_step_info_t done = {0};
     cham_status_t st = w->m.infer ? wl_infer_step(w, step) : train_step(w, step, &done);
     if (st == CHAM_OK)

@@ -152,15 +152,17 @@ bool wl_state_fits(const cham_model_config_t *m, uint64_t capacity, uint64_t hos
 /* Where the run puts the optimizer (optimizer_place.c). A program: the
  * optimizer on the host with device_groups groups updated on the device,
  * or on the device; with, from a step of it with unlimited memory, that
- * step's time, its profile's lower bound at the run's budget and the
- * host's busy time in it (the host's work: no policy lessens it). */
+ * step's time, its profile's lower bound at the run's budget, the host's
+ * busy time in it (the host's work: no policy lessens it) and the bound
+ * of the host's chain (docs/workloads.md, "The host's chain"). */
 typedef struct wl_program {
     bool host;
     uint32_t device_groups;
     double ideal_s, bound_s, host_s;
+    double chain_s;              /* the host's chain (wl_chain_t), 0: none */
 } wl_program_t;
 /* A lower bound on the program's step under any policy at the budget:
- * the profile's bound or the host's work, the larger. */
+ * the profile's bound, the host's work or its chain, the largest. */
 double wl_program_bound(const wl_program_t *p);
 typedef struct wl_optimizer_choice {
     wl_program_t bound;          /* the smallest wl_program_bound: a lower
@@ -193,6 +195,17 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
  * fit. */
 bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
                         const cham_model_config_t *m, bool with_bound, wl_program_t *p);
+/* What a step of a host program records for its chain (docs/workloads.md,
+ * "The host's chain"), while wl_program_measure measures it: per group
+ * the step's op that first reads its weights in the forward and the op
+ * that sends its gradient to the host (UINT32_MAX: none), and the host's
+ * time on it; the group whose host work is being queued. */
+typedef struct wl_chain {
+    uint64_t op0;                /* w->ops when the step began */
+    uint32_t *use_op, *grad_op;
+    uint64_t *host_ns;
+    uint32_t host_group;
+} wl_chain_t;
 /* A log hook that drops every line (runs made to measure, not to show). */
 void wl_silent_log(const char *line, void *user);
 /* m with its training steps all alike: no overflows, evaluations or
@@ -323,6 +336,7 @@ struct cham_workload {
     void **host_kv;
     cham_event_t **ev_kv;
     cham_tensor_t *next_ids;
+    wl_chain_t *chain;           /* being measured (optimizer_place.c), or NULL */
     char label[64];
     char error[256];             /* the generator's own failures */
 };
