@@ -381,6 +381,41 @@ static void test_rebuilt_from_model_state_read_last_before_the_use(void **state)
     }
 }
 
+/* A head's shape under ZeRO-3: op 1 gathers A (400 MiB) from the shard P
+ * (model state, 20 MiB), which nothing in the step reads again; A is read
+ * by op 2 and op 6, and memory is 420 MiB over the capacity at samples
+ * 6-7. Re-running the gather for op 6 (0.1 s) needs P there then: a plan
+ * may recompute A or send P away across the step's end, not both (the
+ * runtime would bring P back on demand, behind every queued swap-in).
+ * Removing both is the only way down, so A is swapped. */
+static void test_rerun_keeps_its_model_state_input(void **state)
+{
+    (void)state;
+    static const uint64_t mem[] = {120, 120, 120, 520, 520, 520, 1220, 1220,
+                                   520, 520, 520, 520, 520, 120, 120, 120};
+    static const use_spec_t uses[] = {
+        {1, 2, 20, false}, {1, 1, 400, true}, {2, 1, 400, false}, {6, 1, 400, false},
+    };
+    cham_profile_t *p = test_build_profile(PH, mem, uses, sizeof uses / sizeof uses[0]);
+    costs(p);
+    test_mark_persistent(p, 2);
+    p->ops[1].recomputable = true;
+    p->ops[1].cost_ns = 0.1 * SEC;
+    cham_planner_config_t c = config();
+    c.min_swap_bytes = 1 * MiB;
+    cham_policy_t *pol;
+    cham_policy_view_t v = plan(p, &c, &pol);
+    bool p_away = false, a_rerun = false;
+    for (size_t i = 0; i < v.n_items; i++) {
+        p_away = p_away || (v.items[i].storage == 2 && !v.items[i].recompute);
+        a_rerun = a_rerun || (v.items[i].storage == 1 && v.items[i].recompute);
+    }
+    assert_true(p_away);
+    assert_false(a_rerun);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
 /* Attention's shape: op 0 makes P (this step's, alive to op 7), op 1 makes
  * W from P (0.2 s), op 2 makes A from W (0.1 s), both recomputable; W is
  * freed after op 2, before A is dropped. Memory peaks after A is made
@@ -418,6 +453,7 @@ int main(void)
         cmocka_unit_test(test_rebuilt_input),
         cmocka_unit_test(test_rebuilt_input_freed_before_the_drop),
         cmocka_unit_test(test_rebuilt_from_model_state_read_last_before_the_use),
+        cmocka_unit_test(test_rerun_keeps_its_model_state_input),
         cmocka_unit_test(test_through_a_freed_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -126,7 +126,7 @@ static cham_gen_tensor_t *tensor_of(gen_t *g, const storage_index_t *idx, uint64
         return NULL;
     for (size_t i = lo; i < g->n_t && idx[i].storage == storage; i++) {
         cham_gen_tensor_t *x = &g->t[idx[i].tensor];
-        if (!x->wraps && x->last_fwd < k && k < x->first_bwd)
+        if (x->wraps ? k > x->last_fwd || k < x->first_bwd : x->last_fwd < k && k < x->first_bwd)
             return x;
     }
     return &g->t[idx[lo].tensor];
@@ -274,8 +274,10 @@ static bool choose_recompute(gen_t *g, size_t n_recompute)
         ok = cham_policy_add_item(g->pol, &it);
         for (uint32_t j = 0; ok && j < c->n_inputs; j++) {
             cham_gen_tensor_t *x = tensor_of(g, idx, g->rl.inputs[c->first_input + j], at[i]);
-            if (x && !(slot[x - g->t] >= 0 && in[slot[x - g->t]]) && at[i] < x->first_bwd &&
-                at[i] > x->last_fwd)
+            if (x && x->wraps && (at[i] > x->last_fwd || at[i] < x->first_bwd))
+                x->chosen = true;   /* stays: away, it would be fetched on demand */
+            else if (x && !(slot[x - g->t] >= 0 && in[slot[x - g->t]]) && at[i] < x->first_bwd &&
+                     at[i] > x->last_fwd)
                 x->first_bwd = at[i];
         }
     }
