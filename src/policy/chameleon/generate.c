@@ -108,9 +108,9 @@ static int by_storage(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The tensor of a storage idle at op k (the first of the storage's if
- * none is: a storage that is not model state has one), from the tensors'
- * index sorted by storage. */
+/* The tensor of a storage idle at op k, a gap across the step's end
+ * included (the first of the storage's if none is: a storage that is not
+ * model state has one), from the tensors' index sorted by storage. */
 static cham_gen_tensor_t *tensor_of(gen_t *g, const storage_index_t *idx, uint64_t storage,
                                     uint32_t k)
 {
@@ -126,7 +126,9 @@ static cham_gen_tensor_t *tensor_of(gen_t *g, const storage_index_t *idx, uint64
         return NULL;
     for (size_t i = lo; i < g->n_t && idx[i].storage == storage; i++) {
         cham_gen_tensor_t *x = &g->t[idx[i].tensor];
-        if (x->wraps ? k > x->last_fwd || k < x->first_bwd : x->last_fwd < k && k < x->first_bwd)
+        bool idle = x->wraps ? (k > x->last_fwd || k < x->first_bwd)
+                             : (x->last_fwd < k && k < x->first_bwd);
+        if (idle)
             return x;
     }
     return &g->t[idx[lo].tensor];
