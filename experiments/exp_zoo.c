@@ -163,7 +163,7 @@ static cham_status_t run_way(const exp_config_t *c, const job_t *j, size_t k, ui
         return CHAM_OK;
     p->time[k] = dyn ? r.late_mean_step_time_s : r.step_time_s;
     if (k == CHAMELEON) {
-        /* Of the last step: in a dynamic loop, the bound of its class. */
+        /* A dynamic loop's is over the steps its mean is of. */
         p->bound = r.has_bound && r.bound_feasible ? r.lower_bound_step_time_s : NAN;
         exp_optimizer_name(&r, p->optimizer, sizeof p->optimizer);
     }
@@ -269,8 +269,6 @@ static cham_status_t add_row(exp_table_t *t, const job_t *j, uint64_t cap, const
     if (p->bound > 0) {
         double vb = ch / p->bound;
         exp_table_set(t, rw, COL_VS_BOUND, vb);
-        if (dyn)                /* a mean over classes against one class's bound */
-            return CHAM_OK;
         ty->bounded++;
         ty->near_bound += vb <= 1.05;
         if (vb > ty->worst_vs_bound) {
@@ -402,8 +400,8 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     }
     snprintf(r->summary, sizeof r->summary,
              "Chameleon within 0.5%% of the best other strategy (or ahead) at %d of %d points "
-             "where another ran, the worst %+.1f%% (%s); in the static loops within 1.05x of "
-             "the lower bound at %d of %d, the worst %.2fx (%s); %d points where another "
+             "where another ran, the worst %+.1f%% (%s); within 1.05x of the lower bound at %d "
+             "of %d, the worst %.2fx (%s); %d points where another "
              "strategy ran and Chameleon did not; dynamic loops within 1.05x of the same job's "
              "static loop at the same bytes at %d of %d, the worst %.2fx (%s).", ty.not_behind,
              ty.points, ty.points ? ty.worst_vs_best : 0, ty.worst_vs_best_at, ty.near_bound,

@@ -66,6 +66,13 @@ check sim-none-stable 0 'step time +[0-9.]+ s \(median over all 3 steps: none wa
   simulate --model gpt2 --layers 2 --steps 3 --capacity 50%
 check sim-none-stable-json 0 '"stable_steps": 0,' -- \
   simulate --model gpt2 --layers 2 --steps 3 --capacity 50% --json
+# A loop that changes is timed by the mean of its last half, its bound
+# over the same steps.
+changing=(simulate --model gpt2 --layers 2 --steps 4 --accumulate 2 --capacity 50% --bound)
+check sim-changing-mean 0 'step time +[0-9.]+ s \(mean of steps 2-3: the loop changes; median [0-9.]+ s\)' -- \
+  "${changing[@]}"
+check sim-changing-bound 0 'lower bound +[0-9.]+ s a step on the mean of those steps' -- \
+  "${changing[@]}"
 check sim-native-oom 1 'FAILED +at step 0, op [0-9]+: .*out of device memory' -- \
   "${small[@]}" --strategy native --capacity 7GiB --quiet
 check sim-native-oom-json 1 '"oom_op": [1-9]' -- \

@@ -565,8 +565,10 @@ static json_t *run_json(sim_opts_t *o, const cham_run_result_t *r, double ideal_
     return j;
 }
 
+/* ideal_s: the unlimited run's median step, ideal_late_s its late mean
+ * (what a loop that changes is timed by). */
 static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, double ideal_s,
-                          bool ideal_ok)
+                          double ideal_late_s, bool ideal_ok)
 {
     const cham_model_config_t *m = &o->run.model;
     printf("\nsummary (simulated time on %s)\n", o->run.runtime.device.preset);
@@ -597,15 +599,23 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
            (unsigned long long)o->run.steps);
     printf("  memory              peak %.2f GiB of %.2f GiB\n", gib((double)r->peak_device_bytes),
            gib((double)r->capacity_bytes));
+    bool changes = cham_model_loop_changes(m);
     if (r->steps) {
-        if (r->stable_steps)
-            printf("  step time           %.4f s (median over Stable steps)", r->step_time_s);
-        else
+        double step_s = r->step_time_s;
+        if (changes) {
+            step_s = r->late_mean_step_time_s;
+            ideal_s = ideal_late_s;
+            printf("  step time           %.4f s (mean of steps %llu-%llu: the loop changes; "
+                   "median %.4f s)", step_s, (unsigned long long)(r->steps / 2),
+                   (unsigned long long)(r->steps - 1), r->step_time_s);
+        } else if (r->stable_steps) {
+            printf("  step time           %.4f s (median over Stable steps)", step_s);
+        } else {
             printf("  step time           %.4f s (median over all %llu steps: none was Stable)",
-                   r->step_time_s, (unsigned long long)r->steps);
+                   step_s, (unsigned long long)r->steps);
+        }
         if (ideal_ok && ideal_s > 0)
-            printf("; ideal %.4f s; overhead %+.1f%%", ideal_s,
-                   100.0 * (r->step_time_s / ideal_s - 1));
+            printf("; ideal %.4f s; overhead %+.1f%%", ideal_s, 100.0 * (step_s / ideal_s - 1));
         printf("\n  swapping            %.2f GiB a step, %llu on-demand swap-ins, %llu passive "
                "swap-outs\n", gib(r->swapped_bytes_per_step),
                (unsigned long long)r->on_demand_swapins, (unsigned long long)r->passive_swapouts);
@@ -613,15 +623,16 @@ static void print_summary(const sim_opts_t *o, const cham_run_result_t *r, doubl
             printf("  recomputation       %.2f GiB dropped a step, %llu ops run again\n",
                    gib(r->dropped_bytes_per_step), (unsigned long long)r->recomputes);
         char buf[32];
+        const char *a_step = changes ? "a step on the mean of those steps" : "a step";
         if (r->has_bound && r->bound_feasible && r->optimizer_planned)
-            printf("  lower bound         %.4f s a step: no mix of keeping, swapping and "
+            printf("  lower bound         %.4f s %s: no mix of keeping, swapping and "
                    "recomputing is faster here, with the optimizer anywhere (that of "
-                   "--optimizer %s)\n", r->lower_bound_step_time_s,
+                   "--optimizer %s)\n", r->lower_bound_step_time_s, a_step,
                    optimizer_name(r->bound_host_optimizer, r->bound_device_groups, buf,
                                   sizeof buf));
         else if (r->has_bound && r->bound_feasible)
-            printf("  lower bound         %.4f s a step: no mix of keeping, swapping and "
-                   "recomputing is faster here\n", r->lower_bound_step_time_s);
+            printf("  lower bound         %.4f s %s: no mix of keeping, swapping and "
+                   "recomputing is faster here\n", r->lower_bound_step_time_s, a_step);
         else if (r->has_bound)
             printf("  lower bound         none: no mix of keeping, swapping and recomputing "
                    "fits this capacity\n");
@@ -671,7 +682,7 @@ int cmd_simulate(int argc, char **argv)
 
     /* The limit every time is compared with: the same job, unlimited memory
      * (not run when the job itself cannot start: its run says why at once). */
-    double ideal_s = 0;
+    double ideal_s = 0, ideal_late_s = 0;
     bool ideal_ok = false;
     cham_run_result_t r;
     bool startable = cham_run_check(&o.run, NULL, 0) == CHAM_OK;
@@ -682,8 +693,10 @@ int cmd_simulate(int argc, char **argv)
         ideal.on_finish = NULL;
         ideal.log = NULL;
         ideal.trace_path = NULL;
+        ideal.lower_bound = false;
         if (cham_run(&ideal, &r) == CHAM_OK && r.status == CHAM_OK) {
             ideal_s = r.step_time_s;
+            ideal_late_s = r.late_mean_step_time_s;
             ideal_ok = true;
         }
         if (o.capacity_fraction > 0 && ideal_ok) {
@@ -723,6 +736,7 @@ int cmd_simulate(int argc, char **argv)
     }
     if (st == CHAM_OK && o.run.strategy == CHAM_STRATEGY_IDEAL) {
         ideal_s = r.step_time_s;
+        ideal_late_s = r.late_mean_step_time_s;
         ideal_ok = r.status == CHAM_OK;
     }
     json_t *run = st == CHAM_OK && o.series ? run_json(&o, &r, ideal_s, ideal_ok) : NULL;
@@ -745,7 +759,7 @@ int cmd_simulate(int argc, char **argv)
         }
         free(text);
     } else if (st == CHAM_OK) {
-        print_summary(&o, &r, ideal_s, ideal_ok);
+        print_summary(&o, &r, ideal_s, ideal_late_s, ideal_ok);
         if (o.curve_written)
             printf("  memory curve        %s/memory_curve.svg (data: memory_curve.csv)\n",
                    o.curve_dir);

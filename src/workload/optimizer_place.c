@@ -2,10 +2,9 @@
  * the optimizer runs"): on the device, or on the host with the first N
  * parameter groups updated on the device. The choice changes the program
  * the policy plans for, so it is made before the first step, per run
- * (its budget and its loop). Every program is measured by one step of it
- * with unlimited memory (its time, its profile's lower bound at the run's
- * budget, the host's work and its chain); two guesses from those pick the
- * finalists and short trial runs of them choose. The smallest of the
+ * (its budget and its loop). Every program is measured with unlimited
+ * memory (program_measure.c); two guesses from its step's figures pick
+ * the finalists and short trial runs of them choose. The smallest of the
  * programs' lower bounds is one on every program the run could have
  * chosen. */
 #include <math.h>
@@ -33,174 +32,6 @@
  * steps of the job and a bound: measuring all would cost layers squared). */
 #define MAX_MEASURED 64
 
-bool wl_bound_of(const cham_config_t *rc, const cham_device_info_t *info,
-                 const cham_profile_t *profile, bool *feasible, double *bound_s)
-{
-    cham_planner_config_t pc = cham_planner_config_default();
-    pc.capacity = cham_config_budget(rc, info->capacity);
-    pc.h2d_bandwidth = info->h2d_bandwidth;
-    pc.d2h_bandwidth = info->d2h_bandwidth;
-    pc.recompute = true;       /* any mix, whatever the run's strategy */
-    cham_step_bound_t b;
-    char err[300];
-    if (cham_plan_bound(profile, &pc, &b, err, sizeof err) != CHAM_OK)
-        return false;          /* host memory */
-    *feasible = b.feasible;
-    *bound_s = b.feasible ? (double)b.bound_ns / 1e9 : INFINITY;
-    return true;
-}
-
-/* The host stream's busy time for the work queued from `from` on (host
- * time): the measured step's own, not the last step's updates that run
- * on into it (cham_workload_wait); with a chain, per group too. */
-typedef struct host_busy {
-    int stream;
-    uint64_t from, busy_ns;
-    wl_chain_t *chain;
-} host_busy_t;
-
-static void on_task(const cham_task_record_t *t, void *user)
-{
-    host_busy_t *h = user;
-    if (t->stream_id != h->stream || t->enqueue_ns < h->from)
-        return;
-    h->busy_ns += t->end_ns - t->start_ns;
-    if (h->chain)
-        h->chain->host_ns[h->chain->host_group] += t->end_ns - t->start_ns;
-}
-
-/* Whether every step of m updates the weights after the same ops: the
- * host's chain runs from each step into the next (a step that accumulates,
- * overflows, evaluates, drops layers or routes other tokens has other ops
- * or none of it). */
-static bool steps_alike(const cham_model_config_t *m)
-{
-    return m->accumulate <= 1 && !m->overflow_every && !(m->overflow_prob > 0) &&
-           !m->validate_every && !(m->layer_drop > 0) && !m->moe_vary;
-}
-
-static bool chained(const wl_chain_t *c, uint32_t g, size_t n_ops)
-{
-    return c->use_op[g] < c->grad_op[g] && c->grad_op[g] < n_ops;
-}
-
-/* The host's chain (docs/workloads.md, "The host's chain"): group j's
- * gradient leaves once the ops before grad_op[j] are done; after that the
- * host updates every group whose gradient leaves no earlier and whose
- * weights the next forward reads no later (one stream, each after its own
- * gradient), and the next step's op use_op[j] waits for the last of them.
- * Where steps run alike, the compute stream is idle before grad_op[j] at
- * least as long as before use_op[j] (it comes first in the same step), so
- * a step takes at least the ops' costs in [use_op[j], grad_op[j]) plus
- * those updates. The largest over j (0 when the host is out of memory). */
-static double chain_bound(const wl_chain_t *c, uint32_t n_groups, const cham_profile_t *prof)
-{
-    cham_profile_view_t v;
-    cham_profile_get(prof, &v);
-    double *before = malloc((v.n_ops + 1) * sizeof *before);   /* costs of ops [0, k) */
-    if (!before)
-        return 0;
-    before[0] = 0;
-    for (size_t k = 0; k < v.n_ops; k++)
-        before[k + 1] = before[k] + (v.ops[k].has_cost ? v.ops[k].cost_ns : 0);
-    double best = 0;
-    for (uint32_t j = 0; j < n_groups; j++) {
-        if (!chained(c, j, v.n_ops))
-            continue;
-        CHAM_ASSERT(strcmp(v.token_names[v.ops[c->grad_op[j]].token], "grads_to_host") == 0 &&
-                    "grad_op is the op that copies the gradient");
-        double work = 0;
-        for (uint32_t i = 0; i < n_groups; i++)
-            if (chained(c, i, v.n_ops) && c->grad_op[i] >= c->grad_op[j] &&
-                c->use_op[i] <= c->use_op[j])
-                work += (double)c->host_ns[i];
-        best = fmax(best, before[c->grad_op[j]] - before[c->use_op[j]] + work);
-    }
-    free(before);
-    return best * 1e-9;
-}
-
-static void chain_free(wl_chain_t *c)
-{
-    if (!c)
-        return;
-    free(c->use_op);
-    free(c->grad_op);
-    free(c->host_ns);
-    free(c);
-}
-
-/* A chain for w's groups; NULL when the host is out of memory. */
-static wl_chain_t *chain_new(uint32_t n_groups)
-{
-    wl_chain_t *c = calloc(1, sizeof *c);
-    if (c && (!(c->use_op = calloc(n_groups, sizeof *c->use_op)) ||
-              !(c->grad_op = calloc(n_groups, sizeof *c->grad_op)) ||
-              !(c->host_ns = calloc(n_groups, sizeof *c->host_ns)))) {
-        chain_free(c);
-        return NULL;
-    }
-    return c;
-}
-
-bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
-                        const cham_model_config_t *m, bool with_bound, wl_program_t *p)
-{
-    char why[1024];
-    if (cham_model_validate(m, why, sizeof why) != CHAM_OK ||
-        !wl_state_fits(m, info->capacity, rc->pinned_budget, cham_config_moves_model_state(rc),
-                       why, sizeof why))
-        return false;
-    cham_config_t uc = *rc;
-    cham_strategy_apply(CHAM_STRATEGY_IDEAL, &uc);
-    cham_model_config_t um = wl_training_steps(m);
-    cham_context_t *ctx;
-    if (cham_context_new(&uc, &ctx) != CHAM_OK)
-        return false;
-    cham_context_set_log(ctx, wl_silent_log, NULL);
-    cham_device_t *dev = cham_context_device(ctx);
-    cham_workload_t *w = NULL;
-    cham_status_t st = cham_workload_new(ctx, &um, &w, why, sizeof why);
-    host_busy_t h = {.stream = -1, .from = UINT64_MAX};
-    if (st == CHAM_OK && w->host) {
-        h.stream = cham_stream_id(w->host);
-        if (steps_alike(m) && !(w->chain = h.chain = chain_new(w->n_groups)))
-            st = CHAM_ERR_HOST_OOM;
-        if (st == CHAM_OK)
-            st = cham_device_set_task_hook(dev, on_task, &h);
-    }
-    uint64_t t0 = 0;
-    for (uint64_t s = 0; s < 3 && st == CHAM_OK; s++) {
-        if (s == 2) {
-            if (with_bound || h.chain)
-                cham_context_request_profile(ctx);
-            h.from = t0 = cham_device_host_time(dev);
-        }
-        st = cham_workload_step(w, s, NULL);
-        if (st == CHAM_OK)
-            st = cham_workload_wait(w);
-    }
-    const cham_profile_t *prof = cham_context_last_profile(ctx);
-    bool feasible = !with_bound;
-    bool ok = st == CHAM_OK &&
-              (!with_bound || (prof && wl_bound_of(rc, info, prof, &feasible, &p->bound_s)));
-    p->ideal_s = (double)(cham_device_host_time(dev) - t0) * 1e-9;
-    p->host_s = (double)h.busy_ns * 1e-9;
-    p->chain_s = ok && h.chain && prof ? chain_bound(h.chain, w->n_groups, prof) : 0;
-    cham_device_set_task_hook(dev, NULL, NULL);
-    if (w)
-        w->chain = NULL;
-    chain_free(h.chain);
-    cham_workload_free(w);
-    cham_context_free(ctx);
-    return ok && feasible;
-}
-
-double wl_program_bound(const wl_program_t *p)
-{
-    return fmax(p->bound_s, fmax(p->host_s, p->chain_s));
-}
-
 void wl_host_figures(const cham_config_t *rc, double *flops, double *bandwidth)
 {
     const cham_preset_t *p = cham_preset_find(rc->device.preset ? rc->device.preset
@@ -225,13 +56,19 @@ static bool host_can_run(const cham_config_t *rc, const cham_model_config_t *m)
 /* Measures the program (host, n) of job m into *p; false when it
  * cannot run or fit. */
 static bool measure(const cham_config_t *rc, const cham_device_info_t *info,
-                    const cham_model_config_t *m, bool host, uint32_t n, wl_program_t *p)
+                    const cham_model_config_t *m, uint64_t loop_steps, bool host, uint32_t n,
+                    wl_program_t *p)
 {
     cham_model_config_t c = *m;
     c.host_optimizer = host;
     c.device_groups = host ? n : 0;
     *p = (wl_program_t){.host = host, .device_groups = c.device_groups};
-    return wl_program_measure(rc, info, &c, true, p);
+    if (!wl_program_measure(rc, info, &c, true, p))
+        return false;
+    if (loop_steps && cham_model_loop_changes(m) &&
+        !wl_loop_bound(rc, info, &c, loop_steps, &p->loop_s))
+        p->loop_s = 0;         /* out of host memory: the step's bound */
+    return true;
 }
 
 /* A program's two guesses at its step: the larger of its ideal step and
@@ -286,11 +123,13 @@ static bool try_program(trials_t *t, const wl_program_t *p)
 }
 
 /* The host programs measured so far and the best of them by each guess
- * and by their bounds. */
+ * and by their step's bound (a changing loop's bound does not steer the
+ * search: the run measures the same programs whether it asks for it). */
 typedef struct scan {
     const cham_config_t *rc;
     const cham_device_info_t *info;
     const cham_model_config_t *m;
+    uint64_t loop_steps;
     wl_optimizer_choice_t *out;
     bool *measured;              /* by groups on the device */
     wl_program_t *ran;           /* those measured that run, by groups (else .ideal_s 0) */
@@ -306,15 +145,17 @@ static void scan(scan_t *sc, uint32_t n)
         return;
     sc->measured[n] = true;
     sc->out->programs++;
-    if (!measure(sc->rc, sc->info, sc->m, true, n, &p))
+    if (!measure(sc->rc, sc->info, sc->m, sc->loop_steps, true, n, &p))
         return;
     sc->ran[n] = p;
     if (optimistic(&p) < optimistic(&sc->best_opt))
         sc->best_opt = p;
     if (pessimistic(&p, sc->compute_s) < pessimistic(&sc->best_pes, sc->compute_s))
         sc->best_pes = p;
-    if (wl_program_bound(&p) < wl_program_bound(&sc->best_bound))
+    if (wl_program_step_bound(&p) < wl_program_step_bound(&sc->best_bound))
         sc->best_bound = p;
+    if (wl_program_bound(&p) < wl_program_bound(&sc->out->bound))
+        sc->out->bound = p;
 }
 
 /* The host program with the fewest groups on the device whose guess is
@@ -332,14 +173,14 @@ static wl_program_t fewest_level(const scan_t *sc, uint32_t groups, bool pes)
 }
 
 bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
-                        const cham_model_config_t *m, const wl_place_hooks_t *hooks,
-                        wl_optimizer_choice_t *out)
+                        const cham_model_config_t *m, uint64_t loop_steps,
+                        const wl_place_hooks_t *hooks, wl_optimizer_choice_t *out)
 {
     *out = (wl_optimizer_choice_t){.programs = 1};
     if (!host_can_run(rc, m))
         return false;
     wl_program_t device;
-    if (!measure(rc, info, m, false, 0, &device)) {
+    if (!measure(rc, info, m, loop_steps, false, 0, &device)) {
         /* It cannot run at this budget; the run says why. */
         device.ideal_s = device.bound_s = INFINITY;
     }
@@ -350,7 +191,7 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
     h.host_optimizer = true;
     uint32_t first = wl_least_device_groups(&h, rc->pinned_budget);
     uint32_t groups = m->layers / m->pp + 2;
-    scan_t sc = {.rc = rc, .info = info, .m = m, .out = out,
+    scan_t sc = {.rc = rc, .info = info, .m = m, .loop_steps = loop_steps, .out = out,
                  .measured = calloc(groups, sizeof *sc.measured),
                  .ran = calloc(groups, sizeof *sc.ran),
                  .compute_s = isfinite(device.ideal_s) ? device.ideal_s : 0,
@@ -386,8 +227,6 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
     }
     free(sc.measured);
     free(sc.ran);
-    if (wl_program_bound(&sc.best_bound) < wl_program_bound(&out->bound))
-        out->bound = sc.best_bound;
     if (!isfinite(optimistic(&sc.best_opt)) || !hooks)
         return true;
     /* The device's program first: where it runs within the margin of the

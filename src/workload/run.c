@@ -193,18 +193,24 @@ static void put_bound(cham_run_result_t *r, double bound_s, const wl_program_t *
     r->bound_device_groups = p->host ? p->device_groups : 0;
 }
 
-/* The lower bound at the capacity policies plan for, from the last
- * step's profile; with the optimizer on the host at least the host's work
- * in a step (the profile's bound leaves it out). */
+/* The lower bound at the capacity policies plan for: a changing loop's
+ * over the run's late steps; else from the last step's profile, with the
+ * optimizer on the host at least the host's work in a step (the profile's
+ * bound leaves it out). */
 static void bound(const cham_config_t *rc, const cham_device_info_t *info,
-                  const cham_model_config_t *m, const cham_profile_t *last,
+                  const cham_model_config_t *m, uint64_t steps, const cham_profile_t *last,
                   cham_run_result_t *r)
 {
     bool feasible;
     double bound_s;
+    wl_program_t p = {.host = m->host_optimizer, .device_groups = m->device_groups};
+    if (cham_model_loop_changes(m)) {
+        if (wl_loop_bound(rc, info, m, steps, &bound_s))
+            put_bound(r, bound_s, &p);
+        return;
+    }
     if (!wl_bound_of(rc, info, last, &feasible, &bound_s))
         return;                /* host memory: no bound, nothing else lost */
-    wl_program_t p = {.host = m->host_optimizer, .device_groups = m->device_groups};
     if (feasible && p.host && wl_program_measure(rc, info, m, false, &p))
         bound_s = fmax(bound_s, fmax(p.host_s, p.chain_s));
     put_bound(r, bound_s, &p);
@@ -392,7 +398,8 @@ static void plan_optimizer(const cham_run_config_t *c, const cham_config_t *rc,
         return;
     place_run_t pr = {c, rc, info};
     wl_place_hooks_t hooks = {trial, protrain_hint, &pr};
-    if (!wl_place_optimizer(rc, info, m, c->steps >= trial_steps(m) ? &hooks : NULL, choice)) {
+    if (!wl_place_optimizer(rc, info, m, c->lower_bound ? c->steps : 0,
+                            c->steps >= trial_steps(m) ? &hooks : NULL, choice)) {
         m->host_optimizer = false;           /* nothing to choose: the device's */
         m->device_groups = 0;
         return;
@@ -464,7 +471,7 @@ cham_status_t cham_run(const cham_run_config_t *c, cham_run_result_t *r)
     if (c->lower_bound && r->optimizer_planned && r->status == CHAM_OK)
         put_bound(r, wl_program_bound(&choice.bound), &choice.bound);
     else if (c->lower_bound && last && r->status == CHAM_OK)
-        bound(&rc, &info, &m, last, r);
+        bound(&rc, &info, &m, c->steps, last, r);
     cham_device_synchronize(dev);          /* the last tasks reach the trace */
     if (cham_trace_close(trace, err, sizeof err) != CHAM_OK && r->status == CHAM_OK)
         fail(r, CHAM_ERR_INVALID_ARG, r->steps, 0, err);

@@ -117,8 +117,8 @@ static cham_status_t prefetch(cham_workload_t *w, uint32_t g)
 
 cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out)
 {
-    if (w->chain && !w->backward && w->chain->use_op[g] == UINT32_MAX)
-        w->chain->use_op[g] = (uint32_t)(w->ops - w->chain->op0);   /* the next op's */
+    if (w->chain && !w->backward)
+        wl_chain_wait(w->chain, g, w->ops);   /* the read is the next op */
     TRY(wl_chunk_use(w, g));
     TRY(prefetch(w, wl_next_group(w, g)));
     cham_tensor_t *shard = w->weights[g];
@@ -246,7 +246,7 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
     cham_tensor_t *grad;
     TRY(wl_view(w, w->grads[g], 0, bytes, &grad));
     if (w->chain)
-        w->chain->grad_op[g] = (uint32_t)(w->ops - w->chain->op0);
+        wl_chain_copy(w->chain, w->ops);
     cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, grad, w->host_grad[g], true, w->offload,
                                   NULL);
     wl_drop(w, &grad);
@@ -261,7 +261,7 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
     }
     TRY(cham_stream_wait_event(w->host, w->ev_offload));
     if (w->chain)
-        w->chain->host_group = g;
+        wl_chain_work(w->chain, g);
     cham_access_t a[] = {{w->host_grad[g], (size_t)bytes, CHAM_ACCESS_READ_WRITE},
                          {w->host_sum[g], (size_t)(n * 4), CHAM_ACCESS_READ_WRITE}};
     if (w->host_sum[g]) {        /* accumulating: into the fp32 sum, checked when complete */
@@ -283,8 +283,11 @@ cham_status_t wl_host_adamw(cham_workload_t *w, uint32_t g)
                          {w->host_optim[g], (size_t)(n * 12), CHAM_ACCESS_READ_WRITE},
                          {w->host_sum[g], (size_t)(n * 4), CHAM_ACCESS_READ_WRITE}};
     if (w->chain)
-        w->chain->host_group = g;
-    return wl_host_run(w, "host_adamw", a, w->host_sum[g] ? 3 : 2, 12.0 * (double)n);
+        wl_chain_work(w->chain, g);
+    TRY(wl_host_run(w, "host_adamw", a, w->host_sum[g] ? 3 : 2, 12.0 * (double)n));
+    if (w->chain)
+        wl_chain_update(w->chain, g);
+    return CHAM_OK;
 }
 
 cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
@@ -682,6 +685,8 @@ static cham_status_t host_update_group(cham_workload_t *w, uint32_t g)
     /* The gather reads what the copy wrote. */
     TRY(cham_event_record(w->ev_offload, w->fetch));
     TRY(wl_join(w, w->fetch, w->ev_offload));
+    if (w->chain)
+        wl_chain_wait(w->chain, g, w->ops);
     return gather_updated(w, g);
 }
 
@@ -794,13 +799,6 @@ cham_status_t cham_workload_step(cham_workload_t *w, uint64_t step, cham_step_in
     }
     cham_step_set_number(w->ctx, step);
     uint64_t ops = w->ops;
-    if (w->chain) {
-        w->chain->op0 = ops;
-        for (uint32_t g = 0; g < w->n_groups; g++) {
-            w->chain->use_op[g] = w->chain->grad_op[g] = UINT32_MAX;
-            w->chain->host_ns[g] = 0;
-        }
-    }
     cham_step_info_t done = {0};
     cham_status_t st = w->m.infer ? wl_infer_step(w, step) : train_step(w, step, &done);
     if (st == CHAM_OK)

@@ -160,10 +160,14 @@ typedef struct wl_program {
     uint32_t device_groups;
     double ideal_s, bound_s, host_s;
     double chain_s;              /* the host's chain (wl_chain_t), 0: none */
+    double loop_s;               /* a changing loop's bound (wl_loop_bound), 0: none */
 } wl_program_t;
 /* A lower bound on the program's step under any policy at the budget:
- * the profile's bound, the host's work or its chain, the largest. */
+ * a changing loop's where it has one; else its step's. */
 double wl_program_bound(const wl_program_t *p);
+/* The bound of the program's measured step: the profile's bound, the
+ * host's work or its chain, the largest. */
+double wl_program_step_bound(const wl_program_t *p);
 typedef struct wl_optimizer_choice {
     wl_program_t bound;          /* the smallest wl_program_bound: a lower
                                     bound on every program */
@@ -183,29 +187,42 @@ typedef struct wl_place_hooks {
  * device described by info and chooses: the device's program unless a
  * host one's guessed step is clearly below its; then the fastest of
  * trials of the best by two guesses, the hint's, the device's and the
- * neighbours of the fastest (without hooks: the device's). False when the
- * job has no choice (the host cannot run its optimizer: out is not
- * set). */
+ * neighbours of the fastest (without hooks: the device's). With
+ * loop_steps, a changing loop's programs have their loop's bound over a
+ * run of that many steps (wl_loop_bound; it does not change the choice).
+ * False when the job has no choice (the host cannot run its optimizer:
+ * out is not set). */
 bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
-                        const cham_model_config_t *m, const wl_place_hooks_t *hooks,
-                        wl_optimizer_choice_t *out);
+                        const cham_model_config_t *m, uint64_t loop_steps,
+                        const wl_place_hooks_t *hooks, wl_optimizer_choice_t *out);
 /* Measures program m into p's figures at rc's budget (its host and
  * device_groups are the caller's to set; without with_bound, bound_s is
  * left as it is and no profile is made); false when it cannot run or
  * fit. */
 bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
                         const cham_model_config_t *m, bool with_bound, wl_program_t *p);
-/* What a step of a host program records for its chain (docs/workloads.md,
- * "The host's chain"), while wl_program_measure measures it: per group
- * the step's op that first reads its weights in the forward and the op
- * that sends its gradient to the host (UINT32_MAX: none), and the host's
- * time on it; the group whose host work is being queued. */
-typedef struct wl_chain {
-    uint64_t op0;                /* w->ops when the step began */
-    uint32_t *use_op, *grad_op;
-    uint64_t *host_ns;
-    uint32_t host_group;
-} wl_chain_t;
+/* The bound of a loop whose steps change (docs/workloads.md, "The bound
+ * of a changing loop"), for program m over a run of `steps` steps, over
+ * the last half of them as the run's late mean step: the larger of the
+ * mean of those steps' profile bounds at rc's budget and the host's mean
+ * work a step, from a run with unlimited memory (INFINITY: a step has no
+ * policy that fits). False when m cannot run or the host is out of
+ * memory. */
+bool wl_loop_bound(const cham_config_t *rc, const cham_device_info_t *info,
+                   const cham_model_config_t *m, uint64_t steps, double *bound_s);
+/* The host's chain (docs/workloads.md, "The host's chain"), recorded
+ * while program_measure.c measures a host program: which gradient copy
+ * each of the host's tasks waits for and which op waits for it. step.c
+ * tells it, with op the op it dispatches next (w->ops), that: a gradient
+ * copy is queued at op (the host's stream waits for each in turn, so the
+ * tasks queued after it do too); the host's tasks queued next are group
+ * g's; g's update is queued (g's tasks so far come before it); the
+ * compute stream waits from op on for g's last update. */
+typedef struct wl_chain wl_chain_t;
+void wl_chain_copy(wl_chain_t *c, uint64_t op);
+void wl_chain_work(wl_chain_t *c, uint32_t g);
+void wl_chain_update(wl_chain_t *c, uint32_t g);
+void wl_chain_wait(wl_chain_t *c, uint32_t g, uint64_t op);
 /* A log hook that drops every line (runs made to measure, not to show). */
 void wl_silent_log(const char *line, void *user);
 /* m with its training steps all alike: no overflows, evaluations or
@@ -336,7 +353,7 @@ struct cham_workload {
     void **host_kv;
     cham_event_t **ev_kv;
     cham_tensor_t *next_ids;
-    wl_chain_t *chain;           /* being measured (optimizer_place.c), or NULL */
+    wl_chain_t *chain;           /* being measured (program_measure.c), or NULL */
     char label[64];
     char error[256];             /* the generator's own failures */
 };

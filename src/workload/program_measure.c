@@ -1,0 +1,463 @@
+/* What a program of a job is, measured by running it with unlimited memory
+ * (docs/workloads.md, "Where the optimizer runs"): its step's time, the
+ * lower bound of its profile at the run's budget, the host's work and the
+ * host's chain ("The host's chain"); for a loop whose steps change, the
+ * bound over its late steps ("The bound of a changing loop"). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/assert.h"
+#include "common/grow.h"
+#include "workload/workload-impl.h"
+
+bool wl_bound_of(const cham_config_t *rc, const cham_device_info_t *info,
+                 const cham_profile_t *profile, bool *feasible, double *bound_s)
+{
+    cham_planner_config_t pc = cham_planner_config_default();
+    pc.capacity = cham_config_budget(rc, info->capacity);
+    pc.h2d_bandwidth = info->h2d_bandwidth;
+    pc.d2h_bandwidth = info->d2h_bandwidth;
+    pc.recompute = true;       /* any mix, whatever the run's strategy */
+    cham_step_bound_t b;
+    char err[300];
+    if (cham_plan_bound(profile, &pc, &b, err, sizeof err) != CHAM_OK)
+        return false;          /* host memory */
+    *feasible = b.feasible;
+    *bound_s = b.feasible ? (double)b.bound_ns / 1e9 : INFINITY;
+    return true;
+}
+
+/* ---- the host's chain ------------------------------------------------------------- */
+
+#define NONE UINT64_MAX
+
+/* A task on the host's stream: its group, the op of the gradient copy it
+ * waits for (0: none recorded), the op that waits for it (NONE: none yet)
+ * and its time. Ops count from the chain's first recorded step. */
+typedef struct host_task {
+    uint32_t group;
+    uint64_t release, wait, ns;
+} host_task_t;
+
+/* A wait of the compute stream for a group's update: from op on, in step
+ * `step`. */
+typedef struct update_wait {
+    uint32_t group;
+    uint64_t op, step;
+} update_wait_t;
+
+struct wl_chain {
+    uint64_t base;               /* w->ops when the first recorded step began */
+    uint64_t from_op;            /* the first op of the counted steps */
+    uint64_t step;               /* being run */
+    uint32_t n_groups, group;    /* group: whose tasks are being queued */
+    uint64_t release;
+    host_task_t *tasks;
+    size_t n_tasks, cap_tasks;
+    size_t *covered, *resolved;  /* per group: its tasks before these
+                                    indices come before its last update,
+                                    have their wait */
+    update_wait_t *waits;        /* those in the counted steps */
+    size_t n_waits, cap_waits;
+    double *before;              /* costs of the recorded ops [0, k) */
+    size_t n_ops, cap_ops;
+    bool oom;
+};
+
+static void chain_free(wl_chain_t *c)
+{
+    if (!c)
+        return;
+    free(c->tasks);
+    free(c->covered);
+    free(c->resolved);
+    free(c->waits);
+    free(c->before);
+    free(c);
+}
+
+/* A chain of n_groups groups; NULL when the host is out of memory. */
+static wl_chain_t *chain_new(uint32_t n_groups)
+{
+    wl_chain_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->n_groups = n_groups;
+    if (!(c->covered = calloc(n_groups, sizeof *c->covered)) ||
+        !(c->resolved = calloc(n_groups, sizeof *c->resolved)) ||
+        !(c->before = cham_grow(NULL, &c->cap_ops, 1, sizeof *c->before, 1024))) {
+        chain_free(c);
+        return NULL;
+    }
+    c->before[0] = 0;
+    return c;
+}
+
+void wl_chain_copy(wl_chain_t *c, uint64_t op)
+{
+    c->release = op - c->base;
+}
+
+void wl_chain_work(wl_chain_t *c, uint32_t g)
+{
+    c->group = g;
+}
+
+void wl_chain_update(wl_chain_t *c, uint32_t g)
+{
+    c->covered[g] = c->n_tasks;
+}
+
+void wl_chain_wait(wl_chain_t *c, uint32_t g, uint64_t op)
+{
+    bool any = false;
+    for (size_t k = c->resolved[g]; k < c->covered[g]; k++)
+        if (c->tasks[k].group == g && c->tasks[k].wait == NONE) {
+            c->tasks[k].wait = op - c->base;
+            any = true;
+        }
+    c->resolved[g] = c->covered[g];
+    if (!any || op - c->base < c->from_op)
+        return;
+    update_wait_t *w = cham_grow(c->waits, &c->cap_waits, c->n_waits + 1, sizeof *w, 256);
+    if (!w) {
+        c->oom = true;
+        return;
+    }
+    c->waits = w;
+    w[c->n_waits++] = (update_wait_t){.group = g, .op = op - c->base, .step = c->step};
+}
+
+/* A task of the group being queued, as the task hook reports it. */
+static void chain_task(wl_chain_t *c, uint64_t ns)
+{
+    host_task_t *t = cham_grow(c->tasks, &c->cap_tasks, c->n_tasks + 1, sizeof *t, 256);
+    if (!t) {
+        c->oom = true;
+        return;
+    }
+    c->tasks = t;
+    t[c->n_tasks++] = (host_task_t){.group = c->group, .release = c->release, .wait = NONE,
+                                    .ns = ns};
+}
+
+/* Takes the costs of a recorded step's ops from its profile. */
+static bool chain_ops(wl_chain_t *c, const cham_profile_t *prof)
+{
+    cham_profile_view_t v;
+    cham_profile_get(prof, &v);
+    double *b = cham_grow(c->before, &c->cap_ops, c->n_ops + v.n_ops + 1, sizeof *b, 1024);
+    if (!b)
+        return false;
+    c->before = b;
+    for (size_t k = 0; k < v.n_ops; k++, c->n_ops++)
+        b[c->n_ops + 1] = b[c->n_ops] + (v.ops[k].has_cost ? v.ops[k].cost_ns : 0);
+    return true;
+}
+
+static int by_release_latest_first(const void *a, const void *b)
+{
+    const host_task_t *x = a, *y = b;
+    return (x->release < y->release) - (x->release > y->release);
+}
+
+static int by_group_then_op(const void *a, const void *b)
+{
+    const update_wait_t *x = a, *y = b;
+    if (x->group != y->group)
+        return (x->group > y->group) - (x->group < y->group);
+    return (x->op > y->op) - (x->op < y->op);
+}
+
+/* The time from op a to op b (a group's consecutive waits for its
+ * updates) is at least the ops' costs between them (one compute stream).
+ * And for any op t in [a, b]: at least the ops in [a, t) plus the host's
+ * tasks that wait for a gradient copy at or after t and for which an op
+ * up to b waits (one host stream: none starts before its copy, each ends
+ * before its waiting op). tasks: latest release first. */
+static double between_waits_ns(const wl_chain_t *c, uint64_t a, uint64_t b)
+{
+    double best = c->before[b] - c->before[a], work_ns = 0;
+    size_t lo = 0, hi = c->n_tasks;   /* the first task released at or before b */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (c->tasks[mid].release > b)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (size_t k = lo; k < c->n_tasks && c->tasks[k].release >= a; k++) {
+        const host_task_t *t = &c->tasks[k];
+        if (t->wait <= b)
+            work_ns += (double)t->ns;
+        if (k + 1 == c->n_tasks || c->tasks[k + 1].release != t->release)
+            best = fmax(best, c->before[t->release] - c->before[a] + work_ns);
+    }
+    return best;
+}
+
+/* The largest over the groups of the mean time a step between their first
+ * and last waits in the counted steps (0: no group waited in two steps).
+ * Once, when the run is over: it sorts the tasks and the waits. */
+static double chain_bound_s(wl_chain_t *c)
+{
+    qsort(c->tasks, c->n_tasks, sizeof *c->tasks, by_release_latest_first);
+    qsort(c->waits, c->n_waits, sizeof *c->waits, by_group_then_op);
+    double best = 0;
+    for (size_t i = 0; i < c->n_waits;) {
+        size_t j = i;
+        double sum_ns = 0;
+        for (; j + 1 < c->n_waits && c->waits[j + 1].group == c->waits[i].group; j++) {
+            CHAM_ASSERT(c->waits[j + 1].op <= c->n_ops && "a wait within the recorded ops");
+            sum_ns += between_waits_ns(c, c->waits[j].op, c->waits[j + 1].op);
+        }
+        if (c->waits[j].step > c->waits[i].step)
+            best = fmax(best, sum_ns / (double)(c->waits[j].step - c->waits[i].step));
+        i = j + 1;
+    }
+    return best * 1e-9;
+}
+
+/* ---- runs with unlimited memory --------------------------------------------------- */
+
+/* The host stream's busy time for the work queued from `from` on (host
+ * time), not the updates of steps before that run on into it
+ * (cham_workload_wait); the tasks to the chain while it records. */
+typedef struct host_busy {
+    int stream;
+    uint64_t from, busy_ns;
+    wl_chain_t *chain;
+} host_busy_t;
+
+static void on_task(const cham_task_record_t *t, void *user)
+{
+    host_busy_t *h = user;
+    if (t->stream_id != h->stream)
+        return;
+    if (t->enqueue_ns >= h->from)
+        h->busy_ns += t->end_ns - t->start_ns;
+    /* The sim reports a task as it is queued: the chain's group and copy
+     * are the task's. */
+    if (h->chain)
+        chain_task(h->chain, t->end_ns - t->start_ns);
+}
+
+/* A run of a program with unlimited memory, the host's busy time followed
+ * by a task hook; with the optimizer on the host, the host's chain from
+ * step chain_from on (recorded from the step before: its updates are
+ * what the first counted waits wait for). */
+typedef struct unlimited {
+    cham_context_t *ctx;
+    cham_device_t *dev;
+    cham_workload_t *w;
+    host_busy_t h;
+    wl_chain_t *chain;
+    uint64_t chain_from;
+} unlimited_t;
+
+static void unlimited_close(unlimited_t *u)
+{
+    if (u->dev)
+        cham_device_set_task_hook(u->dev, NULL, NULL);
+    if (u->w)
+        u->w->chain = NULL;
+    chain_free(u->chain);
+    cham_workload_free(u->w);
+    cham_context_free(u->ctx);
+}
+
+/* Opens u for job m at rc's budget, the chain counted from step
+ * chain_from (NONE: none). False when m cannot run, its state does not
+ * fit or the host is out of memory (u is closed then). */
+static bool unlimited_open(const cham_config_t *rc, const cham_device_info_t *info,
+                           const cham_model_config_t *m, uint64_t chain_from, unlimited_t *u)
+{
+    *u = (unlimited_t){.h = {.stream = -1, .from = NONE}, .chain_from = chain_from};
+    char why[1024];
+    if (cham_model_validate(m, why, sizeof why) != CHAM_OK ||
+        !wl_state_fits(m, info->capacity, rc->pinned_budget, cham_config_moves_model_state(rc),
+                       why, sizeof why))
+        return false;
+    cham_config_t uc = *rc;
+    cham_strategy_apply(CHAM_STRATEGY_IDEAL, &uc);
+    if (cham_context_new(&uc, &u->ctx) != CHAM_OK)
+        return false;
+    cham_context_set_log(u->ctx, wl_silent_log, NULL);
+    u->dev = cham_context_device(u->ctx);
+    cham_status_t st = cham_workload_new(u->ctx, m, &u->w, why, sizeof why);
+    if (st == CHAM_OK && u->w->host) {
+        u->h.stream = cham_stream_id(u->w->host);
+        if (chain_from != NONE && !(u->chain = chain_new(u->w->n_groups)))
+            st = CHAM_ERR_HOST_OOM;
+        if (st == CHAM_OK)
+            st = cham_device_set_task_hook(u->dev, on_task, &u->h);
+    }
+    if (st != CHAM_OK)
+        unlimited_close(u);
+    return st == CHAM_OK;
+}
+
+/* Runs step s to its end; a profile of it where asked for or the chain
+ * records it (it needs the ops' costs). */
+static cham_status_t unlimited_step(unlimited_t *u, uint64_t s, bool profile)
+{
+    wl_chain_t *c = u->chain;
+    bool record = c && s + 1 >= u->chain_from;
+    if (record) {
+        if (!c->n_ops)
+            c->base = u->w->ops;
+        if (s == u->chain_from)
+            c->from_op = u->w->ops - c->base;
+        c->step = s;
+        u->h.chain = u->w->chain = c;
+    }
+    if (profile || record)
+        cham_context_request_profile(u->ctx);
+    cham_status_t st = cham_workload_step(u->w, s, NULL);
+    if (st == CHAM_OK)
+        st = cham_workload_wait(u->w);
+    const cham_profile_t *prof = cham_context_last_profile(u->ctx);
+    if (st == CHAM_OK && record && (c->oom || !prof || !chain_ops(c, prof)))
+        st = CHAM_ERR_HOST_OOM;
+    CHAM_ASSERT((st != CHAM_OK || !record || c->n_ops == u->w->ops - c->base) &&
+                "the profiles have the ops the workload dispatched");
+    u->h.chain = u->w->chain = NULL;
+    return st;
+}
+
+/* ---- a program's step ------------------------------------------------------------- */
+
+bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
+                        const cham_model_config_t *m, bool with_bound, wl_program_t *p)
+{
+    /* The chain of a loop whose steps change is its loop bound's
+     * (wl_loop_bound). Here, from step 1 to step 2. */
+    cham_model_config_t um = wl_training_steps(m);
+    unlimited_t u;
+    if (!unlimited_open(rc, info, &um, cham_model_loop_changes(m) ? NONE : 1, &u))
+        return false;
+    cham_status_t st = CHAM_OK;
+    uint64_t t0 = 0;
+    for (uint64_t s = 0; s < 3 && st == CHAM_OK; s++) {
+        if (s == 2)
+            u.h.from = t0 = cham_device_host_time(u.dev);
+        st = unlimited_step(&u, s, s == 2 && with_bound);
+    }
+    const cham_profile_t *prof = cham_context_last_profile(u.ctx);
+    bool feasible = !with_bound;
+    bool ok = st == CHAM_OK &&
+              (!with_bound || (prof && wl_bound_of(rc, info, prof, &feasible, &p->bound_s)));
+    p->ideal_s = (double)(cham_device_host_time(u.dev) - t0) * 1e-9;
+    p->host_s = (double)u.h.busy_ns * 1e-9;
+    p->chain_s = ok && u.chain ? chain_bound_s(u.chain) : 0;
+    unlimited_close(&u);
+    return ok && feasible;
+}
+
+double wl_program_step_bound(const wl_program_t *p)
+{
+    return fmax(p->bound_s, fmax(p->host_s, p->chain_s));
+}
+
+double wl_program_bound(const wl_program_t *p)
+{
+    return p->loop_s > 0 ? p->loop_s : wl_program_step_bound(p);
+}
+
+/* ---- a loop whose steps change ---------------------------------------------------- */
+
+/* What a step's bound depends on, folded into 64 bits: per op its kind,
+ * cost, collective and memory, per use the tensor's bytes and where its
+ * storage was used before (not ids or addresses, which differ from step
+ * to step). Steps of one kind (an evaluation, an accumulation) have one
+ * fingerprint. */
+static uint64_t fingerprint(const cham_profile_t *prof)
+{
+    cham_profile_view_t v;
+    cham_profile_get(prof, &v);
+    uint64_t h = wl_hash(v.n_ops, v.n_uses, v.capacity);
+    for (size_t k = 0; k < v.n_ops; k++) {
+        const cham_profile_op_t *o = &v.ops[k];
+        uint64_t cost, comm;
+        memcpy(&cost, &o->cost_ns, sizeof cost);
+        memcpy(&comm, &o->comm_ns, sizeof comm);
+        h = wl_hash(h, (uint64_t)o->token << 32 | (uint64_t)o->phase << 16 |
+                           (uint64_t)o->recomputable << 2 | (uint64_t)o->has_cost << 1 |
+                           o->comm_waited,
+                    (uint64_t)(uint32_t)o->block << 32 | o->n_uses);
+        h = wl_hash(h, o->mem_before, o->mem_after);
+        h = wl_hash(h, cost, comm);
+    }
+    for (size_t k = 0; k < v.n_uses; k++) {
+        const cham_tensor_use_t *u = &v.uses[k];
+        h = wl_hash(h, u->bytes, u->storage_bytes);
+        h = wl_hash(h, u->history, (uint64_t)u->use_count << 8 | (uint64_t)u->dtype << 3 |
+                                       (uint64_t)u->output << 2 | (uint64_t)u->persistent << 1 |
+                                       u->host_backed);
+    }
+    return h;
+}
+
+/* The bounds of the kinds of step seen so far, by fingerprint: most loops
+ * have a few, each bounded once. */
+#define KINDS 64
+typedef struct kinds {
+    uint64_t print[KINDS];
+    double bound_s[KINDS];       /* INFINITY: no policy fits */
+    size_t n;
+} kinds_t;
+
+/* The bound of prof's step at rc's budget; false without host memory. */
+static bool kind_bound(kinds_t *k, const cham_config_t *rc, const cham_device_info_t *info,
+                       const cham_profile_t *prof, double *bound_s)
+{
+    uint64_t print = fingerprint(prof);
+    for (size_t i = 0; i < k->n; i++)
+        if (k->print[i] == print) {
+            *bound_s = k->bound_s[i];
+            return true;
+        }
+    bool fits;
+    if (!wl_bound_of(rc, info, prof, &fits, bound_s))
+        return false;
+    if (!fits)
+        *bound_s = INFINITY;
+    if (k->n < KINDS) {
+        k->print[k->n] = print;
+        k->bound_s[k->n++] = *bound_s;
+    }
+    return true;
+}
+
+bool wl_loop_bound(const cham_config_t *rc, const cham_device_info_t *info,
+                   const cham_model_config_t *m, uint64_t steps, double *bound_s)
+{
+    /* The chain runs on into the step after the last: the waits there for
+     * the last step's updates close its intervals. */
+    uint64_t from = steps / 2;
+    unlimited_t u;
+    if (steps == 0 || !unlimited_open(rc, info, m, from, &u))
+        return false;
+    kinds_t *kinds = calloc(1, sizeof *kinds);
+    double sum_s = 0;
+    cham_status_t st = kinds ? CHAM_OK : CHAM_ERR_HOST_OOM;
+    for (uint64_t s = 0; s <= steps && st == CHAM_OK; s++) {
+        u.h.from = s == from ? cham_device_host_time(u.dev) : s == steps ? NONE : u.h.from;
+        if ((st = unlimited_step(&u, s, s >= from && s < steps)) != CHAM_OK || s < from ||
+            s == steps)
+            continue;
+        const cham_profile_t *prof = cham_context_last_profile(u.ctx);
+        double step_s;
+        if (prof && kind_bound(kinds, rc, info, prof, &step_s))
+            sum_s += step_s;
+        else
+            st = CHAM_ERR_HOST_OOM;
+    }
+    double n = (double)(steps - from);
+    *bound_s = fmax(fmax(sum_s / n, (double)u.h.busy_ns * 1e-9 / n),
+                    u.chain ? chain_bound_s(u.chain) : 0);
+    free(kinds);
+    unlimited_close(&u);
+    return st == CHAM_OK;
+}
