@@ -96,18 +96,6 @@ cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, siz
     return c;
 }
 
-void cham_class_seen(cham_context_t *ctx, cham_class_t *c)
-{
-    c->seen++;
-    c->last_used = ctx->step;
-    if (ctx->n_history == CHAM_CLASS_HISTORY) {     /* keep the newer half */
-        size_t half = CHAM_CLASS_HISTORY / 2;
-        memmove(ctx->history, ctx->history + half, half * sizeof *ctx->history);
-        ctx->n_history = half;
-    }
-    ctx->history[ctx->n_history++] = c->id;
-}
-
 cham_class_t *cham_class_by_id(cham_context_t *ctx, uint32_t id)
 {
     for (size_t i = 0; id && i < ctx->n_classes; i++)
@@ -153,22 +141,26 @@ static bool off_beat(const cham_context_t *ctx, uint32_t id)
     return period_of(ctx, id, &next) && next != ctx->n_history;
 }
 
-cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context, uint32_t *period)
+/* A periodic class due next, the longest period first (*period): a rarer
+ * class is the more specific one (an evaluation every 10 steps over
+ * accumulation every 2). */
+static cham_class_t *due(cham_context_t *ctx, uint32_t *period)
+{
+    cham_class_t *d = NULL;
+    for (size_t i = 0; i < ctx->n_classes; i++) {
+        size_t next, k = period_of(ctx, ctx->classes[i].id, &next);
+        if (k > *period && next == ctx->n_history)
+            d = &ctx->classes[i], *period = (uint32_t)k;
+    }
+    return d;
+}
+
+/* What most often followed the earlier runs of classes equal to the last
+ * ones (*context the run's length). */
+static cham_class_t *by_context(cham_context_t *ctx, uint32_t *context)
 {
     const uint32_t *h = ctx->history;
     size_t n = ctx->n_history;
-    *context = *period = 0;
-    /* A periodic class due next, the longest period first: a rarer class
-     * is the more specific one (an evaluation every 10 steps over
-     * accumulation every 2). */
-    cham_class_t *due = NULL;
-    for (size_t i = 0; i < ctx->n_classes; i++) {
-        size_t next, k = period_of(ctx, ctx->classes[i].id, &next);
-        if (k > *period && next == n)
-            due = &ctx->classes[i], *period = (uint32_t)k;
-    }
-    if (due)
-        return due;
     size_t longest = n > CONTEXT_MAX ? CONTEXT_MAX : n ? n - 1 : 0;
     for (size_t len = longest; len >= 1; len--) {
         /* Every earlier run h[end - len + 1 .. end] equal to the last len
@@ -204,6 +196,64 @@ cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context, uint32_
         }
     }
     return NULL;
+}
+
+/* The class seen most often in the history, the latest on a tie. */
+static cham_class_t *most_frequent(cham_context_t *ctx)
+{
+    cham_class_t *best = NULL;
+    uint32_t best_n = 0;
+    for (size_t i = ctx->n_history; i-- > 0;) {
+        uint32_t id = ctx->history[i], n = 0;
+        for (size_t j = 0; j < ctx->n_history; j++)
+            n += ctx->history[j] == id;
+        cham_class_t *c = n > best_n ? cham_class_by_id(ctx, id) : NULL;
+        if (c)
+            best = c, best_n = n;
+    }
+    return best;
+}
+
+static int hits(uint32_t mask)
+{
+    int n = 0;
+    for (; mask; mask &= mask - 1)
+        n++;
+    return n;
+}
+
+void cham_class_seen(cham_context_t *ctx, cham_class_t *c)
+{
+    /* Whether the context and the most frequent class would have
+     * predicted this step right: cham_class_predict trusts the better. */
+    uint32_t context;
+    ctx->context_hits = ctx->context_hits << 1 | (by_context(ctx, &context) == c);
+    ctx->frequent_hits = ctx->frequent_hits << 1 | (most_frequent(ctx) == c);
+    c->seen++;
+    c->last_used = ctx->step;
+    if (ctx->n_history == CHAM_CLASS_HISTORY) {     /* keep the newer half */
+        size_t half = CHAM_CLASS_HISTORY / 2;
+        memmove(ctx->history, ctx->history + half, half * sizeof *ctx->history);
+        ctx->n_history = half;
+    }
+    ctx->history[ctx->n_history++] = c->id;
+}
+
+cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context, uint32_t *period)
+{
+    *context = *period = 0;
+    cham_class_t *d = due(ctx, period);
+    if (d)
+        return d;
+    /* Where the classes come at random (layers skipped at random), a run
+     * of classes followed alike twice may be chance, and the context
+     * predicts worse than the most frequent class would have: over the
+     * last 32 steps, the one that would have been right more often (a
+     * step with no context counts against it: the loop then takes the
+     * class before for a passing change). */
+    if (hits(ctx->frequent_hits) > hits(ctx->context_hits))
+        return most_frequent(ctx);
+    return by_context(ctx, context);
 }
 
 void cham_classes_free(cham_context_t *ctx)

@@ -211,6 +211,9 @@ static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
         snprintf(who, sizeof who, "class %u again (a passing change)", p->id);
     else if (period)
         snprintf(who, sizeof who, "class %u (due: every %u steps)", p->id, period);
+    else if (!context)
+        snprintf(who, sizeof who, "class %u (the most frequent: the context predicts worse)",
+                 p->id);
     else
         snprintf(who, sizeof who, "class %u (%u steps of context)", p->id, context);
     cham_context_log(ctx, "step %llu was class %u (seen %u times); next step: %s: %s",

@@ -403,6 +403,10 @@ struct cham_context {
     uint32_t next_class_id;
     uint32_t history[CHAM_CLASS_HISTORY];   /* class ids of the last steps */
     size_t n_history;
+    uint32_t context_hits, frequent_hits;   /* the last 32 steps, newest in bit 0:
+                                               whether the context, the most
+                                               frequent class would have
+                                               predicted them right */
     bool class_mode;              /* per-class policies (loop_classes.c says when) */
     uint64_t last_stable_step;    /* ctx->step when a step last ended Stable */
     uint32_t trial_class;         /* the class whose trial runs this step, 0: none */
@@ -600,7 +604,9 @@ void cham_class_seen(cham_context_t *ctx, cham_class_t *c);
  * followed the earlier runs of classes equal to the last ones, the longest
  * such run that occurred before (for runs of two or more: followed by that
  * class at least twice and in most of its occurrences; *context its
- * length); NULL when none did. */
+ * length), NULL when none did; but the most frequent class (*context and
+ * *period 0) where that would have been right clearly more often in the
+ * last 32 steps. */
 cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context, uint32_t *period);
 cham_class_t *cham_class_by_id(cham_context_t *ctx, uint32_t id);
 /* Forgets c's trials (releasing their plans). */
