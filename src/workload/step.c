@@ -245,8 +245,7 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
     uint64_t n = updated_params(w, g), bytes = n * cham_dtype_size(w->m.dtype);
     cham_tensor_t *grad;
     TRY(wl_view(w, w->grads[g], 0, bytes, &grad));
-    if (w->chain)
-        wl_chain_copy(w->chain, w->ops);
+    uint64_t copy_op = w->ops;
     cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, grad, w->host_grad[g], true, w->offload,
                                   NULL);
     wl_drop(w, &grad);
@@ -260,8 +259,10 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
         TRY(host_work_until(w, arrives));
     }
     TRY(cham_stream_wait_event(w->host, w->ev_offload));
-    if (w->chain)
+    if (w->chain) {              /* what the host queues from now on waits for the copy */
+        wl_chain_copy(w->chain, copy_op);
         wl_chain_work(w->chain, g);
+    }
     cham_access_t a[] = {{w->host_grad[g], (size_t)bytes, CHAM_ACCESS_READ_WRITE},
                          {w->host_sum[g], (size_t)(n * 4), CHAM_ACCESS_READ_WRITE}};
     if (w->host_sum[g]) {        /* accumulating: into the fp32 sum, checked when complete */
