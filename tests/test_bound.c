@@ -144,8 +144,8 @@ static void test_collectives(void **state)
 }
 
 /* The worked case on a device that adds 10 ms to every kernel (the
- * profile's kernel_overhead_ns): every op and every re-run costs that
- * more. Ops 7.18 s, before the samples 2.13 s, after 5.05 s, A's re-run
+ * profile's kernel_overhead_ns): every op of some cost and every re-run
+ * costs that more. Ops 7.18 s, before the samples 2.13 s, after 5.05 s, A's re-run
  * 0.11 s for 400 MiB (0.000275 s/MiB):
  *   T(R) = max(7.18 + 0.000275 R, (100-R)/1024 + 5.05 + 0.000275 R,
  *              2.13 + (100-R)/10),
@@ -165,6 +165,12 @@ static void test_kernel_overhead(void **state)
     c = config(800, 1024);
     assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
     assert_int_equal(b.bound_ns, (uint64_t)(7.18 * SEC));
+    /* An op of no cost launched no kernel (a copy or a collective on a
+     * stream of its own): nothing of it on the compute stream. Op 3 so:
+     * 7.18 s less its 1.01 s. */
+    p->ops[3].cost_ns = 0;
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_int_equal(b.compute_ns, (uint64_t)(6.17 * SEC));
     cham_profile_free(p);
 }
 

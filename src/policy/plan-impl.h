@@ -14,10 +14,14 @@
 #include "chameleon/policy.h"
 
 /* The device's time for op k when the profile has its cost: the cost and
- * the device's time per kernel beyond it; `otherwise` when it has none. */
+ * the device's time per kernel beyond it (none for an op of no cost: it
+ * launched no kernel on the compute stream, a copy or a collective on a
+ * stream of its own); `otherwise` when it has none. */
 static inline double cham_gen_op_ns(const cham_profile_view_t *v, size_t k, double otherwise)
 {
-    return v->ops[k].has_cost ? v->ops[k].cost_ns + (double)v->kernel_overhead_ns : otherwise;
+    if (!v->ops[k].has_cost)
+        return otherwise;
+    return v->ops[k].cost_ns > 0 ? v->ops[k].cost_ns + (double)v->kernel_overhead_ns : 0;
 }
 
 /* ---- logical layers (layers.c) ------------------------------------------ */
