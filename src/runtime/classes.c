@@ -11,6 +11,7 @@
 #include "runtime/runtime-impl.h"
 
 enum { CONTEXT_MAX = 16 };       /* the longest run of classes matched */
+enum { SCORED_MIN = 32 };        /* steps scored before the scores decide */
 
 static uint64_t fingerprint(const cham_op_token_t *seq, size_t len)
 {
@@ -229,6 +230,7 @@ void cham_class_seen(cham_context_t *ctx, cham_class_t *c)
     uint32_t context;
     ctx->context_hits = ctx->context_hits << 1 | (by_context(ctx, &context) == c);
     ctx->frequent_hits = ctx->frequent_hits << 1 | (most_frequent(ctx) == c);
+    ctx->scored += ctx->scored < SCORED_MIN;
     c->seen++;
     c->last_used = ctx->step;
     if (ctx->n_history == CHAM_CLASS_HISTORY) {     /* keep the newer half */
@@ -250,8 +252,9 @@ cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context, uint32_
      * predicts worse than the most frequent class would have: over the
      * last 32 steps, the one that would have been right more often (a
      * step with no context counts against it: the loop then takes the
-     * class before for a passing change). */
-    if (hits(ctx->frequent_hits) > hits(ctx->context_hits))
+     * class before for a passing change), once SCORED_MIN steps were
+     * scored: before, a loop's periods and runs have not been seen yet. */
+    if (ctx->scored == SCORED_MIN && hits(ctx->frequent_hits) > hits(ctx->context_hits))
         return most_frequent(ctx);
     return by_context(ctx, context);
 }

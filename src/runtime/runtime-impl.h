@@ -407,6 +407,7 @@ struct cham_context {
                                                whether the context, the most
                                                frequent class would have
                                                predicted them right */
+    uint32_t scored;                        /* steps scored, up to 32 (classes.c) */
     bool class_mode;              /* per-class policies (loop_classes.c says when) */
     uint64_t last_stable_step;    /* ctx->step when a step last ended Stable */
     uint32_t trial_class;         /* the class whose trial runs this step, 0: none */
