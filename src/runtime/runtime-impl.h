@@ -605,9 +605,9 @@ void cham_class_seen(cham_context_t *ctx, cham_class_t *c);
  * followed the earlier runs of classes equal to the last ones, the longest
  * such run that occurred before (for runs of two or more: followed by that
  * class at least twice and in most of its occurrences; *context its
- * length), NULL when none did; but the most frequent class (*context and
- * *period 0) where that would have been right clearly more often in the
- * last 32 steps. */
+ * length), NULL when none did; but from the 32nd step on, the most
+ * frequent class (*context and *period 0) where that would have been
+ * right more often in the last 32 steps. */
 cham_class_t *cham_class_predict(cham_context_t *ctx, uint32_t *context, uint32_t *period);
 cham_class_t *cham_class_by_id(cham_context_t *ctx, uint32_t id);
 /* Forgets c's trials (releasing their plans). */
