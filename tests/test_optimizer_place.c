@@ -222,6 +222,19 @@ static void test_changing_loop_bound_is_its_steps_mean(void **state)
     cham_run_result_t of;
     run_program(c, with.bound_host_optimizer, with.bound_device_groups, &of);
     assert_true(of.late_mean_step_time_s >= with.lower_bound_step_time_s);
+    /* Another strategy's run has its program's loop bound: one below its
+     * run, not none (an accumulation step's profile keeps its gradients
+     * on the device at the step's start: that step counts its ops' time
+     * alone, or the loop it ran would have no bound). */
+    c.strategy = CHAM_STRATEGY_CHAMELEON_SWAP;
+    c.lower_bound = true;
+    cham_run_result_t swap;
+    run_ok(&c, &swap);
+    if (!(swap.has_bound && swap.bound_feasible &&
+          swap.lower_bound_step_time_s <= swap.late_mean_step_time_s))
+        fail_msg("chameleon-swap runs %.6f s a step on the mean, its bound %s%.6f s",
+                 swap.late_mean_step_time_s, swap.bound_feasible ? "" : "(none) ",
+                 swap.lower_bound_step_time_s);
 }
 
 static void test_device_where_nothing_is_gained_or_chosen(void **state)

@@ -209,7 +209,7 @@ static void bound(const cham_config_t *rc, const cham_device_info_t *info,
             put_bound(r, bound_s, &p);
         return;
     }
-    if (!wl_bound_of(rc, info, last, &feasible, &bound_s))
+    if (!wl_bound_of(rc, info, last, &feasible, &bound_s, NULL))
         return;                /* host memory: no bound, nothing else lost */
     if (feasible && p.host && wl_program_measure(rc, info, m, false, &p))
         bound_s = fmax(bound_s, fmax(p.host_s, p.chain_s));

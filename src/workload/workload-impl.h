@@ -204,10 +204,10 @@ bool wl_program_measure(const cham_config_t *rc, const cham_device_info_t *info,
 /* The bound of a loop whose steps change (docs/workloads.md, "The bound
  * of a changing loop"), for program m over a run of `steps` steps, over
  * the last half of them as the run's late mean step: the larger of the
- * mean of those steps' profile bounds at rc's budget and the host's mean
- * work a step, from a run with unlimited memory (INFINITY: a step has no
- * policy that fits). False when m cannot run or the host is out of
- * memory. */
+ * mean of those steps' profile bounds at rc's budget (their ops' time
+ * alone where the profile's bound finds no fit), the host's mean work a
+ * step and the host's chain, from a run with unlimited memory. False when
+ * m cannot run or the host is out of memory. */
 bool wl_loop_bound(const cham_config_t *rc, const cham_device_info_t *info,
                    const cham_model_config_t *m, uint64_t steps, double *bound_s);
 /* The host's chain (docs/workloads.md, "The host's chain"), recorded
@@ -232,9 +232,12 @@ cham_model_config_t wl_training_steps(const cham_model_config_t *m);
  * config's, else its sim preset's; 0 where neither has them. */
 void wl_host_figures(const cham_config_t *rc, double *flops, double *bandwidth);
 /* The lower bound of profile at rc's budget on the device info describes
- * (chameleon/policy.h, cham_plan_bound); false without host memory. */
+ * (chameleon/policy.h, cham_plan_bound; INFINITY where no policy fits)
+ * and, unless floor_s is NULL, its ops' and collectives' time alone;
+ * false without host memory. */
 bool wl_bound_of(const cham_config_t *rc, const cham_device_info_t *info,
-                 const cham_profile_t *profile, bool *feasible, double *bound_s);
+                 const cham_profile_t *profile, bool *feasible, double *bound_s,
+                 double *floor_s);
 /* At least as many ops as one step of the model dispatches (the op list
  * of docs/workloads.md, counted generously), from the settings alone. */
 uint64_t wl_step_ops_bound(const cham_model_config_t *m);
