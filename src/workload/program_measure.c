@@ -205,8 +205,10 @@ static double between_waits_ns(const wl_chain_t *c, uint64_t a, uint64_t b)
  * Once, when the run is over: it sorts the tasks and the waits. */
 static double chain_bound_s(wl_chain_t *c)
 {
-    qsort(c->tasks, c->n_tasks, sizeof *c->tasks, by_release_latest_first);
-    qsort(c->waits, c->n_waits, sizeof *c->waits, by_group_then_op);
+    if (c->n_tasks)              /* none: the arrays were never grown (NULL) */
+        qsort(c->tasks, c->n_tasks, sizeof *c->tasks, by_release_latest_first);
+    if (c->n_waits)
+        qsort(c->waits, c->n_waits, sizeof *c->waits, by_group_then_op);
     double best = 0;
     for (size_t i = 0; i < c->n_waits;) {
         size_t j = i;
