@@ -125,9 +125,11 @@ static void test_host_program_bound_has_the_host_in_it(void **state)
 /* The host's chain: a host group's gradient leaves in the backward, and
  * the host's updates of it and of every group below it must be done
  * before the next forward reads the lowest of them. With memory to spare
- * the bound of each host program holds that chain and comes within 10% of
- * its run (simulated: 4-9% below; with the host's busy time alone 19-35%
- * below), never above it. The chain holds only where steps run alike. */
+ * the bound of each host program holds that chain and comes within 5% of
+ * its run (simulated: 1.8-3.8% below; 4-9% while the chain left out the
+ * gradient's copy out and the weights' copy back; with the host's busy
+ * time alone 19-35% below), never above it. The chain holds only where
+ * steps run alike. */
 static void test_host_chain_bounds_each_program(void **state)
 {
     (void)state;
@@ -140,7 +142,7 @@ static void test_host_chain_bounds_each_program(void **state)
         run_program(c, true, n, &r);
         assert_true(r.has_bound && r.bound_feasible && r.bound_host_optimizer);
         if (r.lower_bound_step_time_s > r.step_time_s ||
-            r.lower_bound_step_time_s < 0.9 * r.step_time_s)
+            r.lower_bound_step_time_s < 0.95 * r.step_time_s)
             fail_msg("host:%u runs %.6f s, its bound %.6f s", n, r.step_time_s,
                      r.lower_bound_step_time_s);
     }
@@ -157,6 +159,26 @@ static void test_host_chain_bounds_each_program(void **state)
         run_program(c, true, n, &r);
         if (!(r.has_bound && r.lower_bound_step_time_s <= r.step_time_s))
             fail_msg("16 layers, host:%u runs %.6f s, its bound %.6f s", n, r.step_time_s,
+                     r.lower_bound_step_time_s);
+    }
+    /* Mixtral's shapes in 2 layers, ZeRO-3 over 8: each layer's gather
+     * waits behind the reduction before it on the collectives' stream, and
+     * the host updates a layer the next step reads later before the one it
+     * reads first. Within 7% (simulated: 5.7-5.9% below; host:1 24%
+     * below while the chain counted the ops' costs alone, left out the
+     * copies and counted only the tasks some op up to its end waits for). */
+    cham_run_config_t moe = c;
+    assert_int_equal(cham_model_preset("mixtral-8x7b", &moe.model), CHAM_OK);
+    moe.model.layers = 2;
+    moe.model.seq = 1024;
+    moe.model.dp = 8;
+    moe.model.zero = 3;
+    for (uint32_t n = 0; n < 2; n++) {
+        cham_run_result_t r;
+        run_program(moe, true, n, &r);
+        if (!(r.has_bound && r.lower_bound_step_time_s <= r.step_time_s &&
+              r.lower_bound_step_time_s >= 0.93 * r.step_time_s))
+            fail_msg("Mixtral ZeRO-3, host:%u runs %.6f s, its bound %.6f s", n, r.step_time_s,
                      r.lower_bound_step_time_s);
     }
 }

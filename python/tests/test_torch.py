@@ -5,6 +5,7 @@ import copy
 import gc
 import os
 import socket
+import tempfile
 import unittest
 import warnings
 
@@ -1338,9 +1339,9 @@ def _ddp_run(budget, out):
 @needs_torch
 class DistributedDataParallel(unittest.TestCase):
     def test_two_processes_identical_to_ddp_without_chameleon(self):
-        tmp = os.environ.get("TMPDIR", "/tmp")
-        want = _ddp_run(None, os.path.join(tmp, f"cham-ddp-ref-{os.getpid()}.pt"))
-        got = _ddp_run("50%", os.path.join(tmp, f"cham-ddp-off-{os.getpid()}.pt"))
+        with tempfile.TemporaryDirectory(prefix="cham-ddp-") as tmp:
+            want = _ddp_run(None, os.path.join(tmp, "ref.pt"))
+            got = _ddp_run("50%", os.path.join(tmp, "off.pt"))
         self.assertEqual(got["losses"], want["losses"])
         for p, q in zip(got["params"], want["params"]):
             self.assertTrue(torch.equal(p, q))

@@ -36,11 +36,14 @@ bool wl_bound_of(const cham_config_t *rc, const cham_device_info_t *info,
 #define NONE UINT64_MAX
 
 /* A task on the host's stream: its group, the op of the gradient copy it
- * waits for (0: none recorded), the op that waits for it (NONE: none yet)
- * and its time. Ops count from the chain's first recorded step. */
+ * waits for (0: none recorded) and that copy's least time, the op that
+ * waits for it (NONE: none yet), its time and, for an update, the least
+ * time of its weights' copy back (-1 for other tasks). Ops count from the
+ * chain's first recorded step. */
 typedef struct host_task {
     uint32_t group;
     uint64_t release, wait, ns;
+    double copy_ns, back_ns;
 } host_task_t;
 
 /* A wait of the compute stream for a group's update: from op on, in step
@@ -50,12 +53,20 @@ typedef struct update_wait {
     uint64_t op, step;
 } update_wait_t;
 
+/* An op's time on the compute stream and its collective's. */
+typedef struct chain_op {
+    double cost_ns, comm_ns;
+    bool comm_waited;
+} chain_op_t;
+
 struct wl_chain {
     uint64_t base;               /* w->ops when the first recorded step began */
     uint64_t from_op;            /* the first op of the counted steps */
     uint64_t step;               /* being run */
     uint32_t n_groups, group;    /* group: whose tasks are being queued */
     uint64_t release;
+    double copy_ns;              /* the release's least time */
+    double d2h_ns_per_byte, h2d_ns_per_byte;
     host_task_t *tasks;
     size_t n_tasks, cap_tasks;
     size_t *covered, *resolved;  /* per group: its tasks before these
@@ -63,8 +74,10 @@ struct wl_chain {
                                     have their wait */
     update_wait_t *waits;        /* those in the counted steps */
     size_t n_waits, cap_waits;
-    double *before;              /* costs of the recorded ops [0, k) */
+    chain_op_t *ops;             /* the recorded ops */
     size_t n_ops, cap_ops;
+    double *since;               /* between_waits_ns's: from a wait to each op */
+    size_t cap_since;
     bool oom;
 };
 
@@ -76,30 +89,35 @@ static void chain_free(wl_chain_t *c)
     free(c->covered);
     free(c->resolved);
     free(c->waits);
-    free(c->before);
+    free(c->ops);
+    free(c->since);
     free(c);
 }
 
-/* A chain of n_groups groups; NULL when the host is out of memory. */
-static wl_chain_t *chain_new(uint32_t n_groups)
+/* A chain of n_groups groups on a device of info's links; NULL when the
+ * host is out of memory. */
+static wl_chain_t *chain_new(uint32_t n_groups, const cham_device_info_t *info)
 {
     wl_chain_t *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->n_groups = n_groups;
+    /* No copy is faster than its bytes over the link (the sim adds a
+     * latency). */
+    c->d2h_ns_per_byte = 1e9 / info->d2h_bandwidth;
+    c->h2d_ns_per_byte = 1e9 / info->h2d_bandwidth;
     if (!(c->covered = calloc(n_groups, sizeof *c->covered)) ||
-        !(c->resolved = calloc(n_groups, sizeof *c->resolved)) ||
-        !(c->before = cham_grow(NULL, &c->cap_ops, 1, sizeof *c->before, 1024))) {
+        !(c->resolved = calloc(n_groups, sizeof *c->resolved))) {
         chain_free(c);
         return NULL;
     }
-    c->before[0] = 0;
     return c;
 }
 
-void wl_chain_copy(wl_chain_t *c, uint64_t op)
+void wl_chain_copy(wl_chain_t *c, uint64_t op, uint64_t bytes)
 {
     c->release = op - c->base;
+    c->copy_ns = (double)bytes * c->d2h_ns_per_byte;
 }
 
 void wl_chain_work(wl_chain_t *c, uint32_t g)
@@ -107,9 +125,13 @@ void wl_chain_work(wl_chain_t *c, uint32_t g)
     c->group = g;
 }
 
-void wl_chain_update(wl_chain_t *c, uint32_t g)
+void wl_chain_update(wl_chain_t *c, uint32_t g, uint64_t bytes_back)
 {
     c->covered[g] = c->n_tasks;
+    /* The update is the task just queued (the sim reports each as it is
+     * queued). */
+    if (c->n_tasks && c->tasks[c->n_tasks - 1].group == g)
+        c->tasks[c->n_tasks - 1].back_ns = (double)bytes_back * c->h2d_ns_per_byte;
 }
 
 void wl_chain_wait(wl_chain_t *c, uint32_t g, uint64_t op)
@@ -141,28 +163,55 @@ static void chain_task(wl_chain_t *c, uint64_t ns)
         return;
     }
     c->tasks = t;
+    CHAM_ASSERT((!c->n_tasks || c->release >= t[c->n_tasks - 1].release) &&
+                "the host's tasks wait for the copies in the order queued");
     t[c->n_tasks++] = (host_task_t){.group = c->group, .release = c->release, .wait = NONE,
-                                    .ns = ns};
+                                    .ns = ns, .copy_ns = c->release ? c->copy_ns : 0,
+                                    .back_ns = -1};
 }
 
-/* Takes the costs of a recorded step's ops from its profile. */
+/* Takes the times of a recorded step's ops from its profile. */
 static bool chain_ops(wl_chain_t *c, const cham_profile_t *prof)
 {
     cham_profile_view_t v;
     cham_profile_get(prof, &v);
-    double *b = cham_grow(c->before, &c->cap_ops, c->n_ops + v.n_ops + 1, sizeof *b, 1024);
-    if (!b)
+    chain_op_t *o = cham_grow(c->ops, &c->cap_ops, c->n_ops + v.n_ops, sizeof *o, 1024);
+    if (o)
+        c->ops = o;
+    double *since = cham_grow(c->since, &c->cap_since, c->n_ops + v.n_ops + 1, sizeof *since,
+                              1024);
+    if (since)
+        c->since = since;
+    if (!o || !since)
         return false;
-    c->before = b;
-    for (size_t k = 0; k < v.n_ops; k++, c->n_ops++)
-        b[c->n_ops + 1] = b[c->n_ops] + (v.ops[k].has_cost ? v.ops[k].cost_ns : 0);
+    for (size_t k = 0; k < v.n_ops; k++)
+        o[c->n_ops++] = (chain_op_t){.cost_ns = v.ops[k].has_cost ? v.ops[k].cost_ns : 0,
+                                     .comm_ns = v.ops[k].comm_ns,
+                                     .comm_waited = v.ops[k].comm_waited};
     return true;
 }
 
-static int by_release_latest_first(const void *a, const void *b)
+/* c->since[k - a] for ops k in [a, b]: the least time from op a's start to
+ * op k's. The compute stream runs one op after another; a collective
+ * starts with its op at the earliest and after those ahead of it, and one
+ * the op waits for holds the compute stream until it ends (the replay's
+ * rule, policy.md "Collectives"; the collectives' stream taken as free at
+ * a). */
+static void time_since(wl_chain_t *c, uint64_t a, uint64_t b)
 {
-    const host_task_t *x = a, *y = b;
-    return (x->release < y->release) - (x->release > y->release);
+    double now = 0, comm_end = 0;
+    for (uint64_t k = a; k < b; k++) {
+        const chain_op_t *o = &c->ops[k];
+        c->since[k - a] = now;
+        double end = now + o->cost_ns;
+        if (o->comm_ns > 0) {
+            comm_end = fmax(now, comm_end) + o->comm_ns;
+            if (o->comm_waited)
+                end = fmax(end, comm_end);
+        }
+        now = end;
+    }
+    c->since[b - a] = now;
 }
 
 static int by_group_then_op(const void *a, const void *b)
@@ -174,40 +223,46 @@ static int by_group_then_op(const void *a, const void *b)
 }
 
 /* The time from op a to op b (a group's consecutive waits for its
- * updates) is at least the ops' costs between them (one compute stream).
- * And for any op t in [a, b]: at least the ops in [a, t) plus the host's
- * tasks that wait for a gradient copy at or after t and for which an op
- * up to b waits (one host stream: none starts before its copy, each ends
- * before its waiting op). tasks: latest release first. */
-static double between_waits_ns(const wl_chain_t *c, uint64_t a, uint64_t b)
+ * updates) is at least the ops' between them (time_since). And the
+ * host's stream runs its tasks in the order queued: take u, the last
+ * queued task that some op up to b waits for (its group's update, queued
+ * after the group's other tasks), and any tasks queued up to u that wait
+ * for a gradient copy at or after a. None of them starts before the ops
+ * up to its copy and the copy, u ends after all of them, and u's weights
+ * are copied back before its waiting op. tasks: in the order queued,
+ * which is that of their copies. */
+static double between_waits_ns(wl_chain_t *c, uint64_t a, uint64_t b)
 {
-    double best = c->before[b] - c->before[a], work_ns = 0;
-    size_t lo = 0, hi = c->n_tasks;   /* the first task released at or before b */
+    time_since(c, a, b);
+    double best = c->since[b - a], work_ns = 0, first_start = INFINITY, back_ns = -1;
+    size_t lo = 0, hi = c->n_tasks;   /* past the last task released at or before b */
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (c->tasks[mid].release > b)
+        if (c->tasks[mid].release <= b)
             lo = mid + 1;
         else
             hi = mid;
     }
-    for (size_t k = lo; k < c->n_tasks && c->tasks[k].release >= a; k++) {
+    for (size_t k = lo; k-- > 0 && c->tasks[k].release >= a;) {
         const host_task_t *t = &c->tasks[k];
-        if (t->wait <= b)
-            work_ns += (double)t->ns;
-        if (k + 1 == c->n_tasks || c->tasks[k + 1].release != t->release)
-            best = fmax(best, c->before[t->release] - c->before[a] + work_ns);
+        if (back_ns < 0) {       /* u not found yet */
+            if (t->wait > b)
+                continue;
+            back_ns = fmax(t->back_ns, 0);
+        }
+        work_ns += (double)t->ns;
+        first_start = fmin(first_start, c->since[t->release - a] + t->copy_ns);
+        best = fmax(best, first_start + work_ns + back_ns);
     }
     return best;
 }
 
 /* The largest over the groups of the mean time a step between their first
  * and last waits in the counted steps (0: no group waited in two steps).
- * Once, when the run is over: it sorts the tasks and the waits. */
+ * Once, when the run is over: it sorts the waits. */
 static double chain_bound_s(wl_chain_t *c)
 {
-    if (c->n_tasks)              /* none: the arrays were never grown (NULL) */
-        qsort(c->tasks, c->n_tasks, sizeof *c->tasks, by_release_latest_first);
-    if (c->n_waits)
+    if (c->n_waits)              /* none: the array was never grown (NULL) */
         qsort(c->waits, c->n_waits, sizeof *c->waits, by_group_then_op);
     double best = 0;
     for (size_t i = 0; i < c->n_waits;) {
@@ -293,7 +348,7 @@ static bool unlimited_open(const cham_config_t *rc, const cham_device_info_t *in
     cham_status_t st = cham_workload_new(u->ctx, m, &u->w, why, sizeof why);
     if (st == CHAM_OK && u->w->host) {
         u->h.stream = cham_stream_id(u->w->host);
-        if (chain_from != NONE && !(u->chain = chain_new(u->w->n_groups)))
+        if (chain_from != NONE && !(u->chain = chain_new(u->w->n_groups, info)))
             st = CHAM_ERR_HOST_OOM;
         if (st == CHAM_OK)
             st = cham_device_set_task_hook(u->dev, on_task, &u->h);

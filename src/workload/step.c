@@ -260,7 +260,7 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
     }
     TRY(cham_stream_wait_event(w->host, w->ev_offload));
     if (w->chain) {              /* what the host queues from now on waits for the copy */
-        wl_chain_copy(w->chain, copy_op);
+        wl_chain_copy(w->chain, copy_op, bytes);
         wl_chain_work(w->chain, g);
     }
     cham_access_t a[] = {{w->host_grad[g], (size_t)bytes, CHAM_ACCESS_READ_WRITE},
@@ -287,7 +287,7 @@ cham_status_t wl_host_adamw(cham_workload_t *w, uint32_t g)
         wl_chain_work(w->chain, g);
     TRY(wl_host_run(w, "host_adamw", a, w->host_sum[g] ? 3 : 2, 12.0 * (double)n));
     if (w->chain)
-        wl_chain_update(w->chain, g);
+        wl_chain_update(w->chain, g, n * p);
     return CHAM_OK;
 }
 

@@ -213,15 +213,16 @@ bool wl_loop_bound(const cham_config_t *rc, const cham_device_info_t *info,
 /* The host's chain (docs/workloads.md, "The host's chain"), recorded
  * while program_measure.c measures a host program: which gradient copy
  * each of the host's tasks waits for and which op waits for it. step.c
- * tells it that: the host's stream now waits for the gradient copy queued
- * as op (its tasks queued from now on do too); the host's tasks queued
- * next are group g's; g's update is queued (g's tasks so far come before
- * it); the compute stream waits from op on (w->ops, the op it dispatches
- * next) for g's last update. */
+ * tells it that: the host's stream now waits for the gradient copy of
+ * `bytes` queued as op (its tasks queued from now on do too); the host's
+ * tasks queued next are group g's; g's update is queued (g's tasks so far
+ * come before it), and `bytes_back` of its weights are copied to the
+ * device after it; the compute stream waits from op on (w->ops, the op it
+ * dispatches next) for g's last update and those weights. */
 typedef struct wl_chain wl_chain_t;
-void wl_chain_copy(wl_chain_t *c, uint64_t op);
+void wl_chain_copy(wl_chain_t *c, uint64_t op, uint64_t bytes);
 void wl_chain_work(wl_chain_t *c, uint32_t g);
-void wl_chain_update(wl_chain_t *c, uint32_t g);
+void wl_chain_update(wl_chain_t *c, uint32_t g, uint64_t bytes_back);
 void wl_chain_wait(wl_chain_t *c, uint32_t g, uint64_t op);
 /* A log hook that drops every line (runs made to measure, not to show). */
 void wl_silent_log(const char *line, void *user);
