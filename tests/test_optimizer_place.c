@@ -162,11 +162,11 @@ static void test_host_chain_bounds_each_program(void **state)
                      r.lower_bound_step_time_s);
     }
     /* Mixtral's shapes in 2 layers, ZeRO-3 over 8: each layer's gather
-     * waits behind the reduction before it on the collectives' stream, and
-     * the host updates a layer the next step reads later before the one it
-     * reads first. Within 7% (simulated: 5.7-5.9% below; host:1 24%
-     * below while the chain counted the ops' costs alone, left out the
-     * copies and counted only the tasks some op up to its end waits for). */
+     * waits behind the reduction before it on the collectives' stream.
+     * Within 20% (simulated: 13.7-17.9% below; 23.8-24.4% while the chain
+     * counted the ops' costs alone and left out the copies). What is left
+     * is the host's updating the layer read later first, in the order its
+     * worker chose in this run, which another policy's timing may change. */
     cham_run_config_t moe = c;
     assert_int_equal(cham_model_preset("mixtral-8x7b", &moe.model), CHAM_OK);
     moe.model.layers = 2;
@@ -177,21 +177,21 @@ static void test_host_chain_bounds_each_program(void **state)
         cham_run_result_t r;
         run_program(moe, true, n, &r);
         if (!(r.has_bound && r.lower_bound_step_time_s <= r.step_time_s &&
-              r.lower_bound_step_time_s >= 0.93 * r.step_time_s))
+              r.lower_bound_step_time_s >= 0.8 * r.step_time_s))
             fail_msg("Mixtral ZeRO-3, host:%u runs %.6f s, its bound %.6f s", n, r.step_time_s,
                      r.lower_bound_step_time_s);
     }
 }
 
 /* With unlimited memory, program (host, n) of c runs its late steps at
- * most 5% over its bound on the mean, and never under it. */
-static void runs_near_its_bound(const cham_run_config_t *c, bool host, uint32_t n)
+ * most `within` times its bound on the mean, and never under it. */
+static void runs_near_its_bound(const cham_run_config_t *c, bool host, uint32_t n, double within)
 {
     cham_run_result_t r;
     run_program(*c, host, n, &r);
     assert_true(r.has_bound && r.bound_feasible);
     if (r.lower_bound_step_time_s > r.late_mean_step_time_s ||
-        r.lower_bound_step_time_s < r.late_mean_step_time_s / 1.05)
+        r.lower_bound_step_time_s < r.late_mean_step_time_s / within)
         fail_msg("%s%u (zero %u) runs %.6f s a step on the mean, its bound %.6f s",
                  host ? "host:" : "device", n, c->model.zero, r.late_mean_step_time_s,
                  r.lower_bound_step_time_s);
@@ -200,30 +200,33 @@ static void runs_near_its_bound(const cham_run_config_t *c, bool host, uint32_t 
 /* A loop whose steps change has the mean of its late steps' bounds
  * (docs/workloads.md, "The bound of a changing loop"), the late steps its
  * mean step is timed over. Accumulating over 2 steps with an evaluation
- * every 3: with unlimited memory every program runs within 5% over it
- * (simulated, every group on the host: the last step's bound alone was
- * an accumulation step's, 0.068 s against 0.169 s a step on the mean; the
- * host's work alone 0.129 s; under ZeRO-1 a chain that missed the wait
- * for the updates at their step's end 0.0754 s against 0.0822 s); at
- * half the peak no
- * program runs under it, asking for it changes nothing in the run, and
- * it names a program that runs at that budget. */
+ * every 3, 24 steps: with unlimited memory every program runs within 15%
+ * over it, under ZeRO-1 within 5% (simulated, every group on the host:
+ * 0.149 s against 0.169 s a step on the mean, the host's chain cut where
+ * the counted steps end, after its last update in them; the last step's
+ * bound alone was an accumulation step's, 0.068 s; the host's work alone
+ * 0.129 s; under ZeRO-1 0.0797 s against 0.0822 s, a chain that missed
+ * the wait for the updates at their step's end 0.0754 s); at half the
+ * peak no program runs under it, asking for it changes nothing in the
+ * run, and it names a program that runs at that budget. */
 static void test_changing_loop_bound_is_its_steps_mean(void **state)
 {
     (void)state;
     cham_run_config_t c = job();
     c.model.accumulate = 2;
     c.model.validate_every = 3;
-    c.steps = 12;
+    c.steps = 24;
     c.runtime.device.capacity = UINT64_C(1) << 40;
     c.lower_bound = true;
     for (uint32_t n = 0; n <= groups; n++)
-        runs_near_its_bound(&c, n < groups, n);
+        runs_near_its_bound(&c, n < groups, n, 1.15);
     cham_run_config_t z1 = c;    /* the host updates once it has every gradient */
     z1.model.dp = 8;
     z1.model.zero = 1;
-    runs_near_its_bound(&z1, true, 0);
-    runs_near_its_bound(&z1, false, 0);
+    z1.steps = 12;
+    runs_near_its_bound(&z1, true, 0, 1.05);
+    runs_near_its_bound(&z1, false, 0, 1.05);
+    c.steps = 12;
     c.runtime.device.capacity = half_peak();
     cham_run_result_t with, without;
     run_ok(&c, &with);

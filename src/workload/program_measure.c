@@ -62,6 +62,8 @@ typedef struct chain_op {
 struct wl_chain {
     uint64_t base;               /* w->ops when the first recorded step began */
     uint64_t from_op;            /* the first op of the counted steps */
+    uint64_t end_op, counted;    /* a changing loop's: the op after its counted
+                                    steps and how many (NONE: steady state) */
     uint64_t step;               /* being run */
     uint32_t n_groups, group;    /* group: whose tasks are being queued */
     uint64_t release;
@@ -102,6 +104,7 @@ static wl_chain_t *chain_new(uint32_t n_groups, const cham_device_info_t *info)
     if (!c)
         return NULL;
     c->n_groups = n_groups;
+    c->from_op = c->end_op = NONE;   /* no wait counts before the counted steps */
     /* No copy is faster than its bytes over the link (the sim adds a
      * latency). */
     c->d2h_ns_per_byte = 1e9 / info->d2h_bandwidth;
@@ -223,18 +226,19 @@ static int by_group_then_op(const void *a, const void *b)
 }
 
 /* The time from op a to op b (a group's consecutive waits for its
- * updates) is at least the ops' between them (time_since). And the
- * host's stream runs its tasks in the order queued: take u, the last
- * queued task that some op up to b waits for (its group's update, queued
- * after the group's other tasks), and any tasks queued up to u that wait
- * for a gradient copy at or after a. None of them starts before the ops
- * up to its copy and the copy, u ends after all of them, and u's weights
- * are copied back before its waiting op. tasks: in the order queued,
- * which is that of their copies. */
+ * updates) is at least the ops' between them (time_since). And for any op
+ * t in [a, b], over the host's tasks that wait for a gradient copy at or
+ * after t and for which an op up to b waits (one host stream): none
+ * starts before the ops up to its copy and the copy, their time adds up,
+ * and the last to end is an update (a group's update comes after its
+ * other tasks) whose weights are copied back before the op that waits
+ * for it. Which other tasks the host's worker queues before them depends
+ * on the run's timing, which any policy changes, so those do not count.
+ * tasks: in the order queued, which is that of their copies. */
 static double between_waits_ns(wl_chain_t *c, uint64_t a, uint64_t b)
 {
     time_since(c, a, b);
-    double best = c->since[b - a], work_ns = 0, first_start = INFINITY, back_ns = -1;
+    double best = c->since[b - a], work_ns = 0, first_start = INFINITY, back_ns = INFINITY;
     size_t lo = 0, hi = c->n_tasks;   /* past the last task released at or before b */
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -245,36 +249,52 @@ static double between_waits_ns(wl_chain_t *c, uint64_t a, uint64_t b)
     }
     for (size_t k = lo; k-- > 0 && c->tasks[k].release >= a;) {
         const host_task_t *t = &c->tasks[k];
-        if (back_ns < 0) {       /* u not found yet */
-            if (t->wait > b)
-                continue;
-            back_ns = fmax(t->back_ns, 0);
-        }
+        if (t->wait > b)
+            continue;
         work_ns += (double)t->ns;
         first_start = fmin(first_start, c->since[t->release - a] + t->copy_ns);
-        best = fmax(best, first_start + work_ns + back_ns);
+        if (t->back_ns >= 0)
+            back_ns = fmin(back_ns, t->back_ns);
+        if (k == 0 || c->tasks[k - 1].release != t->release)
+            best = fmax(best, first_start + work_ns + (back_ns < INFINITY ? back_ns : 0));
     }
     return best;
 }
 
 /* The largest over the groups of the mean time a step between their first
  * and last waits in the counted steps (0: no group waited in two steps).
- * Once, when the run is over: it sorts the waits. */
+ * In a steady state those sit at the same place in their steps. In a loop
+ * that changes they need not (an evaluation's forward reads the weights
+ * earlier), so there the counted steps are at least the interval up to a
+ * group's first wait in them, those between its waits and the ops from
+ * its last wait to their end. Once, when the run is over: it sorts the waits. */
 static double chain_bound_s(wl_chain_t *c)
 {
     if (c->n_waits)              /* none: the array was never grown (NULL) */
         qsort(c->waits, c->n_waits, sizeof *c->waits, by_group_then_op);
+    bool steady = c->end_op == NONE;
     double best = 0;
-    for (size_t i = 0; i < c->n_waits;) {
-        size_t j = i;
+    for (size_t i = 0, j; i < c->n_waits; i = j) {
+        const update_wait_t *w = &c->waits[i];
+        size_t last = i;         /* the last wait counted */
+        for (j = i + 1; j < c->n_waits && c->waits[j].group == w->group; j++)
+            if (steady || c->waits[j].op < c->end_op)
+                last = j;
+        if (!steady && w->op >= c->end_op)
+            continue;
+        CHAM_ASSERT(c->waits[last].op <= c->n_ops && "a wait within the recorded ops");
         double sum_ns = 0;
-        for (; j + 1 < c->n_waits && c->waits[j + 1].group == c->waits[i].group; j++) {
-            CHAM_ASSERT(c->waits[j + 1].op <= c->n_ops && "a wait within the recorded ops");
-            sum_ns += between_waits_ns(c, c->waits[j].op, c->waits[j + 1].op);
+        for (size_t k = i; k < last; k++)
+            sum_ns += between_waits_ns(c, c->waits[k].op, c->waits[k + 1].op);
+        if (steady) {
+            if (c->waits[last].step > w->step)
+                best = fmax(best, sum_ns / (double)(c->waits[last].step - w->step));
+            continue;
         }
-        if (c->waits[j].step > c->waits[i].step)
-            best = fmax(best, sum_ns / (double)(c->waits[j].step - c->waits[i].step));
-        i = j + 1;
+        sum_ns += between_waits_ns(c, c->from_op, w->op);
+        time_since(c, c->waits[last].op, c->end_op);
+        sum_ns += c->since[c->end_op - c->waits[last].op];
+        best = fmax(best, sum_ns / (double)c->counted);
     }
     return best * 1e-9;
 }
@@ -498,8 +518,6 @@ static bool kind_bound(kinds_t *k, const cham_config_t *rc, const cham_device_in
 bool wl_loop_bound(const cham_config_t *rc, const cham_device_info_t *info,
                    const cham_model_config_t *m, uint64_t steps, double *bound_s)
 {
-    /* The chain runs on into the step after the last: the waits there for
-     * the last step's updates close its intervals. */
     uint64_t from = steps / 2;
     unlimited_t u;
     if (steps == 0 || !unlimited_open(rc, info, m, from, &u))
@@ -507,10 +525,10 @@ bool wl_loop_bound(const cham_config_t *rc, const cham_device_info_t *info,
     kinds_t *kinds = calloc(1, sizeof *kinds);
     double sum_s = 0;
     cham_status_t st = kinds ? CHAM_OK : CHAM_ERR_HOST_OOM;
-    for (uint64_t s = 0; s <= steps && st == CHAM_OK; s++) {
-        u.h.from = s == from ? cham_device_host_time(u.dev) : s == steps ? NONE : u.h.from;
-        if ((st = unlimited_step(&u, s, s >= from && s < steps)) != CHAM_OK || s < from ||
-            s == steps)
+    for (uint64_t s = 0; s < steps && st == CHAM_OK; s++) {
+        if (s == from)
+            u.h.from = cham_device_host_time(u.dev);
+        if ((st = unlimited_step(&u, s, s >= from)) != CHAM_OK || s < from)
             continue;
         const cham_profile_t *prof = cham_context_last_profile(u.ctx);
         double step_s;
@@ -518,6 +536,10 @@ bool wl_loop_bound(const cham_config_t *rc, const cham_device_info_t *info,
             sum_s += step_s;
         else
             st = CHAM_ERR_HOST_OOM;
+    }
+    if (u.chain) {
+        u.chain->end_op = u.chain->n_ops;
+        u.chain->counted = steps - from;
     }
     double n = (double)(steps - from);
     *bound_s = fmax(fmax(sum_s / n, (double)u.h.busy_ns * 1e-9 / n),
