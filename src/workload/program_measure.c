@@ -202,6 +202,7 @@ static bool chain_ops(wl_chain_t *c, const cham_profile_t *prof)
  * a). */
 static void time_since(wl_chain_t *c, uint64_t a, uint64_t b)
 {
+    CHAM_ASSERT(a <= b && b <= c->n_ops && "an interval within the recorded ops");
     double now = 0, comm_end = 0;
     for (uint64_t k = a; k < b; k++) {
         const chain_op_t *o = &c->ops[k];
