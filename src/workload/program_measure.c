@@ -198,8 +198,8 @@ static bool chain_ops(wl_chain_t *c, const cham_profile_t *prof)
  * op k's. The compute stream runs one op after another; a collective
  * starts with its op at the earliest and after those ahead of it, and one
  * the op waits for holds the compute stream until it ends (the replay's
- * rule, policy.md "Collectives"; the collectives' stream taken as free at
- * a). */
+ * rule, policy.md "The lower bound"; the collectives' stream taken as free
+ * at a). */
 static void time_since(wl_chain_t *c, uint64_t a, uint64_t b)
 {
     CHAM_ASSERT(a <= b && b <= c->n_ops && "an interval within the recorded ops");
