@@ -262,13 +262,15 @@ static double between_waits_ns(wl_chain_t *c, uint64_t a, uint64_t b)
     return best;
 }
 
-/* The largest over the groups of the mean time a step between their first
- * and last waits in the counted steps (0: no group waited in two steps).
- * In a steady state those sit at the same place in their steps. In a loop
- * that changes they need not (an evaluation's forward reads the weights
+/* The largest over the groups of the mean time a step their chain takes
+ * in the counted steps (0: none has one). In a steady state that is from
+ * a group's first wait to its last, which sit at the same place in their
+ * steps (a group that waited in one step has none). In a loop that
+ * changes they need not (an evaluation's forward reads the weights
  * earlier), so there the counted steps are at least the interval up to a
  * group's first wait in them, those between its waits and the ops from
- * its last wait to their end. Once, when the run is over: it sorts the waits. */
+ * its last wait to their end. Once, when the run is over: it sorts the
+ * waits. */
 static double chain_bound_s(wl_chain_t *c)
 {
     if (c->n_waits)              /* none: the array was never grown (NULL) */
@@ -283,7 +285,6 @@ static double chain_bound_s(wl_chain_t *c)
                 last = j;
         if (!steady && w->op >= c->end_op)
             continue;
-        CHAM_ASSERT(c->waits[last].op <= c->n_ops && "a wait within the recorded ops");
         double sum_ns = 0;
         for (size_t k = i; k < last; k++)
             sum_ns += between_waits_ns(c, c->waits[k].op, c->waits[k + 1].op);
