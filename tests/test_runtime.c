@@ -1100,6 +1100,55 @@ static void test_host_update(void **state)
     cham_context_free(ctx);
 }
 
+/* A host copy the host's stream makes again (cham_tensor_set_host_copy,
+ * then cham_tensor_host_ready: an optimizer on the host whose step was
+ * skipped writes the device's weights back over the gradient in its
+ * buffer): the device's bytes stay current, sending them away copies
+ * nothing, and bringing them back waits for the host's work (the hazard
+ * detector watches the order; without the host_ready call the swap-in
+ * reads the buffer while the host still writes it). */
+static void test_host_copy_made_on_host(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 64 * MiB);
+    cham_device_t *dev = cham_context_device(ctx);
+    cham_stream_t *adam;
+    assert_int_equal(cham_stream_new_host(dev, "adam", &adam), CHAM_OK);
+    cham_op_token_t fill = token(ctx, "fill"), check = token(ctx, "check");
+    size_t bad = 0;
+    cham_tensor_t *t;
+    assert_int_equal(cham_tensor_new(ctx, ACT, CHAM_DTYPE_F32, "w", &t), CHAM_OK);
+    kargs_t a = {.words = ACT / 4, .seed = 7, .bad = &bad};
+    op(ctx, fill, NULL, 0, &t, 1, fill_fn, &a);
+    void *host;
+    assert_int_equal(cham_device_host_alloc(dev, ACT, &host), CHAM_OK);
+    /* Neither an update nor a host copy: nothing to be ready. */
+    assert_int_equal(cham_tensor_host_ready(t, adam), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(ctx), "cham_tensor_set_host_copy"));
+
+    kargs_t b = {.words = ACT / 4, .seed = 7, .out = host};
+    cham_access_t acc = {host, ACT, CHAM_ACCESS_WRITE};
+    cham_kernel_t k = {.label = "host_weights_restore", .flops = 1e10, .accesses = &acc,
+                       .n_accesses = 1, .cpu_fn = fill_fn, .arg = &b};
+    assert_int_equal(cham_kernel_launch(adam, &k), CHAM_OK);
+    assert_int_equal(cham_tensor_set_host_copy(t, host), CHAM_OK);
+    assert_int_equal(cham_tensor_host_ready(t, adam), CHAM_OK);
+    cham_runtime_stats_t s0, s1;
+    cham_context_get_stats(ctx, &s0);
+    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
+    cham_context_get_stats(ctx, &s1);
+    assert_int_equal(s1.bytes_out, s0.bytes_out);          /* nothing copied */
+    assert_int_equal(s1.mem_in_use, s0.mem_in_use - ACT);  /* the device block is free */
+    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
+    assert_int_equal(bad, 0);
+    assert_int_equal(cham_device_hazard_count(dev), 0);
+    cham_tensor_release(t);
+    cham_stream_synchronize(adam);
+    cham_stream_free(adam);
+    cham_device_host_free(dev, host);
+    cham_context_free(ctx);
+}
+
 /* Issue 20: the dtypes a framework has (int16, complex, fp8) have sizes
  * and names; a handle carries the caller's pointer and a view does not
  * inherit it. */
@@ -1194,6 +1243,7 @@ int main(void)
         cmocka_unit_test(test_record_stream),
         cmocka_unit_test(test_host_copy),
         cmocka_unit_test(test_host_update),
+        cmocka_unit_test(test_host_copy_made_on_host),
         cmocka_unit_test(test_filled_after_its_block_was_given_back),
         cmocka_unit_test(test_dtypes_and_user_data),
         cmocka_unit_test(test_swap_out_waits_for_pinned_frees),

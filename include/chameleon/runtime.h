@@ -348,9 +348,12 @@ CHAM_API cham_status_t cham_tensor_set_host_copy(cham_tensor_t *t, void *host);
 CHAM_API cham_status_t cham_tensor_host_update(cham_tensor_t *t, void *host);
 /* The update announced by cham_tensor_host_update is queued on `stream`
  * (a host stream, cham_stream_new_host): t comes back after that stream's
- * work so far. Unlike cham_tensor_record_stream, the stream never touches
- * t's device memory, so the block's reuse does not wait for it.
- * CHAM_ERR_INVALID_ARG when no update was announced. */
+ * work so far. Likewise for the host copy given to cham_tensor_set_host_copy
+ * when that stream's work so far writes it (the device's bytes, made again
+ * on the host): sending t away copies nothing at once, and bringing it
+ * back waits for that work. Unlike cham_tensor_record_stream, the stream
+ * never touches t's device memory, so the block's reuse does not wait for
+ * it. CHAM_ERR_INVALID_ARG when neither was done. */
 CHAM_API cham_status_t cham_tensor_host_ready(cham_tensor_t *t, cham_stream_t *stream);
 
 /* Work queued on `stream` so far (a stream the caller made, for example

@@ -248,8 +248,12 @@ static cham_status_t bring_back(cham_context_t *ctx, cham_storage_t *s)
         return CHAM_OK;   /* already back, or the caller's update is still to come */
     /* The caller's update still runs: its swap-in would wait for it at
      * the head of the swap-in queue, holding back every swap-in behind it.
-     * It comes back on its use, or when the caller asks for it. */
-    if (s->host_event && cham_event_query(s->host_event) == CHAM_NOT_READY)
+     * It comes back on its use, or when the caller asks for it. Not once
+     * a swap-in has waited for that update: a later one is queued behind
+     * it on the same stream, and asking from a dispatching thread that
+     * runs ahead of the device found the update "still running" where it
+     * had long ended on the device (runtime.md, "An update on the host"). */
+    if (s->host_event && !s->host_waited && cham_event_query(s->host_event) == CHAM_NOT_READY)
         return CHAM_OK;
     if (ctx->config.mode == CHAM_MODE_ADVISOR) {
         cham_exec_advise(ctx, CHAM_ACTION_SWAP_IN, s->view_list, false, 0);

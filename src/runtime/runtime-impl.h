@@ -133,6 +133,8 @@ struct cham_storage {
     cham_stream_t *ext_stream;    /* a caller's stream that used it, or NULL */
     cham_event_t *ext_event;      /* that stream's work on it */
     cham_event_t *host_event;     /* cham_tensor_host_ready: the update's end */
+    bool host_waited;             /* a swap-in since waited for host_event: the
+                                     swap-in stream's order holds it for later ones */
     cham_tensor_t *view_list;     /* its live views */
     uint32_t views;
     bool advised;                 /* advisor mode: a planned move was advised */

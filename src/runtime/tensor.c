@@ -642,6 +642,7 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
     }
     if (s->host_block)
         free_host_block(s, ctx->swap_in);
+    s->host_waited = s->host_waited || (s->backed && s->host_event);
     s->backed = false;
     s->block = block;
     s->residency = CHAM_RESIDENT_MOVING_IN;
@@ -769,14 +770,15 @@ cham_status_t cham_tensor_host_ready(cham_tensor_t *t, cham_stream_t *stream)
     cham_storage_t *s = t->storage;
     if (cham_hook_refuse(s->ctx, "cham_tensor_host_ready") != CHAM_OK)
         return CHAM_ERR_INVALID_ARG;
-    if (!s->host_pending) {
+    if (!s->host_pending && !(s->host_copy && s->host_valid)) {
         cham_context_error(s->ctx, "host ready of \"%s\": no update on the host was "
-                           "announced (cham_tensor_host_update)", s->label);
+                           "announced (cham_tensor_host_update) and no host copy is set "
+                           "(cham_tensor_set_host_copy)", s->label);
         return CHAM_ERR_INVALID_ARG;
     }
     cham_status_t st = record_caller(s, stream, "host ready", &s->host_event);
     if (st == CHAM_OK)
-        s->host_pending = false;
+        s->host_pending = s->host_waited = false;
     return st;
 }
 
