@@ -80,6 +80,49 @@ static bool carried_add(cham_exec_t *x, cham_storage_t *s, uint32_t op)
     return true;
 }
 
+/* Model state the plan keeps away across the step's end that this step
+ * did not use after it came back (an overflow skips AdamW, which reads the
+ * state an update step's plan brings back for it) was never sent away
+ * again: it goes now, as a new plan's does (cham_exec_send_away), so that
+ * the next step starts with the memory its plan expects. Left on the
+ * device, it took the next step's peak over the budget (GPT-2 1.5B on the
+ * 910B, an overflow every 7 steps, `--optimizer auto` at 27.07 GiB: the
+ * embedding's Adam moments, 2 passive swaps and 124 ms in each step after
+ * an overflow, simulated). False: out of host memory. */
+static bool carry_unused(cham_context_t *ctx)
+{
+    cham_exec_t *x = &ctx->exec;
+    const cham_policy_view_t *pol = &x->plan->view;
+    bool any = false;
+    for (size_t i = 0; i < pol->n_items && !any; i++)
+        any = pol->items[i].wraps && !x->storage_of[i];
+    if (!any || ctx->config.mode == CHAM_MODE_ADVISOR)
+        return true;
+    size_t n;
+    cham_storage_t **by = cham_storages_by_id(ctx, &n);
+    if (!by)
+        return false;
+    bool ok = true;
+    for (size_t i = 0; ok && i < pol->n_items; i++) {
+        const cham_policy_item_t *it = &pol->items[i];
+        cham_storage_t *s = it->wraps && !x->storage_of[i] ? cham_storage_find(by, n, it->storage)
+                                                           : NULL;
+        if (!s || s->bytes != it->bytes || s->carry_slot)
+            continue;
+        /* Brought back and never used: its swap-in may still be in flight. */
+        if ((s->residency == CHAM_RESIDENT_DEVICE || s->residency == CHAM_RESIDENT_MOVING_IN) &&
+            s->block) {
+            if (cham_storage_swap_out(s, CHAM_SWAP_PLANNED, ctx->ops_total) != CHAM_OK)
+                continue;     /* out of pinned memory: it stays; the OOM path copes */
+            s->away_step = ctx->step - 1;     /* it left with the step that ended */
+        }
+        if (cham_storage_on_host(s))
+            ok = carried_add(x, s, it->swap_in_op);
+    }
+    free(by);
+    return ok;
+}
+
 void cham_exec_carry(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
@@ -96,6 +139,7 @@ void cham_exec_carry(cham_context_t *ctx)
             !carried_add(x, s, pol->items[i].swap_in_op))
             break;
     }
+    carry_unused(ctx);    /* host OOM: what it left comes back on demand */
     carried_sort(x);
 }
 
