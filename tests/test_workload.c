@@ -700,7 +700,7 @@ static void test_precisions_under_a_budget(void **state)
 }
 
 typedef struct host_work {
-    uint64_t adamw, checks, sums, adamw_ns;
+    uint64_t adamw, checks, sums, restores, adamw_ns;
     double adamw_bytes;
     uint64_t first_adamw_start, last_check_end;   /* UINT64_MAX, 0: none yet */
 } host_work_t;
@@ -719,6 +719,8 @@ static void count_host_work(const cham_task_record_t *r, void *user)
     }
     if (strcmp(r->label, "host_grad_accumulate") == 0)
         h->sums++;
+    if (strcmp(r->label, "host_weights_restore") == 0)
+        h->restores++;
     if (strcmp(r->label, "host_unscale_check") == 0) {
         h->checks++;
         if (r->end_ns > h->last_check_end)
@@ -805,7 +807,8 @@ static cham_context_t *counting_host_work(host_work_t *h)
 /* The host's optimizer updating in the backward, the first two groups
  * (embedding, L0) on the device: they keep their whole state there; each
  * of the other four groups' gradients goes to the host every step and is
- * updated there unless the step overflows, the host's worker taking one
+ * updated there unless the step overflows (then the host makes the
+ * weights again in the buffer the gradient took), the host's worker taking one
  * while later gradients still arrive (they were once left to the next
  * forward while the dispatching thread waited to see gradients arrive,
  * docs/workloads.md "The host's order"); the weights come back from the
@@ -841,6 +844,7 @@ static void test_host_optimizer_in_backward(void **state)
         updates += si.overflow ? 0 : 4;
         assert_int_equal(h.checks, 4 * (s + 1));
         assert_int_equal(h.adamw, updates);
+        assert_int_equal(h.restores, 4 * (s + 1) - updates);
         if (!si.overflow)        /* updating while gradients arrive */
             assert_true(h.first_adamw_start < h.last_check_end);
     }
@@ -912,6 +916,11 @@ static void test_host_optimizer_accumulates(void **state)
             assert_int_equal(h.sums, host_groups);
             assert_int_equal(h.checks, si.accumulated ? 0 : host_groups);
             assert_int_equal(h.adamw, si.accumulated || si.overflow ? 0 : host_groups);
+            /* The weights made again where no update wrote them, but for
+             * ZeRO 1, whose weights the host's copies back overwrite. */
+            bool backed = cases[i].zero != 1;
+            assert_int_equal(h.restores, backed && (si.accumulated || si.overflow)
+                                             ? host_groups : 0);
         }
         assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
         cham_workload_free(w);
@@ -931,6 +940,54 @@ static void test_host_optimizer_accumulates(void **state)
         rc.runtime.pinned_budget = 18 * p;
         assert_int_equal(cham_run_check(&rc, why, sizeof why), CHAM_OK);
     }
+}
+
+/* The steps after a loss-scale overflow, with the host's optimizer under
+ * memory pressure, run on the kept plan as the other steps do: no swap
+ * the plan did not foresee. The overflow step updates nothing, yet leaves
+ * the weights where an update leaves them (backed by the host's buffer,
+ * the host having made them again there) and sends away the model state
+ * the plan keeps away over the step's end (the device groups' AdamW
+ * state, brought back for an update that did not run). Before, each step
+ * after an overflow took 4 or 5 passive and on-demand swaps here, 3 times
+ * the others' time. */
+static uint64_t unforeseen_after_overflow, stable_after_overflow;
+static bool last_overflowed_stable;    /* the step before overflowed, on the kept plan */
+
+static void count_after_overflow(const cham_run_step_t *s, void *user)
+{
+    (void)user;
+    if (last_overflowed_stable) {
+        stable_after_overflow++;
+        unforeseen_after_overflow += s->on_demand + s->passive;
+    }
+    last_overflowed_stable = s->info.overflow && s->stage == CHAM_STAGE_STABLE;
+}
+
+static void test_steps_after_an_overflow_keep_the_plan(void **state)
+{
+    (void)state;
+    cham_run_config_t c = cham_run_config_default();
+    c.model = preset("gpt2-1.5b");
+    c.model.layers = 8;
+    c.model.seq = 1024;
+    c.model.mbs = 8;
+    c.model.overflow_every = 4;
+    c.model.host_optimizer = true;
+    c.model.device_groups = 2;
+    c.plan_optimizer = false;
+    c.runtime.device.preset = "ascend-910b";
+    c.runtime.device.capacity = 4 * GiB;
+    c.steps = 24;
+    c.on_step = count_after_overflow;
+    unforeseen_after_overflow = stable_after_overflow = 0;
+    last_overflowed_stable = false;
+    cham_run_result_t r;
+    assert_int_equal(cham_run(&c, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_OK);
+    assert_int_equal(r.hazards, 0);
+    assert_true(stable_after_overflow >= 2);
+    assert_int_equal(unforeseen_after_overflow, 0);
 }
 
 /* device_groups auto: at least as many groups on the device as the pinned
@@ -1714,6 +1771,7 @@ int main(void)
         cmocka_unit_test(test_host_optimizer),
         cmocka_unit_test(test_host_optimizer_in_backward),
         cmocka_unit_test(test_host_optimizer_accumulates),
+        cmocka_unit_test(test_steps_after_an_overflow_keep_the_plan),
         cmocka_unit_test(test_trials_do_not_wait_for_the_host),
         cmocka_unit_test(test_pending_updates_do_not_block_swap_ins),
         cmocka_unit_test(test_device_groups_auto),

@@ -134,8 +134,7 @@ cham_status_t wl_chunk_done(cham_workload_t *w, uint32_t g)
         release(w, g);
     /* ProTrain updates each chunk as its gradient arrives, while the
      * backward goes on; the weights in the compute type replace the
-     * gradient, for the next fetch. */
-    if (!w->skip_update)
-        TRY(wl_host_adamw(w, g));
+     * gradient, for the next fetch (made again where the step overflowed). */
+    TRY(w->skip_update ? wl_host_restore(w, g) : wl_host_adamw(w, g));
     return cham_event_record(w->ev_update[g], w->host);
 }

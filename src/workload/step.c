@@ -246,6 +246,9 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
     cham_tensor_t *grad;
     TRY(wl_view(w, w->grads[g], 0, bytes, &grad));
     uint64_t copy_op = w->ops;
+    /* The host's last write of the buffer (an update, or the weights made
+     * again) is done before the gradient takes its place. */
+    TRY(cham_stream_wait_event(w->offload, w->ev_update[g]));
     cham_status_t st = wl_offload(w, OP_GRAD_TO_HOST, grad, w->host_grad[g], true, w->offload,
                                   NULL);
     wl_drop(w, &grad);
@@ -272,6 +275,15 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g)
             return CHAM_OK;
     }
     return wl_host_run(w, "host_unscale_check", &a[w->host_sum[g] ? 1 : 0], 1, 3.0 * (double)n);
+}
+
+cham_status_t wl_host_restore(cham_workload_t *w, uint32_t g)
+{
+    uint64_t p = cham_dtype_size(w->m.dtype), n = updated_params(w, g);
+    /* The fp32 master weights come first in the optimizer's state. */
+    cham_access_t a[] = {{w->host_optim[g], (size_t)(n * 4), CHAM_ACCESS_READ},
+                         {w->host_grad[g], (size_t)(n * p), CHAM_ACCESS_WRITE}};
+    return wl_host_run(w, "host_weights_restore", a, 2, (double)n);
 }
 
 cham_status_t wl_host_adamw(cham_workload_t *w, uint32_t g)
@@ -301,13 +313,35 @@ cham_status_t wl_grad_done(cham_workload_t *w, uint32_t g, uint32_t mb)
         return wl_chunk_done(w, g);
     if (!wl_host_updates(w, g))  /* the backward is past the host's groups */
         return host_work_until(w, UINT64_MAX);
-    if (!updates_in_backward(w) || w->skip_update || !w->update) {
+    if (!updates_in_backward(w)) {
         /* The gradient takes the weights' place in the host's buffer: the
-         * device's are the only ones until the host's update (a step that
-         * accumulates sends it to be added up there, as ZeRO-Offload does,
-         * so that no gradient stays on the device between steps). */
+         * device's are the only ones until the host's update. */
         TRY(cham_tensor_set_host_copy(w->weights[g], NULL));
         return wl_grads_to_host(w, g);
+    }
+    if (w->skip_update || !w->update) {
+        /* No update this step (it overflowed, or it accumulates: the
+         * gradient is sent to be added up on the host, as ZeRO-Offload
+         * does, so that no gradient stays on the device between steps).
+         * The gradient takes the weights' place in the host's buffer, and
+         * the host makes them again there after it, so that the device's
+         * are backed as after an update. An overflow step also leaves them
+         * where an update step does (stale on the device, back in the
+         * next forward): the next step's plan was made on steps that
+         * follow an update, and the weights it did not expect on the
+         * device took its peak over the budget (docs/workloads.md, "Steps
+         * without an update"). An accumulating step keeps them: the steps
+         * after it are its class's, planned with them kept. */
+        cham_tensor_t *t = w->weights[g];
+        bool stale = w->skip_update;
+        TRY(stale ? cham_tensor_host_update(t, w->host_grad[g])
+                  : cham_tensor_set_host_copy(t, NULL));
+        TRY(wl_grads_to_host(w, g));
+        TRY(wl_host_restore(w, g));
+        TRY(cham_event_record(w->ev_update[g], w->host));
+        if (!stale)
+            TRY(cham_tensor_set_host_copy(t, w->host_grad[g]));
+        return cham_tensor_host_ready(t, w->host);
     }
     /* Updated on the host during the backward (the generator knows whether
      * the step overflows; a real runtime checks each gradient first): the

@@ -384,6 +384,10 @@ cham_status_t wl_grads_to_host(cham_workload_t *w, uint32_t g);
 /* AdamW on group g's state in the host's buffers, on the host stream; the
  * weights in the compute type replace the gradient there. */
 cham_status_t wl_host_adamw(cham_workload_t *w, uint32_t g);
+/* Without an update (an overflow, an accumulating step), the weights in
+ * the compute type cast again from the fp32 master weights into that
+ * buffer, on the host stream: the gradient took their place. */
+cham_status_t wl_host_restore(cham_workload_t *w, uint32_t g);
 /* The weights of group g as the forward or backward reads them: a new
  * handle (ZeRO-3 gathers the full weights first). */
 cham_status_t wl_weights(cham_workload_t *w, uint32_t g, cham_tensor_t **out);
