@@ -86,9 +86,9 @@ static bool carried_add(cham_exec_t *x, cham_storage_t *s, uint32_t op)
  * again: it goes now, as a new plan's does (cham_exec_send_away), so that
  * the next step starts with the memory its plan expects. Left on the
  * device, it took the next step's peak over the budget (GPT-2 1.5B on the
- * 910B, an overflow every 7 steps, `--optimizer auto` at 27.07 GiB: the
- * embedding's Adam moments, 2 passive swaps and 124 ms in each step after
- * an overflow, simulated). False: out of host memory. */
+ * 910B, an overflow every 7 steps, `--optimizer auto` at 27.07 GiB: L0's
+ * master weights and moments; 3 passive swaps, 649 ms against 505 ms, in
+ * each step after an overflow, simulated). False: out of host memory. */
 static bool carry_unused(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
