@@ -1038,6 +1038,63 @@ static void test_host_copy(void **state)
     cham_context_free(ctx);
 }
 
+/* The host-side tests': a data-mode context, tensor "w" of ACT bytes
+ * filled from seed 7, a host stream "adam" and a pinned buffer of the
+ * tensor's size; `a` checks "w" against a seed, counting into `bad`. */
+typedef struct host_side {
+    cham_context_t *ctx;
+    cham_device_t *dev;
+    cham_stream_t *adam;
+    cham_op_token_t check;
+    cham_tensor_t *t;
+    void *host;
+    size_t bad;
+    kargs_t a;
+} host_side_t;
+
+static void host_side_open(host_side_t *h)
+{
+    h->ctx = open_ctx(CHAM_MODE_MANAGED, true, 64 * MiB);
+    h->dev = cham_context_device(h->ctx);
+    assert_int_equal(cham_stream_new_host(h->dev, "adam", &h->adam), CHAM_OK);
+    h->check = token(h->ctx, "check");
+    h->bad = 0;
+    assert_int_equal(cham_tensor_new(h->ctx, ACT, CHAM_DTYPE_F32, "w", &h->t), CHAM_OK);
+    h->a = (kargs_t){.words = ACT / 4, .seed = 7, .bad = &h->bad};
+    op(h->ctx, token(h->ctx, "fill"), NULL, 0, &h->t, 1, fill_fn, &h->a);
+    assert_int_equal(cham_device_host_alloc(h->dev, ACT, &h->host), CHAM_OK);
+}
+
+/* The host writes the buffer from `seed` on its stream (10 ms of FLOPs
+ * at the preset's host rate); *b must outlive the kernel. */
+static void host_side_write(host_side_t *h, const char *label, uint32_t seed, kargs_t *b,
+                            cham_access_t *acc)
+{
+    *b = (kargs_t){.words = ACT / 4, .seed = seed, .out = h->host};
+    *acc = (cham_access_t){h->host, ACT, CHAM_ACCESS_WRITE};
+    cham_kernel_t k = {.label = label, .flops = 1e10, .accesses = acc, .n_accesses = 1,
+                       .cpu_fn = fill_fn, .arg = b};
+    assert_int_equal(cham_kernel_launch(h->adam, &k), CHAM_OK);
+}
+
+/* "w" checked against `seed` by an op: nothing differs. */
+static void host_side_check(host_side_t *h, uint32_t seed)
+{
+    h->a.seed = seed;
+    op(h->ctx, h->check, &h->t, 1, NULL, 0, check_fn, &h->a);
+    assert_int_equal(h->bad, 0);
+}
+
+static void host_side_close(host_side_t *h)
+{
+    assert_int_equal(cham_device_hazard_count(h->dev), 0);
+    cham_tensor_release(h->t);
+    cham_stream_synchronize(h->adam);
+    cham_stream_free(h->adam);
+    cham_device_host_free(h->dev, h->host);
+    cham_context_free(h->ctx);
+}
+
 /* An update on the host (cham_tensor_host_update, cham_tensor_host_ready):
  * the device's bytes leave without a copy, nothing brings them back before
  * the update is queued, and the next use reads the host's new bytes after
@@ -1045,23 +1102,15 @@ static void test_host_copy(void **state)
 static void test_host_update(void **state)
 {
     (void)state;
-    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 64 * MiB);
-    cham_device_t *dev = cham_context_device(ctx);
-    cham_stream_t *adam;
-    assert_int_equal(cham_stream_new_host(dev, "adam", &adam), CHAM_OK);
-    cham_op_token_t fill = token(ctx, "fill"), check = token(ctx, "check");
-    size_t bad = 0;
-    cham_tensor_t *t;
-    assert_int_equal(cham_tensor_new(ctx, ACT, CHAM_DTYPE_F32, "w", &t), CHAM_OK);
-    kargs_t a = {.words = ACT / 4, .seed = 7, .bad = &bad};
-    op(ctx, fill, NULL, 0, &t, 1, fill_fn, &a);
-    void *host;
-    assert_int_equal(cham_device_host_alloc(dev, ACT, &host), CHAM_OK);
-    assert_int_equal(cham_tensor_host_ready(t, adam), CHAM_ERR_INVALID_ARG);   /* none yet */
+    host_side_t h;
+    host_side_open(&h);
+    cham_context_t *ctx = h.ctx;
+    cham_tensor_t *t = h.t;
+    assert_int_equal(cham_tensor_host_ready(t, h.adam), CHAM_ERR_INVALID_ARG);   /* none yet */
 
     cham_runtime_stats_t s0, s1;
     cham_context_get_stats(ctx, &s0);
-    assert_int_equal(cham_tensor_host_update(t, host), CHAM_OK);
+    assert_int_equal(cham_tensor_host_update(t, h.host), CHAM_OK);
     cham_context_get_stats(ctx, &s1);
     assert_int_equal(s1.swaps_out, s0.swaps_out + 1);
     assert_int_equal(s1.bytes_out, s0.bytes_out);          /* nothing copied */
@@ -1072,32 +1121,21 @@ static void test_host_update(void **state)
     assert_int_equal(cham_tensor_swap_in(t), CHAM_ERR_INVALID_ARG);
     assert_non_null(strstr(cham_context_last_error(ctx), "\"w\""));
     assert_non_null(strstr(cham_context_last_error(ctx), "cham_tensor_host_ready"));
-    assert_int_equal(cham_op_begin(ctx, check, &t, 1, NULL, 0), CHAM_ERR_INVALID_ARG);
+    assert_int_equal(cham_op_begin(ctx, h.check, &t, 1, NULL, 0), CHAM_ERR_INVALID_ARG);
 
-    /* The host writes the new bytes on its stream (10 ms of FLOPs at the
-     * preset's host rate), and the use reads them after. */
-    kargs_t b = {.words = ACT / 4, .seed = 9, .out = host};
-    cham_access_t acc = {host, ACT, CHAM_ACCESS_WRITE};
-    cham_kernel_t k = {.label = "host_adamw", .flops = 1e10, .accesses = &acc, .n_accesses = 1,
-                       .cpu_fn = fill_fn, .arg = &b};
-    assert_int_equal(cham_kernel_launch(adam, &k), CHAM_OK);
-    assert_int_equal(cham_tensor_host_ready(t, adam), CHAM_OK);
-    a.seed = 9;
-    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
-    assert_int_equal(bad, 0);
+    /* The host writes the new bytes, and the use reads them after. */
+    kargs_t b;
+    cham_access_t acc;
+    host_side_write(&h, "host_adamw", 9, &b, &acc);
+    assert_int_equal(cham_tensor_host_ready(t, h.adam), CHAM_OK);
+    host_side_check(&h, 9);
     /* Sent away again without a write: still no copy. */
     cham_context_get_stats(ctx, &s0);
     assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
     cham_context_get_stats(ctx, &s1);
     assert_int_equal(s1.bytes_out, s0.bytes_out);
-    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
-    assert_int_equal(bad, 0);
-    assert_int_equal(cham_device_hazard_count(dev), 0);
-    cham_tensor_release(t);
-    cham_stream_synchronize(adam);
-    cham_stream_free(adam);
-    cham_device_host_free(dev, host);
-    cham_context_free(ctx);
+    host_side_check(&h, 9);
+    host_side_close(&h);
 }
 
 /* A host copy the host's stream makes again (cham_tensor_set_host_copy,
@@ -1110,43 +1148,25 @@ static void test_host_update(void **state)
 static void test_host_copy_made_on_host(void **state)
 {
     (void)state;
-    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 64 * MiB);
-    cham_device_t *dev = cham_context_device(ctx);
-    cham_stream_t *adam;
-    assert_int_equal(cham_stream_new_host(dev, "adam", &adam), CHAM_OK);
-    cham_op_token_t fill = token(ctx, "fill"), check = token(ctx, "check");
-    size_t bad = 0;
-    cham_tensor_t *t;
-    assert_int_equal(cham_tensor_new(ctx, ACT, CHAM_DTYPE_F32, "w", &t), CHAM_OK);
-    kargs_t a = {.words = ACT / 4, .seed = 7, .bad = &bad};
-    op(ctx, fill, NULL, 0, &t, 1, fill_fn, &a);
-    void *host;
-    assert_int_equal(cham_device_host_alloc(dev, ACT, &host), CHAM_OK);
+    host_side_t h;
+    host_side_open(&h);
     /* Neither an update nor a host copy: nothing to be ready. */
-    assert_int_equal(cham_tensor_host_ready(t, adam), CHAM_ERR_INVALID_ARG);
-    assert_non_null(strstr(cham_context_last_error(ctx), "cham_tensor_set_host_copy"));
+    assert_int_equal(cham_tensor_host_ready(h.t, h.adam), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(h.ctx), "cham_tensor_set_host_copy"));
 
-    kargs_t b = {.words = ACT / 4, .seed = 7, .out = host};
-    cham_access_t acc = {host, ACT, CHAM_ACCESS_WRITE};
-    cham_kernel_t k = {.label = "host_weights_restore", .flops = 1e10, .accesses = &acc,
-                       .n_accesses = 1, .cpu_fn = fill_fn, .arg = &b};
-    assert_int_equal(cham_kernel_launch(adam, &k), CHAM_OK);
-    assert_int_equal(cham_tensor_set_host_copy(t, host), CHAM_OK);
-    assert_int_equal(cham_tensor_host_ready(t, adam), CHAM_OK);
+    kargs_t b;
+    cham_access_t acc;
+    host_side_write(&h, "host_weights_restore", 7, &b, &acc);
+    assert_int_equal(cham_tensor_set_host_copy(h.t, h.host), CHAM_OK);
+    assert_int_equal(cham_tensor_host_ready(h.t, h.adam), CHAM_OK);
     cham_runtime_stats_t s0, s1;
-    cham_context_get_stats(ctx, &s0);
-    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
-    cham_context_get_stats(ctx, &s1);
+    cham_context_get_stats(h.ctx, &s0);
+    assert_int_equal(cham_tensor_swap_out(h.t, false), CHAM_OK);
+    cham_context_get_stats(h.ctx, &s1);
     assert_int_equal(s1.bytes_out, s0.bytes_out);          /* nothing copied */
     assert_int_equal(s1.mem_in_use, s0.mem_in_use - ACT);  /* the device block is free */
-    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
-    assert_int_equal(bad, 0);
-    assert_int_equal(cham_device_hazard_count(dev), 0);
-    cham_tensor_release(t);
-    cham_stream_synchronize(adam);
-    cham_stream_free(adam);
-    cham_device_host_free(dev, host);
-    cham_context_free(ctx);
+    host_side_check(&h, 7);
+    host_side_close(&h);
 }
 
 /* Issue 20: the dtypes a framework has (int16, complex, fp8) have sizes
