@@ -80,6 +80,23 @@ static bool carried_add(cham_exec_t *x, cham_storage_t *s, uint32_t op)
     return true;
 }
 
+/* Sends s, on the device, away as the plan's wrapping item `it` wants it
+ * across the step's end: it left with the step that ended, its block is
+ * given back at free_op, and it comes back at the item's swap-in op. Out
+ * of pinned memory, it stays (the OOM path copes). False: out of host
+ * memory for the carried list. */
+static bool send_and_carry(cham_context_t *ctx, cham_storage_t *s, const cham_policy_item_t *it,
+                           uint64_t free_op)
+{
+    if (cham_storage_swap_out(s, CHAM_SWAP_PLANNED, free_op) != CHAM_OK) {
+        cham_context_log(ctx, "step %llu: \"%s\" not sent away for the policy: %s",
+                         (unsigned long long)ctx->number, s->label, ctx->error);
+        return true;
+    }
+    s->away_step = ctx->step - 1;
+    return carried_add(&ctx->exec, s, it->swap_in_op);
+}
+
 /* Model state the plan keeps away across the step's end that this step
  * did not use after it came back (an overflow skips AdamW, which reads the
  * state an update step's plan brings back for it) was never sent away
@@ -111,12 +128,9 @@ static bool carry_unused(cham_context_t *ctx)
             continue;
         /* Brought back and never used: its swap-in may still be in flight. */
         if ((s->residency == CHAM_RESIDENT_DEVICE || s->residency == CHAM_RESIDENT_MOVING_IN) &&
-            s->block) {
-            if (cham_storage_swap_out(s, CHAM_SWAP_PLANNED, ctx->ops_total) != CHAM_OK)
-                continue;     /* out of pinned memory: it stays; the OOM path copes */
-            s->away_step = ctx->step - 1;     /* it left with the step that ended */
-        }
-        if (cham_storage_on_host(s))
+            s->block)
+            ok = send_and_carry(ctx, s, it, ctx->ops_total);
+        else if (cham_storage_on_host(s))
             ok = carried_add(x, s, it->swap_in_op);
     }
     free(by);
@@ -248,14 +262,7 @@ void cham_exec_send_away(cham_context_t *ctx)
          * start with. */
         uint64_t free_op = ctx->ops_total +
                            (it->free_op > pol->n_ops ? it->free_op - pol->n_ops : 0);
-        cham_status_t st = cham_storage_swap_out(s, CHAM_SWAP_PLANNED, free_op);
-        if (st != CHAM_OK) {
-            cham_context_log(ctx, "step %llu: \"%s\" not sent away for the new policy: %s",
-                             (unsigned long long)ctx->number, s->label, ctx->error);
-            continue;     /* out of pinned memory: it stays; the OOM path copes */
-        }
-        s->away_step = ctx->step - 1;     /* it left with the step that ended */
-        if (!carried_add(x, s, it->swap_in_op))
+        if (!send_and_carry(ctx, s, it, free_op))
             break;
     }
     /* So does what passive swaps left on the host (on demand, each would
