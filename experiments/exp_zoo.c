@@ -38,7 +38,7 @@ static const struct way {
 
 /* Columns after the strategies'. */
 enum { COL_WAYS = 2, COL_BOUND = COL_WAYS + N_WAYS, COL_OPTIMIZER, COL_VS_BEST, COL_VS_BOUND,
-       COL_STATIC, COL_VS_STATIC, N_COLS };
+       COL_STATIC, COL_VS_STATIC, COL_VS_STATIC_WORK, N_COLS };
 
 /* A job: a preset with the fields that differ (0: the preset's). */
 typedef struct job {
@@ -119,6 +119,9 @@ typedef struct point {
     double frac, time[N_WAYS], bound;
     double static_s;             /* a dynamic loop: Chameleon on the same job's
                                     static loop at the same bytes (else NAN) */
+    double work;                 /* a dynamic loop: its mean step over its static
+                                    loop's, both with unlimited memory: what the
+                                    loop's own work adds (else NAN) */
     char optimizer[16];
 } point_t;
 
@@ -214,8 +217,10 @@ typedef struct tally {
     int bounded, near_bound;     /* chameleon and the bound known; <= 1.05x */
     int missing;                 /* another ran, chameleon did not */
     int dynamic, near_static;    /* dynamic loops with both times; <= 1.05x */
-    double worst_vs_best, worst_vs_bound, worst_vs_static;
-    char worst_vs_best_at[48], worst_vs_bound_at[48], worst_vs_static_at[48];
+    int near_static_work;        /* ... and divided by their work; <= 1.05x */
+    double worst_vs_best, worst_vs_bound, worst_vs_static, worst_vs_static_work;
+    char worst_vs_best_at[48], worst_vs_bound_at[48], worst_vs_static_at[48],
+        worst_vs_static_work_at[48];
 } tally_t;
 
 /* The row of one budget, and its share of the summary. */
@@ -250,6 +255,14 @@ static cham_status_t add_row(exp_table_t *t, const job_t *j, uint64_t cap, const
         if (vs > ty->worst_vs_static) {
             ty->worst_vs_static = vs;
             snprintf(ty->worst_vs_static_at, sizeof ty->worst_vs_static_at, "%s", name);
+        }
+        double vw = vs / p->work;
+        exp_table_set(t, rw, COL_VS_STATIC_WORK, vw);
+        ty->near_static_work += vw <= 1.05;
+        if (vw > ty->worst_vs_static_work) {
+            ty->worst_vs_static_work = vw;
+            snprintf(ty->worst_vs_static_work_at, sizeof ty->worst_vs_static_work_at, "%s",
+                     name);
         }
     }
     if (isnan(ch)) {
@@ -345,13 +358,29 @@ static cham_status_t run_job(const exp_config_t *c, const job_t *j, exp_result_t
                  ideal.error);
         return st != CHAM_OK ? st : ideal.status;
     }
+    /* A dynamic loop's own work against its static loop's: an evaluation
+     * adds a forward, layer drop skips layers, whatever the memory. */
+    double work = NAN;
+    if (cham_model_loop_changes(&rc.model)) {
+        cham_run_config_t sc = rc;
+        sc.model = static_of(j);
+        sc.steps = EXP_STABLE_STEPS;
+        cham_run_result_t is;
+        st = cham_run(&sc, &is);
+        if (st != CHAM_OK || is.status != CHAM_OK) {
+            snprintf(err, err_size, "zoo: %s's static loop on %s with unlimited memory: %s",
+                     j->label, j->device, is.error);
+            return st != CHAM_OK ? st : is.status;
+        }
+        work = ideal.late_mean_step_time_s / is.step_time_s;
+    }
     const double *fr = c->reduced ? fractions_reduced : fractions;
     size_t n = c->reduced ? sizeof fractions_reduced / sizeof fractions_reduced[0]
                           : MAX_FRACTIONS;
     point_t pts[MAX_FRACTIONS];
     for (size_t f = 0; f < n; f++) {
         point_t *p = &pts[f];
-        *p = (point_t){.frac = fr[f], .bound = NAN, .static_s = NAN};
+        *p = (point_t){.frac = fr[f], .bound = NAN, .static_s = NAN, .work = work};
         for (size_t k = 0; k < N_WAYS; k++)
             p->time[k] = NAN;
         uint64_t cap = (uint64_t)((double)ideal.peak_tensor_bytes * fr[f]) &
@@ -385,6 +414,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
     cols[COL_VS_BOUND] = "chameleon / bound";
     cols[COL_STATIC] = "chameleon static loop s";
     cols[COL_VS_STATIC] = "dynamic / static";
+    cols[COL_VS_STATIC_WORK] = "dynamic / static per work";
     exp_table_t *t = exp_result_table(r, "zoo", "Training jobs chosen to find weaknesses "
                                       "(simulated s/step; budget as % of the tensors' "
                                       "unconstrained peak; dynamic loops: mean of the last "
@@ -392,7 +422,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
                                       cols);
     if (!t)
         return CHAM_ERR_HOST_OOM;
-    tally_t ty = {.worst_vs_best = INFINITY};
+    tally_t ty = {.worst_vs_best = INFINITY};   /* the others' worst start at 0 */
     for (size_t i = 0; i < n_jobs; i++) {
         cham_status_t st = run_job(c, &js[i], r, t, &ty, err, err_size);
         if (st != CHAM_OK)
@@ -403,10 +433,13 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
              "where another ran, the worst %+.1f%% (%s); within 1.05x of the lower bound at %d "
              "of %d, the worst %.2fx (%s); %d points where another "
              "strategy ran and Chameleon did not; dynamic loops within 1.05x of the same job's "
-             "static loop at the same bytes at %d of %d, the worst %.2fx (%s).", ty.not_behind,
+             "static loop at the same bytes at %d of %d, the worst %.2fx (%s); and so once "
+             "divided by what the loop's own work adds (the same ratio with unlimited memory) "
+             "at %d of %d, the worst %.2fx (%s).", ty.not_behind,
              ty.points, ty.points ? ty.worst_vs_best : 0, ty.worst_vs_best_at, ty.near_bound,
              ty.bounded, ty.worst_vs_bound, ty.worst_vs_bound_at, ty.missing, ty.near_static,
-             ty.dynamic, ty.worst_vs_static, ty.worst_vs_static_at);
+             ty.dynamic, ty.worst_vs_static, ty.worst_vs_static_at, ty.near_static_work,
+             ty.dynamic, ty.worst_vs_static_work, ty.worst_vs_static_work_at);
     return CHAM_OK;
 }
 
