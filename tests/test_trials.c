@@ -5,7 +5,10 @@
  * stream"; the kept time lies within 1% of their range). What the
  * policy before left away, and what the new one sends away before its
  * first step, move between the steps, not in the trial (docs/executor.md,
- * "What the plan before left away comes back between the steps"). */
+ * "What the plan before left away comes back between the steps"). A
+ * class's kept policy that runs short on the heavier steps of a loop that
+ * skips layers is made again from one of them, and goes back where that
+ * runs short more often (executor.md, "Sequence classes"). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -85,6 +88,32 @@ static void on_log(const char *line, void *user)
     }
 }
 
+/* Runs c with unlimited memory for ideal_steps, then under Chameleon for
+ * steps at frac of that run's peak (of the tensors, as `simulate
+ * --capacity P%` takes it, with tensor_peak; else of the device), with
+ * the hooks: the run ends with no hazard. */
+static cham_run_result_t run_at(cham_run_config_t *c, uint64_t ideal_steps, bool tensor_peak,
+                                double frac, uint64_t steps, cham_log_hook_t log,
+                                void (*step_hook)(const cham_run_step_t *, void *), void *user)
+{
+    c->steps = ideal_steps;
+    c->strategy = CHAM_STRATEGY_IDEAL;
+    cham_run_result_t r;
+    assert_int_equal(cham_run(c, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_OK);
+    uint64_t peak = tensor_peak ? r.peak_tensor_bytes : r.peak_device_bytes;
+    c->runtime.device.capacity = (uint64_t)((double)peak * frac);
+    c->strategy = CHAM_STRATEGY_CHAMELEON;
+    c->steps = steps;
+    c->log = log;
+    c->on_step = step_hook;
+    c->user = user;
+    assert_int_equal(cham_run(c, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_OK);
+    assert_int_equal(r.hazards, 0);
+    return r;
+}
+
 /* Runs model at frac of its unconstrained peak on preset; the kept trial's
  * time must be the Stable steps' within 1% (simulated time: exact up to
  * the steps' own differences). */
@@ -100,21 +129,8 @@ static kept_t kept_time_is_stable_time(const char *model, uint32_t mbs, uint32_t
     c.model.dp = dp;
     c.model.zero = zero;
     c.runtime.device.preset = preset;
-    c.steps = 16;
-    c.strategy = CHAM_STRATEGY_IDEAL;
-    cham_run_result_t r;
-    assert_int_equal(cham_run(&c, &r), CHAM_OK);
-    assert_int_equal(r.status, CHAM_OK);
-    c.runtime.device.capacity = (uint64_t)((double)r.peak_device_bytes * frac);
-    c.strategy = CHAM_STRATEGY_CHAMELEON;
-    c.steps = steps;
     kept_t k = {0};
-    c.log = on_log;
-    c.on_step = on_step;
-    c.user = &k;
-    assert_int_equal(cham_run(&c, &r), CHAM_OK);
-    assert_int_equal(r.status, CHAM_OK);
-    assert_int_equal(r.hazards, 0);
+    cham_run_result_t r = run_at(&c, 16, false, frac, steps, on_log, on_step, &k);
     assert_true(k.timed_before >= 2);
     assert_true(k.policy >= 1 && k.of == k.timed_before);
     /* In the end Stable needs no passive swap. */
@@ -180,6 +196,94 @@ static void test_check_in_stable_switches(void **state)
     assert_true((double)k.last_ns < k.first_stable_ms * 1e6);
 }
 
+/* A run that skips layers at random: each step's passive swaps and
+ * stage, and the kept policies made again from a heavier step. */
+enum { DROP_STEPS = 80 };
+typedef struct dropped {
+    uint64_t passive[DROP_STEPS];
+    cham_stage_t stage[DROP_STEPS];
+    int covers;
+    int covers_after_back;        /* made again after one was sent back (-1: none was) */
+} dropped_t;
+
+static void on_drop_step(const cham_run_step_t *s, void *user)
+{
+    dropped_t *d = user;
+    if (s->step < DROP_STEPS) {
+        d->passive[s->step] = s->passive;
+        d->stage[s->step] = s->stage;
+    }
+}
+
+static void on_drop_log(const char *line, void *user)
+{
+    dropped_t *d = user;
+    double heavier, before;
+    if (strstr(line, "that one back, for good"))
+        d->covers_after_back = 0;
+    if (!strstr(line, "the policy made again from this step's profile"))
+        return;
+    if (d->covers_after_back >= 0)
+        d->covers_after_back++;
+    if (sscanf(line, "step %*d: ran short under class %*u's kept policy, %lf GiB without swaps "
+                     "against its profile's %lf GiB", &heavier, &before) != 2)
+        fail_msg("unexpected log line: %s", line);
+    assert_true(heavier > before);
+    d->covers++;
+}
+
+/* Runs GPT-2 1.5B's shapes with `layers` layers of `hidden` (mbs 4, seq
+ * seq), each skipped with probability 0.2, at 60% of its peak on the
+ * H100 for DROP_STEPS steps (the runtime's policies for the device's
+ * optimizer program), with no hazard. */
+static dropped_t run_dropping(uint32_t layers, uint32_t hidden, uint32_t seq)
+{
+    cham_run_config_t c = cham_run_config_default();
+    c.plan_optimizer = false;
+    assert_int_equal(cham_model_preset("gpt2-1.5b", &c.model), CHAM_OK);
+    c.model.layers = layers;
+    c.model.hidden = hidden;
+    c.model.ffn = 4 * hidden;
+    c.model.heads = c.model.kv_heads = hidden / 64;
+    c.model.mbs = 4;
+    c.model.seq = seq;
+    c.model.layer_drop = 0.2;
+    c.runtime.device.preset = "h100-80g";
+    dropped_t d = {.covers_after_back = -1};
+    run_at(&c, DROP_STEPS, true, 0.6, DROP_STEPS, on_drop_log, on_drop_step, &d);
+    return d;
+}
+
+/* GPT-2 1.5B (48 layers of 1600): the kept policy is made from a step
+ * that skipped about ten layers, and the steps that skip fewer ran short
+ * (passive swaps) on it in 7 of steps 60-79. The policy is made again
+ * from a heavier step that ran short (loop_classes.c, cover_heavier), and
+ * steps 60-79 run in Stable with no passive swap. */
+static void test_kept_policy_covers_heavier_steps(void **state)
+{
+    (void)state;
+    dropped_t d = run_dropping(48, 1600, 2048);
+    assert_true(d.covers >= 1);
+    for (int s = 60; s < DROP_STEPS; s++) {
+        assert_int_equal(d.stage[s], CHAM_STAGE_STABLE);
+        if (d.passive[s])
+            fail_msg("step %d: %llu passive swaps after %d policies made again", s,
+                     (unsigned long long)d.passive[s], d.covers);
+    }
+}
+
+/* 24 layers of 1024: the policy made again from a heavier step runs short
+ * on more of its first steps than the one before (lighter steps' blocks
+ * come elsewhere in their step), which comes back for good: no policy is
+ * made again after that. */
+static void test_policy_made_again_goes_back(void **state)
+{
+    (void)state;
+    dropped_t d = run_dropping(24, 1024, 1024);
+    assert_true(d.covers >= 1);
+    assert_int_equal(d.covers_after_back, 0);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -187,6 +291,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_llama2),
         cmocka_unit_test(test_gpt2_state_runs_on),
         cmocka_unit_test(test_check_in_stable_switches),
+        cmocka_unit_test(test_kept_policy_covers_heavier_steps),
+        cmocka_unit_test(test_policy_made_again_goes_back),
     };
     /* CTest runs one case a test (tests/CMakeLists.txt, CHAM_SPLIT_TESTS). */
     return test_run_cases(tests, argc, argv, NULL, NULL);

@@ -64,6 +64,7 @@ static void forget(cham_class_t *c)
     free(c->seq);
     cham_plan_release(c->kept);
     cham_plan_release(c->next_trial);
+    cham_plan_release(c->uncovered);
     memset(c, 0, sizeof *c);
 }
 

@@ -52,12 +52,14 @@ void cham_loop_check_start(cham_context_t *ctx, const cham_trial_t *trials, size
                            cham_plan_t *kept, cham_class_t *c);
 /* loop_classes.c: the class c keeps plan from now on. */
 void cham_loop_keep(cham_class_t *c, cham_plan_t *plan);
-/* loop_classes.c: the step end in classes (the step was of class c; fresh
- * its profile or NULL): its trial measured, the next one made, and the
+/* loop_classes.c: the step end in classes (the step was of class c and
+ * began in stage from; fresh its profile or NULL): the kept policy it
+ * applied made again if it runs short on heavier steps, its trial
+ * measured, the next one made, and the
  * plan for the next step from the class predicted for it (*to Stable when
  * that is a kept policy; *sync when a trial must start from an idle
  * device). */
-cham_plan_t *cham_loop_classes_end(cham_context_t *ctx, cham_class_t *c,
+cham_plan_t *cham_loop_classes_end(cham_context_t *ctx, cham_class_t *c, cham_stage_t from,
                                    const cham_profile_t *fresh, cham_stage_t *to, bool *sync);
 
 #endif

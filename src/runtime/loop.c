@@ -194,7 +194,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
     next = check_stable(ctx, c, from, *to, next);
     bool sync = false;
     if (ctx->class_mode && *to != CHAM_STAGE_GENPOLICY && c)
-        next = cham_loop_classes_end(ctx, c, fresh, to, &sync);
+        next = cham_loop_classes_end(ctx, c, from, fresh, to, &sync);
     else if (*to == CHAM_STAGE_WARMUP)
         next = warmup_end(ctx, c, from, to);
     if (*to == CHAM_STAGE_STABLE)

@@ -6,6 +6,7 @@
  * settled (cham_loop_class_of_step); loop.c then calls
  * cham_loop_classes_end at each step end. */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "common/grow.h"
 #include "runtime/loop-impl.h"
@@ -46,6 +47,125 @@ void cham_loop_keep(cham_class_t *c, cham_plan_t *plan)
     cham_class_drop_trials(c);
     cham_plan_release(c->next_trial);
     c->next_trial = NULL;
+    c->applied = c->shorts = 0;
+}
+
+/* cover_heavier: a step that ran short starts (or starts again) a hunt
+ * of HUNT_STEPS profiled steps; a class's kept policy is made again at
+ * most COVER_MAX times, from among at most COVER_HUNT profiled steps, and
+ * each time the one before stays on probation for PROBATION steps. */
+enum { HUNT_STEPS = 8, COVER_HUNT = 32, COVER_MAX = 4, PROBATION = 8 };
+
+/* The profile's peak without its swaps (0 out of host memory). */
+static uint64_t peak_without_swaps(const cham_profile_t *profile)
+{
+    cham_profile_view_t v;
+    cham_profile_get(profile, &v);
+    uint64_t *actual = malloc((2 * v.n_ops + 1) * sizeof *actual);
+    uint64_t *curve = malloc((2 * v.n_ops + 1) * sizeof *curve);
+    uint64_t peak = 0;
+    if (actual && curve) {
+        cham_profile_memory_curve(profile, actual, curve);
+        for (size_t s = 0; s < 2 * v.n_ops; s++)
+            peak = curve[s] > peak ? curve[s] : peak;
+    }
+    free(actual);
+    free(curve);
+    return peak;
+}
+
+/* A class's kept policy is made from one of its steps, and applied to
+ * every step its class is predicted for. Where those weigh more than that
+ * one (layers skipped at random: a class holds steps a few layers apart,
+ * and a class never predicted runs the most frequent one's policy), it
+ * runs short on them, and each passive swap is a copy the step waits for:
+ * a GPT-2 skipping a fifth of its layers at random ran 300-430 ms on such
+ * steps against 190-226 ms on the others. After a Stable step that ran
+ * short, the next HUNT_STEPS steps it applies to are profiled (each ends
+ * synchronized, as a trial does) for one that runs short and weighs more
+ * than its profile did (the peak without swaps); the kept policy is made
+ * again from that step's profile, as it was made (the same trial kind,
+ * release delay and reserve). Lighter steps then leave items unmatched,
+ * which costs little; the heavier are covered. Where the steps are
+ * all alike (a periodic loop), no profiled step weighs more and the hunt
+ * ends. The step that ended began in stage `from`; fresh is its profile
+ * or NULL. */
+static void cover_heavier(cham_context_t *ctx, cham_stage_t from, const cham_profile_t *fresh)
+{
+    cham_plan_t *applied = ctx->exec.plan;
+    cham_class_t *p = NULL;
+    for (size_t i = 0; applied && from == CHAM_STAGE_STABLE && i < ctx->n_classes; i++)
+        if (ctx->classes[i].kept == applied)
+            p = &ctx->classes[i];
+    if (!p)
+        return;
+    bool ran_short = ctx->step_passive > 0;
+    p->applied++;
+    p->shorts += ran_short;
+    /* Made from a heavier step, it may still run short more often: where a
+     * lighter step's blocks come at other points of the step than its
+     * profile's, their copies can come later than the plan has them. Once
+     * its share of short steps over PROBATION steps cannot stay within the
+     * one before's, that one comes back, for good. */
+    bool worse = p->uncovered && (uint64_t)p->shorts * p->uncovered_applied >
+                                     (uint64_t)p->uncovered_shorts * PROBATION;
+    if (p->uncovered && (worse || p->applied == PROBATION)) {
+        cham_plan_t *before = p->uncovered;
+        p->uncovered = NULL;
+        if (worse) {
+            cham_context_log(ctx, "step %llu: class %u's policy made again ran short on %u of "
+                             "%u steps, the one before on %u of %u: that one back, for good",
+                             (unsigned long long)ctx->number, p->id, p->shorts, p->applied,
+                             p->uncovered_shorts, p->uncovered_applied);
+            cham_loop_keep(p, before);
+            p->covers = COVER_MAX;
+            p->hunt_left = 0;
+        }
+        cham_plan_release(before);
+        return;
+    }
+    if (p->uncovered)
+        return;
+    if (p->hunt_left && fresh) {
+        p->hunt_left--;
+        p->hunted++;
+        uint64_t peak = ran_short ? peak_without_swaps(fresh) : 0;
+        if (peak > applied->view.peak_without_swaps) {
+            cham_context_log(ctx, "step %llu: ran short under class %u's kept policy, %.3f GiB "
+                             "without swaps against its profile's %.3f GiB: the policy made "
+                             "again from this step's profile", (unsigned long long)ctx->number,
+                             p->id, (double)peak / (1 << 30),
+                             (double)applied->view.peak_without_swaps / (1 << 30));
+            uint32_t delay = applied->free_delay;
+            cham_plan_t *plan =
+                cham_loop_generate(ctx, fresh, applied->trial, p->reserve, &delay);
+            p->covers++;
+            p->hunt_left = 0;
+            if (plan) {
+                /* The check in Stable compared policies made for the
+                 * lighter step (it measures the class's steps in a row,
+                 * rare where classes come at random): it ends. */
+                cham_check_t *k = &ctx->check;
+                if (k->n && !k->done && k->class_id == p->id)
+                    cham_check_clear(k);
+                p->uncovered = cham_plan_retain(applied);
+                p->uncovered_applied = p->applied;
+                p->uncovered_shorts = p->shorts;
+                cham_loop_keep(p, plan);
+                cham_plan_release(plan);
+            }
+            return;
+        }
+    }
+    if (ran_short && p->covers < COVER_MAX && p->hunted < COVER_HUNT) {
+        if (!p->hunt_left)
+            cham_context_log(ctx, "step %llu: ran short under class %u's kept policy: the next "
+                             "%d steps it applies to are profiled for a heavier one",
+                             (unsigned long long)ctx->number, p->id, HUNT_STEPS);
+        p->hunt_left = HUNT_STEPS;
+    }
+    if (p->hunted >= COVER_HUNT)
+        p->hunt_left = 0;
 }
 
 /* The step that ended was of class c; it ran class trial_class's trial
@@ -188,7 +308,9 @@ static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
         p->last_used = ctx->step;
         *to = ctx->stages.stage = CHAM_STAGE_STABLE;
         ctx->stats.policy_cache_hits += next != ctx->exec.plan;
-        snprintf(what, sizeof what, "its kept policy");
+        ctx->profile_requested |= p->hunt_left > 0;
+        snprintf(what, sizeof what, "its kept policy%s",
+                 p->hunt_left ? ", profiled for a heavier step" : "");
     } else {
         if (*to == CHAM_STAGE_STABLE)
             *to = ctx->stages.stage = CHAM_STAGE_WARMUP;
@@ -221,9 +343,10 @@ static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
     return next;
 }
 
-cham_plan_t *cham_loop_classes_end(cham_context_t *ctx, cham_class_t *c,
+cham_plan_t *cham_loop_classes_end(cham_context_t *ctx, cham_class_t *c, cham_stage_t from,
                                    const cham_profile_t *fresh, cham_stage_t *to, bool *sync)
 {
+    cover_heavier(ctx, from, fresh);
     class_learn(ctx, c, fresh);
     return class_choose(ctx, c, to, sync);
 }

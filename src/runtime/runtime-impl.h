@@ -211,6 +211,10 @@ typedef struct cham_plan {
     /* Its forward ops before the backward, the backward's first op, and
      * its backward ops (0: no backward). */
     uint32_t forward_ops, backward_first, backward_ops;
+    /* The trial it was made as (its kind: trials.c) and its release
+     * delay: a plan made again from another profile is made alike. */
+    size_t trial;
+    uint32_t free_delay;
     uint32_t refs;
 } cham_plan_t;
 
@@ -297,6 +301,16 @@ typedef struct cham_class {
     cham_trial_t *trials;         /* tried and measured */
     size_t n_trials, cap_trials;
     uint64_t reserve;             /* its planner reserve, as ctx->reserve */
+    /* Its kept policy against the steps it applies to (loop_classes.c,
+     * cover_heavier): Stable steps it ran since kept and those that ran
+     * short; steps still to profile for one that ran short and weighs more
+     * than its profile, steps profiled so, and kept policies made again
+     * from such a step; the one before the last such, on probation, with
+     * its own steps and short ones. */
+    uint32_t applied, shorts;
+    uint32_t hunt_left, hunted, covers;
+    cham_plan_t *uncovered;
+    uint32_t uncovered_applied, uncovered_shorts;
 } cham_class_t;
 
 enum { CHAM_CLASS_HISTORY = 64 };   /* classes of the last steps, for prediction */

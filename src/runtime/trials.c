@@ -93,6 +93,8 @@ cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profi
                          (unsigned long long)ctx->number);
         return NULL;
     }
+    plan->trial = k;
+    plan->free_delay = *delay;
     ctx->stats.policies_generated++;
     if (plan->view.predicted_peak > plan->view.usable)
         cham_context_log(ctx, "step %llu: partial policy; %s: %s", (unsigned long long)ctx->number,
