@@ -43,7 +43,7 @@ static cham_context_t *open_ctx(uint32_t classes)
 /* One step of sequence seq: its class, counted and in the history. */
 static cham_class_t *see(cham_context_t *ctx, const cham_op_token_t *seq, size_t len)
 {
-    cham_class_t *c = cham_class_of(ctx, seq, len);
+    cham_class_t *c = cham_class_of(ctx, seq, len, seq, len);
     assert_non_null(c);
     cham_class_seen(ctx, c);
     ctx->step++;

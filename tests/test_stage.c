@@ -143,7 +143,7 @@ static char stage_char(cham_stage_t st)
 static void step(cham_stage_machine_t *sm, const seq_t *s, char want, uint32_t want_count)
 {
     bool ok = false;
-    cham_stage_t st = cham_stage_machine_step(sm, s->t, s->n, &ok);
+    cham_stage_t st = cham_stage_machine_step(sm, s->t, s->n, NULL, 0, &ok);
     assert_true(ok);
     assert_int_equal(st, sm->stage);
     if (stage_char(st) != want || sm->stable_steps != want_count) {
@@ -504,7 +504,7 @@ static void run_scenario(cham_stage_machine_t *sm, char *got, double *cosine, do
     for (int i = 1; i <= 40; i++) {
         const seq_t *x = (i == 12 || i == 13 || i == 25) ? &skip : i == 20 ? &val : &s;
         bool ok = false;
-        got[i - 1] = stage_char(cham_stage_machine_step(sm, x->t, x->n, &ok));
+        got[i - 1] = stage_char(cham_stage_machine_step(sm, x->t, x->n, NULL, 0, &ok));
         assert_true(ok);
         cosine[i - 1] = sm->last_cosine;
         change[i - 1] = sm->last_length_change;
@@ -585,7 +585,7 @@ static void test_out_of_memory(void **state)
     walk_to_stable(&sm, &s);
     double cos = sm.last_cosine, change = sm.last_length_change;
     bool ok = true;
-    cham_stage_t st = cham_stage_machine_step(&sm, s.t, SIZE_MAX / 2, &ok);
+    cham_stage_t st = cham_stage_machine_step(&sm, s.t, SIZE_MAX / 2, NULL, 0, &ok);
     assert_false(ok);
     assert_int_equal(st, CHAM_STAGE_STABLE);
     assert_int_equal(sm.stage, CHAM_STAGE_STABLE);

@@ -28,6 +28,8 @@ struct cham_profile {
 
 /* A new empty profile; NULL when the host is out of memory. */
 cham_profile_t *cham_profile_new(uint64_t step, uint64_t capacity);
+/* A copy of a finished profile; NULL when the host is out of memory. */
+cham_profile_t *cham_profile_copy(const cham_profile_t *p);
 
 /* Starts op: returns false when the host is out of memory. */
 bool cham_profile_begin_op(cham_profile_t *p, cham_op_token_t token, cham_phase_t phase,

@@ -26,6 +26,44 @@ cham_profile_t *cham_profile_new(uint64_t step, uint64_t capacity)
     return p;
 }
 
+/* A copy of n elements of size each (NULL for none). */
+static void *dup_array(const void *a, size_t n, size_t size, bool *ok)
+{
+    if (!n)
+        return NULL;
+    void *d = malloc(n * size);
+    if (d)
+        memcpy(d, a, n * size);
+    *ok &= d != NULL;
+    return d;
+}
+
+cham_profile_t *cham_profile_copy(const cham_profile_t *p)
+{
+    CHAM_ASSERT(p && !p->op_open);
+    cham_profile_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    *c = *p;
+    bool ok = true;
+    c->ops = dup_array(p->ops, p->n_ops, sizeof *p->ops, &ok);
+    c->uses = dup_array(p->uses, p->n_uses, sizeof *p->uses, &ok);
+    c->swaps = dup_array(p->swaps, p->n_swaps, sizeof *p->swaps, &ok);
+    c->cap_ops = c->ops ? p->n_ops : 0;
+    c->cap_uses = c->uses ? p->n_uses : 0;
+    c->cap_swaps = c->swaps ? p->n_swaps : 0;
+    c->token_names = p->n_tokens ? calloc(p->n_tokens, sizeof *c->token_names) : NULL;
+    c->n_tokens = c->token_names ? p->n_tokens : 0;
+    ok &= c->token_names || !p->n_tokens;
+    for (size_t i = 0; i < c->n_tokens; i++)
+        ok &= (c->token_names[i] = strdup(p->token_names[i])) != NULL;
+    if (!ok) {
+        cham_profile_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 void cham_profile_free(cham_profile_t *p)
 {
     if (!p)

@@ -28,6 +28,7 @@ void cham_stage_machine_free(cham_stage_machine_t *sm)
 {
     CHAM_ASSERT(sm);
     free(sm->prev);
+    free(sm->prev_canon);
     memset(sm, 0, sizeof *sm);
 }
 
@@ -76,19 +77,29 @@ double cham_sequence_length_change(size_t len, size_t prev_len)
     return (double)d / (double)prev_len;
 }
 
+/* Room for n tokens in *buf (capacity *cap); false out of host memory. */
+static bool room(cham_op_token_t **buf, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return true;
+    cham_op_token_t *p = cham_grow(*buf, cap, n, sizeof *p, 256);
+    if (p)
+        *buf = p;
+    return p != NULL;
+}
+
 cham_stage_t cham_stage_machine_step(cham_stage_machine_t *sm, const cham_op_token_t *seq,
-                                     size_t len, bool *ok)
+                                     size_t len, const cham_op_token_t *canon, size_t canon_len,
+                                     bool *ok)
 {
     CHAM_ASSERT(sm && ok);
     CHAM_ASSERT(seq || len == 0);
-    /* Room for the copy first: when there is none, nothing has changed. */
-    if (len > sm->prev_cap) {
-        cham_op_token_t *p = cham_grow(sm->prev, &sm->prev_cap, len, sizeof *p, 256);
-        if (!p) {
-            *ok = false;
-            return sm->stage;
-        }
-        sm->prev = p;
+    CHAM_ASSERT(canon || canon_len == 0);
+    /* Room for the copies first: when there is none, nothing has changed. */
+    if (!room(&sm->prev, &sm->prev_cap, len) ||
+        !room(&sm->prev_canon, &sm->prev_canon_cap, canon_len)) {
+        *ok = false;
+        return sm->stage;
     }
     *ok = true;
 
@@ -98,8 +109,10 @@ cham_stage_t cham_stage_machine_step(cham_stage_machine_t *sm, const cham_op_tok
     sm->last_length_change = cham_sequence_length_change(len, prev_len);
     sm->last_cosine = cham_sequence_cosine(seq, len, prev, prev_len);
 
-    if (sm->last_length_change < sm->length_tolerance &&
-        sm->last_cosine > sm->cosine_threshold) {
+    bool same_canon = sm->have_prev && canon_len && canon_len == sm->prev_canon_len &&
+                      memcmp(canon, sm->prev_canon, canon_len * sizeof *canon) == 0;
+    if (same_canon || (sm->last_length_change < sm->length_tolerance &&
+                       sm->last_cosine > sm->cosine_threshold)) {
         /* In Stable the count goes on as in Algorithm 1, where nothing reads
          * it any more; it saturates instead of wrapping. */
         if (sm->stable_steps < UINT32_MAX)
@@ -120,6 +133,9 @@ cham_stage_t cham_stage_machine_step(cham_stage_machine_t *sm, const cham_op_tok
     if (len > 0)
         memcpy(sm->prev, seq, len * sizeof *seq);
     sm->prev_len = len;
+    if (canon_len > 0)
+        memcpy(sm->prev_canon, canon, canon_len * sizeof *canon);
+    sm->prev_canon_len = canon_len;
     sm->have_prev = true;
     return sm->stage;
 }

@@ -31,15 +31,29 @@ static bool alike(const cham_context_t *ctx, const cham_op_token_t *a, size_t na
            cham_sequence_cosine(a, na, b, nb) > ctx->config.cosine_threshold;
 }
 
-/* The same sequence first, else one alike (the most recently used). */
-static cham_class_t *find(cham_context_t *ctx, const cham_op_token_t *seq, size_t len)
+static bool same(const cham_op_token_t *a, size_t na, uint64_t fa, const cham_op_token_t *b,
+                 size_t nb, uint64_t fb)
 {
-    uint64_t fp = fingerprint(seq, len);
+    return fa == fb && na == nb && (na == 0 || memcmp(a, b, na * sizeof *a) == 0);
+}
+
+/* The same sequence first, else the same canonical one (the class's steps
+ * then vary), else one alike (the most recently used). */
+static cham_class_t *find(cham_context_t *ctx, const cham_op_token_t *seq, size_t len,
+                          const cham_op_token_t *canon, size_t canon_len)
+{
+    uint64_t fp = fingerprint(seq, len), canon_fp = fingerprint(canon, canon_len);
     for (size_t i = 0; i < ctx->n_classes; i++) {
         cham_class_t *c = &ctx->classes[i];
-        if (c->fingerprint == fp && c->len == len &&
-            memcmp(c->seq, seq, len * sizeof *seq) == 0)
+        if (same(c->seq, c->len, c->fingerprint, seq, len, fp))
             return c;
+    }
+    for (size_t i = 0; canon_len && i < ctx->n_classes; i++) {
+        cham_class_t *c = &ctx->classes[i];
+        if (same(c->canon, c->canon_len, c->canon_fp, canon, canon_len, canon_fp)) {
+            c->varies = true;
+            return c;
+        }
     }
     cham_class_t *best = NULL;
     for (size_t i = 0; i < ctx->n_classes; i++) {
@@ -62,26 +76,39 @@ static void forget(cham_class_t *c)
     cham_class_drop_trials(c);
     free(c->trials);
     free(c->seq);
+    free(c->canon);
+    cham_profile_free(c->heaviest);
     cham_plan_release(c->kept);
     cham_plan_release(c->next_trial);
     cham_plan_release(c->uncovered);
     memset(c, 0, sizeof *c);
 }
 
-cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, size_t len)
+/* A copy of seq (len tokens; a step of no ops has none: seq NULL). */
+static cham_op_token_t *copy_of(const cham_op_token_t *seq, size_t len)
 {
-    cham_class_t *c = find(ctx, seq, len);
+    cham_op_token_t *copy = malloc((len ? len : 1) * sizeof *copy);
+    if (copy && len)
+        memcpy(copy, seq, len * sizeof *seq);
+    return copy;
+}
+
+cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, size_t len,
+                            const cham_op_token_t *canon, size_t canon_len)
+{
+    cham_class_t *c = find(ctx, seq, len, canon, canon_len);
     if (c)
         return c;
     uint32_t cap = ctx->config.policy_cache;
     CHAM_ASSERT(cap > 0);
     if (!ctx->classes && !(ctx->classes = calloc(cap, sizeof *ctx->classes)))
         return NULL;
-    cham_op_token_t *copy = malloc((len ? len : 1) * sizeof *copy);
-    if (!copy)
+    cham_op_token_t *copy = copy_of(seq, len), *canon_copy = copy_of(canon, canon_len);
+    if (!copy || !canon_copy) {
+        free(copy);
+        free(canon_copy);
         return NULL;
-    if (len)                      /* a step of no ops has no sequence (seq NULL) */
-        memcpy(copy, seq, len * sizeof *seq);
+    }
     if (ctx->n_classes < cap) {
         c = &ctx->classes[ctx->n_classes++];
     } else {                      /* full: the least recently used goes */
@@ -94,7 +121,9 @@ cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, siz
         forget(c);
     }
     *c = (cham_class_t){.id = ++ctx->next_class_id, .seq = copy, .len = len,
-                        .fingerprint = fingerprint(seq, len), .last_used = ctx->step};
+                        .fingerprint = fingerprint(seq, len), .canon = canon_copy,
+                        .canon_len = canon_len, .canon_fp = fingerprint(canon, canon_len),
+                        .last_used = ctx->step};
     return c;
 }
 

@@ -208,6 +208,8 @@ void cham_context_free(cham_context_t *ctx)
     cham_stage_machine_free(&ctx->stages);
     cham_intern_free(&ctx->tokens);
     free(ctx->seq);
+    free(ctx->seq_blocks);
+    free(ctx->canon);
     free(ctx->op_tensors);
     free(ctx->ghosts);
     free(ctx);

@@ -205,6 +205,13 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
             return CHAM_ERR_HOST_OOM;
         }
         ctx->seq = seq;
+        int32_t *blocks = cham_grow(ctx->seq_blocks, &ctx->seq_blocks_cap, ctx->ops_in_step + 1,
+                                    sizeof *blocks, 1024);
+        if (!blocks) {
+            cham_context_error(ctx, "op begin: out of host memory for the op sequence");
+            return CHAM_ERR_HOST_OOM;
+        }
+        ctx->seq_blocks = blocks;
     }
     cham_tensor_t **ts = cham_grow(ctx->op_tensors, &ctx->cap_op_tensors,
                                    n_inputs + n_outputs + 1, sizeof *ts, 8);
@@ -262,8 +269,10 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
     ctx->op_outputs = n_outputs;
     ctx->op_recomputable = false;
     ctx->op_cost_ns = -1;
-    if (ctx->config.profiler)
+    if (ctx->config.profiler) {
         ctx->seq[ctx->ops_in_step] = token;
+        ctx->seq_blocks[ctx->ops_in_step] = ctx->block;
+    }
     ctx->ops_in_step++;
     ctx->in_op = true;
     if (ctx->building && !ctx->profile_failed &&
@@ -289,6 +298,10 @@ cham_status_t cham_op_end(cham_context_t *ctx)
     }
     ctx->in_op = false;
     ctx->pin++;                   /* the op's storages may move again */
+    if (ctx->op_cost_ns >= 0)
+        ctx->step_cost_ns += ctx->op_cost_ns;
+    else
+        ctx->step_uncosted = true;
     if (ctx->building && !ctx->profile_failed)
         cham_profile_end_op(ctx->building, ctx->stats.mem_in_use);
     ctx->stats.ops++;
@@ -458,6 +471,18 @@ static uint64_t over_budget(cham_context_t *ctx)
     return over;
 }
 
+/* The step's work: its ops' costs with the device's time per kernel
+ * beyond the cost, as a profile's (trials.c); 0 when an op had no cost. */
+static uint64_t step_work(const cham_context_t *ctx)
+{
+    if (ctx->step_uncosted || !ctx->ops_in_step)
+        return 0;
+    cham_device_info_t info;
+    cham_device_get_info(ctx->dev, &info);
+    return (uint64_t)((double)info.kernel_overhead_ns * (double)ctx->ops_in_step +
+                      ctx->step_cost_ns + 0.5);
+}
+
 cham_status_t cham_step_end(cham_context_t *ctx)
 {
     CHAM_ASSERT(ctx);
@@ -469,8 +494,20 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     }
     cham_stage_t from = ctx->stages.stage;
     bool ok = true;
-    cham_stage_t to = ctx->config.profiler
-                          ? cham_stage_machine_step(&ctx->stages, ctx->seq, ctx->ops_in_step, &ok)
+    ctx->canon_len = 0;
+    if (ctx->config.profiler && ctx->ops_in_step) {
+        cham_op_token_t *c = cham_grow(ctx->canon, &ctx->canon_cap, ctx->ops_in_step,
+                                       sizeof *c, 1024);
+        if (c) {
+            ctx->canon = c;
+            ctx->canon_len = cham_sequence_canonical(ctx->seq, ctx->seq_blocks,
+                                                     ctx->ops_in_step, c);
+        }
+        ok = c != NULL;
+    }
+    cham_stage_t to = ctx->config.profiler && ok
+                          ? cham_stage_machine_step(&ctx->stages, ctx->seq, ctx->ops_in_step,
+                                                    ctx->canon, ctx->canon_len, &ok)
                           : from;
     /* A profiled step, and the one before GenPolicy's first, are timed to
      * their end on the device: a profile's duration is then the device's
@@ -508,6 +545,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
         cham_context_log(ctx, "step %llu: out of host memory keeping the op sequence; the "
                          "stage stays %s", (unsigned long long)ctx->number, cham_stage_name(to));
     ctx->step_over_budget = over_budget(ctx);
+    ctx->step_work_ns = step_work(ctx);
     cham_exec_carry(ctx);
     ctx->static_changed = false;
     cham_loop_step_end(ctx, from, &to);
@@ -539,6 +577,8 @@ cham_status_t cham_step_end(cham_context_t *ctx)
     ctx->backward = false;
     /* The next step: detailed in GenPolicy or when asked for. */
     ctx->ops_in_step = 0;
+    ctx->step_cost_ns = 0;
+    ctx->step_uncosted = false;
     ctx->phase = CHAM_PHASE_FORWARD;
     ctx->block = -1;
     ctx->step_start_ns = cham_device_host_time(ctx->dev);   /* after any sync */

@@ -26,14 +26,27 @@ uint32_t cham_loop_trial_delay(size_t k);
  * *delay is the release delay asked for, and on return the one planned. */
 cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profile, size_t k,
                                 uint64_t reserve, uint32_t *delay);
-/* trials.c: records in t (trial k) how the step that applied it went;
- * doubles *reserve after a complete trial that needed passive swaps. */
-void cham_loop_measure_trial(cham_context_t *ctx, cham_trial_t *t, size_t k, uint64_t step_ns,
-                             uint64_t *reserve);
-/* trials.c: the plan of the trial to keep of n measured (clean ones first
- * with clean_first); NULL when none was measured. */
+/* trials.c: ns of a step of work `from` as if it had work `to` (unchanged
+ * where either is unknown, 0). */
+uint64_t cham_loop_per_work(uint64_t ns, uint64_t to, uint64_t from);
+/* trials.c: records in trials[k] how the step that applied it went, its
+ * time as if the step had trials[0]'s plan's work; doubles *reserve after
+ * a complete trial that needed passive swaps. */
+void cham_loop_measure_trial(cham_context_t *ctx, cham_trial_t *trials, size_t k,
+                             uint64_t step_ns, uint64_t *reserve);
+/* Which measured trial cham_loop_best_trial keeps. */
+typedef enum {
+    CHAM_KEEP_CLEAN_CLOSE,        /* the fastest clean one when it is close to
+                                     the fastest (cham_clean_is_close), else the
+                                     fastest */
+    CHAM_KEEP_CLEAN_FIRST,        /* the fastest clean one, if any */
+    CHAM_KEEP_FASTEST,            /* the fastest */
+} cham_keep_t;
+
+/* trials.c: the plan of the trial to keep of n measured; NULL when none
+ * was measured. */
 cham_plan_t *cham_loop_best_trial(cham_context_t *ctx, const cham_trial_t *trials, size_t n,
-                                  bool clean_first);
+                                  cham_keep_t keep);
 
 /* loop_static.c: the step end of a static planner (vDNN, Capuchin,
  * SwapAdvisor, HyperOffload); fresh is the step's profile if it was
@@ -52,6 +65,16 @@ void cham_loop_check_start(cham_context_t *ctx, const cham_trial_t *trials, size
                            cham_plan_t *kept, cham_class_t *c);
 /* loop_classes.c: the class c keeps plan from now on. */
 void cham_loop_keep(cham_class_t *c, cham_plan_t *plan);
+/* loop_classes.c: where class c's steps vary, the profile its trials are
+ * made from: its heaviest step's so far, fresh (the step's profile, or
+ * NULL) counted; elsewhere fresh. */
+const cham_profile_t *cham_loop_trial_source(cham_class_t *c, const cham_profile_t *fresh);
+/* loop_classes.c: a class's kept policy that the step that ended (begun
+ * in stage from; fresh its profile or NULL) applied and that runs short on
+ * heavier steps is made again from one of them (profiled when the class's
+ * hunt_left is set). Returns that class (NULL: no kept policy applied). */
+cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
+                                      const cham_profile_t *fresh);
 /* loop_classes.c: the step end in classes (the step was of class c and
  * began in stage from; fresh its profile or NULL): the kept policy it
  * applied made again if it runs short on heavier steps, its trial

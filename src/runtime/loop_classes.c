@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "common/grow.h"
+#include "profile/profile-impl.h"
 #include "runtime/loop-impl.h"
 #include "runtime/runtime-impl.h"
 
@@ -17,8 +18,9 @@ cham_class_t *cham_loop_class_of_step(cham_context_t *ctx)
     /* The step's class; a second one that recurs (a one-off, the first
      * step or a rare evaluation, does not) turns the loop to classes for
      * good. */
-    cham_class_t *c =
-        ctx->config.policy_cache ? cham_class_of(ctx, ctx->seq, ctx->ops_in_step) : NULL;
+    cham_class_t *c = ctx->config.policy_cache ? cham_class_of(ctx, ctx->seq, ctx->ops_in_step,
+                                                               ctx->canon, ctx->canon_len)
+                                               : NULL;
     if (!c)
         return NULL;
     cham_class_seen(ctx, c);
@@ -50,7 +52,7 @@ void cham_loop_keep(cham_class_t *c, cham_plan_t *plan)
     c->applied = c->shorts = 0;
 }
 
-/* cover_heavier: a step that ran short starts (or starts again) a hunt
+/* cham_loop_cover_heavier: a step that ran short starts (or starts again) a hunt
  * of HUNT_STEPS profiled steps; a class's kept policy is made again at
  * most COVER_MAX times, from among at most COVER_HUNT profiled steps, and
  * each time the one before stays on probation for PROBATION steps. */
@@ -74,6 +76,29 @@ static uint64_t peak_without_swaps(const cham_profile_t *profile)
     return peak;
 }
 
+/* Trials are timed per work where a class's steps vary (trials.c), but a
+ * trial's plan made from a lighter step than the one it runs on falls
+ * short there whatever its kind: the trials compared the luck of the draw.
+ * Made from the heaviest step seen, each covers the steps it runs on, and
+ * the one kept is the kind that runs fastest. Of steps as heavy, the
+ * latest: as in GenPolicy, each trial is made from a step that ran the
+ * one before, not all from one that ran short on no policy. */
+const cham_profile_t *cham_loop_trial_source(cham_class_t *c, const cham_profile_t *fresh)
+{
+    if (!c || !c->varies)
+        return fresh;
+    uint64_t peak = fresh ? peak_without_swaps(fresh) : 0;
+    if (peak && peak >= c->heaviest_peak) {
+        cham_profile_t *copy = cham_profile_copy(fresh);
+        if (copy) {
+            cham_profile_free(c->heaviest);
+            c->heaviest = copy;
+            c->heaviest_peak = peak;
+        }
+    }
+    return fresh && c->heaviest ? c->heaviest : fresh;
+}
+
 /* A class's kept policy is made from one of its steps, and applied to
  * every step its class is predicted for. Where those weigh more than that
  * one (layers skipped at random: a class holds steps a few layers apart,
@@ -88,9 +113,11 @@ static uint64_t peak_without_swaps(const cham_profile_t *profile)
  * release delay and reserve). Lighter steps then leave items unmatched,
  * which costs little; the heavier are covered. Where the steps are
  * all alike (a periodic loop), no profiled step weighs more and the hunt
- * ends. The step that ended began in stage `from`; fresh is its profile
- * or NULL. */
-static void cover_heavier(cham_context_t *ctx, cham_stage_t from, const cham_profile_t *fresh)
+ * ends. In Algorithm 1's mode too: steps of one canonical sequence
+ * (profile/canon.c) stay in Stable under one policy however many layers
+ * each skips. */
+cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
+                                      const cham_profile_t *fresh)
 {
     cham_plan_t *applied = ctx->exec.plan;
     cham_class_t *p = NULL;
@@ -98,7 +125,7 @@ static void cover_heavier(cham_context_t *ctx, cham_stage_t from, const cham_pro
         if (ctx->classes[i].kept == applied)
             p = &ctx->classes[i];
     if (!p)
-        return;
+        return NULL;
     bool ran_short = ctx->step_passive > 0;
     p->applied++;
     p->shorts += ran_short;
@@ -122,10 +149,10 @@ static void cover_heavier(cham_context_t *ctx, cham_stage_t from, const cham_pro
             p->hunt_left = 0;
         }
         cham_plan_release(before);
-        return;
+        return p;
     }
     if (p->uncovered)
-        return;
+        return p;
     if (p->hunt_left && fresh) {
         p->hunt_left--;
         p->hunted++;
@@ -154,7 +181,7 @@ static void cover_heavier(cham_context_t *ctx, cham_stage_t from, const cham_pro
                 cham_loop_keep(p, plan);
                 cham_plan_release(plan);
             }
-            return;
+            return p;
         }
     }
     if (ran_short && p->covers < COVER_MAX && p->hunted < COVER_HUNT) {
@@ -166,6 +193,7 @@ static void cover_heavier(cham_context_t *ctx, cham_stage_t from, const cham_pro
     }
     if (p->hunted >= COVER_HUNT)
         p->hunt_left = 0;
+    return p;
 }
 
 /* The step that ended was of class c; it ran class trial_class's trial
@@ -188,7 +216,8 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
             cham_trial_t *tr = &c->trials[c->n_trials++];
             *tr = (cham_trial_t){.plan = c->next_trial, .free_delay = c->next_delay};
             c->next_trial = NULL;
-            cham_loop_measure_trial(ctx, tr, c->n_trials - 1, ctx->synced_step_ns, &c->reserve);
+            cham_loop_measure_trial(ctx, c->trials, c->n_trials - 1, ctx->synced_step_ns,
+                                    &c->reserve);
             /* Clean first: a trial is timed from an idle device, but in
              * the loop what its passive swaps leave on the host comes back
              * on demand in the next step, another class's. So a class
@@ -227,7 +256,7 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
                 uint64_t *ns = cham_trial_clean(x) ? &clean_ns : &short_ns;
                 if (x->step_ns && (!*ns || x->step_ns < *ns))
                     *ns = x->step_ns;
-                uint64_t p = x->plan->view.predicted_step_ns;
+                uint64_t p = x->predicted_ns;
                 if (!cham_trial_clean(x) && p && (!short_predicted_ns || p < short_predicted_ns))
                     short_predicted_ns = p;
                 p += x->plan->view.predicted_carry_ns;    /* as step_ns has it */
@@ -249,7 +278,10 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
                            clean_promised);
             if (c->n_trials >= ctx->config.class_trials && !try_on) {
                 cham_plan_t *best =
-                    cham_loop_best_trial(ctx, c->trials, c->n_trials, !clean_slower);
+                    cham_loop_best_trial(ctx, c->trials, c->n_trials,
+                                         c->varies      ? CHAM_KEEP_FASTEST
+                                         : clean_slower ? CHAM_KEEP_CLEAN_CLOSE
+                                                        : CHAM_KEEP_CLEAN_FIRST);
                 if (best) {
                     cham_loop_check_start(ctx, c->trials, c->n_trials, best, c);
                     cham_loop_keep(c, best);
@@ -257,9 +289,10 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
             }
         }
     }
-    if (fresh && !c->kept && !c->next_trial) {
+    const cham_profile_t *source = cham_loop_trial_source(c, fresh);
+    if (source && !c->kept && !c->next_trial) {
         c->next_delay = cham_loop_trial_delay(c->n_trials);
-        c->next_trial = cham_loop_generate(ctx, fresh, c->n_trials, c->reserve, &c->next_delay);
+        c->next_trial = cham_loop_generate(ctx, source, c->n_trials, c->reserve, &c->next_delay);
     }
 }
 
@@ -346,7 +379,7 @@ static cham_plan_t *class_choose(cham_context_t *ctx, const cham_class_t *c,
 cham_plan_t *cham_loop_classes_end(cham_context_t *ctx, cham_class_t *c, cham_stage_t from,
                                    const cham_profile_t *fresh, cham_stage_t *to, bool *sync)
 {
-    cover_heavier(ctx, from, fresh);
+    cham_loop_cover_heavier(ctx, from, fresh);
     class_learn(ctx, c, fresh);
     return class_choose(ctx, c, to, sync);
 }

@@ -215,6 +215,10 @@ typedef struct cham_plan {
      * delay: a plan made again from another profile is made alike. */
     size_t trial;
     uint32_t free_delay;
+    /* Its profiled step's work: the ops' compute time as the caller costs
+     * them (0: some op has no cost). Trials on steps of other work are
+     * compared per work (trials.c, cham_loop_measure_trial). */
+    uint64_t work_ns;
     uint32_t refs;
 } cham_plan_t;
 
@@ -223,6 +227,7 @@ typedef struct cham_trial {
     cham_plan_t *plan;
     uint32_t free_delay;          /* the planner's free_delay_ops */
     uint64_t step_ns;             /* measured: device idle to device idle */
+    uint64_t predicted_ns;        /* its plan's prediction for that step */
     uint64_t passive, on_demand;  /* swaps the plan did not foresee */
     uint64_t over_budget;         /* advisor mode: bytes the step went past the budget */
 } cham_trial_t;
@@ -261,6 +266,7 @@ typedef struct cham_check {
     uint64_t sum_ns;              /* the current candidate's timed steps so far */
     size_t n_samples;
     uint32_t class_id;            /* the class it keeps the policy of, or 0 */
+    uint64_t work_ref;            /* steps are timed as if of this work (trials.c) */
     bool done;                    /* the fastest is known: clear after applying it */
 } cham_check_t;
 
@@ -293,6 +299,16 @@ typedef struct cham_class {
     cham_op_token_t *seq;         /* the sequence it was first seen with */
     size_t len;
     uint64_t fingerprint;
+    cham_op_token_t *canon;       /* its canonical sequence (profile/canon.c) */
+    size_t canon_len;
+    uint64_t canon_fp;
+    bool varies;                  /* steps of other sequences, the same canonical
+                                     one, came as this class: its steps weigh
+                                     differently */
+    cham_profile_t *heaviest;     /* where it varies: the profile of its heaviest
+                                     step so far (peak without swaps), its
+                                     trials' source (loop_classes.c) */
+    uint64_t heaviest_peak;
     uint64_t last_used;           /* step; the least recently used is evicted */
     uint32_t seen;                /* its steps so far */
     cham_plan_t *kept;            /* applied whenever it comes */
@@ -301,12 +317,12 @@ typedef struct cham_class {
     cham_trial_t *trials;         /* tried and measured */
     size_t n_trials, cap_trials;
     uint64_t reserve;             /* its planner reserve, as ctx->reserve */
-    /* Its kept policy against the steps it applies to (loop_classes.c,
-     * cover_heavier): Stable steps it ran since kept and those that ran
-     * short; steps still to profile for one that ran short and weighs more
-     * than its profile, steps profiled so, and kept policies made again
-     * from such a step; the one before the last such, on probation, with
-     * its own steps and short ones. */
+    /* Its kept policy against the steps it applies to
+     * (cham_loop_cover_heavier): Stable steps it ran since kept and those
+     * that ran short; steps still to profile for one that ran short and
+     * weighs more than its profile, steps profiled so, and kept policies
+     * made again from such a step; the one before the last such, on
+     * probation, with its own steps and short ones. */
     uint32_t applied, shorts;
     uint32_t hunt_left, hunted, covers;
     cham_plan_t *uncovered;
@@ -358,12 +374,19 @@ struct cham_context {
     bool backward;                /* this step has had a backward phase */
     uint64_t ops_total;           /* ops dispatched since creation */
     uint32_t ops_in_step;         /* ops begun in this step */
+    double step_cost_ns;          /* its ops' costs (cham_op_set_cost) so far */
+    bool step_uncosted;           /* ... and an op of it had none */
+    uint64_t step_work_ns;        /* at its end: its work (trials.c), 0: unknown */
     bool in_op;
     cham_phase_t phase;
     int32_t block;                /* cham_set_block's, -1: none */
     uint64_t step_start_ns;
     cham_op_token_t *seq;         /* lightweight profile: this step's tokens */
     size_t seq_cap;
+    int32_t *seq_blocks;          /* ... and each op's block (cham_set_block) */
+    size_t seq_blocks_cap;
+    cham_op_token_t *canon;       /* at the step's end: its canonical sequence */
+    size_t canon_len, canon_cap;
     cham_stage_machine_t stages;
 
     /* Detailed profile. */
@@ -610,10 +633,12 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
 /* loop.c: a baseline planner (one policy from the first step, kept). */
 bool cham_loop_static(const cham_context_t *ctx);
 
-/* classes.c: the class of a step's sequence, made when none is alike
+/* classes.c: the class of a step's sequence (canon its canonical one),
+ * made when none is the same, has the same canonical sequence or is alike
  * (evicting the least recently used beyond config.policy_cache); NULL when
  * the host is out of memory. */
-cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, size_t len);
+cham_class_t *cham_class_of(cham_context_t *ctx, const cham_op_token_t *seq, size_t len,
+                            const cham_op_token_t *canon, size_t canon_len);
 /* Counts a step of class c and adds it to the history. */
 void cham_class_seen(cham_context_t *ctx, cham_class_t *c);
 /* The class the next step should be: a class that recurs every k > 1

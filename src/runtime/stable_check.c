@@ -38,10 +38,12 @@ void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cha
         k->cand[k->n++] = (cham_check_candidate_t){.plan = cham_plan_retain(next->plan),
                                                    .trial_ns = next->step_ns};
     }
-    if (k->n < 2)
+    if (k->n < 2) {
         cham_check_clear(k);   /* nothing to compare the kept policy with */
-    else
+    } else {
         k->class_id = class_id;
+        k->work_ref = trials[0].plan->work_ns;    /* as the trials' times are */
+    }
 }
 
 /* Of the candidates measured so far, the fastest that ran clean in

@@ -23,6 +23,28 @@ uint32_t cham_loop_trial_delay(size_t k)
     return k == 0 ? 0 : k >= 16 ? UINT32_C(1) << 15 : UINT32_C(1) << (k - 1);
 }
 
+/* The profile's work: its ops' compute time as the caller costed them,
+ * with the device's time per kernel beyond the cost; 0 when an op has no
+ * cost. As a step's (dispatch.c, step_work). */
+static uint64_t work_of(const cham_profile_t *profile)
+{
+    cham_profile_view_t v;
+    cham_profile_get(profile, &v);
+    double cost = 0;
+    for (size_t i = 0; i < v.n_ops; i++) {
+        if (!v.ops[i].has_cost)
+            return 0;
+        cost += v.ops[i].cost_ns;
+    }
+    return v.n_ops ? (uint64_t)((double)v.kernel_overhead_ns * (double)v.n_ops + cost + 0.5) : 0;
+}
+
+uint64_t cham_loop_per_work(uint64_t ns, uint64_t to, uint64_t from)
+{
+    return to && from && to != from ? (uint64_t)((double)ns * (double)to / (double)from + 0.5)
+                                    : ns;
+}
+
 /* Trial k's policy from the profile of the step that just ended, with
  * the planner reserve `reserve` (0: the default rule); NULL (logged) if
  * none can be made. A delay that leaves no policy falls back to none. */
@@ -95,6 +117,7 @@ cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profi
     }
     plan->trial = k;
     plan->free_delay = *delay;
+    plan->work_ns = work_of(profile);
     ctx->stats.policies_generated++;
     if (plan->view.predicted_peak > plan->view.usable)
         cham_context_log(ctx, "step %llu: partial policy; %s: %s", (unsigned long long)ctx->number,
@@ -121,22 +144,37 @@ cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profi
  * needed passive swaps planned too close to the limit: the next one gets
  * twice the reserve (a partial one left them to passive swaps on
  * purpose). */
-void cham_loop_measure_trial(cham_context_t *ctx, cham_trial_t *t, size_t k, uint64_t step_ns,
-                          uint64_t *reserve)
+void cham_loop_measure_trial(cham_context_t *ctx, cham_trial_t *trials, size_t k,
+                             uint64_t step_ns, uint64_t *reserve)
 {
+    cham_trial_t *t = &trials[k];
+    /* Where the steps differ in work (layers skipped at random: one
+     * canonical sequence, profile/canon.c), a trial that ran on a lighter
+     * step would look the faster: each is timed, and its prediction read,
+     * as if its step had the first trial's plan's work. A layer-drop
+     * Llama 2 at 33% of its peak timed a swap-only trial on a step of 4
+     * layers fewer at 477 ms and a recomputing one on a step of 1 layer
+     * fewer at 491 ms: 444 and 414 ms per the same work. Where every step has the same work
+     * (static loops) the times stand as measured. */
+    uint64_t ref = trials[0].plan->work_ns, work = ctx->step_work_ns;
     /* A trial starts from an idle device; in Stable the copies out that
      * the step before left running take the link and delay blocks' reuse
      * first: what the replay predicts they cost is added. */
     uint64_t carry = t->plan->view.predicted_carry_ns;
-    t->step_ns = step_ns + carry;
+    t->step_ns = cham_loop_per_work(step_ns, ref, work) + carry;
+    t->predicted_ns = cham_loop_per_work(t->plan->view.predicted_step_ns, ref, t->plan->work_ns);
     t->passive = ctx->step_passive;
     t->on_demand = ctx->step_on_demand;
     t->over_budget = ctx->step_over_budget;
-    cham_context_log(ctx, "step %llu: policy %zu took %.3f ms (+%.3f ms predicted for the copies "
-                     "the step before leaves running; predicted %.3f ms from its profile), %llu "
-                     "passive and %llu on-demand swaps, %llu bytes over the budget",
-                     (unsigned long long)ctx->number, k + 1, (double)step_ns / 1e6,
-                     (double)carry / 1e6, (double)t->plan->view.predicted_step_ns / 1e6,
+    char scaled[80] = "";
+    if (t->step_ns != step_ns + carry)
+        snprintf(scaled, sizeof scaled, ", %.3f ms at the first trial's work",
+                 (double)(t->step_ns - carry) / 1e6);
+    cham_context_log(ctx, "step %llu: policy %zu took %.3f ms%s (+%.3f ms predicted for the "
+                     "copies the step before leaves running; predicted %.3f ms from its "
+                     "profile), %llu passive and %llu on-demand swaps, %llu bytes over the "
+                     "budget", (unsigned long long)ctx->number, k + 1, (double)step_ns / 1e6,
+                     scaled, (double)carry / 1e6, (double)t->plan->view.predicted_step_ns / 1e6,
                      (unsigned long long)t->passive, (unsigned long long)t->on_demand,
                      (unsigned long long)t->over_budget);
     const cham_policy_view_t *p = &t->plan->view;
@@ -150,10 +188,9 @@ void cham_loop_measure_trial(cham_context_t *ctx, cham_trial_t *t, size_t k, uin
 
 /* The fastest measured of n trials (within the budget, in advisor mode,
  * if any is, and with the fewest moves of the caller's own), or the
- * fastest clean one when it is close to that (cham_clean_is_close), or at
- * any time with clean_first; NULL when none was measured. */
+ * fastest clean one as `keep` says; NULL when none was measured. */
 cham_plan_t *cham_loop_best_trial(cham_context_t *ctx, const cham_trial_t *trials, size_t n,
-                               bool clean_first)
+                                  cham_keep_t keep)
 {
     /* Advisor mode: past the budget is not a slower step but memory the
      * caller does not have; such a trial is kept only when all were. */
@@ -178,7 +215,9 @@ cham_plan_t *cham_loop_best_trial(cham_context_t *ctx, const cham_trial_t *trial
         if (t->step_ns && cham_trial_clean(t) && (!best_clean || t->step_ns < best_clean->step_ns))
             best_clean = t;
     }
-    if (best_clean && (clean_first || cham_clean_is_close(best_clean->step_ns, best->step_ns)))
+    if (best_clean && (keep == CHAM_KEEP_CLEAN_FIRST ||
+                       (keep == CHAM_KEEP_CLEAN_CLOSE &&
+                        cham_clean_is_close(best_clean->step_ns, best->step_ns))))
         best = best_clean;
     if (!best)
         return NULL;
