@@ -471,16 +471,14 @@ static uint64_t over_budget(cham_context_t *ctx)
     return over;
 }
 
-/* The step's work: its ops' costs with the device's time per kernel
- * beyond the cost, as a profile's (trials.c); 0 when an op had no cost. */
+/* The step's work (cham_work_ns); 0 when an op had no cost. */
 static uint64_t step_work(const cham_context_t *ctx)
 {
-    if (ctx->step_uncosted || !ctx->ops_in_step)
+    if (ctx->step_uncosted)
         return 0;
     cham_device_info_t info;
     cham_device_get_info(ctx->dev, &info);
-    return (uint64_t)((double)info.kernel_overhead_ns * (double)ctx->ops_in_step +
-                      ctx->step_cost_ns + 0.5);
+    return cham_work_ns(info.kernel_overhead_ns, ctx->ops_in_step, ctx->step_cost_ns);
 }
 
 cham_status_t cham_step_end(cham_context_t *ctx)

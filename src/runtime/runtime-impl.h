@@ -623,6 +623,10 @@ void cham_recompute_sweep_ghosts(cham_context_t *ctx);
 /* recompute.c: s is being freed: its record and its dependents' go. */
 void cham_recompute_storage_gone(cham_storage_t *s);
 
+/* trials.c: a step's work: its ops' costs (cham_op_set_cost) with the
+ * device's time per kernel beyond the cost; one formula for a profile's
+ * and a running step's, so that steps alike have the same work. */
+uint64_t cham_work_ns(uint64_t kernel_overhead_ns, size_t n_ops, double cost_ns);
 /* loop.c: plans are shared by reference count. */
 cham_plan_t *cham_plan_retain(cham_plan_t *plan);
 void cham_plan_release(cham_plan_t *plan);

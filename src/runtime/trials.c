@@ -23,9 +23,12 @@ uint32_t cham_loop_trial_delay(size_t k)
     return k == 0 ? 0 : k >= 16 ? UINT32_C(1) << 15 : UINT32_C(1) << (k - 1);
 }
 
-/* The profile's work: its ops' compute time as the caller costed them,
- * with the device's time per kernel beyond the cost; 0 when an op has no
- * cost. As a step's (dispatch.c, step_work). */
+uint64_t cham_work_ns(uint64_t kernel_overhead_ns, size_t n_ops, double cost_ns)
+{
+    return n_ops ? (uint64_t)((double)kernel_overhead_ns * (double)n_ops + cost_ns + 0.5) : 0;
+}
+
+/* The profile's work (cham_work_ns); 0 when an op has no cost. */
 static uint64_t work_of(const cham_profile_t *profile)
 {
     cham_profile_view_t v;
@@ -36,7 +39,7 @@ static uint64_t work_of(const cham_profile_t *profile)
             return 0;
         cost += v.ops[i].cost_ns;
     }
-    return v.n_ops ? (uint64_t)((double)v.kernel_overhead_ns * (double)v.n_ops + cost + 0.5) : 0;
+    return cham_work_ns(v.kernel_overhead_ns, v.n_ops, cost);
 }
 
 uint64_t cham_loop_per_work(uint64_t ns, uint64_t to, uint64_t from)
