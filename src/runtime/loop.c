@@ -109,6 +109,8 @@ void cham_loop_check_start(cham_context_t *ctx, const cham_trial_t *trials, size
  * layer-drop Llama 2 at 33% of its peak kept a swap-only policy, clean on
  * a step of 4 layers fewer and 7% slower per work than one 2 swaps short
  * (trials.c), and ran 0.496 s a step against 0.437 s. */
+enum { GENPOLICY_RESTARTS = 8 };
+
 static cham_keep_t keep_of(const cham_class_t *c)
 {
     return c && c->varies ? CHAM_KEEP_FASTEST : CHAM_KEEP_CLEAN_CLOSE;
@@ -119,14 +121,27 @@ static cham_keep_t keep_of(const cham_class_t *c)
  * then the next trial from the step's profile or, entering Stable, the
  * best trial kept. Returns the plan for the next step. */
 static cham_plan_t *genpolicy_end(cham_context_t *ctx, cham_class_t *c,
-                                  const cham_profile_t *fresh, cham_stage_t to, cham_plan_t *next)
+                                  const cham_profile_t *fresh, cham_stage_t *to, cham_plan_t *next)
 {
     cham_exec_t *x = &ctx->exec;
     if (ctx->n_trials && x->plan == ctx->trials[ctx->n_trials - 1].plan && ctx->synced_step_ns)
         cham_loop_measure_trial(ctx, ctx->trials, ctx->n_trials - 1,
                                 ctx->synced_step_ns, &ctx->reserve);
+    uint64_t heaviest = c ? c->heaviest_peak : 0;
     const cham_profile_t *source = cham_loop_trial_source(c, fresh);
-    if (to == CHAM_STAGE_GENPOLICY) {
+    if (ctx->n_trials && c && c->heaviest_peak > heaviest && heaviest &&
+        ctx->trial_restarts < GENPOLICY_RESTARTS) {
+        cham_context_log(ctx, "step %llu: heavier than the step the trials so far were made "
+                         "from (%.3f against %.3f GiB without swaps): GenPolicy starts again "
+                         "from it", (unsigned long long)ctx->number,
+                         (double)c->heaviest_peak / (1 << 30), (double)heaviest / (1 << 30));
+        cham_loop_trials_clear(ctx);
+        ctx->reserve = 0;
+        ctx->trial_restarts++;
+        *to = ctx->stages.stage = CHAM_STAGE_GENPOLICY;
+        ctx->stages.stable_steps = 0;
+    }
+    if (*to == CHAM_STAGE_GENPOLICY) {
         uint32_t delay = cham_loop_trial_delay(ctx->n_trials);
         cham_plan_t *plan =
             source ? cham_loop_generate(ctx, source, ctx->n_trials, ctx->reserve, &delay) : NULL;
@@ -140,7 +155,7 @@ static cham_plan_t *genpolicy_end(cham_context_t *ctx, cham_class_t *c,
         }
         return t ? plan : NULL;
     }
-    if (to == CHAM_STAGE_STABLE) {
+    if (*to == CHAM_STAGE_STABLE) {
         next = cham_loop_best_trial(ctx, ctx->trials, ctx->n_trials, keep_of(c));
         if (!next)
             cham_context_log(ctx, "step %llu: Stable without a policy: none could be made; "
@@ -219,7 +234,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
     }
     cham_plan_t *next = x->plan;
     if (from == CHAM_STAGE_GENPOLICY)
-        next = genpolicy_end(ctx, c, fresh, *to, next);
+        next = genpolicy_end(ctx, c, fresh, to, next);
     next = check_stable(ctx, c, from, *to, next);
     bool sync = false;
     if (ctx->class_mode && *to != CHAM_STAGE_GENPOLICY && c)
@@ -241,6 +256,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         cham_plan_release(next);
         cham_loop_trials_clear(ctx);
         ctx->reserve = 0;
+        ctx->trial_restarts = 0;
     }
     if (ctx->check.done)
         cham_check_clear(&ctx->check);

@@ -418,6 +418,7 @@ struct cham_context {
     size_t n_actions, cap_actions;
     cham_trial_t *trials;         /* GenPolicy: policies tried, one a step */
     size_t n_trials, cap_trials;
+    uint32_t trial_restarts;      /* GenPolicy begun again this run (loop.c) */
     cham_plan_t *next_plan;       /* to apply from the next step */
     uint64_t reserve;             /* planner reserve; 0 = the default rule */
     uint64_t last_sync_ns;        /* host time of the last step-end sync */
