@@ -43,6 +43,9 @@ typedef enum {
     CHAM_KEEP_FASTEST,            /* the fastest */
 } cham_keep_t;
 
+/* trials.c: how class c's trials are kept: the fastest where its steps
+ * vary (one canonical sequence), else `otherwise`; c may be NULL. */
+cham_keep_t cham_loop_keep_for(const cham_class_t *c, cham_keep_t otherwise);
 /* trials.c: the plan of the trial to keep of n measured; NULL when none
  * was measured. */
 cham_plan_t *cham_loop_best_trial(cham_context_t *ctx, const cham_trial_t *trials, size_t n,

@@ -102,19 +102,9 @@ void cham_loop_check_start(cham_context_t *ctx, const cham_trial_t *trials, size
     cham_check_start(&ctx->check, trials, n, kept, c ? c->id : 0);
 }
 
-/* How trials of class c are kept: where its steps vary, a trial ran
- * clean or short by the draw of its step (one lighter than the profile
- * its plan was made from, or heavier), and the kept policy is made again
- * on heavier steps (cham_loop_cover_heavier): the fastest per work. A
- * layer-drop Llama 2 at 33% of its peak kept a swap-only policy, clean on
- * a step of 4 layers fewer and 7% slower per work than one 2 swaps short
- * (trials.c), and ran 0.496 s a step against 0.437 s. */
+/* GenPolicy begins again from a heavier step at most this many times
+ * between two Stable stages (genpolicy_end). */
 enum { GENPOLICY_RESTARTS = 8 };
-
-static cham_keep_t keep_of(const cham_class_t *c)
-{
-    return c && c->varies ? CHAM_KEEP_FASTEST : CHAM_KEEP_CLEAN_CLOSE;
-}
 
 /* The end of a GenPolicy step: its trial measured (GenPolicy steps start
  * and end with the device idle, dispatch.c: each trial is timed alone),
@@ -156,7 +146,7 @@ static cham_plan_t *genpolicy_end(cham_context_t *ctx, cham_class_t *c,
         return t ? plan : NULL;
     }
     if (*to == CHAM_STAGE_STABLE) {
-        next = cham_loop_best_trial(ctx, ctx->trials, ctx->n_trials, keep_of(c));
+        next = cham_loop_best_trial(ctx, ctx->trials, ctx->n_trials, cham_loop_keep_for(c, CHAM_KEEP_CLEAN_CLOSE));
         if (!next)
             cham_context_log(ctx, "step %llu: Stable without a policy: none could be made; "
                              "memory is made by passive swaps", (unsigned long long)ctx->number);

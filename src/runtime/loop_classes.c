@@ -279,9 +279,9 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
             if (c->n_trials >= ctx->config.class_trials && !try_on) {
                 cham_plan_t *best =
                     cham_loop_best_trial(ctx, c->trials, c->n_trials,
-                                         c->varies      ? CHAM_KEEP_FASTEST
-                                         : clean_slower ? CHAM_KEEP_CLEAN_CLOSE
-                                                        : CHAM_KEEP_CLEAN_FIRST);
+                                         cham_loop_keep_for(c, clean_slower
+                                                                   ? CHAM_KEEP_CLEAN_CLOSE
+                                                                   : CHAM_KEEP_CLEAN_FIRST));
                 if (best) {
                     cham_loop_check_start(ctx, c->trials, c->n_trials, best, c);
                     cham_loop_keep(c, best);
