@@ -449,6 +449,17 @@ static void finish_profile(cham_context_t *ctx, uint64_t now)
     cham_profile_free(p);
 }
 
+/* Segments the pinned pool has taken so far: each costs host time (page
+ * pinning, milliseconds per hundred MiB) where it is taken. */
+static uint64_t pinned_segments(const cham_context_t *ctx)
+{
+    if (!ctx->pinned)
+        return 0;
+    cham_alloc_stats_t st;
+    cham_allocator_get_stats(ctx->pinned, &st);
+    return st.n_segment_allocs;
+}
+
 /* Advisor mode: how far the step's peak went past the budget, counted and
  * logged (the caller allocates; nothing here can move its
  * memory, so this is the one signal that the advice fell short). */
@@ -543,6 +554,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
         cham_context_log(ctx, "step %llu: out of host memory keeping the op sequence; the "
                          "stage stays %s", (unsigned long long)ctx->number, cham_stage_name(to));
     ctx->step_over_budget = over_budget(ctx);
+    ctx->step_pinned = pinned_segments(ctx) != ctx->pinned_segments;
     ctx->step_work_ns = step_work(ctx);
     cham_exec_carry(ctx);
     ctx->static_changed = false;
@@ -553,6 +565,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
          * cham_exec_send_away) are the loop's, not the next step's. */
         cham_context_idle(ctx);
     }
+    ctx->pinned_segments = pinned_segments(ctx);
     if (to != from) {
         ctx->stats.stage_changes++;
         cham_context_log(ctx, "step %llu: stage %s -> %s (%u ops, length change %.1f%%, "

@@ -230,7 +230,14 @@ typedef struct cham_trial {
     uint64_t predicted_ns;        /* its plan's prediction for that step */
     uint64_t passive, on_demand;  /* swaps the plan did not foresee */
     uint64_t over_budget;         /* advisor mode: bytes the step went past the budget */
+    uint32_t timed_again;         /* steps of it that grew the pinned pool, not
+                                     counted (loop.c), and the last one's time */
+    uint64_t pinned_ns;
 } cham_trial_t;
+
+/* A trial whose step grew the pinned pool is timed again on its next
+ * one, up to this many times (loop.c, genpolicy_end). */
+enum { CHAM_TRIAL_RETIMES = 3 };
 
 /* A trial that needed no passive or on-demand swap (in advisor mode: and
  * stayed within the budget): its policy covered the step. */
@@ -437,6 +444,9 @@ struct cham_context {
     uint32_t prev_class;          /* that step's class id, or 0 */
     uint64_t step_passive, step_on_demand;  /* this step's unplanned swaps */
     uint64_t step_over_budget;    /* advisor mode: how far the step went past the budget */
+    uint64_t pinned_segments;     /* the pinned pool's segment allocations at the
+                                     step's start */
+    bool step_pinned;             /* the pool took new segments in the step */
     uint64_t step_mem_peak;       /* the most mem_in_use has been this step */
     cham_class_t *classes;        /* config.policy_cache entries */
     size_t n_classes;
