@@ -117,38 +117,47 @@ static cham_plan_t *genpolicy_end(cham_context_t *ctx, cham_class_t *c,
     cham_trial_t *last = ctx->n_trials ? &ctx->trials[ctx->n_trials - 1] : NULL;
     bool ran = last && x->plan == last->plan && ctx->synced_step_ns;
     /* A trial's first step may pin host memory for its swaps that
-     * reserve_pinned (plans.c) did not (blocks of a size the pool held too
-     * few of where the step's copies overlapped): host time, paid once,
-     * that a step in Stable does not pay. A Mixtral's first trial took 1235 ms for a
-     * plan of 888 ms, 363 ms of it pinning 1.4 GB, and was not kept. Such
-     * a trial is timed again on the next step, GenPolicy one step longer,
-     * until a step of it pins nothing new (the pool keeps what it took:
-     * the first steps of a plan may each need one more block of a size,
-     * as where its copies out overlap differs), one no faster than the
-     * step before (the pool gives segments back and pins them again each
-     * step: a cost of the policy) or CHAM_TRIAL_RETIMES. Not one that ran
-     * short: its passive swaps pin memory at each step, and the trials
-     * keep a clean one first. */
+     * reserve_pinned (plans.c) did not (blocks of a size the pool held
+     * too few of where the step's copies overlapped): host time, paid
+     * once, that a step in Stable does not pay. A Mixtral's first trial
+     * took 1235 ms for a plan of 888 ms, 363 ms of it pinning 1.4 GB, and
+     * was not kept. Such a trial is timed again on the next step,
+     * GenPolicy one step longer, until a step of it pins nothing new (the
+     * first steps of a plan may each need one more block of a size), one
+     * no faster than the step before (the pool gives segments back and
+     * pins them again each step: a cost of the policy) or
+     * CHAM_TRIAL_RETIMES. Not one that ran short: its passive swaps pin
+     * memory at each step, and the trials keep a clean one first. Nor
+     * where the steps vary (layers skipped): the next step has other
+     * work, and timing it again compared steps. */
     bool again = ran && ctx->step_pinned && !ctx->step_passive && !ctx->step_on_demand &&
+                 !(c && c->varies) &&
                  last->timed_again < CHAM_TRIAL_RETIMES && *to != CHAM_STAGE_WARMUP &&
                  (!last->pinned_ns || ctx->synced_step_ns < last->pinned_ns);
     if (ran && !again)
         cham_loop_measure_trial(ctx, ctx->trials, ctx->n_trials - 1,
                                 ctx->synced_step_ns, &ctx->reserve);
+    /* Where the steps vary, trials are made from the heaviest step seen
+     * (cham_loop_trial_source); GenPolicy often begins on a step that
+     * skipped layers, the only profile then, and the trials made from it
+     * run short on the full steps after it. A heavier step begins the
+     * trials' kinds again from its profile, GenPolicy n steps more; those
+     * measured so far stay candidates (timed per work as all are). */
     uint64_t heaviest = c ? c->heaviest_peak : 0;
     const cham_profile_t *source = cham_loop_trial_source(c, fresh);
-    if (ctx->n_trials && c && c->heaviest_peak > heaviest && heaviest &&
+    if (ctx->n_trials > ctx->trial_base && c && c->heaviest_peak > heaviest && heaviest &&
         ctx->trial_restarts < GENPOLICY_RESTARTS) {
         cham_context_log(ctx, "step %llu: heavier than the step the trials so far were made "
                          "from (%.3f against %.3f GiB without swaps): GenPolicy starts again "
-                         "from it", (unsigned long long)ctx->number,
-                         (double)c->heaviest_peak / (1 << 30), (double)heaviest / (1 << 30));
-        cham_loop_trials_clear(ctx);
+                         "from it, the trials so far kept as candidates",
+                         (unsigned long long)ctx->number, (double)c->heaviest_peak / (1 << 30),
+                         (double)heaviest / (1 << 30));
+        ctx->trial_base = ctx->n_trials;
         ctx->reserve = 0;
         ctx->trial_restarts++;
+        /* This step is GenPolicy's first again: its profile makes trial 1. */
         *to = ctx->stages.stage = CHAM_STAGE_GENPOLICY;
-        ctx->stages.stable_steps = 0;
-        again = false;
+        ctx->stages.stable_steps = 1;
     }
     if (again) {
         last->timed_again++;
@@ -163,9 +172,10 @@ static cham_plan_t *genpolicy_end(cham_context_t *ctx, cham_class_t *c,
         return x->plan;
     }
     if (*to == CHAM_STAGE_GENPOLICY) {
-        uint32_t delay = cham_loop_trial_delay(ctx->n_trials);
+        size_t k = ctx->n_trials - ctx->trial_base;
+        uint32_t delay = cham_loop_trial_delay(k);
         cham_plan_t *plan =
-            source ? cham_loop_generate(ctx, source, ctx->n_trials, ctx->reserve, &delay) : NULL;
+            source ? cham_loop_generate(ctx, source, k, ctx->reserve, &delay) : NULL;
         cham_trial_t *t = plan ? cham_grow(ctx->trials, &ctx->cap_trials, ctx->n_trials + 1,
                                            sizeof *t, 8) : NULL;
         if (t) {
@@ -279,6 +289,7 @@ void cham_loop_step_end(cham_context_t *ctx, cham_stage_t from, cham_stage_t *to
         cham_loop_trials_clear(ctx);
         ctx->reserve = 0;
         ctx->trial_restarts = 0;
+        ctx->trial_base = 0;
     }
     if (ctx->check.done)
         cham_check_clear(&ctx->check);

@@ -425,7 +425,9 @@ struct cham_context {
     size_t n_actions, cap_actions;
     cham_trial_t *trials;         /* GenPolicy: policies tried, one a step */
     size_t n_trials, cap_trials;
-    uint32_t trial_restarts;      /* GenPolicy begun again this run (loop.c) */
+    uint32_t trial_restarts;      /* GenPolicy begun again (loop.c), and the first
+                                     trial since: kinds count from it */
+    size_t trial_base;
     cham_plan_t *next_plan;       /* to apply from the next step */
     uint64_t reserve;             /* planner reserve; 0 = the default rule */
     uint64_t last_sync_ns;        /* host time of the last step-end sync */
