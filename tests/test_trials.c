@@ -284,7 +284,7 @@ static int short_steps(const dropped_t *d, int from)
  * heaviest step seen and timed per work; a step heavier than the one the
  * first trial was made from begins GenPolicy again (twice here, when
  * written), and the kept policy covers the steps: Stable from step 20
- * on, and from step 40 at most one in ten runs short (passive swaps; 1
+ * on, and from step 40 at most one in ten runs short (passive swaps; 2
  * of 40 when written). Taken for different sequences, as before, the
  * steps turned the loop to sequence classes at step 3. */
 static void test_layer_drop_is_one_loop(void **state)
