@@ -246,9 +246,9 @@ static void on_drop_log(const char *line, void *user)
 }
 
 /* Runs GPT-2 1.5B's shapes with `layers` layers of `hidden` (mbs 4, seq
- * seq), each skipped with probability `drop` (drawn from `seed`), at 60% of its peak on the
- * H100 for DROP_STEPS steps (the runtime's policies for the device's
- * optimizer program), with no hazard. */
+ * seq), each skipped with probability `drop` (drawn from `seed`), at 60%
+ * of its peak on the H100 for DROP_STEPS steps (the runtime's policies
+ * for the device's optimizer program), with no hazard. */
 static dropped_t run_dropping(uint32_t layers, uint32_t hidden, uint32_t seq, double drop,
                               uint64_t seed)
 {

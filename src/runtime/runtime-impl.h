@@ -231,8 +231,8 @@ typedef struct cham_trial {
     uint64_t passive, on_demand;  /* swaps the plan did not foresee */
     uint64_t over_budget;         /* advisor mode: bytes the step went past the budget */
     uint32_t timed_again;         /* steps of it that grew the pinned pool, not
-                                     counted (loop.c), and the last one's time */
-    uint64_t pinned_ns;
+                                     counted (loop.c) */
+    uint64_t pinned_ns;           /* the last such step's time */
 } cham_trial_t;
 
 /* A trial whose step grew the pinned pool is timed again on its next
@@ -425,9 +425,8 @@ struct cham_context {
     size_t n_actions, cap_actions;
     cham_trial_t *trials;         /* GenPolicy: policies tried, one a step */
     size_t n_trials, cap_trials;
-    uint32_t trial_restarts;      /* GenPolicy begun again (loop.c), and the first
-                                     trial since: kinds count from it */
-    size_t trial_base;
+    uint32_t trial_restarts;      /* GenPolicy begun again from a heavier step (loop.c) */
+    size_t trial_base;            /* the first trial since: kinds count from it */
     cham_plan_t *next_plan;       /* to apply from the next step */
     uint64_t reserve;             /* planner reserve; 0 = the default rule */
     uint64_t last_sync_ns;        /* host time of the last step-end sync */
