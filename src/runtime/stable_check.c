@@ -90,10 +90,13 @@ cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, bool p
     size_t best = best_measured(k);
     /* The next one is tried where its trial beats what the best so far
      * measures by more than noise (each try costs its Stable steps), or
-     * where the best so far runs out of memory in Stable. */
+     * where the best so far runs out of memory in Stable and the next,
+     * clean, would be kept over it if it ran as its trial did: one slower
+     * than that cannot win, and its try only costs steps. */
     uint64_t m = k->cand[best].stable_ns;
     if (k->at + 1 < k->n &&
-        (k->cand[k->at + 1].trial_ns < m - m / 100 || k->cand[best].ran_out)) {
+        (k->cand[k->at + 1].trial_ns < m - m / 100 ||
+         (k->cand[best].ran_out && cham_clean_is_close(k->cand[k->at + 1].trial_ns, m)))) {
         k->at++;
         *plan = k->cand[k->at].plan;
         return CHAM_CHECK_TRY_NEXT;
