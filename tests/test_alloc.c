@@ -564,6 +564,31 @@ static void test_free_after_op_ordering_rules(void **state)
     env_close(e, true);
 }
 
+/* Frees after ops come sooner when the caller skips ahead in its plan:
+ * those now due are released at once (in op order), the rest wait as
+ * many ops fewer, and none is brought before op 0. */
+static void test_free_after_op_sooner(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    cham_block_t *a = alloc_ok(e, 4 * KiB, e->compute);
+    cham_block_t *b = alloc_ok(e, 8 * KiB, e->compute);
+    cham_block_t *c = alloc_ok(e, 16 * KiB, e->compute);
+    assert_int_equal(cham_allocator_op_dispatched(e->alloc, 5), CHAM_OK);
+    assert_int_equal(cham_block_free_after_op(e->alloc, a, e->swap, 10), CHAM_OK);
+    assert_int_equal(cham_block_free_after_op(e->alloc, b, e->swap, 20), CHAM_OK);
+    assert_int_equal(cham_block_free_after_op(e->alloc, c, e->swap, 6), CHAM_OK);
+    cham_allocator_ops_sooner(e->alloc, 8);          /* 10 -> 2, 20 -> 12, 6 -> 0 */
+    assert_int_equal(stats(e).pending_free, 8 * KiB);
+    assert_int_equal(cham_allocator_op_dispatched(e->alloc, 11), CHAM_OK);
+    assert_int_equal(stats(e).pending_free, 8 * KiB);
+    assert_int_equal(cham_allocator_op_dispatched(e->alloc, 12), CHAM_OK);
+    assert_int_equal(stats(e).pending_free, 0);
+    cham_allocator_ops_sooner(e->alloc, 3);          /* nothing pending: nothing moves */
+    assert_int_equal(stats(e).n_deferred_released, 3);
+    env_close(e, true);
+}
+
 /* The OOM path releases free-after-op blocks early (each behind a stream
  * wait), as the paper's Algorithm 3 does, instead of failing. */
 static void test_oom_releases_free_after_op_blocks(void **state)
@@ -1399,6 +1424,7 @@ int main(void)
         cmocka_unit_test(test_record_stream_two_streams),
         cmocka_unit_test(test_free_after_op),
         cmocka_unit_test(test_free_after_op_ordering_rules),
+        cmocka_unit_test(test_free_after_op_sooner),
         cmocka_unit_test(test_oom_releases_free_after_op_blocks),
         cmocka_unit_test(test_empty_cache),
         cmocka_unit_test(test_stats_peaks_and_fragmentation),

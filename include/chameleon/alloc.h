@@ -101,6 +101,13 @@ CHAM_API cham_status_t cham_block_free_after_op(cham_allocator_t *alloc, cham_bl
  * dispatched: blocks freed after this op become reusable. */
 CHAM_API cham_status_t cham_allocator_op_dispatched(cham_allocator_t *alloc, uint64_t op_index);
 
+/* Brings every pending free-after-op n ops sooner: a block freed after op
+ * k is freed after op k - n, and returns to its pool now where that op
+ * has been dispatched. For a caller whose ops turn out to come later in
+ * its plan than it counted (it skipped ahead): the frees it placed by
+ * the plan come as much sooner. */
+CHAM_API void cham_allocator_ops_sooner(cham_allocator_t *alloc, uint64_t n);
+
 /* Waits on the host for the events of every recordStream free still
  * pending and returns those blocks to their pools: PyTorch's answer to a
  * failed allocation (synchronize_and_free_events). The host blocks until

@@ -319,6 +319,17 @@ cham_status_t cham_allocator_op_dispatched(cham_allocator_t *a, uint64_t op_inde
     return CHAM_OK;
 }
 
+void cham_allocator_ops_sooner(cham_allocator_t *a, uint64_t n)
+{
+    CHAM_ASSERT(a);
+    /* One shift for all keeps the heap's order (ties stay by arrival). */
+    for (size_t i = 0; i < a->n_heap; i++)
+        a->heap[i].op = a->heap[i].op > n ? a->heap[i].op - n : 0;
+    while (a->any_op && a->n_heap && a->heap[0].op <= a->last_op)
+        release_op_block(a, heap_pop(a));
+    cham_alloc_debug_check(a);
+}
+
 void cham_alloc_release_all_op_blocks(cham_allocator_t *a)
 {
     while (a->n_heap)
