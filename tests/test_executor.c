@@ -434,6 +434,21 @@ static void test_skipped_layer_keeps_the_plan(void **state)
     assert_int_equal(DELTA(&got, 30, on_demand_swaps_in), 0);
 }
 
+/* The same where each layer's ops are its block (cham_set_block): the
+ * clock is set at the edges of the blocks as well, where the forward's
+ * blocks end and the backward's begin and end. */
+static void test_skipped_layer_keeps_the_plan_in_blocks(void **state)
+{
+    (void)state;
+    ts_config_t tc = deep();
+    tc.mark_blocks = true;
+    tc.skip_layer_step = 30;
+    run_at_half(&tc, 40);
+    assert_true(first_stable(&got) < 30);
+    assert_int_equal(DELTA(&got, 30, passive_swaps_out), 0);
+    assert_int_equal(DELTA(&got, 30, on_demand_swaps_in), 0);
+}
+
 /* Runs tc for 45 steps unconstrained and at half its peak, with AdamW's
  * long-lived moments: bit-exact with the hazard detector on, and steps 30
  * to 44 Stable with no passive or on-demand swap (and, with all_matched,
@@ -1122,6 +1137,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_matching_follows_tensors_not_addresses),
         cmocka_unit_test(test_extra_op_still_matches),
         cmocka_unit_test(test_skipped_layer_keeps_the_plan),
+        cmocka_unit_test(test_skipped_layer_keeps_the_plan_in_blocks),
         cmocka_unit_test(test_big_change_and_the_policy_cache),
         cmocka_unit_test(test_classes_alternate),
         cmocka_unit_test(test_evaluation_opens_a_step),

@@ -38,7 +38,7 @@ cham_plan_t *cham_plan_new(cham_policy_t *policy, const cham_profile_t *profile,
     cham_policy_view_t v;
     cham_policy_get(policy, &v);
     if (!p || !(p->in_order = malloc((v.n_items ? v.n_items : 1) * sizeof *p->in_order)) ||
-        !sort_by_swap_in(&v, p->in_order) || !cham_exec_plan_init(p, &v, profile) ||
+        !sort_by_swap_in(&v, p->in_order) || !cham_exec_plan_init(p, policy, profile) ||
         !cham_match_build(&p->match, policy, profile) ||
         (positional && (!(p->positions = malloc(sizeof *p->positions)) ||
                         !cham_positions_build(p->positions, policy, profile)))) {

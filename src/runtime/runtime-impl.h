@@ -211,6 +211,15 @@ typedef struct cham_plan {
     /* Its forward ops before the backward, the backward's first op, and
      * its backward ops (0: no backward). */
     uint32_t forward_ops, backward_first, backward_ops;
+    /* Where its ops run in blocks (cham_set_block): one run of them in the
+     * forward, [fwd_blocks, fwd_blocks_end), and one in the backward,
+     * [bwd_blocks, bwd_blocks_end). anchored: it has exactly those two,
+     * and the clock is set at their edges (executor.c, "the clock"). */
+    bool anchored;
+    uint32_t fwd_blocks, fwd_blocks_end, bwd_blocks, bwd_blocks_end;
+    /* Anchored: the memory the policy predicts after the forward's blocks
+     * (at the next op's begin). */
+    uint64_t head_mem;
     /* The trial it was made as (its kind: trials.c) and its release
      * delay: a plan made again from another profile is made alike. */
     size_t trial;
@@ -345,6 +354,18 @@ typedef struct cham_carried {
     uint32_t op;
 } cham_carried_t;
 
+/* Where in its step an anchored plan's clock stands (executor.c,
+ * clock_follow_blocks): before, in and after the forward's blocks, then
+ * the backward's. */
+typedef enum cham_exec_region {
+    CHAM_REGION_START,
+    CHAM_REGION_FWD_BLOCKS,
+    CHAM_REGION_FWD_AFTER,
+    CHAM_REGION_BWD_BEFORE,
+    CHAM_REGION_BWD_BLOCKS,
+    CHAM_REGION_BWD_AFTER,
+} cham_exec_region_t;
+
 /* What the executor does in the step being run. Invariant: storage_of[i]
  * is the live storage item i matched this step, or NULL; carried[i] is a
  * live storage whose carry_slot is i + 1, or NULL. */
@@ -361,6 +382,12 @@ typedef struct cham_exec {
     uint32_t clock, clock_next;
     uint32_t forward_ops;         /* ops run in the forward phase this step */
     bool in_backward;             /* this step's backward has begun */
+    /* An anchored plan's: the part of the step the op is in (the forward
+     * before, in and after its blocks, then the backward's), the forward's
+     * ops in blocks so far, and the ops the clock stays put for (a
+     * heavier step's blocks the profile did not run). */
+    cham_exec_region_t region;
+    uint32_t block_ops, hold;
     cham_carried_t *carried;      /* by op: what comes back this step */
     size_t n_carried, cap_carried, carry_next;
 } cham_exec_t;
@@ -577,9 +604,9 @@ void cham_exec_carry(cham_context_t *ctx);
  * its items that wrap, found by the profile's storage ids, leave now, so
  * the first step under it starts as the plan expects. */
 void cham_exec_send_away(cham_context_t *ctx);
-/* The plan's model-state ids from its profile (false: out of host
- * memory); cham_exec_plan_free frees them. */
-bool cham_exec_plan_init(cham_plan_t *plan, const cham_policy_view_t *policy,
+/* The plan's model-state ids, tokens and blocks from its profile (false:
+ * out of host memory); cham_exec_plan_free frees them. */
+bool cham_exec_plan_init(cham_plan_t *plan, const cham_policy_t *policy,
                          const cham_profile_t *profile);
 void cham_exec_plan_free(cham_plan_t *plan);
 cham_status_t cham_exec_op_begin(cham_context_t *ctx);

@@ -237,6 +237,15 @@ static bool skipped(const ts_model_t *m, int i)
     return m->skip && i >= skipped_first(m) && i < skipped_first(m) + ENTRIES_PER_LAYER;
 }
 
+/* The block of tape entry i where blocks are marked: its layer's, or
+ * none (the embedding and what follows the layers). */
+static void set_block(ts_model_t *m, int i)
+{
+    int in_layers = i >= 1 && i < 1 + m->c.layers * ENTRIES_PER_LAYER;
+    if (m->c.mark_blocks)
+        (void)cham_set_block(m->ctx, in_layers ? (i - 1) / ENTRIES_PER_LAYER : -1);
+}
+
 #define TRY(call)                     \
     do {                              \
         if ((st = (call)) != CHAM_OK) \
@@ -278,6 +287,7 @@ static cham_status_t forward(ts_model_t *m, int64_t step, bool fwd_only)
     for (int i = 0; i < m->n_tape; i++) {
         const entry_t *e = &m->tape[i];
         slot_t *out = &m->slots[e->out];
+        set_block(m, i);
         if (skipped(m, i)) {
             if (i == skipped_first(m) + ENTRIES_PER_LAYER - 1) {
                 /* The layer's input is its output. */
@@ -318,6 +328,7 @@ static cham_status_t forward(ts_model_t *m, int64_t step, bool fwd_only)
         }
     }
 out:
+    set_block(m, -1);
     cham_tensor_release(scratch);
     cham_tensor_release(probe);
     return st;
@@ -340,6 +351,7 @@ static cham_status_t backward(ts_model_t *m, bool reorder)
     for (int i = m->n_tape - 1; i >= 1; i--) {
         const entry_t *e = &m->tape[i];
         slot_t *out = &m->slots[e->out];
+        set_block(m, i);
         if (skipped(m, i)) {
             if (i == skipped_first(m) + ENTRIES_PER_LAYER - 1) {
                 /* The output's gradient is the input's. */
@@ -380,6 +392,7 @@ static cham_status_t backward(ts_model_t *m, bool reorder)
         }
     }
 out:
+    set_block(m, -1);
     cham_tensor_release(g0);
     cham_tensor_release(g1);
     return st;

@@ -42,6 +42,7 @@ typedef struct ts_config {
     bool shift_addresses;        /* a scratch tensor of 1-3 halves of an activation */
     bool adamw;                  /* AdamW, not SGD: two moments per weight, long-lived
                                     tensors of their own that only the update uses */
+    bool mark_blocks;            /* each layer's ops are its block (cham_set_block) */
 } ts_config_t;
 
 /* 8 layers, 256 KiB activations, 64 KiB weights, no variation. */
