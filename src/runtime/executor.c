@@ -265,13 +265,17 @@ void cham_exec_plan_free(cham_plan_t *p)
     free(p->makes_dropped);
 }
 
+/* Whether the storage of profile id `id` is model state of plan p's step. */
+static bool plan_state(const cham_plan_t *p, uint64_t id)
+{
+    return bsearch(&id, p->state_ids, p->n_state, sizeof *p->state_ids, cham_order_u64);
+}
+
 /* When storage s, away, comes back under plan p when p does not want it
  * away: at op 0, or never in this step if p's step does not use it. */
 static uint32_t carry_op(const cham_plan_t *p, const cham_storage_t *s)
 {
-    uint64_t id = s ? s->id : 0;
-    return !s || bsearch(&id, p->state_ids, p->n_state, sizeof *p->state_ids, cham_order_u64)
-               ? 0 : UINT32_MAX;
+    return !s || plan_state(p, s->id) ? 0 : UINT32_MAX;
 }
 
 static cham_status_t bring_back(cham_context_t *ctx, cham_storage_t *s);
@@ -466,10 +470,9 @@ static bool unmatched_state(const cham_exec_t *x, size_t i)
 {
     const cham_plan_t *p = x->plan;
     const cham_policy_item_t *it = &p->view.items[i];
-    uint64_t id = it->storage;
     return !x->storage_of[i] && !it->recompute && it->swap_out_op >= p->fwd_blocks &&
            it->swap_out_op < p->fwd_blocks_end && it->swap_in_op > x->clock &&
-           bsearch(&id, p->state_ids, p->n_state, sizeof *p->state_ids, cham_order_u64);
+           plan_state(p, it->storage);
 }
 
 /* The device bytes the step holds now, as the plan counts them: in use,

@@ -241,7 +241,7 @@ static bool skipped(const ts_model_t *m, int i)
  * none (the embedding and what follows the layers). */
 static void set_block(ts_model_t *m, int i)
 {
-    int in_layers = i >= 1 && i < 1 + m->c.layers * ENTRIES_PER_LAYER;
+    bool in_layers = i >= 1 && i < 1 + m->c.layers * ENTRIES_PER_LAYER;
     if (m->c.mark_blocks)
         (void)cham_set_block(m->ctx, in_layers ? (i - 1) / ENTRIES_PER_LAYER : -1);
 }
