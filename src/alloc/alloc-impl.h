@@ -256,6 +256,9 @@ void cham_alloc_process_events(cham_allocator_t *alloc);
 /* deferred.c: releases every free-after-op block now, each after a stream
  * wait on its event (the OOM path: paper's Algorithm 3, steps i-ii). */
 void cham_alloc_release_all_op_blocks(cham_allocator_t *alloc);
+/* deferred.c: releases the free-after-op block of the earliest op (ties:
+ * the first freed) as above; false when there is none. */
+bool cham_alloc_release_first_op_block(cham_allocator_t *alloc);
 /* deferred.c: waits for and releases every deferred free; frees the events. */
 void cham_alloc_drain_deferred(cham_allocator_t *alloc);
 

@@ -574,10 +574,14 @@ static void split_front(cham_allocator_t *a, cham_block_t *b, size_t offset)
 }
 
 /* Expandable segments: the best free block (or a new reservation), split,
- * with physical memory mapped under it. When that fails for memory, the
- * fallback chain of classic segments frees what it can (free-after-op
- * blocks, completed recordStream frees), whose granules can then move, and
- * tries once more. */
+ * with physical memory mapped under it. When that fails for memory, what
+ * can be freed is, whose granules can then move, and it tries again:
+ * completed recordStream frees, then free-after-op blocks one at a time,
+ * the earliest op's first, until the request fits. Each block given back
+ * early has its stream wait for its copy: all of them given back, the
+ * compute stream waited for the last copy queued where the request needed
+ * the first (docs/allocator.md, "Out of memory"). Classic segments still
+ * give back all: there, fewer leave free memory stranded in their pages. */
 static cham_status_t take_expandable(cham_allocator_t *a, cham_stream_t *stream, int sid,
                                      size_t rounded, bool small, cham_block_t **out,
                                      char *dev_err, size_t dev_err_size)
@@ -604,11 +608,12 @@ static cham_status_t take_expandable(cham_allocator_t *a, cham_stream_t *stream,
             return CHAM_OK;
         }
         cham_alloc_release_block(a, b);
-        if (st != CHAM_ERR_OUT_OF_MEMORY || attempt == 1)
+        if (st != CHAM_ERR_OUT_OF_MEMORY)
             return st;
-        cham_alloc_release_all_op_blocks(a);
-        if (a->queue_mask)
+        if (attempt == 0 && a->queue_mask)
             cham_alloc_process_events(a);
+        else if (!cham_alloc_release_first_op_block(a))
+            return st;
     }
 }
 

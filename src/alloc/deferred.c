@@ -330,6 +330,14 @@ void cham_allocator_ops_sooner(cham_allocator_t *a, uint64_t n)
     cham_alloc_debug_check(a);
 }
 
+bool cham_alloc_release_first_op_block(cham_allocator_t *a)
+{
+    if (!a->n_heap)
+        return false;
+    release_op_block(a, heap_pop(a));
+    return true;
+}
+
 void cham_alloc_release_all_op_blocks(cham_allocator_t *a)
 {
     while (a->n_heap)
