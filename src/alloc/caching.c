@@ -574,14 +574,15 @@ static void split_front(cham_allocator_t *a, cham_block_t *b, size_t offset)
 }
 
 /* Expandable segments: the best free block (or a new reservation), split,
- * with physical memory mapped under it. When that fails for memory, what
- * can be freed is, whose granules can then move, and it tries again:
- * completed recordStream frees, then free-after-op blocks one at a time,
- * the earliest op's first, until the request fits. Each block given back
- * early has its stream wait for its copy: all of them given back, the
- * compute stream waited for the last copy queued where the request needed
- * the first (docs/allocator.md, "Out of memory"). Classic segments still
- * give back all: there, fewer leave free memory stranded in their pages. */
+ * with physical memory mapped under it. When that fails for memory, it
+ * frees what it can, whose granules can then move, and tries again: first
+ * the completed recordStream frees, then free-after-op blocks one at a
+ * time, the earliest op's first, until the request fits. Each block given
+ * back early has its stream wait for its copy: all of them given back,
+ * the compute stream waited for the last copy queued where the request
+ * needed the first (docs/allocator.md, "Out of memory"). Classic segments
+ * still give back all: there, fewer leave free memory stranded in their
+ * pages. */
 static cham_status_t take_expandable(cham_allocator_t *a, cham_stream_t *stream, int sid,
                                      size_t rounded, bool small, cham_block_t **out,
                                      char *dev_err, size_t dev_err_size)
