@@ -844,6 +844,19 @@ static void test_request_lands_on_mapped_granules(void **state)
     env_close(e, true);
 }
 
+/* An expandable allocator under 64 MiB with 48 MiB of pinned host memory
+ * (*host), whose first 24 MiB block was swapped out to host's first half
+ * and handed back after op `op`. */
+static env_t *open_with_pending_copy(uint64_t op, void **host)
+{
+    env_t *e = env_open(1024 * MiB, 64 * MiB, false);
+    use_expandable(e, 64 * MiB);
+    assert_int_equal(cham_device_host_alloc(e->dev, 48 * MiB, host), CHAM_OK);
+    cham_block_t *x = swap_out(e, 24 * MiB, *host, false);
+    assert_int_equal(cham_block_free_after_op(e->alloc, x, e->swap, op), CHAM_OK);
+    return e;
+}
+
 /* Writes b on the compute stream, then copies its first `bytes` to host on
  * the swap stream behind a 100 s kernel there that reads `reader`. */
 static void copy_out_late(env_t *e, cham_block_t *b, size_t bytes, cham_block_t *reader,
@@ -864,12 +877,8 @@ static void copy_out_late(env_t *e, cham_block_t *b, size_t bytes, cham_block_t 
 static void test_reclaim_waits_for_each_copy(void **state)
 {
     (void)state;
-    env_t *e = env_open(1024 * MiB, 64 * MiB, false);
-    use_expandable(e, 64 * MiB);
     void *host = NULL;
-    assert_int_equal(cham_device_host_alloc(e->dev, 48 * MiB, &host), CHAM_OK);
-    cham_block_t *x = swap_out(e, 24 * MiB, host, false);
-    assert_int_equal(cham_block_free_after_op(e->alloc, x, e->swap, 0), CHAM_OK);
+    env_t *e = open_with_pending_copy(0, &host);
     cham_block_t *keep = alloc_ok(e, 2 * MiB, e->compute);   /* the holes stay apart */
     cham_block_t *y = alloc_ok(e, 24 * MiB, e->compute);
     cham_block_t *keep2 = alloc_ok(e, 2 * MiB, e->compute);
@@ -911,12 +920,8 @@ static void test_reclaim_waits_for_each_copy(void **state)
 static void test_oom_gives_back_the_earliest_blocks_first(void **state)
 {
     (void)state;
-    env_t *e = env_open(1024 * MiB, 64 * MiB, false);
-    use_expandable(e, 64 * MiB);
     void *host = NULL;
-    assert_int_equal(cham_device_host_alloc(e->dev, 48 * MiB, &host), CHAM_OK);
-    cham_block_t *x = swap_out(e, 24 * MiB, host, false);
-    assert_int_equal(cham_block_free_after_op(e->alloc, x, e->swap, 10), CHAM_OK);
+    env_t *e = open_with_pending_copy(10, &host);
     cham_block_t *y = alloc_ok(e, 24 * MiB, e->compute);
     cham_block_t *keep = alloc_ok(e, 16 * MiB, e->compute);  /* the limit is reached */
     copy_out_late(e, y, 24 * MiB, keep, (char *)host + 24 * MiB);
