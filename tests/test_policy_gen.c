@@ -3,7 +3,8 @@
  * in the comments: one peak and one candidate, Eq. 2 deciding the order, a
  * swap-in pushed two layers before its nearest slot, the fallback with an
  * accepted stall, the impossible case, Eq. 1 and the default layer count,
- * per-op costs moving a swap-in, the replay's queues; then a property test over random profiles
+ * per-op costs moving a swap-in, a swap across the step's end covering the
+ * step's tail alone, the replay's queues; then a property test over random profiles
  * (fixed seeds) that recomputes the peak from the items and the memory
  * samples the test itself put into the profile. */
 #include <math.h>
@@ -482,6 +483,71 @@ static void test_op_costs_move_swap_in(void **state)
     cham_profile_free(p);
 }
 
+/* ---- a swap across the step's end covers the tail alone ---------------- */
+
+/* Ops 0-3 forward, 4-7 backward, 8-9 the optimizer, 1 s each; 600 MiB
+ * live throughout, capacity 400: 200 over at every sample. Model state:
+ * W (400 MiB), a weight whose host copy the caller keeps, read by ops 2
+ * and 6; optimizer states S1 and S2 (100 MiB each), used by ops 8 and 9.
+ * Both directions carry 200 MiB/s, so W's copy back takes 2 s. Placed
+ * first (the largest), W away from op 6 to the next step's op 2 would
+ * cover the entries of ops 7-9 and, in the next step, op 0; its copy back
+ * may then start only after op 0, at 1 s, and ends at 3 s, 1 s into its
+ * use (12.5 s predicted without refinement). With cover_tails W covers
+ * ops 7-9 alone, its copy back starts with the next step and ends at
+ * 2 s, in time; op 0's entry falls to the states, which are away there
+ * anyway (11.5 s). The other waits (W's own copy back before op 6, 1 s,
+ * and S2's, 0.5 s) are the same in both. */
+static const char PH_T[] = "FFFFBBBBOO";
+static const uint64_t MEM_T[] = {600, 600, 600, 600, 600, 600, 600, 600, 600, 600,
+                                 600, 600, 600, 600, 600, 600, 600, 600, 600, 600};
+static const use_spec_t USES_T[] = {
+    {2, 2, 400, false}, {6, 2, 400, false}, {8, 3, 100, true}, {9, 4, 100, true},
+};
+
+/* The item of storage 2 (W) that wraps. */
+static const cham_policy_item_t *wrapping_w(const cham_policy_view_t *v)
+{
+    for (size_t i = 0; i < v->n_items; i++)
+        if (v->items[i].storage == 2 && v->items[i].wraps)
+            return &v->items[i];
+    fail_msg("W does not wrap");
+    return NULL;
+}
+
+static void test_swap_covers_the_tail_alone(void **state)
+{
+    (void)state;
+    cham_profile_t *p = test_build_profile(PH_T, MEM_T, USES_T, 4);
+    for (uint64_t s = 2; s <= 4; s++)
+        test_mark_persistent(p, s);
+    test_mark_backed(p, 2);
+    cham_planner_config_t c = cfg_for(PH_T, 400, 200, 200);
+    double cost[10];
+    for (size_t k = 0; k < 10; k++)
+        cost[k] = 1e9;
+    c.op_cost_ns = cost;
+    c.n_op_costs = 10;
+    c.refine = c.less_memory = c.cover_tails = false;
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    const cham_policy_item_t *w = wrapping_w(&v);
+    assert_int_equal(w->swap_in_op, 1);
+    assert_int_equal(w->stall_ns, SEC);
+    assert_int_equal(v.predicted_step_ns, 12 * SEC + SEC / 2);
+    cham_policy_free(pol);
+
+    c.cover_tails = true;
+    pol = plan_ok(p, &c, &v);
+    w = wrapping_w(&v);
+    assert_int_equal(w->swap_in_op, 0);
+    assert_int_equal(w->stall_ns, 0);
+    assert_int_equal(v.predicted_step_ns, 11 * SEC + SEC / 2);
+    assert_int_equal(v.predicted_peak, 400 * MiB);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
 /* ---- property test ----------------------------------------------------- */
 
 /* A random transformer-like step: L model layers of k forward ops, each
@@ -732,6 +798,7 @@ int main(void)
         cmocka_unit_test(test_eq1_layers),
         cmocka_unit_test(test_default_layer_count),
         cmocka_unit_test(test_op_costs_move_swap_in),
+        cmocka_unit_test(test_swap_covers_the_tail_alone),
         cmocka_unit_test(test_replay_queues),
         cmocka_unit_test(test_replay_runs_on),
         cmocka_unit_test(test_replay_waits_for_collectives),

@@ -40,6 +40,7 @@ static cham_policy_t *plan(const cham_profile_t *prof, const seen_t *s, bool ref
     c.d2h_bandwidth = dev->d2h_bandwidth;
     c.refine = refine;
     c.less_memory = less_memory;
+    c.cover_tails = less_memory;   /* another plan, not the same one refined */
     cham_policy_t *p = NULL;
     char err[400];
     cham_status_t st = cham_plan_chameleon(prof, &c, &p, err, sizeof err);

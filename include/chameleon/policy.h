@@ -75,6 +75,13 @@ typedef struct cham_planner_config {
                                     more kept free, the best prediction
                                     kept (true; docs/policy.md, "Less
                                     memory") */
+    bool cover_tails;            /* with recomputation: where a swap across
+                                    the step's end waits for its copy back,
+                                    the k found planned again with such
+                                    swaps covering this step's tail alone,
+                                    the better prediction kept (true;
+                                    docs/policy.md, "Swaps across the
+                                    step's end") */
     /* Optional per-op device time estimates (ns), n_ops of them, in profile
      * op order; NULL = Eq. 1 (step time spread evenly over the ops). */
     const double *op_cost_ns;

@@ -27,6 +27,7 @@ cham_planner_config_t cham_planner_config_default(void)
         .model_state = true,
         .refine = true,
         .less_memory = true,
+        .cover_tails = true,
         .op_cost_ns = NULL,
         .n_op_costs = 0,
     };

@@ -115,6 +115,10 @@ typedef struct cham_gen_sim {
      * the layers' free time (docs/policy.md, "The copy queues"). */
     uint64_t *op_end;            /* n_ops: when each op ends; NULL: no queue */
     bool early_in;               /* swap-ins as early as memory allows */
+    /* A swap across the step's end that cannot come back in time after
+     * the next step's entries it would cover may cover this step's tail
+     * alone (placement.c, cham_gen_place). */
+    bool cover_tails;
     size_t n_ops;
     cham_gen_queue_t out, in;
 } cham_gen_sim_t;

@@ -315,8 +315,8 @@ static cham_status_t cannot_remove(gen_t *g, const char *why, char *err, size_t 
 
 static cham_status_t plan_once(const cham_profile_t *profile,
                                const cham_planner_config_t *config, size_t n_recompute,
-                               bool queue, size_t *n_recomputable, cham_policy_t **out,
-                               char *err, size_t err_size)
+                               bool queue, bool cover_tails, size_t *n_recomputable,
+                               cham_policy_t **out, char *err, size_t err_size)
 {
     cham_profile_view_t v;
     uint64_t capacity = 0, usable = 0;
@@ -349,6 +349,7 @@ static cham_status_t plan_once(const cham_profile_t *profile,
         goto host_oom;
     g.sim.free_delay = config->free_delay_ops;
     g.sim.early_in = config->early_swap_in;
+    g.sim.cover_tails = cover_tails;
     for (size_t i = 0; i < g.n_t; i++)
         g.max_bytes = g.t[i].bytes > g.max_bytes ? g.t[i].bytes : g.max_bytes;
 
@@ -413,8 +414,8 @@ fail:
  * with a stall (docs/policy.md, "The copy queues"). */
 static cham_status_t plan_layered(const cham_profile_t *profile,
                                   const cham_planner_config_t *config, size_t n_recompute,
-                                  bool per_op, size_t *n_recomputable, cham_policy_t **out,
-                                  char *err, size_t err_size)
+                                  bool per_op, bool cover_tails, size_t *n_recomputable,
+                                  cham_policy_t **out, char *err, size_t err_size)
 {
     cham_planner_config_t whole = *config;
     whole.partial = false;
@@ -433,16 +434,19 @@ static cham_status_t plan_layered(const cham_profile_t *profile,
         if (k > 1)
             whole.forward_layers = whole.backward_layers =
                 (uint32_t)(layers < v.n_ops ? layers : v.n_ops);
-        st = plan_once(profile, &whole, n_recompute, queue, n_recomputable, out, err, err_size);
+        st = plan_once(profile, &whole, n_recompute, queue, cover_tails, n_recomputable, out, err,
+                           err_size);
     }
     if (st == CHAM_ERR_OUT_OF_MEMORY && config->recompute) {
         queue = false;
-        st = plan_once(profile, &whole, n_recompute, queue, n_recomputable, out, err, err_size);
+        st = plan_once(profile, &whole, n_recompute, queue, cover_tails, n_recomputable, out, err,
+                           err_size);
     }
     /* Still none: what can be placed, at the finest layering tried. */
     if (st == CHAM_ERR_OUT_OF_MEMORY && config->partial) {
         whole.partial = true;
-        st = plan_once(profile, &whole, n_recompute, queue, n_recomputable, out, err, err_size);
+        st = plan_once(profile, &whole, n_recompute, queue, cover_tails, n_recomputable, out, err,
+                           err_size);
     }
     return st;
 }
@@ -478,7 +482,7 @@ static cham_status_t try_k(const cham_profile_t *profile, const cham_planner_con
 {
     cham_policy_t *p = NULL;
     char e[400] = "";
-    cham_status_t st = plan_layered(profile, config, k, per_op, n, &p, e, sizeof e);
+    cham_status_t st = plan_layered(profile, config, k, per_op, false, n, &p, e, sizeof e);
     if (st == CHAM_ERR_OUT_OF_MEMORY)
         return CHAM_OK;
     if (st != CHAM_OK) {
@@ -521,6 +525,54 @@ static cham_status_t refine(const cham_profile_t *profile, const cham_planner_co
     return CHAM_ERR_HOST_OOM;
 }
 
+/* Keeps the better of *best and p (either may be NULL). */
+static void keep_better(cham_policy_t **best, cham_policy_t *p)
+{
+    if (p && (!*best || better(p, *best))) {
+        cham_policy_free(*best);
+        *best = p;
+    } else {
+        cham_policy_free(p);
+    }
+}
+
+/* Plans the k cheapest recomputations again under `config` (refined),
+ * keeping the result in *best if it predicts better; *kept says whether
+ * it did. CHAM_ERR_OUT_OF_MEMORY: none fits (*kept false). */
+static cham_status_t try_again(const cham_profile_t *profile, const cham_planner_config_t *config,
+                               size_t k, bool per_op, bool cover_tails, cham_policy_t **best,
+                               bool *kept, char *err, size_t err_size)
+{
+    cham_policy_t *p = NULL;
+    size_t n;
+    char e[400] = "";
+    *kept = false;
+    cham_status_t st = plan_layered(profile, config, k, per_op, cover_tails, &n, &p, e, sizeof e);
+    if (st != CHAM_OK) {
+        cham_set_err(err, err_size, "%s", e);
+        return st;
+    }
+    if (config->refine && (st = refine(profile, config, p, err, err_size)) != CHAM_OK) {
+        cham_policy_free(p);
+        return st;
+    }
+    *kept = better(p, *best);
+    keep_better(best, p);
+    return CHAM_OK;
+}
+
+/* Whether placement left a swap across the step's end waiting for its
+ * copy back: what planning with cover_tails may do better. */
+static bool stalls_across_the_end(const cham_policy_t *p)
+{
+    cham_policy_view_t v;
+    cham_policy_get(p, &v);
+    for (size_t i = 0; i < v.n_items; i++)
+        if (v.items[i].wraps && v.items[i].stall_ns)
+            return true;
+    return false;
+}
+
 /* The prediction is not monotone in the memory: with a little more room
  * placement may move one more tensor whose copies then hold up the
  * others, and refinement settles elsewhere (docs/policy.md, "Less
@@ -532,8 +584,8 @@ static cham_status_t refine(const cham_profile_t *profile, const cham_planner_co
 
 static cham_status_t with_less_memory(const cham_profile_t *profile,
                                       const cham_planner_config_t *config, size_t k,
-                                      bool per_op, cham_policy_t **best, char *err,
-                                      size_t err_size)
+                                      bool per_op, bool cover_tails, cham_policy_t **best,
+                                      char *err, size_t err_size)
 {
     cham_profile_view_t v;
     cham_profile_get(profile, &v);
@@ -544,28 +596,10 @@ static cham_status_t with_less_memory(const cham_profile_t *profile,
         less.reserve = capacity - usable + (uint64_t)i * (capacity / 100);
         if (less.reserve >= capacity)
             break;
-        cham_policy_t *p = NULL;
-        size_t n;
-        char e[400] = "";
-        st = plan_layered(profile, &less, k, per_op, &n, &p, e, sizeof e);
-        if (st == CHAM_ERR_OUT_OF_MEMORY)
-            return CHAM_OK;          /* less does not fit; nor will still less */
-        if (st != CHAM_OK) {
-            cham_set_err(err, err_size, "%s", e);
-            return st;
-        }
-        if (config->refine && (st = refine(profile, &less, p, err, err_size)) != CHAM_OK) {
-            cham_policy_free(p);
-            return st;
-        }
-        if (better(p, *best)) {
-            cham_policy_free(*best);
-            *best = p;
-        } else {
-            cham_policy_free(p);
-        }
+        bool kept;
+        st = try_again(profile, &less, k, per_op, cover_tails, best, &kept, err, err_size);
     }
-    return st;
+    return st == CHAM_ERR_OUT_OF_MEMORY ? CHAM_OK : st;   /* less does not fit; nor will still less */
 }
 
 /* The k cheapest recomputations (cost per byte) for the k that predicts
@@ -601,17 +635,6 @@ static cham_status_t sweep(const cham_profile_t *profile, const cham_planner_con
     return st;
 }
 
-/* Keeps the better of *best and p (either may be NULL). */
-static void keep_better(cham_policy_t **best, cham_policy_t *p)
-{
-    if (p && (!*best || better(p, *best))) {
-        cham_policy_free(*best);
-        *best = p;
-    } else {
-        cham_policy_free(p);
-    }
-}
-
 /* Swaps, and the k cheapest recomputations (cost per byte) for the k that
  * predicts the best policy (one that fits before one that does not, then
  * the fastest step, each re-run priced in), planned against the link
@@ -627,13 +650,13 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
     size_t n = 0;
     bool ladder = !config->forward_layers && !config->backward_layers;
     if (!config->recompute) {   /* swaps only, as the paper plans them */
-        cham_status_t st = plan_layered(profile, config, 0, false, &n, out, err, err_size);
+        cham_status_t st = plan_layered(profile, config, 0, false, false, &n, out, err, err_size);
         if (st != CHAM_OK && st != CHAM_ERR_OUT_OF_MEMORY)
             return st;
         if (!ladder || (st == CHAM_OK && fits(*out)))
             return st;
         cham_policy_t *fine = NULL;
-        cham_status_t fst = plan_layered(profile, config, 0, true, &n, &fine, err, err_size);
+        cham_status_t fst = plan_layered(profile, config, 0, true, false, &n, &fine, err, err_size);
         if (fst != CHAM_OK && fst != CHAM_ERR_OUT_OF_MEMORY) {
             if (st == CHAM_OK)
                 cham_policy_free(*out);
@@ -663,11 +686,20 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
         return st;
     }
     if (!best)     /* none at any k: the swap-only failure says why */
-        return plan_layered(profile, config, 0, true, &n, out, err, err_size);
+        return plan_layered(profile, config, 0, true, false, &n, out, err, err_size);
+    bool tails = config->cover_tails && stalls_across_the_end(best);
     if (config->refine)
         st = refine(profile, config, best, err, err_size);
+    /* The k found, with swaps across the step's end free to cover this
+     * step's tail alone (placement.c, cham_gen_place), kept where it
+     * predicts better: not always so, since the next step's entries left
+     * to others may cost more than the wait it saves. */
+    if (st == CHAM_OK && tails) {   /* tails: then whether that was kept */
+        st = try_again(profile, config, best_k, per_op, true, &best, &tails, err, err_size);
+        st = st == CHAM_ERR_OUT_OF_MEMORY ? CHAM_OK : st;
+    }
     if (st == CHAM_OK && config->less_memory)
-        st = with_less_memory(profile, config, best_k, per_op, &best, err, err_size);
+        st = with_less_memory(profile, config, best_k, per_op, tails, &best, err, err_size);
     if (st != CHAM_OK) {
         cham_policy_free(best);
         return st;

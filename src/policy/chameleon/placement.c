@@ -496,22 +496,15 @@ static bool place_in(cham_gen_sim_t *s, uint32_t lo, uint32_t last, bool allow_s
     return true;
 }
 
-bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
-                    bool allow_stall, cham_gen_place_t *pl)
+/* cham_gen_place for one choice of the entries to cover: up to m_last,
+ * which (head) is in the next step's part for a swap across the step's
+ * end, else after t's last use in this step. */
+static bool place_covering(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
+                           bool allow_stall, bool head, size_t m_last, cham_gen_place_t *pl)
 {
     const cham_gen_layers_t *l = s->layers;
-    uint32_t lf = l->layer_of_op[t->last_fwd], lu = l->layer_of_op[t->first_bwd];
-    if (lu == 0 || (!t->wraps && lu - 1 < lf))
-        return false;
-    uint32_t last_in = lu - 1;   /* the latest layer a swap-in may go in */
-    size_t hi = 2 * (size_t)l->v[last_in].start_op, m_last = 0, ns = mrl->samples;
-    /* free_op > f: without an entry after f's end there is none later (the
-     * usual case late in a pass, and cheaper than the searches below).
-     * Across the step's end the last entry is in the next step's part
-     * (head) if it has one. */
-    bool head = t->wraps && cham_mrl_last(mrl, 0, hi, &m_last);
-    if (!head && !cham_mrl_last(mrl, 2 * ((size_t)t->last_fwd + 1), t->wraps ? ns : hi, &m_last))
-        return false;
+    uint32_t lf = l->layer_of_op[t->last_fwd], last_in = l->layer_of_op[t->first_bwd] - 1;
+    size_t ns = mrl->samples;
     *pl = (cham_gen_place_t){
         .t_out = t->backed ? 0 : cham_gen_transfer_ns(t->bytes, s->d2h_bw, l->copy_latency_ns),
         .t_in = cham_gen_transfer_ns(t->bytes, s->h2d_bw, l->copy_latency_ns),
@@ -575,6 +568,36 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
         return false;
     pl->in_op = l->v[pl->in_layer].start_op;
     return true;
+}
+
+bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
+                    bool allow_stall, cham_gen_place_t *pl)
+{
+    const cham_gen_layers_t *l = s->layers;
+    uint32_t lf = l->layer_of_op[t->last_fwd], lu = l->layer_of_op[t->first_bwd];
+    if (lu == 0 || (!t->wraps && lu - 1 < lf))
+        return false;
+    size_t hi = 2 * (size_t)l->v[lu - 1].start_op, m_last = 0, ns = mrl->samples;
+    size_t after = 2 * ((size_t)t->last_fwd + 1);
+    /* free_op > f: without an entry after f's end there is none later (the
+     * usual case late in a pass, and cheaper than the searches below).
+     * Across the step's end the last entry is in the next step's part
+     * (head) if it has one. */
+    bool head = t->wraps && cham_mrl_last(mrl, 0, hi, &m_last);
+    if (!head)
+        return cham_mrl_last(mrl, after, t->wraps ? ns : hi, &m_last) &&
+               place_covering(s, mrl, t, allow_stall, false, m_last, pl);
+    if (place_covering(s, mrl, t, allow_stall, true, m_last, pl))
+        return true;
+    /* Covering the next step's entries up to the last before the use
+     * leaves the copy back only the ops after that entry, often too few
+     * to hide it: an optimizer's state, used once at the step's end where
+     * the entries run up to each update, would come back one update before
+     * its own with the compute stream waiting. Covering this step's tail
+     * alone, it may come back from the next step's start on, and the head's
+     * entries are left to others (weights that a host copy backs, say). */
+    return s->cover_tails && !allow_stall && cham_mrl_last(mrl, after, ns, &m_last) &&
+           place_covering(s, mrl, t, false, false, m_last, pl);
 }
 
 bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
