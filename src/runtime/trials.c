@@ -81,6 +81,10 @@ cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profi
      * where it did not have to costs link time the replay can misjudge. */
     pc.model_state = ctx->config.model_state &&
                      (planner->flags & CHAM_PLANNER_FLAG_MODEL_STATE) && kind != 4;
+    /* The fourth keeps placement's own rule for swaps across the step's
+     * end: the other rule is kept by its prediction, which a step unlike
+     * its profile can belie (policy.md, "Swaps across the step's end"). */
+    pc.cover_tails = kind != 3;
     /* With expandable segments little memory strands, and the baselines
      * keep their reserve. The first plans with a quarter of it, the third
      * with half, the others with all: a ladder, since what a thin reserve
