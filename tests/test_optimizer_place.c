@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "chameleon/chameleon.h"
+#include "workload/workload-impl.h"
 
 /* GPT-2 1.5B's shapes with 4 layers (6 parameter groups), mbs 4 and seq
  * 2048 on the a100-80g: its logits and activations dwarf a layer's
@@ -406,6 +407,41 @@ static void test_walk_past_a_slower_neighbour(void **state)
     assert_true(planned.late_mean_step_time_s <= 1.02 * best);
 }
 
+/* The walk's step leaves programs between: with 50 groups it steps by 2,
+ * so from finalists host:20 and host:22 it tries 18, 16 and 24 and
+ * never 21, the fastest here (a step time of 1 s plus 0.1 s a group away
+ * from 21; the device's program 9 s). Halving the step around the fastest
+ * (host:20, tried first of the two level ones) tries 19 and 21: 21 is
+ * kept, within the trials allowed. GPT-2 1.5B's shape with 50 groups on
+ * the a100-80g at 25% ran host:20 at 0.6151 s, host:21 at 0.5943 s. */
+static double v_trial(const wl_program_t *p, void *user)
+{
+    (*(int *)user)++;
+    return p->host ? 1.0 + 0.1 * fabs((double)p->device_groups - 21.0) : 9.0;
+}
+
+static uint32_t no_hint(void *user)
+{
+    (void)user;
+    return UINT32_MAX;
+}
+
+static void test_walk_halves_its_step(void **state)
+{
+    (void)state;
+    int runs = 0;
+    wl_place_hooks_t hooks = {v_trial, no_hint, &runs};
+    wl_trials_t t = {.hooks = &hooks, .best_s = INFINITY};
+    assert_true(wl_try_program(&t, &(wl_program_t){.host = false}));
+    assert_true(wl_try_program(&t, &(wl_program_t){.host = true, .device_groups = 20}));
+    assert_false(wl_try_program(&t, &(wl_program_t){.host = true, .device_groups = 22}));
+    wl_walk_groups(&t, 0, 50);
+    assert_true(t.tried[t.best].host);
+    assert_int_equal(t.tried[t.best].device_groups, 21);
+    assert_true(t.n <= WL_MAX_TRIALS);
+    assert_int_equal(runs, (int)t.n);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -418,6 +454,7 @@ int main(void)
         cmocka_unit_test(test_changing_loop_tries_its_finalists),
         cmocka_unit_test(test_accumulation_chooses_too),
         cmocka_unit_test(test_walk_past_a_slower_neighbour),
+        cmocka_unit_test(test_walk_halves_its_step),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,9 +25,6 @@
  * with the fewest groups on the device (the most room for the rest) is
  * the finalist. */
 #define LEVEL 0.005
-/* At most this many programs are tried: four finalists, then the
- * fastest's neighbours. */
-#define MAX_TRIALS 8
 /* Host programs measured on a grid first where there are more (each is
  * steps of the job and a bound: measuring all would cost layers squared). */
 #define MAX_MEASURED 64
@@ -96,22 +93,12 @@ static double guess(const wl_program_t *p, double compute_s, bool pes)
     return pes ? pessimistic(p, compute_s) : optimistic(p);
 }
 
-/* The programs tried so far and the fastest of them. */
-typedef struct trials {
-    const wl_place_hooks_t *hooks;
-    wl_program_t tried[MAX_TRIALS];
-    uint32_t n, best;
-    double best_s;
-} trials_t;
-
-/* Tries p unless it was tried (or MAX_TRIALS were); whether it ran
- * faster than every program before it. */
-static bool try_program(trials_t *t, const wl_program_t *p)
+bool wl_try_program(wl_trials_t *t, const wl_program_t *p)
 {
     for (uint32_t i = 0; i < t->n; i++)
         if (t->tried[i].host == p->host && t->tried[i].device_groups == p->device_groups)
             return false;
-    if (t->n == MAX_TRIALS)
+    if (t->n == WL_MAX_TRIALS)
         return false;
     double s = t->hooks->trial(p, t->hooks->user);
     t->tried[t->n++] = *p;
@@ -120,6 +107,37 @@ static bool try_program(trials_t *t, const wl_program_t *p)
     t->best_s = s;
     t->best = t->n - 1;
     return true;
+}
+
+void wl_walk_groups(wl_trials_t *t, uint32_t first, uint32_t groups)
+{
+    /* The walk goes on past one slower neighbour: the kept plans are not
+     * smooth in the groups. Mixtral (8 layers, varying expert loads) at
+     * 45% on the 910B: host:6 ran 1.06 s, host:5 slower, host:4 0.75 s and
+     * host:3 0.74 s. */
+    uint32_t d = groups / 25 ? groups / 25 : 1;
+    for (int dir = -1; dir <= 1 && t->tried[t->best].host; dir += 2) {
+        int64_t at = t->tried[t->best].device_groups;
+        for (int misses = 0; misses < 2;) {
+            at += dir * (int64_t)d;
+            if (at < first || at >= groups)
+                break;
+            wl_program_t q = {.host = true, .device_groups = (uint32_t)at};
+            misses = wl_try_program(t, &q) ? 0 : misses + 1;
+        }
+    }
+    /* Then around the fastest at half the walk's step, a quarter, ...:
+     * the walk leaves programs between its steps (GPT-2 1.5B, 50 groups,
+     * mbs 4, 2048 tokens, on the a100-80g at 25%: host:20 and host:22
+     * tried, host:21 faster than both). */
+    for (uint32_t half = d / 2; half >= 1 && t->tried[t->best].host; half /= 2) {
+        int64_t at = t->tried[t->best].device_groups;
+        for (int dir = -1; dir <= 1; dir += 2) {
+            int64_t q = at + dir * (int64_t)half;
+            if (q >= first && q < groups)
+                wl_try_program(t, &(wl_program_t){.host = true, .device_groups = (uint32_t)q});
+        }
+    }
 }
 
 /* The host programs measured so far and the best of them by each guess
@@ -247,32 +265,18 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
      * run (Llama 2 7B, ZeRO-3 over 8, layer drop 0.1, on the h100-80g at
      * 60%: the device's program, kept, ran 0.4563 s a step; host:3 runs
      * 0.4445 s, simulated). */
-    trials_t t = {.hooks = hooks, .best_s = INFINITY};
-    try_program(&t, &device);
+    wl_trials_t t = {.hooks = hooks, .best_s = INFINITY};
+    wl_try_program(&t, &device);
     if (!cham_model_loop_changes(m) && t.best_s <= optimistic(&sc.best_opt) * (1 + HOST_MARGIN)) {
         out->trials = t.n;
         return true;
     }
-    try_program(&t, &sc.best_pes);
-    try_program(&t, &sc.best_opt);
+    wl_try_program(&t, &sc.best_pes);
+    wl_try_program(&t, &sc.best_opt);
     uint32_t hint = hooks->hint(hooks->user);
     if (hint >= first && hint < groups)
-        try_program(&t, &(wl_program_t){.host = true, .device_groups = hint});
-    /* The walk goes on past one slower neighbour: the kept plans are not
-     * smooth in the groups. Mixtral (8 layers, varying expert loads) at
-     * 45% on the 910B: host:6 ran 1.06 s, host:5 slower, host:4 0.75 s and
-     * host:3 0.74 s. */
-    uint32_t d = groups / 25 ? groups / 25 : 1;
-    for (int dir = -1; dir <= 1 && t.tried[t.best].host; dir += 2) {
-        int64_t at = t.tried[t.best].device_groups;
-        for (int misses = 0; misses < 2;) {
-            at += dir * (int64_t)d;
-            if (at < first || at >= groups)
-                break;
-            wl_program_t q = {.host = true, .device_groups = (uint32_t)at};
-            misses = try_program(&t, &q) ? 0 : misses + 1;
-        }
-    }
+        wl_try_program(&t, &(wl_program_t){.host = true, .device_groups = hint});
+    wl_walk_groups(&t, first, groups);
     if (isfinite(t.best_s))      /* none ran: the device's, whose run says why */
         out->chosen = t.tried[t.best];
     out->trials = t.n;

@@ -183,6 +183,24 @@ typedef struct wl_place_hooks {
     uint32_t (*hint)(void *user);
     void *user;
 } wl_place_hooks_t;
+/* The programs tried so far and the fastest of them (best, best_s):
+ * at most WL_MAX_TRIALS, four finalists and then the fastest's
+ * neighbours. */
+#define WL_MAX_TRIALS 10
+typedef struct wl_trials {
+    const wl_place_hooks_t *hooks;
+    wl_program_t tried[WL_MAX_TRIALS];
+    uint32_t n, best;
+    double best_s;
+} wl_trials_t;
+/* Tries p unless it was tried (or WL_MAX_TRIALS were); whether it ran
+ * faster than every program before it. */
+bool wl_try_program(wl_trials_t *t, const wl_program_t *p);
+/* From the fastest program tried, if a host one, its neighbours among the
+ * host programs [first, groups) on the device: a 25th of the groups
+ * apart while faster and on past one slower, then at half that step, a
+ * quarter, down to one. */
+void wl_walk_groups(wl_trials_t *t, uint32_t first, uint32_t groups);
 /* Measures every program m's job can run at the budget of rc on the
  * device described by info and chooses: the device's program unless a
  * host one's guessed step is clearly below its; then the fastest of
