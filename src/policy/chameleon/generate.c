@@ -525,20 +525,21 @@ static cham_status_t refine(const cham_profile_t *profile, const cham_planner_co
     return CHAM_ERR_HOST_OOM;
 }
 
-/* Keeps the better of *best and p (either may be NULL). */
-static void keep_better(cham_policy_t **best, cham_policy_t *p)
+/* Keeps the better of *best and p (either may be NULL); whether p was. */
+static bool keep_better(cham_policy_t **best, cham_policy_t *p)
 {
     if (p && (!*best || better(p, *best))) {
         cham_policy_free(*best);
         *best = p;
-    } else {
-        cham_policy_free(p);
+        return true;
     }
+    cham_policy_free(p);
+    return false;
 }
 
 /* Plans the k cheapest recomputations again under `config` (refined),
- * keeping the result in *best if it predicts better; *kept says whether
- * it did. CHAM_ERR_OUT_OF_MEMORY: none fits (*kept false). */
+ * keeping the result in *best if it predicts better; *kept (if not NULL)
+ * says whether it did. CHAM_ERR_OUT_OF_MEMORY: none fits (not kept). */
 static cham_status_t try_again(const cham_profile_t *profile, const cham_planner_config_t *config,
                                size_t k, bool per_op, bool cover_tails, cham_policy_t **best,
                                bool *kept, char *err, size_t err_size)
@@ -546,7 +547,6 @@ static cham_status_t try_again(const cham_profile_t *profile, const cham_planner
     cham_policy_t *p = NULL;
     size_t n;
     char e[400] = "";
-    *kept = false;
     cham_status_t st = plan_layered(profile, config, k, per_op, cover_tails, &n, &p, e, sizeof e);
     if (st != CHAM_OK) {
         cham_set_err(err, err_size, "%s", e);
@@ -556,8 +556,9 @@ static cham_status_t try_again(const cham_profile_t *profile, const cham_planner
         cham_policy_free(p);
         return st;
     }
-    *kept = better(p, *best);
-    keep_better(best, p);
+    bool won = keep_better(best, p);
+    if (kept)
+        *kept = won;
     return CHAM_OK;
 }
 
@@ -596,8 +597,7 @@ static cham_status_t with_less_memory(const cham_profile_t *profile,
         less.reserve = capacity - usable + (uint64_t)i * (capacity / 100);
         if (less.reserve >= capacity)
             break;
-        bool kept;
-        st = try_again(profile, &less, k, per_op, cover_tails, best, &kept, err, err_size);
+        st = try_again(profile, &less, k, per_op, cover_tails, best, NULL, err, err_size);
     }
     return st == CHAM_ERR_OUT_OF_MEMORY ? CHAM_OK : st;   /* less does not fit; nor will still less */
 }
@@ -687,19 +687,19 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
     }
     if (!best)     /* none at any k: the swap-only failure says why */
         return plan_layered(profile, config, 0, true, false, &n, out, err, err_size);
-    bool tails = config->cover_tails && stalls_across_the_end(best);
+    bool tails = config->cover_tails && stalls_across_the_end(best), tails_kept = false;
     if (config->refine)
         st = refine(profile, config, best, err, err_size);
     /* The k found, with swaps across the step's end free to cover this
      * step's tail alone (placement.c, cham_gen_place), kept where it
      * predicts better: not always so, since the next step's entries left
      * to others may cost more than the wait it saves. */
-    if (st == CHAM_OK && tails) {   /* tails: then whether that was kept */
-        st = try_again(profile, config, best_k, per_op, true, &best, &tails, err, err_size);
+    if (st == CHAM_OK && tails) {
+        st = try_again(profile, config, best_k, per_op, true, &best, &tails_kept, err, err_size);
         st = st == CHAM_ERR_OUT_OF_MEMORY ? CHAM_OK : st;
     }
     if (st == CHAM_OK && config->less_memory)
-        st = with_less_memory(profile, config, best_k, per_op, tails, &best, err, err_size);
+        st = with_less_memory(profile, config, best_k, per_op, tails_kept, &best, err, err_size);
     if (st != CHAM_OK) {
         cham_policy_free(best);
         return st;
