@@ -176,8 +176,8 @@ static void test_refined_never_worse(void **state)
 /* Mixtral 8x7B under ZeRO-3 over 8 on an H100 cut to 40.95 GiB (33% of
  * its peak), the first 16 of its 34 parameter groups updated on the
  * device: their master weights and moments stream in through the
- * optimizer phase's 2,485 ops, and each pass of refinement moves every
- * stalled swap-in a little earlier. Stopped after four passes, refinement
+ * optimizer phase of a 2,485-op step, and each pass of refinement moves
+ * every stalled swap-in a little earlier. Stopped after four passes, refinement
  * took the prediction 7% under the unrefined one (1877 -> 1743 ms);
  * passes repeat while they gain (docs/policy.md, "Refinement"): 16%
  * (1576 ms). */
