@@ -123,6 +123,7 @@ static void test_operands_stay_during_their_op(void **state)
     expect_error(ctx, cham_tensor_swap_out(t, false), in_flight);
     expect_error(ctx, cham_tensor_host_update(t, host), in_flight);
     expect_error(ctx, cham_tensor_set_host_copy(t, host), in_flight);
+    expect_error(ctx, cham_tensor_discard(t), in_flight);
     assert_int_equal(cham_tensor_swap_out(other, false), CHAM_OK);   /* not the op's */
     /* A workspace the op takes may not land where t was. */
     cham_tensor_t *ws = new_tensor(ctx, "workspace");

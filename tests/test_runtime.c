@@ -1169,6 +1169,73 @@ static void test_host_copy_made_on_host(void **state)
     host_side_close(&h);
 }
 
+/* cham_tensor_discard: a storage away on the host whose next op writes it
+ * whole comes back into a new block with no copy and holds what that op
+ * wrote; an op that reads it first fails naming it, never reads stale
+ * bytes; the profile marks the write (overwrites), and its rebuilt curve
+ * counts the storage back from there, as its swap-out was counted. A
+ * view of part of a storage, and advisor mode, are refused. */
+static void test_discard(void **state)
+{
+    (void)state;
+    host_side_t h;
+    host_side_open(&h);
+    cham_context_t *ctx = h.ctx;
+    cham_tensor_t *t = h.t;
+    cham_op_token_t fill = token(ctx, "fill");
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);          /* the step that filled it */
+    cham_context_request_profile(ctx);
+    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
+    cham_runtime_stats_t s0, s1;
+    cham_context_get_stats(ctx, &s0);
+    assert_int_equal(cham_tensor_discard(t), CHAM_OK);
+    assert_int_equal(cham_op_begin(ctx, h.check, &t, 1, NULL, 0), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(ctx), "\"w\""));
+    assert_non_null(strstr(cham_context_last_error(ctx), "cham_tensor_discard"));
+    kargs_t b = {.words = ACT / 4, .seed = 9, .bad = &h.bad};
+    op(ctx, fill, NULL, 0, &t, 1, fill_fn, &b);
+    cham_context_get_stats(ctx, &s1);
+    assert_int_equal(s1.bytes_in, s0.bytes_in);              /* nothing copied back */
+    assert_int_equal(s1.on_demand_swaps_in, s0.on_demand_swaps_in);
+    assert_int_equal(s1.mem_in_use, s0.mem_in_use + ACT);
+    host_side_check(&h, 9);
+    assert_int_equal(cham_step_end(ctx), CHAM_OK);
+
+    const cham_profile_t *p = cham_context_last_profile(ctx);
+    assert_non_null(p);
+    cham_profile_view_t v;
+    cham_profile_get(p, &v);
+    assert_int_equal(v.n_ops, 2);                            /* fill, check */
+    assert_true(v.uses[v.ops[0].first_use].output);
+    assert_true(v.uses[v.ops[0].first_use].overwrites);
+    assert_false(v.uses[v.ops[1].first_use].overwrites);
+    uint64_t actual[4], rebuilt[4];
+    cham_profile_memory_curve(p, actual, rebuilt);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(rebuilt[i], actual[i]);             /* back at the fill */
+
+    /* On the device: the bytes stay until written, then hold the write. */
+    assert_int_equal(cham_tensor_discard(t), CHAM_OK);
+    b.seed = 11;
+    op(ctx, fill, NULL, 0, &t, 1, fill_fn, &b);
+    host_side_check(&h, 11);
+    cham_tensor_t *half;
+    assert_int_equal(cham_tensor_view(t, 0, ACT / 2, CHAM_DTYPE_F32, "w.half", &half), CHAM_OK);
+    assert_int_equal(cham_tensor_discard(half), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(ctx), "whole storage"));
+    cham_tensor_release(half);
+    host_side_check(&h, 11);
+    host_side_close(&h);
+
+    cham_context_t *adv = open_ctx(CHAM_MODE_ADVISOR, false, 64 * MiB);
+    assert_int_equal(cham_tensor_wrap(adv, (void *)0x10000, 4096, CHAM_DTYPE_F32, "w", &t),
+                     CHAM_OK);
+    assert_int_equal(cham_tensor_discard(t), CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_context_last_error(adv), "advisor"));
+    cham_tensor_release(t);
+    cham_context_free(adv);
+}
+
 /* Issue 20: the dtypes a framework has (int16, complex, fp8) have sizes
  * and names; a handle carries the caller's pointer and a view does not
  * inherit it. */
@@ -1263,6 +1330,7 @@ int main(void)
         cmocka_unit_test(test_record_stream),
         cmocka_unit_test(test_host_copy),
         cmocka_unit_test(test_host_update),
+        cmocka_unit_test(test_discard),
         cmocka_unit_test(test_host_copy_made_on_host),
         cmocka_unit_test(test_filled_after_its_block_was_given_back),
         cmocka_unit_test(test_dtypes_and_user_data),

@@ -37,6 +37,9 @@ typedef struct cham_tensor_use {
     bool host_backed;        /* after this use the caller's host copy holds the
                                 storage's bytes (cham_tensor_set_host_copy):
                                 sending it away copies nothing */
+    bool overwrites;         /* written while its bytes were dead (never
+                                written, or cham_tensor_discard): bringing it
+                                back for this use copies nothing */
 } cham_tensor_use_t;
 
 /* One op. Its uses are uses[first_use .. first_use + n_uses). Memory is

@@ -346,6 +346,20 @@ CHAM_API cham_status_t cham_tensor_set_host_copy(cham_tensor_t *t, void *host);
  * first. Like a swap-out by the caller, it is counted and profiled.
  * CHAM_ERR_INVALID_ARG in advisor mode or for a dropped storage. */
 CHAM_API cham_status_t cham_tensor_host_update(cham_tensor_t *t, void *host);
+/* Managed mode: the next op that uses t's storage writes every byte of it
+ * without reading any (an optimizer's new weights, a buffer filled anew):
+ * its bytes now are dead. Away on the host, it comes back at that op into
+ * a new block with no copy and its host copy is freed; on the device, the
+ * runtime may give its block back without a copy until it is written
+ * (through an op, or through cham_tensor_data). An op that reads it before
+ * that fails (CHAM_ERR_INVALID_ARG, naming it), never reads stale bytes.
+ * The profile marks the write, so planners may send the storage away
+ * before it and bring nothing back. Tensors dropped to be recomputed from
+ * its bytes are made first. A hint where it cannot help: a storage dropped
+ * to be recomputed, or whose update on the host is pending, keeps its
+ * bytes. CHAM_ERR_INVALID_ARG in advisor mode, for a view that does not
+ * cover its whole storage, or inside the bracket of an op that uses it. */
+CHAM_API cham_status_t cham_tensor_discard(cham_tensor_t *t);
 /* The update announced by cham_tensor_host_update is queued on `stream`
  * (a host stream, cham_stream_new_host): t comes back after that stream's
  * work so far. Likewise for the host copy given to cham_tensor_set_host_copy

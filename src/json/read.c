@@ -22,7 +22,7 @@
 /* The keys of a tensor use, in the order they are written. */
 static const char *const use_keys[] = {"storage", "data_ptr", "bytes", "storage_bytes",
                                        "dtype", "use_count", "history", "output",
-                                       "?persistent", "?host_backed"};
+                                       "?persistent", "?host_backed", "?overwrites"};
 
 size_t cham_json_push_key(cham_json_reader_t *r, const char *key)
 {
@@ -314,7 +314,9 @@ bool cham_json_read_use(cham_json_reader_t *r, const json_t *v, cham_tensor_use_
               (!json_object_get(v, "persistent") ||
                cham_json_read_bool(r, v, "persistent", &u->persistent)) &&
               (!json_object_get(v, "host_backed") ||
-               cham_json_read_bool(r, v, "host_backed", &u->host_backed));
+               cham_json_read_bool(r, v, "host_backed", &u->host_backed)) &&
+              (!json_object_get(v, "overwrites") ||
+               cham_json_read_bool(r, v, "overwrites", &u->overwrites));
     u->dtype = (cham_dtype_t)dtype;
     return ok;
 }

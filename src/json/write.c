@@ -39,7 +39,8 @@ json_t *cham_json_use_to_json(const cham_tensor_use_t *u)
               cham_json_put(uo, "history", cham_json_hex64(u->history)) &&
               cham_json_put(uo, "output", json_boolean(u->output)) &&
               (!u->persistent || cham_json_put(uo, "persistent", json_true())) &&
-              (!u->host_backed || cham_json_put(uo, "host_backed", json_true()));
+              (!u->host_backed || cham_json_put(uo, "host_backed", json_true())) &&
+              (!u->overwrites || cham_json_put(uo, "overwrites", json_true()));
     if (!ok) {
         json_decref(uo);
         return NULL;

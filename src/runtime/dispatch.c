@@ -45,7 +45,10 @@ void cham_dispatch_note_swap(cham_context_t *ctx, cham_swap_kind_t kind, cham_st
         profile_failed(ctx);
 }
 
-static void record_use(cham_context_t *ctx, const cham_tensor_t *t, bool output)
+/* overwrites: the op writes the storage whose bytes were dead (never
+ * written, or discarded): nothing had to come back for it. */
+static void record_use(cham_context_t *ctx, const cham_tensor_t *t, bool output,
+                       bool overwrites)
 {
     const cham_storage_t *s = t->storage;
     cham_tensor_use_t u = {
@@ -59,6 +62,7 @@ static void record_use(cham_context_t *ctx, const cham_tensor_t *t, bool output)
         .output = output,
         .persistent = s->born_step < ctx->step,   /* and alive at the end: finish_profile */
         .host_backed = s->host_copy && s->host_valid && !output,
+        .overwrites = overwrites,
     };
     if (!cham_profile_add_use(ctx->building, &u))
         profile_failed(ctx);
@@ -76,10 +80,12 @@ static void use(cham_context_t *ctx, cham_tensor_t *t, bool output,
         s->feat_step = ctx->step;
     }
     s->feat.dtype = (uint32_t)t->dtype;
+    bool overwrites = output && !s->holds_data;
     s->holds_data = true;
+    s->discarded = false;
     cham_victims_update(s);
     if (ctx->building && !ctx->profile_failed)
-        record_use(ctx, t, output);
+        record_use(ctx, t, output, overwrites);
     cham_match_t *m = ctx->exec.plan ? &ctx->exec.plan->match : NULL;
     cham_features_advance(&s->feat, token, m ? cham_match_tag_bit(m, token) : 0);
     if (m)
@@ -213,6 +219,13 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
         }
         ctx->seq_blocks = blocks;
     }
+    for (size_t i = 0; i < n_inputs; i++)
+        if (inputs[i]->storage->discarded) {
+            cham_context_error(ctx, "op \"%s\" reads \"%s\", whose bytes were discarded "
+                               "(cham_tensor_discard) and not written since",
+                               cham_op_name(ctx, token), inputs[i]->label);
+            return CHAM_ERR_INVALID_ARG;
+        }
     cham_tensor_t **ts = cham_grow(ctx->op_tensors, &ctx->cap_op_tensors,
                                    n_inputs + n_outputs + 1, sizeof *ts, 8);
     if (!ts) {

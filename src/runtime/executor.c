@@ -362,6 +362,8 @@ static cham_status_t bring_back(cham_context_t *ctx, cham_storage_t *s)
                                                      : cham_storage_recompute(s, CHAM_SWAP_PLANNED);
     if (s->residency != CHAM_RESIDENT_HOST || s->host_pending)
         return CHAM_OK;   /* already back, or the caller's update is still to come */
+    if (ctx->config.mode == CHAM_MODE_MANAGED && !cham_storage_on_host(s))
+        return CHAM_OK;   /* its bytes are dead: a new block at its use, no copy */
     /* The caller's update still runs: its swap-in would wait for it at
      * the head of the swap-in queue, holding back every swap-in behind it.
      * It comes back on its use, or when the caller asks for it. Not once

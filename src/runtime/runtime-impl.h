@@ -146,6 +146,10 @@ struct cham_storage {
      * (cham_tensor_data), so the caller may have written it outside an op.
      * Such a storage is never given back without a copy. */
     bool holds_data;
+    bool discarded;               /* cham_tensor_discard: dead bytes, not to be
+                                     read before a write */
+    bool dead_away;               /* discarded while swapped out: it comes back
+                                     without a copy (a swap-in to the profile) */
     uint64_t pin;                 /* = ctx->pin while the op being begun uses it */
     uint64_t input_pin;           /* = ctx->pin while the op being begun reads it */
     uint32_t item;                /* policy item matched this step, or CHAM_MATCH_NONE */

@@ -363,6 +363,7 @@ void *cham_tensor_data(const cham_tensor_t *t)
         cham_recompute_written(s);
     }
     s->holds_data = true;          /* the caller may write it, in or outside an op */
+    s->discarded = false;
     cham_victims_update(s);
     char *base = s->block ? cham_block_ptr(s->block) : s->ptr;
     return base ? base + t->offset : NULL;
@@ -747,6 +748,47 @@ cham_status_t cham_tensor_host_update(cham_tensor_t *t, void *host)
     return cham_storage_swap_out(s, CHAM_SWAP_CALLER, ctx->ops_total);
 }
 
+cham_status_t cham_tensor_discard(cham_tensor_t *t)
+{
+    CHAM_ASSERT(t);
+    cham_storage_t *s = t->storage;
+    cham_context_t *ctx = s->ctx;
+    if (cham_hook_refuse(ctx, "cham_tensor_discard") != CHAM_OK)
+        return CHAM_ERR_INVALID_ARG;
+    const char *why = ctx->config.mode != CHAM_MODE_MANAGED
+                          ? "advisor mode; the caller moves memory"
+                      : cham_storage_in_flight(s) ? CHAM_IN_FLIGHT
+                                                  : NULL;
+    if (why) {
+        cham_context_error(ctx, "discard of \"%s\": %s", t->label, why);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (t->offset != 0 || t->bytes != s->bytes) {
+        cham_context_error(ctx, "discard of \"%s\": the view covers bytes %zu..%zu of its "
+                           "storage's %zu; only a whole storage's bytes can be discarded",
+                           t->label, t->offset, t->offset + t->bytes, s->bytes);
+        return CHAM_ERR_INVALID_ARG;
+    }
+    if (s->residency == CHAM_RESIDENT_DROPPED || s->host_pending)
+        return CHAM_OK;          /* a hint: the bytes stay */
+    /* Tensors dropped to be made again from these bytes are made now. */
+    cham_status_t st = cham_recompute_before_write(s);
+    if (st != CHAM_OK)
+        return st;
+    cham_recompute_written(s);
+    if (cham_storage_on_host(s)) {
+        if (s->host_block)       /* after the swap-out copy that filled it */
+            free_host_block(s, ctx->swap_out);
+        s->backed = false;       /* comes back with no copy (materialize) */
+        s->dead_away = true;
+    }
+    s->host_valid = false;
+    s->holds_data = false;
+    s->discarded = true;
+    cham_victims_update(s);
+    return CHAM_OK;
+}
+
 /* Records the work queued so far on the caller's stream in *ev (`what`
  * names the call in errors). */
 static cham_status_t record_caller(cham_storage_t *s, cham_stream_t *stream, const char *what,
@@ -800,9 +842,9 @@ void cham_storage_dematerialize(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
     CHAM_ASSERT(s->block && !s->holds_data && s->residency == CHAM_RESIDENT_DEVICE);
-    /* Only the compute stream ever had it (no op used it): stream order is
-     * all the reuse needs. */
-    cham_block_free(ctx->mem, s->block);
+    /* No op used it since it held data (never, or since cham_tensor_discard):
+     * compute order, and a caller's stream's work, is all the reuse needs. */
+    free_device_block(s);
     s->block = NULL;
     s->residency = CHAM_RESIDENT_HOST;
     cham_victims_update(s);
@@ -819,6 +861,10 @@ cham_status_t cham_storage_materialize(cham_storage_t *s)
     s->residency = CHAM_RESIDENT_DEVICE;
     cham_victims_update(s);
     cham_context_mem_add(ctx, (int64_t)s->bytes);
+    if (s->dead_away) {          /* its swap-out was profiled: so is its return */
+        s->dead_away = false;
+        cham_dispatch_note_swap(ctx, CHAM_SWAP_IN, s, false, false);
+    }
     return CHAM_OK;
 }
 

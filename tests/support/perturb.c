@@ -1532,7 +1532,8 @@ static bool moves_refused(run_t *r, cham_tensor_t *t, const char *name, int pos)
                         : cham_tensor_host_update(t, host) == CHAM_OK ? "cham_tensor_host_update"
                         : cham_tensor_set_host_copy(t, host) == CHAM_OK
                             ? "cham_tensor_set_host_copy"
-                            : NULL;
+                        : cham_tensor_discard(t) == CHAM_OK ? "cham_tensor_discard"
+                                                            : NULL;
     if (moved)
         fail(r, PT_FAIL_ERROR, "step %d op %d \"%s\": %s of its own \"%s\" inside its bracket "
              "was not refused", r->step, pos, name, moved, cham_tensor_label(t));
@@ -1588,6 +1589,19 @@ static void run_op(run_t *r, const prog_t *p, const entry_t *e, int pos)
             goto out;
         }
         memset(r->comm_reads, 0, sizeof r->comm_reads);
+    }
+    /* An output the op writes whole and does not read has dead bytes
+     * before it, as a caller may say (cham_tensor_discard); the check
+     * against the unconstrained run sees any of them read. */
+    for (int i = 0; i < n_out; i++) {
+        bool read = false;
+        for (int j = 0; j < n_in && !read; j++)
+            read = cham_tensor_same_storage(ins[j], outs[i]);
+        if (!read && cham_tensor_bytes(outs[i]) == cham_tensor_storage_bytes(outs[i]) &&
+            cham_tensor_discard(outs[i]) != CHAM_OK) {
+            runtime_failed(r, CHAM_ERR_INVALID_ARG, "discard", name);
+            goto out;
+        }
     }
     bool send = e->token == K_SEND;
     cham_status_t st = cham_op_begin(r->ctx, r->tok[e->token], ins, (size_t)n_in, outs,
