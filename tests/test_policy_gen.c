@@ -204,6 +204,56 @@ static void test_backed_leaves_free(void **state)
     cham_profile_free(p);
 }
 
+/* ---- a use that overwrites ---------------------------------------------- */
+
+/* As above, but W's use at op 6 writes it whole (an optimizer's new
+ * weights after the caller's cham_tensor_discard) and the link back is
+ * the slow one (100 MiB/s): copying W back (3 s) could start only after
+ * the peak, so the plan waits for it and the bound counts it. When
+ * the profile marks the write (overwrites), nothing comes back: the swap-in
+ * is at the use, no stall, 8 s, and the bound counts the copy out of the
+ * 250 MiB over the capacity only (0.24 s at 1 GiB/s). */
+static const use_spec_t USES_O[] = {
+    {0, 1, 300, false},
+    {6, 1, 300, true},
+};
+
+static void test_overwritten_comes_back_free(void **state)
+{
+    (void)state;
+    cham_profile_t *p = test_build_profile(PH_B, MEM_B, USES_O, 2);
+    cham_planner_config_t c = cfg_for(PH_B, 450, 100, 1024);
+    cham_step_bound_t b;
+    char err[512];
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_true(b.bound_ns > 0);
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    assert_true(v.predicted_step_ns > 8 * SEC);
+    cham_policy_free(pol);
+
+    test_mark_overwrites(p, 1);
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    /* The excess copied out only (to the nanosecond, rounded down). */
+    assert_true(b.bound_ns <= SEC * 250 / 1024 && b.bound_ns + 1 >= SEC * 250 / 1024);
+    pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 1);
+    const cham_policy_item_t *it = &v.items[0];
+    assert_true(it->in_use.overwrites);
+    assert_int_equal(it->swap_in_op, 6);
+    assert_int_equal(it->use_op, 6);
+    assert_int_equal(it->stall_ns, 0);
+    assert_int_equal(v.predicted_peak, 400 * MiB);
+    assert_int_equal(v.predicted_step_ns, 8 * SEC);
+    cham_policy_free(pol);
+    /* Told not to count on it, the planner copies W back. */
+    c.overwrites = false;
+    pol = plan_ok(p, &c, &v);
+    assert_true(v.predicted_step_ns > 8 * SEC);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
 /* ---- Eq. 2 decides ----------------------------------------------------- */
 
 /* Entries at samples 3-6 (100 MiB each). B (200 MiB, last forward use op 0,
@@ -791,6 +841,7 @@ int main(void)
         cmocka_unit_test(test_single_peak),
         cmocka_unit_test(test_model_state_wraps),
         cmocka_unit_test(test_backed_leaves_free),
+        cmocka_unit_test(test_overwritten_comes_back_free),
         cmocka_unit_test(test_score_order),
         cmocka_unit_test(test_swap_in_moves_earlier),
         cmocka_unit_test(test_fallback_stall),

@@ -18,7 +18,10 @@
  * lies at one or where two terms cross. The bound is the largest over
  * samples, and at least C_b + C_a. Bytes whose host copy the caller keeps
  * (host_backed) leave without a copy: E is reduced by those that may be
- * away at s (a weaker bound: their copies back are not counted either). */
+ * away at s (a weaker bound: their copies back are not counted either).
+ * Bytes the use after their gap overwrites (overwrites) come back without
+ * a copy: of the S bytes away at s, the O such ones there are the ones no
+ * copy back is needed for, T >= C_b + F_in(max(0, S - O)). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -39,10 +42,11 @@ typedef struct wrap_gap {
 } wrap_gap_t;
 
 /* What may be away where: difference arrays over the samples of the bytes
- * (diff) and of those whose host copy is kept (backed), and the gaps
- * across the step's end that extend a copy's time. */
+ * (diff), of those whose host copy is kept (backed) and of the others that
+ * the use after their gap overwrites (free_in), and the gaps across the
+ * step's end that extend a copy's time. */
 typedef struct removable {
-    int64_t *diff, *backed;
+    int64_t *diff, *backed, *free_in;
     wrap_gap_t *gaps;
     size_t n_gaps;
 } removable_t;
@@ -76,19 +80,21 @@ static bool removable_bytes(const cham_profile_view_t *v, const double *prefix,
             size_t to = i < b ? 2 * (size_t)r[i].op : ns;   /* ends before the use */
             bool head = i == a, tail = i == b;
             bool backed = cham_gen_backed_at(v, r, i > a ? i - 1 : b - 1);
+            bool free_in = !backed && cham_gen_overwritten_at(v, r, i < b ? i : a);
             if (to > from && (!head || exists_before)) {
                 rm->diff[from] += bytes;
                 rm->diff[to] -= bytes;
-                if (backed) {
-                    rm->backed[from] += bytes;
-                    rm->backed[to] -= bytes;
+                int64_t *no_copy = backed ? rm->backed : free_in ? rm->free_in : NULL;
+                if (no_copy) {
+                    no_copy[from] += bytes;
+                    no_copy[to] -= bytes;
                 }
                 double ext = 0;
                 if (persistent && head)
                     ext = prefix[n] - prefix[last + 1] + rerun_after[last];
                 else if (persistent && tail)
                     ext = prefix[first];
-                if (ext > 0 && !backed)
+                if (ext > 0 && !backed && (head || !free_in))   /* a copy it extends */
                     rm->gaps[rm->n_gaps++] = (wrap_gap_t){
                         .from = from, .to = to, .bytes = (double)bytes, .ext = ext, .out = head};
             }
@@ -174,6 +180,7 @@ static double rerun_cost(const reruns_t *rr, double r)
 
 typedef struct sample_terms {
     double cb, ca, e;
+    double o;                    /* bytes away here that come back with no copy */
     const reruns_t *rr;
     const copy_time_t *out, *in;
 } sample_terms_t;
@@ -183,7 +190,7 @@ static void terms(const sample_terms_t *x, double r, double t[3])
     double rc = rerun_cost(x->rr, r), s = x->e - r;
     t[0] = x->cb + x->ca + rc;
     t[1] = x->ca + rc + copy_time_of(x->out, s);
-    t[2] = x->cb + copy_time_of(x->in, s);
+    t[2] = x->cb + copy_time_of(x->in, fmax(0, s - x->o));
 }
 
 static double max3(const double t[3])
@@ -199,7 +206,7 @@ static int cmp_double(const void *x, const void *y)
 
 /* min over R in [0, min(E, re-runnable bytes)] of the largest term, and
  * the R that reaches it in *r_best; pts has room for rr->n + out->n +
- * in->n + 2 points. */
+ * in->n + 3 points. */
 static double best_mix(const sample_terms_t *x, double *pts, double *r_best)
 {
     double rmax = fmin(x->e, x->rr->bytes[x->rr->n]);
@@ -210,10 +217,12 @@ static double best_mix(const sample_terms_t *x, double *pts, double *r_best)
         if (x->rr->bytes[i] < rmax)
             pts[np++] = x->rr->bytes[i];
     const copy_time_t *f[2] = {x->out, x->in};
-    for (int d = 0; d < 2; d++)
-        for (size_t j = 1; j < f[d]->n; j++)
-            if (x->e - f[d]->b[j] > 0 && x->e - f[d]->b[j] < rmax)
-                pts[np++] = x->e - f[d]->b[j];
+    for (int d = 0; d < 2; d++)           /* where a copy time has a kink */
+        for (size_t j = d ? 0 : 1; j < f[d]->n; j++) {
+            double at = x->e - (d ? x->o : 0) - f[d]->b[j];
+            if (at > 0 && at < rmax)
+                pts[np++] = at;
+        }
     qsort(pts, np, sizeof *pts, cmp_double);
     double ta[3], tb[3];
     terms(x, pts[0], ta);
@@ -292,13 +301,14 @@ static double away_cost_of(const away_reruns_t *a, double r)
 }
 
 typedef struct screen_terms {
-    double cb, ca, e, d2h, h2d;
+    double cb, ca, e, o, d2h, h2d;
 } screen_terms_t;
 
 static double screen_at(const away_reruns_t *a, const screen_terms_t *x, double r)
 {
     double rc = away_cost_of(a, r), s = x->e - r;
-    return fmax(x->cb + x->ca + rc, fmax(x->ca + rc + s / x->d2h, x->cb + s / x->h2d));
+    return fmax(x->cb + x->ca + rc,
+                fmax(x->ca + rc + s / x->d2h, x->cb + fmax(0, s - x->o) / x->h2d));
 }
 
 static double screen(const away_reruns_t *a, const screen_terms_t *x)
@@ -320,7 +330,7 @@ static double screen(const away_reruns_t *a, const screen_terms_t *x)
 }
 
 typedef struct screened {
-    double upper, e;
+    double upper, e, o;
     size_t s;
 } screened_t;
 
@@ -388,11 +398,11 @@ typedef struct mix_at {
 } mix_at_t;
 
 /* Ops before sample s (through op k for its end sample 2k+1) and after it. */
-static sample_terms_t terms_at(const mix_at_t *m, size_t s, double e)
+static sample_terms_t terms_at(const mix_at_t *m, size_t s, double e, double o)
 {
     size_t k = (s + 1) / 2;
     return (sample_terms_t){.cb = m->prefix[k], .ca = m->prefix[m->n] - m->prefix[k], .e = e,
-                            .rr = m->rr, .out = m->out, .in = m->in};
+                            .o = o, .rr = m->rr, .out = m->out, .in = m->in};
 }
 
 /* The samples [*from, *to) where candidate x may be away: after its last
@@ -410,8 +420,9 @@ static bool away_at(const cham_gen_tensor_t *x, size_t s)
     return from <= s && s < to;
 }
 
-/* The best mix at sample s with e bytes to take away, exactly. */
-static double exact_mix(mix_at_t *m, size_t s, double e, double *r)
+/* The best mix at sample s with e bytes to take away, o of those that may
+ * be away there coming back without a copy, exactly. */
+static double exact_mix(mix_at_t *m, size_t s, double e, double o, double *r)
 {
     reruns_t *rr = m->rr;
     rr->n = 0;
@@ -424,7 +435,7 @@ static double exact_mix(mix_at_t *m, size_t s, double e, double *r)
         }
     copy_time_at(m->out, m->rm, s, true, m->scratch, m->d2h);
     copy_time_at(m->in, m->rm, s, false, m->scratch, m->h2d);
-    sample_terms_t x = terms_at(m, s, e);
+    sample_terms_t x = terms_at(m, s, e, o);
     return best_mix(&x, m->pts, r);
 }
 
@@ -469,7 +480,7 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
             }
         }
         qsort(ev, n_ev, sizeof *ev, by_sample);
-        int64_t away = 0, free_away = 0;
+        int64_t away = 0, free_away = 0, free_in = 0;
         size_t next = 0;
         for (size_t s = 0; s < ns; s++) {
             for (; next < n_ev && ev[next].s == s; next++)
@@ -477,6 +488,7 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
                          ev[next].sign * m->pr[ev[next].rank].cost);
             away += m->rm->diff[s];
             free_away += m->rm->backed[s];
+            free_in += m->rm->free_in[s];
             if (curve[s] <= capacity)
                 continue;
             double e = (double)(curve[s] - capacity);
@@ -489,9 +501,10 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
             e -= fmin(e, (double)free_away);
             if (e <= 0)
                 continue;
-            sample_terms_t x = terms_at(m, s, e);
-            screen_terms_t sx = {.cb = x.cb, .ca = x.ca, .e = e, .d2h = m->d2h, .h2d = m->h2d};
-            scr[n_scr++] = (screened_t){.upper = screen(&a, &sx), .e = e, .s = s};
+            sample_terms_t x = terms_at(m, s, e, (double)free_in);
+            screen_terms_t sx = {.cb = x.cb, .ca = x.ca, .e = e, .o = x.o, .d2h = m->d2h,
+                                 .h2d = m->h2d};
+            scr[n_scr++] = (screened_t){.upper = screen(&a, &sx), .e = e, .o = x.o, .s = s};
         }
         qsort(scr, n_scr, sizeof *scr, by_upper_desc);
     }
@@ -499,7 +512,7 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
     bool found = false;
     uint32_t infeasible_at = out->sample;
     for (size_t i = 0; ok && i < n_scr && scr[i].upper >= m->best; i++) {
-        double r, b = exact_mix(m, scr[i].s, scr[i].e, &r);
+        double r, b = exact_mix(m, scr[i].s, scr[i].e, scr[i].o, &r);
         if (b > m->best || (b == m->best && found && scr[i].s < out->sample)) {
             m->best = b;
             found = true;
@@ -513,7 +526,7 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
     /* The screen is an upper estimate wherever it is taken. */
     for (size_t i = 0; ok && i < n_scr; i++) {
         double r;
-        CHAM_ASSERT(exact_mix(m, scr[i].s, scr[i].e, &r) <= scr[i].upper);
+        CHAM_ASSERT(exact_mix(m, scr[i].s, scr[i].e, scr[i].o, &r) <= scr[i].upper);
     }
 #endif
     if (!out->feasible) {
@@ -543,7 +556,8 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     uint64_t *curve = malloc((ns ? ns : 1) * sizeof *curve);
     uint64_t *actual = malloc((ns ? ns : 1) * sizeof *actual);
     removable_t rm = {.diff = calloc(ns + 1, sizeof *rm.diff),
-                      .backed = calloc(ns + 1, sizeof *rm.backed)};
+                      .backed = calloc(ns + 1, sizeof *rm.backed),
+                      .free_in = calloc(ns + 1, sizeof *rm.free_in)};
     double *prefix = malloc((n + 1) * sizeof *prefix);
     double *rerun_after = calloc(n + 1, sizeof *rerun_after);
     cham_gen_layers_t layers = {0};
@@ -558,7 +572,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     uint64_t floor_ns = 0, comm_end = 0, comm_wait = 0;
     cham_planner_config_t c = *config;
     c.min_swap_bytes = 1;      /* any policy may move any tensor */
-    bool ok = curve && actual && rm.diff && rm.backed && prefix && rerun_after &&
+    bool ok = curve && actual && rm.diff && rm.backed && rm.free_in && prefix && rerun_after &&
               cham_gen_layers_build(&v, &c, &layers) &&
               cham_gen_tensors(&v, &layers, 1, false, &t, &n_t) &&
               (!config->recompute || cham_gen_recompute_list(&v, t, n_t, config->through_freed, &rl)) &&
@@ -593,7 +607,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
         f_in.b = malloc(g * sizeof(double));
         f_in.pm = malloc(g * sizeof(double));
         scratch = malloc(g * sizeof *scratch);
-        pts = malloc((rl.n + 2 * g + 2) * sizeof *pts);
+        pts = malloc((rl.n + 2 * g + 3) * sizeof *pts);
         ok = rr.bytes && rr.cost && f_out.b && f_out.pm && f_in.b && f_in.pm && scratch && pts;
     }
     if (ok) {
@@ -609,6 +623,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     free(actual);
     free(rm.diff);
     free(rm.backed);
+    free(rm.free_in);
     free(rm.gaps);
     free(prefix);
     free(rerun_after);

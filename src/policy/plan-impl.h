@@ -168,6 +168,10 @@ cham_gen_use_ref_t *cham_gen_uses_by_storage(const cham_profile_view_t *v);
  * storage's bytes are in the caller's host copy (every such use is
  * host_backed): sending it away copies nothing. */
 bool cham_gen_backed_at(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t i);
+/* The op of r[i] writes the storage whose bytes were dead (every use
+ * there overwrites): bringing it back for that op copies nothing. */
+bool cham_gen_overwritten_at(const cham_profile_view_t *v, const cham_gen_use_ref_t *r,
+                             size_t i);
 
 /* A tensor idle from one use to the next: an activation from its last
  * forward use to its first backward use, a persistent storage (model
@@ -179,6 +183,8 @@ typedef struct cham_gen_tensor {
     uint32_t out_use, in_use;    /* indices into the profile's uses */
     bool wraps;
     bool backed;                 /* the caller's host copy holds it: no copy out */
+    bool overwritten;            /* the use at u writes it whole: no copy back,
+                                    its block taken at u */
     bool chosen;
 } cham_gen_tensor_t;
 

@@ -178,6 +178,9 @@ static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_ge
             if (it->recompute) {
                 now = add_ns(now, (double)it->recompute_ns);
                 in_done[in[c].item] = now;
+            } else if (it->in_use.overwrites && it->swap_in_op == it->use_op) {
+                /* the use overwrites it: no copy, a new block there */
+                in_done[in[c].item] = now;
             } else {
                 uint64_t away = it->wraps ? r->before[in[c].item] : out_done[in[c].item];
                 h2d = add_ns(max_u64(max_u64(now, h2d), away),

@@ -98,13 +98,26 @@ static size_t first_at_op(const use_ref_t *r, size_t i)
     return i;
 }
 
-bool cham_gen_backed_at(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t i)
+/* Does every use at r[i]'s op have the flag (host_backed or overwrites)? */
+static bool all_at_op(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t i,
+                      bool overwrites)
 {
     for (size_t j = first_at_op(r, i);
          j < v->n_uses && r[j].storage == r[i].storage && r[j].op == r[i].op; j++)
-        if (!v->uses[r[j].use].host_backed)
+        if (!(overwrites ? v->uses[r[j].use].overwrites : v->uses[r[j].use].host_backed))
             return false;
     return true;
+}
+
+bool cham_gen_backed_at(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t i)
+{
+    return all_at_op(v, r, i, false);
+}
+
+bool cham_gen_overwritten_at(const cham_profile_view_t *v, const cham_gen_use_ref_t *r,
+                             size_t i)
+{
+    return all_at_op(v, r, i, true);
 }
 
 /* The gaps of the persistent storage of uses r[a, b): between two ops that
@@ -128,7 +141,8 @@ static size_t persistent_gaps(const cham_profile_view_t *v, const use_ref_t *r, 
                                           .out_use = r[prev].use,
                                           .in_use = r[next].use,
                                           .wraps = wraps,
-                                          .backed = cham_gen_backed_at(v, r, prev)};
+                                          .backed = cham_gen_backed_at(v, r, prev),
+                                          .overwritten = cham_gen_overwritten_at(v, r, next)};
         prev = i;
     }
     return nt;
@@ -178,7 +192,8 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
                                               .first_bwd = r[u].op,
                                               .out_use = r[f].use,
                                               .in_use = r[u].use,
-                                              .backed = cham_gen_backed_at(v, r, f)};
+                                              .backed = cham_gen_backed_at(v, r, f),
+                                              .overwritten = cham_gen_overwritten_at(v, r, u)};
         }
         a = b;
     }

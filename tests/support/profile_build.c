@@ -56,6 +56,13 @@ void test_mark_backed(cham_profile_t *p, uint64_t storage)
             p->uses[u].host_backed = true;
 }
 
+void test_mark_overwrites(cham_profile_t *p, uint64_t storage)
+{
+    for (size_t u = 0; u < p->n_uses; u++)
+        if (p->uses[u].storage == storage && p->uses[u].output)
+            p->uses[u].overwrites = true;
+}
+
 /* A training step: nf forward ops each writing an activation (1..64 MiB)
  * that a mirrored backward op reads, then an optimizer op per state
  * storage (persistent, read and written: away across the step's end).

@@ -33,5 +33,8 @@ void test_mark_persistent(cham_profile_t *p, uint64_t storage);
 /* Marks every read of storage as host-backed (the caller keeps its bytes
  * on the host, cham_tensor_set_host_copy). */
 void test_mark_backed(cham_profile_t *p, uint64_t storage);
+/* Marks the storage's writes as overwriting dead bytes (cham_tensor_discard
+ * before each). */
+void test_mark_overwrites(cham_profile_t *p, uint64_t storage);
 
 #endif

@@ -62,6 +62,7 @@ static cham_policy_item_t choose(gen_t *g, cham_gen_tensor_t *t)
         .wraps = t->wraps,
     };
     it.out_use.host_backed = t->backed;   /* every use at its op, not the first only */
+    it.in_use.overwrites = t->overwritten;
     return it;
 }
 
@@ -344,6 +345,9 @@ static cham_status_t plan_once(const cham_profile_t *profile,
     if (config->recompute && (!cham_gen_recompute_list(&v, g.t, g.n_t, config->through_freed, &g.rl) ||
                               (queue && g.layers.timed && !cham_gen_sim_queue(&g.sim, v.n_ops))))
         goto host_oom;
+    if (!config->overwrites)
+        for (size_t i = 0; i < g.n_t; i++)
+            g.t[i].overwritten = false;
     *n_recomputable = g.rl.n;
     if (!choose_recompute(&g, n_recompute))
         goto host_oom;
@@ -635,6 +639,31 @@ static cham_status_t sweep(const cham_profile_t *profile, const cham_planner_con
     return st;
 }
 
+/* Swaps only, as the paper plans them: at a model block's windows and,
+ * where no policy fits there, at finer ones, the better kept. */
+static cham_status_t swap_only(const cham_profile_t *profile, const cham_planner_config_t *config,
+                               cham_policy_t **out, char *err, size_t err_size)
+{
+    size_t n = 0;
+    bool ladder = !config->forward_layers && !config->backward_layers;
+    cham_status_t st = plan_layered(profile, config, 0, false, false, &n, out, err, err_size);
+    if (st != CHAM_OK && st != CHAM_ERR_OUT_OF_MEMORY)
+        return st;
+    if (!ladder || (st == CHAM_OK && fits(*out)))
+        return st;
+    cham_policy_t *fine = NULL;
+    cham_status_t fst = plan_layered(profile, config, 0, true, false, &n, &fine, err, err_size);
+    if (fst != CHAM_OK && fst != CHAM_ERR_OUT_OF_MEMORY) {
+        if (st == CHAM_OK)
+            cham_policy_free(*out);
+        return fst;
+    }
+    cham_policy_t *best = st == CHAM_OK ? *out : NULL;
+    keep_better(&best, fst == CHAM_OK ? fine : NULL);
+    *out = best;
+    return best ? CHAM_OK : fst;
+}
+
 /* Swaps, and the k cheapest recomputations (cost per byte) for the k that
  * predicts the best policy (one that fits before one that does not, then
  * the fastest step, each re-run priced in), planned against the link
@@ -643,30 +672,11 @@ static cham_status_t sweep(const cham_profile_t *profile, const cham_planner_con
  * finer ones, up to one an op (plan_layered), and the better is kept:
  * only there, as the finer windows change which k plan at all and so
  * where the sweep looks. */
-cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
-                                  const cham_planner_config_t *config, cham_policy_t **out,
-                                  char *err, size_t err_size)
+static cham_status_t search(const cham_profile_t *profile, const cham_planner_config_t *config,
+                            cham_policy_t **out, char *err, size_t err_size)
 {
     size_t n = 0;
     bool ladder = !config->forward_layers && !config->backward_layers;
-    if (!config->recompute) {   /* swaps only, as the paper plans them */
-        cham_status_t st = plan_layered(profile, config, 0, false, false, &n, out, err, err_size);
-        if (st != CHAM_OK && st != CHAM_ERR_OUT_OF_MEMORY)
-            return st;
-        if (!ladder || (st == CHAM_OK && fits(*out)))
-            return st;
-        cham_policy_t *fine = NULL;
-        cham_status_t fst = plan_layered(profile, config, 0, true, false, &n, &fine, err, err_size);
-        if (fst != CHAM_OK && fst != CHAM_ERR_OUT_OF_MEMORY) {
-            if (st == CHAM_OK)
-                cham_policy_free(*out);
-            return fst;
-        }
-        cham_policy_t *best = st == CHAM_OK ? *out : NULL;
-        keep_better(&best, fst == CHAM_OK ? fine : NULL);
-        *out = best;
-        return best ? CHAM_OK : fst;
-    }
     cham_policy_t *best = NULL;
     size_t best_k = 0;
     bool per_op = false;
@@ -706,4 +716,44 @@ cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
     }
     *out = best;
     return CHAM_OK;
+}
+
+/* Whether a use of the profile overwrites a storage used before it. */
+static bool has_overwrites(const cham_profile_t *profile)
+{
+    cham_profile_view_t v;
+    cham_profile_get(profile, &v);
+    for (size_t i = 0; i < v.n_uses; i++)
+        if (v.uses[i].overwrites && (v.uses[i].use_count > 0 || v.uses[i].persistent))
+            return true;
+    return false;
+}
+
+/* Swaps only, or with recomputation (search); where a use overwrites a
+ * storage, planned again without counting on it and the better
+ * prediction kept: the copies back it saves make some tensors cheap to
+ * move, and Algorithm 2's score (Eq. 2) does not see what a move costs
+ * (docs/policy.md, "A use that overwrites"). */
+cham_status_t cham_plan_chameleon(const cham_profile_t *profile,
+                                  const cham_planner_config_t *config, cham_policy_t **out,
+                                  char *err, size_t err_size)
+{
+    cham_status_t st = config->recompute ? search(profile, config, out, err, err_size)
+                                         : swap_only(profile, config, out, err, err_size);
+    if (st != CHAM_OK || !config->overwrites || !has_overwrites(profile))
+        return st;
+    cham_planner_config_t plain = *config;
+    plain.overwrites = false;
+    cham_policy_t *other = NULL;
+    st = config->recompute ? search(profile, &plain, &other, err, err_size)
+                           : swap_only(profile, &plain, &other, err, err_size);
+    if (st == CHAM_OK)
+        keep_better(out, other);
+    if (st == CHAM_ERR_OUT_OF_MEMORY)
+        st = CHAM_OK;            /* the first stands */
+    if (st != CHAM_OK) {
+        cham_policy_free(*out);
+        *out = NULL;
+    }
+    return st;
 }

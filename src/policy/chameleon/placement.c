@@ -552,6 +552,12 @@ static bool place_covering(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_te
     }
     if (!covers)
         return false;
+    if (t->overwritten) {        /* nothing comes back: a new block at the use */
+        pl->in_op = t->first_bwd;
+        pl->in_layer = pl->in_last = l->layer_of_op[t->first_bwd];
+        pl->in_done_ns = s->op_end ? op_start(s, t->first_bwd) : 0;
+        return true;
+    }
     /* The swap-in must begin at op k or later. */
     size_t k = t->wraps && !head ? 0 : m_last / 2 + 1;
     if (s->op_end) {
@@ -611,15 +617,17 @@ bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t
                            (cham_gen_copy_t){.at = t->last_fwd, .ready = s->op_end[t->last_fwd],
                                              .t = pl->t_out, .done = pl->done_ns,
                                              .deadline = out_deadline})) ||
-            !queue_insert(&s->in, pl->q_in,
+            (!t->overwritten &&
+             !queue_insert(&s->in, pl->q_in,
                           (cham_gen_copy_t){.at = pl->in_op,
                                             .ready = in_ready(s, pl->in_op, pl),
                                             .t = pl->t_in, .done = pl->in_done_ns,
-                                            .deadline = max_u64(need, pl->in_done_ns)}))
+                                            .deadline = max_u64(need, pl->in_done_ns)})))
             return false;
     } else {
         budget_take(&s->d2h, pl->out_first, pl->out_layer, pl->out_layer, pl->t_out);
-        budget_take(&s->h2d, pl->in_layer, pl->in_last, pl->in_layer, pl->t_in);
+        if (!t->overwritten)
+            budget_take(&s->h2d, pl->in_layer, pl->in_last, pl->in_layer, pl->t_in);
     }
     cham_mrl_subtract_span(mrl, 2 * (size_t)pl->free_op, 2 * (size_t)pl->in_op, t->wraps,
                            t->bytes);
