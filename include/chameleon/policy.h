@@ -84,11 +84,11 @@ typedef struct cham_planner_config {
                                     step's end") */
     bool overwrites;             /* a storage the use after a gap overwrites
                                     (the profile's overwrites) comes back
-                                    at that use with no copy; with
-                                    recomputation the search also runs
-                                    without that, the better prediction
-                                    kept (true; docs/policy.md, "A use
-                                    that overwrites") */
+                                    at that use with no copy; Chameleon
+                                    also plans without that where the
+                                    profile has such a use, the better
+                                    prediction kept (true; docs/policy.md,
+                                    "A use that overwrites") */
     /* Optional per-op device time estimates (ns), n_ops of them, in profile
      * op order; NULL = Eq. 1 (step time spread evenly over the ops). */
     const double *op_cost_ns;
