@@ -310,9 +310,9 @@ static double attention_flops(const cham_model_config_t *m)
     return 4.0 * m->mbs * (double)(m->heads / m->tp) * s * s * (double)wl_head_dim(m);
 }
 
-static bool dropped(const cham_workload_t *w, uint32_t l)
+bool wl_layer_dropped(const cham_workload_t *w, uint32_t l)
 {
-    return w->m.layer_drop > 0 &&
+    return w->m.layer_drop > 0 && !w->evaluating &&
            wl_uniform(w->m.seed, w->step, WL_SALT_DROP + l) < w->m.layer_drop;
 }
 
@@ -424,7 +424,7 @@ static cham_status_t forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_t
 static cham_status_t layer_forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_tensor_t *x,
                                    bool keep, wl_saved_t *sv, cham_tensor_t **out)
 {
-    if (keep && dropped(w, l)) {           /* stochastic depth: the identity */
+    if (keep && wl_layer_dropped(w, l)) {           /* stochastic depth: the identity */
         sv->dropped = true;
         w->dropped++;
         *out = x;

@@ -595,14 +595,17 @@ static cham_status_t evaluate(cham_workload_t *w)
 {
     TRY(cham_phase(w->ctx, CHAM_PHASE_EVAL));
     cham_tensor_t *ids, *x;
-    TRY(wl_embed_forward(w, false, &ids, &x));
-    for (uint32_t l = 0; l < w->n_layers; l++) {
+    w->evaluating = true;
+    cham_status_t st = wl_embed_forward(w, false, &ids, &x);
+    for (uint32_t l = 0; l < w->n_layers && st == CHAM_OK; l++) {
         wl_saved_t tmp;
-        cham_status_t st = wl_layer_forward(w, l, UINT32_MAX, x, false, &tmp, &x);
+        st = wl_layer_forward(w, l, UINT32_MAX, x, false, &tmp, &x);
         wl_saved_drop(w, &tmp);
-        TRY(st);
     }
-    return w->m.pp == 1 ? wl_head(w, x, false, NULL) : send(w, &x);
+    if (st == CHAM_OK)
+        st = w->m.pp == 1 ? wl_head(w, x, false, NULL) : send(w, &x);
+    w->evaluating = false;
+    return st;
 }
 
 /* How many layers ahead of its backward a swapped layer comes back. */

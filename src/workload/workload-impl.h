@@ -367,6 +367,7 @@ struct cham_workload {
     double fwd_ns;               /* roofline time of one micro-batch's forward */
     uint64_t expert_max;         /* MoE: the busiest expert's tokens this step */
     uint32_t dropped;            /* layers skipped this step */
+    bool evaluating;             /* the step's evaluation forward is running */
     /* Inference (infer.c): per layer its KV cache on the device (with
      * kv_offload only while its layer runs) and in pinned host memory with
      * the event of its last store (kv_offload); the tokens the last step
@@ -492,8 +493,8 @@ uint32_t wl_exec_index(const cham_workload_t *w, uint32_t g);
 bool wl_on_host(const cham_workload_t *w, uint32_t g);
 /* The group whose weights the step reads after group g's: forward in
  * execution order, from the head into the backward, then backward down to
- * the first layer (the embedding's backward reads no weights).
- * UINT32_MAX: none. */
+ * the first layer (the embedding's backward reads no weights), past the
+ * layers this step skips. UINT32_MAX: none. */
 uint32_t wl_next_group(const cham_workload_t *w, uint32_t g);
 /* Layer l's activations: kept, checkpointed (the model's recompute, or
  * ProTrain's layout) or swapped. */
@@ -540,6 +541,9 @@ cham_status_t wl_layer_forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham
 cham_status_t wl_layer_backward(cham_workload_t *w, uint32_t l, uint64_t mb, wl_saved_t *sv,
                                 cham_tensor_t *dy, cham_tensor_t **dx);
 void wl_saved_drop(cham_workload_t *w, wl_saved_t *sv);
+/* Whether this step's training forward and backward skip layer l
+ * (layer_drop; an evaluation runs every layer). */
+bool wl_layer_dropped(const cham_workload_t *w, uint32_t l);
 /* Sends what a layer keeps to the host (out) or brings it back. */
 cham_status_t wl_saved_swap(wl_saved_t *sv, bool out);
 
