@@ -101,19 +101,21 @@ static cham_status_t fetch(cham_workload_t *w, uint32_t g)
 
 uint32_t wl_next_group(const cham_workload_t *w, uint32_t g)
 {
-    uint32_t c = wl_exec_index(w, g), L = w->n_layers;
+    uint32_t c = wl_exec_index(w, g), L = w->n_layers;   /* layer c - 1 is at c */
     if (!w->backward && c <= L) {
-        do                                   /* layer c - 1 is at c */
+        do
             c++;
         while (c <= L && wl_layer_dropped(w, c - 1));
         return group_of(w, c);
     }
+    if (w->backward && (c < 2 || c > L))
+        return UINT32_MAX;
     if (!w->backward)
         c = L + 1;                           /* the head: the last layer's backward next */
     do
         c--;
-    while (c >= 1 && c <= L && wl_layer_dropped(w, c - 1));
-    return c >= 1 && c <= L ? group_of(w, c) : UINT32_MAX;
+    while (c >= 1 && wl_layer_dropped(w, c - 1));
+    return c >= 1 ? group_of(w, c) : UINT32_MAX;
 }
 
 cham_status_t wl_chunk_use(cham_workload_t *w, uint32_t g)
