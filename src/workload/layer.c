@@ -424,7 +424,7 @@ static cham_status_t forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_t
 static cham_status_t layer_forward(cham_workload_t *w, uint32_t l, uint64_t mb, cham_tensor_t *x,
                                    bool keep, wl_saved_t *sv, cham_tensor_t **out)
 {
-    if (keep && wl_layer_dropped(w, l)) {  /* stochastic depth: the identity */
+    if (wl_layer_dropped(w, l)) {          /* stochastic depth: the identity */
         sv->dropped = true;
         w->dropped++;
         *out = x;
