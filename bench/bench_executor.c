@@ -170,6 +170,7 @@ static void record_stream(bool quick)
 typedef struct replay {
     cham_features_t *feat;       /* after each use */
     int32_t *token;
+    uint64_t *storage;
     size_t n_uses, n_ops;
 } replay_t;
 
@@ -182,11 +183,12 @@ static replay_t make_replay(const cham_profile_t *p, const cham_match_t *m)
     replay_t r = {.n_uses = v.n_uses, .n_ops = v.n_ops};
     r.feat = calloc(v.n_uses, sizeof *r.feat);
     r.token = calloc(v.n_uses, sizeof *r.token);
+    r.storage = calloc(v.n_uses, sizeof *r.storage);
     uint64_t max_id = 0;
     for (size_t u = 0; u < v.n_uses; u++)
         max_id = v.uses[u].storage > max_id ? v.uses[u].storage : max_id;
     cham_features_t *cur = calloc(max_id + 1, sizeof *cur);
-    if (!r.feat || !r.token || !cur) {
+    if (!r.feat || !r.token || !r.storage || !cur) {
         fprintf(stderr, "bench_executor: out of host memory\n");
         exit(1);
     }
@@ -199,6 +201,7 @@ static replay_t make_replay(const cham_profile_t *p, const cham_match_t *m)
             cham_features_advance(f, v.ops[o].token, cham_match_tag_bit(m, v.ops[o].token));
             r.feat[u] = *f;
             r.token[u] = v.ops[o].token;
+            r.storage[u] = v.uses[u].persistent ? v.uses[u].storage : CHAM_MATCH_NEW;
         }
     }
     free(cur);
@@ -252,7 +255,7 @@ static void matching_cost(int repeat)
         hits = 0;
         uint64_t t2 = bench_now_ns();
         for (size_t u = 0; u < r.n_uses; u++)
-            hits += cham_match_use(&m, &r.feat[u], r.token[u]) != CHAM_MATCH_NONE;
+            hits += cham_match_use(&m, &r.feat[u], r.token[u], r.storage[u]) != CHAM_MATCH_NONE;
         uint64_t t3 = bench_now_ns();
         without[k] = t1 - t0;
         with[k] = t3 - t2;
@@ -270,7 +273,7 @@ static void matching_cost(int repeat)
     printf("   matching costs       %8.1f ns per op (target < 100: %s)\n", cost,
            bench_verdict(cost < 100));
     (void)sink;
-    free(with), free(without), free(r.feat), free(r.token);
+    free(with), free(without), free(r.feat), free(r.token), free(r.storage);
     cham_match_free(&m);
     cham_policy_free(pol);
     ts_model_free(model);

@@ -27,23 +27,34 @@ typedef struct op_spec {
 } op_spec_t;
 
 /* A profile of one use per op, every tensor 1 MiB of f16, ops in the
- * forward. */
-static cham_profile_t *profile_of(const op_spec_t *ops, size_t n)
+ * forward; or every tensor model state, and the ops of b in the backward,
+ * those of g in the optimizer phase. */
+static cham_profile_t *profile_with(const op_spec_t *ops, size_t n, bool persistent)
 {
     cham_profile_t *p = cham_profile_new(1, 0);
     assert_non_null(p);
     const char *names[N_TOKENS] = {"g", "f", "b"};
     assert_true(cham_profile_set_tokens(p, names, N_TOKENS));
     for (size_t k = 0; k < n; k++) {
-        assert_true(cham_profile_begin_op(p, ops[k].token, CHAM_PHASE_FORWARD, -1, 0));
+        cham_phase_t phase = !persistent || ops[k].token == TOK_F ? CHAM_PHASE_FORWARD
+                             : ops[k].token == TOK_B            ? CHAM_PHASE_BACKWARD
+                                                                : CHAM_PHASE_OPTIMIZER;
+        assert_true(cham_profile_begin_op(p, ops[k].token, phase, -1, 0));
         cham_tensor_use_t u = {.storage = ops[k].storage, .data_ptr = 0x1000 * ops[k].storage,
                                .bytes = BYTES, .storage_bytes = BYTES,
-                               .dtype = CHAM_DTYPE_F16, .output = ops[k].output};
+                               .dtype = CHAM_DTYPE_F16, .output = ops[k].output,
+                               .persistent = persistent};
         assert_true(cham_profile_add_use(p, &u));
         cham_profile_end_op(p, 0);
     }
     cham_profile_set_duration(p, n * 1000);
     return p;
+}
+
+/* The same, no tensor model state. */
+static cham_profile_t *profile_of(const op_spec_t *ops, size_t n)
+{
+    return profile_with(ops, n, false);
 }
 
 /* A policy item: storage swapped out after op out, back for op use. */
@@ -70,11 +81,17 @@ static cham_features_t fresh(void)
     return (cham_features_t){.bytes = BYTES, .dtype = CHAM_DTYPE_F16};
 }
 
-/* A use by token of the tensor whose features are f: the item matched. */
-static uint32_t use(cham_match_t *m, cham_features_t *f, int token)
+/* A use by token of storage id whose features are f: the item matched. */
+static uint32_t use_of(cham_match_t *m, cham_features_t *f, int token, uint64_t id)
 {
     cham_features_advance(f, token, cham_match_tag_bit(m, token));
-    return cham_match_use(m, f, token);
+    return cham_match_use(m, f, token, id);
+}
+
+/* The same for a storage made this step. */
+static uint32_t use(cham_match_t *m, cham_features_t *f, int token)
+{
+    return use_of(m, f, token, CHAM_MATCH_NEW);
 }
 
 /* The index holds the keys of the items' out uses; a use's rank counts
@@ -209,6 +226,56 @@ static void test_loose_match_keeps_the_ranks_after_it(void **state)
     cham_profile_free(prof);
 }
 
+/* Model state back for the optimizer is matched by storage id, never by
+ * rank. Three look-alike weights W1-W3 (storages 11-13, persistent), read
+ * by f in the forward, by b in the backward (in reverse) and by g in the
+ * optimizer phase; W3 goes away after its backward read (item 0, back for
+ * its g), W2 too (item 1). A step that skips layer 3 reads W2 in the
+ * backward at the rank of W3's read: W2 gets its own item, not W3's (which
+ * stays unmatched). A step that skips layer 2 reads W1 at W2's rank: W1
+ * gets nothing (the profile planned it resident), and W2's item stays
+ * unmatched. Matched by rank, W2 took W3's item and went away when W3 was
+ * to come back, so W2 came back on demand at its update, and W1 went away
+ * though planned resident (GPT-2 24x1600 with layer drop: on-demand
+ * swap-ins of weights in 38 of 40 steps). */
+static void test_model_state_by_id_not_rank(void **state)
+{
+    (void)state;
+    const op_spec_t ops[] = {{TOK_F, 11, false}, {TOK_F, 12, false}, {TOK_F, 13, false},
+                             {TOK_B, 13, false}, {TOK_B, 12, false}, {TOK_B, 11, false},
+                             {TOK_G, 11, true},  {TOK_G, 12, true},  {TOK_G, 13, true}};
+    cham_profile_t *prof = profile_with(ops, 9, true);
+    cham_policy_t *pol = one_item(13, 3, 8);
+    add_item(pol, 12, 4, 7);
+    cham_match_t m;
+    assert_true(cham_match_build(&m, pol, prof));
+    for (uint64_t skipped = 0; skipped <= 13; skipped += skipped ? 1 : 12) {
+        cham_match_step_start(&m);
+        cham_features_t w[3] = {fresh(), fresh(), fresh()};
+        for (uint64_t id = 11; id <= 13; id++)
+            if (id != skipped)
+                assert_int_equal(use_of(&m, &w[id - 11], TOK_F, id), CHAM_MATCH_NONE);
+        for (uint64_t id = 13; id >= 11; id--) {
+            uint32_t want = id == 13 ? 0 : id == 12 ? 1 : CHAM_MATCH_NONE;
+            if (id != skipped)
+                assert_int_equal(use_of(&m, &w[id - 11], TOK_B, id), want);
+        }
+        for (uint64_t id = 11; id <= 13; id++)
+            assert_int_equal(use_of(&m, &w[id - 11], TOK_G, id), CHAM_MATCH_NONE);
+        assert_int_equal(m.hits_strict, skipped == 12 || skipped == 13 ? 1 : 2);
+        assert_int_equal(m.matched[0], skipped != 13);
+        assert_int_equal(m.matched[1], skipped != 12);
+    }
+    /* Nor does a storage new this step with W3's features take its item. */
+    cham_match_step_start(&m);
+    cham_features_t n = fresh();
+    assert_int_equal(use(&m, &n, TOK_F), CHAM_MATCH_NONE);
+    assert_int_equal(use(&m, &n, TOK_B), CHAM_MATCH_NONE);
+    cham_match_free(&m);
+    cham_policy_free(pol);
+    cham_profile_free(prof);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -216,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_unknown_strict_key_falls_back_to_loose),
         cmocka_unit_test(test_look_alikes_by_rank),
         cmocka_unit_test(test_loose_match_keeps_the_ranks_after_it),
+        cmocka_unit_test(test_model_state_by_id_not_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

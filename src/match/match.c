@@ -101,27 +101,56 @@ static uint32_t table_add(cham_match_table_t *t, uint64_t key)
     return t->slot_of[i];
 }
 
-/* ---- building -------------------------------------------------------------*/
+/* ---- a map of keys to items ----------------------------------------------*/
 
-/* Storage id -> index of its running features, open addressing. */
-typedef struct storage_map {
-    uint64_t *ids;               /* id + 1, 0 = empty */
-    uint32_t *at;
-    size_t n_slots, n;
-} storage_map_t;
-
-static uint32_t storage_index(storage_map_t *s, uint64_t id)
+static bool map_init(cham_match_map_t *m, size_t n)
 {
-    size_t mask = s->n_slots - 1;
-    size_t i = mix(0, id) & mask;
-    while (s->ids[i] != 0 && s->ids[i] != id + 1)
-        i = (i + 1) & mask;
-    if (s->ids[i] == 0) {
-        s->ids[i] = id + 1;
-        s->at[i] = (uint32_t)s->n++;
-    }
-    return s->at[i];
+    m->n_slots = pow2_at_least(2 * n + 1);
+    m->keys = calloc(m->n_slots, sizeof *m->keys);
+    m->value = malloc(m->n_slots * sizeof *m->value);
+    return m->keys && m->value;
 }
+
+static void map_free(cham_match_map_t *m)
+{
+    free(m->keys);
+    free(m->value);
+    memset(m, 0, sizeof *m);
+}
+
+/* The value of key (nonzero), or NULL when the map has none. */
+static uint32_t *map_find(const cham_match_map_t *m, uint64_t key)
+{
+    size_t mask = m->n_slots - 1;
+    for (size_t i = mix(0, key) & mask;; i = (i + 1) & mask) {
+        if (m->keys[i] == key)
+            return &m->value[i];
+        if (m->keys[i] == 0)
+            return NULL;
+    }
+}
+
+/* The value of key, added as value when the map has none. */
+static uint32_t map_add(cham_match_map_t *m, uint64_t key, uint32_t value)
+{
+    size_t mask = m->n_slots - 1;
+    size_t i = mix(0, key) & mask;
+    while (m->keys[i] != 0 && m->keys[i] != key)
+        i = (i + 1) & mask;
+    if (m->keys[i] == 0) {
+        m->keys[i] = key;
+        m->value[i] = value;
+    }
+    return m->value[i];
+}
+
+/* The key of a use of storage id by its strict or loose key. */
+static inline uint64_t use_key(uint64_t id, uint64_t key)
+{
+    return nonzero(mix(mix(0x14057b7ef767814fu, id), key));
+}
+
+/* ---- building -------------------------------------------------------------*/
 
 /* Tags the 32 most frequent ops of the profile (ties: the lower token). */
 static bool build_tags(cham_match_t *m, const cham_profile_view_t *v)
@@ -220,6 +249,31 @@ static bool build_table(cham_match_table_t *t, const uint64_t *keys, size_t n_us
     return true;
 }
 
+/* The items matched by id (model state back for the optimizer) and the
+ * keys of model state's uses. */
+static void build_ids(cham_match_t *m, const cham_policy_view_t *pv,
+                      const cham_profile_view_t *v, const uint64_t *strict,
+                      const uint64_t *loose, const uint32_t *item_of_use)
+{
+    for (size_t u = 0; u < v->n_uses; u++) {
+        uint32_t i = item_of_use[u];
+        if (i == CHAM_MATCH_NONE || !v->uses[u].persistent)
+            continue;
+        uint32_t back = pv->items[i].use_op;
+        m->by_id[i] = back < v->n_ops && v->ops[back].phase == CHAM_PHASE_OPTIMIZER;
+    }
+    for (size_t u = 0; u < v->n_uses; u++) {
+        uint32_t i = item_of_use[u];
+        if (!v->uses[u].persistent || !strict[u])
+            continue;     /* not model state, or an evaluation's use */
+        /* A storage's strict keys differ from use to use (its use count). */
+        map_add(&m->ids, use_key(v->uses[u].storage, strict[u]),
+                i != CHAM_MATCH_NONE && m->by_id[i] ? i : CHAM_MATCH_NONE);
+        if (i != CHAM_MATCH_NONE && m->by_id[i])
+            map_add(&m->ids, use_key(v->uses[u].storage, loose[u]), i);
+    }
+}
+
 bool cham_match_build(cham_match_t *m, const cham_policy_t *policy,
                       const cham_profile_t *profile)
 {
@@ -233,20 +287,22 @@ bool cham_match_build(cham_match_t *m, const cham_policy_t *policy,
     uint64_t *loose = malloc(nu * sizeof *loose);
     uint32_t *item_of_use = malloc(nu * sizeof *item_of_use);
     cham_features_t *feat = calloc(nu, sizeof *feat);
-    storage_map_t sm = {.n_slots = pow2_at_least(2 * nu)};
-    sm.ids = calloc(sm.n_slots, sizeof *sm.ids);
-    sm.at = malloc(sm.n_slots * sizeof *sm.at);
+    cham_match_map_t storages = {0};    /* storage id -> index of its features */
+    uint32_t n_storages = 0;
     m->n_items = pv.n_items;
     m->matched = calloc(pv.n_items ? pv.n_items : 1, sizeof *m->matched);
-    bool ok = strict && loose && item_of_use && feat && sm.ids && sm.at && m->matched &&
-              build_tags(m, &v);
+    m->by_id = calloc(pv.n_items ? pv.n_items : 1, sizeof *m->by_id);
+    bool ok = strict && loose && item_of_use && feat && map_init(&storages, nu) &&
+              map_init(&m->ids, nu + pv.n_items) && m->matched && m->by_id && build_tags(m, &v);
     if (ok) {
         /* The features after every use, as the runtime computes them. */
         for (size_t o = 0; o < v.n_ops; o++) {
             const cham_profile_op_t *op = &v.ops[o];
             for (uint32_t k = 0; k < op->n_uses; k++) {
                 const cham_tensor_use_t *use = &v.uses[op->first_use + k];
-                cham_features_t *f = &feat[storage_index(&sm, use->storage)];
+                uint32_t at = map_add(&storages, use->storage + 1, n_storages);  /* 0: empty */
+                n_storages += at == n_storages;
+                cham_features_t *f = &feat[at];
                 f->bytes = use->storage_bytes;
                 f->dtype = (uint32_t)use->dtype;
                 cham_features_advance(f, op->token, cham_match_tag_bit(m, op->token));
@@ -258,10 +314,12 @@ bool cham_match_build(cham_match_t *m, const cham_policy_t *policy,
             }
         }
         mark_out_uses(&pv, &v, item_of_use);
+        build_ids(m, &pv, &v, strict, loose, item_of_use);
         ok = build_table(&m->strict, strict, v.n_uses, item_of_use, pv.n_items) &&
              build_table(&m->loose, loose, v.n_uses, item_of_use, pv.n_items);
     }
-    free(strict), free(loose), free(item_of_use), free(feat), free(sm.ids), free(sm.at);
+    free(strict), free(loose), free(item_of_use), free(feat);
+    map_free(&storages);
     if (!ok)
         cham_match_free(m);
     return ok;
@@ -273,6 +331,8 @@ void cham_match_free(cham_match_t *m)
     free(m->matched);
     table_free(&m->strict);
     table_free(&m->loose);
+    free(m->by_id);
+    map_free(&m->ids);
     memset(m, 0, sizeof *m);
 }
 
@@ -302,17 +362,39 @@ static inline uint32_t table_use(cham_match_table_t *t, uint32_t k)
     return at < end && t->rank[at] == rank ? t->item[at] : CHAM_MATCH_NONE;
 }
 
-uint32_t cham_match_use(cham_match_t *m, const cham_features_t *f, int32_t token)
+/* An item matched by id for a use of storage id: judged strictly where
+ * the profile knew the use's strict key, else loosely; NULL when neither
+ * key is known. */
+static const uint32_t *id_use(const cham_match_t *m, uint64_t id, uint64_t strict,
+                              uint64_t loose, bool *is_strict)
+{
+    const uint32_t *at = map_find(&m->ids, use_key(id, strict));
+    *is_strict = at != NULL;
+    return at ? at : map_find(&m->ids, use_key(id, loose));
+}
+
+uint32_t cham_match_use(cham_match_t *m, const cham_features_t *f, int32_t token, uint64_t id)
 {
     if (m->n_items == 0)
         return CHAM_MATCH_NONE;
-    uint32_t ks = table_find(&m->strict, strict_key(f));
-    uint32_t kl = table_find(&m->loose, loose_key(f, token));
+    uint64_t strict = strict_key(f), loose = loose_key(f, token);
+    uint32_t ks = table_find(&m->strict, strict);
+    uint32_t kl = table_find(&m->loose, loose);
     uint32_t is = ks == CHAM_MATCH_NONE ? CHAM_MATCH_NONE : table_use(&m->strict, ks);
     uint32_t il = kl == CHAM_MATCH_NONE ? CHAM_MATCH_NONE : table_use(&m->loose, kl);
+    /* Uses matched by id still count in the ranks, as in the profile. */
+    bool by_strict = false;
+    const uint32_t *at = id == CHAM_MATCH_NEW ? NULL : id_use(m, id, strict, loose, &by_strict);
+    if (at && *at != CHAM_MATCH_NONE) {
+        if (m->matched[*at])
+            return CHAM_MATCH_NONE;
+        m->matched[*at] = true;
+        *(by_strict ? &m->hits_strict : &m->hits_loose) += 1;
+        return *at;
+    }
     /* A use the profile knew strictly is judged strictly only. */
     uint32_t item = ks != CHAM_MATCH_NONE ? is : il;
-    if (item == CHAM_MATCH_NONE || m->matched[item])
+    if (item == CHAM_MATCH_NONE || m->matched[item] || m->by_id[item])
         return CHAM_MATCH_NONE;
     m->matched[item] = true;
     if (ks != CHAM_MATCH_NONE) {

@@ -14,7 +14,15 @@
  * not disturb the match. An item is matched strictly first; a use whose
  * strict key the profile never saw falls back to the loose key (a tensor
  * an extra op also read), and takes its item's strict rank with it, so
- * that the look-alikes after it keep theirs. docs/executor.md says why. */
+ * that the look-alikes after it keep theirs.
+ *
+ * Model state that comes back for the optimizer is matched by storage id
+ * and key instead, never by rank: it is the same storage in every step,
+ * and the optimizer's ops are the same whichever layers a step ran, while
+ * the ranks before them shift with the layers a step skips (one layer's
+ * weights took another's item and came back on demand at their update).
+ * Items that come back within the blocks keep their ranks, which the
+ * clock follows there. docs/executor.md says why. */
 #ifndef CHAM_MATCH_MATCH_H
 #define CHAM_MATCH_MATCH_H
 
@@ -27,6 +35,7 @@
 
 #define CHAM_MATCH_TAG_OPS 32
 #define CHAM_MATCH_NONE UINT32_MAX
+#define CHAM_MATCH_NEW UINT64_MAX   /* the id of a storage made this step */
 
 /* A tensor's features after a use. */
 typedef struct cham_features {
@@ -49,12 +58,24 @@ typedef struct cham_match_table {
     uint32_t *key_of, *rank_of;  /* per item: its key and rank here, or NONE */
 } cham_match_table_t;
 
+/* A map of nonzero 64-bit keys to item indices, open addressing. */
+typedef struct cham_match_map {
+    uint64_t *keys;              /* n_slots, 0 = empty */
+    uint32_t *value;
+    size_t n_slots;              /* a power of two, at most half full */
+} cham_match_map_t;
+
 /* Invariant: tag_bit has n_tag_tokens entries; matched[i] says whether item
  * i has been matched this step. */
 typedef struct cham_match {
     uint32_t *tag_bit;           /* per op token: its one-hot bit, or 0 */
     size_t n_tag_tokens;
     cham_match_table_t strict, loose;
+    /* (storage id, strict key) of every use of model state -> its item
+     * matched by id, or NONE; (storage id, loose key) of those items'
+     * out uses -> the item. */
+    cham_match_map_t ids;
+    bool *by_id;                 /* per item: matched by id, not by rank */
     bool *matched;
     size_t n_items;
     uint64_t hits_strict, hits_loose;   /* this step */
@@ -89,8 +110,9 @@ static inline uint32_t cham_match_tag_bit(const cham_match_t *m, int32_t token)
 /* Forgets the counts of the step that ended. */
 void cham_match_step_start(cham_match_t *m);
 
-/* A use by token of a tensor whose features (after the use) are f: the item
- * planned for it, or CHAM_MATCH_NONE. Each item matches at most once a step. */
-uint32_t cham_match_use(cham_match_t *m, const cham_features_t *f, int32_t token);
+/* A use by token of storage `id` (CHAM_MATCH_NEW: one made this step, no
+ * model state) whose features (after the use) are f: the item planned for
+ * it, or CHAM_MATCH_NONE. Each item matches at most once a step. */
+uint32_t cham_match_use(cham_match_t *m, const cham_features_t *f, int32_t token, uint64_t id);
 
 #endif

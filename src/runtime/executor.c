@@ -543,7 +543,8 @@ void cham_exec_use(cham_context_t *ctx, cham_tensor_t *t, cham_op_token_t token,
         if (!it->wraps)
             clock_set(x, it->use_op, token);
     }
-    uint32_t item = cham_match_use(&x->plan->match, &s->feat, token);
+    uint64_t id = s->born_step < ctx->step ? s->id : CHAM_MATCH_NEW;
+    uint32_t item = cham_match_use(&x->plan->match, &s->feat, token, id);
     if (item == CHAM_MATCH_NONE)
         return;
     clock_set(x, x->plan->view.items[item].swap_out_op, token);
