@@ -249,7 +249,9 @@ static void test_model_state_by_id_not_rank(void **state)
     add_item(pol, 12, 4, 7);
     cham_match_t m;
     assert_true(cham_match_build(&m, pol, prof));
-    for (uint64_t skipped = 0; skipped <= 13; skipped += skipped ? 1 : 12) {
+    const uint64_t skips[] = {0, 12, 13};        /* none, layer 2's, layer 3's */
+    for (size_t k = 0; k < sizeof skips / sizeof skips[0]; k++) {
+        uint64_t skipped = skips[k];
         cham_match_step_start(&m);
         cham_features_t w[3] = {fresh(), fresh(), fresh()};
         for (uint64_t id = 11; id <= 13; id++)
