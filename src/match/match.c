@@ -250,27 +250,24 @@ static bool build_table(cham_match_table_t *t, const uint64_t *keys, size_t n_us
 }
 
 /* The items matched by id (model state back for the optimizer) and the
- * keys of model state's uses. */
+ * keys of model state's uses. An item's out use decides whether it is. */
 static void build_ids(cham_match_t *m, const cham_policy_view_t *pv,
                       const cham_profile_view_t *v, const uint64_t *strict,
                       const uint64_t *loose, const uint32_t *item_of_use)
 {
     for (size_t u = 0; u < v->n_uses; u++) {
-        uint32_t i = item_of_use[u];
-        if (i == CHAM_MATCH_NONE || !v->uses[u].persistent)
-            continue;
-        uint32_t back = pv->items[i].use_op;
-        m->by_id[i] = back < v->n_ops && v->ops[back].phase == CHAM_PHASE_OPTIMIZER;
-    }
-    for (size_t u = 0; u < v->n_uses; u++) {
-        uint32_t i = item_of_use[u];
         if (!v->uses[u].persistent || !strict[u])
             continue;     /* not model state, or an evaluation's use */
+        uint32_t i = item_of_use[u], mine = CHAM_MATCH_NONE;
+        if (i != CHAM_MATCH_NONE) {
+            uint32_t back = pv->items[i].use_op;
+            m->by_id[i] = back < v->n_ops && v->ops[back].phase == CHAM_PHASE_OPTIMIZER;
+            mine = m->by_id[i] ? i : CHAM_MATCH_NONE;
+        }
         /* A storage's strict keys differ from use to use (its use count). */
-        map_add(&m->ids, use_key(v->uses[u].storage, strict[u]),
-                i != CHAM_MATCH_NONE && m->by_id[i] ? i : CHAM_MATCH_NONE);
-        if (i != CHAM_MATCH_NONE && m->by_id[i])
-            map_add(&m->ids, use_key(v->uses[u].storage, loose[u]), i);
+        map_add(&m->ids, use_key(v->uses[u].storage, strict[u]), mine);
+        if (mine != CHAM_MATCH_NONE)
+            map_add(&m->ids, use_key(v->uses[u].storage, loose[u]), mine);
     }
 }
 
