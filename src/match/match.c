@@ -32,7 +32,7 @@ static inline uint64_t loose_key(const cham_features_t *f, int32_t token)
     return nonzero(mix(mix(mix(0x2545f4914f6cdd1du, f->bytes), f->dtype), (uint32_t)token));
 }
 
-/* ---- a key table ----------------------------------------------------------*/
+/* ---- a map of keys to values ------------------------------------------------*/
 
 static size_t pow2_at_least(size_t n)
 {
@@ -41,67 +41,6 @@ static size_t pow2_at_least(size_t n)
         p *= 2;
     return p;
 }
-
-static bool table_init(cham_match_table_t *t, size_t n_items)
-{
-    memset(t, 0, sizeof *t);
-    t->n_slots = pow2_at_least(2 * n_items + 1);
-    size_t k = n_items ? n_items : 1;
-    t->keys = calloc(t->n_slots, sizeof *t->keys);
-    t->slot_of = malloc(t->n_slots * sizeof *t->slot_of);
-    t->first = calloc(k, sizeof *t->first);
-    t->count = calloc(k, sizeof *t->count);
-    t->seen = calloc(k, sizeof *t->seen);
-    t->cursor = calloc(k, sizeof *t->cursor);
-    t->rank = malloc(k * sizeof *t->rank);
-    t->item = malloc(k * sizeof *t->item);
-    t->key_of = malloc(k * sizeof *t->key_of);
-    t->rank_of = malloc(k * sizeof *t->rank_of);
-    return t->keys && t->slot_of && t->first && t->count && t->seen && t->cursor && t->rank &&
-           t->item && t->key_of && t->rank_of;
-}
-
-static void table_free(cham_match_table_t *t)
-{
-    free(t->keys);
-    free(t->slot_of);
-    free(t->first);
-    free(t->count);
-    free(t->seen);
-    free(t->cursor);
-    free(t->rank);
-    free(t->item);
-    free(t->key_of);
-    free(t->rank_of);
-    memset(t, 0, sizeof *t);
-}
-
-/* The distinct-key index of key, or NONE. */
-static inline uint32_t table_find(const cham_match_table_t *t, uint64_t key)
-{
-    size_t mask = t->n_slots - 1;
-    for (size_t i = key & mask;; i = (i + 1) & mask) {
-        if (t->keys[i] == key)
-            return t->slot_of[i];
-        if (t->keys[i] == 0)
-            return CHAM_MATCH_NONE;
-    }
-}
-
-static uint32_t table_add(cham_match_table_t *t, uint64_t key)
-{
-    size_t mask = t->n_slots - 1;
-    size_t i = key & mask;
-    while (t->keys[i] != 0 && t->keys[i] != key)
-        i = (i + 1) & mask;
-    if (t->keys[i] == 0) {
-        t->keys[i] = key;
-        t->slot_of[i] = (uint32_t)t->n_keys++;
-    }
-    return t->slot_of[i];
-}
-
-/* ---- a map of keys to items ----------------------------------------------*/
 
 static bool map_init(cham_match_map_t *m, size_t n)
 {
@@ -122,7 +61,7 @@ static void map_free(cham_match_map_t *m)
 static uint32_t *map_find(const cham_match_map_t *m, uint64_t key)
 {
     size_t mask = m->n_slots - 1;
-    for (size_t i = mix(0, key) & mask;; i = (i + 1) & mask) {
+    for (size_t i = key & mask;; i = (i + 1) & mask) {
         if (m->keys[i] == key)
             return &m->value[i];
         if (m->keys[i] == 0)
@@ -134,7 +73,7 @@ static uint32_t *map_find(const cham_match_map_t *m, uint64_t key)
 static uint32_t map_add(cham_match_map_t *m, uint64_t key, uint32_t value)
 {
     size_t mask = m->n_slots - 1;
-    size_t i = mix(0, key) & mask;
+    size_t i = key & mask;
     while (m->keys[i] != 0 && m->keys[i] != key)
         i = (i + 1) & mask;
     if (m->keys[i] == 0) {
@@ -148,6 +87,51 @@ static uint32_t map_add(cham_match_map_t *m, uint64_t key, uint32_t value)
 static inline uint64_t use_key(uint64_t id, uint64_t key)
 {
     return nonzero(mix(mix(0x14057b7ef767814fu, id), key));
+}
+
+/* ---- a key table ----------------------------------------------------------*/
+
+static bool table_init(cham_match_table_t *t, size_t n_items)
+{
+    memset(t, 0, sizeof *t);
+    size_t k = n_items ? n_items : 1;
+    bool index = map_init(&t->index, n_items);
+    t->first = calloc(k, sizeof *t->first);
+    t->count = calloc(k, sizeof *t->count);
+    t->seen = calloc(k, sizeof *t->seen);
+    t->cursor = calloc(k, sizeof *t->cursor);
+    t->rank = malloc(k * sizeof *t->rank);
+    t->item = malloc(k * sizeof *t->item);
+    t->key_of = malloc(k * sizeof *t->key_of);
+    t->rank_of = malloc(k * sizeof *t->rank_of);
+    return index && t->first && t->count && t->seen && t->cursor && t->rank && t->item &&
+           t->key_of && t->rank_of;
+}
+
+static void table_free(cham_match_table_t *t)
+{
+    map_free(&t->index);
+    free(t->first);
+    free(t->count);
+    free(t->seen);
+    free(t->cursor);
+    free(t->rank);
+    free(t->item);
+    free(t->key_of);
+    free(t->rank_of);
+    memset(t, 0, sizeof *t);
+}
+
+/* The distinct-key index of key, or NONE. */
+static inline uint32_t table_find(const cham_match_table_t *t, uint64_t key)
+{
+    const uint32_t *at = map_find(&t->index, key);
+    return at ? *at : CHAM_MATCH_NONE;
+}
+
+static void table_add(cham_match_table_t *t, uint64_t key)
+{
+    t->n_keys += map_add(&t->index, key, (uint32_t)t->n_keys) == t->n_keys;
 }
 
 /* ---- building -------------------------------------------------------------*/

@@ -46,24 +46,24 @@ typedef struct cham_features {
     uint32_t dtype;
 } cham_features_t;
 
-/* One key table: key -> slot, and per slot the items in rank order. */
-typedef struct cham_match_table {
-    uint64_t *keys;              /* n_slots, 0 = empty (keys are never 0) */
-    uint32_t *slot_of;           /* n_slots: index into first/count, or NONE */
+/* A map of nonzero 64-bit keys (hashes, or ids + 1) to 32-bit values,
+ * open addressing. */
+typedef struct cham_match_map {
+    uint64_t *keys;              /* n_slots, 0 = empty */
+    uint32_t *value;
     size_t n_slots;              /* a power of two, at most half full */
+} cham_match_map_t;
+
+/* One key table: key -> its distinct-key index, and per distinct key the
+ * items in rank order. */
+typedef struct cham_match_table {
+    cham_match_map_t index;      /* key -> index into first/count */
     uint32_t *first, *count;     /* per distinct key: its run in rank/item */
     uint32_t *seen, *cursor;     /* per distinct key: uses this step, next run entry */
     size_t n_keys;
     uint32_t *rank, *item;       /* runs of (rank, item), grouped by key */
     uint32_t *key_of, *rank_of;  /* per item: its key and rank here, or NONE */
 } cham_match_table_t;
-
-/* A map of nonzero 64-bit keys to item indices, open addressing. */
-typedef struct cham_match_map {
-    uint64_t *keys;              /* n_slots, 0 = empty */
-    uint32_t *value;
-    size_t n_slots;              /* a power of two, at most half full */
-} cham_match_map_t;
 
 /* Invariant: tag_bit has n_tag_tokens entries; matched[i] says whether item
  * i has been matched this step. */
