@@ -36,6 +36,12 @@ typedef struct run {
     bool log_cache_hit;
     bool log_classes;
     size_t wrap_items;                      /* of the policy applied at the end */
+    uint64_t wrap_ids[MAX_OUT];             /* their storages */
+    /* The last step's planned swap-ins, in the order they were queued:
+     * the op and the storage id. */
+    uint32_t in_op[MAX_OUT];
+    uint64_t in_storage[MAX_OUT];
+    int n_in;
     bool policy_whole;                      /* its predicted peak within the usable memory */
 } run_t;
 
@@ -57,6 +63,11 @@ static void on_swap(const cham_swap_event_t *e, void *user)
         ((unsigned char *)(uintptr_t)e->device_ptr)[1] ^= 0x40;
         corrupt.done++;
         snprintf(corrupt.label, sizeof corrupt.label, "%s", e->label);
+    }
+    if (!e->out && e->cause == CHAM_SWAP_PLANNED && (int)e->step == r->steps - 1 &&
+        r->n_in < MAX_OUT) {
+        r->in_op[r->n_in] = e->op;
+        r->in_storage[r->n_in++] = e->storage;
     }
     if (!e->out || e->cause != CHAM_SWAP_PLANNED || e->step >= MAX_STEPS)
         return;
@@ -117,7 +128,8 @@ static void run(const cham_config_t *cfg, const ts_config_t *tc, int steps, run_
         cham_policy_view_t v;
         cham_policy_get(pol, &v);
         for (size_t i = 0; i < v.n_items; i++)
-            r->wrap_items += v.items[i].wraps;
+            if (v.items[i].wraps && r->wrap_items < MAX_OUT)
+                r->wrap_ids[r->wrap_items++] = v.items[i].storage;
         r->policy_whole = v.predicted_peak <= v.usable;
     }
     ts_model_free(m);
@@ -324,6 +336,48 @@ static void test_adamw_states_at_60_and_40_percent(void **state)
                          (unsigned long long)DELTA(&small, s, passive_swaps_out),
                          (unsigned long long)DELTA(&small, s, on_demand_swaps_in));
     }
+}
+
+static bool wraps_in(const run_t *r, uint64_t storage)
+{
+    for (size_t i = 0; i < r->wrap_items; i++)
+        if (r->wrap_ids[i] == storage)
+            return true;
+    return false;
+}
+
+/* The swap-ins due at one op are queued in the plan's item order, as the
+ * planner's replay timed them: model state away across the step's end
+ * (wrapping items, the plan's last) does not go ahead of an activation
+ * the next ops need. */
+static void test_swap_ins_at_one_op_in_item_order(void **state)
+{
+    (void)state;
+    ts_config_t tc = ts_config_default();
+    tc.weight_bytes = 256 << 10;
+    tc.adamw = true;
+    static run_t big, small;
+    cham_config_t c = config(1024 * MiB);
+    run(&c, &tc, 30, &big);
+    c = config(fraction_of(&big, 1 / 0.4));
+    run(&c, &tc, 30, &small);
+    assert_same_data(&small, &big);
+    assert_int_equal(small.hazards, 0);
+    assert_true(small.wrap_items > 0);
+    assert_true(small.n_in > 0 && small.n_in < MAX_OUT);
+    int shared = 0;   /* ops where both kinds come back */
+    for (int i = 0; i < small.n_in; i++) {
+        if (!wraps_in(&small, small.in_storage[i]))
+            continue;
+        for (int j = i + 1; j < small.n_in && small.in_op[j] == small.in_op[i]; j++)
+            if (!wraps_in(&small, small.in_storage[j]))
+                fail_msg("op %u: model state %llu queued before activation %llu",
+                         small.in_op[i], (unsigned long long)small.in_storage[i],
+                         (unsigned long long)small.in_storage[j]);
+        for (int j = i - 1; j >= 0 && small.in_op[j] == small.in_op[i]; j--)
+            shared += !wraps_in(&small, small.in_storage[j]);
+    }
+    assert_true(shared > 0);
 }
 
 static void test_corrupted_swap_changes_the_checksum(void **state)
@@ -1131,6 +1185,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_four_times),
         cmocka_unit_test(test_model_state_moves),
         cmocka_unit_test(test_adamw_states_at_60_and_40_percent),
+        cmocka_unit_test(test_swap_ins_at_one_op_in_item_order),
         cmocka_unit_test(test_corrupted_swap_changes_the_checksum),
         cmocka_unit_test(test_matching_follows_tensors_not_addresses),
         cmocka_unit_test(test_extra_op_still_matches),

@@ -660,6 +660,17 @@ static void clock_follow_blocks(cham_exec_t *x, cham_phase_t phase, bool in_bloc
     }
 }
 
+/* Whether carried storage `c` comes back before the plan's item `item`,
+ * both due: by op, then by item; one carried for another plan (its item
+ * not this plan's) after the plan's own. */
+static bool carried_first(const cham_exec_t *x, const cham_carried_t *c, uint32_t item)
+{
+    uint32_t in_op = x->plan->view.items[item].swap_in_op;
+    const cham_storage_t *s = c->storage;
+    uint32_t own = s && s->item < x->plan->view.n_items ? s->item : CHAM_MATCH_NONE;
+    return c->op < in_op || (c->op == in_op && own < item);
+}
+
 cham_status_t cham_exec_op_begin(cham_context_t *ctx)
 {
     cham_exec_t *x = &ctx->exec;
@@ -694,34 +705,42 @@ cham_status_t cham_exec_op_begin(cham_context_t *ctx)
         if (s && s->residency == CHAM_RESIDENT_DEVICE && x->carried[i].op > until)
             cham_exec_advise(ctx, CHAM_ACTION_SWAP_OUT, s->view_list, false, ctx->ops_total + 1);
     }
-    for (; x->carry_next < x->n_carried && x->carried[x->carry_next].op <= until;
-         x->carry_next++) {
-        cham_storage_t *s = x->carried[x->carry_next].storage;
-        cham_status_t st = s ? bring_back(ctx, s) : CHAM_OK;
-        if (st != CHAM_OK)
-            return st;
-    }
-    if (!x->plan)
-        return CHAM_OK;
-    const cham_policy_view_t *pol = &x->plan->view;
-    while (x->in_next < pol->n_items) {
-        uint32_t item = x->plan->in_order[x->in_next];
-        if (pol->items[item].swap_in_op > until)
-            break;
-        x->in_next++;
-        cham_storage_t *s = x->storage_of[item];
-        if (!s && x->plan->positions && x->plan->positions->seen[item]) {
-            cham_context_error(ctx, "capuchin policy: step %llu: the tensor swapped out after op "
-                               "%u was freed before its swap-in at op %u: the op sequence "
-                               "changed and a static policy cannot follow it",
-                               (unsigned long long)ctx->number, pol->items[item].swap_out_op, k);
-            return CHAM_ERR_POLICY_MISMATCH;
+    /* What comes back at this op comes in the plan's item order, as the
+     * planner's replay queued it (refine.c): a storage carried from the
+     * step before counts as the item it was away for, the plan's last
+     * items (those that wrap), so it does not hold the link ahead of what
+     * the next ops need. */
+    const cham_policy_view_t *pol = x->plan ? &x->plan->view : NULL;
+    for (;;) {
+        const cham_carried_t *c =
+            x->carry_next < x->n_carried && x->carried[x->carry_next].op <= until
+                ? &x->carried[x->carry_next] : NULL;
+        uint32_t item = pol && x->in_next < pol->n_items ? x->plan->in_order[x->in_next]
+                                                         : CHAM_MATCH_NONE;
+        if (item != CHAM_MATCH_NONE && pol->items[item].swap_in_op > until)
+            item = CHAM_MATCH_NONE;
+        if (!c && item == CHAM_MATCH_NONE)
+            return CHAM_OK;
+        cham_storage_t *s;
+        if (c && (item == CHAM_MATCH_NONE || carried_first(x, c, item))) {
+            x->carry_next++;
+            s = c->storage;
+        } else {
+            x->in_next++;
+            s = x->storage_of[item];
+            if (!s && x->plan->positions && x->plan->positions->seen[item]) {
+                cham_context_error(ctx, "capuchin policy: step %llu: the tensor swapped out "
+                                   "after op %u was freed before its swap-in at op %u: the "
+                                   "op sequence changed and a static policy cannot follow it",
+                                   (unsigned long long)ctx->number, pol->items[item].swap_out_op,
+                                   k);
+                return CHAM_ERR_POLICY_MISMATCH;
+            }
         }
-        cham_status_t st = s ? bring_back(ctx, s) : CHAM_OK;   /* not matched: nothing */
+        cham_status_t st = s ? bring_back(ctx, s) : CHAM_OK;   /* freed or not matched */
         if (st != CHAM_OK)
             return st;
     }
-    return CHAM_OK;
 }
 
 cham_status_t cham_exec_op_end(cham_context_t *ctx)
