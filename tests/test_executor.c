@@ -19,6 +19,7 @@
 #define MiB (UINT64_C(1) << 20)
 #define MAX_STEPS 64
 #define MAX_OUT 128
+#define MAX_IN 2048
 
 /* What happened in each step, from the stats and the hooks. */
 typedef struct run {
@@ -39,8 +40,8 @@ typedef struct run {
     uint64_t wrap_ids[MAX_OUT];             /* their storages */
     /* The last step's planned swap-ins, in the order they were queued:
      * the op and the storage id. */
-    uint32_t in_op[MAX_OUT];
-    uint64_t in_storage[MAX_OUT];
+    uint32_t in_op[MAX_IN];
+    uint64_t in_storage[MAX_IN];
     int n_in;
     bool policy_whole;                      /* its predicted peak within the usable memory */
 } run_t;
@@ -65,7 +66,7 @@ static void on_swap(const cham_swap_event_t *e, void *user)
         snprintf(corrupt.label, sizeof corrupt.label, "%s", e->label);
     }
     if (!e->out && e->cause == CHAM_SWAP_PLANNED && (int)e->step == r->steps - 1 &&
-        r->n_in < MAX_OUT) {
+        r->n_in < MAX_IN) {
         r->in_op[r->n_in] = e->op;
         r->in_storage[r->n_in++] = e->storage;
     }
@@ -364,7 +365,7 @@ static void test_swap_ins_at_one_op_in_item_order(void **state)
     assert_same_data(&small, &big);
     assert_int_equal(small.hazards, 0);
     assert_true(small.wrap_items > 0);
-    assert_true(small.n_in > 0 && small.n_in < MAX_OUT);
+    assert_true(small.n_in > 0 && small.n_in < MAX_IN);
     int shared = 0;   /* ops where both kinds come back */
     for (int i = 0; i < small.n_in; i++) {
         if (!wraps_in(&small, small.in_storage[i]))

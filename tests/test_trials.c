@@ -179,7 +179,7 @@ static void test_gpt2_state_runs_on(void **state)
     kept_time_is_stable_time("gpt2-1.5b", 8, 1024, 1, 0, "h100-80g", 0.50, 32);
 }
 
-/* GPT-2 1.5B at 69% of its peak on the A100: the trial kept needs
+/* GPT-2 1.5B at 64% of its peak on the A100: the trial kept needs
  * passive swaps in Stable (about a quarter slower than its trial), where
  * the next trial's policy does not (simulated). The check applies that
  * one after one timed step and keeps it. (If a change to the planner or
@@ -190,7 +190,7 @@ static void test_gpt2_state_runs_on(void **state)
 static void test_check_in_stable_switches(void **state)
 {
     (void)state;
-    kept_t k = kept_time_is_stable_time("gpt2-1.5b", 8, 1024, 1, 0, "a100-80g", 0.69, 24);
+    kept_t k = kept_time_is_stable_time("gpt2-1.5b", 8, 1024, 1, 0, "a100-80g", 0.64, 24);
     assert_int_equal(k.switches, 1);
     assert_true(k.final_stable_ms > 0 && k.final_stable_ms < k.first_stable_ms);
     assert_true((double)k.last_ns < k.first_stable_ms * 1e6);
