@@ -205,7 +205,8 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
  * over 8) at a third of its peak on the 910B kept its first accumulation
  * trial, clean at 1298.7 ms (predicted 1268.7 ms), where the third kind
  * (blocks reused 2 ops later) was predicted at 1148.0 ms and runs 1176 ms.
- * Not promising, the trial is let go. */
+ * A partial plan (passive swaps make up the rest) promises nothing: its
+ * prediction leaves them out. Not promising, the trial is let go. */
 static bool next_trial_promises(cham_context_t *ctx, cham_class_t *c,
                                 const cham_profile_t *fresh, const cham_trial_t *clean)
 {
@@ -221,7 +222,8 @@ static bool next_trial_promises(cham_context_t *ctx, cham_class_t *c,
     double predicted = (double)(cham_loop_per_work(next->view.predicted_step_ns,
                                                    c->trials[0].plan->work_ns, next->work_ns) +
                                 next->view.predicted_carry_ns);
-    if (predicted * missed < 0.98 * (double)clean->step_ns) {
+    bool whole = next->view.predicted_peak <= next->view.usable;   /* not partial */
+    if (whole && predicted * missed < 0.98 * (double)clean->step_ns) {
         c->next_trial = next;
         c->next_delay = delay;
         return true;
