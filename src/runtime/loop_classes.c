@@ -204,7 +204,7 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
  * not reach may be the faster: an accumulating Llama 2 (8 layers, ZeRO-3
  * over 8) at a third of its peak on the 910B kept its first accumulation
  * trial, clean at 1298.7 ms (predicted 1268.7 ms), where the third kind
- * (blocks reused 2 ops later) was predicted at 1148.0 ms and runs 1176 ms.
+ * (blocks reused 2 ops later) was predicted at 1148.0 ms and ran 1175.1 ms.
  * A partial plan (passive swaps make up the rest) promises nothing: its
  * prediction leaves them out. Not promising, the trial is let go. */
 static bool next_trial_promises(cham_context_t *ctx, cham_class_t *c,
