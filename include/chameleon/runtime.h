@@ -123,8 +123,9 @@ typedef struct cham_config {
                                     (8; 0 = off: Algorithm 1 alone) */
     uint32_t class_trials;       /* a class keeps the fastest of this many trials,
                                     or the fastest clean one (no passive or
-                                    on-demand swap) within 10% of it (2;
-                                    docs/executor.md) */
+                                    on-demand swap) within 10% of it, unless
+                                    its rules to try on say more (2;
+                                    docs/executor.md, "Trials per class") */
     cham_planner_kind_t planner; /* CHAM_PLANNER_CHAMELEON */
     bool profiler;               /* the lightweight profiler: each step's op sequence
                                     and the stage machine (true; false needs the
