@@ -196,6 +196,17 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
     return p;
 }
 
+/* c's next trial, made from source (the class's trial source, NULL: no
+ * profile to make it from); false when none was made. */
+static bool make_next_trial(cham_context_t *ctx, cham_class_t *c, const cham_profile_t *source)
+{
+    if (!source)
+        return false;
+    c->next_delay = cham_loop_trial_delay(c->n_trials);
+    c->next_trial = cham_loop_generate(ctx, source, c->n_trials, c->reserve, &c->next_delay);
+    return c->next_trial != NULL;
+}
+
 /* Makes c's next trial now and says whether it is worth a step: whether
  * its predicted time (per the first trial's work, with its copies carried
  * in) beats the best clean trial's time by more than 2% once scaled by
@@ -208,27 +219,21 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
  * A partial plan (passive swaps make up the rest) promises nothing: its
  * prediction leaves them out. Not promising, the trial is let go. */
 static bool next_trial_promises(cham_context_t *ctx, cham_class_t *c,
-                                const cham_profile_t *fresh, const cham_trial_t *clean)
+                                const cham_profile_t *source, const cham_trial_t *clean)
 {
-    const cham_profile_t *source = cham_loop_trial_source(c, fresh);
-    if (!source || c->next_trial || !clean->predicted_ns)
+    if (c->next_trial || !clean->predicted_ns || !make_next_trial(ctx, c, source))
         return false;
-    uint32_t delay = cham_loop_trial_delay(c->n_trials);
-    cham_plan_t *next = cham_loop_generate(ctx, source, c->n_trials, c->reserve, &delay);
-    if (!next)
-        return false;
+    const cham_plan_t *next = c->next_trial;
     double missed = (double)clean->step_ns /
                     (double)(clean->predicted_ns + clean->plan->view.predicted_carry_ns);
     double predicted = (double)(cham_loop_per_work(next->view.predicted_step_ns,
                                                    c->trials[0].plan->work_ns, next->work_ns) +
                                 next->view.predicted_carry_ns);
     bool whole = next->view.predicted_peak <= next->view.usable;   /* not partial */
-    if (whole && predicted * missed < 0.98 * (double)clean->step_ns) {
-        c->next_trial = next;
-        c->next_delay = delay;
+    if (whole && predicted * missed < 0.98 * (double)clean->step_ns)
         return true;
-    }
-    cham_plan_release(next);
+    cham_plan_release(c->next_trial);
+    c->next_trial = NULL;
     return false;
 }
 
@@ -239,6 +244,7 @@ static bool next_trial_promises(cham_context_t *ctx, cham_class_t *c,
  * profile. */
 static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile_t *fresh)
 {
+    const cham_profile_t *source = cham_loop_trial_source(c, fresh);
     cham_class_t *t = cham_class_by_id(ctx, ctx->trial_class);
     ctx->trial_class = 0;
     if (t && t != c) {
@@ -286,22 +292,23 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
              * at 3.34 s and ran 3.86 s a step; at 4 MB more its third
              * trial ran 3.34 s. Nearer, trying on costs more slow trial
              * steps than it finds (a GPT-2 at 10%: 9% slower). */
-            uint64_t clean_ns = 0, short_ns = 0, short_predicted_ns = 0, clean_predicted_ns = 0;
+            uint64_t short_ns = 0, short_predicted_ns = 0, clean_predicted_ns = 0;
             const cham_trial_t *best_clean = NULL;
             for (size_t i = 0; i < c->n_trials; i++) {
                 const cham_trial_t *x = &c->trials[i];
-                uint64_t *ns = cham_trial_clean(x) ? &clean_ns : &short_ns;
-                if (x->step_ns && (!*ns || x->step_ns < *ns)) {
-                    *ns = x->step_ns;
-                    best_clean = cham_trial_clean(x) ? x : best_clean;
-                }
+                bool clean = cham_trial_clean(x);
+                if (x->step_ns && clean && (!best_clean || x->step_ns < best_clean->step_ns))
+                    best_clean = x;
+                if (x->step_ns && !clean && (!short_ns || x->step_ns < short_ns))
+                    short_ns = x->step_ns;
                 uint64_t p = x->predicted_ns;
-                if (!cham_trial_clean(x) && p && (!short_predicted_ns || p < short_predicted_ns))
+                if (!clean && p && (!short_predicted_ns || p < short_predicted_ns))
                     short_predicted_ns = p;
                 p += x->plan->view.predicted_carry_ns;    /* as step_ns has it */
-                if (cham_trial_clean(x) && (!clean_predicted_ns || p < clean_predicted_ns))
+                if (clean && (!clean_predicted_ns || p < clean_predicted_ns))
                     clean_predicted_ns = p;
             }
+            uint64_t clean_ns = best_clean ? best_clean->step_ns : 0;
             const cham_trial_t *before = c->n_trials >= 2 ? tr - 1 : NULL;
             bool falls_less_short = !before || tr->passive + tr->on_demand <
                                                    before->passive + before->on_demand;
@@ -317,7 +324,7 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
                            clean_promised);
             if (!try_on && !advisor && best_clean && c->n_trials >= ctx->config.class_trials &&
                 c->n_trials < ctx->config.genpolicy_steps)
-                try_on = next_trial_promises(ctx, c, fresh, best_clean);
+                try_on = next_trial_promises(ctx, c, source, best_clean);
             if (c->n_trials >= ctx->config.class_trials && !try_on) {
                 cham_plan_t *best =
                     cham_loop_best_trial(ctx, c->trials, c->n_trials,
@@ -331,11 +338,8 @@ static void class_learn(cham_context_t *ctx, cham_class_t *c, const cham_profile
             }
         }
     }
-    const cham_profile_t *source = cham_loop_trial_source(c, fresh);
-    if (source && !c->kept && !c->next_trial) {
-        c->next_delay = cham_loop_trial_delay(c->n_trials);
-        c->next_trial = cham_loop_generate(ctx, source, c->n_trials, c->reserve, &c->next_delay);
-    }
+    if (!c->kept && !c->next_trial)
+        make_next_trial(ctx, c, source);
 }
 
 /* For a step of class c that has no policy of its own yet: the kept
