@@ -303,6 +303,36 @@ static void test_model_state_moves(void **state)
     assert_true(DELTA(&got, 29, passive_swaps_out) > 0);
 }
 
+/* Issue 18's AdamW script (test_adamw_states_at_60_and_40_percent) and its
+ * unconstrained run. */
+static ts_config_t adamw_script(void)
+{
+    ts_config_t tc = ts_config_default();
+    tc.weight_bytes = 256 << 10;
+    tc.adamw = true;
+    return tc;
+}
+
+static void run_adamw_unconstrained(run_t *big)
+{
+    ts_config_t tc = adamw_script();
+    cham_config_t c = config(1024 * MiB);
+    run(&c, &tc, 30, big);
+    assert_int_equal(big->hazards, 0);
+}
+
+/* The AdamW script at 1/factor of big's peak: bit-exact with big,
+ * hazard-free, with model state moved. */
+static void run_adamw_at(const run_t *big, double factor, run_t *small)
+{
+    ts_config_t tc = adamw_script();
+    cham_config_t c = config(fraction_of(big, factor));
+    run(&c, &tc, 30, small);
+    assert_same_data(small, big);
+    assert_int_equal(small->hazards, 0);
+    assert_true(small->wrap_items > 0);
+}
+
 /* Issue 18's framework stream: parameters, gradients and both AdamW
  * moments as long-lived tensors of their own, a transformer-like op
  * stream of 8 layers whose model state (4 MiB a layer) outweighs its
@@ -313,20 +343,11 @@ static void test_model_state_moves(void **state)
 static void test_adamw_states_at_60_and_40_percent(void **state)
 {
     (void)state;
-    ts_config_t tc = ts_config_default();
-    tc.weight_bytes = 256 << 10;
-    tc.adamw = true;
     static run_t big, small;
-    cham_config_t c = config(1024 * MiB);
-    run(&c, &tc, 30, &big);
-    assert_int_equal(big.hazards, 0);
+    run_adamw_unconstrained(&big);
     const double factors[] = {1 / 0.6, 1 / 0.4};
     for (size_t f = 0; f < 2; f++) {
-        c = config(fraction_of(&big, factors[f]));
-        run(&c, &tc, 30, &small);
-        assert_same_data(&small, &big);
-        assert_int_equal(small.hazards, 0);
-        assert_true(small.wrap_items > 0);
+        run_adamw_at(&big, factors[f], &small);
         if (!small.policy_whole)
             fail_msg("%.0f%%: the kept policy is partial", 100 / factors[f]);
         int s0 = first_stable(&small);
@@ -354,17 +375,9 @@ static bool wraps_in(const run_t *r, uint64_t storage)
 static void test_swap_ins_at_one_op_in_item_order(void **state)
 {
     (void)state;
-    ts_config_t tc = ts_config_default();
-    tc.weight_bytes = 256 << 10;
-    tc.adamw = true;
     static run_t big, small;
-    cham_config_t c = config(1024 * MiB);
-    run(&c, &tc, 30, &big);
-    c = config(fraction_of(&big, 1 / 0.4));
-    run(&c, &tc, 30, &small);
-    assert_same_data(&small, &big);
-    assert_int_equal(small.hazards, 0);
-    assert_true(small.wrap_items > 0);
+    run_adamw_unconstrained(&big);
+    run_adamw_at(&big, 1 / 0.4, &small);
     assert_true(small.n_in > 0 && small.n_in < MAX_IN);
     int shared = 0;   /* ops where both kinds come back */
     for (int i = 0; i < small.n_in; i++) {
