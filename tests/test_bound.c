@@ -236,6 +236,91 @@ static void test_copies_across_the_steps_end(void **state)
     cham_profile_free(p);
 }
 
+/* Bytes freed after their last use are not in the curve: they cover no
+ * excess, least of all as bytes that come back without a copy. Five ops of
+ * 1 s; X (600 MiB, model state) used at op 4; Y (400 MiB) made by op 0
+ * (writing it whole) and last used at op 1; Z (500 MiB) made by op 2 and
+ * last used at op 3. The end of op 2 and the start of op 3 are 100 MiB
+ * over 1000 MiB, with X, Z and nothing else there: 100 MiB of X are away
+ * and come back after 3 s of ops, at 25 MiB/s, 7 s. Counting Y there as
+ * away and free to come back said 5 s, the ops alone. */
+static void test_freed_bytes_cover_no_excess(void **state)
+{
+    (void)state;
+    static const uint64_t mem[] = {600, 1000, 1000, 600, 600, 1100, 1100, 600, 600, 600};
+    static const use_spec_t uses[] = {
+        {0, 2, 400, true}, {1, 2, 400, false}, {2, 3, 500, true}, {3, 3, 500, false},
+        {4, 1, 600, false},
+    };
+    cham_profile_t *p = test_build_profile("FFBBO", mem, uses, sizeof uses / sizeof uses[0]);
+    test_mark_persistent(p, 1);
+    test_mark_overwrites(p, 2);
+    test_mark_overwrites(p, 3);
+    for (size_t k = 0; k < 5; k++) {
+        p->ops[k].has_cost = true;
+        p->ops[k].cost_ns = SEC;
+    }
+    cham_planner_config_t c = config(1000, 25);
+    cham_step_bound_t b;
+    char err[300];
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_true(b.feasible);
+    assert_true(fabs((double)b.bound_ns / SEC - 7) < 1e-6);
+    assert_true(b.sample == 5 || b.sample == 6);
+
+    /* X used at op 3: at its start only Y, gone, is not in use. */
+    cham_profile_free(p);
+    static const use_spec_t x_at_3[] = {
+        {0, 2, 400, true}, {1, 2, 400, false}, {2, 3, 500, true}, {3, 3, 500, false},
+        {3, 1, 600, false},
+    };
+    p = test_build_profile("FFBBO", mem, x_at_3, sizeof x_at_3 / sizeof x_at_3[0]);
+    test_mark_persistent(p, 1);
+    test_mark_overwrites(p, 2);
+    test_mark_overwrites(p, 3);
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_false(b.feasible);
+    cham_profile_free(p);
+}
+
+/* The re-runs at one sample come before the copies back at a later one.
+ * Six ops of 1 s; A (400 MiB) made by op 0 (re-runnable, 1 s) and used at
+ * ops 1 and 3; C (200 MiB) made and used by op 2; D (450 MiB) by op 4; Y
+ * (300 MiB, model state) used at op 5. At the end of op 2, 200 MiB over
+ * 700; at the end of op 4 (after A's last use) 50 MiB over, of Y, which
+ * come back at 20 MiB/s after 5 s of ops: 7.5 s. At op 2, re-running R
+ * MiB of A costs R/400 s and the rest come back after 3 s of ops:
+ * T >= 13 - R/20 and T >= 6 + R/400, alone 6.33 s at R = 133.3. But the
+ * re-runs also run before the end of op 4: T >= 7.5 + R/400, so
+ * R = 5.5 / 0.0525 = 104.76 MiB and T = 7.7619 s. */
+static void test_reruns_before_the_tails_copies(void **state)
+{
+    (void)state;
+    static const uint64_t mem[] = {300, 700, 700, 700, 700, 900, 700, 300, 300, 750, 300, 300};
+    static const use_spec_t uses[] = {
+        {0, 1, 400, true}, {1, 1, 400, false}, {2, 2, 200, true},
+        {3, 1, 400, false}, {4, 3, 450, true}, {5, 4, 300, false},
+    };
+    cham_profile_t *p = test_build_profile("FFFBBO", mem, uses, sizeof uses / sizeof uses[0]);
+    test_mark_persistent(p, 4);
+    for (size_t k = 0; k < 6; k++) {
+        p->ops[k].has_cost = true;
+        p->ops[k].cost_ns = SEC;
+    }
+    p->ops[0].recomputable = true;
+    cham_planner_config_t c = config(700, 20);
+    cham_step_bound_t b;
+    char err[300];
+    assert_int_equal(cham_plan_bound(p, &c, &b, err, sizeof err), CHAM_OK);
+    assert_true(b.feasible);
+    double r = 5.5 / 0.0525;
+    if (fabs((double)b.bound_ns / SEC - (7.5 + r / 400)) > 1e-6)
+        fail_msg("bound %.6f s, want %.6f s", (double)b.bound_ns / SEC, 7.5 + r / 400);
+    assert_int_equal(b.sample, 5);
+    assert_true(fabs((double)b.recompute_bytes / MiB - r) < 1e-3);
+    cham_profile_free(p);
+}
+
 /* Seeded sweep: small Llama and GPT-2 shapes, capacities from the
  * unconstrained peak down, each planner strategy: every run's median
  * step time is at least the bound its own last profile gives; so is the
@@ -301,6 +386,8 @@ int main(void)
         cmocka_unit_test(test_worked_case),
         cmocka_unit_test(test_infeasible),
         cmocka_unit_test(test_copies_across_the_steps_end),
+        cmocka_unit_test(test_freed_bytes_cover_no_excess),
+        cmocka_unit_test(test_reruns_before_the_tails_copies),
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_kernel_overhead),
         cmocka_unit_test(test_never_above_a_policy),

@@ -8,6 +8,12 @@
  *   T >= C_b + C_a + Rc           one compute stream runs everything
  *   T >= C_a + Rc + F_out(S)      the copies out end before s
  *   T >= C_b + F_in(S)            the copies back start after s
+ *   T >= H + Rc, T >= L + Rc      the re-runs run after a sample before
+ *                                 every candidate leaves and before one
+ *                                 after every candidate's use
+ * where H is the largest second term with nothing re-run over the first
+ * kind of sample (the head), L the largest third over the second (the
+ * tail).
  * F(S) is S over the bandwidth, less what the gaps around the step's end
  * add: model state last used in the step before may have left during that
  * step's last ops, and model state next used in the step after may come
@@ -21,7 +27,9 @@
  * away at s (a weaker bound: their copies back are not counted either).
  * Bytes the use after their gap overwrites (overwrites) come back without
  * a copy: of the S bytes away at s, the O such ones there are the ones no
- * copy back is needed for, T >= C_b + F_in(max(0, S - O)). */
+ * copy back is needed for, T >= C_b + F_in(max(0, S - O)). A storage the
+ * step made is past its last use either freed or still in the curve
+ * (dead): only the curve less the bytes known live there may be dead. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -41,22 +49,55 @@ typedef struct wrap_gap {
     bool out;
 } wrap_gap_t;
 
-/* What may be away where: difference arrays over the samples of the bytes
- * (diff), of those whose host copy is kept (backed) and of the others that
- * the use after their gap overwrites (free_in), and the gaps across the
- * step's end that extend a copy's time. */
+/* Difference arrays over the samples of bytes that may be away (any), of
+ * those whose host copy is kept (backed) and of the others that the use
+ * after their gap overwrites (free_in). */
+typedef struct away_bytes {
+    int64_t *any, *backed, *free_in;
+} away_bytes_t;
+
+/* What may be away where: bytes of storages in a gap (idle), of storages
+ * past their last use in a step that made them (dead: freed there or
+ * later, so only those still in the curve may count, at most the curve
+ * less the live bytes), the live bytes (in use, or model state), and the
+ * gaps across the step's end that extend a copy's time. */
 typedef struct removable {
-    int64_t *diff, *backed, *free_in;
+    away_bytes_t idle, dead;
+    int64_t *live;
     wrap_gap_t *gaps;
     size_t n_gaps;
 } removable_t;
 
+static bool away_bytes_alloc(away_bytes_t *a, size_t n)
+{
+    a->any = calloc(n, sizeof *a->any);
+    a->backed = calloc(n, sizeof *a->backed);
+    a->free_in = calloc(n, sizeof *a->free_in);
+    return a->any && a->backed && a->free_in;
+}
+
+static void away_bytes_free(away_bytes_t *a)
+{
+    free(a->any);
+    free(a->backed);
+    free(a->free_in);
+}
+
+static void add_span(int64_t *diff, size_t from, size_t to, int64_t bytes)
+{
+    diff[from] += bytes;
+    diff[to] -= bytes;
+}
+
 /* Bytes of storages not used at sample s's op, between two of their uses,
  * before the first (model state, or a storage that existed before the
- * step) or after the last (counting one that is freed then only weakens
- * the bound); backed, those whose host copy is kept over the gap (the use
- * before it, around the step's end for the first gap). prefix: the ops'
- * cumulative time; rerun_after[k]: the most re-runs can cost after op k. */
+ * step) or after the last (model state: idle; others: dead); backed, those
+ * whose host copy is kept over the gap (the use before it, around the
+ * step's end for the first gap). Live: model state at every sample, any
+ * other storage from its first use's end (the step's start if it existed
+ * before) to its last use's start, at its smallest size: a lower estimate
+ * of what the curve holds that is not dead. prefix: the ops' cumulative
+ * time; rerun_after[k]: the most re-runs can cost after op k. */
 static bool removable_bytes(const cham_profile_view_t *v, const double *prefix,
                             const double *rerun_after, removable_t *rm)
 {
@@ -70,11 +111,18 @@ static bool removable_bytes(const cham_profile_view_t *v, const double *prefix,
     for (size_t a = 0; a < nu;) {
         size_t b = a;
         bool persistent = false;
-        for (; b < nu && r[b].storage == r[a].storage; b++)
+        int64_t bytes = (int64_t)v->uses[r[a].use].storage_bytes, least = bytes;
+        for (; b < nu && r[b].storage == r[a].storage; b++) {
+            int64_t at = (int64_t)v->uses[r[b].use].storage_bytes;
             persistent = persistent || v->uses[r[b].use].persistent;
-        int64_t bytes = (int64_t)v->uses[r[a].use].storage_bytes;
+            least = at < least ? at : least;
+        }
         uint32_t first = r[a].op, last = r[b - 1].op;
         bool exists_before = persistent || !v->uses[r[a].use].output;
+        size_t live_from = exists_before ? 0 : 2 * (size_t)first + 1;
+        size_t live_to = persistent ? ns : 2 * (size_t)last + 1;
+        if (live_to > live_from)
+            add_span(rm->live, live_from, live_to, least);
         size_t from = 0;           /* the gap starts at this sample */
         for (size_t i = a; i <= b; i++) {
             size_t to = i < b ? 2 * (size_t)r[i].op : ns;   /* ends before the use */
@@ -82,13 +130,10 @@ static bool removable_bytes(const cham_profile_view_t *v, const double *prefix,
             bool backed = cham_gen_backed_at(v, r, i > a ? i - 1 : b - 1);
             bool free_in = !backed && cham_gen_overwritten_at(v, r, i < b ? i : a);
             if (to > from && (!head || exists_before)) {
-                rm->diff[from] += bytes;
-                rm->diff[to] -= bytes;
-                int64_t *no_copy = backed ? rm->backed : free_in ? rm->free_in : NULL;
-                if (no_copy) {
-                    no_copy[from] += bytes;
-                    no_copy[to] -= bytes;
-                }
+                away_bytes_t *kind = tail && !persistent ? &rm->dead : &rm->idle;
+                add_span(kind->any, from, to, bytes);
+                if (backed || free_in)
+                    add_span(backed ? kind->backed : kind->free_in, from, to, bytes);
                 double ext = 0;
                 if (persistent && head)
                     ext = prefix[n] - prefix[last + 1] + rerun_after[last];
@@ -178,24 +223,37 @@ static double rerun_cost(const reruns_t *rr, double r)
     return rr->cost[i] + (rr->cost[i + 1] - rr->cost[i]) * (r - rr->bytes[i]) / w;
 }
 
+/* The other samples' copies a sample's re-runs add to (edges, below). */
+typedef struct edges {
+    double before, after;
+} edges_t;
+
 typedef struct sample_terms {
     double cb, ca, e;
     double o;                    /* bytes away here that come back with no copy */
     const reruns_t *rr;
     const copy_time_t *out, *in;
+    edges_t edges;
 } sample_terms_t;
 
-static void terms(const sample_terms_t *x, double r, double t[3])
+enum { N_TERMS = 5 };
+
+static void terms(const sample_terms_t *x, double r, double t[N_TERMS])
 {
     double rc = rerun_cost(x->rr, r), s = x->e - r;
     t[0] = x->cb + x->ca + rc;
     t[1] = x->ca + rc + copy_time_of(x->out, s);
     t[2] = x->cb + copy_time_of(x->in, fmax(0, s - x->o));
+    t[3] = x->edges.before + rc;
+    t[4] = x->edges.after + rc;
 }
 
-static double max3(const double t[3])
+static double max_term(const double t[N_TERMS])
 {
-    return fmax(t[0], fmax(t[1], t[2]));
+    double m = t[0];
+    for (int k = 1; k < N_TERMS; k++)
+        m = fmax(m, t[k]);
+    return m;
 }
 
 static int cmp_double(const void *x, const void *y)
@@ -224,34 +282,34 @@ static double best_mix(const sample_terms_t *x, double *pts, double *r_best)
                 pts[np++] = at;
         }
     qsort(pts, np, sizeof *pts, cmp_double);
-    double ta[3], tb[3];
+    double ta[N_TERMS], tb[N_TERMS];
     terms(x, pts[0], ta);
-    double best = max3(ta);
+    double best = max_term(ta);
     *r_best = pts[0];
     for (size_t i = 1; i < np; i++) {
         double a = pts[i - 1], b = pts[i];
         terms(x, b, tb);
-        double m = max3(tb);
+        double m = max_term(tb);
         if (m < best) {
             best = m;
             *r_best = b;
         }
         /* Linear on [a, b]: the max is least at an end or where two cross. */
-        for (int p = 0; b > a && p < 3; p++)
-            for (int q = p + 1; q < 3; q++) {
+        for (int p = 0; b > a && p < N_TERMS; p++)
+            for (int q = p + 1; q < N_TERMS; q++) {
                 double da = ta[p] - ta[q], db = tb[p] - tb[q];
                 if ((da < 0 && db > 0) || (da > 0 && db < 0)) {
-                    double w = da / (da - db), t[3];
-                    for (int k = 0; k < 3; k++)
+                    double w = da / (da - db), t[N_TERMS];
+                    for (int k = 0; k < N_TERMS; k++)
                         t[k] = ta[k] + w * (tb[k] - ta[k]);
-                    double mt = max3(t);
+                    double mt = max_term(t);
                     if (mt < best) {
                         best = mt;
                         *r_best = a + w * (b - a);
                     }
                 }
             }
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < N_TERMS; k++)
             ta[k] = tb[k];
     }
     return best;
@@ -302,12 +360,14 @@ static double away_cost_of(const away_reruns_t *a, double r)
 
 typedef struct screen_terms {
     double cb, ca, e, o, d2h, h2d;
+    edges_t edges;
 } screen_terms_t;
 
 static double screen_at(const away_reruns_t *a, const screen_terms_t *x, double r)
 {
     double rc = away_cost_of(a, r), s = x->e - r;
-    return fmax(x->cb + x->ca + rc,
+    double edge = fmax(x->edges.before, x->edges.after) + rc;
+    return fmax(fmax(x->cb + x->ca + rc, edge),
                 fmax(x->ca + rc + s / x->d2h, x->cb + fmax(0, s - x->o) / x->h2d));
 }
 
@@ -394,6 +454,7 @@ typedef struct mix_at {
     copy_time_t *out, *in;
     wrap_gap_t *scratch;
     double *pts;
+    edges_t edges;
     double best;                 /* the largest mix so far */
 } mix_at_t;
 
@@ -402,7 +463,7 @@ static sample_terms_t terms_at(const mix_at_t *m, size_t s, double e, double o)
 {
     size_t k = (s + 1) / 2;
     return (sample_terms_t){.cb = m->prefix[k], .ca = m->prefix[m->n] - m->prefix[k], .e = e,
-                            .o = o, .rr = m->rr, .out = m->out, .in = m->in};
+                            .o = o, .rr = m->rr, .out = m->out, .in = m->in, .edges = m->edges};
 }
 
 /* The samples [*from, *to) where candidate x may be away: after its last
@@ -453,6 +514,114 @@ static int by_sample(const void *x, const void *y)
     return (a->s > b->s) - (a->s < b->s);
 }
 
+/* Each sample's excess left to copy out or re-run once the bytes that
+ * leave without a copy are away (e_at, 0 where none) and how much of what
+ * may be away there comes back without a copy (o_at). false, with the
+ * sample, where the bytes that may be away do not cover the excess. */
+static bool sample_excess(const removable_t *rm, const uint64_t *curve, uint64_t capacity,
+                          size_t ns, double *e_at, double *o_at, size_t *infeasible_at)
+{
+    int64_t idle[3] = {0}, dead[3] = {0}, live = 0;   /* any, backed, free_in */
+    const away_bytes_t *kind[2] = {&rm->idle, &rm->dead};
+    int64_t *sum[2] = {idle, dead};
+    for (size_t s = 0; s < ns; s++) {
+        for (int j = 0; j < 2; j++) {
+            sum[j][0] += kind[j]->any[s];
+            sum[j][1] += kind[j]->backed[s];
+            sum[j][2] += kind[j]->free_in[s];
+        }
+        live += rm->live[s];
+        e_at[s] = o_at[s] = 0;
+        if (curve[s] <= capacity)
+            continue;
+        /* The dead bytes still in the curve, the kinds that cost least
+         * first: backed, then free to come back. */
+        double room = fmax(0, (double)curve[s] - (double)live);
+        double dead_backed = fmin((double)dead[1], room);
+        double e = (double)(curve[s] - capacity);
+        if ((double)idle[0] + fmin((double)dead[0], room) < e) {
+            *infeasible_at = s;
+            return false;
+        }
+        e_at[s] = fmax(0, e - (double)idle[1] - dead_backed);
+        o_at[s] = (double)idle[2] + fmin((double)dead[2], room - dead_backed);
+    }
+    return true;
+}
+
+typedef struct edge_sample {
+    double upper;
+    size_t s;
+} edge_sample_t;
+
+static int by_edge_upper_desc(const void *x, const void *y)
+{
+    double a = ((const edge_sample_t *)x)->upper, b = ((const edge_sample_t *)y)->upper;
+    return (a < b) - (a > b);
+}
+
+/* The largest over the samples in es (n) of the copies out and the ops
+ * after (out) or the ops before and the copies back (in), with nothing
+ * re-run: exactly, from the highest estimate down (bytes over the full
+ * bandwidth) until an estimate falls below the largest found. */
+static double largest_copies(mix_at_t *m, edge_sample_t *es, size_t n, const double *e_at,
+                             const double *o_at, bool out)
+{
+    for (size_t i = 0; i < n; i++) {
+        size_t s = es[i].s, k = (s + 1) / 2;
+        es[i].upper = out ? m->prefix[m->n] - m->prefix[k] + e_at[s] / m->d2h
+                          : m->prefix[k] + fmax(0, e_at[s] - o_at[s]) / m->h2d;
+    }
+    qsort(es, n, sizeof *es, by_edge_upper_desc);
+    double best = 0;
+    for (size_t i = 0; i < n && es[i].upper > best; i++) {
+        size_t s = es[i].s, k = (s + 1) / 2;
+        copy_time_t *f = out ? m->out : m->in;
+        copy_time_at(f, m->rm, s, out, m->scratch, out ? m->d2h : m->h2d);
+        double t = out ? m->prefix[m->n] - m->prefix[k] + copy_time_of(f, e_at[s])
+                       : m->prefix[k] + copy_time_of(f, fmax(0, e_at[s] - o_at[s]));
+        best = fmax(best, t);
+    }
+    return best;
+}
+
+/* The edges of the re-runs: at a sample before every candidate may leave
+ * (the head) nothing is re-run, and every re-run comes after it, so the
+ * copies out there and the ops after it (term 2 at no re-run) run before
+ * the end with any sample's re-runs besides; at one after every
+ * candidate's use (the tail) the re-runs came before it, and the ops
+ * before it and the copies back (term 3) with them. */
+static bool edge_terms(mix_at_t *m, size_t ns, const double *e_at, const double *o_at)
+{
+    m->edges = (edges_t){0};
+    if (m->n_cand == 0)
+        return true;            /* nothing is re-run: no term to add to */
+    size_t head_end = ns, tail_from = 0;
+    for (size_t i = 0; i < m->n_cand; i++) {
+        size_t from, to;
+        away_span(&m->t[m->pr[i].tensor], &from, &to);
+        if (from < to) {
+            head_end = from < head_end ? from : head_end;
+            tail_from = to > tail_from ? to : tail_from;
+        }
+    }
+    edge_sample_t *es = malloc((ns + 1) * sizeof *es);
+    if (!es)
+        return false;
+    size_t n = 0;
+    for (size_t s = 0; s < head_end && s < ns; s++)
+        if (e_at[s] > 0)
+            es[n++] = (edge_sample_t){.s = s};
+    m->edges.before = largest_copies(m, es, n, e_at, o_at, true);
+    n = 0;
+    for (size_t s = tail_from; s < ns; s++)
+        if (e_at[s] > 0)
+            es[n++] = (edge_sample_t){.s = s};
+    m->edges.after = largest_copies(m, es, n, e_at, o_at, false);
+    free(es);
+    return true;
+}
+
 /* The largest over samples of the best mix (m->best, from `floor`), with
  * the sample that reaches it first in *out, or the first sample where the
  * bytes that may be away do not cover the excess. Screens every sample,
@@ -469,8 +638,16 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
                        .c_at = calloc(nc + 1, sizeof(double)), .n = nc, .top = top};
     away_event_t *ev = malloc((2 * nc + 1) * sizeof *ev);
     screened_t *scr = malloc((ns + 1) * sizeof *scr);
-    bool ok = a.bytes && a.cost && a.c_at && ev && scr;
-    if (ok) {
+    double *e_at = malloc((ns + 1) * sizeof *e_at), *o_at = malloc((ns + 1) * sizeof *o_at);
+    bool ok = a.bytes && a.cost && a.c_at && ev && scr && e_at && o_at;
+    size_t infeasible_at = 0;
+    if (ok && !sample_excess(m->rm, curve, capacity, ns, e_at, o_at, &infeasible_at)) {
+        out->feasible = false;
+        out->sample = (uint32_t)infeasible_at;
+        out->excess_bytes = curve[infeasible_at] - capacity;
+    }
+    ok = ok && (!out->feasible || edge_terms(m, ns, e_at, o_at));
+    if (ok && out->feasible) {
         for (size_t i = 0; i < nc; i++) {
             size_t from, to;
             away_span(&m->t[m->pr[i].tensor], &from, &to);
@@ -480,37 +657,22 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
             }
         }
         qsort(ev, n_ev, sizeof *ev, by_sample);
-        int64_t away = 0, free_away = 0, free_in = 0;
         size_t next = 0;
         for (size_t s = 0; s < ns; s++) {
             for (; next < n_ev && ev[next].s == s; next++)
                 away_add(&a, ev[next].rank, ev[next].sign * m->pr[ev[next].rank].bytes,
                          ev[next].sign * m->pr[ev[next].rank].cost);
-            away += m->rm->diff[s];
-            free_away += m->rm->backed[s];
-            free_in += m->rm->free_in[s];
-            if (curve[s] <= capacity)
+            if (e_at[s] <= 0)
                 continue;
-            double e = (double)(curve[s] - capacity);
-            if ((double)away < e) {
-                out->feasible = false;
-                out->sample = (uint32_t)s;
-                out->excess_bytes = curve[s] - capacity;
-                break;
-            }
-            e -= fmin(e, (double)free_away);
-            if (e <= 0)
-                continue;
-            sample_terms_t x = terms_at(m, s, e, (double)free_in);
-            screen_terms_t sx = {.cb = x.cb, .ca = x.ca, .e = e, .o = x.o, .d2h = m->d2h,
-                                 .h2d = m->h2d};
-            scr[n_scr++] = (screened_t){.upper = screen(&a, &sx), .e = e, .o = x.o, .s = s};
+            sample_terms_t x = terms_at(m, s, e_at[s], o_at[s]);
+            screen_terms_t sx = {.cb = x.cb, .ca = x.ca, .e = x.e, .o = x.o, .d2h = m->d2h,
+                                 .h2d = m->h2d, .edges = m->edges};
+            scr[n_scr++] = (screened_t){.upper = screen(&a, &sx), .e = x.e, .o = x.o, .s = s};
         }
         qsort(scr, n_scr, sizeof *scr, by_upper_desc);
     }
     m->best = floor;
     bool found = false;
-    uint32_t infeasible_at = out->sample;
     for (size_t i = 0; ok && i < n_scr && scr[i].upper >= m->best; i++) {
         double r, b = exact_mix(m, scr[i].s, scr[i].e, scr[i].o, &r);
         if (b > m->best || (b == m->best && found && scr[i].s < out->sample)) {
@@ -529,15 +691,13 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
         CHAM_ASSERT(exact_mix(m, scr[i].s, scr[i].e, scr[i].o, &r) <= scr[i].upper);
     }
 #endif
-    if (!out->feasible) {
-        out->sample = infeasible_at;
-        out->excess_bytes = curve[infeasible_at] - capacity;
-    }
     free(a.bytes);
     free(a.cost);
     free(a.c_at);
     free(ev);
     free(scr);
+    free(e_at);
+    free(o_at);
     return ok;
 }
 
@@ -555,9 +715,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     size_t n = v.n_ops, ns = 2 * n;
     uint64_t *curve = malloc((ns ? ns : 1) * sizeof *curve);
     uint64_t *actual = malloc((ns ? ns : 1) * sizeof *actual);
-    removable_t rm = {.diff = calloc(ns + 1, sizeof *rm.diff),
-                      .backed = calloc(ns + 1, sizeof *rm.backed),
-                      .free_in = calloc(ns + 1, sizeof *rm.free_in)};
+    removable_t rm = {.live = calloc(ns + 1, sizeof *rm.live)};
     double *prefix = malloc((n + 1) * sizeof *prefix);
     double *rerun_after = calloc(n + 1, sizeof *rerun_after);
     cham_gen_layers_t layers = {0};
@@ -572,7 +730,8 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     uint64_t floor_ns = 0, comm_end = 0, comm_wait = 0;
     cham_planner_config_t c = *config;
     c.min_swap_bytes = 1;      /* any policy may move any tensor */
-    bool ok = curve && actual && rm.diff && rm.backed && rm.free_in && prefix && rerun_after &&
+    bool ok = curve && actual && away_bytes_alloc(&rm.idle, ns + 1) &&
+              away_bytes_alloc(&rm.dead, ns + 1) && rm.live && prefix && rerun_after &&
               cham_gen_layers_build(&v, &c, &layers) &&
               cham_gen_tensors(&v, &layers, 1, false, &t, &n_t) &&
               (!config->recompute || cham_gen_recompute_list(&v, t, n_t, config->through_freed, &rl)) &&
@@ -621,9 +780,9 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     }
     free(curve);
     free(actual);
-    free(rm.diff);
-    free(rm.backed);
-    free(rm.free_in);
+    away_bytes_free(&rm.idle);
+    away_bytes_free(&rm.dead);
+    free(rm.live);
     free(rm.gaps);
     free(prefix);
     free(rerun_after);
