@@ -578,7 +578,7 @@ static void test_swap_covers_the_tail_alone(void **state)
         cost[k] = 1e9;
     c.op_cost_ns = cost;
     c.n_op_costs = 10;
-    c.refine = c.less_memory = c.cover_tails = false;
+    c.refine = c.less_memory = c.cover_tails = c.swaps_alone = false;
     cham_policy_view_t v;
     cham_policy_t *pol = plan_ok(p, &c, &v);
     const cham_policy_item_t *w = wrapping_w(&v);

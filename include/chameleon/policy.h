@@ -82,6 +82,11 @@ typedef struct cham_planner_config {
                                     the better prediction kept (true;
                                     docs/policy.md, "Swaps across the
                                     step's end") */
+    bool swaps_alone;            /* with recomputation: where the search's
+                                    best fits, the paper's swap-only plan
+                                    too, kept where it fits and predicts
+                                    faster (true; docs/policy.md,
+                                    "Recomputation") */
     bool overwrites;             /* a storage the use after a gap overwrites
                                     (the profile's overwrites) comes back
                                     at that use with no copy; Chameleon

@@ -28,6 +28,7 @@ cham_planner_config_t cham_planner_config_default(void)
         .refine = true,
         .less_memory = true,
         .cover_tails = true,
+        .swaps_alone = true,
         .overwrites = true,
         .op_cost_ns = NULL,
         .n_op_costs = 0,

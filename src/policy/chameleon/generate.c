@@ -664,6 +664,35 @@ static cham_status_t swap_only(const cham_profile_t *profile, const cham_planner
     return best ? CHAM_OK : fst;
 }
 
+/* The paper's swaps alone, at the layers' link budgets, kept in *best
+ * (refined, fitting) where it fits and predicts faster, before its own
+ * refinement and after: where little must leave, the copy queues may
+ * refuse the few large copies that cover it and the sweep settle on many
+ * small moves and re-runs. Refined only where it wins unrefined:
+ * refining every one cost a run a third more CPU time for a few more
+ * wins (docs/policy.md, "Recomputation"). */
+static cham_status_t swaps_alone(const cham_profile_t *profile,
+                                 const cham_planner_config_t *config, cham_policy_t **best,
+                                 char *err, size_t err_size)
+{
+    cham_planner_config_t plain = *config;
+    plain.recompute = false;
+    cham_policy_t *p = NULL;
+    cham_status_t st = swap_only(profile, &plain, &p, err, err_size);
+    if (st == CHAM_ERR_OUT_OF_MEMORY)
+        return CHAM_OK;
+    if (st != CHAM_OK || !fits(p) || !better(p, *best)) {
+        cham_policy_free(p);
+        return st;
+    }
+    if (config->refine && (st = refine(profile, config, p, err, err_size)) != CHAM_OK) {
+        cham_policy_free(p);
+        return st;
+    }
+    keep_better(best, p);
+    return CHAM_OK;
+}
+
 /* Swaps, and the k cheapest recomputations (cost per byte) for the k that
  * predicts the best policy (one that fits before one that does not, then
  * the fastest step, each re-run priced in), planned against the link
@@ -710,6 +739,8 @@ static cham_status_t search(const cham_profile_t *profile, const cham_planner_co
     }
     if (st == CHAM_OK && config->less_memory)
         st = with_less_memory(profile, config, best_k, per_op, tails_kept, &best, err, err_size);
+    if (st == CHAM_OK && config->swaps_alone && fits(best))
+        st = swaps_alone(profile, config, &best, err, err_size);
     if (st != CHAM_OK) {
         cham_policy_free(best);
         return st;
