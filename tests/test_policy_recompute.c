@@ -9,7 +9,6 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +18,6 @@
 
 #include "chameleon/device.h"
 #include "chameleon/policy.h"
-#include "chameleon/workload.h"
 #include "policy/plan-impl.h"
 #include "profile/profile-impl.h"
 
@@ -456,19 +454,8 @@ static cham_profile_t *gpt2_profile(uint64_t *peak)
     c.model.dp = 4;
     c.model.zero = 1;
     c.model.precision = CHAM_PRECISION_MAIN_GRADS;
-    c.strategy = CHAM_STRATEGY_NATIVE;
     c.runtime.device.preset = "ascend-910b";
-    c.steps = 3;
-    c.profile_path = "test_policy_recompute_profile.json";
-    cham_run_result_t r;
-    assert_int_equal(cham_run(&c, &r), CHAM_OK);
-    assert_int_equal(r.status, CHAM_OK);
-    cham_profile_t *p;
-    char err[300];
-    assert_int_equal(cham_profile_load_json(c.profile_path, &p, err, sizeof err), CHAM_OK);
-    remove(c.profile_path);
-    *peak = r.peak_tensor_bytes;
-    return p;
+    return test_workload_profile(c, "test_policy_recompute_profile.json", peak);
 }
 
 /* Planning re-runs besides swaps never predicts a slower step than

@@ -367,19 +367,8 @@ static cham_profile_t *llama_profile(uint64_t *peak)
     c.model.layers = 4;
     c.model.seq = 1024;
     c.model.mbs = 2;
-    c.strategy = CHAM_STRATEGY_NATIVE;
     c.runtime.device.preset = "a100-80g";
-    c.steps = 3;
-    c.profile_path = "test_swapadvisor_profile.json";
-    cham_run_result_t r;
-    assert_int_equal(cham_run(&c, &r), CHAM_OK);
-    assert_int_equal(r.status, CHAM_OK);
-    cham_profile_t *p;
-    char err[300];
-    assert_int_equal(cham_profile_load_json(c.profile_path, &p, err, sizeof err), CHAM_OK);
-    remove(c.profile_path);
-    *peak = r.peak_tensor_bytes;
-    return p;
+    return test_workload_profile(c, "test_swapadvisor_profile.json", peak);
 }
 
 static cham_planner_config_t a100(uint64_t capacity)

@@ -2,6 +2,7 @@
 
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,4 +128,20 @@ uint64_t test_profile_peak(const cham_profile_t *p)
     free(act);
     free(curve);
     return peak;
+}
+
+cham_profile_t *test_workload_profile(cham_run_config_t c, const char *path, uint64_t *peak)
+{
+    c.strategy = CHAM_STRATEGY_NATIVE;
+    c.steps = 3;
+    c.profile_path = path;
+    cham_run_result_t r;
+    assert_int_equal(cham_run(&c, &r), CHAM_OK);
+    assert_int_equal(r.status, CHAM_OK);
+    cham_profile_t *p;
+    char err[300];
+    assert_int_equal(cham_profile_load_json(path, &p, err, sizeof err), CHAM_OK);
+    remove(path);
+    *peak = r.peak_tensor_bytes;
+    return p;
 }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "chameleon/profile.h"
+#include "chameleon/workload.h"
 #include "support/rng.h"
 
 typedef struct use_spec {
@@ -26,6 +27,11 @@ cham_profile_t *test_build_profile(const char *ph, const uint64_t *mem, const us
  * backward op reads, then an optimizer op per state storage (persistent,
  * read and written), op costs 0.1..3 ms. */
 cham_profile_t *test_random_step(test_rng_t *r);
+/* The profile of a step of the workload generator's job c, run with
+ * unlimited memory (strategy native, 3 steps, the profile written to path
+ * and read back); *peak its peak in bytes. Fails the test if the run
+ * does. */
+cham_profile_t *test_workload_profile(cham_run_config_t c, const char *path, uint64_t *peak);
 /* The highest point of the profile's memory curve, bytes. */
 uint64_t test_profile_peak(const cham_profile_t *p);
 /* Marks every use of storage as persistent (model state). */
