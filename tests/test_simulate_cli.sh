@@ -66,6 +66,10 @@ check sim-none-stable 0 'step time +[0-9.]+ s \(median over all 3 steps: none wa
   simulate --model gpt2 --layers 2 --steps 3 --capacity 50%
 check sim-none-stable-json 0 '"stable_steps": 0,' -- \
   simulate --model gpt2 --layers 2 --steps 3 --capacity 50% --json
+# A share of the peak needs the run with unlimited memory to finish; where
+# it cannot, its reason is given, not only that it did not finish.
+check sim-share-needs-ideal 1 '--capacity 30%: the run with unlimited memory, whose peak it is a share of, did not finish: optimizer auto: ProTrain.s cost model .* cannot model this job' -- \
+  simulate --model llama2 --layers 1 --seq 128 --dp 2 --zero 3 --optimizer auto --capacity 30% --steps 3
 # A loop that changes is timed by the mean of its last half, its bound
 # over the same steps.
 changing=(simulate --model gpt2 --layers 2 --steps 4 --accumulate 2 --capacity 50% --bound)

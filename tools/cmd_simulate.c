@@ -685,6 +685,7 @@ int cmd_simulate(int argc, char **argv)
     double ideal_s = 0, ideal_late_s = 0;
     bool ideal_ok = false;
     cham_run_result_t r;
+    char ideal_err[sizeof r.error] = "";
     bool startable = cham_run_check(&o.run, NULL, 0) == CHAM_OK;
     if (o.run.strategy != CHAM_STRATEGY_IDEAL && startable) {
         cham_run_config_t ideal = o.run;
@@ -698,6 +699,8 @@ int cmd_simulate(int argc, char **argv)
             ideal_s = r.step_time_s;
             ideal_late_s = r.late_mean_step_time_s;
             ideal_ok = true;
+        } else {
+            snprintf(ideal_err, sizeof ideal_err, "%s", r.error);
         }
         if (o.capacity_fraction > 0 && ideal_ok) {
             uint64_t bytes = (uint64_t)(o.capacity_fraction * (double)r.peak_tensor_bytes);
@@ -707,7 +710,8 @@ int cmd_simulate(int argc, char **argv)
     if (o.capacity_fraction > 0 && startable && o.run.strategy != CHAM_STRATEGY_IDEAL &&
         !o.run.runtime.device.capacity) {
         fprintf(stderr, "chameleon simulate: --capacity %g%%: the run with unlimited memory, "
-                "whose peak it is a share of, did not finish\n", 100 * o.capacity_fraction);
+                "whose peak it is a share of, did not finish: %s\n", 100 * o.capacity_fraction,
+                ideal_err[0] ? ideal_err : "no reason given");
         json_decref(o.series);
         return 1;
     }
