@@ -16,7 +16,6 @@
 
 #include "support/profile_build.h"
 
-#include "chameleon/device.h"
 #include "chameleon/policy.h"
 #include "policy/plan-impl.h"
 #include "profile/profile-impl.h"
@@ -469,14 +468,9 @@ static void test_never_slower_than_swaps_alone(void **state)
     (void)state;
     uint64_t peak;
     cham_profile_t *p = gpt2_profile(&peak);
-    const cham_preset_t *d = cham_preset_find("ascend-910b");
     int fitting = 0;
     for (int pct = 96; pct >= 84; pct -= 3) {
-        cham_planner_config_t c = cham_planner_config_default();
-        c.capacity = peak / 100 * (uint64_t)pct;
-        c.reserve = 0;
-        c.h2d_bandwidth = d->h2d_bandwidth;
-        c.d2h_bandwidth = d->d2h_bandwidth;
+        cham_planner_config_t c = test_preset_planner("ascend-910b", peak / 100 * (uint64_t)pct);
         cham_policy_t *swaps = NULL, *mixed = NULL;
         char err[512] = "";
         c.recompute = false;

@@ -18,6 +18,7 @@
 #include "chameleon/device.h"
 #include "chameleon/policy.h"
 #include "chameleon/workload.h"
+#include "support/profile_build.h"
 
 #define GiB (UINT64_C(1) << 30)
 
@@ -32,13 +33,8 @@ typedef struct seen {
 static cham_policy_t *plan(const cham_profile_t *prof, const seen_t *s, bool refine,
                            bool less_memory)
 {
-    const cham_preset_t *dev = cham_preset_find(s->preset);
-    assert_non_null(dev);
-    cham_planner_config_t c = cham_planner_config_default();
-    c.capacity = s->capacity;
+    cham_planner_config_t c = test_preset_planner(s->preset, s->capacity);
     c.reserve = cham_planner_default_reserve(s->capacity, true);   /* the runtime's */
-    c.h2d_bandwidth = dev->h2d_bandwidth;
-    c.d2h_bandwidth = dev->d2h_bandwidth;
     c.refine = refine;
     c.less_memory = less_memory;
     c.cover_tails = less_memory;   /* another plan, not the same one refined */

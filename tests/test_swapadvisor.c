@@ -373,13 +373,7 @@ static cham_profile_t *llama_profile(uint64_t *peak)
 
 static cham_planner_config_t a100(uint64_t capacity)
 {
-    cham_planner_config_t pc = cham_planner_config_default();
-    const cham_preset_t *d = cham_preset_find("a100-80g");
-    pc.capacity = capacity;
-    pc.reserve = 0;
-    pc.h2d_bandwidth = d->h2d_bandwidth;
-    pc.d2h_bandwidth = d->d2h_bandwidth;
-    return pc;
+    return test_preset_planner("a100-80g", capacity);
 }
 
 /* One seed, one result, however many threads score; bad options and a

@@ -8,6 +8,7 @@
 
 #include <cmocka.h>
 
+#include "chameleon/device.h"
 #include "profile/profile-impl.h"
 
 #define MiB (UINT64_C(1) << 20)
@@ -144,4 +145,16 @@ cham_profile_t *test_workload_profile(cham_run_config_t c, const char *path, uin
     remove(path);
     *peak = r.peak_tensor_bytes;
     return p;
+}
+
+cham_planner_config_t test_preset_planner(const char *preset, uint64_t capacity)
+{
+    const cham_preset_t *d = cham_preset_find(preset);
+    assert_non_null(d);
+    cham_planner_config_t pc = cham_planner_config_default();
+    pc.capacity = capacity;
+    pc.reserve = 0;
+    pc.h2d_bandwidth = d->h2d_bandwidth;
+    pc.d2h_bandwidth = d->d2h_bandwidth;
+    return pc;
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chameleon/policy.h"
 #include "chameleon/profile.h"
 #include "chameleon/workload.h"
 #include "support/rng.h"
@@ -32,6 +33,9 @@ cham_profile_t *test_random_step(test_rng_t *r);
  * and read back); *peak its peak in bytes. Fails the test if the run
  * does. */
 cham_profile_t *test_workload_profile(cham_run_config_t c, const char *path, uint64_t *peak);
+/* The planner's default configuration for device preset `preset` (its
+ * link bandwidths) at `capacity` bytes with no reserve. */
+cham_planner_config_t test_preset_planner(const char *preset, uint64_t capacity);
 /* The highest point of the profile's memory curve, bytes. */
 uint64_t test_profile_peak(const cham_profile_t *p);
 /* Marks every use of storage as persistent (model state). */
