@@ -15,7 +15,6 @@
 #include <cmocka.h>
 
 #include "chameleon/chameleon.h"
-#include "chameleon/device.h"
 #include "chameleon/policy.h"
 #include "chameleon/workload.h"
 #include "support/profile_build.h"
