@@ -598,6 +598,64 @@ static void test_swap_covers_the_tail_alone(void **state)
     cham_profile_free(p);
 }
 
+/* ---- a swap-in at its use ---------------------------------------------- */
+
+/* Two optimizer ops (4 and 5, 1 s each after 2 forward and 2 backward
+ * ops) each update their own state: S1 (storage 1) and S2 (storage 2),
+ * 300 MiB each, persistent; 100 MiB of other memory stays. Capacity 450:
+ * at op 4 S2 must be away, at op 5 S1. A window ends a layer before its
+ * use (one an op here), so S2's ends before op 4 begins and nothing idle
+ * at op 4 can leave: no plan. Windows up to the use let S2 come back when
+ * op 5 begins, the op waiting for its copy (300 MiB at 1 GiB/s, 0.29 s),
+ * and S1 leave after op 4 with its block given back when op 5 begins
+ * (the compute stream waiting for that copy too). Each is away exactly
+ * while the other is in use: peak 400 MiB. */
+static const char PH_U[] = "FFBBOO";
+static const uint64_t MEM_U[] = {700, 700, 700, 700, 700, 700, 700, 700, 700, 700, 700, 700};
+static const use_spec_t USES_U[] = {
+    {4, 1, 300, false},
+    {5, 2, 300, false},
+};
+
+static void test_swap_in_at_the_use(void **state)
+{
+    (void)state;
+    cham_profile_t *p = test_build_profile(PH_U, MEM_U, USES_U, 2);
+    test_mark_persistent(p, 1);
+    test_mark_persistent(p, 2);
+    cham_planner_config_t c = cfg_for(PH_U, 450, 1024, 1024);
+    c.swap_in_at_use = false;
+    cham_policy_t *pol = NULL;
+    char err[512] = "";
+    assert_int_equal(cham_plan_chameleon(p, &c, &pol, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(err, "could not be removed at op 4 "));
+
+    c.swap_in_at_use = true;
+    cham_policy_view_t v;
+    pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 2);
+    for (size_t i = 0; i < 2; i++) {
+        const cham_policy_item_t *it = &v.items[i];
+        assert_true(it->wraps);
+        if (it->storage == 2) {
+            assert_int_equal(it->use_op, 5);
+            assert_int_equal(it->swap_in_op, 5);     /* at its use */
+            assert_true(it->stall_ns >= 292968750);  /* the whole copy */
+        } else {
+            assert_int_equal(it->storage, 1);
+            assert_int_equal(it->use_op, 4);
+            assert_int_equal(it->free_op, 5);        /* before op 5's swap-in */
+            assert_true(it->swap_in_op <= 4);
+        }
+    }
+    assert_int_equal(v.predicted_peak, 400 * MiB);
+    /* Both copies stand between op 4 and op 5: the step is 6 s and at
+     * least one copy's time longer. */
+    assert_true(v.predicted_step_ns >= 6 * SEC + 292968750);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+}
+
 /* ---- property test ----------------------------------------------------- */
 
 /* A random transformer-like step: L model layers of k forward ops, each
@@ -768,7 +826,7 @@ static void test_replay_waits_for_collectives(void **state)
 static void test_property_random(void **state)
 {
     (void)state;
-    int ok = 0, oom = 0, with_items = 0;
+    int ok = 0, oom = 0, with_items = 0, at_use = 0;
     for (uint64_t seed = 1; seed <= 300; seed++) {
         test_rng_t r = {.state = seed * 0x9E3779B97F4A7C15u};
         uint64_t peak, curve[MAX_SAMPLES];
@@ -806,10 +864,15 @@ static void test_property_random(void **state)
             /* Out before in, in order, in the right layer. */
             assert_true(it->swap_out_op < it->free_op);
             assert_true(it->free_op < it->swap_in_op);
-            assert_true(it->swap_in_op < it->use_op);
+            assert_true(it->swap_in_op <= it->use_op);
             assert_true(it->swap_out_op <= it->swap_out_done_op);
             assert_true(it->swap_in_layer < v.n_layers);
-            assert_int_equal(v.layers[it->swap_in_layer].start_op, it->swap_in_op);
+            if (it->swap_in_op == it->use_op) {   /* at its use: the whole copy waited for */
+                assert_true(it->stall_ns > 0);
+                at_use++;
+            } else {
+                assert_int_equal(v.layers[it->swap_in_layer].start_op, it->swap_in_op);
+            }
             if (i)
                 assert_true(v.items[i - 1].swap_out_op <= it->swap_out_op);
             diff[2 * it->free_op] += (int64_t)it->bytes;
@@ -831,8 +894,10 @@ static void test_property_random(void **state)
         cham_policy_free(pol);
         cham_profile_free(p);
     }
-    printf("property: %d planned (%d with swaps), %d impossible\n", ok, with_items, oom);
+    printf("property: %d planned (%d with swaps, %d swap-ins at their use), %d impossible\n", ok,
+           with_items, at_use, oom);
     assert_true(with_items > 50);
+    assert_true(at_use > 0);
 }
 
 int main(void)
@@ -850,6 +915,7 @@ int main(void)
         cmocka_unit_test(test_default_layer_count),
         cmocka_unit_test(test_op_costs_move_swap_in),
         cmocka_unit_test(test_swap_covers_the_tail_alone),
+        cmocka_unit_test(test_swap_in_at_the_use),
         cmocka_unit_test(test_replay_queues),
         cmocka_unit_test(test_replay_runs_on),
         cmocka_unit_test(test_replay_waits_for_collectives),

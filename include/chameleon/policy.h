@@ -87,6 +87,11 @@ typedef struct cham_planner_config {
                                     too, kept where it fits and predicts
                                     faster (true; docs/policy.md,
                                     "Recomputation") */
+    bool swap_in_at_use;         /* where no tensor idle in its window (up
+                                    to a layer before its use) is left, a
+                                    swap-in issued when its use begins, the
+                                    use waiting for the copy (true;
+                                    docs/policy.md, "Swap-ins at the use") */
     bool overwrites;             /* a storage the use after a gap overwrites
                                     (the profile's overwrites) comes back
                                     at that use with no copy; Chameleon

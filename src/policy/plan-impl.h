@@ -120,8 +120,12 @@ bool cham_gen_replay(cham_policy_t *p, const cham_gen_layers_t *l, size_t n_ops,
 typedef struct cham_gen_replay_event {
     uint32_t op, item;
 } cham_gen_replay_event_t;
+typedef struct cham_gen_room {
+    uint64_t done, bytes;        /* a block given back: when its copy out ends, its size */
+} cham_gen_room_t;
 typedef struct cham_gen_replayer {
     cham_gen_replay_event_t *out, *freed, *in, *use;   /* by (op, item) */
+    cham_gen_room_t *room;       /* scratch: the blocks given back at one op */
     uint64_t *out_done, *in_done;
     uint64_t *before;            /* the step before's copies out, ended after it began */
     uint64_t *out_wait;

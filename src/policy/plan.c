@@ -29,6 +29,7 @@ cham_planner_config_t cham_planner_config_default(void)
         .less_memory = true,
         .cover_tails = true,
         .swaps_alone = true,
+        .swap_in_at_use = true,
         .overwrites = true,
         .op_cost_ns = NULL,
         .n_op_costs = 0,

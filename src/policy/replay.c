@@ -3,8 +3,9 @@
  * direction of the link a FIFO queue of copies. A swap-out is queued when
  * its op ends and starts when the copies before it are done; the compute
  * stream waits for it when its block comes back (after free_op). A
- * swap-in is queued when swap_in_op begins, after its own swap-out; the
- * first backward use waits for it. A recomputation runs on the compute
+ * swap-in is queued when swap_in_op begins, after its own swap-out (one
+ * issued at its use also after the copies out of the blocks given back
+ * there whose room it takes); the first backward use waits for it. A recomputation runs on the compute
  * stream when swap_in_op begins. Collectives run on a stream of their own
  * (cham_gen_run_op), where the ops have their own costs. An item that
  * wraps is swapped in early in the step, its copy out done in the step
@@ -100,6 +101,48 @@ static uint64_t wait_freed(cham_gen_replayer_t *r, cham_policy_t *p, size_t *b, 
     return now;
 }
 
+static int by_done(const void *a, const void *b)
+{
+    const cham_gen_room_t *x = a, *y = b;
+    return (x->done > y->done) - (x->done < y->done);
+}
+
+/* The room the blocks given back at one op make for the swap-ins issued
+ * at their use there: each takes the bytes of the copies out done
+ * first, so its copy starts when enough of them are (the runtime's
+ * allocation waits for them, executor.md, "The OOM path"; the memory
+ * free besides is not known here, and there is little where a swap-in
+ * has to wait for its use). */
+typedef struct room_at {
+    size_t n, next;              /* blocks, the first not yet taken */
+    uint64_t taken, given;       /* bytes asked for, bytes of the blocks taken */
+    uint64_t done;               /* when the last block taken is free */
+} room_at_t;
+
+static room_at_t room_at(cham_gen_replayer_t *r, const cham_policy_t *p, size_t b, uint32_t k,
+                         const uint64_t *done)
+{
+    room_at_t a = {0};
+    for (; b < r->n && r->freed[b].op == k; b++) {
+        uint32_t i = r->freed[b].item;
+        if (!p->items[i].recompute)
+            r->room[a.n++] = (cham_gen_room_t){.done = done[i], .bytes = p->items[i].bytes};
+    }
+    qsort(r->room, a.n, sizeof *r->room, by_done);
+    return a;
+}
+
+/* When bytes more of a's room are free. */
+static uint64_t room_take(const cham_gen_replayer_t *r, room_at_t *a, uint64_t bytes)
+{
+    a->taken += bytes;
+    for (; a->next < a->n && a->given < a->taken; a->next++) {
+        a->given += r->room[a->next].bytes;
+        a->done = r->room[a->next].done;
+    }
+    return a->done;
+}
+
 bool cham_gen_replayer_init(cham_gen_replayer_t *r, const cham_policy_t *p)
 {
     size_t n = p->n_items;
@@ -109,9 +152,10 @@ bool cham_gen_replayer_init(cham_gen_replayer_t *r, const cham_policy_t *p)
         .out_done = calloc(n ? n : 1, sizeof *r->out_done),
         .in_done = calloc(n ? n : 1, sizeof *r->in_done),
         .before = calloc(n ? n : 1, sizeof *r->before),
-        .out_wait = calloc(n ? n : 1, sizeof *r->out_wait), .n = n};
+        .out_wait = calloc(n ? n : 1, sizeof *r->out_wait),
+        .room = malloc((n ? n : 1) * sizeof *r->room), .n = n};
     if (r->out && r->freed && r->in && r->use && r->out_done && r->in_done && r->before &&
-        r->out_wait)
+        r->out_wait && r->room)
         return true;
     cham_gen_replayer_free(r);
     return false;
@@ -127,6 +171,7 @@ void cham_gen_replayer_free(cham_gen_replayer_t *r)
     free(r->in_done);
     free(r->before);
     free(r->out_wait);
+    free(r->room);
     *r = (cham_gen_replayer_t){0};
 }
 
@@ -173,6 +218,7 @@ static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_ge
             r->op_at[k] = now;
         now = wait_freed(r, p, &b, k, out_done, now);
         now = wait_freed(r, p, &e, n_ops + (uint64_t)k, r->before, now);
+        room_at_t room = {.n = SIZE_MAX};          /* built at the first swap-in at its use */
         for (; c < n && in[c].op == k; c++) {
             cham_policy_item_t *it = &p->items[in[c].item];
             if (it->recompute) {
@@ -183,6 +229,11 @@ static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_ge
                 in_done[in[c].item] = now;
             } else {
                 uint64_t away = it->wraps ? r->before[in[c].item] : out_done[in[c].item];
+                if (it->swap_in_op == it->use_op) {   /* at its use: in the room given back there */
+                    if (room.n == SIZE_MAX)
+                        room = room_at(r, p, b, k, out_done);
+                    away = max_u64(away, room_take(r, &room, it->bytes));
+                }
                 h2d = add_ns(max_u64(max_u64(now, h2d), away),
                              (double)cham_gen_transfer_ns(it->bytes, h2d_bw, l->copy_latency_ns));
                 in_done[in[c].item] = h2d;

@@ -133,14 +133,17 @@ cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profi
                                "moves count as passive swaps) or goes past the budget"
                              : "passive swaps make up the rest",
                          err);
-    size_t n_rc = 0;
-    for (size_t i = 0; i < plan->view.n_items; i++)
-        n_rc += plan->view.items[i].recompute;
-    cham_context_log(ctx, "step %llu: policy %zu generated: %zu swaps and %zu recomputations, "
-                     "blocks reused %u ops after their copies, predicted peak %llu of %llu "
-                     "usable bytes, predicted step %.3f ms",
+    size_t n_rc = 0, n_at_use = 0;
+    for (size_t i = 0; i < plan->view.n_items; i++) {
+        const cham_policy_item_t *it = &plan->view.items[i];
+        n_rc += it->recompute;
+        n_at_use += !it->recompute && !it->in_use.overwrites && it->swap_in_op == it->use_op;
+    }
+    cham_context_log(ctx, "step %llu: policy %zu generated: %zu swaps (%zu back only at their "
+                     "use) and %zu recomputations, blocks reused %u ops after their copies, "
+                     "predicted peak %llu of %llu usable bytes, predicted step %.3f ms",
                      (unsigned long long)ctx->number, k + 1,
-                     plan->view.n_items - n_rc, n_rc, *delay,
+                     plan->view.n_items - n_rc, n_at_use, n_rc, *delay,
                      (unsigned long long)plan->view.predicted_peak,
                      (unsigned long long)plan->view.usable,
                      (double)plan->view.predicted_step_ns / 1e6);

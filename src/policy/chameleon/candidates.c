@@ -7,12 +7,15 @@
 #include "common/grow.h"
 #include "policy/chameleon/chameleon-impl.h"
 
-void cham_gen_window(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, size_t *lo,
-                     size_t *hi)
+void cham_gen_window(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, bool at_use,
+                     size_t *lo, size_t *hi)
 {
     uint32_t lu = l->layer_of_op[t->first_bwd];
     *lo = 2 * ((size_t)t->last_fwd + 1);
-    *hi = lu == 0 ? 0 : 2 * (size_t)l->v[lu - 1].start_op;
+    if (at_use)
+        *hi = 2 * (size_t)t->first_bwd;
+    else
+        *hi = lu == 0 ? 0 : 2 * (size_t)l->v[lu - 1].start_op;
 }
 
 /* Descending score, then ascending tensor index (swap-out order). */
@@ -48,7 +51,7 @@ static void sort_cands(cham_gen_cand_t *a, cham_gen_cand_t *tmp, size_t n)
 }
 
 bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, size_t n_t,
-                         cham_mrl_t *mrl, double score_c, uint64_t max_bytes,
+                         cham_mrl_t *mrl, bool at_use, double score_c, uint64_t max_bytes,
                          cham_gen_cand_t **cl, size_t *cap, size_t *n_cl)
 {
     *n_cl = 0;
@@ -63,7 +66,7 @@ bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t,
         if (t[i].chosen)
             continue;
         size_t lo, hi;
-        cham_gen_window(l, &t[i], &lo, &hi);
+        cham_gen_window(l, &t[i], at_use, &lo, &hi);
         size_t c = cham_mrl_count_span(mrl, lo, hi, t[i].wraps);
         if (c == 0)
             continue;

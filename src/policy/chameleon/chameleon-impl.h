@@ -64,15 +64,15 @@ typedef struct cham_gen_cand {
  * samples where a swap could remove it. Empty (lo >= hi) when u's layer
  * is the first or the window closes before it opens. A tensor that wraps
  * has two: [lo, 2 n_ops) and [0, hi). */
-void cham_gen_window(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, size_t *lo,
-                     size_t *hi);
+void cham_gen_window(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, bool at_use,
+                     size_t *lo, size_t *hi);
 
 /* The candidate list: tensors not yet chosen whose window holds an entry,
  * scored with Eq. 2 and sorted by descending score, then tensor index.
  * *cl is grown once to 2 n_t (the second half is the sort's scratch) and
  * reused by later rounds. false when the host is out of memory. */
 bool cham_gen_candidates(const cham_gen_layers_t *l, const cham_gen_tensor_t *t, size_t n_t,
-                         cham_mrl_t *mrl, double score_c, uint64_t max_bytes,
+                         cham_mrl_t *mrl, bool at_use, double score_c, uint64_t max_bytes,
                          cham_gen_cand_t **cl, size_t *cap, size_t *n_cl);
 
 /* ---- placement model (placement.c) ------------------------------------ */
@@ -119,6 +119,11 @@ typedef struct cham_gen_sim {
      * the next step's entries it would cover may cover this step's tail
      * alone (placement.c, cham_gen_place). */
     bool cover_tails;
+    /* Swap-ins may be issued when their use begins, the use waiting for
+     * the whole copy: the last resort where no tensor is idle in a window
+     * that ends a layer before its use (docs/policy.md, "Swap-ins at the
+     * use"). */
+    bool at_use;
     size_t n_ops;
     cham_gen_queue_t out, in;
 } cham_gen_sim_t;

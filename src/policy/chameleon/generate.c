@@ -316,7 +316,7 @@ static cham_status_t cannot_remove(gen_t *g, const char *why, char *err, size_t 
 
 static cham_status_t plan_once(const cham_profile_t *profile,
                                const cham_planner_config_t *config, size_t n_recompute,
-                               bool queue, bool cover_tails, size_t *n_recomputable,
+                               bool queue, bool cover_tails, bool at_use, size_t *n_recomputable,
                                cham_policy_t **out, char *err, size_t err_size)
 {
     cham_profile_view_t v;
@@ -354,13 +354,14 @@ static cham_status_t plan_once(const cham_profile_t *profile,
     g.sim.free_delay = config->free_delay_ops;
     g.sim.early_in = config->early_swap_in;
     g.sim.cover_tails = cover_tails;
+    g.sim.at_use = at_use;
     for (size_t i = 0; i < g.n_t; i++)
         g.max_bytes = g.t[i].bytes > g.max_bytes ? g.t[i].bytes : g.max_bytes;
 
     /* Algorithm 2. */
     while (cham_mrl_any(&g.mrl)) {
-        if (!cham_gen_candidates(&g.layers, g.t, g.n_t, &g.mrl, config->score_c, g.max_bytes,
-                                 &g.cl, &g.cap_cl, &g.n_cl))
+        if (!cham_gen_candidates(&g.layers, g.t, g.n_t, &g.mrl, at_use, config->score_c,
+                                 g.max_bytes, &g.cl, &g.cap_cl, &g.n_cl))
             goto host_oom;
         if (g.n_cl == 0) {
             st = cannot_remove(&g, "no tensor left to swap is idle there", err, err_size);
@@ -402,23 +403,34 @@ fail:
     return st;
 }
 
+/* Which windows a plan's swaps have (docs/policy.md, "Logical layers" and
+ * "Swap-ins at the use"): those of the model's blocks (the default layer
+ * count, then 2, 4 and 8 times as many), finer ones (16, 32, ... times,
+ * up to one an op), or either ladder with each window running up to its
+ * use, the swap-in issued there if need be. */
+typedef enum windows {
+    WINDOWS_BLOCKS,
+    WINDOWS_PER_OP,
+    WINDOWS_AT_USE,
+} windows_t;
+
 /* With the default layer count, a profile whose memory cannot be brought
  * under the limit at that granularity is planned again with 2, 4 and 8
  * times as many logical layers (at most one an op): a model whose one
  * block holds a large share of the activations needs windows finer than a
- * block (docs/policy.md). With per_op, the counts past those instead:
- * 16, 32, ... times, up to one an op, for model state streamed through
- * an optimizer phase of a few ops, whose groups' states each come back in
- * a window before their own op's (Llama 2's shape on 4 layers at 40% of
- * its peak on the a100-80g found no policy up to 8 times, and one at one
- * an op).
+ * block (docs/policy.md). With WINDOWS_PER_OP, the counts past those
+ * instead: 16, 32, ... times, up to one an op, for model state streamed
+ * through an optimizer phase of a few ops, whose groups' states each come
+ * back in a window before their own op's (Llama 2's shape on 4 layers at
+ * 40% of its peak on the a100-80g found no policy up to 8 times, and one
+ * at one an op). With WINDOWS_AT_USE, every count, the first that plans.
  * Then, if the copy queues were used, with the layers' budgets instead:
  * where the link cannot carry what must move, the queues refuse every copy
  * that would make a later one late, while the budgets' fallback places it
  * with a stall (docs/policy.md, "The copy queues"). */
 static cham_status_t plan_layered(const cham_profile_t *profile,
                                   const cham_planner_config_t *config, size_t n_recompute,
-                                  bool per_op, bool cover_tails, size_t *n_recomputable,
+                                  windows_t windows, bool cover_tails, size_t *n_recomputable,
                                   cham_policy_t **out, char *err, size_t err_size)
 {
     cham_planner_config_t whole = *config;
@@ -433,24 +445,24 @@ static cham_status_t plan_layered(const cham_profile_t *profile,
         if (k > 1 && (!ladder || layers / 2 >= v.n_ops))
             break;                               /* one an op was tried */
         bool blocks = k == 1 || (k <= 8 && layers <= v.n_ops);
-        if (blocks == per_op)
+        if (windows != WINDOWS_AT_USE && blocks != (windows == WINDOWS_BLOCKS))
             continue;
         if (k > 1)
             whole.forward_layers = whole.backward_layers =
                 (uint32_t)(layers < v.n_ops ? layers : v.n_ops);
-        st = plan_once(profile, &whole, n_recompute, queue, cover_tails, n_recomputable, out, err,
-                           err_size);
+        st = plan_once(profile, &whole, n_recompute, queue, cover_tails,
+                       windows == WINDOWS_AT_USE, n_recomputable, out, err, err_size);
     }
     if (st == CHAM_ERR_OUT_OF_MEMORY && config->recompute) {
         queue = false;
-        st = plan_once(profile, &whole, n_recompute, queue, cover_tails, n_recomputable, out, err,
-                           err_size);
+        st = plan_once(profile, &whole, n_recompute, queue, cover_tails,
+                       windows == WINDOWS_AT_USE, n_recomputable, out, err, err_size);
     }
     /* Still none: what can be placed, at the finest layering tried. */
     if (st == CHAM_ERR_OUT_OF_MEMORY && config->partial) {
         whole.partial = true;
-        st = plan_once(profile, &whole, n_recompute, queue, cover_tails, n_recomputable, out, err,
-                           err_size);
+        st = plan_once(profile, &whole, n_recompute, queue, cover_tails,
+                       windows == WINDOWS_AT_USE, n_recomputable, out, err, err_size);
     }
     return st;
 }
@@ -481,12 +493,12 @@ static bool fits(const cham_policy_t *p)
  * the new one is not better. Errors other than out of memory stop the
  * search. */
 static cham_status_t try_k(const cham_profile_t *profile, const cham_planner_config_t *config,
-                           size_t k, bool per_op, cham_policy_t **best, size_t *best_k,
+                           size_t k, windows_t windows, cham_policy_t **best, size_t *best_k,
                            size_t *n, char *err, size_t err_size)
 {
     cham_policy_t *p = NULL;
     char e[400] = "";
-    cham_status_t st = plan_layered(profile, config, k, per_op, false, n, &p, e, sizeof e);
+    cham_status_t st = plan_layered(profile, config, k, windows, false, n, &p, e, sizeof e);
     if (st == CHAM_ERR_OUT_OF_MEMORY)
         return CHAM_OK;
     if (st != CHAM_OK) {
@@ -545,13 +557,13 @@ static bool keep_better(cham_policy_t **best, cham_policy_t *p)
  * keeping the result in *best if it predicts better; *kept (if not NULL)
  * says whether it did. CHAM_ERR_OUT_OF_MEMORY: none fits (not kept). */
 static cham_status_t try_again(const cham_profile_t *profile, const cham_planner_config_t *config,
-                               size_t k, bool per_op, bool cover_tails, cham_policy_t **best,
+                               size_t k, windows_t windows, bool cover_tails, cham_policy_t **best,
                                bool *kept, char *err, size_t err_size)
 {
     cham_policy_t *p = NULL;
     size_t n;
     char e[400] = "";
-    cham_status_t st = plan_layered(profile, config, k, per_op, cover_tails, &n, &p, e, sizeof e);
+    cham_status_t st = plan_layered(profile, config, k, windows, cover_tails, &n, &p, e, sizeof e);
     if (st != CHAM_OK) {
         cham_set_err(err, err_size, "%s", e);
         return st;
@@ -589,7 +601,7 @@ static bool stalls_across_the_end(const cham_policy_t *p)
 
 static cham_status_t with_less_memory(const cham_profile_t *profile,
                                       const cham_planner_config_t *config, size_t k,
-                                      bool per_op, bool cover_tails, cham_policy_t **best,
+                                      windows_t windows, bool cover_tails, cham_policy_t **best,
                                       char *err, size_t err_size)
 {
     cham_profile_view_t v;
@@ -601,7 +613,7 @@ static cham_status_t with_less_memory(const cham_profile_t *profile,
         less.reserve = capacity - usable + (uint64_t)i * (capacity / 100);
         if (less.reserve >= capacity)
             break;
-        st = try_again(profile, &less, k, per_op, cover_tails, best, NULL, err, err_size);
+        st = try_again(profile, &less, k, windows, cover_tails, best, NULL, err, err_size);
     }
     return st == CHAM_ERR_OUT_OF_MEMORY ? CHAM_OK : st;   /* less does not fit; nor will still less */
 }
@@ -611,14 +623,14 @@ static cham_status_t with_less_memory(const cham_profile_t *profile,
  * between the best one's neighbours at finer and finer spacing. *best and
  * *best_k: the best so far (NULL: none). */
 static cham_status_t sweep(const cham_profile_t *profile, const cham_planner_config_t *config,
-                           bool per_op, cham_policy_t **best, size_t *best_k, char *err,
+                           windows_t windows, cham_policy_t **best, size_t *best_k, char *err,
                            size_t err_size)
 {
     size_t n = 0, m;
-    cham_status_t st = try_k(profile, config, 0, per_op, best, best_k, &n, err, err_size);
+    cham_status_t st = try_k(profile, config, 0, windows, best, best_k, &n, err, err_size);
     size_t step = n / 16 ? n / 16 : 1;
     for (size_t k = step; n && st == CHAM_OK; k += step) {
-        st = try_k(profile, config, k < n ? k : n, per_op, best, best_k, &m, err, err_size);
+        st = try_k(profile, config, k < n ? k : n, windows, best, best_k, &m, err, err_size);
         if (k >= n)
             break;
     }
@@ -633,35 +645,50 @@ static cham_status_t sweep(const cham_profile_t *profile, const cham_planner_con
         size_t below = reach < center ? reach : center ? (center - 1) / f * f : 0;
         for (size_t k = center - below; k <= center + reach && k <= n && st == CHAM_OK; k += f)
             if (k != center && (s != step || k % step != 0))
-                st = try_k(profile, config, k, per_op, best, best_k, &m, err, err_size);
+                st = try_k(profile, config, k, windows, best, best_k, &m, err, err_size);
         s = f;
     }
     return st;
 }
 
+/* The windows to plan with after w where no policy fit with w's: finer
+ * ones when the layer count is the planner's to choose, then (where the
+ * config allows) those up to the use; false when none is left. */
+static bool next_windows(const cham_planner_config_t *config, windows_t *w)
+{
+    bool ladder = !config->forward_layers && !config->backward_layers;
+    if (*w == WINDOWS_BLOCKS && ladder) {
+        *w = WINDOWS_PER_OP;
+        return true;
+    }
+    if (*w != WINDOWS_AT_USE && config->swap_in_at_use) {
+        *w = WINDOWS_AT_USE;
+        return true;
+    }
+    return false;
+}
+
 /* Swaps only, as the paper plans them: at a model block's windows and,
- * where no policy fits there, at finer ones, the better kept. */
+ * where no policy fits there, at finer ones, then up to the uses, the
+ * best kept. */
 static cham_status_t swap_only(const cham_profile_t *profile, const cham_planner_config_t *config,
                                cham_policy_t **out, char *err, size_t err_size)
 {
     size_t n = 0;
-    bool ladder = !config->forward_layers && !config->backward_layers;
-    cham_status_t st = plan_layered(profile, config, 0, false, false, &n, out, err, err_size);
-    if (st != CHAM_OK && st != CHAM_ERR_OUT_OF_MEMORY)
-        return st;
-    if (!ladder || (st == CHAM_OK && fits(*out)))
-        return st;
-    cham_policy_t *fine = NULL;
-    cham_status_t fst = plan_layered(profile, config, 0, true, false, &n, &fine, err, err_size);
-    if (fst != CHAM_OK && fst != CHAM_ERR_OUT_OF_MEMORY) {
-        if (st == CHAM_OK)
-            cham_policy_free(*out);
-        return fst;
-    }
-    cham_policy_t *best = st == CHAM_OK ? *out : NULL;
-    keep_better(&best, fst == CHAM_OK ? fine : NULL);
+    cham_policy_t *best = NULL;
+    windows_t w = WINDOWS_BLOCKS;
+    cham_status_t st;
+    do {
+        cham_policy_t *p = NULL;
+        st = plan_layered(profile, config, 0, w, false, &n, &p, err, err_size);
+        if (st != CHAM_OK && st != CHAM_ERR_OUT_OF_MEMORY) {
+            cham_policy_free(best);
+            return st;
+        }
+        keep_better(&best, p);
+    } while (!(best && fits(best)) && next_windows(config, &w));
     *out = best;
-    return best ? CHAM_OK : fst;
+    return best ? CHAM_OK : st;
 }
 
 /* The paper's swaps alone, at the layers' link budgets, kept in *best
@@ -698,34 +725,34 @@ static cham_status_t swaps_alone(const cham_profile_t *profile,
  * the fastest step, each re-run priced in), planned against the link
  * budgets of the ops' costs (docs/policy.md, "Recomputation"). Where no
  * policy fits at a model block's windows, the search runs again with
- * finer ones, up to one an op (plan_layered), and the better is kept:
- * only there, as the finer windows change which k plan at all and so
- * where the sweep looks. */
+ * finer ones, up to one an op (plan_layered), and where none fits there
+ * either, with windows up to the uses; the best is kept: only there, as
+ * other windows change which k plan at all and so where the sweep
+ * looks. */
 static cham_status_t search(const cham_profile_t *profile, const cham_planner_config_t *config,
                             cham_policy_t **out, char *err, size_t err_size)
 {
     size_t n = 0;
-    bool ladder = !config->forward_layers && !config->backward_layers;
     cham_policy_t *best = NULL;
     size_t best_k = 0;
-    bool per_op = false;
-    cham_status_t st = sweep(profile, config, false, &best, &best_k, err, err_size);
-    if (st == CHAM_OK && ladder && !(best && fits(best))) {
-        cham_policy_t *fine = NULL;
-        size_t fine_k = 0;
-        st = sweep(profile, config, true, &fine, &fine_k, err, err_size);
-        if (fine && (!best || better(fine, best))) {
-            best_k = fine_k;
-            per_op = true;
+    windows_t windows = WINDOWS_BLOCKS, w = WINDOWS_BLOCKS;
+    cham_status_t st = sweep(profile, config, w, &best, &best_k, err, err_size);
+    while (st == CHAM_OK && !(best && fits(best)) && next_windows(config, &w)) {
+        cham_policy_t *other = NULL;
+        size_t other_k = 0;
+        st = sweep(profile, config, w, &other, &other_k, err, err_size);
+        if (other && (!best || better(other, best))) {
+            best_k = other_k;
+            windows = w;
         }
-        keep_better(&best, fine);
+        keep_better(&best, other);
     }
     if (st != CHAM_OK) {
         cham_policy_free(best);
         return st;
     }
     if (!best)     /* none at any k: the swap-only failure says why */
-        return plan_layered(profile, config, 0, true, false, &n, out, err, err_size);
+        return plan_layered(profile, config, 0, w, false, &n, out, err, err_size);
     bool tails = config->cover_tails && stalls_across_the_end(best), tails_kept = false;
     if (config->refine)
         st = refine(profile, config, best, err, err_size);
@@ -734,11 +761,11 @@ static cham_status_t search(const cham_profile_t *profile, const cham_planner_co
      * predicts better: not always so, since the next step's entries left
      * to others may cost more than the wait it saves. */
     if (st == CHAM_OK && tails) {
-        st = try_again(profile, config, best_k, per_op, true, &best, &tails_kept, err, err_size);
+        st = try_again(profile, config, best_k, windows, true, &best, &tails_kept, err, err_size);
         st = st == CHAM_ERR_OUT_OF_MEMORY ? CHAM_OK : st;
     }
     if (st == CHAM_OK && config->less_memory)
-        st = with_less_memory(profile, config, best_k, per_op, tails_kept, &best, err, err_size);
+        st = with_less_memory(profile, config, best_k, windows, tails_kept, &best, err, err_size);
     if (st == CHAM_OK && config->swaps_alone && fits(best))
         st = swaps_alone(profile, config, &best, err, err_size);
     if (st != CHAM_OK) {

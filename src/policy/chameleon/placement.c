@@ -503,7 +503,8 @@ static bool place_covering(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_te
                            bool allow_stall, bool head, size_t m_last, cham_gen_place_t *pl)
 {
     const cham_gen_layers_t *l = s->layers;
-    uint32_t lf = l->layer_of_op[t->last_fwd], last_in = l->layer_of_op[t->first_bwd] - 1;
+    uint32_t lf = l->layer_of_op[t->last_fwd], lu = l->layer_of_op[t->first_bwd];
+    uint32_t last_in = lu ? lu - 1 : 0;   /* with at_use, the use's layer may follow */
     size_t ns = mrl->samples;
     *pl = (cham_gen_place_t){
         .t_out = t->backed ? 0 : cham_gen_transfer_ns(t->bytes, s->d2h_bw, l->copy_latency_ns),
@@ -511,7 +512,7 @@ static bool place_covering(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_te
         .wraps = t->wraps,
     };
     /* A copy out across the step's end completes in this step. */
-    uint32_t out_last = t->wraps ? (uint32_t)l->n - 1 : last_in;
+    uint32_t out_last = t->wraps ? (uint32_t)l->n - 1 : last_in > lf ? last_in : lf;
     /* The swap must cover an entry: the last one it can reach bounds the
      * backward search ("until the peak memory usage time"). A swap-out that
      * completes too late for that is retried, when stalls are allowed, as
@@ -569,7 +570,15 @@ static bool place_covering(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_te
     uint32_t lo = l->layer_of_op[k];
     if (l->v[lo].start_op < k)
         lo++;
-    CHAM_ASSERT(lo <= last_in);
+    if (lu == 0 || lo > last_in) {   /* at_use: no layer before the use is left */
+        CHAM_ASSERT(s->at_use);
+        if (!allow_stall)
+            return false;
+        pl->in_layer = pl->in_last = lu;
+        pl->in_op = t->first_bwd;
+        pl->stall_in_ns = pl->t_in;
+        return true;
+    }
     if (!place_in(s, lo, last_in, allow_stall, pl))
         return false;
     pl->in_op = l->v[pl->in_layer].start_op;
@@ -581,10 +590,13 @@ bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t 
 {
     const cham_gen_layers_t *l = s->layers;
     uint32_t lf = l->layer_of_op[t->last_fwd], lu = l->layer_of_op[t->first_bwd];
-    if (lu == 0 || (!t->wraps && lu - 1 < lf))
+    if (!s->at_use && (lu == 0 || (!t->wraps && lu - 1 < lf)))
         return false;
-    size_t hi = 2 * (size_t)l->v[lu - 1].start_op, m_last = 0, ns = mrl->samples;
-    size_t after = 2 * ((size_t)t->last_fwd + 1);
+    size_t lo, hi, m_last = 0, ns = mrl->samples;
+    cham_gen_window(l, t, s->at_use, &lo, &hi);
+    if (!t->wraps && hi <= lo)
+        return false;
+    size_t after = lo;
     /* free_op > f: without an entry after f's end there is none later (the
      * usual case late in a pass, and cheaper than the searches below).
      * Across the step's end the last entry is in the next step's part
