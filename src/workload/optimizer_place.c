@@ -102,10 +102,16 @@ bool wl_try_program(wl_trials_t *t, const wl_program_t *p)
         return false;
     double s = t->hooks->trial(p, t->hooks->user);
     t->tried[t->n++] = *p;
-    if (!(s < t->best_s))
+    if (s < t->best_s) {
+        t->best_s = s;
+        t->best = t->n - 1;
+    }
+    if (!p->host)
+        return s < INFINITY;     /* the only one of its kind */
+    if (!(s < t->best_host_s))
         return false;
-    t->best_s = s;
-    t->best = t->n - 1;
+    t->best_host_s = s;
+    t->best_host = t->n - 1;
     return true;
 }
 
@@ -116,8 +122,9 @@ void wl_walk_groups(wl_trials_t *t, uint32_t first, uint32_t groups)
      * 45% on the 910B: host:6 ran 1.06 s, host:5 slower, host:4 0.75 s and
      * host:3 0.74 s. */
     uint32_t d = groups / 25 ? groups / 25 : 1;
-    for (int dir = -1; dir <= 1 && t->tried[t->best].host; dir += 2) {
-        int64_t at = t->tried[t->best].device_groups;
+    bool any = t->best_host_s < INFINITY;
+    for (int dir = -1; dir <= 1 && any; dir += 2) {
+        int64_t at = t->tried[t->best_host].device_groups;
         for (int misses = 0; misses < 2;) {
             at += dir * (int64_t)d;
             if (at < first || at >= groups)
@@ -130,8 +137,8 @@ void wl_walk_groups(wl_trials_t *t, uint32_t first, uint32_t groups)
      * the walk leaves programs between its steps (GPT-2 1.5B, 50 groups,
      * mbs 4, 2048 tokens, on the a100-80g at 25%: host:20 and host:22
      * tried, host:21 faster than both). */
-    for (uint32_t half = d / 2; half >= 1 && t->tried[t->best].host; half /= 2) {
-        int64_t at = t->tried[t->best].device_groups;
+    for (uint32_t half = d / 2; half >= 1 && any; half /= 2) {
+        int64_t at = t->tried[t->best_host].device_groups;
         for (int dir = -1; dir <= 1; dir += 2) {
             int64_t q = at + dir * (int64_t)half;
             if (q >= first && q < groups)
@@ -265,7 +272,7 @@ bool wl_place_optimizer(const cham_config_t *rc, const cham_device_info_t *info,
      * run (Llama 2 7B, ZeRO-3 over 8, layer drop 0.1, on the h100-80g at
      * 60%: the device's program, kept, ran 0.4563 s a step; host:3 runs
      * 0.4445 s, simulated). */
-    wl_trials_t t = {.hooks = hooks, .best_s = INFINITY};
+    wl_trials_t t = {.hooks = hooks, .best_s = INFINITY, .best_host_s = INFINITY};
     wl_try_program(&t, &device);
     if (!cham_model_loop_changes(m) && t.best_s <= optimistic(&sc.best_opt) * (1 + HOST_MARGIN)) {
         out->trials = t.n;

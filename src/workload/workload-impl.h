@@ -183,23 +183,25 @@ typedef struct wl_place_hooks {
     uint32_t (*hint)(void *user);
     void *user;
 } wl_place_hooks_t;
-/* The programs tried so far and the fastest of them (best, best_s):
- * at most WL_MAX_TRIALS, four finalists and then the fastest's
- * neighbours. */
+/* The programs tried so far, the fastest of them (best, best_s) and the
+ * fastest host one (best_host, best_host_s; best_host_s INFINITY: none):
+ * at most WL_MAX_TRIALS, four finalists and then the fastest host
+ * program's neighbours. Initialise best_s and best_host_s to INFINITY. */
 #define WL_MAX_TRIALS 10
 typedef struct wl_trials {
     const wl_place_hooks_t *hooks;
     wl_program_t tried[WL_MAX_TRIALS];
-    uint32_t n, best;
-    double best_s;
+    uint32_t n, best, best_host;
+    double best_s, best_host_s;
 } wl_trials_t;
 /* Tries p unless it was tried (or WL_MAX_TRIALS were); whether it ran
- * faster than every program before it. */
+ * faster than every program of its kind (host or device) before it. */
 bool wl_try_program(wl_trials_t *t, const wl_program_t *p);
-/* From the fastest program tried, if a host one, its neighbours among the
- * host programs [first, groups) on the device: a 25th of the groups
- * apart while faster and on past one slower, then at half that step, a
- * quarter, down to one. */
+/* From the fastest host program tried, its neighbours among the host
+ * programs [first, groups) on the device: a 25th of the groups apart
+ * while faster and on past one slower, then at half that step, a
+ * quarter, down to one. Also where the device's program leads: the
+ * finalists are guesses, and a neighbour of one may beat it. */
 void wl_walk_groups(wl_trials_t *t, uint32_t first, uint32_t groups);
 /* Measures every program m's job can run at the budget of rc on the
  * device described by info and chooses: the device's program unless a
