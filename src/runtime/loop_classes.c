@@ -131,9 +131,14 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
     p->shorts += ran_short;
     /* Made from a heavier step, it may still run short more often: where a
      * lighter step's blocks come at other points of the step than its
-     * profile's, their copies can come later than the plan has them. Once
-     * its share of short steps over PROBATION steps cannot stay within the
-     * one before's, that one comes back, for good. */
+     * profile's, their copies can come later than the plan has them, and a
+     * step as heavy that skips other layers is no lighter. Once its share
+     * of short steps over PROBATION steps cannot stay within the one
+     * before's, that one comes back, and only a step heavier than the one
+     * it was made from is made again from: one that skips fewer layers
+     * (GPT-2's shapes on 12 layers, each skipped with probability 0.2: a
+     * policy made from a step that skipped one ran short on others that
+     * skipped one). */
     bool worse = p->uncovered && (uint64_t)p->shorts * p->uncovered_applied >
                                      (uint64_t)p->uncovered_shorts * PROBATION;
     if (p->uncovered && (worse || p->applied == PROBATION)) {
@@ -141,11 +146,13 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
         p->uncovered = NULL;
         if (worse) {
             cham_context_log(ctx, "step %llu: class %u's policy made again ran short on %u of "
-                             "%u steps, the one before on %u of %u: that one back, for good",
+                             "%u steps, the one before on %u of %u: that one back, until a "
+                             "step heavier than %.3f GiB without swaps runs short",
                              (unsigned long long)ctx->number, p->id, p->shorts, p->applied,
-                             p->uncovered_shorts, p->uncovered_applied);
+                             p->uncovered_shorts, p->uncovered_applied,
+                             (double)applied->view.peak_without_swaps / (1 << 30));
+            p->cover_floor = applied->view.peak_without_swaps;
             cham_loop_keep(p, before);
-            p->covers = COVER_MAX;
             p->hunt_left = 0;
         }
         cham_plan_release(before);
@@ -157,7 +164,7 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
         p->hunt_left--;
         p->hunted++;
         uint64_t peak = ran_short ? peak_without_swaps(fresh) : 0;
-        if (peak > applied->view.peak_without_swaps) {
+        if (peak > applied->view.peak_without_swaps && peak > p->cover_floor) {
             cham_context_log(ctx, "step %llu: ran short under class %u's kept policy, %.3f GiB "
                              "without swaps against its profile's %.3f GiB: the policy made "
                              "again from this step's profile", (unsigned long long)ctx->number,

@@ -342,11 +342,14 @@ typedef struct cham_class {
      * that ran short; steps still to profile for one that ran short and
      * weighs more than its profile, steps profiled so, and kept policies
      * made again from such a step; the one before the last such, on
-     * probation, with its own steps and short ones. */
+     * probation, with its own steps and short ones; the peak without
+     * swaps a step must pass to be made again from (that of a policy made
+     * again that lost its probation). */
     uint32_t applied, shorts;
     uint32_t hunt_left, hunted, covers;
     cham_plan_t *uncovered;
     uint32_t uncovered_applied, uncovered_shorts;
+    uint64_t cover_floor;
 } cham_class_t;
 
 enum { CHAM_CLASS_HISTORY = 64 };   /* classes of the last steps, for prediction */
