@@ -5,12 +5,13 @@
  * stream waits for it when its block comes back (after free_op). A
  * swap-in is queued when swap_in_op begins, after its own swap-out (one
  * issued at its use also after the copies out of the blocks given back
- * there whose room it takes); the first backward use waits for it. A recomputation runs on the compute
- * stream when swap_in_op begins. Collectives run on a stream of their own
- * (cham_gen_run_op), where the ops have their own costs. An item that
- * wraps is swapped in early in the step, its copy out done in the step
- * before, and out late: the step ends when that copy is done when its
- * block is given back in the next step's first op. One given back later
+ * there whose room it takes); the first backward use waits for it. A
+ * recomputation runs on the compute stream when swap_in_op begins.
+ * Collectives run on a stream of their own (cham_gen_run_op), where the
+ * ops have their own costs. An item that wraps is swapped in early in the
+ * step, its copy out done in the step before, and out late: the step ends
+ * when that copy is done when its block is given back in the next step's
+ * first op. One given back later
  * in the next step (free_op > n_ops) lets its copy run on into that step:
  * there the copy delays the copies out behind it, and its block's op and
  * its own swap-in wait for it. The replay then runs the step twice, the
