@@ -85,6 +85,12 @@ cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profi
      * end: the other rule is kept by its prediction, which a step unlike
      * its profile can belie (policy.md, "Swaps across the step's end"). */
     pc.cover_tails = kind != 3;
+    /* A swap-in at its use comes back into the room the blocks given back
+     * at that op make, which only segments that move make whole: with the
+     * classic allocator's the runtime ran such plans short (the GPT
+     * trainer at 22% of its peak: 463 -> 2192 passive swap-outs in its
+     * Stable steps; policy.md, "Swap-ins at the use"). */
+    pc.swap_in_at_use = ctx->memory_moves;
     /* With expandable segments little memory strands, and the baselines
      * keep their reserve. The first plans with a quarter of it, the third
      * with half, the others with all: a ladder, since what a thin reserve
