@@ -436,6 +436,7 @@ static cham_status_t plan_layered(const cham_profile_t *profile,
     cham_planner_config_t whole = *config;
     whole.partial = false;
     bool queue = true, ladder = !config->forward_layers && !config->backward_layers;
+    bool at_use = windows == WINDOWS_AT_USE;
     cham_profile_view_t v;
     cham_profile_get(profile, &v);
     uint64_t base = ladder ? cham_gen_default_layers(&v) : 0;
@@ -445,24 +446,24 @@ static cham_status_t plan_layered(const cham_profile_t *profile,
         if (k > 1 && (!ladder || layers / 2 >= v.n_ops))
             break;                               /* one an op was tried */
         bool blocks = k == 1 || (k <= 8 && layers <= v.n_ops);
-        if (windows != WINDOWS_AT_USE && blocks != (windows == WINDOWS_BLOCKS))
+        if (!at_use && blocks != (windows == WINDOWS_BLOCKS))
             continue;
         if (k > 1)
             whole.forward_layers = whole.backward_layers =
                 (uint32_t)(layers < v.n_ops ? layers : v.n_ops);
-        st = plan_once(profile, &whole, n_recompute, queue, cover_tails,
-                       windows == WINDOWS_AT_USE, n_recomputable, out, err, err_size);
+        st = plan_once(profile, &whole, n_recompute, queue, cover_tails, at_use,
+                       n_recomputable, out, err, err_size);
     }
     if (st == CHAM_ERR_OUT_OF_MEMORY && config->recompute) {
         queue = false;
-        st = plan_once(profile, &whole, n_recompute, queue, cover_tails,
-                       windows == WINDOWS_AT_USE, n_recomputable, out, err, err_size);
+        st = plan_once(profile, &whole, n_recompute, queue, cover_tails, at_use,
+                       n_recomputable, out, err, err_size);
     }
     /* Still none: what can be placed, at the finest layering tried. */
     if (st == CHAM_ERR_OUT_OF_MEMORY && config->partial) {
         whole.partial = true;
-        st = plan_once(profile, &whole, n_recompute, queue, cover_tails,
-                       windows == WINDOWS_AT_USE, n_recomputable, out, err, err_size);
+        st = plan_once(profile, &whole, n_recompute, queue, cover_tails, at_use,
+                       n_recomputable, out, err, err_size);
     }
     return st;
 }
