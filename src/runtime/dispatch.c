@@ -537,12 +537,14 @@ cham_status_t cham_step_end(cham_context_t *ctx)
      * GenPolicy's trials are timed alike. In managed mode that end is the
      * compute stream's, as a loop that runs step after step sees it:
      * copies out that run on past it overlap the next step's first ops.
-     * Stable steps that measure the kept policy (loop.c) end alike.
+     * Stable steps that measure the kept policy (loop.c), or one made
+     * again on probation (loop_classes.c), end alike.
      * The caller's kernels in advisor mode may run on streams of its own:
      * there the whole device. The device is idle before the next step
      * (below). */
     bool sync = ctx->building || to == CHAM_STAGE_GENPOLICY ||
-                (from == CHAM_STAGE_STABLE && cham_loop_checking(ctx));
+                (from == CHAM_STAGE_STABLE &&
+                 (cham_loop_checking(ctx) || cham_loop_on_probation(ctx)));
     if (sync && ctx->config.mode == CHAM_MODE_ADVISOR)
         cham_device_synchronize(ctx->dev);
     else if (sync)

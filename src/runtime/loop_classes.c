@@ -50,6 +50,8 @@ void cham_loop_keep(cham_class_t *c, cham_plan_t *plan)
     cham_plan_release(c->next_trial);
     c->next_trial = NULL;
     c->applied = c->shorts = 0;
+    c->timed_ns = c->timed_work = 0;
+    c->timed = 0;
 }
 
 /* cham_loop_cover_heavier: a step that ran short starts (or starts again) a hunt
@@ -129,6 +131,11 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
     bool ran_short = ctx->step_passive > 0;
     p->applied++;
     p->shorts += ran_short;
+    if (ctx->synced_step_ns && ctx->step_work_ns) {
+        p->timed_ns += ctx->synced_step_ns;
+        p->timed_work += ctx->step_work_ns;
+        p->timed++;
+    }
     /* Made from a heavier step, it may still run short more often: where a
      * lighter step's blocks come at other points of the step than its
      * profile's, their copies can come later than the plan has them, and a
@@ -141,16 +148,38 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
      * skipped one). */
     bool worse = p->uncovered && (uint64_t)p->shorts * p->uncovered_applied >
                                      (uint64_t)p->uncovered_shorts * PROBATION;
-    if (p->uncovered && (worse || p->applied == PROBATION)) {
+    /* Or, covering more, it runs slower than the one before did with its
+     * short steps, per work, by more than noise: made for a step whose
+     * peak it cannot cover either, it swaps more on every step (Mixtral's
+     * shapes, 4 layers of 8k tokens, each skipped with probability 0.2,
+     * on the A100 at 20% of the peak: 12.5-15 s a step before, 20.2 s
+     * after). Timed where both have synchronized steps, per their work. */
+    bool slower = p->uncovered && p->applied == PROBATION && p->timed_work &&
+                  p->uncovered_work &&
+                  (double)p->timed_ns * (double)p->uncovered_work >
+                      1.01 * (double)p->uncovered_ns * (double)p->timed_work;
+    if (p->uncovered && (worse || slower || p->applied == PROBATION)) {
         cham_plan_t *before = p->uncovered;
         p->uncovered = NULL;
-        if (worse) {
-            cham_context_log(ctx, "step %llu: class %u's policy made again ran short on %u of "
-                             "%u steps, the one before on %u of %u: that one back, until a "
-                             "step heavier than %.3f GiB without swaps runs short",
-                             (unsigned long long)ctx->number, p->id, p->shorts, p->applied,
-                             p->uncovered_shorts, p->uncovered_applied,
-                             (double)applied->view.peak_without_swaps / (1 << 30));
+        if (worse || slower) {
+            if (worse)
+                cham_context_log(ctx, "step %llu: class %u's policy made again ran short on %u "
+                                 "of %u steps, the one before on %u of %u: that one back, "
+                                 "until a step heavier than %.3f GiB without swaps runs short",
+                                 (unsigned long long)ctx->number, p->id, p->shorts, p->applied,
+                                 p->uncovered_shorts, p->uncovered_applied,
+                                 (double)applied->view.peak_without_swaps / (1 << 30));
+            else   /* the new one's time at the work of the one before's steps */
+                cham_context_log(ctx, "step %llu: class %u's policy made again takes %.3f ms "
+                                 "a step, the one before %.3f ms (%u and %u steps timed, at "
+                                 "the same work): that one back, until a step heavier than "
+                                 "%.3f GiB without swaps runs short",
+                                 (unsigned long long)ctx->number, p->id,
+                                 (double)p->timed_ns / (double)p->timed_work *
+                                     (double)p->uncovered_work / p->uncovered_timed / 1e6,
+                                 (double)p->uncovered_ns / p->uncovered_timed / 1e6, p->timed,
+                                 p->uncovered_timed,
+                                 (double)applied->view.peak_without_swaps / (1 << 30));
             p->cover_floor = applied->view.peak_without_swaps;
             cham_loop_keep(p, before);
             p->hunt_left = 0;
@@ -185,6 +214,9 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
                 p->uncovered = cham_plan_retain(applied);
                 p->uncovered_applied = p->applied;
                 p->uncovered_shorts = p->shorts;
+                p->uncovered_ns = p->timed_ns;
+                p->uncovered_work = p->timed_work;
+                p->uncovered_timed = p->timed;
                 cham_loop_keep(p, plan);
                 cham_plan_release(plan);
             }
@@ -201,6 +233,14 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
     if (p->hunted >= COVER_HUNT)
         p->hunt_left = 0;
     return p;
+}
+
+bool cham_loop_on_probation(const cham_context_t *ctx)
+{
+    for (size_t i = 0; ctx->exec.plan && i < ctx->n_classes; i++)
+        if (ctx->classes[i].kept == ctx->exec.plan && ctx->classes[i].uncovered)
+            return true;
+    return false;
 }
 
 /* c's next trial, made from source (the class's trial source, NULL: no

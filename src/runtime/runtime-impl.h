@@ -344,12 +344,16 @@ typedef struct cham_class {
      * made again from such a step; the one before the last such, on
      * probation, with its own steps and short ones; the peak without
      * swaps a step must pass to be made again from (that of a policy made
-     * again that lost its probation). */
+     * again that lost its probation). The time and work of the kept
+     * policy's synchronized steps since kept (profiled while hunting, or
+     * on probation), and those of the one on probation. */
     uint32_t applied, shorts;
     uint32_t hunt_left, hunted, covers;
     cham_plan_t *uncovered;
     uint32_t uncovered_applied, uncovered_shorts;
     uint64_t cover_floor;
+    uint64_t timed_ns, timed_work, uncovered_ns, uncovered_work;
+    uint32_t timed, uncovered_timed;
 } cham_class_t;
 
 enum { CHAM_CLASS_HISTORY = 64 };   /* classes of the last steps, for prediction */
@@ -707,6 +711,9 @@ void cham_classes_free(cham_context_t *ctx);
 /* loop.c: a policy under check in Stable is applied (its steps end
  * synchronized, to be timed). */
 bool cham_loop_checking(const cham_context_t *ctx);
+/* loop_classes.c: the policy applied was made again and is on probation
+ * (its steps end synchronized, to be timed against the one before's). */
+bool cham_loop_on_probation(const cham_context_t *ctx);
 /* loop.c: frees the trials, the cache and the plans. */
 void cham_loop_free(cham_context_t *ctx);
 /* dispatch.c: the memory sample a swap happening now changes. */
