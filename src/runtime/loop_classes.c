@@ -149,7 +149,7 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
     bool worse = p->uncovered && (uint64_t)p->shorts * p->uncovered_applied >
                                      (uint64_t)p->uncovered_shorts * PROBATION;
     /* Or, covering more, it runs slower than the one before did with its
-     * short steps, per work, by more than noise: made for a step whose
+     * short steps, per work, by more than 5%: made for a step whose
      * peak it cannot cover either, it swaps more on every step (Mixtral's
      * shapes, 4 layers of 8k tokens, each skipped with probability 0.2,
      * on the A100 at 20% of the peak: 12.5-15 s a step before, 20.2 s
@@ -157,7 +157,7 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
     bool slower = p->uncovered && p->applied == PROBATION && p->timed_work &&
                   p->uncovered_work &&
                   (double)p->timed_ns * (double)p->uncovered_work >
-                      1.01 * (double)p->uncovered_ns * (double)p->timed_work;
+                      1.05 * (double)p->uncovered_ns * (double)p->timed_work;
     if (p->uncovered && (worse || slower || p->applied == PROBATION)) {
         cham_plan_t *before = p->uncovered;
         p->uncovered = NULL;
