@@ -364,7 +364,7 @@ static void test_made_again_from_a_heavier_step_after_going_back(void **state)
 }
 
 /* A policy made again from a heavier step that it cannot cover either
- * runs no shorter more often but slower on every step: it goes back.
+ * runs short no more often but slower on every step: it goes back.
  * Mixtral's shapes, 4 layers of 8k tokens (mbs 2, torch.autocast), each
  * skipped with probability 0.2 (seed 1), on the A100 at 20% of the peak:
  * the kept policy took 12.5-15 s a step with a few short; made again from

@@ -162,24 +162,22 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
         cham_plan_t *before = p->uncovered;
         p->uncovered = NULL;
         if (worse || slower) {
+            char why[192];
             if (worse)
-                cham_context_log(ctx, "step %llu: class %u's policy made again ran short on %u "
-                                 "of %u steps, the one before on %u of %u: that one back, "
-                                 "until a step heavier than %.3f GiB without swaps runs short",
-                                 (unsigned long long)ctx->number, p->id, p->shorts, p->applied,
-                                 p->uncovered_shorts, p->uncovered_applied,
-                                 (double)applied->view.peak_without_swaps / (1 << 30));
+                snprintf(why, sizeof why, "ran short on %u of %u steps, the one before on %u "
+                         "of %u", p->shorts, p->applied, p->uncovered_shorts,
+                         p->uncovered_applied);
             else   /* the new one's time at the work of the one before's steps */
-                cham_context_log(ctx, "step %llu: class %u's policy made again takes %.3f ms "
-                                 "a step, the one before %.3f ms (%u and %u steps timed, at "
-                                 "the same work): that one back, until a step heavier than "
-                                 "%.3f GiB without swaps runs short",
-                                 (unsigned long long)ctx->number, p->id,
-                                 (double)p->timed_ns / (double)p->timed_work *
-                                     (double)p->uncovered_work / p->uncovered_timed / 1e6,
-                                 (double)p->uncovered_ns / p->uncovered_timed / 1e6, p->timed,
-                                 p->uncovered_timed,
-                                 (double)applied->view.peak_without_swaps / (1 << 30));
+                snprintf(why, sizeof why, "takes %.3f ms a step, the one before %.3f ms (%u "
+                         "and %u steps timed, at the same work)",
+                         (double)p->timed_ns / (double)p->timed_work *
+                             (double)p->uncovered_work / p->uncovered_timed / 1e6,
+                         (double)p->uncovered_ns / p->uncovered_timed / 1e6, p->timed,
+                         p->uncovered_timed);
+            cham_context_log(ctx, "step %llu: class %u's policy made again %s: that one back, "
+                             "until a step heavier than %.3f GiB without swaps runs short",
+                             (unsigned long long)ctx->number, p->id, why,
+                             (double)applied->view.peak_without_swaps / (1 << 30));
             p->cover_floor = applied->view.peak_without_swaps;
             cham_loop_keep(p, before);
             p->hunt_left = 0;

@@ -36,7 +36,8 @@ void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cha
             bool taken = false;
             for (size_t j = 0; j < k->n; j++)
                 taken |= k->cand[j].plan == t->plan;
-            if (!taken && t->step_ns && (cham_trial_clean(t) || !kept_clean) && (!next || t->step_ns < next->step_ns))
+            if (!taken && t->step_ns && (cham_trial_clean(t) || !kept_clean) &&
+                (!next || t->step_ns < next->step_ns))
                 next = t;
         }
         if (!next)
