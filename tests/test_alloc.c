@@ -648,6 +648,41 @@ static void test_empty_cache(void **state)
     env_close(e, true);
 }
 
+/* A cached allocation takes only a free block the allocator holds (one
+ * freed and not yet reused); where none holds the bytes it fails with
+ * nothing allocated and no segment more; a block freed behind a stream's
+ * work is taken once that work is done. Not on an expandable allocator. */
+static void test_alloc_cached(void **state)
+{
+    (void)state;
+    env_t *e = env_open(1024 * MiB, 0, false);
+    cham_block_t *a = alloc_ok(e, 16 * MiB, e->compute), *b = NULL, *c = NULL;
+    cham_block_free(e->alloc, a);
+    uint64_t segments = stats(e).n_segment_allocs;
+    assert_int_equal(cham_block_alloc_cached(e->alloc, 16 * MiB, e->compute, &b), CHAM_OK);
+    assert_int_equal(cham_block_alloc_cached(e->alloc, 16 * MiB, e->compute, &c),
+                     CHAM_ERR_OUT_OF_MEMORY);
+    assert_null(c);
+    assert_non_null(strstr(cham_allocator_last_error(e->alloc), "no cached free block"));
+    assert_int_equal(stats(e).n_segment_allocs, segments);
+    assert_int_equal(stats(e).n_oom, 0);
+    touch(e->swap, b, CHAM_ACCESS_READ, 1, NULL);
+    assert_int_equal(cham_block_record_stream(e->alloc, b, e->swap), CHAM_OK);
+    cham_block_free(e->alloc, b);
+    assert_int_equal(cham_block_alloc_cached(e->alloc, 16 * MiB, e->compute, &c),
+                     CHAM_ERR_OUT_OF_MEMORY);
+    assert_int_equal(cham_stream_synchronize(e->swap), CHAM_OK);
+    assert_int_equal(cham_block_alloc_cached(e->alloc, 16 * MiB, e->compute, &c), CHAM_OK);
+    assert_int_equal(stats(e).n_segment_allocs, segments);
+    cham_block_free(e->alloc, c);
+    assert_int_equal(cham_block_alloc_cached(e->alloc, 0, e->compute, &c), CHAM_ERR_INVALID_ARG);
+    use_expandable(e, 0);
+    assert_int_equal(cham_block_alloc_cached(e->alloc, 8 * MiB, e->compute, &c),
+                     CHAM_ERR_INVALID_ARG);
+    assert_non_null(strstr(cham_allocator_last_error(e->alloc), "expandable"));
+    env_close(e, true);
+}
+
 /* ---- statistics -----------------------------------------------------------------------------*/
 
 static void test_stats_peaks_and_fragmentation(void **state)
@@ -1478,6 +1513,7 @@ int main(void)
         cmocka_unit_test(test_free_after_op_sooner),
         cmocka_unit_test(test_oom_releases_free_after_op_blocks),
         cmocka_unit_test(test_empty_cache),
+        cmocka_unit_test(test_alloc_cached),
         cmocka_unit_test(test_stats_peaks_and_fragmentation),
         cmocka_unit_test(test_out_of_memory_status),
         cmocka_unit_test(test_expandable_strands_nothing),

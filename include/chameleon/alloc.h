@@ -65,6 +65,13 @@ CHAM_API void cham_allocator_free(cham_allocator_t *alloc);
 CHAM_API cham_status_t cham_block_alloc(cham_allocator_t *alloc, size_t bytes,
                                         cham_stream_t *stream, cham_block_t **out);
 
+/* As cham_block_alloc, but only from free blocks the allocator already
+ * holds (after completing deferred frees whose events are done): it never
+ * allocates or maps a segment, so it costs no device or pinning time. Not
+ * on an expandable allocator (CHAM_ERR_INVALID_ARG). */
+CHAM_API cham_status_t cham_block_alloc_cached(cham_allocator_t *alloc, size_t bytes,
+                                               cham_stream_t *stream, cham_block_t **out);
+
 /* The block's memory, its usable size (the request rounded up), the size
  * that was requested, and the stream it belongs to. */
 CHAM_API void *cham_block_ptr(const cham_block_t *block);

@@ -618,6 +618,25 @@ static cham_status_t take_expandable(cham_allocator_t *a, cham_stream_t *stream,
     }
 }
 
+/* Free block b, taken from its pool, becomes an allocation of bytes
+ * (rounded up to rounded). */
+static void hand_out(cham_allocator_t *a, cham_block_t *b, size_t bytes, size_t rounded,
+                     cham_stream_t *stream)
+{
+    /* The segment serves whichever live stream now has its id. */
+    b->seg->stream = stream;
+    split(a, b, rounded);
+    b->state = CHAM_BLOCK_ALLOCATED;
+    b->u.owner = NULL;
+    b->requested = bytes;
+    b->recorded = 0;
+    a->stats.allocated += b->size;
+    a->stats.requested += bytes;
+    a->stats.n_allocs++;
+    cham_alloc_bump_peaks(a);
+    cham_alloc_debug_check(a);
+}
+
 cham_status_t cham_block_alloc(cham_allocator_t *a, size_t bytes, cham_stream_t *stream,
                                cham_block_t **out)
 {
@@ -665,19 +684,34 @@ cham_status_t cham_block_alloc(cham_allocator_t *a, size_t bytes, cham_stream_t 
         cham_alloc_debug_check(a);
         return st;
     }
+    hand_out(a, b, bytes, rounded, stream);
+    *out = b;
+    return CHAM_OK;
+}
 
-    /* The segment serves whichever live stream now has its id. */
-    b->seg->stream = stream;
-    split(a, b, rounded);
-    b->state = CHAM_BLOCK_ALLOCATED;
-    b->u.owner = NULL;
-    b->requested = bytes;
-    b->recorded = 0;
-    a->stats.allocated += b->size;
-    a->stats.requested += bytes;
-    a->stats.n_allocs++;
-    cham_alloc_bump_peaks(a);
-    cham_alloc_debug_check(a);
+cham_status_t cham_block_alloc_cached(cham_allocator_t *a, size_t bytes, cham_stream_t *stream,
+                                      cham_block_t **out)
+{
+    CHAM_ASSERT(a && stream && out);
+    *out = NULL;
+    if (bytes == 0 || a->granularity) {
+        cham_alloc_set_error(a, "cached allocation of %zu bytes on stream \"%s\": %s", bytes,
+                             cham_stream_name(stream),
+                             bytes ? "not on an expandable allocator" : "no bytes");
+        return CHAM_ERR_INVALID_ARG;
+    }
+    int sid = cham_alloc_note_stream(a, stream);
+    if (a->queue_mask)
+        cham_alloc_process_events(a);
+    size_t rounded = cham_alloc_round_size(bytes);
+    bool small = rounded <= cham_alloc_small_size(a->shift);
+    cham_block_t *b = take_best_fit(a, small, sid, rounded);
+    if (!b) {
+        cham_alloc_set_error(a, "no cached free block holds %zu bytes on stream \"%s\"", bytes,
+                             cham_stream_name(stream));
+        return a->kind == CHAM_MEM_DEVICE ? CHAM_ERR_OUT_OF_MEMORY : CHAM_ERR_HOST_BUDGET;
+    }
+    hand_out(a, b, bytes, rounded, stream);
     *out = b;
     return CHAM_OK;
 }
