@@ -1038,6 +1038,114 @@ static void test_host_copy(void **state)
     cham_context_free(ctx);
 }
 
+/* A storage swapped back in keeps its pinned copy until its bytes change:
+ * going out again unwritten copies nothing, bit-exact; an op's write, the
+ * caller's address taken outside an op and a discard each end the copy
+ * (the next swap-out copies). */
+static void test_kept_copy(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 64 * MiB);
+    cham_op_token_t fill = token(ctx, "fill"), check = token(ctx, "check");
+    size_t bad = 0;
+    cham_tensor_t *t;
+    assert_int_equal(cham_tensor_new(ctx, ACT, CHAM_DTYPE_F32, "w", &t), CHAM_OK);
+    kargs_t a = {.words = ACT / 4, .seed = 7, .bad = &bad};
+    op(ctx, fill, NULL, 0, &t, 1, fill_fn, &a);
+    cham_runtime_stats_t s0, s1;
+    /* out (copied), back on demand, out again: the second copies nothing */
+    cham_context_get_stats(ctx, &s0);
+    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
+    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
+    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
+    cham_context_get_stats(ctx, &s1);
+    assert_int_equal(s1.swaps_out, s0.swaps_out + 2);
+    assert_int_equal(s1.bytes_out, s0.bytes_out + ACT);
+    assert_int_equal(s1.mem_in_use, s0.mem_in_use - ACT);
+    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
+    assert_int_equal(bad, 0);
+
+    /* an op writes it: the kept copy is stale, the swap-out copies */
+    a.seed = 8;
+    op(ctx, fill, NULL, 0, &t, 1, fill_fn, &a);
+    cham_context_get_stats(ctx, &s0);
+    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
+    cham_context_get_stats(ctx, &s1);
+    assert_int_equal(s1.bytes_out, s0.bytes_out + ACT);
+    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
+    assert_int_equal(bad, 0);
+
+    /* the caller takes its address outside an op and writes through it */
+    cham_tensor_t *u;
+    assert_int_equal(cham_tensor_new(ctx, ACT, CHAM_DTYPE_F32, "u", &u), CHAM_OK);
+    kargs_t b = {.words = ACT / 4, .seed = 9, .bad = &bad};
+    op(ctx, fill, NULL, 0, &u, 1, fill_fn, &b);
+    cham_stream_t *compute = cham_context_compute_stream(ctx);
+    assert_int_equal(cham_copy_async(compute, cham_tensor_data(t), cham_tensor_data(u), ACT,
+                                     CHAM_COPY_D2D, "caller's write"), CHAM_OK);
+    cham_context_get_stats(ctx, &s0);
+    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
+    cham_context_get_stats(ctx, &s1);
+    assert_int_equal(s1.bytes_out, s0.bytes_out + ACT);
+    op(ctx, check, &t, 1, NULL, 0, check_fn, &b);
+    assert_int_equal(bad, 0);
+
+    /* discarded while kept: it comes back with no copy, holding nothing
+     * to check, and its next fill goes out with a copy */
+    assert_int_equal(cham_tensor_discard(t), CHAM_OK);
+    a.seed = 10;
+    op(ctx, fill, NULL, 0, &t, 1, fill_fn, &a);
+    cham_context_get_stats(ctx, &s0);
+    assert_int_equal(cham_tensor_swap_out(t, false), CHAM_OK);
+    cham_context_get_stats(ctx, &s1);
+    assert_int_equal(s1.bytes_out, s0.bytes_out + ACT);
+    op(ctx, check, &t, 1, NULL, 0, check_fn, &a);
+    assert_int_equal(bad, 0);
+    assert_int_equal(cham_device_hazard_count(cham_context_device(ctx)), 0);
+    cham_tensor_release(t);
+    cham_tensor_release(u);
+    cham_context_free(ctx);
+}
+
+/* Kept copies are a cache of the pinned pool: a swap-out that finds no
+ * free block takes theirs before the pool grows. Four tensors go out and
+ * back (each kept), then four others out: the pool holds what the first
+ * four needed, no segment more, and all eight keep their bytes. */
+static void test_kept_copies_do_not_grow_the_pool(void **state)
+{
+    (void)state;
+    cham_context_t *ctx = open_ctx(CHAM_MODE_MANAGED, true, 64 * MiB);
+    cham_device_t *dev = cham_context_device(ctx);
+    cham_op_token_t fill = token(ctx, "fill"), check = token(ctx, "check");
+    size_t bad = 0;
+    enum { N = 8 };
+    cham_tensor_t *t[N];
+    kargs_t a[N];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(cham_tensor_new(ctx, ACT, CHAM_DTYPE_F32, "t", &t[i]), CHAM_OK);
+        a[i] = (kargs_t){.words = ACT / 4, .seed = 20 + (uint32_t)i, .bad = &bad};
+        op(ctx, fill, NULL, 0, &t[i], 1, fill_fn, &a[i]);
+    }
+    for (int i = 0; i < N / 2; i++)
+        assert_int_equal(cham_tensor_swap_out(t[i], false), CHAM_OK);
+    for (int i = 0; i < N / 2; i++)
+        op(ctx, check, &t[i], 1, NULL, 0, check_fn, &a[i]);   /* back; each kept */
+    assert_int_equal(cham_stream_synchronize(cham_context_compute_stream(ctx)), CHAM_OK);
+    cham_sim_stats_t d0, d1;
+    cham_sim_get_stats(dev, &d0);
+    for (int i = N / 2; i < N; i++)
+        assert_int_equal(cham_tensor_swap_out(t[i], false), CHAM_OK);
+    cham_sim_get_stats(dev, &d1);
+    assert_int_equal(d1.host_allocs, d0.host_allocs);
+    for (int i = 0; i < N; i++)
+        op(ctx, check, &t[i], 1, NULL, 0, check_fn, &a[i]);
+    assert_int_equal(bad, 0);
+    assert_int_equal(cham_device_hazard_count(dev), 0);
+    for (int i = 0; i < N; i++)
+        cham_tensor_release(t[i]);
+    cham_context_free(ctx);
+}
+
 /* The host-side tests': a data-mode context, tensor "w" of ACT bytes
  * filled from seed 7, a host stream "adam" and a pinned buffer of the
  * tensor's size; `a` checks "w" against a seed, counting into `bad`. */
@@ -1335,6 +1443,8 @@ int main(void)
         cmocka_unit_test(test_filled_after_its_block_was_given_back),
         cmocka_unit_test(test_dtypes_and_user_data),
         cmocka_unit_test(test_swap_out_waits_for_pinned_frees),
+        cmocka_unit_test(test_kept_copy),
+        cmocka_unit_test(test_kept_copies_do_not_grow_the_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

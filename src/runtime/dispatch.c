@@ -275,6 +275,7 @@ cham_status_t cham_op_begin(cham_context_t *ctx, cham_op_token_t token,
     for (size_t i = 0; i < n_outputs; i++) {
         cham_recompute_written(outputs[i]->storage);    /* its data changes now */
         outputs[i]->storage->host_valid = false;        /* its host copy is stale */
+        cham_storage_forget_kept(outputs[i]->storage);  /* and so is a kept one */
     }
     for (size_t i = 0; i < n_inputs + n_outputs; i++)
         ctx->op_tensors[i] = i < n_inputs ? inputs[i] : outputs[i - n_inputs];
@@ -562,6 +563,7 @@ cham_status_t cham_step_end(cham_context_t *ctx)
         ctx->last_sync_ns = now;
     if (ctx->building)
         finish_profile(ctx, now);
+    cham_context_forget_kept(ctx);
     ctx->step++;
     /* Until the step's number moves on below, log lines and the loop speak
      * of the step that ended. */

@@ -8,6 +8,7 @@
  *   executor.c  applying a policy: matching, planned swaps (paper §6)
  *   oom.c       allocation with the out-of-memory path (Algorithm 3)
  *   victims.c   the OOM path's index of storages by size (issue 47)
+ *   kept.c      pinned copies kept after a swap-in, going out again free
  *   recompute.c recomputable ops: records, drops, running them again
  *   loop.c      the stage loop's step end: Algorithm 1 (GenPolicy, WarmUp,
  *               the check in Stable), and which mode runs
@@ -112,7 +113,8 @@ void cham_victims_debug_check(const cham_context_t *ctx);
  * Invariants: residency DEVICE or MOVING_IN iff block (managed) or ptr
  * (advisor) is set; HOST iff block is not (managed: with host_block holding
  * the data, or without it for a storage that holds none), or (advisor)
- * the caller reported the storage moved out; views > 0
+ * the caller reported the storage moved out; on the device, host_block
+ * only as a kept copy holding the same bytes (kept); views > 0
  * while the storage is alive; MOVING_IN while the compute stream has not
  * yet waited on in_event (the last swap-in's completion). */
 struct cham_storage {
@@ -122,7 +124,11 @@ struct cham_storage {
     cham_residency_t residency;
     cham_block_t *block;          /* managed: device memory */
     void *ptr;                    /* advisor: the caller's device memory */
-    cham_block_t *host_block;     /* pinned copy while swapped out */
+    cham_block_t *host_block;     /* pinned copy while swapped out; kept
+                                     after a swap-in until its bytes change,
+                                     so that going out again copies nothing */
+    bool kept;                    /* host_block was read by a swap-in */
+    cham_storage_t *kept_prev, *kept_next;   /* ctx->kept, while kept on the device */
     void *host_copy;              /* the caller's pinned copy (cham_tensor_set_host_copy) */
     bool host_valid;              /* host_copy holds its bytes (not written since) */
     bool backed;                  /* away with its bytes in host_copy only */
@@ -181,6 +187,22 @@ static inline bool cham_storage_on_host(const cham_storage_t *s)
 {
     return s->residency == CHAM_RESIDENT_HOST && (s->host_block || s->backed);
 }
+
+/* kept.c: pinned copies kept on the device after a swap-in. s was
+ * swapped in from its host_block, which it keeps (add); it went out
+ * without a copy, its block holding its bytes (leave). */
+void cham_kept_add(cham_storage_t *s);
+void cham_kept_leave(cham_storage_t *s);
+/* The pinned block back to its pool once the work queued on `user` (the
+ * stream still reading or writing it) is done. */
+void cham_host_block_free(cham_storage_t *s, cham_stream_t *user);
+/* Its bytes on the device are about to change (an op writes it, or the
+ * caller may): the pinned copy kept since its last swap-in goes. */
+void cham_storage_forget_kept(cham_storage_t *s);
+/* Every kept copy goes. */
+void cham_context_forget_kept(cham_context_t *ctx);
+/* A pinned block for the copy of s out (kept.c has the order). */
+cham_status_t cham_pinned_block(cham_storage_t *s, cham_block_t **host);
 
 /* Invariant: refs > 0 while the handle is alive; [offset, offset + bytes)
  * lies inside the storage. */
@@ -410,6 +432,9 @@ struct cham_context {
     cham_allocator_t *mem;        /* managed: device memory */
     bool memory_moves;            /* mem has expandable segments */
     cham_allocator_t *pinned;     /* managed: pinned host memory for swaps */
+    cham_storage_t *kept;         /* storages kept on the device with their
+                                     pinned copy, newest first (kept.c) */
+    uint64_t kept_bytes;          /* their bytes */
 
     cham_intern_t tokens;
 

@@ -267,16 +267,6 @@ static void free_device_block(cham_storage_t *s)
     cham_block_free(ctx->mem, s->block);
 }
 
-/* The pinned block back to its pool once the work queued on `user` (the
- * stream still reading or writing it) is done. */
-static void free_host_block(cham_storage_t *s, cham_stream_t *user)
-{
-    cham_context_t *ctx = s->ctx;
-    cham_block_record_stream(ctx->pinned, s->host_block, user);
-    cham_block_free(ctx->pinned, s->host_block);
-    s->host_block = NULL;
-}
-
 void cham_storage_give_back(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
@@ -287,7 +277,7 @@ void cham_storage_give_back(cham_storage_t *s)
         cham_victims_update(s);
     }
     if (s->host_block)
-        free_host_block(s, ctx->swap_in);
+        cham_host_block_free(s, ctx->swap_in);
 }
 
 /* The last view is gone: the storage's memory goes back. */
@@ -356,11 +346,13 @@ void *cham_tensor_data(const cham_tensor_t *t)
     /* Outside an op the caller may write it through the address as the
      * host does with cham_tensor_host_update: what was made from its bytes
      * is made now or forgotten, as before an op's write. */
-    if (s->block && !s->ctx->in_op && !s->ctx->in_begin && (s->dependents || s->recompute)) {
-        if (cham_hook_refuse(s->ctx, "cham_tensor_data") != CHAM_OK ||
-            cham_recompute_before_write(s) != CHAM_OK)
+    if (s->block && !s->ctx->in_op && !s->ctx->in_begin) {
+        if ((s->dependents || s->recompute) &&
+            (cham_hook_refuse(s->ctx, "cham_tensor_data") != CHAM_OK ||
+             cham_recompute_before_write(s) != CHAM_OK))
             return NULL;
         cham_recompute_written(s);
+        cham_storage_forget_kept(s);
     }
     s->holds_data = true;          /* the caller may write it, in or outside an op */
     s->discarded = false;
@@ -479,10 +471,10 @@ static cham_status_t device_error(cham_context_t *ctx, cham_status_t st, const c
 /* Hands the device block of a storage being swapped out back to the
  * allocator: after op free_op is dispatched, behind an event wait (ours),
  * or when host queries find the copy done (PyTorch's recordStream). */
-static cham_status_t release_swapped_block(cham_storage_t *s, bool backed, uint64_t free_op)
+static cham_status_t release_swapped_block(cham_storage_t *s, bool no_copy, uint64_t free_op)
 {
     cham_context_t *ctx = s->ctx;
-    if (backed) {                /* no copy: back in compute order, as a free */
+    if (no_copy) {               /* back in compute order, as a free */
         free_device_block(s);
         return CHAM_OK;
     }
@@ -519,26 +511,21 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
     cham_status_t st = ensure_event(ctx, &s->out_event);
     if (st != CHAM_OK)
         return st;
-    /* The caller's host copy holds its bytes: nothing to copy. */
+    /* The caller's host copy holds its bytes, or the pinned copy kept
+     * since its swap-in does: nothing to copy. */
     bool backed = s->host_copy && s->host_valid;
-    cham_block_t *host = NULL;
-    st = backed ? CHAM_OK : cham_block_alloc(ctx->pinned, s->bytes, ctx->swap_out, &host);
-    if (st == CHAM_ERR_HOST_BUDGET) {
-        /* Pinned blocks of storages swapped back in are free once their
-         * copies are done: wait for those and try once more, rather than
-         * fail a run whose budget holds the bytes. */
-        cham_alloc_stats_t ps;
-        cham_allocator_get_stats(ctx->pinned, &ps);
-        if (ps.pending_free >= s->bytes && cham_stream_synchronize(ctx->swap_in) == CHAM_OK)
-            st = cham_block_alloc(ctx->pinned, s->bytes, ctx->swap_out, &host);
-    }
+    if (backed)
+        cham_storage_forget_kept(s);
+    bool kept = s->host_block != NULL;
+    cham_block_t *host = s->host_block;
+    st = backed || kept ? CHAM_OK : cham_pinned_block(s, &host);
     if (st != CHAM_OK) {
         cham_context_error(ctx, "swap-out of \"%s\": %s", s->label,
                            cham_allocator_last_error(ctx->pinned));
         return st;
     }
     void *dev_ptr = cham_block_ptr(s->block);
-    if (backed) {
+    if (backed || kept) {
         /* Nothing moves, so none of the runtime's streams is involved (a
          * copy queued there would make the block wait for unrelated
          * swap-outs); a later swap-in orders itself after the last use. */
@@ -557,10 +544,10 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
                (st = cham_event_record(s->out_event, ctx->swap_out)) != CHAM_OK) {
         goto fail;
     }
-    if ((st = release_swapped_block(s, backed, free_op)) != CHAM_OK) {
+    if ((st = release_swapped_block(s, backed || kept, free_op)) != CHAM_OK) {
         cham_context_error(ctx, "swap-out of \"%s\": %s", s->label,
                            cham_allocator_last_error(ctx->mem));
-        if (host)
+        if (host && !kept)
             cham_block_free(ctx->pinned, host);
         return st;
     }
@@ -568,10 +555,12 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
     s->host_block = host;
     s->backed = backed;
     s->residency = CHAM_RESIDENT_HOST;
+    if (kept)
+        cham_kept_leave(s);     /* away, its block holding its bytes */
     cham_victims_update(s);
     cham_context_mem_add(ctx, -(int64_t)s->bytes);
     ctx->stats.swaps_out++;
-    ctx->stats.bytes_out += backed ? 0 : s->bytes;
+    ctx->stats.bytes_out += backed || kept ? 0 : s->bytes;
     if (cause == CHAM_SWAP_PASSIVE) {
         ctx->stats.passive_swaps_out++;
         ctx->step_passive++;
@@ -582,7 +571,7 @@ cham_status_t cham_storage_swap_out(cham_storage_t *s, cham_swap_cause_t cause,
     notify(s, true, cause, dev_ptr);
     return CHAM_OK;
 fail:
-    if (host)
+    if (host && !kept)
         cham_block_free(ctx->pinned, host);
     return device_error(ctx, st, "swap-out", s->label);
 }
@@ -642,7 +631,7 @@ cham_status_t cham_storage_swap_in(cham_storage_t *s, cham_swap_cause_t cause)
         return device_error(ctx, st, "swap-in", s->label);
     }
     if (s->host_block)
-        free_host_block(s, ctx->swap_in);
+        cham_kept_add(s);       /* until its bytes change */
     s->host_waited = s->host_waited || (s->backed && s->host_event);
     s->backed = false;
     s->block = block;
@@ -737,7 +726,7 @@ cham_status_t cham_tensor_host_update(cham_tensor_t *t, void *host)
         (st = cham_event_synchronize(s->in_event)) != CHAM_OK)
         return device_error(ctx, st, "waiting for the swap-in", s->label);
     if (s->host_block)           /* away in the runtime's pinned memory: not needed */
-        free_host_block(s, ctx->swap_out);
+        cham_host_block_free(s, ctx->swap_out);
     s->host_copy = host;
     s->host_valid = true;
     s->host_pending = true;
@@ -776,9 +765,10 @@ cham_status_t cham_tensor_discard(cham_tensor_t *t)
     if (st != CHAM_OK)
         return st;
     cham_recompute_written(s);
+    cham_storage_forget_kept(s);
     if (cham_storage_on_host(s)) {
         if (s->host_block)       /* after the swap-out copy that filled it */
-            free_host_block(s, ctx->swap_out);
+            cham_host_block_free(s, ctx->swap_out);
         s->backed = false;       /* comes back with no copy (materialize) */
         s->dead_away = true;
     }
@@ -841,7 +831,8 @@ cham_status_t cham_tensor_record_stream(cham_tensor_t *t, cham_stream_t *stream)
 void cham_storage_dematerialize(cham_storage_t *s)
 {
     cham_context_t *ctx = s->ctx;
-    CHAM_ASSERT(s->block && !s->holds_data && s->residency == CHAM_RESIDENT_DEVICE);
+    CHAM_ASSERT(s->block && !s->holds_data && s->residency == CHAM_RESIDENT_DEVICE &&
+                !s->host_block);
     /* No op used it since it held data (never, or since cham_tensor_discard):
      * compute order, and a caller's stream's work, is all the reuse needs. */
     free_device_block(s);
