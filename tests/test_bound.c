@@ -190,13 +190,14 @@ static void test_infeasible(void **state)
 }
 
 /* Model state X (400 MiB) used once a step, at op `use` of four ops of
- * 1 s; op `peak` begins 100 MiB over the capacity of 800 MiB. */
-static cham_profile_t *wrap_profile(int use, int peak)
+ * 1 s, which updates it where `written`; op `peak` begins 100 MiB over
+ * the capacity of 800 MiB. */
+static cham_profile_t *wrap_profile(int use, int peak, bool written)
 {
     uint64_t mem[8];
     for (int i = 0; i < 8; i++)
         mem[i] = i == 2 * peak ? 900 : 500;
-    const use_spec_t uses[] = {{use, 1, 400, false}};
+    const use_spec_t uses[] = {{use, 1, 400, written}};
     cham_profile_t *p = test_build_profile("FFBO", mem, uses, 1);
     test_mark_persistent(p, 1);
     for (size_t k = 0; k < 4; k++) {
@@ -217,21 +218,37 @@ static double wrap_bound(cham_profile_t *p, double d2h_mib, double h2d_mib)
     return (double)b.bound_ns / SEC;
 }
 
-/* Copies of model state may cross the step's end. X used at op 2 and
+/* Copies of model state may cross the step's end. X updated at op 2 and
  * gone at op 0 leaves during op 3 of the step before, and comes back
  * during op 1: at 100 MiB/s the step is the ops' 4 s (counting only the
  * ops after op 0 as the copy's time would say 5 s, which a policy beats).
- * At 50 MiB/s out it takes 2 s, one more than op 3. Used at op 1 and gone
- * at op 3, it comes back during op 3 and op 0 of the step after. */
+ * At 50 MiB/s out it takes 2 s, one more than op 3. Updated at op 1 and
+ * gone at op 3, it comes back during op 3 and op 0 of the step after. */
 static void test_copies_across_the_steps_end(void **state)
 {
     (void)state;
-    cham_profile_t *p = wrap_profile(2, 0);
+    cham_profile_t *p = wrap_profile(2, 0, true);
     assert_true(fabs(wrap_bound(p, 100, 100) - 4) < 1e-6);
     assert_true(fabs(wrap_bound(p, 50, 100) - 5) < 1e-6);
     cham_profile_free(p);
-    p = wrap_profile(1, 3);
+    p = wrap_profile(1, 3, true);
     assert_true(fabs(wrap_bound(p, 100, 50) - 4) < 1e-6);
+    assert_true(fabs(wrap_bound(p, 100, 25) - 6) < 1e-6);
+    cham_profile_free(p);
+}
+
+/* X only read (frozen, or read in a step that does not update it): the
+ * pinned copy it came back from may still hold its bytes when it leaves
+ * again, so leaving copies nothing and at 50 MiB/s out the step is the
+ * ops' 4 s; the copy back is still counted, 6 s at 25 MiB/s in. */
+static void test_unwritten_state_leaves_without_a_copy(void **state)
+{
+    (void)state;
+    cham_profile_t *p = wrap_profile(2, 0, false);
+    assert_true(fabs(wrap_bound(p, 50, 100) - 4) < 1e-6);
+    assert_true(fabs(wrap_bound(p, 1, 100) - 4) < 1e-6);
+    cham_profile_free(p);
+    p = wrap_profile(1, 3, false);
     assert_true(fabs(wrap_bound(p, 100, 25) - 6) < 1e-6);
     cham_profile_free(p);
 }
@@ -386,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_worked_case),
         cmocka_unit_test(test_infeasible),
         cmocka_unit_test(test_copies_across_the_steps_end),
+        cmocka_unit_test(test_unwritten_state_leaves_without_a_copy),
         cmocka_unit_test(test_freed_bytes_cover_no_excess),
         cmocka_unit_test(test_reruns_before_the_tails_copies),
         cmocka_unit_test(test_collectives),

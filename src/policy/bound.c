@@ -27,7 +27,11 @@
  * away at s (a weaker bound: their copies back are not counted either).
  * Bytes the use after their gap overwrites (overwrites) come back without
  * a copy: of the S bytes away at s, the O such ones there are the ones no
- * copy back is needed for, T >= C_b + F_in(max(0, S - O)). A storage the
+ * copy back is needed for, T >= C_b + F_in(max(0, S - O)). Bytes not
+ * written since a gap before theirs, in which they may have left, may have
+ * a host copy still (the runtime keeps the pinned copy of a storage
+ * swapped back in until its bytes change): of the S bytes, the Q such ones
+ * need no copy out, T >= C_a + Rc + F_out(max(0, S - Q)). A storage the
  * step made is past its last use either freed or still in the curve
  * (dead): only the curve less the bytes known live there may be dead. */
 #include <math.h>
@@ -50,10 +54,11 @@ typedef struct wrap_gap {
 } wrap_gap_t;
 
 /* Difference arrays over the samples of bytes that may be away (any), of
- * those whose host copy is kept (backed) and of the others that the use
- * after their gap overwrites (free_in). */
+ * those whose host copy is kept (backed), of the others that the use
+ * after their gap overwrites (free_in) and of the others that may leave
+ * without a copy (free_out: unwritten since an earlier gap). */
 typedef struct away_bytes {
-    int64_t *any, *backed, *free_in;
+    int64_t *any, *backed, *free_in, *free_out;
 } away_bytes_t;
 
 /* What may be away where: bytes of storages in a gap (idle), of storages
@@ -73,7 +78,8 @@ static bool away_bytes_alloc(away_bytes_t *a, size_t n)
     a->any = calloc(n, sizeof *a->any);
     a->backed = calloc(n, sizeof *a->backed);
     a->free_in = calloc(n, sizeof *a->free_in);
-    return a->any && a->backed && a->free_in;
+    a->free_out = calloc(n, sizeof *a->free_out);
+    return a->any && a->backed && a->free_in && a->free_out;
 }
 
 static void away_bytes_free(away_bytes_t *a)
@@ -81,12 +87,35 @@ static void away_bytes_free(away_bytes_t *a)
     free(a->any);
     free(a->backed);
     free(a->free_in);
+    free(a->free_out);
 }
 
 static void add_span(int64_t *diff, size_t from, size_t to, int64_t bytes)
 {
     diff[from] += bytes;
     diff[to] -= bytes;
+}
+
+/* Whether the uses r[a, b) of one storage leave it, at the step's start,
+ * with a gap since its last write (in the step before, for model state:
+ * the gap across the step's end is not counted, it is the one to come),
+ * in which its bytes may have gone out and kept a host copy. Model state
+ * the step never writes may have been copied out in any step before. */
+static bool copied_at_start(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t a,
+                            size_t b, bool persistent)
+{
+    if (!persistent)
+        return false;
+    size_t w = b;                /* the last write */
+    for (size_t k = a; k < b; k++)
+        if (v->uses[r[k].use].output)
+            w = k;
+    if (w == b)
+        return true;
+    for (size_t k = w + 1; k < b; k++)   /* a gap between two uses after it */
+        if (2 * (size_t)r[k].op > 2 * ((size_t)r[k - 1].op + 1))
+            return true;
+    return false;
 }
 
 /* Bytes of storages not used at sample s's op, between two of their uses,
@@ -123,28 +152,35 @@ static bool removable_bytes(const cham_profile_view_t *v, const double *prefix,
         size_t live_to = persistent ? ns : 2 * (size_t)last + 1;
         if (live_to > live_from)
             add_span(rm->live, live_from, live_to, least);
+        bool copied = copied_at_start(v, r, a, b, persistent);
         size_t from = 0;           /* the gap starts at this sample */
         for (size_t i = a; i <= b; i++) {
             size_t to = i < b ? 2 * (size_t)r[i].op : ns;   /* ends before the use */
             bool head = i == a, tail = i == b;
             bool backed = cham_gen_backed_at(v, r, i > a ? i - 1 : b - 1);
             bool free_in = !backed && cham_gen_overwritten_at(v, r, i < b ? i : a);
+            bool free_out = !backed && copied;
             if (to > from && (!head || exists_before)) {
                 away_bytes_t *kind = tail && !persistent ? &rm->dead : &rm->idle;
                 add_span(kind->any, from, to, bytes);
                 if (backed || free_in)
                     add_span(backed ? kind->backed : kind->free_in, from, to, bytes);
+                if (free_out)
+                    add_span(kind->free_out, from, to, bytes);
+                copied = true;
                 double ext = 0;
                 if (persistent && head)
                     ext = prefix[n] - prefix[last + 1] + rerun_after[last];
                 else if (persistent && tail)
                     ext = prefix[first];
-                if (ext > 0 && !backed && (head || !free_in))   /* a copy it extends */
+                if (ext > 0 && !backed && (head ? !free_out : !free_in))   /* a copy it extends */
                     rm->gaps[rm->n_gaps++] = (wrap_gap_t){
                         .from = from, .to = to, .bytes = (double)bytes, .ext = ext, .out = head};
             }
-            if (i < b)
+            if (i < b) {
                 from = 2 * ((size_t)r[i].op + 1);
+                copied = copied && !v->uses[r[i].use].output;
+            }
         }
         a = b;
     }
@@ -231,6 +267,7 @@ typedef struct edges {
 typedef struct sample_terms {
     double cb, ca, e;
     double o;                    /* bytes away here that come back with no copy */
+    double q;                    /* bytes away here that left with no copy */
     const reruns_t *rr;
     const copy_time_t *out, *in;
     edges_t edges;
@@ -242,7 +279,7 @@ static void terms(const sample_terms_t *x, double r, double t[N_TERMS])
 {
     double rc = rerun_cost(x->rr, r), s = x->e - r;
     t[0] = x->cb + x->ca + rc;
-    t[1] = x->ca + rc + copy_time_of(x->out, s);
+    t[1] = x->ca + rc + copy_time_of(x->out, fmax(0, s - x->q));
     t[2] = x->cb + copy_time_of(x->in, fmax(0, s - x->o));
     t[3] = x->edges.before + rc;
     t[4] = x->edges.after + rc;
@@ -276,8 +313,8 @@ static double best_mix(const sample_terms_t *x, double *pts, double *r_best)
             pts[np++] = x->rr->bytes[i];
     const copy_time_t *f[2] = {x->out, x->in};
     for (int d = 0; d < 2; d++)           /* where a copy time has a kink */
-        for (size_t j = d ? 0 : 1; j < f[d]->n; j++) {
-            double at = x->e - (d ? x->o : 0) - f[d]->b[j];
+        for (size_t j = 0; j < f[d]->n; j++) {
+            double at = x->e - (d ? x->o : x->q) - f[d]->b[j];
             if (at > 0 && at < rmax)
                 pts[np++] = at;
         }
@@ -359,7 +396,7 @@ static double away_cost_of(const away_reruns_t *a, double r)
 }
 
 typedef struct screen_terms {
-    double cb, ca, e, o, d2h, h2d;
+    double cb, ca, e, o, q, d2h, h2d;
     edges_t edges;
 } screen_terms_t;
 
@@ -368,7 +405,8 @@ static double screen_at(const away_reruns_t *a, const screen_terms_t *x, double 
     double rc = away_cost_of(a, r), s = x->e - r;
     double edge = fmax(x->edges.before, x->edges.after) + rc;
     return fmax(fmax(x->cb + x->ca + rc, edge),
-                fmax(x->ca + rc + s / x->d2h, x->cb + fmax(0, s - x->o) / x->h2d));
+                fmax(x->ca + rc + fmax(0, s - x->q) / x->d2h,
+                     x->cb + fmax(0, s - x->o) / x->h2d));
 }
 
 static double screen(const away_reruns_t *a, const screen_terms_t *x)
@@ -390,7 +428,7 @@ static double screen(const away_reruns_t *a, const screen_terms_t *x)
 }
 
 typedef struct screened {
-    double upper, e, o;
+    double upper, e, o, q;
     size_t s;
 } screened_t;
 
@@ -459,11 +497,12 @@ typedef struct mix_at {
 } mix_at_t;
 
 /* Ops before sample s (through op k for its end sample 2k+1) and after it. */
-static sample_terms_t terms_at(const mix_at_t *m, size_t s, double e, double o)
+static sample_terms_t terms_at(const mix_at_t *m, size_t s, double e, double o, double q)
 {
     size_t k = (s + 1) / 2;
     return (sample_terms_t){.cb = m->prefix[k], .ca = m->prefix[m->n] - m->prefix[k], .e = e,
-                            .o = o, .rr = m->rr, .out = m->out, .in = m->in, .edges = m->edges};
+                            .o = o, .q = q, .rr = m->rr, .out = m->out, .in = m->in,
+                            .edges = m->edges};
 }
 
 /* The samples [*from, *to) where candidate x may be away: after its last
@@ -482,8 +521,9 @@ static bool away_at(const cham_gen_tensor_t *x, size_t s)
 }
 
 /* The best mix at sample s with e bytes to take away, o of those that may
- * be away there coming back without a copy, exactly. */
-static double exact_mix(mix_at_t *m, size_t s, double e, double o, double *r)
+ * be away there coming back without a copy and q leaving without one,
+ * exactly. */
+static double exact_mix(mix_at_t *m, size_t s, double e, double o, double q, double *r)
 {
     reruns_t *rr = m->rr;
     rr->n = 0;
@@ -496,7 +536,7 @@ static double exact_mix(mix_at_t *m, size_t s, double e, double o, double *r)
         }
     copy_time_at(m->out, m->rm, s, true, m->scratch, m->d2h);
     copy_time_at(m->in, m->rm, s, false, m->scratch, m->h2d);
-    sample_terms_t x = terms_at(m, s, e, o);
+    sample_terms_t x = terms_at(m, s, e, o, q);
     return best_mix(&x, m->pts, r);
 }
 
@@ -514,14 +554,21 @@ static int by_sample(const void *x, const void *y)
     return (a->s > b->s) - (a->s < b->s);
 }
 
+/* Of the bytes that may be away at a sample, those that come back (in)
+ * and those that leave (out) without a copy. */
+typedef struct free_copies {
+    double in, out;
+} free_copies_t;
+
 /* Each sample's excess left to copy out or re-run once the bytes that
  * leave without a copy are away (e_at, 0 where none) and how much of what
- * may be away there comes back without a copy (o_at). false, with the
- * sample, where the bytes that may be away do not cover the excess. */
+ * may be away there moves without a copy (o_at). false, with the sample,
+ * where the bytes that may be away do not cover the excess. */
 static bool sample_excess(const removable_t *rm, const uint64_t *curve, uint64_t capacity,
-                          size_t ns, double *e_at, double *o_at, size_t *infeasible_at)
+                          size_t ns, double *e_at, free_copies_t *o_at, size_t *infeasible_at)
 {
-    int64_t idle[3] = {0}, dead[3] = {0}, live = 0;   /* any, backed, free_in */
+    /* any, backed, free_in, free_out */
+    int64_t idle[4] = {0}, dead[4] = {0}, live = 0;
     const away_bytes_t *kind[2] = {&rm->idle, &rm->dead};
     int64_t *sum[2] = {idle, dead};
     for (size_t s = 0; s < ns; s++) {
@@ -529,9 +576,11 @@ static bool sample_excess(const removable_t *rm, const uint64_t *curve, uint64_t
             sum[j][0] += kind[j]->any[s];
             sum[j][1] += kind[j]->backed[s];
             sum[j][2] += kind[j]->free_in[s];
+            sum[j][3] += kind[j]->free_out[s];
         }
         live += rm->live[s];
-        e_at[s] = o_at[s] = 0;
+        e_at[s] = 0;
+        o_at[s] = (free_copies_t){0};
         if (curve[s] <= capacity)
             continue;
         /* The dead bytes still in the curve, the kinds that cost least
@@ -544,7 +593,8 @@ static bool sample_excess(const removable_t *rm, const uint64_t *curve, uint64_t
             return false;
         }
         e_at[s] = fmax(0, e - (double)idle[1] - dead_backed);
-        o_at[s] = (double)idle[2] + fmin((double)dead[2], room - dead_backed);
+        o_at[s].in = (double)idle[2] + fmin((double)dead[2], room - dead_backed);
+        o_at[s].out = (double)idle[3] + fmin((double)dead[3], room - dead_backed);
     }
     return true;
 }
@@ -565,12 +615,13 @@ static int by_edge_upper_desc(const void *x, const void *y)
  * re-run: exactly, from the highest estimate down (bytes over the full
  * bandwidth) until an estimate falls below the largest found. */
 static double largest_copies(mix_at_t *m, edge_sample_t *es, size_t n, const double *e_at,
-                             const double *o_at, bool out)
+                             const free_copies_t *o_at, bool out)
 {
     for (size_t i = 0; i < n; i++) {
         size_t s = es[i].s, k = (s + 1) / 2;
-        es[i].upper = out ? m->prefix[m->n] - m->prefix[k] + e_at[s] / m->d2h
-                          : m->prefix[k] + fmax(0, e_at[s] - o_at[s]) / m->h2d;
+        double away = fmax(0, e_at[s] - (out ? o_at[s].out : o_at[s].in));
+        es[i].upper = out ? m->prefix[m->n] - m->prefix[k] + away / m->d2h
+                          : m->prefix[k] + away / m->h2d;
     }
     qsort(es, n, sizeof *es, by_edge_upper_desc);
     double best = 0;
@@ -578,8 +629,9 @@ static double largest_copies(mix_at_t *m, edge_sample_t *es, size_t n, const dou
         size_t s = es[i].s, k = (s + 1) / 2;
         copy_time_t *f = out ? m->out : m->in;
         copy_time_at(f, m->rm, s, out, m->scratch, out ? m->d2h : m->h2d);
-        double t = out ? m->prefix[m->n] - m->prefix[k] + copy_time_of(f, e_at[s])
-                       : m->prefix[k] + copy_time_of(f, fmax(0, e_at[s] - o_at[s]));
+        double away = fmax(0, e_at[s] - (out ? o_at[s].out : o_at[s].in));
+        double t = out ? m->prefix[m->n] - m->prefix[k] + copy_time_of(f, away)
+                       : m->prefix[k] + copy_time_of(f, away);
         best = fmax(best, t);
     }
     return best;
@@ -591,7 +643,7 @@ static double largest_copies(mix_at_t *m, edge_sample_t *es, size_t n, const dou
  * the end with any sample's re-runs besides; at one after every
  * candidate's use (the tail) the re-runs came before it, and the ops
  * before it and the copies back (term 3) with them. */
-static bool edge_terms(mix_at_t *m, size_t ns, const double *e_at, const double *o_at)
+static bool edge_terms(mix_at_t *m, size_t ns, const double *e_at, const free_copies_t *o_at)
 {
     m->edges = (edges_t){0};
     if (m->n_cand == 0)
@@ -638,7 +690,8 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
                        .c_at = calloc(nc + 1, sizeof(double)), .n = nc, .top = top};
     away_event_t *ev = malloc((2 * nc + 1) * sizeof *ev);
     screened_t *scr = malloc((ns + 1) * sizeof *scr);
-    double *e_at = malloc((ns + 1) * sizeof *e_at), *o_at = malloc((ns + 1) * sizeof *o_at);
+    double *e_at = malloc((ns + 1) * sizeof *e_at);
+    free_copies_t *o_at = malloc((ns + 1) * sizeof *o_at);
     bool ok = a.bytes && a.cost && a.c_at && ev && scr && e_at && o_at;
     size_t infeasible_at = 0;
     if (ok && !sample_excess(m->rm, curve, capacity, ns, e_at, o_at, &infeasible_at)) {
@@ -664,17 +717,18 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
                          ev[next].sign * m->pr[ev[next].rank].cost);
             if (e_at[s] <= 0)
                 continue;
-            sample_terms_t x = terms_at(m, s, e_at[s], o_at[s]);
-            screen_terms_t sx = {.cb = x.cb, .ca = x.ca, .e = x.e, .o = x.o, .d2h = m->d2h,
-                                 .h2d = m->h2d, .edges = m->edges};
-            scr[n_scr++] = (screened_t){.upper = screen(&a, &sx), .e = x.e, .o = x.o, .s = s};
+            sample_terms_t x = terms_at(m, s, e_at[s], o_at[s].in, o_at[s].out);
+            screen_terms_t sx = {.cb = x.cb, .ca = x.ca, .e = x.e, .o = x.o, .q = x.q,
+                                 .d2h = m->d2h, .h2d = m->h2d, .edges = m->edges};
+            scr[n_scr++] = (screened_t){
+                .upper = screen(&a, &sx), .e = x.e, .o = x.o, .q = x.q, .s = s};
         }
         qsort(scr, n_scr, sizeof *scr, by_upper_desc);
     }
     m->best = floor;
     bool found = false;
     for (size_t i = 0; ok && i < n_scr && scr[i].upper >= m->best; i++) {
-        double r, b = exact_mix(m, scr[i].s, scr[i].e, scr[i].o, &r);
+        double r, b = exact_mix(m, scr[i].s, scr[i].e, scr[i].o, scr[i].q, &r);
         if (b > m->best || (b == m->best && found && scr[i].s < out->sample)) {
             m->best = b;
             found = true;
@@ -688,7 +742,7 @@ static bool largest_mix(mix_at_t *m, const uint64_t *curve, uint64_t capacity, d
     /* The screen is an upper estimate wherever it is taken. */
     for (size_t i = 0; ok && i < n_scr; i++) {
         double r;
-        CHAM_ASSERT(exact_mix(m, scr[i].s, scr[i].e, scr[i].o, &r) <= scr[i].upper);
+        CHAM_ASSERT(exact_mix(m, scr[i].s, scr[i].e, scr[i].o, scr[i].q, &r) <= scr[i].upper);
     }
 #endif
     free(a.bytes);
