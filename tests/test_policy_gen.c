@@ -204,6 +204,56 @@ static void test_backed_leaves_free(void **state)
     cham_profile_free(p);
 }
 
+/* ---- a copy the runtime keeps ------------------------------------------- */
+
+/* W (300 MiB, model state the step only reads) is read by op 1 and op 6;
+ * the other tensors peak at ops 2-4 and at op 9 (700 MiB with W, capacity
+ * 450). The link out carries 200 MiB/s: a copy of W takes 1.5 s. Sent out
+ * after op 1, it would end in op 3, too late for the peak at op 2: no
+ * plan without a stall. Away across the step's end (out after op 6, done
+ * in op 8, back before op 1), W covers op 9 and comes back by a copy; the
+ * runtime keeps that copy (executor.md, "Copies kept after a swap-in"),
+ * so W, unchanged, leaves again after op 1 copying nothing: both gaps
+ * chosen, no stall, 10 s. Written by op 1, W must leave with a copy
+ * there: no plan. */
+static const char PH_K[] = "FFFFBBBBOO";
+static const uint64_t MEM_K[] = {400, 400, 400, 400, 700, 700, 700, 700, 700, 700,
+                                 400, 400, 400, 400, 400, 400, 400, 400, 700, 700};
+
+static void test_kept_copy_leaves_free(void **state)
+{
+    (void)state;
+    const use_spec_t uses[] = {{1, 1, 300, false}, {6, 1, 300, false}};
+    cham_profile_t *p = test_build_profile(PH_K, MEM_K, uses, 2);
+    test_mark_persistent(p, 1);
+    cham_planner_config_t c = cfg_for(PH_K, 450, 1024, 200);
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 2);
+    const cham_policy_item_t *fwd = &v.items[0], *wrap = &v.items[1];
+    assert_true(wrap->wraps && !fwd->wraps);
+    assert_int_equal(fwd->swap_out_op, 1);
+    assert_true(fwd->out_kept);
+    assert_int_equal(fwd->swap_out_done_op, 1);
+    assert_int_equal(fwd->free_op, 2);
+    assert_int_equal(fwd->stall_ns, 0);
+    /* Back by a copy before op 6, W leaves after it as it came. */
+    assert_int_equal(wrap->swap_out_op, 6);
+    assert_true(wrap->out_kept);
+    assert_int_equal(v.predicted_peak, 400 * MiB);
+    assert_int_equal(v.predicted_step_ns, 10 * SEC);
+    cham_policy_free(pol);
+    cham_profile_free(p);
+
+    /* Written by op 1: no copy of those bytes on the host yet. */
+    const use_spec_t written[] = {{1, 1, 300, true}, {6, 1, 300, false}};
+    p = test_build_profile(PH_K, MEM_K, written, 2);
+    test_mark_persistent(p, 1);
+    char err[512];
+    assert_int_equal(cham_plan_chameleon(p, &c, &pol, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
+    cham_profile_free(p);
+}
+
 /* ---- a use that overwrites ---------------------------------------------- */
 
 /* As above, but W's use at op 6 writes it whole (an optimizer's new
@@ -906,6 +956,7 @@ int main(void)
         cmocka_unit_test(test_single_peak),
         cmocka_unit_test(test_model_state_wraps),
         cmocka_unit_test(test_backed_leaves_free),
+        cmocka_unit_test(test_kept_copy_leaves_free),
         cmocka_unit_test(test_overwritten_comes_back_free),
         cmocka_unit_test(test_score_order),
         cmocka_unit_test(test_swap_in_moves_earlier),

@@ -155,6 +155,12 @@ typedef struct cham_policy_item {
                                     next step (use_op <= swap_out_op), and
                                     free_op may be n_ops (the next step's
                                     first op) */
+    bool out_kept;               /* its bytes came back by a copy earlier in
+                                    the step (or, wrapping, at its start)
+                                    and nothing wrote them since: the
+                                    runtime still holds that copy, so the
+                                    swap-out copies nothing (docs/executor.md,
+                                    "Copies kept after a swap-in") */
 } cham_policy_item_t;
 
 typedef struct cham_policy_view {

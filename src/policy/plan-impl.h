@@ -189,8 +189,19 @@ typedef struct cham_gen_tensor {
     bool backed;                 /* the caller's host copy holds it: no copy out */
     bool overwritten;            /* the use at u writes it whole: no copy back,
                                     its block taken at u */
+    uint32_t kept_after;         /* the gap of the same storage before this one
+                                    (itself when it is the only one) when no
+                                    use from that gap's end to f writes it:
+                                    if that gap's bytes came back by a copy,
+                                    the runtime still holds them and the copy
+                                    out copies nothing; NO_GAP otherwise */
     bool chosen;
+    bool swapped;                /* chosen to swap (not to recompute) */
+    bool out_kept;               /* a kept copy makes its copy out free */
+    uint32_t item;               /* chosen: its item in the policy */
 } cham_gen_tensor_t;
+
+#define CHAM_GEN_NO_GAP UINT32_MAX
 
 /* Every storage whose use before its first backward use is a forward use,
  * with at least min_bytes; with persistent, also every gap of a persistent
@@ -198,6 +209,10 @@ typedef struct cham_gen_tensor {
  * tensors may share a storage. false when the host is out of memory. */
 bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
                       uint64_t min_bytes, bool persistent, cham_gen_tensor_t **out, size_t *n);
+
+/* For each of t[0, n), the gap whose kept_after it is (CHAM_GEN_NO_GAP:
+ * none); NULL when the host is out of memory. */
+uint32_t *cham_gen_kept_next(const cham_gen_tensor_t *t, size_t n);
 
 /* ---- recomputation candidates (recompute.c) ----------------------------- */
 

@@ -41,7 +41,8 @@ static const char *const layer_keys[] = {"start_op", "n_ops", "phase", "time_ns"
                                          "remaining_ns"};
 static const char *const item_keys[] = {
     "storage", "bytes", "out_use", "in_use", "swap_out_op", "swap_out_done_op", "free_op",
-    "swap_in_layer", "swap_in_op", "use_op", "score", "stall_ns", "?recompute_ns", "?made_op", "?wraps"};
+    "swap_in_layer", "swap_in_op", "use_op", "score", "stall_ns", "?recompute_ns", "?made_op", "?wraps",
+    "?out_kept"};
 
 /* ---- the invariants -----------------------------------------------------------*/
 
@@ -279,7 +280,8 @@ static json_t *item_to_json(const cham_policy_item_t *it)
                cham_json_put(o, "recompute_ns", json_integer((json_int_t)it->recompute_ns))) &&
               (!it->recompute || it->made_op == UINT32_MAX ||
                cham_json_put(o, "made_op", json_integer(it->made_op))) &&
-              (!it->wraps || cham_json_put(o, "wraps", json_true()));
+              (!it->wraps || cham_json_put(o, "wraps", json_true())) &&
+              (!it->out_kept || cham_json_put(o, "out_kept", json_true()));
     if (!ok) {
         json_decref(o);
         return NULL;
@@ -381,7 +383,9 @@ static bool read_item(reader_t *r, const json_t *v, cham_policy_item_t *it)
             cham_json_read_u53(r, v, "recompute_ns", &it->recompute_ns)) &&
            (!json_object_get(v, "made_op") ||
             cham_json_read_u32(r, v, "made_op", UINT32_MAX, &it->made_op)) &&
-           (!json_object_get(v, "wraps") || cham_json_read_bool(r, v, "wraps", &it->wraps));
+           (!json_object_get(v, "wraps") || cham_json_read_bool(r, v, "wraps", &it->wraps)) &&
+           (!json_object_get(v, "out_kept") ||
+            cham_json_read_bool(r, v, "out_kept", &it->out_kept));
 }
 
 static bool read_layers(reader_t *r, const json_t *root, cham_policy_t *p)

@@ -251,9 +251,10 @@ static uint64_t run_step(cham_gen_replayer_t *r, cham_policy_t *p, const cham_ge
                               &p->comm_wait_ns);
         for (; a < n && out[a].op == k; a++) {
             const cham_policy_item_t *it = &p->items[out[a].item];
-            if (it->out_use.host_backed)     /* no copy: free once op k is done */
+            bool no_copy = it->out_use.host_backed || it->out_kept;
+            if (no_copy)                     /* free once op k is done */
                 out_done[out[a].item] = now;
-            if (it->recompute || it->out_use.host_backed)
+            if (it->recompute || no_copy)
                 continue;
             d2h = add_ns(max_u64(now, d2h),
                          (double)cham_gen_transfer_ns(it->bytes, d2h_bw, l->copy_latency_ns));

@@ -46,22 +46,33 @@ static use_ref_t *radix_by_storage(use_ref_t *r, use_ref_t *tmp, size_t n)
     return r;
 }
 
-/* Stable counting sort of t[0, n) by last_fwd (< n_ops) into out. Applied to
- * tensors in storage order it gives (last_fwd, storage) order. false when
- * the host is out of memory. */
+/* Stable counting sort of t[0, n) by last_fwd (< n_ops) into out, the
+ * links between gaps (kept_after) moved with them. Applied to tensors in
+ * storage order it gives (last_fwd, storage) order. false when the host is
+ * out of memory. */
 static bool sort_by_last_fwd(const cham_gen_tensor_t *t, size_t n, size_t n_ops,
                              cham_gen_tensor_t *out)
 {
     size_t *c = calloc(n_ops + 1, sizeof *c);
-    if (!c)
+    uint32_t *moved_to = malloc((n ? n : 1) * sizeof *moved_to);
+    if (!c || !moved_to) {
+        free(c);
+        free(moved_to);
         return false;
+    }
     for (size_t i = 0; i < n; i++)
         c[t[i].last_fwd + 1]++;
     for (size_t k = 0; k < n_ops; k++)
         c[k + 1] += c[k];
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
+        moved_to[i] = (uint32_t)c[t[i].last_fwd];
         out[c[t[i].last_fwd]++] = t[i];
+    }
+    for (size_t i = 0; i < n; i++)
+        if (out[i].kept_after != CHAM_GEN_NO_GAP)
+            out[i].kept_after = moved_to[out[i].kept_after];
     free(c);
+    free(moved_to);
     return true;
 }
 
@@ -122,29 +133,45 @@ bool cham_gen_overwritten_at(const cham_profile_view_t *v, const cham_gen_use_re
 
 /* The gaps of the persistent storage of uses r[a, b): between two ops that
  * use it with another op in between, and from its last op across the
- * step's end to its first (also when one op is all it has). Appends to t;
- * at most one per op of the storage. */
+ * step's end to its first (also when one op is all it has). Appends to t,
+ * at t[0] the tensors' first index `base`; at most one per op of the
+ * storage. Each gap's kept_after is the one before it, the last (the
+ * step's end's, whose copy back comes at the step's start) for the
+ * first, when no use in between writes the storage. */
 static size_t persistent_gaps(const cham_profile_view_t *v, const use_ref_t *r, size_t a,
-                              size_t b, cham_gen_tensor_t *t)
+                              size_t b, size_t base, cham_gen_tensor_t *t)
 {
     size_t nt = 0, prev = a;      /* prev: the first use at the previous op */
+    bool written = false, written_first = false;   /* since the last gap; before the first */
     for (size_t i = a + 1; i <= b; i++) {
+        written = written || v->uses[r[i - 1].use].output;
         if (i < b && r[i].op == r[prev].op)
             continue;
         bool wraps = i == b;
         size_t next = wraps ? a : i;
-        if (wraps || r[next].op > r[prev].op + 1)
-            t[nt++] = (cham_gen_tensor_t){.storage = r[a].storage,
-                                          .bytes = v->uses[r[prev].use].storage_bytes,
-                                          .last_fwd = r[prev].op,
-                                          .first_bwd = r[next].op,
-                                          .out_use = r[prev].use,
-                                          .in_use = r[next].use,
-                                          .wraps = wraps,
-                                          .backed = cham_gen_backed_at(v, r, prev),
-                                          .overwritten = cham_gen_overwritten_at(v, r, next)};
+        if (wraps || r[next].op > r[prev].op + 1) {
+            if (nt == 0)
+                written_first = written;
+            t[nt] = (cham_gen_tensor_t){
+                .storage = r[a].storage,
+                .bytes = v->uses[r[prev].use].storage_bytes,
+                .last_fwd = r[prev].op,
+                .first_bwd = r[next].op,
+                .out_use = r[prev].use,
+                .in_use = r[next].use,
+                .wraps = wraps,
+                .backed = cham_gen_backed_at(v, r, prev),
+                .overwritten = cham_gen_overwritten_at(v, r, next),
+                .kept_after = written || nt == 0 ? CHAM_GEN_NO_GAP : (uint32_t)(base + nt - 1)};
+            nt++;
+            written = false;
+        }
         prev = i;
     }
+    /* The first gap's bytes come from the last's copy back (the step's
+     * start): kept if no use before the first gap writes them. */
+    if (nt > 0 && !written_first)
+        t[0].kept_after = (uint32_t)(base + nt - 1);
     return nt;
 }
 
@@ -170,7 +197,7 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
         const cham_tensor_use_t *first = &v->uses[r[a].use];
         if (persistent && first->persistent) {
             if (first->storage_bytes >= min_bytes && first->storage_bytes > 0)
-                nt += persistent_gaps(v, r, a, b, t + nt);
+                nt += persistent_gaps(v, r, a, b, nt, t + nt);
             a = b;
             continue;
         }
@@ -193,7 +220,8 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
                                               .out_use = r[f].use,
                                               .in_use = r[u].use,
                                               .backed = cham_gen_backed_at(v, r, f),
-                                              .overwritten = cham_gen_overwritten_at(v, r, u)};
+                                              .overwritten = cham_gen_overwritten_at(v, r, u),
+                                              .kept_after = CHAM_GEN_NO_GAP};
         }
         a = b;
     }
@@ -211,4 +239,17 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
     *out = t;
     *n_out = nt;
     return true;
+}
+
+uint32_t *cham_gen_kept_next(const cham_gen_tensor_t *t, size_t n)
+{
+    uint32_t *next = malloc((n ? n : 1) * sizeof *next);
+    if (!next)
+        return NULL;
+    for (size_t i = 0; i < n; i++)
+        next[i] = CHAM_GEN_NO_GAP;
+    for (size_t i = 0; i < n; i++)
+        if (t[i].kept_after != CHAM_GEN_NO_GAP)
+            next[t[i].kept_after] = (uint32_t)i;
+    return next;
 }

@@ -154,6 +154,11 @@ bool cham_gen_sim_queue(cham_gen_sim_t *s, size_t n_ops);
  * the block's reuse waiting for it. */
 bool cham_gen_place(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t *t,
                     bool allow_stall, cham_gen_place_t *pl);
+/* t, chosen with a copy out, will find its bytes kept on the host (the
+ * runtime's copy of an earlier swap-in): its copy leaves the swap-out
+ * queue, the copies behind it done as early as they now can be. Nothing
+ * to give back without the queues (the layers' budgets keep the time). */
+void cham_gen_refund_out(cham_gen_sim_t *s, const cham_gen_tensor_t *t);
 /* Takes the placement's time from its layers (or its place in the queue)
  * and its bytes off the MRL over samples [2 free_op, 2 in_op); false when
  * the host is out of memory. The layers' remaining_ns are left alone:

@@ -27,6 +27,7 @@ typedef struct gen {
     cham_gen_sim_t sim;
     cham_gen_tensor_t *t;
     size_t n_t;
+    uint32_t *kept_next;         /* n_t: the gap whose kept_after each is */
     cham_gen_cand_t *cl;
     size_t cap_cl, n_cl;
     cham_gen_recomp_list_t rl;
@@ -41,6 +42,7 @@ static void gen_free(gen_t *g)
     cham_mrl_free(&g->mrl);
     cham_gen_sim_free(&g->sim);
     free(g->t);
+    free(g->kept_next);
     free(g->cl);
     cham_gen_recompute_list_free(&g->rl);
     free(g->curve);
@@ -62,8 +64,59 @@ static cham_policy_item_t choose(gen_t *g, cham_gen_tensor_t *t)
         .wraps = t->wraps,
     };
     it.out_use.host_backed = t->backed;   /* every use at its op, not the first only */
+    it.out_kept = t->out_kept;
     it.in_use.overwrites = t->overwritten;
     return it;
+}
+
+/* Whether t's bytes, when it leaves, are still those a swap-in of this
+ * step brought: walking back over the storage's gaps while no use writes
+ * it, the first chosen one came back by a copy (t's own, from the step
+ * before, when it is the only one). A gap left on the device across the
+ * step's end ends the walk: the runtime drops its kept copies there. */
+static bool kept_copy(const gen_t *g, const cham_gen_tensor_t *t)
+{
+    for (uint32_t j = t->kept_after, n = 0; j != CHAM_GEN_NO_GAP && n < g->n_t; n++) {
+        const cham_gen_tensor_t *x = &g->t[j];
+        if (x == t)
+            return !t->overwritten;
+        if (x->chosen)
+            return x->swapped && !x->overwritten;
+        if (x->wraps)
+            return false;
+        j = x->kept_after;
+    }
+    return false;
+}
+
+/* t now comes back by a copy: the chosen gaps after it whose bytes are
+ * still those (kept_copy) copy nothing when they leave, their blocks free
+ * right after their last use as a backed one's (the bytes off the list
+ * from then on too). */
+static void keep_after(gen_t *g, const cham_gen_tensor_t *t)
+{
+    for (uint32_t j = g->kept_next[t - g->t], n = 0; j != CHAM_GEN_NO_GAP && n < g->n_t; n++) {
+        cham_gen_tensor_t *x = &g->t[j];
+        if (x == t || (!x->chosen && x->wraps))
+            return;
+        if (x->chosen) {
+            if (x->swapped && !x->backed && !x->out_kept) {
+                cham_gen_refund_out(&g->sim, x);
+                x->out_kept = true;
+                cham_policy_item_t *it = &g->pol->items[x->item];
+                uint32_t free_op = x->last_fwd + 1 + g->sim.free_delay;
+                if (free_op < it->free_op) {
+                    cham_mrl_subtract(&g->mrl, 2 * (size_t)free_op, 2 * (size_t)it->free_op,
+                                      x->bytes);
+                    it->free_op = free_op;
+                }
+                it->swap_out_done_op = x->last_fwd;
+                it->out_kept = true;
+            }
+            return;
+        }
+        j = g->kept_next[j];
+    }
 }
 
 /* One pass of the placement model over the candidate list (§5.4.1): places, in
@@ -78,6 +131,7 @@ static long simulate_pass(gen_t *g, bool allow_stall)
     long placed = 0;
     for (size_t c = 0; c < g->n_cl && cham_mrl_any(&g->mrl); c++) {
         cham_gen_tensor_t *t = &g->t[g->cl[c].tensor];
+        t->out_kept = !t->backed && kept_copy(g, t);
         cham_gen_place_t pl;
         if (!cham_gen_place(&g->sim, &g->mrl, t, false, &pl) &&
             !(allow_stall && cham_gen_place(&g->sim, &g->mrl, t, true, &pl)))
@@ -85,6 +139,8 @@ static long simulate_pass(gen_t *g, bool allow_stall)
         if (!cham_gen_commit(&g->sim, &g->mrl, t, &pl))
             return -1;
         cham_policy_item_t it = choose(g, t);
+        t->swapped = true;
+        t->item = (uint32_t)g->pol->n_items;
         it.swap_out_done_op = pl.done_op;
         it.free_op = pl.free_op;
         it.swap_in_layer = pl.in_layer;
@@ -93,6 +149,8 @@ static long simulate_pass(gen_t *g, bool allow_stall)
         it.stall_ns = pl.stall_out_ns + pl.stall_in_ns;
         if (!cham_policy_add_item(g->pol, &it))
             return -1;
+        if (!t->overwritten)
+            keep_after(g, t);
         placed++;
     }
     return placed;
@@ -338,6 +396,7 @@ static cham_status_t plan_once(const cham_profile_t *profile,
         !cham_mrl_init(&g.mrl, g.curve, ns, usable) ||
         !cham_gen_tensors(&v, &g.layers, config->min_swap_bytes, config->model_state, &g.t,
                           &g.n_t) ||
+        !(g.kept_next = cham_gen_kept_next(g.t, g.n_t)) ||
         !cham_gen_sim_init(&g.sim, &g.layers, config->h2d_bandwidth, config->d2h_bandwidth))
         goto host_oom;
     /* The copy queue needs the ops' real times; with Eq. 1's even shares

@@ -309,6 +309,30 @@ static bool queue_insert(cham_gen_queue_t *q, size_t pos, cham_gen_copy_t c)
     return true;
 }
 
+/* Takes the copy at position j out of the queue's time (its t becomes 0):
+ * the copies after it are done as early as they now can be, which only
+ * moves them closer to their deadlines, and the slacks are worked out
+ * again from the last copy that moved, down to the first that comes out
+ * as it was. */
+static void queue_refund(cham_gen_queue_t *q, size_t j)
+{
+    q->q[j].t = 0;
+    size_t last = j;
+    for (uint64_t d = done_before(q, j); last < q->n; last++) {
+        uint64_t dl = max_u64(q->q[last].ready, d) + q->q[last].t;
+        if (dl == q->q[last].done)
+            break;
+        q->q[last].done = dl;
+        d = dl;
+    }
+    for (size_t k = (last < q->n ? last : q->n - 1) + 1; k-- > 0;) {
+        uint64_t sk = slack_at(q, k);
+        if (k < j && sk == q->slack[k])
+            break;
+        q->slack[k] = sk;
+    }
+}
+
 /* The queue's way (§5.4.2 made exact): the swap-out issued after op f goes
  * behind every chosen one issued no later, and must not push any issued
  * after it past its deadline. It completes in the op whose end first
@@ -507,7 +531,9 @@ static bool place_covering(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_te
     uint32_t last_in = lu ? lu - 1 : 0;   /* with at_use, the use's layer may follow */
     size_t ns = mrl->samples;
     *pl = (cham_gen_place_t){
-        .t_out = t->backed ? 0 : cham_gen_transfer_ns(t->bytes, s->d2h_bw, l->copy_latency_ns),
+        .t_out = t->backed || t->out_kept ? 0
+                                          : cham_gen_transfer_ns(t->bytes, s->d2h_bw,
+                                                                 l->copy_latency_ns),
         .t_in = cham_gen_transfer_ns(t->bytes, s->h2d_bw, l->copy_latency_ns),
         .wraps = t->wraps,
     };
@@ -521,7 +547,7 @@ static bool place_covering(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_te
     for (int stall = 0; stall <= 1 && !covers; stall++) {
         if (stall && !allow_stall)
             break;
-        if (t->backed) {         /* nothing to copy: the block is free after f */
+        if (t->backed || t->out_kept) {   /* nothing to copy: the block is free after f */
             pl->out_first = pl->out_layer = lf;
             pl->done_op = t->last_fwd;
             pl->done_ns = s->op_end ? s->op_end[t->last_fwd] : 0;
@@ -624,7 +650,7 @@ bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t
     if (s->op_end) {
         uint64_t out_deadline = pl->stall_out_ns ? pl->done_ns : s->op_end[pl->done_op];
         uint64_t need = op_start(s, t->first_bwd);
-        if ((!t->backed &&
+        if ((!t->backed && !t->out_kept &&
              !queue_insert(&s->out, pl->q_out,
                            (cham_gen_copy_t){.at = t->last_fwd, .ready = s->op_end[t->last_fwd],
                                              .t = pl->t_out, .done = pl->done_ns,
@@ -644,6 +670,19 @@ bool cham_gen_commit(cham_gen_sim_t *s, cham_mrl_t *mrl, const cham_gen_tensor_t
     cham_mrl_subtract_span(mrl, 2 * (size_t)pl->free_op, 2 * (size_t)pl->in_op, t->wraps,
                            t->bytes);
     return true;
+}
+
+void cham_gen_refund_out(cham_gen_sim_t *s, const cham_gen_tensor_t *t)
+{
+    if (!s->op_end)
+        return;
+    uint64_t t_out = cham_gen_transfer_ns(t->bytes, s->d2h_bw, s->layers->copy_latency_ns);
+    /* Copies issued at f that are alike are interchangeable: any one. */
+    for (size_t j = queue_after(&s->out, t->last_fwd); j-- > 0 && s->out.q[j].at == t->last_fwd;)
+        if (s->out.q[j].t == t_out && s->out.q[j].ready == s->op_end[t->last_fwd]) {
+            queue_refund(&s->out, j);
+            return;
+        }
 }
 
 void cham_gen_sim_report(cham_gen_sim_t *s)
