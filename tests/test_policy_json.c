@@ -88,12 +88,14 @@ static cham_policy_t *sample_policy(void)
          .swap_out_op = 2, .swap_out_done_op = 9, .free_op = 9, .swap_in_layer = 2,
          .swap_in_op = 9, .use_op = 9, .score = 1.0 / 3.0, .stall_ns = MAX_EXACT},
         /* Model state away across the step's end: back before op 0 of the
-         * next step, its block given back at that step's first op. */
+         * next step, its block given back at that step's first op; its
+         * bytes unchanged since they came back, it leaves free. */
         {.storage = 10, .bytes = 4096,
          .out_use = use(10, 0x40, 4096, CHAM_DTYPE_F32, 0, 0, true),
          .in_use = use(10, 0x40, 4096, CHAM_DTYPE_F32, 0, 0, false),
          .swap_out_op = 9, .swap_out_done_op = 9, .free_op = 10, .swap_in_layer = 0,
-         .swap_in_op = 0, .use_op = 0, .score = 2, .stall_ns = 3, .wraps = true},
+         .swap_in_op = 0, .use_op = 0, .score = 2, .stall_ns = 3, .wraps = true,
+         .out_kept = true},
         /* One whose copy runs on into the next step: done at its op 1,
          * the block given back at its op 2 (n_ops + 2), back before op 3. */
         {.storage = 11, .bytes = 8192,
@@ -157,6 +159,7 @@ static void assert_same_policy(const cham_policy_t *x, const cham_policy_t *y)
         assert_memory_equal(&s->score, &t->score, sizeof s->score);   /* bit for bit */
         assert_true(s->stall_ns == t->stall_ns);
         assert_int_equal(s->wraps, t->wraps);
+        assert_int_equal(s->out_kept, t->out_kept);
     }
 }
 
