@@ -75,7 +75,7 @@ static cham_status_t run(const exp_config_t *c, exp_result_t *r, char *err, size
         return CHAM_ERR_HOST_OOM;
     size_t n = c->reduced ? 3 : sizeof rows / sizeof rows[0];
     for (size_t i = 0; i < n; i++) {
-        char label[8];
+        char label[24];
         snprintf(label, sizeof label, "%zu", i + 1);
         plot_category(pl, label);
     }
