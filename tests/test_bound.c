@@ -253,6 +253,41 @@ static void test_unwritten_state_leaves_without_a_copy(void **state)
     cham_profile_free(p);
 }
 
+/* X (400 MiB) read at ops 1 and 3 and updated at op 4 (a weight: the
+ * forward, the backward, the optimizer), five ops of 1 s; op 2 begins
+ * 100 MiB over the capacity of 800 MiB. Away there, X may leave without a
+ * copy only if the copy made in its gap before op 1 still holds its
+ * bytes, and that copy crossed the link after the update in the step
+ * before: within ops 0 and 1. At 25 MiB/s out the 100 MiB take 4 s, so
+ * the step is 7 s (counting them free said the ops' 5 s, which no policy
+ * reaches); at 50 MiB/s they fit: 5 s. Never updated, X leaves free. */
+static cham_profile_t *read_twice(bool written)
+{
+    uint64_t mem[10];
+    for (int i = 0; i < 10; i++)
+        mem[i] = i == 4 ? 900 : 500;
+    const use_spec_t uses[] = {{1, 1, 400, false}, {3, 1, 400, false}, {4, 1, 400, written}};
+    cham_profile_t *p = test_build_profile("FFBBO", mem, uses, 3);
+    test_mark_persistent(p, 1);
+    for (size_t k = 0; k < 5; k++) {
+        p->ops[k].has_cost = true;
+        p->ops[k].cost_ns = SEC;
+    }
+    return p;
+}
+
+static void test_written_state_leaves_after_its_write(void **state)
+{
+    (void)state;
+    cham_profile_t *p = read_twice(true);
+    assert_true(fabs(wrap_bound(p, 25, 100) - 7) < 1e-6);
+    assert_true(fabs(wrap_bound(p, 50, 100) - 5) < 1e-6);
+    cham_profile_free(p);
+    p = read_twice(false);
+    assert_true(fabs(wrap_bound(p, 1, 100) - 5) < 1e-6);
+    cham_profile_free(p);
+}
+
 /* Bytes freed after their last use are not in the curve: they cover no
  * excess, least of all as bytes that come back without a copy. Five ops of
  * 1 s; X (600 MiB, model state) used at op 4; Y (400 MiB) made by op 0
@@ -404,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_infeasible),
         cmocka_unit_test(test_copies_across_the_steps_end),
         cmocka_unit_test(test_unwritten_state_leaves_without_a_copy),
+        cmocka_unit_test(test_written_state_leaves_after_its_write),
         cmocka_unit_test(test_freed_bytes_cover_no_excess),
         cmocka_unit_test(test_reruns_before_the_tails_copies),
         cmocka_unit_test(test_collectives),

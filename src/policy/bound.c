@@ -27,11 +27,14 @@
  * away at s (a weaker bound: their copies back are not counted either).
  * Bytes the use after their gap overwrites (overwrites) come back without
  * a copy: of the S bytes away at s, the O such ones there are the ones no
- * copy back is needed for, T >= C_b + F_in(max(0, S - O)). Bytes not
- * written since a gap before theirs, in which they may have left, may have
- * a host copy still (the runtime keeps the pinned copy of a storage
- * swapped back in until its bytes change): of the S bytes, the Q such ones
- * need no copy out, T >= C_a + Rc + F_out(max(0, S - Q)). A storage the
+ * copy back is needed for, T >= C_b + F_in(max(0, S - O)). Model state
+ * the step never writes may have left in any step before (the runtime
+ * keeps the pinned copy of a storage swapped back in until its bytes
+ * change): of the S bytes, the Q such ones need no copy out, T >= C_a +
+ * Rc + F_out(max(0, S - Q)). Others not written since an earlier gap of
+ * theirs may leave without a copy too, but that gap's copy was made after
+ * their last write: in the step before, for model state the optimizer
+ * updates, an extension as a head gap's from the write. A storage the
  * step made is past its last use either freed or still in the curve
  * (dead): only the curve less the bytes known live there may be dead. */
 #include <math.h>
@@ -96,22 +99,25 @@ static void add_span(int64_t *diff, size_t from, size_t to, int64_t bytes)
     diff[to] -= bytes;
 }
 
-/* Whether the uses r[a, b) of one storage leave it, at the step's start,
- * with a gap since its last write (in the step before, for model state:
- * the gap across the step's end is not counted, it is the one to come),
- * in which its bytes may have gone out and kept a host copy. Model state
- * the step never writes may have been copied out in any step before. */
-static bool copied_at_start(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t a,
-                            size_t b, bool persistent)
+/* The last write among the uses r[a, b) of one storage, b when none. */
+static size_t last_write(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t a,
+                         size_t b)
 {
-    if (!persistent)
-        return false;
-    size_t w = b;                /* the last write */
+    size_t w = b;
     for (size_t k = a; k < b; k++)
         if (v->uses[r[k].use].output)
             w = k;
-    if (w == b)
-        return true;
+    return w;
+}
+
+/* Whether the uses r[a, b) of one storage leave it, at the step's start,
+ * with a gap since its last write w (in the step before, for model state:
+ * the gap across the step's end is not counted, it is the one to come),
+ * in which its bytes may have gone out and kept a host copy. */
+static bool copied_at_start(const cham_gen_use_ref_t *r, size_t w, size_t b, bool persistent)
+{
+    if (!persistent || w == b)
+        return false;
     for (size_t k = w + 1; k < b; k++)   /* a gap between two uses after it */
         if (2 * (size_t)r[k].op > 2 * ((size_t)r[k - 1].op + 1))
             return true;
@@ -132,7 +138,7 @@ static bool removable_bytes(const cham_profile_view_t *v, const double *prefix,
 {
     size_t nu = v->n_uses, ns = 2 * v->n_ops, n = v->n_ops;
     cham_gen_use_ref_t *r = cham_gen_uses_by_storage(v);
-    rm->gaps = malloc((2 * nu + 1) * sizeof *rm->gaps);
+    rm->gaps = malloc((3 * nu + 1) * sizeof *rm->gaps);   /* a gap a use, two a tail */
     if (!r || !rm->gaps) {
         free(r);
         return false;
@@ -152,14 +158,26 @@ static bool removable_bytes(const cham_profile_view_t *v, const double *prefix,
         size_t live_to = persistent ? ns : 2 * (size_t)last + 1;
         if (live_to > live_from)
             add_span(rm->live, live_from, live_to, least);
-        bool copied = copied_at_start(v, r, a, b, persistent);
+        /* Model state the step never writes may have been copied out in
+         * any step before: it leaves free. Bytes not written since an
+         * earlier gap of theirs may leave without a copy too, but only
+         * because that gap's copy was made: after their last write and
+         * before the sample. Written in this step, that is within the
+         * sample's own window; written in the step before (model state
+         * the optimizer updates), the copy's window reaches back to the
+         * write, an extension as a head gap's (docs/policy.md). */
+        size_t w = persistent ? last_write(v, r, a, b) : b;
+        bool never_written = persistent && w == b;
+        double ext_write = w < b ? prefix[n] - prefix[r[w].op + 1] + rerun_after[r[w].op] : 0;
+        bool copied = copied_at_start(r, w, b, persistent);
+        bool written = false;      /* by a use of this step before the gap */
         size_t from = 0;           /* the gap starts at this sample */
         for (size_t i = a; i <= b; i++) {
             size_t to = i < b ? 2 * (size_t)r[i].op : ns;   /* ends before the use */
             bool head = i == a, tail = i == b;
             bool backed = cham_gen_backed_at(v, r, i > a ? i - 1 : b - 1);
             bool free_in = !backed && cham_gen_overwritten_at(v, r, i < b ? i : a);
-            bool free_out = !backed && copied;
+            bool free_out = !backed && never_written;
             if (to > from && (!head || exists_before)) {
                 away_bytes_t *kind = tail && !persistent ? &rm->dead : &rm->idle;
                 add_span(kind->any, from, to, bytes);
@@ -167,19 +185,26 @@ static bool removable_bytes(const cham_profile_view_t *v, const double *prefix,
                     add_span(backed ? kind->backed : kind->free_in, from, to, bytes);
                 if (free_out)
                     add_span(kind->free_out, from, to, bytes);
+                double out_ext = 0, in_ext = persistent && tail ? prefix[first] : 0;
+                if (persistent && copied && !written)
+                    out_ext = ext_write;
+                else if (persistent && head)
+                    out_ext = prefix[n] - prefix[last + 1] + rerun_after[last];
                 copied = true;
-                double ext = 0;
-                if (persistent && head)
-                    ext = prefix[n] - prefix[last + 1] + rerun_after[last];
-                else if (persistent && tail)
-                    ext = prefix[first];
-                if (ext > 0 && !backed && (head ? !free_out : !free_in))   /* a copy it extends */
+                if (out_ext > 0 && !backed && !free_out)   /* copies they extend */
                     rm->gaps[rm->n_gaps++] = (wrap_gap_t){
-                        .from = from, .to = to, .bytes = (double)bytes, .ext = ext, .out = head};
+                        .from = from, .to = to, .bytes = (double)bytes, .ext = out_ext,
+                        .out = true};
+                if (in_ext > 0 && !backed && !free_in)
+                    rm->gaps[rm->n_gaps++] = (wrap_gap_t){
+                        .from = from, .to = to, .bytes = (double)bytes, .ext = in_ext,
+                        .out = false};
             }
             if (i < b) {
                 from = 2 * ((size_t)r[i].op + 1);
-                copied = copied && !v->uses[r[i].use].output;
+                bool writes = v->uses[r[i].use].output;
+                copied = copied && !writes;
+                written = written || writes;
             }
         }
         a = b;
