@@ -189,6 +189,20 @@ static void test_infeasible(void **state)
     cham_profile_free(p);
 }
 
+/* A profile of the op kinds `kinds`, one op a second, whose storage 1 is
+ * model state. */
+static cham_profile_t *state_profile(const char *kinds, const uint64_t *mem,
+                                     const use_spec_t *uses, size_t n_uses)
+{
+    cham_profile_t *p = test_build_profile(kinds, mem, uses, n_uses);
+    test_mark_persistent(p, 1);
+    for (size_t k = 0; k < strlen(kinds); k++) {
+        p->ops[k].has_cost = true;
+        p->ops[k].cost_ns = SEC;
+    }
+    return p;
+}
+
 /* Model state X (400 MiB) used once a step, at op `use` of four ops of
  * 1 s, which updates it where `written`; op `peak` begins 100 MiB over
  * the capacity of 800 MiB. */
@@ -198,13 +212,7 @@ static cham_profile_t *wrap_profile(int use, int peak, bool written)
     for (int i = 0; i < 8; i++)
         mem[i] = i == 2 * peak ? 900 : 500;
     const use_spec_t uses[] = {{use, 1, 400, written}};
-    cham_profile_t *p = test_build_profile("FFBO", mem, uses, 1);
-    test_mark_persistent(p, 1);
-    for (size_t k = 0; k < 4; k++) {
-        p->ops[k].has_cost = true;
-        p->ops[k].cost_ns = SEC;
-    }
-    return p;
+    return state_profile("FFBO", mem, uses, 1);
 }
 
 static double wrap_bound(cham_profile_t *p, double d2h_mib, double h2d_mib)
@@ -267,13 +275,7 @@ static cham_profile_t *read_twice(bool written)
     for (int i = 0; i < 10; i++)
         mem[i] = i == 4 ? 900 : 500;
     const use_spec_t uses[] = {{1, 1, 400, false}, {3, 1, 400, false}, {4, 1, 400, written}};
-    cham_profile_t *p = test_build_profile("FFBBO", mem, uses, 3);
-    test_mark_persistent(p, 1);
-    for (size_t k = 0; k < 5; k++) {
-        p->ops[k].has_cost = true;
-        p->ops[k].cost_ns = SEC;
-    }
-    return p;
+    return state_profile("FFBBO", mem, uses, 3);
 }
 
 static void test_written_state_leaves_after_its_write(void **state)

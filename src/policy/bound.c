@@ -99,6 +99,14 @@ static void add_span(int64_t *diff, size_t from, size_t to, int64_t bytes)
     diff[to] -= bytes;
 }
 
+/* How much longer than the ops after a sample a copy out of bytes last
+ * touched at op k of the step before may take: the ops after k and what
+ * re-runs can cost after it. */
+static double ext_after(const double *prefix, const double *rerun_after, size_t n, uint32_t k)
+{
+    return prefix[n] - prefix[k + 1] + rerun_after[k];
+}
+
 /* The last write among the uses r[a, b) of one storage, b when none. */
 static size_t last_write(const cham_profile_view_t *v, const cham_gen_use_ref_t *r, size_t a,
                          size_t b)
@@ -111,12 +119,13 @@ static size_t last_write(const cham_profile_view_t *v, const cham_gen_use_ref_t 
 }
 
 /* Whether the uses r[a, b) of one storage leave it, at the step's start,
- * with a gap since its last write w (in the step before, for model state:
- * the gap across the step's end is not counted, it is the one to come),
- * in which its bytes may have gone out and kept a host copy. */
-static bool copied_at_start(const cham_gen_use_ref_t *r, size_t w, size_t b, bool persistent)
+ * with a gap since its last write w (b: none; in the step before, for
+ * model state: the gap across the step's end is not counted, it is the
+ * one to come), in which its bytes may have gone out and kept a host
+ * copy. */
+static bool copied_at_start(const cham_gen_use_ref_t *r, size_t w, size_t b)
 {
-    if (!persistent || w == b)
+    if (w == b)
         return false;
     for (size_t k = w + 1; k < b; k++)   /* a gap between two uses after it */
         if (2 * (size_t)r[k].op > 2 * ((size_t)r[k - 1].op + 1))
@@ -168,8 +177,8 @@ static bool removable_bytes(const cham_profile_view_t *v, const double *prefix,
          * write, an extension as a head gap's (docs/policy.md). */
         size_t w = persistent ? last_write(v, r, a, b) : b;
         bool never_written = persistent && w == b;
-        double ext_write = w < b ? prefix[n] - prefix[r[w].op + 1] + rerun_after[r[w].op] : 0;
-        bool copied = copied_at_start(r, w, b, persistent);
+        double ext_write = w < b ? ext_after(prefix, rerun_after, n, r[w].op) : 0;
+        bool copied = copied_at_start(r, w, b);
         bool written = false;      /* by a use of this step before the gap */
         size_t from = 0;           /* the gap starts at this sample */
         for (size_t i = a; i <= b; i++) {
@@ -189,7 +198,7 @@ static bool removable_bytes(const cham_profile_view_t *v, const double *prefix,
                 if (persistent && copied && !written)
                     out_ext = ext_write;
                 else if (persistent && head)
-                    out_ext = prefix[n] - prefix[last + 1] + rerun_after[last];
+                    out_ext = ext_after(prefix, rerun_after, n, last);
                 copied = true;
                 if (out_ext > 0 && !backed && !free_out)   /* copies they extend */
                     rm->gaps[rm->n_gaps++] = (wrap_gap_t){
