@@ -157,6 +157,33 @@ static void test_model_state_wraps(void **state)
     cham_profile_free(p);
 }
 
+/* The same step, followed by another class's whose plan wants S on the
+ * device at its start (resident_at_end): S may not be away across the
+ * step's end, and nothing else covers ops 3-5. A list naming other
+ * storages changes nothing. */
+static void test_resident_at_end_does_not_wrap(void **state)
+{
+    (void)state;
+    cham_profile_t *p = test_build_profile(PH_MS, MEM_MS, USES_MS, 1);
+    test_mark_persistent(p, 7);
+    cham_planner_config_t c = cfg_for(PH_MS, 450, 1024, 1024);
+    const uint64_t others[] = {3, 9}, s_too[] = {3, 7, 9};
+    c.resident_at_end = others;
+    c.n_resident_at_end = 2;
+    cham_policy_view_t v;
+    cham_policy_t *pol = plan_ok(p, &c, &v);
+    assert_int_equal(v.n_items, 1);
+    assert_true(v.items[0].wraps);
+    cham_policy_free(pol);
+
+    c.resident_at_end = s_too;
+    c.n_resident_at_end = 3;
+    char err[512];
+    assert_int_equal(cham_plan_chameleon(p, &c, &pol, err, sizeof err), CHAM_ERR_OUT_OF_MEMORY);
+    assert_non_null(strstr(err, "no tensor left to swap is idle there"));
+    cham_profile_free(p);
+}
+
 /* ---- a host copy the caller keeps -------------------------------------- */
 
 /* W (300 MiB) is read by op 0 and op 6; the other tensors peak at ops 2-4
@@ -955,6 +982,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_peak),
         cmocka_unit_test(test_model_state_wraps),
+        cmocka_unit_test(test_resident_at_end_does_not_wrap),
         cmocka_unit_test(test_backed_leaves_free),
         cmocka_unit_test(test_kept_copy_leaves_free),
         cmocka_unit_test(test_overwritten_comes_back_free),

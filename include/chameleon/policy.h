@@ -103,6 +103,14 @@ typedef struct cham_planner_config {
      * op order; NULL = Eq. 1 (step time spread evenly over the ops). */
     const double *op_cost_ns;
     size_t n_op_costs;
+    /* Optional: persistent storages (profile storage ids, sorted
+     * ascending) the step must end with on the device: the step that
+     * follows runs another plan that uses them and does not want them
+     * away, so one away across the step's end would come back at its first
+     * op, the compute stream waiting for the copy. They are still moved
+     * between two uses within the step (docs/policy.md, "Model state"). */
+    const uint64_t *resident_at_end;
+    size_t n_resident_at_end;
 } cham_planner_config_t;
 
 /* The default reserve (config.reserve UINT64_MAX): 2% of the capacity

@@ -821,7 +821,7 @@ cham_status_t cham_plan_bound(const cham_profile_t *profile, const cham_planner_
     bool ok = curve && actual && away_bytes_alloc(&rm.idle, ns + 1) &&
               away_bytes_alloc(&rm.dead, ns + 1) && rm.live && prefix && rerun_after &&
               cham_gen_layers_build(&v, &c, &layers) &&
-              cham_gen_tensors(&v, &layers, 1, false, &t, &n_t) &&
+              cham_gen_tensors(&v, &layers, 1, false, NULL, 0, &t, &n_t) &&
               (!config->recompute || cham_gen_recompute_list(&v, t, n_t, config->through_freed, &rl)) &&
               (pr = price(&rl, n)) != NULL;
     if (ok) {

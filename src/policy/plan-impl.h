@@ -205,10 +205,13 @@ typedef struct cham_gen_tensor {
 
 /* Every storage whose use before its first backward use is a forward use,
  * with at least min_bytes; with persistent, also every gap of a persistent
- * storage of at least min_bytes (docs/policy.md, "Model state"). Several
- * tensors may share a storage. false when the host is out of memory. */
+ * storage of at least min_bytes (docs/policy.md, "Model state"), but no
+ * gap across the step's end for the n_resident storages of `resident`
+ * (sorted ids; the planner config's resident_at_end). Several tensors may
+ * share a storage. false when the host is out of memory. */
 bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
-                      uint64_t min_bytes, bool persistent, cham_gen_tensor_t **out, size_t *n);
+                      uint64_t min_bytes, bool persistent, const uint64_t *resident,
+                      size_t n_resident, cham_gen_tensor_t **out, size_t *n);
 
 /* For each of t[0, n), the gap whose kept_after it is (CHAM_GEN_NO_GAP:
  * none); NULL when the host is out of memory. */

@@ -33,6 +33,8 @@ cham_planner_config_t cham_planner_config_default(void)
         .overwrites = true,
         .op_cost_ns = NULL,
         .n_op_costs = 0,
+        .resident_at_end = NULL,
+        .n_resident_at_end = 0,
     };
 }
 

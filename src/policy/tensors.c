@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/order.h"
 #include "policy/plan-impl.h"
 
 typedef cham_gen_use_ref_t use_ref_t;
@@ -133,13 +134,14 @@ bool cham_gen_overwritten_at(const cham_profile_view_t *v, const cham_gen_use_re
 
 /* The gaps of the persistent storage of uses r[a, b): between two ops that
  * use it with another op in between, and from its last op across the
- * step's end to its first (also when one op is all it has). Appends to t,
+ * step's end to its first (also when one op is all it has), unless it
+ * stays at the step's end. Appends to t,
  * at t[0] the tensors' first index `base`; at most one per op of the
  * storage. Each gap's kept_after is the one before it, the last (the
  * step's end's, whose copy back comes at the step's start) for the
  * first, when no use in between writes the storage. */
 static size_t persistent_gaps(const cham_profile_view_t *v, const use_ref_t *r, size_t a,
-                              size_t b, size_t base, cham_gen_tensor_t *t)
+                              size_t b, size_t base, bool stays_at_end, cham_gen_tensor_t *t)
 {
     size_t nt = 0, prev = a;      /* prev: the first use at the previous op */
     bool written = false, written_first = false;   /* since the last gap; before the first */
@@ -149,7 +151,10 @@ static size_t persistent_gaps(const cham_profile_view_t *v, const use_ref_t *r, 
             continue;
         bool wraps = i == b;
         size_t next = wraps ? a : i;
-        if (wraps || r[next].op > r[prev].op + 1) {
+        /* Bytes the caller's host copy backs leave with no copy and come
+         * back every step (an optimizer on the host updates them there). */
+        bool may_leave = !stays_at_end || cham_gen_backed_at(v, r, prev);
+        if (wraps ? may_leave : r[next].op > r[prev].op + 1) {
             if (nt == 0)
                 written_first = written;
             t[nt] = (cham_gen_tensor_t){
@@ -170,14 +175,14 @@ static size_t persistent_gaps(const cham_profile_view_t *v, const use_ref_t *r, 
     }
     /* The first gap's bytes come from the last's copy back (the step's
      * start): kept if no use before the first gap writes them. */
-    if (nt > 0 && !written_first)
+    if (nt > 0 && !written_first && t[nt - 1].wraps)
         t[0].kept_after = (uint32_t)(base + nt - 1);
     return nt;
 }
 
 bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
-                      uint64_t min_bytes, bool persistent, cham_gen_tensor_t **out,
-                      size_t *n_out)
+                      uint64_t min_bytes, bool persistent, const uint64_t *resident,
+                      size_t n_resident, cham_gen_tensor_t **out, size_t *n_out)
 {
     *out = NULL;
     *n_out = 0;
@@ -196,8 +201,10 @@ bool cham_gen_tensors(const cham_profile_view_t *v, const cham_gen_layers_t *l,
             b++;
         const cham_tensor_use_t *first = &v->uses[r[a].use];
         if (persistent && first->persistent) {
+            bool stays = n_resident && bsearch(&r[a].storage, resident, n_resident,
+                                               sizeof *resident, cham_order_u64);
             if (first->storage_bytes >= min_bytes && first->storage_bytes > 0)
-                nt += persistent_gaps(v, r, a, b, nt, t + nt);
+                nt += persistent_gaps(v, r, a, b, nt, stays, t + nt);
             a = b;
             continue;
         }

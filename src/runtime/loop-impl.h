@@ -22,10 +22,13 @@ void cham_loop_trials_clear(cham_context_t *ctx);
 /* trials.c: the release delay of trial k: 0, 1, 2, 4, 8, 16, ... */
 uint32_t cham_loop_trial_delay(size_t k);
 /* trials.c: trial k's plan from a step's profile, with the planner reserve
- * `reserve` (0: the default rule); NULL (logged) if none can be made.
- * *delay is the release delay asked for, and on return the one planned. */
+ * `reserve` (0: the default rule) and the model state its step must end
+ * with on the device (n_resident sorted ids, the planner config's
+ * resident_at_end); NULL (logged) if none can be made. *delay is the
+ * release delay asked for, and on return the one planned. */
 cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profile, size_t k,
-                                uint64_t reserve, uint32_t *delay);
+                                uint64_t reserve, const uint64_t *resident, size_t n_resident,
+                                uint32_t *delay);
 /* trials.c: ns of a step of work `from` as if it had work `to` (unchanged
  * where either is unknown, 0). */
 uint64_t cham_loop_per_work(uint64_t ns, uint64_t to, uint64_t from);

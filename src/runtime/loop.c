@@ -175,7 +175,7 @@ static cham_plan_t *genpolicy_end(cham_context_t *ctx, cham_class_t *c,
         size_t k = ctx->n_trials - ctx->trial_base;
         uint32_t delay = cham_loop_trial_delay(k);
         cham_plan_t *plan =
-            source ? cham_loop_generate(ctx, source, k, ctx->reserve, &delay) : NULL;
+            source ? cham_loop_generate(ctx, source, k, ctx->reserve, NULL, 0, &delay) : NULL;
         cham_trial_t *t = plan ? cham_grow(ctx->trials, &ctx->cap_trials, ctx->n_trials + 1,
                                            sizeof *t, 8) : NULL;
         if (t) {

@@ -5,10 +5,12 @@
  * classes for good once a second sequence recurs where Algorithm 1 has not
  * settled (cham_loop_class_of_step); loop.c then calls
  * cham_loop_classes_end at each step end. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "common/grow.h"
+#include "common/order.h"
 #include "profile/profile-impl.h"
 #include "runtime/loop-impl.h"
 #include "runtime/runtime-impl.h"
@@ -52,6 +54,162 @@ void cham_loop_keep(cham_class_t *c, cham_plan_t *plan)
     c->applied = c->shorts = 0;
     c->timed_ns = c->timed_work = 0;
     c->timed = 0;
+}
+
+/* Adds to ids (*n of them, room for as many more as p has model state)
+ * the model state p's step uses that p does not keep away from the step's
+ * start. false when the host is out of memory. */
+static bool used_not_away(const cham_plan_t *p, uint64_t *ids, size_t *n)
+{
+    uint64_t *away = malloc((p->view.n_items ? p->view.n_items : 1) * sizeof *away);
+    if (!away)
+        return false;
+    size_t n_away = 0;
+    for (size_t i = 0; i < p->view.n_items; i++)
+        if (p->view.items[i].wraps)
+            away[n_away++] = p->view.items[i].storage;
+    qsort(away, n_away, sizeof *away, cham_order_u64);
+    for (size_t j = 0; j < p->n_state; j++)
+        if (!bsearch(&p->state_ids[j], away, n_away, sizeof *away, cham_order_u64))
+            ids[(*n)++] = p->state_ids[j];
+    free(away);
+    return true;
+}
+
+/* The model state class c's plans must leave on the device at the step's
+ * end (sorted, *n of them; NULL with none or out of host memory): what a
+ * class of another sequence that has followed c uses and its kept plan
+ * does not want away. Away across c's step's end, the plan after would
+ * bring it back at its first op, the compute stream waiting for the copy
+ * (executor.c, cham_exec_send_away): Mixtral's shapes on 2 layers (ZeRO-1
+ * over 4, `--precision main-grads`, `--accumulate 2`) on the v100-16g at
+ * 90% of its peak planned its update steps as if another update came
+ * next, sending L0's main gradients (363 ms of link) out after AdamW;
+ * the accumulation step brought them back first thing and the update step
+ * sent them out again at its start: 406 and 1708 ms a step (docs/
+ * executor.md, "Model state the class after uses stays"). Only kept
+ * plans ask: asked by each other's trials, two classes narrowed each
+ * other's plans before either had settled, and Llama 3's shapes on 6
+ * layers of 8k tokens (TP 2, main-grads, accumulating over 2) at 70% ran
+ * 0.473 s a step against 0.398 s. */
+static uint64_t *resident_at_end(cham_context_t *ctx, const cham_class_t *c, size_t *n)
+{
+    *n = 0;
+    const cham_plan_t *after[CHAM_CLASS_HISTORY];
+    size_t n_after = 0, room = 0;
+    for (size_t i = 0; i + 1 < ctx->n_history; i++) {
+        if (ctx->history[i] != c->id || ctx->history[i + 1] == c->id)
+            continue;
+        const cham_class_t *d = cham_class_by_id(ctx, ctx->history[i + 1]);
+        const cham_plan_t *p = d ? d->kept : NULL;
+        bool known = false;
+        for (size_t j = 0; j < n_after && !known; j++)
+            known = after[j] == p;
+        if (p && !known) {
+            after[n_after++] = p;
+            room += p->n_state;
+        }
+    }
+    uint64_t *ids = room ? malloc(room * sizeof *ids) : NULL;
+    bool ok = ids != NULL;
+    for (size_t j = 0; ok && j < n_after; j++)
+        ok = used_not_away(after[j], ids, n);
+    if (!ok) {
+        free(ids);
+        *n = 0;
+        return NULL;
+    }
+    qsort(ids, *n, sizeof *ids, cham_order_u64);
+    size_t u = 0;
+    for (size_t i = 0; i < *n; i++)
+        if (!u || ids[u - 1] != ids[i])
+            ids[u++] = ids[i];
+    *n = u;
+    return ids;
+}
+
+/* The share of class c's steps in the history that a class of another
+ * sequence with a kept plan followed. */
+static double followed_by_another(cham_context_t *ctx, const cham_class_t *c)
+{
+    unsigned steps = 0, other = 0;
+    for (size_t i = 0; i + 1 < ctx->n_history; i++) {
+        if (ctx->history[i] != c->id)
+            continue;
+        steps++;
+        const cham_class_t *d = ctx->history[i + 1] == c->id
+                                    ? NULL
+                                    : cham_class_by_id(ctx, ctx->history[i + 1]);
+        other += d && d->kept;
+    }
+    return steps ? (double)other / steps : 0;
+}
+
+/* What plan p's step costs a loop where a share `share` of its steps is
+ * followed by a class that wants the n storages of `ids` on the device:
+ * its predicted step, with the copies it leaves running, and for each of
+ * those storages it keeps away across the step's end the copy back before
+ * the next step's first op, waited for (ns). (The copy out again when p
+ * applies next is not waited for unless its memory is wanted first.) */
+static double cost_with_changes(cham_context_t *ctx, const cham_plan_t *p, const uint64_t *ids,
+                                size_t n, double share)
+{
+    cham_device_info_t info;
+    cham_device_get_info(ctx->dev, &info);
+    double moved = 0;
+    for (size_t i = 0; i < p->view.n_items; i++) {
+        const cham_policy_item_t *it = &p->view.items[i];
+        if (it->wraps && bsearch(&it->storage, ids, n, sizeof *ids, cham_order_u64))
+            moved += (double)it->bytes / info.h2d_bandwidth;
+    }
+    return (double)(p->view.predicted_step_ns + p->view.predicted_carry_ns) +
+           share * moved * 1e9;
+}
+
+/* Class c's trial kind k from profile with its release delay *delay (in:
+ * asked, out: planned). Where classes that follow it want model state on
+ * the device at its step's end (resident_at_end), it is planned both ways
+ * and the cheaper kept, what the changes of plan would cost counted: a
+ * plan that may not keep that state away across the step's end is slower
+ * where the state is large and idle long, and each class can only time
+ * its own steps. Llama 3's shapes on 8 layers (ZeRO-3 over 8, an
+ * evaluation every 3 steps) on the v100-16g at 33% planned its evaluation
+ * class without 18 storages the training class uses: 1.5450 s a step
+ * against 1.4814 s. */
+static cham_plan_t *class_generate(cham_context_t *ctx, const cham_class_t *c,
+                                   const cham_profile_t *profile, size_t k, uint32_t *delay)
+{
+    size_t n;
+    uint64_t *ids = resident_at_end(ctx, c, &n);
+    uint32_t asked = *delay;
+    cham_plan_t *free_plan = cham_loop_generate(ctx, profile, k, c->reserve, NULL, 0, delay);
+    if (!n) {
+        free(ids);
+        return free_plan;
+    }
+    uint32_t free_delay = *delay;
+    *delay = asked;
+    cham_plan_t *kept = cham_loop_generate(ctx, profile, k, c->reserve, ids, n, delay);
+    double share = followed_by_another(ctx, c);
+    double with = kept ? cost_with_changes(ctx, kept, ids, n, share) : INFINITY;
+    double without = free_plan ? cost_with_changes(ctx, free_plan, ids, n, share) : INFINITY;
+    bool whole = kept && kept->view.predicted_peak <= kept->view.usable;
+    bool free_whole = free_plan && free_plan->view.predicted_peak <= free_plan->view.usable;
+    cham_plan_t *plan = kept, *other = free_plan;
+    if (free_plan && ((free_whole && !whole) || (free_whole == whole && without <= with))) {
+        plan = free_plan;
+        other = kept;
+        *delay = free_delay;
+    }
+    cham_context_log(ctx, "step %llu: class %u planned with %zu storages of model state left on "
+                     "the device at its step's end (classes after it use them and do not want "
+                     "them away): %.3f ms a step, with the changes of plan (%.0f%% of its steps "
+                     "followed so), against %.3f ms: %s", (unsigned long long)ctx->number, c->id,
+                     n, with / 1e6, 100 * share, without / 1e6,
+                     plan == kept ? "left there" : "free to go");
+    cham_plan_release(other);
+    free(ids);
+    return plan;
 }
 
 /* cham_loop_cover_heavier: a step that ran short starts (or starts again) a hunt
@@ -198,8 +356,7 @@ cham_class_t *cham_loop_cover_heavier(cham_context_t *ctx, cham_stage_t from,
                              p->id, (double)peak / (1 << 30),
                              (double)applied->view.peak_without_swaps / (1 << 30));
             uint32_t delay = applied->free_delay;
-            cham_plan_t *plan =
-                cham_loop_generate(ctx, fresh, applied->trial, p->reserve, &delay);
+            cham_plan_t *plan = class_generate(ctx, p, fresh, applied->trial, &delay);
             p->covers++;
             p->hunt_left = 0;
             if (plan) {
@@ -248,7 +405,7 @@ static bool make_next_trial(cham_context_t *ctx, cham_class_t *c, const cham_pro
     if (!source)
         return false;
     c->next_delay = cham_loop_trial_delay(c->n_trials);
-    c->next_trial = cham_loop_generate(ctx, source, c->n_trials, c->reserve, &c->next_delay);
+    c->next_trial = class_generate(ctx, c, source, c->n_trials, &c->next_delay);
     return c->next_trial != NULL;
 }
 

@@ -112,7 +112,7 @@ void cham_loop_static_end(cham_context_t *ctx, const cham_profile_t *fresh)
     if (!ctx->static_planned && fresh && plans_from(ctx, &pv, replans)) {
         ctx->static_planned = true;
         uint32_t delay = 0;
-        cham_plan_t *plan = cham_loop_generate(ctx, fresh, 0, ctx->reserve, &delay);
+        cham_plan_t *plan = cham_loop_generate(ctx, fresh, 0, ctx->reserve, NULL, 0, &delay);
         if (replans)
             static_keep(ctx, &pv);
         cham_loop_apply(ctx, plan);

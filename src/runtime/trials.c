@@ -52,7 +52,8 @@ uint64_t cham_loop_per_work(uint64_t ns, uint64_t to, uint64_t from)
  * the planner reserve `reserve` (0: the default rule); NULL (logged) if
  * none can be made. A delay that leaves no policy falls back to none. */
 cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profile, size_t k,
-                             uint64_t reserve, uint32_t *delay)
+                                uint64_t reserve, const uint64_t *resident, size_t n_resident,
+                                uint32_t *delay)
 {
     const cham_planner_iface_t *planner = cham_planner_of(ctx->config.planner);
     CHAM_ASSERT(planner);    /* the config was validated */
@@ -109,6 +110,8 @@ cham_plan_t *cham_loop_generate(cham_context_t *ctx, const cham_profile_t *profi
         pc.reserve = reserve;
     }
     pc.free_delay_ops = *delay;
+    pc.resident_at_end = resident;
+    pc.n_resident_at_end = n_resident;
     cham_policy_t *policy = NULL;
     char err[400] = "", note[300] = "";
     cham_status_t st = planner->plan(profile, &pc, cham_planner_options(planner, &ctx->config),

@@ -394,8 +394,8 @@ static cham_status_t plan_once(const cham_profile_t *profile,
     cham_profile_memory_curve(profile, g.actual, g.curve);
     if (!cham_gen_layers_build(&v, config, &g.layers) ||
         !cham_mrl_init(&g.mrl, g.curve, ns, usable) ||
-        !cham_gen_tensors(&v, &g.layers, config->min_swap_bytes, config->model_state, &g.t,
-                          &g.n_t) ||
+        !cham_gen_tensors(&v, &g.layers, config->min_swap_bytes, config->model_state,
+                          config->resident_at_end, config->n_resident_at_end, &g.t, &g.n_t) ||
         !(g.kept_next = cham_gen_kept_next(g.t, g.n_t)) ||
         !cham_gen_sim_init(&g.sim, &g.layers, config->h2d_bandwidth, config->d2h_bandwidth))
         goto host_oom;

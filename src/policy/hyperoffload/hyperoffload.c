@@ -366,7 +366,8 @@ cham_status_t cham_plan_hyperoffload(const cham_profile_t *profile,
     p.cand = malloc((o.positions + 8) * sizeof *p.cand);
     if (!p.pol || !p.op_ns || !p.curve || !p.actual || !p.cand ||
         !cham_gen_layers_build(&v, config, &p.layers) ||
-        !cham_gen_tensors(&v, &p.layers, config->min_swap_bytes, o.persistent, &p.t, &p.n_t) ||
+        !cham_gen_tensors(&v, &p.layers, config->min_swap_bytes, o.persistent, NULL, 0, &p.t,
+                          &p.n_t) ||
         !items_build(&p, config))
         goto host_oom;
     p.order = malloc((p.n_items ? p.n_items : 1) * sizeof *p.order);

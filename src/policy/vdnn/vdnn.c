@@ -175,7 +175,7 @@ cham_status_t cham_plan_vdnn(const cham_profile_t *profile, const cham_planner_c
     d.in_ns = calloc(d.layers.n ? d.layers.n : 1, sizeof *d.in_ns);
     d.last_in = calloc(d.layers.n ? d.layers.n : 1, sizeof *d.last_in);
     if (!d.in_ns || !d.last_in ||
-        !cham_gen_tensors(&v, &d.layers, config->min_swap_bytes, false, &d.t, &d.n_t))
+        !cham_gen_tensors(&v, &d.layers, config->min_swap_bytes, false, NULL, 0, &d.t, &d.n_t))
         goto host_oom;
     cham_profile_memory_curve(profile, d.actual, d.curve);
     op_ends(&v, config, d.end);
