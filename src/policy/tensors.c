@@ -151,10 +151,12 @@ static size_t persistent_gaps(const cham_profile_view_t *v, const use_ref_t *r, 
             continue;
         bool wraps = i == b;
         size_t next = wraps ? a : i;
-        /* Bytes the caller's host copy backs leave with no copy and come
-         * back every step (an optimizer on the host updates them there). */
-        bool may_leave = !stays_at_end || cham_gen_backed_at(v, r, prev);
-        if (wraps ? may_leave : r[next].op > r[prev].op + 1) {
+        /* Across the step's end unless it stays; bytes the caller's host
+         * copy backs leave anyway: with no copy, and they come back every
+         * step (an optimizer on the host updates them there). */
+        bool gap = wraps ? !stays_at_end || cham_gen_backed_at(v, r, prev)
+                         : r[next].op > r[prev].op + 1;
+        if (gap) {
             if (nt == 0)
                 written_first = written;
             t[nt] = (cham_gen_tensor_t){
