@@ -250,11 +250,7 @@ bool cham_exec_plan_init(cham_plan_t *p, const cham_policy_t *pol,
     for (size_t u = 0; u < v.n_uses; u++)
         if (v.uses[u].persistent)
             p->state_ids[n++] = v.uses[u].storage;
-    qsort(p->state_ids, n, sizeof *p->state_ids, cham_order_u64);
-    p->n_state = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!p->n_state || p->state_ids[p->n_state - 1] != p->state_ids[i])
-            p->state_ids[p->n_state++] = p->state_ids[i];
+    p->n_state = cham_sort_unique_u64(p->state_ids, n);
     return true;
 }
 

@@ -79,37 +79,47 @@ static bool used_not_away(const cham_plan_t *p, uint64_t *ids, size_t *n)
 /* The model state class c's plans must leave on the device at the step's
  * end (sorted, *n of them; NULL with none or out of host memory): what a
  * class of another sequence that has followed c uses and its kept plan
- * does not want away. Away across c's step's end, the plan after would
- * bring it back at its first op, the compute stream waiting for the copy
- * (executor.c, cham_exec_send_away): Mixtral's shapes on 2 layers (ZeRO-1
- * over 4, `--precision main-grads`, `--accumulate 2`) on the v100-16g at
- * 90% of its peak planned its update steps as if another update came
- * next, sending L0's main gradients (363 ms of link) out after AdamW;
- * the accumulation step brought them back first thing and the update step
- * sent them out again at its start: 406 and 1708 ms a step (docs/
- * executor.md, "Model state the class after uses stays"). Only kept
- * plans ask: asked by each other's trials, two classes narrowed each
- * other's plans before either had settled, and Llama 3's shapes on 6
+ * does not want away; *share: the share of c's steps in the history such
+ * a class followed. Away across c's step's end, that state would come
+ * back before the next step's first op, the compute stream waiting for
+ * the copy (executor.c, cham_exec_send_away): Mixtral's shapes on 2
+ * layers (ZeRO-1 over 4, `--precision main-grads`, `--accumulate 2`) on
+ * the v100-16g at 90% of its peak planned its update steps as if another
+ * update came next, sending L0's main gradients (363 ms of link) out
+ * after AdamW; the accumulation step brought them back first thing and
+ * the update step sent them out again at its start: 406 and 1708 ms a
+ * step (docs/executor.md, "Model state the class after uses stays").
+ * Only kept plans ask: asked by each other's trials, two classes narrowed
+ * each other's plans before either had settled, and Llama 3's shapes on 6
  * layers of 8k tokens (TP 2, main-grads, accumulating over 2) at 70% ran
  * 0.473 s a step against 0.398 s. */
-static uint64_t *resident_at_end(cham_context_t *ctx, const cham_class_t *c, size_t *n)
+static uint64_t *resident_at_end(cham_context_t *ctx, const cham_class_t *c, size_t *n,
+                                 double *share)
 {
     *n = 0;
     const cham_plan_t *after[CHAM_CLASS_HISTORY];
     size_t n_after = 0, room = 0;
+    unsigned steps = 0, followed = 0;
     for (size_t i = 0; i + 1 < ctx->n_history; i++) {
-        if (ctx->history[i] != c->id || ctx->history[i + 1] == c->id)
+        if (ctx->history[i] != c->id)
             continue;
-        const cham_class_t *d = cham_class_by_id(ctx, ctx->history[i + 1]);
+        steps++;
+        const cham_class_t *d = ctx->history[i + 1] == c->id
+                                    ? NULL
+                                    : cham_class_by_id(ctx, ctx->history[i + 1]);
         const cham_plan_t *p = d ? d->kept : NULL;
+        if (!p)
+            continue;
+        followed++;
         bool known = false;
         for (size_t j = 0; j < n_after && !known; j++)
             known = after[j] == p;
-        if (p && !known) {
+        if (!known) {
             after[n_after++] = p;
             room += p->n_state;
         }
     }
+    *share = steps ? (double)followed / steps : 0;
     uint64_t *ids = room ? malloc(room * sizeof *ids) : NULL;
     bool ok = ids != NULL;
     for (size_t j = 0; ok && j < n_after; j++)
@@ -119,30 +129,8 @@ static uint64_t *resident_at_end(cham_context_t *ctx, const cham_class_t *c, siz
         *n = 0;
         return NULL;
     }
-    qsort(ids, *n, sizeof *ids, cham_order_u64);
-    size_t u = 0;
-    for (size_t i = 0; i < *n; i++)
-        if (!u || ids[u - 1] != ids[i])
-            ids[u++] = ids[i];
-    *n = u;
+    *n = cham_sort_unique_u64(ids, *n);
     return ids;
-}
-
-/* The share of class c's steps in the history that a class of another
- * sequence with a kept plan followed. */
-static double followed_by_another(cham_context_t *ctx, const cham_class_t *c)
-{
-    unsigned steps = 0, other = 0;
-    for (size_t i = 0; i + 1 < ctx->n_history; i++) {
-        if (ctx->history[i] != c->id)
-            continue;
-        steps++;
-        const cham_class_t *d = ctx->history[i + 1] == c->id
-                                    ? NULL
-                                    : cham_class_by_id(ctx, ctx->history[i + 1]);
-        other += d && d->kept;
-    }
-    return steps ? (double)other / steps : 0;
 }
 
 /* What plan p's step costs a loop where a share `share` of its steps is
@@ -172,15 +160,16 @@ static double cost_with_changes(cham_context_t *ctx, const cham_plan_t *p, const
  * and the cheaper kept, what the changes of plan would cost counted: a
  * plan that may not keep that state away across the step's end is slower
  * where the state is large and idle long, and each class can only time
- * its own steps. Llama 3's shapes on 8 layers (ZeRO-3 over 8, an
- * evaluation every 3 steps) on the v100-16g at 33% planned its evaluation
- * class without 18 storages the training class uses: 1.5450 s a step
- * against 1.4814 s. */
+ * its own steps. Mixtral's shapes on 2 layers of 4k tokens (ZeRO-3 over
+ * 8, the classic allocator, an evaluation every 3 steps) on the v100-16g
+ * at 70% ran 1.136 s a step with every trial so planned, against 0.970 s
+ * (the same as before the classes asked; simulated). */
 static cham_plan_t *class_generate(cham_context_t *ctx, const cham_class_t *c,
                                    const cham_profile_t *profile, size_t k, uint32_t *delay)
 {
     size_t n;
-    uint64_t *ids = resident_at_end(ctx, c, &n);
+    double share;
+    uint64_t *ids = resident_at_end(ctx, c, &n, &share);
     uint32_t asked = *delay;
     cham_plan_t *free_plan = cham_loop_generate(ctx, profile, k, c->reserve, NULL, 0, delay);
     if (!n) {
@@ -190,7 +179,6 @@ static cham_plan_t *class_generate(cham_context_t *ctx, const cham_class_t *c,
     uint32_t free_delay = *delay;
     *delay = asked;
     cham_plan_t *kept = cham_loop_generate(ctx, profile, k, c->reserve, ids, n, delay);
-    double share = followed_by_another(ctx, c);
     double with = kept ? cost_with_changes(ctx, kept, ids, n, share) : INFINITY;
     double without = free_plan ? cost_with_changes(ctx, free_plan, ids, n, share) : INFINITY;
     bool whole = kept && kept->view.predicted_peak <= kept->view.usable;

@@ -167,12 +167,7 @@ static bool build_sizes(sa_graph_t *g)
     if (!g->sizes || !g->size_of)
         return false;
     memcpy(g->sizes, g->bytes, nt * sizeof *g->sizes);
-    if (nt > 1)
-        qsort(g->sizes, nt, sizeof *g->sizes, cham_order_u64);
-    size_t ns = 0;
-    for (size_t i = 0; i < nt; i++)
-        if (ns == 0 || g->sizes[ns - 1] != g->sizes[i])
-            g->sizes[ns++] = g->sizes[i];
+    size_t ns = cham_sort_unique_u64(g->sizes, nt);
     g->n_sizes = ns;
     g->size_tensors = calloc(ns ? ns : 1, sizeof *g->size_tensors);
     g->size_pre = calloc(ns ? ns : 1, sizeof *g->size_pre);
@@ -209,13 +204,7 @@ bool sa_graph_build(const cham_profile_view_t *v, const double *cost_ns, double 
     if (ok) {
         if (n)   /* cost_ns may be NULL without ops */
             memcpy(g->cost_ns, cost_ns, n * sizeof *cost_ns);
-        if (e.n > 1)   /* e.v is NULL without edges */
-            qsort(e.v, e.n, sizeof *e.v, cham_order_u64);
-        size_t m = 0;
-        for (size_t i = 0; i < e.n; i++)
-            if (m == 0 || e.v[m - 1] != e.v[i])
-                e.v[m++] = e.v[i];
-        e.n = m;
+        e.n = cham_sort_unique_u64(e.v, e.n);   /* e.v is NULL without edges */
         ok = csr(&e, n, true, &g->pred_start, &g->preds) &&
              csr(&e, n, false, &g->succ_start, &g->succs);
     }
