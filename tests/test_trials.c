@@ -323,16 +323,20 @@ static void test_layer_drop_is_one_loop(void **state)
         fail_msg("%d of steps 40-79 ran short", n);
 }
 
-/* 24 layers of 1600, a fifth skipped (seed 1): the kept policy runs short
+/* 24 layers of 1600, a fifth skipped (seed 18): the kept policy runs short
  * on a heavier step than any its trials saw and is made again from it;
  * made again, it runs short on more of its first steps than the one
  * before, which comes back; a policy is made again after that only from
  * a step heavier than the one the policy sent back was made from
- * (on_drop_log asserts it). */
+ * (on_drop_log asserts it). When written: made again at step 26 from
+ * 18.081 GiB, back at step 28 (short on 2 of 2 steps, the one before on
+ * 4 of 18), made again at step 50 from 18.277 GiB. Seed 1 did this until
+ * the Stable check also tried the trials that ran short (its loop now
+ * keeps another policy, whose policy made again is not sent back). */
 static void test_policy_made_again_goes_back(void **state)
 {
     (void)state;
-    dropped_t d = run_dropping(24, 1600, 1024, 0.2, 1);
+    dropped_t d = run_dropping(24, 1600, 1024, 0.2, 18);
     assert_true(d.covers >= 1);
     assert_true(d.backs >= 1);
 }

@@ -64,7 +64,7 @@ static cham_plan_t *check_stable(cham_context_t *ctx, cham_class_t *c, cham_stag
     cham_check_verdict_t v = cham_check_sample(k, ns, ctx->step_passive > 0, &plan);
     if (v == CHAM_CHECK_MEASURING)
         return next;
-    uint64_t stable_ns = k->cand[v == CHAM_CHECK_TRY_NEXT ? k->at - 1 : k->at].stable_ns;
+    uint64_t stable_ns = k->cand[v == CHAM_CHECK_TRY_NEXT ? k->measured : k->at].stable_ns;
     if (v == CHAM_CHECK_TRY_NEXT)
         cham_context_log(ctx, "step %llu: the policy applied takes %.3f ms a step in Stable (its "
                          "trial %.3f ms); the next trial took %.3f ms: its policy from now on",

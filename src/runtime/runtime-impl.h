@@ -300,11 +300,13 @@ typedef struct cham_check_candidate {
     uint64_t trial_ns;            /* its trial's step */
     uint64_t stable_ns;           /* the mean of its Stable steps; 0: not measured */
     bool ran_out;                 /* a Stable step of it needed passive swaps */
+    bool clean;                   /* its trial needed none */
 } cham_check_candidate_t;
 
 typedef struct cham_check {
     cham_check_candidate_t cand[CHAM_CHECK_CANDIDATES];   /* the kept one first */
     size_t n, at;                 /* candidates (0: no check); the one applied */
+    size_t measured;              /* the one whose measurement ended last */
     uint64_t sum_ns;              /* the current candidate's timed steps so far */
     size_t n_samples;
     uint32_t class_id;            /* the class it keeps the policy of, or 0 */
@@ -319,8 +321,8 @@ typedef enum {
 } cham_check_verdict_t;
 
 /* Starts checking `kept`, chosen from trials[0..n), against the other
- * trials that covered their step; no check (n = 0) when there are none or
- * kept was not measured. */
+ * trials that covered their step, then those that did not; no check
+ * (n = 0) when there are none or kept was not measured. */
 void cham_check_start(cham_check_t *k, const cham_trial_t *trials, size_t n, cham_plan_t *kept,
                       uint32_t class_id);
 /* A check left before it is done (another's starts): the best of the
