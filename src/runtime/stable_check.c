@@ -110,7 +110,8 @@ cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, bool p
      * given up for one that needed passive swaps unless the clean one
      * needs them too (llama2-7b ZeRO-3 on the H100 at 28 GiB, swaps only,
      * classic: a kept policy that ran 2.391 s with a few passive swaps
-     * tried one whose trial took 2.414 s with some, and kept neither). */
+     * tried, for closeness alone, one whose trial took 2.414 s with some,
+     * and went back to it two steps later). */
     uint64_t m = k->cand[best].stable_ns;
     bool out = k->cand[best].ran_out;
     for (size_t j = k->at + 1; j < k->n; j++) {
