@@ -57,14 +57,15 @@ static cham_plan_t *check_stable(cham_context_t *ctx, cham_class_t *c, cham_stag
     if (!in_row || !cham_loop_checking(ctx) || class_id != k->class_id ||
         (!ctx->class_mode && to != CHAM_STAGE_STABLE))
         return next;
-    uint64_t trial_ns = k->cand[k->at].trial_ns;
+    size_t measured = k->at;
+    uint64_t trial_ns = k->cand[measured].trial_ns;
     cham_plan_t *plan;
     /* Timed as the trials are: as if the step had the first trial's work. */
     uint64_t ns = cham_loop_per_work(ctx->synced_step_ns, k->work_ref, ctx->step_work_ns);
     cham_check_verdict_t v = cham_check_sample(k, ns, ctx->step_passive > 0, &plan);
     if (v == CHAM_CHECK_MEASURING)
         return next;
-    uint64_t stable_ns = k->cand[v == CHAM_CHECK_TRY_NEXT ? k->measured : k->at].stable_ns;
+    uint64_t stable_ns = k->cand[v == CHAM_CHECK_TRY_NEXT ? measured : k->at].stable_ns;
     if (v == CHAM_CHECK_TRY_NEXT)
         cham_context_log(ctx, "step %llu: the policy applied takes %.3f ms a step in Stable (its "
                          "trial %.3f ms); the next trial took %.3f ms: its policy from now on",

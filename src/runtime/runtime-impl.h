@@ -306,7 +306,6 @@ typedef struct cham_check_candidate {
 typedef struct cham_check {
     cham_check_candidate_t cand[CHAM_CHECK_CANDIDATES];   /* the kept one first */
     size_t n, at;                 /* candidates (0: no check); the one applied */
-    size_t measured;              /* the one whose measurement ended last */
     uint64_t sum_ns;              /* the current candidate's timed steps so far */
     size_t n_samples;
     uint32_t class_id;            /* the class it keeps the policy of, or 0 */

@@ -99,7 +99,6 @@ cham_check_verdict_t cham_check_sample(cham_check_t *k, uint64_t step_ns, bool p
     k->sum_ns = 0;
     k->n_samples = 0;
     size_t best = best_measured(k);
-    k->measured = k->at;
     /* The next one is tried where its trial beats what the best so far
      * measures by more than noise (each try costs its Stable steps), or
      * where the best so far runs out of memory in Stable and the next,
